@@ -1,0 +1,164 @@
+//! Argument parsing for the FLOCK commands, on raw byte arguments and free of
+//! any Redis API, so that every malformed input maps to one clear error and
+//! the parser can be fuzzed without a server.
+
+use std::fmt;
+
+pub const MAX_OWNER_LEN: usize = 256;
+pub const MAX_MS: u64 = 1 << 40;
+
+#[derive(Debug, PartialEq, Eq, Clone)]
+pub enum ArgError {
+    Arity,
+    Owner,
+    Lease,
+    Timeout,
+    UnknownOption(String),
+    Repeated(&'static str),
+    MissingValue(&'static str),
+}
+
+impl fmt::Display for ArgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Arity => write!(f, "ERR wrong number of arguments"),
+            Self::Owner => write!(f, "ERR owner must be 1 to {MAX_OWNER_LEN} bytes"),
+            Self::Lease => write!(f, "ERR lease-ms must be an integer from 1 to {MAX_MS}"),
+            Self::Timeout => write!(f, "ERR timeout-ms must be an integer from 0 to {MAX_MS}"),
+            Self::UnknownOption(o) => {
+                write!(f, "ERR unknown option '{o}': ACQUIRE takes WAIT timeout-ms and SESSION")
+            }
+            Self::Repeated(o) => write!(f, "ERR option {o} given more than once"),
+            Self::MissingValue(o) => write!(f, "ERR option {o} needs a value"),
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct AcquireArgs<'a> {
+    pub owner: &'a [u8],
+    pub lease_ms: u64,
+    /// `Some(0)` waits without limit.
+    pub wait_ms: Option<u64>,
+    pub session: bool,
+}
+
+/// `owner lease-ms [WAIT timeout-ms] [SESSION]` (after the key).
+pub fn acquire<'a>(args: &[&'a [u8]]) -> Result<AcquireArgs<'a>, ArgError> {
+    let [owner, lease, options @ ..] = args else {
+        return Err(ArgError::Arity);
+    };
+    let mut parsed = AcquireArgs {
+        owner: parse_owner(owner)?,
+        lease_ms: parse_lease(lease)?,
+        wait_ms: None,
+        session: false,
+    };
+    let mut rest = options.iter();
+    while let Some(option) = rest.next() {
+        if option.eq_ignore_ascii_case(b"WAIT") {
+            if parsed.wait_ms.is_some() {
+                return Err(ArgError::Repeated("WAIT"));
+            }
+            let value = rest.next().ok_or(ArgError::MissingValue("WAIT"))?;
+            parsed.wait_ms = Some(parse_ms(value, 0).ok_or(ArgError::Timeout)?);
+        } else if option.eq_ignore_ascii_case(b"SESSION") {
+            if parsed.session {
+                return Err(ArgError::Repeated("SESSION"));
+            }
+            parsed.session = true;
+        } else {
+            return Err(ArgError::UnknownOption(printable(option)));
+        }
+    }
+    Ok(parsed)
+}
+
+/// `owner` (RELEASE).
+pub fn owner_only<'a>(args: &[&'a [u8]]) -> Result<&'a [u8], ArgError> {
+    match args {
+        [owner] => parse_owner(owner),
+        _ => Err(ArgError::Arity),
+    }
+}
+
+/// `owner lease-ms` (RENEW).
+pub fn owner_lease<'a>(args: &[&'a [u8]]) -> Result<(&'a [u8], u64), ArgError> {
+    match args {
+        [owner, lease] => Ok((parse_owner(owner)?, parse_lease(lease)?)),
+        _ => Err(ArgError::Arity),
+    }
+}
+
+fn parse_owner(owner: &[u8]) -> Result<&[u8], ArgError> {
+    if owner.is_empty() || owner.len() > MAX_OWNER_LEN {
+        return Err(ArgError::Owner);
+    }
+    Ok(owner)
+}
+
+fn parse_lease(lease: &[u8]) -> Result<u64, ArgError> {
+    parse_ms(lease, 1).ok_or(ArgError::Lease)
+}
+
+/// A plain decimal integer in `min..=MAX_MS`: no sign, no spaces, no float.
+fn parse_ms(value: &[u8], min: u64) -> Option<u64> {
+    if value.is_empty() || value.len() > 20 || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(value).ok()?.parse().ok()?;
+    (min..=MAX_MS).contains(&n).then_some(n)
+}
+
+/// Echoes an unknown option safely inside an error line.
+fn printable(option: &[u8]) -> String {
+    let shown: String = String::from_utf8_lossy(&option[..option.len().min(32)])
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    shown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn acq(args: &[&str]) -> Result<AcquireArgs<'static>, ArgError> {
+        let owned: Vec<&'static [u8]> =
+            args.iter().map(|a| &*Box::leak(a.as_bytes().to_vec().into_boxed_slice())).collect();
+        acquire(&owned)
+    }
+
+    #[test]
+    fn accepts_options_in_any_order_and_case() {
+        let a = acq(&["me", "1000", "session", "Wait", "0"]).unwrap();
+        assert_eq!((a.owner, a.lease_ms, a.wait_ms, a.session), (&b"me"[..], 1000, Some(0), true));
+        assert_eq!(acq(&["me", "1099511627776"]).unwrap().lease_ms, MAX_MS);
+    }
+
+    #[test]
+    fn rejects_each_kind_of_bad_input() {
+        assert_eq!(acq(&["me"]), Err(ArgError::Arity));
+        assert_eq!(acq(&["", "10"]), Err(ArgError::Owner));
+        assert_eq!(acq(&[&"x".repeat(257), "10"]), Err(ArgError::Owner));
+        for lease in ["0", "-1", "1.5", "+5", " 5", "1099511627777", "18446744073709551616", "abc"] {
+            assert_eq!(acq(&["me", lease]), Err(ArgError::Lease), "{lease}");
+        }
+        assert_eq!(acq(&["me", "10", "WAIT", "-1"]), Err(ArgError::Timeout));
+        assert_eq!(acq(&["me", "10", "WAIT"]), Err(ArgError::MissingValue("WAIT")));
+        assert_eq!(acq(&["me", "10", "WAIT", "1", "wait", "2"]), Err(ArgError::Repeated("WAIT")));
+        assert_eq!(acq(&["me", "10", "SESSION", "SESSION"]), Err(ArgError::Repeated("SESSION")));
+        assert_eq!(acq(&["me", "10", "WAITS", "1"]), Err(ArgError::UnknownOption("WAITS".into())));
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics_on_arbitrary_arguments(args in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..300), 0..8)) {
+            let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+            let _ = acquire(&refs);
+            let _ = owner_only(&refs);
+            let _ = owner_lease(&refs);
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! The lock itself, free of any Redis API: who holds it, how often, under
+//! which fencing token and until when, and who waits in which order.
+//!
+//! Time is passed in as unix milliseconds, so the Redis layer decides what
+//! "now" is and tests can drive the clock by hand. Lease expiry is never
+//! applied implicitly: the caller asks `expire_due` first, so every hand-off
+//! that an expiry causes is visible to it and can be delivered.
+
+use std::collections::HashSet;
+
+use crate::queue::{WaitQueue, WaiterId};
+
+/// Fencing tokens: strictly increasing for every grant this process makes.
+///
+/// A token is `max(last + 1, now_ms << 20)`, so tokens also keep rising
+/// across restarts, failovers and slot migrations where `last` is lost, as
+/// long as clocks do not step back by more than the time between grants.
+#[derive(Debug, Default)]
+pub struct TokenSource {
+    last: u64,
+}
+
+impl TokenSource {
+    pub fn next(&mut self, now_ms: u64) -> u64 {
+        let clock = now_ms.saturating_mul(1 << 20).min(i64::MAX as u64 / 2);
+        self.last = (self.last + 1).max(clock);
+        self.last
+    }
+
+    /// Tokens seen elsewhere (loaded, replicated) are never handed out again.
+    pub fn observe(&mut self, token: u64) {
+        self.last = self.last.max(token);
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub owner: Box<[u8]>,
+    pub holds: u64,
+    pub token: u64,
+    /// Absolute unix milliseconds.
+    pub deadline_ms: u64,
+    /// The client id whose disconnect releases the lock (SESSION).
+    pub session: Option<u64>,
+}
+
+#[derive(Debug)]
+pub struct Waiter<P> {
+    pub owner: Box<[u8]>,
+    pub lease_ms: u64,
+    pub session: Option<u64>,
+    pub payload: P,
+}
+
+/// A waiter that just became the holder.
+#[derive(Debug)]
+pub struct Grant<P> {
+    pub token: u64,
+    pub payload: P,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Acquired {
+    /// A new grant with this token.
+    Granted(u64),
+    /// The owner already held it; the current token.
+    Reentered(u64),
+    /// Someone else holds it or is queued first.
+    Busy,
+}
+
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum LockError {
+    NotOwner,
+    AlreadyQueued,
+}
+
+pub struct Request<'a> {
+    pub owner: &'a [u8],
+    pub lease_ms: u64,
+    pub session: Option<u64>,
+}
+
+pub struct Lock<P> {
+    holder: Option<Holder>,
+    queue: WaitQueue<Waiter<P>>,
+    queued: HashSet<Box<[u8]>>,
+}
+
+impl<P> Default for Lock<P> {
+    fn default() -> Self {
+        Self { holder: None, queue: WaitQueue::default(), queued: HashSet::new() }
+    }
+}
+
+impl<P> Lock<P> {
+    pub fn with_holder(holder: Holder) -> Self {
+        Self { holder: Some(holder), ..Self::default() }
+    }
+
+    pub fn holder(&self) -> Option<&Holder> {
+        self.holder.as_ref()
+    }
+
+    pub fn waiters(&self) -> impl Iterator<Item = &Waiter<P>> + '_ {
+        self.queue.iter()
+    }
+
+    pub fn waiter_count(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Nobody holds it and nobody waits: the lock can disappear.
+    pub fn is_idle(&self) -> bool {
+        self.holder.is_none() && self.queue.is_empty()
+    }
+
+    pub fn acquire(
+        &mut self,
+        req: &Request,
+        now_ms: u64,
+        tokens: &mut TokenSource,
+    ) -> Result<Acquired, LockError> {
+        if let Some(holder) = self.holder.as_mut().filter(|h| *h.owner == *req.owner) {
+            holder.holds += 1;
+            holder.deadline_ms = now_ms.saturating_add(req.lease_ms);
+            if req.session.is_some() {
+                holder.session = req.session;
+            }
+            return Ok(Acquired::Reentered(holder.token));
+        }
+        if self.queued.contains(req.owner) {
+            return Err(LockError::AlreadyQueued);
+        }
+        if !self.is_idle() {
+            return Ok(Acquired::Busy);
+        }
+        let token = tokens.next(now_ms);
+        self.holder = Some(Holder {
+            owner: req.owner.into(),
+            holds: 1,
+            token,
+            deadline_ms: now_ms.saturating_add(req.lease_ms),
+            session: req.session,
+        });
+        Ok(Acquired::Granted(token))
+    }
+
+    /// Joins the tail of the queue; only after `acquire` answered `Busy`.
+    pub fn enqueue(&mut self, req: &Request, payload: P) -> Result<WaiterId, LockError> {
+        if !self.queued.insert(req.owner.into()) {
+            return Err(LockError::AlreadyQueued);
+        }
+        Ok(self.queue.push_back(Waiter {
+            owner: req.owner.into(),
+            lease_ms: req.lease_ms,
+            session: req.session,
+            payload,
+        }))
+    }
+
+    /// A waiter leaves (timeout, disconnect); `None` if it is no longer queued.
+    pub fn remove_waiter(&mut self, id: WaiterId) -> Option<Waiter<P>> {
+        let waiter = self.queue.remove(id)?;
+        self.queued.remove(&waiter.owner);
+        Some(waiter)
+    }
+
+    /// Empties the queue (the lock is being deleted).
+    pub fn drain_waiters(&mut self) -> Vec<Waiter<P>> {
+        self.queued.clear();
+        std::iter::from_fn(|| self.queue.pop_front()).collect()
+    }
+
+    /// Releases one hold: the holds left and, at zero, the hand-off it caused.
+    pub fn release(
+        &mut self,
+        owner: &[u8],
+        now_ms: u64,
+        tokens: &mut TokenSource,
+    ) -> Result<(u64, Option<Grant<P>>), LockError> {
+        let holder = self.holder_mut(owner)?;
+        holder.holds -= 1;
+        if holder.holds > 0 {
+            return Ok((holder.holds, None));
+        }
+        Ok((0, self.vacate(now_ms, tokens).1))
+    }
+
+    /// Resets the holder's lease; the current token.
+    pub fn renew(&mut self, owner: &[u8], lease_ms: u64, now_ms: u64) -> Result<u64, LockError> {
+        let holder = self.holder_mut(owner)?;
+        holder.deadline_ms = now_ms.saturating_add(lease_ms);
+        Ok(holder.token)
+    }
+
+    pub fn is_expired(&self, now_ms: u64) -> bool {
+        self.holder.as_ref().is_some_and(|h| h.deadline_ms <= now_ms)
+    }
+
+    /// Ends a lease that has run out; `None` if it has not (or nobody holds it).
+    pub fn expire_due(&mut self, now_ms: u64, tokens: &mut TokenSource) -> Option<(Holder, Option<Grant<P>>)> {
+        if !self.is_expired(now_ms) {
+            return None;
+        }
+        let (old, grant) = self.vacate(now_ms, tokens);
+        old.map(|old| (old, grant))
+    }
+
+    /// Removes the holder whatever its holds, and hands the lock to the head
+    /// of the queue, which gets its own lease from `now_ms`.
+    pub fn vacate(&mut self, now_ms: u64, tokens: &mut TokenSource) -> (Option<Holder>, Option<Grant<P>>) {
+        let old = self.holder.take();
+        let grant = self.queue.pop_front().map(|waiter| {
+            self.queued.remove(&waiter.owner);
+            let token = tokens.next(now_ms);
+            self.holder = Some(Holder {
+                owner: waiter.owner,
+                holds: 1,
+                token,
+                deadline_ms: now_ms.saturating_add(waiter.lease_ms),
+                session: waiter.session,
+            });
+            Grant { token, payload: waiter.payload }
+        });
+        (old, grant)
+    }
+
+    /// Heap bytes owned by this lock (owner strings, queue, index).
+    pub fn heap_size(&self) -> usize {
+        let owners: usize = self.queue.iter().map(|w| w.owner.len()).sum();
+        self.holder.as_ref().map_or(0, |h| h.owner.len())
+            + self.queue.heap_size()
+            + owners * 2
+            + self.queued.capacity() * (std::mem::size_of::<Box<[u8]>>() + 1)
+    }
+
+    fn holder_mut(&mut self, owner: &[u8]) -> Result<&mut Holder, LockError> {
+        self.holder.as_mut().filter(|h| *h.owner == *owner).ok_or(LockError::NotOwner)
+    }
+}
+
+#[cfg(test)]
+#[path = "lock_tests.rs"]
+mod tests;
