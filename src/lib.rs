@@ -1,3 +1,51 @@
+//! FLOCK: a fair, reentrant, fenced distributed lock inside Redis.
+//!
+//! `queue`, `lock` and `args` are the pure core (no Redis API); the rest is
+//! the Redis layer: `commands` (handlers), `engine` (effects of a change),
+//! `blocking` (waiting clients), `keytype` (the stored value), `events`
+//! (server and keyspace events), `state` (connection state), `ffi` (raw API).
+
 pub mod args;
 pub mod lock;
 pub mod queue;
+
+mod blocking;
+mod commands;
+mod engine;
+mod events;
+mod ffi;
+mod info;
+mod keytype;
+mod state;
+
+#[cfg(not(test))]
+mod module {
+    use redis_module::{redis_module, Context, RedisString, Status};
+
+    use crate::keytype::FLOCK_TYPE;
+    use crate::{commands, events, ffi};
+
+    fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+        ffi::init_module_ctx(ctx.ctx);
+        events::subscribe(ctx.ctx);
+        Status::Ok
+    }
+
+    redis_module! {
+        name: "flock",
+        version: 1,
+        allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+        data_types: [FLOCK_TYPE],
+        init: init,
+        commands: [
+            ["flock.acquire", commands::acquire, "write deny-oom", 1, 1, 1, ""],
+            ["flock.release", commands::release, "write fast", 1, 1, 1, ""],
+            ["flock.renew", commands::renew, "write fast", 1, 1, 1, ""],
+            ["flock.forcerelease", commands::force_release, "write fast", 1, 1, 1, ""],
+            ["flock.info", commands::info, "readonly fast", 1, 1, 1, ""],
+        ],
+        event_handlers: [
+            [@GENERIC: events::on_keyspace_event],
+        ],
+    }
+}

@@ -1,0 +1,32 @@
+# FLOCK: fair distributed locks inside Redis. See README.md.
+SHELL := /bin/bash
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+MODULE := target/release/libredis_flock.so
+
+.PHONY: deps build run test clean
+
+# Installs redis-server, redis-cli and libclang (bindgen) when missing.
+deps:
+	@missing=""; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v redis-cli >/dev/null || missing="$$missing redis-tools"; \
+	ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
+	command -v cc >/dev/null || missing="$$missing gcc"; \
+	if [ -n "$$missing" ]; then \
+		$(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
+	fi
+
+build: deps
+	cargo build --release
+
+# redis-server in the foreground on 127.0.0.1:6379 with the module loaded.
+run: build
+	redis-server redis.conf.example
+
+# Unit, property and integration tests (integration tests start their own
+# redis-server processes on free loopback ports).
+test: build
+	cargo test --release -- --test-threads=2
+
+clean:
+	cargo clean

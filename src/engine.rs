@@ -1,0 +1,201 @@
+//! Turns a change of one lock's core state into its effects in Redis: grants
+//! delivered to blocked clients, the lease timer moved, session bindings
+//! kept in step, keyspace events sent, and the key removed once idle.
+
+use redis_module::key::RedisKeyWritable;
+use redis_module::{Context, NotifyEvent};
+
+use crate::blocking::{self, Outcome};
+use crate::ffi::{self, BlockedClient};
+use crate::keytype::{lock_value, LockValue};
+use crate::lock::Grant;
+use crate::state::{self, Place, State};
+
+pub const ACQUIRED: &str = "flock.acquired";
+pub const RELEASED: &str = "flock.released";
+pub const EXPIRED: &str = "flock.expired";
+
+/// What one operation did to a lock, gathered while the state is borrowed
+/// and applied when it is done.
+pub struct Changes {
+    holder_before: Option<(u64, u64, Option<u64>)>,
+    grants: Vec<Grant<BlockedClient>>,
+    events: Vec<&'static str>,
+    pub now: u64,
+}
+
+impl Changes {
+    pub fn grant(&mut self, grant: Option<Grant<BlockedClient>>) {
+        if let Some(grant) = grant {
+            self.grants.push(grant);
+            self.events.push(ACQUIRED);
+        }
+    }
+
+    pub fn event(&mut self, event: &'static str) {
+        self.events.push(event);
+    }
+}
+
+fn holder_key(value: &LockValue) -> Option<(u64, u64, Option<u64>)> {
+    value.lock.holder().map(|h| (h.token, h.deadline_ms, h.session))
+}
+
+/// Runs `op` on `value`, the lock stored in `key` at `place`, after ending
+/// a lease that has run out, then applies every effect. The key is deleted
+/// when the lock is left idle.
+pub fn update<R>(
+    ctx: &Context,
+    key: &RedisKeyWritable,
+    key_name: &redis_module::RedisString,
+    place: &Place,
+    value: &mut LockValue,
+    op: impl FnOnce(&mut State, &mut LockValue, &mut Changes) -> R,
+) -> R {
+    let now = ffi::now_ms();
+    let (result, events, idle) = state::with(|s| {
+        let mut changes = Changes { holder_before: holder_key(value), grants: Vec::new(), events: Vec::new(), now };
+        if let Some((_, grant)) = value.lock.expire_due(now, &mut s.tokens) {
+            s.stats.expiries += 1;
+            changes.event(EXPIRED);
+            changes.grant(grant);
+        }
+        let result = op(s, value, &mut changes);
+        let idle = apply(s, place, value, &mut changes);
+        (result, changes.events, idle)
+    });
+    if idle {
+        // The value is already detached from timers and sessions, so the
+        // unlink callback this triggers has nothing left to do.
+        let _ = key.delete();
+    }
+    for event in events {
+        ctx.notify_keyspace_event(NotifyEvent::MODULE, event, key_name);
+    }
+    result
+}
+
+/// Applies gathered effects; true if the lock is now idle.
+fn apply(s: &mut State, place: &Place, value: &mut LockValue, changes: &mut Changes) -> bool {
+    for grant in changes.grants.drain(..) {
+        deliver(s, place, value.serial, grant);
+    }
+    let after = holder_key(value);
+    let before = changes.holder_before;
+    if before.map(|(t, _, c)| (t, c)) != after.map(|(t, _, c)| (t, c)) {
+        if let Some(client) = before.and_then(|(_, _, c)| c) {
+            s.unbind_session(client, place);
+        }
+        if let Some(client) = after.and_then(|(_, _, c)| c) {
+            s.bind_session(client, place);
+        }
+    }
+    if before != after || (after.is_some() && value.lease_timer.is_none()) {
+        arm_lease(value, place, changes.now);
+    }
+    value.lock.is_idle()
+}
+
+fn deliver(s: &mut State, place: &Place, serial: u64, grant: Grant<BlockedClient>) {
+    if let Some(entry) = s.waiters.remove(&grant.payload) {
+        blocking::stop_wait_timer(entry.timer);
+    }
+    s.stats.grants += 1;
+    s.stats.handoffs += 1;
+    grant.payload.unblock(Outcome::Granted { token: grant.token, place: place.clone(), serial, delivered: false });
+}
+
+#[derive(Clone)]
+struct LeaseTimer {
+    place: Place,
+    serial: u64,
+    generation: u64,
+}
+
+/// (Re)arms the lease timer for the current holder's deadline, or stops it
+/// when nobody holds the lock.
+pub fn arm_lease(value: &mut LockValue, place: &Place, now: u64) {
+    if let Some(id) = value.lease_timer.take() {
+        ffi::stop_timer::<LeaseTimer>(id);
+    }
+    let Some(holder) = value.lock.holder() else { return };
+    value.lease_gen += 1;
+    let data = LeaseTimer { place: place.clone(), serial: value.serial, generation: value.lease_gen };
+    value.lease_timer = Some(ffi::create_timer(holder.deadline_ms.saturating_sub(now), on_lease_timer, data));
+}
+
+fn on_lease_timer(ctx: &Context, timer: LeaseTimer) {
+    with_lock_at(ctx, &timer.place, timer.serial, |key, name, value| {
+        if value.lease_gen != timer.generation {
+            return;
+        }
+        value.lease_timer = None;
+        // `update` ends the lease if it is due, or re-arms the timer.
+        update(ctx, key, name, &timer.place, value, |_, _, _| ());
+    });
+}
+
+/// Opens the lock at `place` in its current database and runs `f` if it is
+/// still the same lock object (`serial`).
+pub fn with_lock_at(
+    ctx: &Context,
+    place: &Place,
+    serial: u64,
+    f: impl FnOnce(&RedisKeyWritable, &redis_module::RedisString, &mut LockValue),
+) {
+    let db = state::with(|s| s.dbs.db(place.ident));
+    ffi::with_db(ctx.ctx, db, || {
+        let name = ctx.create_string(&*place.key);
+        let key = ctx.open_key_writable(&name);
+        if let Ok(Some(value)) = lock_value(&key) {
+            if value.serial == serial {
+                f(&key, &name, value);
+            }
+        }
+    });
+}
+
+/// The lock leaves its key (deleted, overwritten, expired, renamed or moved
+/// away): its waiters get LOCKDELETED, its timer and session binding go.
+pub fn detach(value: &mut LockValue, db: i32, key: &[u8]) {
+    let bound = value.lock.holder().and_then(|h| h.session);
+    if value.lock.waiter_count() == 0 && value.lease_timer.is_none() && bound.is_none() {
+        return;
+    }
+    if let Some(id) = value.lease_timer.take() {
+        ffi::stop_timer::<LeaseTimer>(id);
+    }
+    let waiters = value.lock.drain_waiters();
+    state::with(|s| {
+        let place = s.place(db, key);
+        if let Some(client) = bound {
+            s.unbind_session(client, &place);
+        }
+        if value.lock.holder().is_some() {
+            s.stats.deletions += 1;
+        }
+        for waiter in waiters {
+            if let Some(entry) = s.waiters.remove(&waiter.payload) {
+                blocking::stop_wait_timer(entry.timer);
+            }
+            s.stats.waiters_deleted += 1;
+            waiter.payload.unblock(Outcome::Deleted);
+        }
+    });
+}
+
+/// The lock arrived under a new name or database (RENAME, MOVE): its lease
+/// timer and session binding follow it.
+pub fn attach(value: &mut LockValue, db: i32, key: &[u8]) {
+    let place = state::with(|s| {
+        let place = s.place(db, key);
+        if let Some(client) = value.lock.holder().and_then(|h| h.session) {
+            s.bind_session(client, &place);
+        }
+        if value.lock.holder().is_some() {
+            s.stats.deletions = s.stats.deletions.saturating_sub(1);
+        }
+        place
+    });
+    arm_lease(value, &place, ffi::now_ms());
+}

@@ -1,0 +1,185 @@
+//! The raw module API that `redis-module` does not wrap safely: blocked
+//! clients with timeout/disconnect callbacks, timers that own typed data,
+//! the server clock, database selection, ordered map replies and key-type
+//! callback contexts.
+//!
+//! Soundness: Redis calls every callback registered here on its main thread,
+//! one at a time, with the pointers it documents as valid for that call. The
+//! data handed to Redis (timer data, blocked-client private data) is always a
+//! `Box<T>` leaked with `Box::into_raw` and reclaimed exactly once: by the
+//! timer trampoline when the timer fires, by `stop_timer` when it is stopped
+//! before that (Redis then no longer references it), or by the module's
+//! `free_privdata` callback, which Redis calls once per `UnblockClient`.
+
+use std::ffi::c_void;
+use std::os::raw::{c_char, c_int};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use redis_module::{raw, Context};
+
+pub type RawCtx = *mut raw::RedisModuleCtx;
+pub type TimerId = raw::RedisModuleTimerID;
+pub type CmdFunc = unsafe extern "C" fn(RawCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
+pub type FreeFunc = unsafe extern "C" fn(RawCtx, *mut c_void);
+pub type DisconnectFunc = unsafe extern "C" fn(RawCtx, *mut raw::RedisModuleBlockedClient);
+
+macro_rules! api {
+    ($name:ident) => {
+        raw::$name.expect(concat!(stringify!($name), " is missing in this Redis"))
+    };
+}
+
+/// A client blocked in FLOCK.ACQUIRE ... WAIT. The pointer is owned by Redis
+/// until the one `unblock` call for it; it is only used as an identity after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BlockedClient(NonNull<raw::RedisModuleBlockedClient>);
+
+/// A context that lives as long as the module, for timer operations made
+/// outside a command (key-type callbacks, `free_privdata`).
+static MODULE_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
+
+pub fn init_module_ctx(ctx: RawCtx) {
+    let detached = unsafe { api!(RedisModule_GetDetachedThreadSafeContext)(ctx) };
+    MODULE_CTX.store(detached, Ordering::Release);
+}
+
+pub fn module_ctx() -> RawCtx {
+    MODULE_CTX.load(Ordering::Acquire)
+}
+
+/// The server's unix-time clock in milliseconds.
+pub fn now_ms() -> u64 {
+    u64::try_from(unsafe { api!(RedisModule_Milliseconds)() }).unwrap_or(0)
+}
+
+pub fn client_id(ctx: RawCtx) -> u64 {
+    unsafe { api!(RedisModule_GetClientId)(ctx) }
+}
+
+pub fn selected_db(ctx: RawCtx) -> i32 {
+    unsafe { api!(RedisModule_GetSelectedDb)(ctx) }
+}
+
+/// Runs `f` with `db` selected on `ctx`, then restores the previous one: the
+/// context may belong to a live client whose own selection must not change.
+pub fn with_db<R>(ctx: RawCtx, db: i32, f: impl FnOnce() -> R) -> R {
+    let previous = selected_db(ctx);
+    unsafe { api!(RedisModule_SelectDb)(ctx, db) };
+    let result = f();
+    unsafe { api!(RedisModule_SelectDb)(ctx, previous) };
+    result
+}
+
+pub fn block(ctx: RawCtx, reply: CmdFunc, timeout: CmdFunc, free: FreeFunc, disconnect: DisconnectFunc) -> BlockedClient {
+    // Redis-side timeout 0: WAIT limits are enforced by module timers, so a
+    // grant, a timeout and a deletion all end in one UnblockClient call.
+    let bc = unsafe { api!(RedisModule_BlockClient)(ctx, Some(reply), Some(timeout), Some(free), 0) };
+    let bc = NonNull::new(bc).expect("RedisModule_BlockClient returned NULL");
+    unsafe { api!(RedisModule_SetDisconnectCallback)(bc.as_ptr(), Some(disconnect)) };
+    BlockedClient(bc)
+}
+
+impl BlockedClient {
+    pub fn from_raw(bc: *mut raw::RedisModuleBlockedClient) -> Option<Self> {
+        NonNull::new(bc).map(Self)
+    }
+
+    /// The client currently being answered or timed out in `ctx`.
+    pub fn of_ctx(ctx: RawCtx) -> Option<Self> {
+        Self::from_raw(unsafe { api!(RedisModule_GetBlockedClientHandle)(ctx) })
+    }
+
+    /// Ends the block; `privdata` reaches the reply and free callbacks.
+    pub fn unblock<T>(self, privdata: T) {
+        let data = Box::into_raw(Box::new(privdata)).cast::<c_void>();
+        unsafe { api!(RedisModule_UnblockClient)(self.0.as_ptr(), data) };
+    }
+}
+
+/// The private data passed to `unblock`, inside the reply callback.
+///
+/// # Safety
+/// `T` must be the type given to `unblock` for every client blocked with
+/// the reply callback that calls this.
+pub unsafe fn blocked_privdata<'a, T>(ctx: RawCtx) -> Option<&'a mut T> {
+    unsafe { api!(RedisModule_GetBlockedClientPrivateData)(ctx).cast::<T>().as_mut() }
+}
+
+/// Reclaims private data in the `free_privdata` callback.
+///
+/// # Safety
+/// `data` must come from `unblock::<T>` and be freed only here, once.
+pub unsafe fn take_privdata<T>(data: *mut c_void) -> Option<Box<T>> {
+    (!data.is_null()).then(|| unsafe { Box::from_raw(data.cast::<T>()) })
+}
+
+struct TimerData<T> {
+    callback: fn(&Context, T),
+    data: T,
+}
+
+unsafe extern "C" fn timer_trampoline<T>(ctx: RawCtx, data: *mut c_void) {
+    let timer = unsafe { Box::from_raw(data.cast::<TimerData<T>>()) };
+    (timer.callback)(&Context::new(ctx), timer.data);
+}
+
+/// Calls `callback(ctx, data)` on the main thread after `delay_ms`.
+pub fn create_timer<T>(delay_ms: u64, callback: fn(&Context, T), data: T) -> TimerId {
+    let data = Box::into_raw(Box::new(TimerData { callback, data })).cast::<c_void>();
+    let delay = i64::try_from(delay_ms).unwrap_or(i64::MAX);
+    unsafe { api!(RedisModule_CreateTimer)(module_ctx(), delay, Some(timer_trampoline::<T>), data) }
+}
+
+/// Cancels a timer made by `create_timer::<T>` and returns its data, or
+/// `None` if it already fired.
+pub fn stop_timer<T>(id: TimerId) -> Option<T> {
+    let mut data: *mut c_void = std::ptr::null_mut();
+    let status = unsafe { api!(RedisModule_StopTimer)(module_ctx(), id, &mut data) };
+    if status != raw::REDISMODULE_OK as c_int || data.is_null() {
+        return None;
+    }
+    Some(unsafe { Box::from_raw(data.cast::<TimerData<T>>()) }.data)
+}
+
+/// Starts a map reply that keeps field order (RESP3 map, RESP2 flat array).
+pub fn reply_map(ctx: &Context, fields: usize) {
+    unsafe { api!(RedisModule_ReplyWithMap)(ctx.ctx, fields as _) };
+}
+
+pub fn reply_array(ctx: &Context, len: usize) {
+    unsafe { api!(RedisModule_ReplyWithArray)(ctx.ctx, len as _) };
+}
+
+pub fn reply_bytes(ctx: &Context, bytes: &[u8]) {
+    unsafe { api!(RedisModule_ReplyWithStringBuffer)(ctx.ctx, bytes.as_ptr().cast::<c_char>(), bytes.len()) };
+}
+
+/// Key name and database of a key-type callback.
+pub fn opt_ctx_key(ctx: *mut raw::RedisModuleKeyOptCtx) -> (i32, Vec<u8>) {
+    let db = unsafe { api!(RedisModule_GetDbIdFromOptCtx)(ctx) };
+    let name = unsafe { api!(RedisModule_GetKeyNameFromOptCtx)(ctx) };
+    (db, string_bytes(name).to_vec())
+}
+
+/// Key name and database of the key being loaded.
+pub fn io_key(io: *mut raw::RedisModuleIO) -> (i32, Vec<u8>) {
+    let db = unsafe { api!(RedisModule_GetDbIdFromIO)(io) };
+    let name = unsafe { api!(RedisModule_GetKeyNameFromIO)(io) };
+    (db, string_bytes(name).to_vec())
+}
+
+fn string_bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
+    if s.is_null() {
+        return &[];
+    }
+    let mut len = 0usize;
+    let ptr = unsafe { api!(RedisModule_StringPtrLen)(s, &mut len) };
+    unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
+}
+
+/// Subscribes `callback` to a server event.
+pub fn subscribe(ctx: RawCtx, id: u64, callback: unsafe extern "C" fn(RawCtx, raw::RedisModuleEvent, u64, *mut c_void)) {
+    let event = raw::RedisModuleEvent { id, dataver: 1 };
+    unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx, event, Some(callback)) };
+}

@@ -1,0 +1,133 @@
+//! The `flocklock` key type: the value stored under a lock's key, and the
+//! callbacks Redis calls on it (persistence, size, unlink).
+
+use std::ffi::c_void;
+use std::os::raw::c_int;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use redis_module::key::RedisKeyWritable;
+use redis_module::{raw, native_types::RedisType, RedisError};
+
+use crate::ffi::{self, BlockedClient, TimerId};
+use crate::lock::{Holder, Lock};
+use crate::{engine, state};
+
+pub const TYPE_NAME: &str = "flocklock";
+const ENCODING_VERSION: i32 = 1;
+
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+/// Live lock values, counted where they are made and freed: `free` may run
+/// on a background thread (FLUSHALL ASYNC), so this is the one shared datum.
+pub static LIVE_LOCKS: AtomicU64 = AtomicU64::new(0);
+
+pub struct LockValue {
+    pub lock: Lock<BlockedClient>,
+    /// Identifies this object across renames; stale timers compare it.
+    pub serial: u64,
+    pub lease_timer: Option<TimerId>,
+    /// Bumped on every re-arm so a timer that fires late knows it is stale.
+    pub lease_gen: u64,
+}
+
+impl LockValue {
+    pub fn new(lock: Lock<BlockedClient>, serial: u64) -> Self {
+        LIVE_LOCKS.fetch_add(1, Ordering::Relaxed);
+        Self { lock, serial, lease_timer: None, lease_gen: 0 }
+    }
+}
+
+impl Drop for LockValue {
+    fn drop(&mut self) {
+        LIVE_LOCKS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+pub static FLOCK_TYPE: RedisType = RedisType::new(
+    TYPE_NAME,
+    ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: None,
+        mem_usage: Some(mem_usage),
+        digest: None,
+        free: Some(free),
+        aux_load: None,
+        aux_save: None,
+        aux_save2: None,
+        aux_save_triggers: 0,
+        free_effort: None,
+        unlink: None,
+        // Without a copy callback Redis refuses COPY: a lock has one owner.
+        copy: None,
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: Some(unlink),
+        copy2: None,
+    },
+);
+
+/// The lock stored under `key`, `None` if the key is empty, `WRONGTYPE` if
+/// it holds something else.
+pub fn lock_value<'a>(key: &RedisKeyWritable) -> Result<Option<&'a mut LockValue>, RedisError> {
+    key.get_value::<LockValue>(&FLOCK_TYPE).map_err(|_| RedisError::Str(WRONGTYPE))
+}
+
+unsafe extern "C" fn free(value: *mut c_void) {
+    drop(unsafe { Box::from_raw(value.cast::<LockValue>()) });
+}
+
+unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    let value = unsafe { &*value.cast::<LockValue>() };
+    std::mem::size_of::<LockValue>() + value.lock.heap_size()
+}
+
+/// The key is leaving its name (DEL, UNLINK, overwrite, expiry, RENAME or
+/// MOVE source). Runs on the main thread while the value is still intact.
+unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    // Redis hands out a const pointer, but the value is ours and nothing else
+    // references it during this callback.
+    let value = unsafe { &mut *value.cast_mut().cast::<LockValue>() };
+    let (db, key) = ffi::opt_ctx_key(ctx);
+    engine::detach(value, db, &key);
+}
+
+unsafe extern "C" fn rdb_save(io: *mut raw::RedisModuleIO, value: *mut c_void) {
+    let value = unsafe { &*value.cast::<LockValue>() };
+    let Some(holder) = value.lock.holder() else { return };
+    raw::save_slice(io, &holder.owner);
+    raw::save_unsigned(io, holder.holds);
+    raw::save_unsigned(io, holder.token);
+    raw::save_unsigned(io, holder.deadline_ms);
+    raw::save_unsigned(io, u64::from(holder.session.is_some()));
+}
+
+unsafe extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    if encver != ENCODING_VERSION {
+        return std::ptr::null_mut();
+    }
+    let load = || -> Result<Holder, redis_module::error::Error> {
+        let owner = raw::load_string_buffer(io)?.as_ref().into();
+        let holds = raw::load_unsigned(io)?;
+        let token = raw::load_unsigned(io)?;
+        let deadline_ms = raw::load_unsigned(io)?;
+        // The connection a SESSION lock was bound to did not survive the
+        // restart; its lease still bounds the lock.
+        let _session = raw::load_unsigned(io)?;
+        Ok(Holder { owner, holds, token, deadline_ms, session: None })
+    };
+    let Ok(holder) = load() else { return std::ptr::null_mut() };
+    let (db, key) = ffi::io_key(io);
+    let value = state::with(|s| {
+        s.tokens.observe(holder.token);
+        let serial = s.serial();
+        let mut value = LockValue::new(Lock::with_holder(holder), serial);
+        let place = s.place(db, &key);
+        engine::arm_lease(&mut value, &place, ffi::now_ms());
+        value
+    });
+    Box::into_raw(Box::new(value)).cast::<c_void>()
+}

@@ -1,0 +1,123 @@
+//! Module-wide state that is connection state, not data: blocked waiters,
+//! session bindings, counters, the token source, and where each database
+//! went after SWAPDB. Only the Redis main thread touches it.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+
+use crate::ffi::{BlockedClient, TimerId};
+use crate::lock::TokenSource;
+use crate::queue::WaiterId;
+
+/// Where a lock lives: a database *identity* (stable across SWAPDB) and the
+/// key name. Timers and waiters remember a `Place`, never a raw db index.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Place {
+    pub ident: u32,
+    pub key: Box<[u8]>,
+}
+
+/// SWAPDB exchanges two databases' contents; remembered places follow the
+/// contents, so each identity maps to the db index it is at now.
+#[derive(Default)]
+pub struct DbMap {
+    ident_to_db: Vec<i32>,
+    db_to_ident: Vec<u32>,
+}
+
+impl DbMap {
+    fn grow(&mut self, n: usize) {
+        while self.db_to_ident.len() < n {
+            let i = self.db_to_ident.len();
+            self.db_to_ident.push(i as u32);
+            self.ident_to_db.push(i as i32);
+        }
+    }
+
+    pub fn ident(&mut self, db: i32) -> u32 {
+        let db = db.max(0) as usize;
+        self.grow(db + 1);
+        self.db_to_ident[db]
+    }
+
+    pub fn db(&self, ident: u32) -> i32 {
+        self.ident_to_db.get(ident as usize).copied().unwrap_or(ident as i32)
+    }
+
+    pub fn swap(&mut self, a: i32, b: i32) {
+        let (ia, ib) = (self.ident(a), self.ident(b));
+        self.db_to_ident.swap(a as usize, b as usize);
+        self.ident_to_db[ia as usize] = b;
+        self.ident_to_db[ib as usize] = a;
+    }
+}
+
+pub struct WaiterEntry {
+    pub place: Place,
+    pub serial: u64,
+    pub id: WaiterId,
+    pub timer: Option<TimerId>,
+}
+
+#[derive(Default, Debug, Clone, Copy)]
+pub struct Stats {
+    pub grants: u64,
+    pub immediate_grants: u64,
+    pub handoffs: u64,
+    pub reentrant: u64,
+    pub releases: u64,
+    pub expiries: u64,
+    pub force_releases: u64,
+    pub session_releases: u64,
+    pub deletions: u64,
+    pub undelivered: u64,
+    pub wait_timeouts: u64,
+    pub wait_disconnects: u64,
+    pub waiters_deleted: u64,
+}
+
+#[derive(Default)]
+pub struct State {
+    pub tokens: TokenSource,
+    pub dbs: DbMap,
+    pub waiters: HashMap<BlockedClient, WaiterEntry>,
+    /// client id -> places whose holder is bound to that connection.
+    pub sessions: HashMap<u64, HashSet<Place>>,
+    pub stats: Stats,
+    next_serial: u64,
+}
+
+impl State {
+    /// Identifies one lock object for its whole life, across renames.
+    pub fn serial(&mut self) -> u64 {
+        self.next_serial += 1;
+        self.next_serial
+    }
+
+    pub fn place(&mut self, db: i32, key: &[u8]) -> Place {
+        Place { ident: self.dbs.ident(db), key: key.into() }
+    }
+
+    pub fn bind_session(&mut self, client: u64, place: &Place) {
+        self.sessions.entry(client).or_default().insert(place.clone());
+    }
+
+    pub fn unbind_session(&mut self, client: u64, place: &Place) {
+        if let Some(places) = self.sessions.get_mut(&client) {
+            places.remove(place);
+            if places.is_empty() {
+                self.sessions.remove(&client);
+            }
+        }
+    }
+}
+
+thread_local! {
+    static STATE: RefCell<State> = RefCell::new(State::default());
+}
+
+/// Borrows the state; `f` must not call back into Redis APIs that can run
+/// module callbacks synchronously (deleting a key runs `unlink2`).
+pub fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
+    STATE.with(|s| f(&mut s.borrow_mut()))
+}
