@@ -120,6 +120,9 @@ unsafe extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mu
         Ok(Holder { owner, holds, token, deadline_ms, session: None })
     };
     let Ok(holder) = load() else { return std::ptr::null_mut() };
+    if holder.holds == 0 || holder.owner.is_empty() {
+        return std::ptr::null_mut();
+    }
     let (db, key) = ffi::io_key(io);
     let value = state::with(|s| {
         s.tokens.observe(holder.token);

@@ -9,13 +9,23 @@ pub mod args;
 pub mod lock;
 pub mod queue;
 
+// The Redis layer needs a running server (and its allocator), so unit-test
+// builds leave it out; integration tests in tests/ exercise it for real.
+#[cfg(not(test))]
 mod blocking;
+#[cfg(not(test))]
 mod commands;
+#[cfg(not(test))]
 mod engine;
+#[cfg(not(test))]
 mod events;
+#[cfg(not(test))]
 mod ffi;
+#[cfg(not(test))]
 mod info;
+#[cfg(not(test))]
 mod keytype;
+#[cfg(not(test))]
 mod state;
 
 #[cfg(not(test))]

@@ -30,11 +30,15 @@ pub struct WaitQueue<T> {
     head: u32,
     tail: u32,
     len: usize,
+    /// Source of slot generations. It lives outside the slots because they
+    /// are dropped when the queue empties, and a handle from before that
+    /// must still never match a newer waiter.
+    next_generation: u32,
 }
 
 impl<T> Default for WaitQueue<T> {
     fn default() -> Self {
-        Self { slots: Vec::new(), free: Vec::new(), head: NIL, tail: NIL, len: 0 }
+        Self { slots: Vec::new(), free: Vec::new(), head: NIL, tail: NIL, len: 0, next_generation: 0 }
     }
 }
 
@@ -49,14 +53,17 @@ impl<T> WaitQueue<T> {
 
     pub fn push_back(&mut self, value: T) -> WaiterId {
         let node = Node { value, prev: self.tail, next: NIL };
+        let generation = self.next_generation;
+        self.next_generation = generation.wrapping_add(1);
+        let slot = Slot { generation, node: Some(node) };
         let index = match self.free.pop() {
             Some(index) => {
-                self.slots[index as usize].node = Some(node);
+                self.slots[index as usize] = slot;
                 index
             }
             None => {
                 let index = u32::try_from(self.slots.len()).expect("queue index overflow");
-                self.slots.push(Slot { generation: 0, node: Some(node) });
+                self.slots.push(slot);
                 index
             }
         };
@@ -115,7 +122,6 @@ impl<T> WaitQueue<T> {
     fn unlink(&mut self, index: u32) -> Option<T> {
         let slot = &mut self.slots[index as usize];
         let node = slot.node.take()?;
-        slot.generation = slot.generation.wrapping_add(1);
         match node.prev {
             NIL => self.head = node.next,
             prev => self.node_mut(prev).next = node.next,
