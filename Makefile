@@ -10,10 +10,14 @@ deps:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v redis-cli >/dev/null || missing="$$missing redis-tools"; \
-	ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
+	ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
 	command -v cc >/dev/null || missing="$$missing gcc"; \
 	if [ -n "$$missing" ]; then \
 		$(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
+		case "$$missing" in *redis-server*) \
+			echo "stopping the distribution's redis-server service so that 'make run' can use port 6379"; \
+			{ $(SUDO) systemctl disable --now redis-server || $(SUDO) service redis-server stop; } >/dev/null 2>&1 || true;; \
+		esac; \
 	fi
 
 build: deps
