@@ -67,9 +67,6 @@ fn leave(ctx: &Context, bc: BlockedClient) -> bool {
 }
 
 fn on_wait_timeout(ctx: &Context, bc: BlockedClient) {
-    // This timer is firing: Redis frees it after this callback, so stopping
-    // it from `leave` would free it twice.
-    state::with(|s| s.waiters.get_mut(&bc).map(|entry| entry.timer = None));
     if leave(ctx, bc) {
         state::with(|s| s.stats.wait_timeouts += 1);
         bc.unblock(Outcome::TimedOut);

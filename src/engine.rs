@@ -175,9 +175,10 @@ pub fn detach(value: &mut LockValue, db: i32, key: &[u8]) {
             s.stats.deletions += 1;
         }
         for waiter in waiters {
-            if let Some(entry) = s.waiters.remove(&waiter.payload) {
-                blocking::stop_wait_timer(entry.timer);
-            }
+            // A waiter missing from the registry is leaving right now (its
+            // removal opened the key, which expired it): its leaver answers it.
+            let Some(entry) = s.waiters.remove(&waiter.payload) else { continue };
+            blocking::stop_wait_timer(entry.timer);
             s.stats.waiters_deleted += 1;
             waiter.payload.unblock(Outcome::Deleted);
         }

@@ -119,9 +119,17 @@ struct TimerData<T> {
     data: T,
 }
 
+/// The data of the timer whose callback is running. Redis 7.0 keeps a timer
+/// registered during its own callback and frees it afterwards, so stopping
+/// it from inside (directly, or through a key-type callback that the timer's
+/// work triggers) would free it twice.
+static FIRING: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+
 unsafe extern "C" fn timer_trampoline<T>(ctx: RawCtx, data: *mut c_void) {
+    let previous = FIRING.swap(data, Ordering::AcqRel);
     let timer = unsafe { Box::from_raw(data.cast::<TimerData<T>>()) };
     (timer.callback)(&Context::new(ctx), timer.data);
+    FIRING.store(previous, Ordering::Release);
 }
 
 /// Calls `callback(ctx, data)` on the main thread after `delay_ms`.
@@ -132,9 +140,14 @@ pub fn create_timer<T>(delay_ms: u64, callback: fn(&Context, T), data: T) -> Tim
 }
 
 /// Cancels a timer made by `create_timer::<T>` and returns its data, or
-/// `None` if it already fired.
+/// `None` if it already fired or is firing now.
 pub fn stop_timer<T>(id: TimerId) -> Option<T> {
     let mut data: *mut c_void = std::ptr::null_mut();
+    let mut remaining: u64 = 0;
+    let found = unsafe { api!(RedisModule_GetTimerInfo)(module_ctx(), id, &mut remaining, &mut data) };
+    if found != raw::REDISMODULE_OK as c_int || data == FIRING.load(Ordering::Acquire) {
+        return None;
+    }
     let status = unsafe { api!(RedisModule_StopTimer)(module_ctx(), id, &mut data) };
     if status != raw::REDISMODULE_OK as c_int || data.is_null() {
         return None;
