@@ -13,9 +13,9 @@ use std::os::raw::c_int;
 use redis_module::{raw, Context, RedisValue};
 
 use crate::engine::{self, RELEASED};
-use crate::ffi::{self, BlockedClient, RawCtx, TimerId};
+use crate::ffi::{self, BlockedClient, RawCtx};
 use crate::keytype::LockValue;
-use crate::lock::{Request, LockError};
+use crate::lock::{LockError, Request};
 use crate::state::{self, Place, State, WaiterEntry};
 
 pub const LOCKDELETED: &str = "LOCKDELETED the lock was deleted while waiting for it";
@@ -28,6 +28,12 @@ pub enum Outcome {
     Silent,
 }
 
+/// What a blocked client is unblocked with.
+struct Answer {
+    client: u64,
+    outcome: Outcome,
+}
+
 /// Queues the calling client on `value` and blocks it.
 pub fn wait(
     ctx: &Context,
@@ -37,49 +43,60 @@ pub fn wait(
     req: &Request,
     timeout_ms: u64,
 ) -> Result<(), LockError> {
+    let client = ffi::client_id(ctx.ctx);
     let bc = ffi::block(ctx.ctx, on_reply, on_unblock_command, on_free, on_disconnect);
     let id = match value.lock.enqueue(req, bc) {
         Ok(id) => id,
         Err(e) => {
-            bc.unblock(Outcome::Silent);
+            bc.unblock(Answer { client, outcome: Outcome::Silent });
             return Err(e);
         }
     };
     let timer = (timeout_ms > 0).then(|| ffi::create_timer(timeout_ms, on_wait_timeout, bc));
-    s.waiters.insert(bc, WaiterEntry { place: place.clone(), serial: value.serial, id, timer });
+    s.waiters.insert(bc, WaiterEntry { place: place.clone(), serial: value.serial, id, timer, client });
     Ok(())
 }
 
-pub fn stop_wait_timer(timer: Option<TimerId>) {
-    if let Some(id) = timer {
+/// Ends the wait of a registered waiter with `outcome`; false if it is no
+/// longer registered (already answered). The one place that unblocks.
+pub fn answer(s: &mut State, bc: BlockedClient, outcome: Outcome) -> bool {
+    let Some(entry) = s.waiters.remove(&bc) else { return false };
+    if let Some(id) = entry.timer {
         ffi::stop_timer::<BlockedClient>(id);
     }
-}
-
-/// Takes `bc` out of its lock's queue; false if it was no longer waiting.
-fn leave(ctx: &Context, bc: BlockedClient) -> bool {
-    let Some(entry) = state::with(|s| s.waiters.remove(&bc)) else { return false };
-    stop_wait_timer(entry.timer);
-    engine::with_lock_at(ctx, &entry.place, entry.serial, |_, _, value| {
-        value.lock.remove_waiter(entry.id);
-    });
+    if !matches!(outcome, Outcome::Silent) {
+        s.answered.insert(entry.client);
+    }
+    bc.unblock(Answer { client: entry.client, outcome });
     true
 }
 
+/// Takes `bc` out of its lock's queue and answers it; false if it was no
+/// longer waiting.
+fn leave(ctx: &Context, bc: BlockedClient, outcome: Outcome) -> bool {
+    let Some((place, serial, id)) = state::with(|s| s.waiters.get(&bc).map(|e| (e.place.clone(), e.serial, e.id))) else {
+        return false;
+    };
+    engine::with_lock_at(ctx, &place, serial, |_, _, value| {
+        value.lock.remove_waiter(id);
+    });
+    // Opening the key may have expired it (a TTL on the lock key), which
+    // already answered this waiter LOCKDELETED: then `answer` is a no-op.
+    state::with(|s| answer(s, bc, outcome))
+}
+
 fn on_wait_timeout(ctx: &Context, bc: BlockedClient) {
-    if leave(ctx, bc) {
+    if leave(ctx, bc, Outcome::TimedOut) {
         state::with(|s| s.stats.wait_timeouts += 1);
-        bc.unblock(Outcome::TimedOut);
     }
 }
 
 unsafe extern "C" fn on_disconnect(ctx: RawCtx, bc: *mut raw::RedisModuleBlockedClient) {
-    // Also called for a client closed after its grant: `leave` ignores it,
-    // as a second unblock of the same handle would corrupt Redis's memory.
+    // Also called for a client closed after it was answered: `leave` ignores
+    // it, as a second unblock of the same handle would corrupt memory.
     let Some(bc) = BlockedClient::from_raw(bc) else { return };
-    if leave(&Context::new(ctx), bc) {
+    if leave(&Context::new(ctx), bc, Outcome::Silent) {
         state::with(|s| s.stats.wait_disconnects += 1);
-        bc.unblock(Outcome::Silent);
     }
 }
 
@@ -88,18 +105,32 @@ unsafe extern "C" fn on_disconnect(ctx: RawCtx, bc: *mut raw::RedisModuleBlocked
 unsafe extern "C" fn on_unblock_command(ctx: RawCtx, _: *mut *mut raw::RedisModuleString, _: c_int) -> c_int {
     let context = Context::new(ctx);
     if let Some(bc) = BlockedClient::of_ctx(ctx) {
-        if leave(&context, bc) {
+        if leave(&context, bc, Outcome::Silent) {
             state::with(|s| s.stats.wait_timeouts += 1);
-            bc.unblock(Outcome::Silent);
         }
     }
     context.reply(Ok(RedisValue::Null));
     raw::REDISMODULE_OK as c_int
 }
 
+/// Redis 7.0 loses the reply of a client that is unblocked by the module and
+/// then, in the same event-loop turn, by CLIENT UNBLOCK. Such a client is no
+/// longer waiting, so CLIENT UNBLOCK is pointed at no client (id 0) and
+/// answers 0, as for any client that is not blocked.
+pub unsafe extern "C" fn unblock_filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    let args = ffi::FilterArgs(fctx);
+    if args.len() < 3 || !args.get(0).eq_ignore_ascii_case(b"client") || !args.get(1).eq_ignore_ascii_case(b"unblock") {
+        return;
+    }
+    let Some(id) = std::str::from_utf8(args.get(2)).ok().and_then(|a| a.parse::<u64>().ok()) else { return };
+    if state::with(|s| s.answered.contains(&id)) {
+        args.replace(2, b"0");
+    }
+}
+
 unsafe extern "C" fn on_reply(ctx: RawCtx, _: *mut *mut raw::RedisModuleString, _: c_int) -> c_int {
     let context = Context::new(ctx);
-    let reply = match unsafe { ffi::blocked_privdata::<Outcome>(ctx) } {
+    let reply = match unsafe { ffi::blocked_privdata::<Answer>(ctx) }.map(|a| &mut a.outcome) {
         Some(Outcome::Granted { token, delivered, .. }) => {
             *delivered = true;
             Ok(RedisValue::Integer(*token as i64))
@@ -111,16 +142,16 @@ unsafe extern "C" fn on_reply(ctx: RawCtx, _: *mut *mut raw::RedisModuleString, 
     raw::REDISMODULE_OK as c_int
 }
 
-/// A grant whose reply never reached its client (it closed in between) is
-/// passed on at once, from a timer: this callback has no client to work with.
+/// Runs once per unblock, after the reply callback if the client was still
+/// there. A grant whose reply never reached its client (it closed in
+/// between) is passed on at once, from a timer: this callback has no client.
 unsafe extern "C" fn on_free(_: RawCtx, data: *mut c_void) {
-    if let Some(outcome) = unsafe { ffi::take_privdata::<Outcome>(data) } {
-        if let Outcome::Granted { token, place, serial, delivered: false } = *outcome {
-            ffi::create_timer(0, pass_on, (place, serial, token));
-        }
+    let Some(answer) = (unsafe { ffi::take_privdata::<Answer>(data) }) else { return };
+    state::with(|s| s.answered.remove(&answer.client));
+    if let Outcome::Granted { token, place, serial, delivered: false } = answer.outcome {
+        ffi::create_timer(0, pass_on, (place, serial, token));
     }
 }
-
 fn pass_on(ctx: &Context, (place, serial, token): (Place, u64, u64)) {
     engine::with_lock_at(ctx, &place, serial, |key, name, value| {
         if value.lock.holder().is_some_and(|h| h.token == token) {

@@ -97,12 +97,10 @@ fn apply(s: &mut State, place: &Place, value: &mut LockValue, changes: &mut Chan
 }
 
 fn deliver(s: &mut State, place: &Place, serial: u64, grant: Grant<BlockedClient>) {
-    if let Some(entry) = s.waiters.remove(&grant.payload) {
-        blocking::stop_wait_timer(entry.timer);
-    }
     s.stats.grants += 1;
     s.stats.handoffs += 1;
-    grant.payload.unblock(Outcome::Granted { token: grant.token, place: place.clone(), serial, delivered: false });
+    let outcome = Outcome::Granted { token: grant.token, place: place.clone(), serial, delivered: false };
+    blocking::answer(s, grant.payload, outcome);
 }
 
 #[derive(Clone)]
@@ -177,10 +175,9 @@ pub fn detach(value: &mut LockValue, db: i32, key: &[u8]) {
         for waiter in waiters {
             // A waiter missing from the registry is leaving right now (its
             // removal opened the key, which expired it): its leaver answers it.
-            let Some(entry) = s.waiters.remove(&waiter.payload) else { continue };
-            blocking::stop_wait_timer(entry.timer);
-            s.stats.waiters_deleted += 1;
-            waiter.payload.unblock(Outcome::Deleted);
+            if blocking::answer(s, waiter.payload, Outcome::Deleted) {
+                s.stats.waiters_deleted += 1;
+            }
         }
     });
 }

@@ -31,11 +31,9 @@ unsafe extern "C" fn on_flush(_: RawCtx, _: raw::RedisModuleEvent, subevent: u64
         let flushed = |ident: u32| dbnum == -1 || dbs.db(ident) == dbnum;
         let gone: Vec<_> = s.waiters.iter().filter(|(_, e)| flushed(e.place.ident)).map(|(bc, _)| *bc).collect();
         for bc in gone {
-            if let Some(entry) = s.waiters.remove(&bc) {
-                crate::blocking::stop_wait_timer(entry.timer);
+            if crate::blocking::answer(s, bc, Outcome::Deleted) {
+                s.stats.waiters_deleted += 1;
             }
-            s.stats.waiters_deleted += 1;
-            bc.unblock(Outcome::Deleted);
         }
         let dbs = &s.dbs;
         for places in s.sessions.values_mut() {

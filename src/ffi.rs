@@ -196,3 +196,26 @@ pub fn subscribe(ctx: RawCtx, id: u64, callback: unsafe extern "C" fn(RawCtx, ra
     let event = raw::RedisModuleEvent { id, dataver: 1 };
     unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx, event, Some(callback)) };
 }
+
+/// The arguments of a command seen by a command filter.
+pub struct FilterArgs(pub *mut raw::RedisModuleCommandFilterCtx);
+
+impl FilterArgs {
+    pub fn len(&self) -> usize {
+        usize::try_from(unsafe { api!(RedisModule_CommandFilterArgsCount)(self.0) }).unwrap_or(0)
+    }
+
+    pub fn get(&self, pos: usize) -> &[u8] {
+        string_bytes(unsafe { api!(RedisModule_CommandFilterArgGet)(self.0, pos as c_int) })
+    }
+
+    pub fn replace(&self, pos: usize, bytes: &[u8]) {
+        // The filter takes ownership of a string made without a context.
+        let s = unsafe { api!(RedisModule_CreateString)(std::ptr::null_mut(), bytes.as_ptr().cast::<c_char>(), bytes.len()) };
+        unsafe { api!(RedisModule_CommandFilterArgReplace)(self.0, pos as c_int, s) };
+    }
+}
+
+pub fn register_filter(ctx: RawCtx, filter: unsafe extern "C" fn(*mut raw::RedisModuleCommandFilterCtx)) {
+    unsafe { api!(RedisModule_RegisterCommandFilter)(ctx, Some(filter), 0) };
+}

@@ -38,6 +38,7 @@ mod module {
     fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ffi::init_module_ctx(ctx.ctx);
         events::subscribe(ctx.ctx);
+        ffi::register_filter(ctx.ctx, crate::blocking::unblock_filter);
         Status::Ok
     }
 

@@ -57,6 +57,8 @@ pub struct WaiterEntry {
     pub serial: u64,
     pub id: WaiterId,
     pub timer: Option<TimerId>,
+    /// The waiting connection's client id.
+    pub client: u64,
 }
 
 #[derive(Default, Debug, Clone, Copy)]
@@ -81,6 +83,8 @@ pub struct State {
     pub tokens: TokenSource,
     pub dbs: DbMap,
     pub waiters: HashMap<BlockedClient, WaiterEntry>,
+    /// Client ids unblocked by the module whose reply is not written yet.
+    pub answered: HashSet<u64>,
     /// client id -> places whose holder is bound to that connection.
     pub sessions: HashMap<u64, HashSet<Place>>,
     pub stats: Stats,
