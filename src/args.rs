@@ -16,6 +16,7 @@ pub enum ArgError {
     UnknownOption(String),
     Repeated(&'static str),
     MissingValue(&'static str),
+    State,
 }
 
 impl fmt::Display for ArgError {
@@ -30,6 +31,7 @@ impl fmt::Display for ArgError {
             }
             Self::Repeated(o) => write!(f, "ERR option {o} given more than once"),
             Self::MissingValue(o) => write!(f, "ERR option {o} needs a value"),
+            Self::State => write!(f, "ERR FLOCK.STATE needs holds >= 1, token >= 1, deadline-ms and session as integers"),
         }
     }
 }
@@ -88,6 +90,39 @@ pub fn owner_lease<'a>(args: &[&'a [u8]]) -> Result<(&'a [u8], u64), ArgError> {
         [owner, lease] => Ok((parse_owner(owner)?, parse_lease(lease)?)),
         _ => Err(ArgError::Arity),
     }
+}
+
+/// `owner holds token deadline-ms session` (FLOCK.STATE), or nothing.
+pub fn state<'a>(args: &[&'a [u8]]) -> Result<Option<StateArgs<'a>>, ArgError> {
+    let number = |a: &[u8]| -> Result<u64, ArgError> {
+        std::str::from_utf8(a).ok().and_then(|a| a.parse().ok()).ok_or(ArgError::State)
+    };
+    match args {
+        [] => Ok(None),
+        [owner, holds, token, deadline, session] => {
+            let state = StateArgs {
+                owner: parse_owner(owner)?,
+                holds: number(holds)?,
+                token: number(token)?,
+                deadline_ms: number(deadline)?,
+                session: number(session)? != 0,
+            };
+            if state.holds == 0 || state.token == 0 {
+                return Err(ArgError::State);
+            }
+            Ok(Some(state))
+        }
+        _ => Err(ArgError::Arity),
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct StateArgs<'a> {
+    pub owner: &'a [u8],
+    pub holds: u64,
+    pub token: u64,
+    pub deadline_ms: u64,
+    pub session: bool,
 }
 
 fn parse_owner(owner: &[u8]) -> Result<&[u8], ArgError> {
@@ -159,6 +194,7 @@ mod tests {
             let _ = acquire(&refs);
             let _ = owner_only(&refs);
             let _ = owner_lease(&refs);
+            let _ = state(&refs);
         }
     }
 }

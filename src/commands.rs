@@ -1,14 +1,15 @@
 //! The FLOCK.* command handlers: parse, open the key, run one core
 //! operation through `engine::update`, reply.
 
+use redis_module::key::RedisKeyWritable;
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::args::{self, ArgError};
 use crate::blocking;
 use crate::engine::{self, RELEASED};
 use crate::ffi;
-use crate::keytype::{lock_value, LockValue, FLOCK_TYPE};
-use crate::lock::{Acquired, Lock, LockError, Request};
+use crate::keytype::{lock_value, LockValue, FLOCK_TYPE, REMOTE_SESSION};
+use crate::lock::{Acquired, Holder, Lock, LockError, Request};
 use crate::state;
 
 const NOTOWNER: &str = "NOTOWNER the lock is not held by this owner (never acquired, released, or its lease expired)";
@@ -49,17 +50,22 @@ fn with_existing<R>(
     Ok(Some(engine::update(ctx, &key, key_name, &place, value, op)))
 }
 
+/// The lock under `key`, made empty (free) if the key does not exist.
+fn lock_or_create<'a>(key: &RedisKeyWritable) -> Result<&'a mut LockValue, RedisError> {
+    if lock_value(key)?.is_none() {
+        let serial = state::with(|s| s.serial());
+        key.set_value(&FLOCK_TYPE, LockValue::new(Lock::default(), serial))?;
+    }
+    lock_value(key)?.ok_or(RedisError::Str("ERR could not create the lock"))
+}
+
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let (key_name, rest) = split(&args, 4)?;
     let parsed = args::acquire(&rest).map_err(arg_error)?;
     let key = ctx.open_key_writable(key_name);
     let db = ffi::selected_db(ctx.ctx);
     let place = state::with(|s| s.place(db, key_name.as_slice()));
-    if lock_value(&key)?.is_none() {
-        let serial = state::with(|s| s.serial());
-        key.set_value(&FLOCK_TYPE, LockValue::new(Lock::default(), serial))?;
-    }
-    let value = lock_value(&key)?.ok_or(RedisError::Str("ERR could not create the lock"))?;
+    let value = lock_or_create(&key)?;
     let req = Request {
         owner: parsed.owner,
         lease_ms: parsed.lease_ms,
@@ -161,4 +167,41 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         ffi::reply_bytes(ctx, &waiter.owner);
     }
     Ok(RedisValue::NoReply)
+}
+
+/// `FLOCK.STATE key [owner holds token deadline-ms session]`: sets a lock's
+/// state as its master or the AOF recorded it. Only the replication link and
+/// AOF loading may send it: a client could otherwise forge a holder.
+pub fn state(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let flags = ctx.get_flags();
+    if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
+        return Err(RedisError::Str(
+            "ERR FLOCK.STATE is internal: only a master's replication stream and the AOF send it",
+        ));
+    }
+    let (key_name, rest) = split(&args, 2)?;
+    let parsed = args::state(&rest).map_err(arg_error)?;
+    let key = ctx.open_key_writable(key_name);
+    let Some(parsed) = parsed else {
+        if lock_value(&key)?.is_some() {
+            key.delete()?;
+        }
+        return Ok(RedisValue::SimpleStringStatic("OK"));
+    };
+    let holder = Holder {
+        owner: parsed.owner.into(),
+        holds: parsed.holds,
+        token: parsed.token,
+        deadline_ms: parsed.deadline_ms,
+        session: parsed.session.then_some(REMOTE_SESSION),
+    };
+    let db = ffi::selected_db(ctx.ctx);
+    let value = lock_or_create(&key)?;
+    let place = state::with(|s| {
+        s.tokens.observe(holder.token);
+        s.place(db, key_name.as_slice())
+    });
+    value.lock.set_holder(Some(holder));
+    engine::arm_lease(value, &place, ffi::now_ms());
+    Ok(RedisValue::SimpleStringStatic("OK"))
 }

@@ -7,8 +7,8 @@ use redis_module::{Context, NotifyEvent};
 
 use crate::blocking::{self, Outcome};
 use crate::ffi::{self, BlockedClient};
-use crate::keytype::{lock_value, LockValue};
-use crate::lock::Grant;
+use crate::keytype::{self, lock_value, LockValue};
+use crate::lock::{Grant, Holder};
 use crate::state::{self, Place, State};
 
 pub const ACQUIRED: &str = "flock.acquired";
@@ -18,7 +18,7 @@ pub const EXPIRED: &str = "flock.expired";
 /// What one operation did to a lock, gathered while the state is borrowed
 /// and applied when it is done.
 pub struct Changes {
-    holder_before: Option<(u64, u64, Option<u64>)>,
+    before: Option<Holder>,
     grants: Vec<Grant<BlockedClient>>,
     events: Vec<&'static str>,
     pub now: u64,
@@ -37,8 +37,9 @@ impl Changes {
     }
 }
 
-fn holder_key(value: &LockValue) -> Option<(u64, u64, Option<u64>)> {
-    value.lock.holder().map(|h| (h.token, h.deadline_ms, h.session))
+/// What replicas and the AOF see of a holder.
+fn replicated(holder: Option<&Holder>) -> Option<(&[u8], [i64; 4])> {
+    holder.map(|h| (&*h.owner, keytype::state_numbers(h)))
 }
 
 /// Runs `op` on `value`, the lock stored in `key` at `place`, after ending
@@ -53,17 +54,25 @@ pub fn update<R>(
     op: impl FnOnce(&mut State, &mut LockValue, &mut Changes) -> R,
 ) -> R {
     let now = ffi::now_ms();
-    let (result, events, idle) = state::with(|s| {
-        let mut changes = Changes { holder_before: holder_key(value), grants: Vec::new(), events: Vec::new(), now };
-        if let Some((_, grant)) = value.lock.expire_due(now, &mut s.tokens) {
-            s.stats.expiries += 1;
-            changes.event(EXPIRED);
-            changes.grant(grant);
+    // A replica follows its master's FLOCK.STATE and never ends a lease itself.
+    let replica = ffi::is_replica();
+    let (result, events, idle, state) = state::with(|s| {
+        let mut changes = Changes { before: value.lock.holder().cloned(), grants: Vec::new(), events: Vec::new(), now };
+        if !replica {
+            if let Some((_, grant)) = value.lock.expire_due(now, &mut s.tokens) {
+                s.stats.expiries += 1;
+                changes.event(EXPIRED);
+                changes.grant(grant);
+            }
         }
         let result = op(s, value, &mut changes);
         let idle = apply(s, place, value, &mut changes);
-        (result, changes.events, idle)
+        let changed = replicated(changes.before.as_ref()) != replicated(value.lock.holder());
+        (result, changes.events, idle, changed.then(|| value.lock.holder().cloned()))
     });
+    if let Some(holder) = state {
+        propagate(ctx, key_name, holder.as_ref());
+    }
     if idle {
         // The value is already detached from timers and sessions, so the
         // unlink callback this triggers has nothing left to do.
@@ -80,8 +89,8 @@ fn apply(s: &mut State, place: &Place, value: &mut LockValue, changes: &mut Chan
     for grant in changes.grants.drain(..) {
         deliver(s, place, value.serial, grant);
     }
-    let after = holder_key(value);
-    let before = changes.holder_before;
+    let key = |h: Option<&Holder>| h.map(|h| (h.token, h.deadline_ms, h.session));
+    let (before, after) = (key(changes.before.as_ref()), key(value.lock.holder()));
     if before.map(|(t, _, c)| (t, c)) != after.map(|(t, _, c)| (t, c)) {
         if let Some(client) = before.and_then(|(_, _, c)| c) {
             s.unbind_session(client, place);
@@ -96,12 +105,29 @@ fn apply(s: &mut State, place: &Place, value: &mut LockValue, changes: &mut Chan
     value.lock.is_idle()
 }
 
+/// Sends the lock's new state to replicas and the AOF as one deterministic
+/// command with absolute times (never the blocking ACQUIRE itself).
+fn propagate(ctx: &Context, key_name: &redis_module::RedisString, holder: Option<&Holder>) {
+    let key = key_name.as_slice();
+    match replicated(holder) {
+        None => ctx.replicate(keytype::STATE_COMMAND, &[key]),
+        Some((owner, numbers)) => {
+            let numbers = numbers.map(|n| n.to_string());
+            let mut args: Vec<&[u8]> = vec![key, owner];
+            args.extend(numbers.iter().map(String::as_bytes));
+            ctx.replicate(keytype::STATE_COMMAND, args.as_slice())
+        }
+    };
+}
+
 fn deliver(s: &mut State, place: &Place, serial: u64, grant: Grant<BlockedClient>) {
     s.stats.grants += 1;
     s.stats.handoffs += 1;
     let outcome = Outcome::Granted { token: grant.token, place: place.clone(), serial, delivered: false };
     blocking::answer(s, grant.payload, outcome);
 }
+
+const REPLICA_RECHECK_MS: u64 = 50;
 
 #[derive(Clone)]
 struct LeaseTimer {
@@ -119,7 +145,13 @@ pub fn arm_lease(value: &mut LockValue, place: &Place, now: u64) {
     let Some(holder) = value.lock.holder() else { return };
     value.lease_gen += 1;
     let data = LeaseTimer { place: place.clone(), serial: value.serial, generation: value.lease_gen };
-    value.lease_timer = Some(ffi::create_timer(holder.deadline_ms.saturating_sub(now), on_lease_timer, data));
+    let mut delay = holder.deadline_ms.saturating_sub(now);
+    if delay == 0 && ffi::is_replica() {
+        // The master's expiry is on its way; look again in case this replica
+        // is promoted before it arrives.
+        delay = REPLICA_RECHECK_MS;
+    }
+    value.lease_timer = Some(ffi::create_timer(delay, on_lease_timer, data));
 }
 
 fn on_lease_timer(ctx: &Context, timer: LeaseTimer) {

@@ -53,6 +53,12 @@ pub fn now_ms() -> u64 {
     u64::try_from(unsafe { api!(RedisModule_Milliseconds)() }).unwrap_or(0)
 }
 
+/// True on a replica: it follows its master's state and acts on no timer.
+pub fn is_replica() -> bool {
+    let flags = unsafe { api!(RedisModule_GetContextFlags)(module_ctx()) };
+    flags & raw::REDISMODULE_CTX_FLAGS_SLAVE as c_int != 0
+}
+
 pub fn client_id(ctx: RawCtx) -> u64 {
     unsafe { api!(RedisModule_GetClientId)(ctx) }
 }
@@ -218,4 +224,22 @@ impl FilterArgs {
 
 pub fn register_filter(ctx: RawCtx, filter: unsafe extern "C" fn(*mut raw::RedisModuleCommandFilterCtx)) {
     unsafe { api!(RedisModule_RegisterCommandFilter)(ctx, Some(filter), 0) };
+}
+
+/// Appends `cmd key owner n...` to an AOF being rewritten.
+pub fn emit_aof(aof: *mut raw::RedisModuleIO, cmd: &std::ffi::CStr, key: *mut raw::RedisModuleString, owner: &[u8], n: [i64; 4]) {
+    unsafe {
+        api!(RedisModule_EmitAOF)(
+            aof,
+            cmd.as_ptr(),
+            c"sbllll".as_ptr(),
+            key,
+            owner.as_ptr().cast::<c_char>(),
+            owner.len(),
+            n[0],
+            n[1],
+            n[2],
+            n[3],
+        )
+    };
 }

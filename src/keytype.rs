@@ -15,6 +15,20 @@ use crate::{engine, state};
 pub const TYPE_NAME: &str = "flocklock";
 const ENCODING_VERSION: i32 = 1;
 
+/// The internal command that sets a lock's state as replicas and the AOF see
+/// it: `FLOCK.STATE key` (no lock) or `FLOCK.STATE key owner holds token
+/// deadline-unix-ms session`.
+pub const STATE_COMMAND: &str = "FLOCK.STATE";
+
+/// The numbers of `FLOCK.STATE` for `holder`, in order.
+pub fn state_numbers(holder: &Holder) -> [i64; 4] {
+    [holder.holds, holder.token, holder.deadline_ms, u64::from(holder.session.is_some())].map(|n| n as i64)
+}
+
+/// A SESSION lock whose connection is not on this server (loaded or
+/// replicated): client ids start at 1, so this one never disconnects.
+pub const REMOTE_SESSION: u64 = 0;
+
 pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 /// Live lock values, counted where they are made and freed: `free` may run
@@ -50,14 +64,14 @@ pub static FLOCK_TYPE: RedisType = RedisType::new(
         version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
         rdb_load: Some(rdb_load),
         rdb_save: Some(rdb_save),
-        aof_rewrite: None,
+        aof_rewrite: Some(aof_rewrite),
         mem_usage: Some(mem_usage),
         digest: None,
         free: Some(free),
-        aux_load: None,
-        aux_save: None,
+        aux_load: Some(aux_load),
+        aux_save: Some(aux_save),
         aux_save2: None,
-        aux_save_triggers: 0,
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as i32,
         free_effort: None,
         unlink: None,
         // Without a copy callback Redis refuses COPY: a lock has one owner.
@@ -114,10 +128,10 @@ unsafe extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mu
         let holds = raw::load_unsigned(io)?;
         let token = raw::load_unsigned(io)?;
         let deadline_ms = raw::load_unsigned(io)?;
-        // The connection a SESSION lock was bound to did not survive the
-        // restart; its lease still bounds the lock.
-        let _session = raw::load_unsigned(io)?;
-        Ok(Holder { owner, holds, token, deadline_ms, session: None })
+        // The connection a SESSION lock was bound to is not on this server;
+        // the flag stays visible and the lease still bounds the lock.
+        let session = (raw::load_unsigned(io)? != 0).then_some(REMOTE_SESSION);
+        Ok(Holder { owner, holds, token, deadline_ms, session })
     };
     let Ok(holder) = load() else { return std::ptr::null_mut() };
     if holder.holds == 0 || holder.owner.is_empty() {
@@ -133,4 +147,27 @@ unsafe extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mu
         value
     });
     Box::into_raw(Box::new(value)).cast::<c_void>()
+}
+
+unsafe extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, value: *mut c_void) {
+    let value = unsafe { &*value.cast::<LockValue>() };
+    if let Some(holder) = value.lock.holder() {
+        ffi::emit_aof(aof, c"FLOCK.STATE", key, &holder.owner, state_numbers(holder));
+    }
+}
+
+/// The token high-water mark: with the clock-based tokens it keeps tokens
+/// rising across a restart even if the clock stepped back meanwhile.
+unsafe extern "C" fn aux_save(io: *mut raw::RedisModuleIO, _when: c_int) {
+    raw::save_unsigned(io, state::with(|s| s.tokens.last()));
+}
+
+unsafe extern "C" fn aux_load(io: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
+    match raw::load_unsigned(io) {
+        Ok(last) if encver == ENCODING_VERSION => {
+            state::with(|s| s.tokens.observe(last));
+            raw::REDISMODULE_OK as c_int
+        }
+        _ => raw::REDISMODULE_ERR as c_int,
+    }
 }

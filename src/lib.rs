@@ -54,6 +54,7 @@ mod module {
             ["flock.renew", commands::renew, "write fast", 1, 1, 1, ""],
             ["flock.forcerelease", commands::force_release, "write fast", 1, 1, 1, ""],
             ["flock.info", commands::info, "readonly fast", 1, 1, 1, ""],
+            ["flock.state", commands::state, "write fast", 1, 1, 1, ""],
         ],
         event_handlers: [
             [@GENERIC: events::on_keyspace_event],

@@ -27,6 +27,10 @@ impl TokenSource {
         self.last
     }
 
+    pub fn last(&self) -> u64 {
+        self.last
+    }
+
     /// Tokens seen elsewhere (loaded, replicated) are never handed out again.
     pub fn observe(&mut self, token: u64) {
         self.last = self.last.max(token);
@@ -96,6 +100,11 @@ impl<P> Default for Lock<P> {
 impl<P> Lock<P> {
     pub fn with_holder(holder: Holder) -> Self {
         Self { holder: Some(holder), ..Self::default() }
+    }
+
+    /// Replaces the holder as replicated or loaded state says; waiters stay.
+    pub fn set_holder(&mut self, holder: Option<Holder>) {
+        self.holder = holder;
     }
 
     pub fn holder(&self) -> Option<&Holder> {
