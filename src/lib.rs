@@ -14,6 +14,8 @@ pub mod queue;
 #[cfg(not(test))]
 mod blocking;
 #[cfg(not(test))]
+mod command_docs;
+#[cfg(not(test))]
 mod commands;
 #[cfg(not(test))]
 mod engine;
@@ -39,6 +41,11 @@ mod module {
         ffi::init_module_ctx(ctx.ctx);
         events::subscribe(ctx.ctx);
         ffi::register_filter(ctx.ctx, crate::blocking::unblock_filter);
+        for doc in &crate::command_docs::COMMANDS {
+            if !ffi::set_command_info(ctx.ctx, doc, "1.0.0") {
+                ctx.log_warning(&format!("could not set COMMAND DOCS for {}", doc.name));
+            }
+        }
         Status::Ok
     }
 

@@ -1,0 +1,95 @@
+//! What `COMMAND DOCS` and `COMMAND INFO` say about each FLOCK command, so
+//! that redis-cli shows hints and Cluster and ACLs see the key. Redis 7.0
+//! allows one of INSERT, UPDATE, DELETE per key spec: writes say UPDATE.
+
+use redis_module::raw::{
+    RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK as BLOCK,
+    RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER as INTEGER,
+    RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY as KEY,
+    RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN as PURE_TOKEN,
+    RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING as STRING, REDISMODULE_CMD_KEY_ACCESS as ACCESS,
+    REDISMODULE_CMD_KEY_RO as RO,
+    REDISMODULE_CMD_KEY_RW as RW, REDISMODULE_CMD_KEY_UPDATE as UPDATE,
+};
+
+use crate::ffi::{ArgDoc, CommandDoc};
+
+const fn arg(name: &'static str, kind: u32) -> ArgDoc {
+    ArgDoc { name, kind, token: None, optional: false, subargs: &[] }
+}
+
+const LOCK: ArgDoc = arg("key", KEY);
+const OWNER: ArgDoc = arg("owner", STRING);
+const LEASE: ArgDoc = arg("lease-ms", INTEGER);
+
+pub const COMMANDS: [CommandDoc; 6] = [
+    CommandDoc {
+        name: "flock.acquire",
+        summary: "Takes a fair lock: granted at once if free and nobody waits, or with WAIT queued FIFO and blocked until handed over",
+        complexity: "O(1)",
+        arity: -4,
+        key_flags: RW | UPDATE,
+        args: &[
+            LOCK,
+            OWNER,
+            LEASE,
+            ArgDoc { name: "timeout-ms", kind: INTEGER, token: Some("WAIT"), optional: true, subargs: &[] },
+            ArgDoc { name: "session", kind: PURE_TOKEN, token: Some("SESSION"), optional: true, subargs: &[] },
+        ],
+    },
+    CommandDoc {
+        name: "flock.release",
+        summary: "Releases one hold; at zero the lock passes to the next waiter",
+        complexity: "O(1)",
+        arity: 3,
+        key_flags: RW | UPDATE,
+        args: &[LOCK, OWNER],
+    },
+    CommandDoc {
+        name: "flock.renew",
+        summary: "Resets the holder's lease; an error means the lock was lost",
+        complexity: "O(1)",
+        arity: 4,
+        key_flags: RW | UPDATE,
+        args: &[LOCK, OWNER, LEASE],
+    },
+    CommandDoc {
+        name: "flock.forcerelease",
+        summary: "Removes the holder whatever its holds (administrative); the next waiter gets the lock",
+        complexity: "O(1)",
+        arity: 2,
+        key_flags: RW | UPDATE,
+        args: &[LOCK],
+    },
+    CommandDoc {
+        name: "flock.info",
+        summary: "Shows owner, holds, token, ttl-ms, session, waiters and the queue of a lock",
+        complexity: "O(N) where N is the number of waiters listed",
+        arity: 2,
+        key_flags: RO | ACCESS,
+        args: &[LOCK],
+    },
+    CommandDoc {
+        name: "flock.state",
+        summary: "Internal: sets a lock's state as its master or the AOF recorded it",
+        complexity: "O(1)",
+        arity: -2,
+        key_flags: RW | UPDATE,
+        args: &[
+            LOCK,
+            ArgDoc {
+                name: "holder",
+                kind: BLOCK,
+                token: None,
+                optional: true,
+                subargs: &[
+                    OWNER,
+                    arg("holds", INTEGER),
+                    arg("token", INTEGER),
+                    arg("deadline-unix-ms", INTEGER),
+                    arg("session", INTEGER),
+                ],
+            },
+        ],
+    },
+];
