@@ -6,6 +6,7 @@ use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, 
 
 use crate::args::{self, ArgError};
 use crate::blocking;
+use crate::config;
 use crate::engine::{self, RELEASED};
 use crate::ffi;
 use crate::keytype::{lock_value, LockValue, FLOCK_TYPE, REMOTE_SESSION};
@@ -59,9 +60,20 @@ fn lock_or_create<'a>(key: &RedisKeyWritable) -> Result<&'a mut LockValue, Redis
     lock_value(key)?.ok_or(RedisError::Str("ERR could not create the lock"))
 }
 
+/// Leases and waits beyond `flock.max-lease-ms` are refused like bad input.
+fn check_max_lease(ms: u64, what: &str) -> Result<(), RedisError> {
+    let max = config::max_lease_ms();
+    if ms > max {
+        return Err(RedisError::String(format!("ERR {what} must be at most {max} (flock.max-lease-ms)")));
+    }
+    Ok(())
+}
+
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let (key_name, rest) = split(&args, 4)?;
     let parsed = args::acquire(&rest).map_err(arg_error)?;
+    check_max_lease(parsed.lease_ms, "lease-ms")?;
+    check_max_lease(parsed.wait_ms.unwrap_or(0), "timeout-ms")?;
     let key = ctx.open_key_writable(key_name);
     let db = ffi::selected_db(ctx.ctx);
     let place = state::with(|s| s.place(db, key_name.as_slice()));
@@ -87,6 +99,10 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             }
             Acquired::Busy => match wait_ms {
                 None => Ok(RedisValue::Null),
+                Some(_) if value.lock.waiter_count() >= config::max_waiters() => Err(RedisError::String(format!(
+                    "MAXWAITERS this lock already has {} waiters (flock.max-waiters)",
+                    value.lock.waiter_count()
+                ))),
                 Some(timeout) => {
                     blocking::wait(ctx, s, value, &place, &req, timeout).map_err(lock_error)?;
                     Ok(RedisValue::NoReply)
@@ -115,6 +131,7 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let (key_name, rest) = split(&args, 4)?;
     let (owner, lease_ms) = args::owner_lease(&rest).map_err(arg_error)?;
+    check_max_lease(lease_ms, "lease-ms")?;
     let result = with_existing(ctx, key_name, |_, value, changes| value.lock.renew(owner, lease_ms, changes.now))?;
     let token = result.unwrap_or(Err(LockError::NotOwner)).map_err(lock_error)?;
     Ok(RedisValue::Integer(token as i64))

@@ -18,6 +18,8 @@ mod command_docs;
 #[cfg(not(test))]
 mod commands;
 #[cfg(not(test))]
+mod config;
+#[cfg(not(test))]
 mod engine;
 #[cfg(not(test))]
 mod events;
@@ -32,7 +34,11 @@ mod state;
 
 #[cfg(not(test))]
 mod module {
+    use redis_module::configuration::ConfigurationFlags;
     use redis_module::{redis_module, Context, RedisString, Status};
+
+    use crate::args::MAX_MS;
+    use crate::config::{DEFAULT_MAX_WAITERS, MAX_LEASE_MS, MAX_WAITERS};
 
     use crate::keytype::FLOCK_TYPE;
     use crate::{commands, events, ffi};
@@ -66,5 +72,16 @@ mod module {
         event_handlers: [
             [@GENERIC: events::on_keyspace_event],
         ],
+        configurations: [
+            i64: [
+                ["max-waiters", &MAX_WAITERS, DEFAULT_MAX_WAITERS, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
+                ["max-lease-ms", &MAX_LEASE_MS, MAX_MS as i64, 1, MAX_MS as i64, ConfigurationFlags::DEFAULT, None],
+            ],
+            // The macro needs every kind listed to accept module arguments.
+            string: [],
+            bool: [],
+            enum: [],
+            module_args_as_configuration: true,
+        ]
     }
 }
