@@ -85,15 +85,24 @@ pub struct Request<'a> {
     pub session: Option<u64>,
 }
 
+/// The waiters of a contended lock. Most locks never have any, so this is
+/// boxed and dropped when the last waiter goes, to keep idle locks small.
+struct Waiting<P> {
+    queue: WaitQueue<Waiter<P>>,
+    /// Owners in the queue, to refuse an owner queueing twice in O(1).
+    queued: HashSet<Box<[u8]>>,
+}
+
 pub struct Lock<P> {
     holder: Option<Holder>,
-    queue: WaitQueue<Waiter<P>>,
-    queued: HashSet<Box<[u8]>>,
+    waiting: Option<Box<Waiting<P>>>,
+    /// Carries waiter handle generations across drops of `waiting`.
+    next_generation: u32,
 }
 
 impl<P> Default for Lock<P> {
     fn default() -> Self {
-        Self { holder: None, queue: WaitQueue::default(), queued: HashSet::new() }
+        Self { holder: None, waiting: None, next_generation: 0 }
     }
 }
 
@@ -112,16 +121,32 @@ impl<P> Lock<P> {
     }
 
     pub fn waiters(&self) -> impl Iterator<Item = &Waiter<P>> + '_ {
-        self.queue.iter()
+        self.waiting.iter().flat_map(|w| w.queue.iter())
     }
 
     pub fn waiter_count(&self) -> usize {
-        self.queue.len()
+        self.waiting.as_ref().map_or(0, |w| w.queue.len())
     }
 
     /// Nobody holds it and nobody waits: the lock can disappear.
     pub fn is_idle(&self) -> bool {
-        self.holder.is_none() && self.queue.is_empty()
+        self.holder.is_none() && self.waiting.is_none()
+    }
+
+    fn is_queued(&self, owner: &[u8]) -> bool {
+        self.waiting.as_ref().is_some_and(|w| w.queued.contains(owner))
+    }
+
+    /// Takes a waiter out with `take` and drops the queue once it is empty.
+    fn take_waiter(&mut self, take: impl FnOnce(&mut WaitQueue<Waiter<P>>) -> Option<Waiter<P>>) -> Option<Waiter<P>> {
+        let waiting = self.waiting.as_mut()?;
+        let waiter = take(&mut waiting.queue)?;
+        waiting.queued.remove(&waiter.owner);
+        if waiting.queue.is_empty() {
+            self.next_generation = waiting.queue.next_generation();
+            self.waiting = None;
+        }
+        Some(waiter)
     }
 
     pub fn acquire(
@@ -138,7 +163,7 @@ impl<P> Lock<P> {
             }
             return Ok(Acquired::Reentered(holder.token));
         }
-        if self.queued.contains(req.owner) {
+        if self.is_queued(req.owner) {
             return Err(LockError::AlreadyQueued);
         }
         if !self.is_idle() {
@@ -157,10 +182,14 @@ impl<P> Lock<P> {
 
     /// Joins the tail of the queue; only after `acquire` answered `Busy`.
     pub fn enqueue(&mut self, req: &Request, payload: P) -> Result<WaiterId, LockError> {
-        if !self.queued.insert(req.owner.into()) {
+        let next_generation = self.next_generation;
+        let waiting = self.waiting.get_or_insert_with(|| {
+            Box::new(Waiting { queue: WaitQueue::continuing(next_generation), queued: HashSet::new() })
+        });
+        if !waiting.queued.insert(req.owner.into()) {
             return Err(LockError::AlreadyQueued);
         }
-        Ok(self.queue.push_back(Waiter {
+        Ok(waiting.queue.push_back(Waiter {
             owner: req.owner.into(),
             lease_ms: req.lease_ms,
             session: req.session,
@@ -170,15 +199,12 @@ impl<P> Lock<P> {
 
     /// A waiter leaves (timeout, disconnect); `None` if it is no longer queued.
     pub fn remove_waiter(&mut self, id: WaiterId) -> Option<Waiter<P>> {
-        let waiter = self.queue.remove(id)?;
-        self.queued.remove(&waiter.owner);
-        Some(waiter)
+        self.take_waiter(|queue| queue.remove(id))
     }
 
     /// Empties the queue (the lock is being deleted).
     pub fn drain_waiters(&mut self) -> Vec<Waiter<P>> {
-        self.queued.clear();
-        std::iter::from_fn(|| self.queue.pop_front()).collect()
+        std::iter::from_fn(|| self.take_waiter(WaitQueue::pop_front)).collect()
     }
 
     /// Releases one hold: the holds left and, at zero, the hand-off it caused.
@@ -220,8 +246,7 @@ impl<P> Lock<P> {
     /// of the queue, which gets its own lease from `now_ms`.
     pub fn vacate(&mut self, now_ms: u64, tokens: &mut TokenSource) -> (Option<Holder>, Option<Grant<P>>) {
         let old = self.holder.take();
-        let grant = self.queue.pop_front().map(|waiter| {
-            self.queued.remove(&waiter.owner);
+        let grant = self.take_waiter(WaitQueue::pop_front).map(|waiter| {
             let token = tokens.next(now_ms);
             self.holder = Some(Holder {
                 owner: waiter.owner,
@@ -237,11 +262,14 @@ impl<P> Lock<P> {
 
     /// Heap bytes owned by this lock (owner strings, queue, index).
     pub fn heap_size(&self) -> usize {
-        let owners: usize = self.queue.iter().map(|w| w.owner.len()).sum();
-        self.holder.as_ref().map_or(0, |h| h.owner.len())
-            + self.queue.heap_size()
-            + owners * 2
-            + self.queued.capacity() * (std::mem::size_of::<Box<[u8]>>() + 1)
+        let waiting = self.waiting.as_ref().map_or(0, |w| {
+            let owners: usize = w.queue.iter().map(|w| w.owner.len()).sum();
+            std::mem::size_of::<Waiting<P>>()
+                + w.queue.heap_size()
+                + owners * 2
+                + w.queued.capacity() * (std::mem::size_of::<Box<[u8]>>() + 1)
+        });
+        self.holder.as_ref().map_or(0, |h| h.owner.len()) + waiting
     }
 
     fn holder_mut(&mut self, owner: &[u8]) -> Result<&mut Holder, LockError> {

@@ -30,9 +30,8 @@ pub struct WaitQueue<T> {
     head: u32,
     tail: u32,
     len: usize,
-    /// Source of slot generations. It lives outside the slots because they
-    /// are dropped when the queue empties, and a handle from before that
-    /// must still never match a newer waiter.
+    /// Source of slot generations: a handle of a waiter that left never
+    /// matches a later waiter, even one in a later queue (`continuing`).
     next_generation: u32,
 }
 
@@ -43,6 +42,16 @@ impl<T> Default for WaitQueue<T> {
 }
 
 impl<T> WaitQueue<T> {
+    /// A queue whose handles continue a sequence ended by `next_generation`
+    /// of an earlier queue, so handles of that one never match this one's.
+    pub fn continuing(next_generation: u32) -> Self {
+        Self { next_generation, ..Self::default() }
+    }
+
+    pub fn next_generation(&self) -> u32 {
+        self.next_generation
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }
@@ -131,13 +140,7 @@ impl<T> WaitQueue<T> {
             next => self.node_mut(next).prev = node.prev,
         }
         self.len -= 1;
-        if self.len == 0 {
-            // An idle lock should not keep the memory of its busiest moment.
-            self.slots = Vec::new();
-            self.free = Vec::new();
-        } else {
-            self.free.push(index);
-        }
+        self.free.push(index);
         Some(node.value)
     }
 }
