@@ -9,6 +9,7 @@
 
 use std::ffi::c_void;
 use std::os::raw::c_int;
+use std::time::Instant;
 
 use redis_module::{raw, Context, RedisValue};
 
@@ -21,7 +22,7 @@ use crate::state::{self, Place, State, WaiterEntry};
 pub const LOCKDELETED: &str = "LOCKDELETED the lock was deleted while waiting for it";
 
 pub enum Outcome {
-    Granted { token: u64, place: Place, serial: u64, delivered: bool },
+    Granted { token: u64, place: Place, serial: u64, delivered: bool, at: Instant },
     TimedOut,
     Deleted,
     /// The client is gone or was already answered.
@@ -131,8 +132,10 @@ pub unsafe extern "C" fn unblock_filter(fctx: *mut raw::RedisModuleCommandFilter
 unsafe extern "C" fn on_reply(ctx: RawCtx, _: *mut *mut raw::RedisModuleString, _: c_int) -> c_int {
     let context = Context::new(ctx);
     let reply = match unsafe { ffi::blocked_privdata::<Answer>(ctx) }.map(|a| &mut a.outcome) {
-        Some(Outcome::Granted { token, delivered, .. }) => {
+        Some(Outcome::Granted { token, delivered, at, .. }) => {
             *delivered = true;
+            let micros = u64::try_from(at.elapsed().as_micros()).unwrap_or(u64::MAX);
+            state::with(|s| s.stats.record_handoff(micros));
             Ok(RedisValue::Integer(*token as i64))
         }
         Some(Outcome::Deleted) => Err(redis_module::RedisError::Str(LOCKDELETED)),
@@ -148,7 +151,7 @@ unsafe extern "C" fn on_reply(ctx: RawCtx, _: *mut *mut raw::RedisModuleString, 
 unsafe extern "C" fn on_free(_: RawCtx, data: *mut c_void) {
     let Some(answer) = (unsafe { ffi::take_privdata::<Answer>(data) }) else { return };
     state::with(|s| s.answered.remove(&answer.client));
-    if let Outcome::Granted { token, place, serial, delivered: false } = answer.outcome {
+    if let Outcome::Granted { token, place, serial, delivered: false, .. } = answer.outcome {
         ffi::create_timer(0, pass_on, (place, serial, token));
     }
 }

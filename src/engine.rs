@@ -2,6 +2,8 @@
 //! delivered to blocked clients, the lease timer moved, session bindings
 //! kept in step, keyspace events sent, and the key removed once idle.
 
+use std::time::Instant;
+
 use redis_module::key::RedisKeyWritable;
 use redis_module::{Context, NotifyEvent};
 
@@ -123,7 +125,8 @@ fn propagate(ctx: &Context, key_name: &redis_module::RedisString, holder: Option
 fn deliver(s: &mut State, place: &Place, serial: u64, grant: Grant<BlockedClient>) {
     s.stats.grants += 1;
     s.stats.handoffs += 1;
-    let outcome = Outcome::Granted { token: grant.token, place: place.clone(), serial, delivered: false };
+    let outcome =
+        Outcome::Granted { token: grant.token, place: place.clone(), serial, delivered: false, at: Instant::now() };
     blocking::answer(s, grant.payload, outcome);
 }
 

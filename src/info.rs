@@ -11,7 +11,7 @@ use crate::state;
 #[info_command_handler]
 fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     let (stats, waiters) = state::with(|s| (s.stats, s.waiters.len()));
-    let fields: [(&str, u64); 15] = [
+    let fields: [(&str, u64); 17] = [
         ("locks", LIVE_LOCKS.load(Ordering::Relaxed)),
         ("waiters", waiters as u64),
         ("grants", stats.grants),
@@ -27,6 +27,8 @@ fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         ("wait_timeouts", stats.wait_timeouts),
         ("wait_disconnects", stats.wait_disconnects),
         ("waiters_deleted", stats.waiters_deleted),
+        ("handoff_latency_mean_us", stats.handoff_us_mean()),
+        ("handoff_latency_max_us", stats.handoff_us_max),
     ];
     // The raw calls keep the section name `flock` (the builder would make
     // it `flock_flock`); Redis prefixes each field with `flock_`.

@@ -76,6 +76,22 @@ pub struct Stats {
     pub wait_timeouts: u64,
     pub wait_disconnects: u64,
     pub waiters_deleted: u64,
+    /// From a hand-off to its reply being written, in microseconds.
+    pub handoff_us_total: u64,
+    pub handoff_us_max: u64,
+    pub handoffs_replied: u64,
+}
+
+impl Stats {
+    pub fn record_handoff(&mut self, micros: u64) {
+        self.handoff_us_total = self.handoff_us_total.saturating_add(micros);
+        self.handoff_us_max = self.handoff_us_max.max(micros);
+        self.handoffs_replied += 1;
+    }
+
+    pub fn handoff_us_mean(&self) -> u64 {
+        self.handoff_us_total.checked_div(self.handoffs_replied).unwrap_or(0)
+    }
 }
 
 #[derive(Default)]
