@@ -19,6 +19,8 @@ pub struct Server {
     pub port: u16,
     child: Child,
     pub dir: tempdir::Dir,
+    /// The `extra` config args it was started with (a restart reuses them).
+    args: Vec<String>,
 }
 
 pub mod tempdir {
@@ -49,29 +51,7 @@ fn free_port() -> u16 {
 impl Server {
     /// Starts a server with the module; `extra` are more `--name value` config args.
     pub fn start_with(extra: &[&str]) -> Server {
-        let mut dir = tempdir::Dir::new("srv");
-        for _ in 0..5 {
-            let port = free_port();
-            let mut cmd = Command::new("redis-server");
-            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .arg("--dir")
-                .arg(&dir.0)
-                .arg("--loadmodule")
-                .arg(module_path())
-                .args(["--enable-debug-command", "local"])
-                .args(extra)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            let child = cmd.spawn().expect("spawn redis-server (is it installed? `make deps`)");
-            let mut server = Server { port, child, dir };
-            if server.wait_ready() {
-                return server;
-            }
-            let _ = server.child.kill();
-            let _ = server.child.wait();
-            dir = server.take_dir();
-        }
-        panic!("redis-server did not start");
+        Server::start_in(tempdir::Dir::new("srv"), extra)
     }
 
     pub fn start() -> Server {
@@ -223,3 +203,109 @@ pub fn wait_queue(c: &mut Connection, key: &str, owners: &[&str]) {
 pub fn error_code(e: &redis::RedisError) -> String {
     e.code().map(str::to_string).unwrap_or_else(|| e.to_string())
 }
+
+/// How `Server::stop` / `Server::restart` end the running process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGKILL: nothing is saved on the way down.
+    Kill,
+    /// `SHUTDOWN SAVE`: writes an RDB file first.
+    ShutdownSave,
+    /// `SHUTDOWN NOSAVE`.
+    ShutdownNoSave,
+}
+
+// Restarts and replication.
+impl Server {
+    /// Starts a server with the module in `dir` (its RDB and AOF files are
+    /// loaded as usual); `extra` as for `start_with`.
+    pub fn start_in(dir: tempdir::Dir, extra: &[&str]) -> Server {
+        Server::spawn_in(dir, extra.iter().map(|a| a.to_string()).collect(), None)
+    }
+
+    /// Tries `port` first (if given), then free ports.
+    fn spawn_in(mut dir: tempdir::Dir, mut args: Vec<String>, port: Option<u16>) -> Server {
+        for attempt in 0..5 {
+            let port = match port {
+                Some(p) if attempt == 0 => p,
+                _ => free_port(),
+            };
+            let mut cmd = Command::new("redis-server");
+            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(&dir.0)
+                .arg("--loadmodule")
+                .arg(module_path())
+                .args(["--enable-debug-command", "local"])
+                .args(&args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let child = cmd.spawn().expect("spawn redis-server (is it installed? `make deps`)");
+            let mut server = Server { port, child, dir, args };
+            if server.wait_ready() {
+                return server;
+            }
+            let _ = server.child.kill();
+            let _ = server.child.wait();
+            dir = server.take_dir();
+            args = std::mem::take(&mut server.args);
+        }
+        panic!("redis-server did not start");
+    }
+
+    /// The server's process id (for signals such as SIGSTOP).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Ends the process as `how` says and waits until it has exited.
+    pub fn stop(&mut self, how: Stop) {
+        match how {
+            Stop::Kill => {
+                let _ = self.child.kill();
+            }
+            Stop::ShutdownSave | Stop::ShutdownNoSave => {
+                let arg = if how == Stop::ShutdownSave { "SAVE" } else { "NOSAVE" };
+                // The server closes the connection instead of replying.
+                let _ = redis::cmd("SHUTDOWN").arg(arg).query::<Value>(&mut self.conn());
+            }
+        }
+        wait_until("redis-server to exit", Duration::from_secs(20), || matches!(self.child.try_wait(), Ok(Some(_))));
+    }
+
+    /// Stops the server as `how` says, then starts it again in the same
+    /// directory with the same args (on the same port if it is still free).
+    pub fn restart(&mut self, how: Stop) {
+        self.stop(how);
+        let (dir, args) = (self.take_dir(), std::mem::take(&mut self.args));
+        let fresh = Server::spawn_in(dir, args, Some(self.port));
+        // The old value's process has exited and its dir was taken.
+        drop(std::mem::replace(self, fresh));
+    }
+
+    /// Starts a replica of `master` and waits until its initial sync is done.
+    pub fn replica_of(master: &Server) -> Server {
+        let port = master.port.to_string();
+        let replica = Server::start_with(&["--replicaof", "127.0.0.1", &port]);
+        replica.wait_master_link();
+        replica
+    }
+
+    /// Waits until this replica's link to its master is up and synced.
+    pub fn wait_master_link(&self) {
+        wait_until("replica link up and synced", Duration::from_secs(20), || {
+            let r = self.info_section("replication");
+            r.get("master_link_status").map(String::as_str) == Some("up")
+                && r.get("master_sync_in_progress").map(String::as_str) == Some("0")
+        });
+    }
+
+    /// `INFO section` as field -> value.
+    pub fn info_section(&self, section: &str) -> std::collections::HashMap<String, String> {
+        let text: String = redis::cmd("INFO").arg(section).query(&mut self.conn()).expect("INFO");
+        text.lines().filter_map(|l| l.split_once(':')).map(|(k, v)| (k.to_string(), v.trim().to_string())).collect()
+    }
+}
+
+/// A local Redis Cluster with the module on every node (tests/cluster.rs).
+pub mod cluster;

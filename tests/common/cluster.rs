@@ -1,0 +1,306 @@
+//! A real local Redis Cluster for tests: 3 masters with 1 replica each, all
+//! with the module loaded, on loopback ports that leave room for the
+//! cluster bus (port + 10000). Created with `redis-cli --cluster create`;
+//! every node is stopped when the `Cluster` is dropped.
+
+use std::collections::HashSet;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{module_path, tempdir, Connection, RedisResult, SECOND};
+
+/// One line of `CLUSTER NODES`.
+#[derive(Debug, Clone)]
+pub struct NodeLine {
+    pub id: String,
+    pub port: u16,
+    pub flags: Vec<String>,
+    /// The master's id, for a replica.
+    pub master_id: Option<String>,
+    /// Slot ranges served (inclusive), without migration annotations.
+    pub slots: Vec<(u16, u16)>,
+}
+
+impl NodeLine {
+    pub fn is_master(&self) -> bool {
+        self.flags.iter().any(|f| f == "master")
+    }
+
+    pub fn serves(&self, slot: u16) -> bool {
+        self.slots.iter().any(|&(a, b)| a <= slot && slot <= b)
+    }
+}
+
+pub fn parse_nodes(text: &str) -> Vec<NodeLine> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // ip:port@cport[,hostname]
+            let port = f[1].split('@').next().and_then(|a| a.rsplit(':').next()).and_then(|p| p.parse().ok()).unwrap_or(0);
+            let slots = f[8..]
+                .iter()
+                .filter(|s| !s.starts_with('['))
+                .filter_map(|s| match s.split_once('-') {
+                    Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+                    None => s.parse().ok().map(|n| (n, n)),
+                })
+                .collect();
+            NodeLine {
+                id: f[0].to_string(),
+                port,
+                flags: f[2].split(',').map(str::to_string).collect(),
+                master_id: (f[3] != "-").then(|| f[3].to_string()),
+                slots,
+            }
+        })
+        .collect()
+}
+
+/// A loopback port `p` with `p + 10000` (the cluster bus) also free, and
+/// neither of them in `taken`.
+fn free_cluster_port(taken: &HashSet<u16>) -> u16 {
+    for _ in 0..1000 {
+        let port: u16 = rand::random::<u16>() % 20000 + 15000; // 15000..35000, bus 25000..45000
+        if taken.contains(&port) || taken.contains(&(port + 10000)) {
+            continue;
+        }
+        let ok = TcpListener::bind(("127.0.0.1", port)).is_ok() && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok();
+        if ok {
+            return port;
+        }
+    }
+    panic!("no free port pair (port, port + 10000) on loopback");
+}
+
+/// One cluster node: a redis-server with the module, stopped when dropped.
+pub struct Node {
+    pub port: u16,
+    child: Child,
+    pub dir: tempdir::Dir,
+}
+
+impl Node {
+    /// Starts one cluster-enabled node in its own directory.
+    fn start(taken: &mut HashSet<u16>) -> Node {
+        for _ in 0..5 {
+            let port = free_cluster_port(taken);
+            let dir = tempdir::Dir::new("cluster");
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"])
+                .args(["--save", "", "--appendonly", "no"])
+                // Replicas sync at once instead of after the default 5 s delay.
+                .args(["--repl-diskless-sync-delay", "0"])
+                .args(["--enable-debug-command", "local"])
+                .arg("--dir")
+                .arg(&dir.0)
+                .arg("--loadmodule")
+                .arg(module_path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn redis-server (is it installed? `make deps`)");
+            let mut node = Node { port, child, dir };
+            if node.wait_ready() {
+                taken.insert(port);
+                taken.insert(port + 10000);
+                return node;
+            }
+        }
+        panic!("cluster node did not start");
+    }
+
+    fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false;
+            }
+            if let Ok(mut c) = self.try_conn() {
+                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn try_conn(&self) -> RedisResult<Connection> {
+        redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(5))
+    }
+
+    /// A plain (not cluster-aware) connection.
+    pub fn conn(&self) -> Connection {
+        self.try_conn().expect("connect")
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+}
+
+impl Cluster {
+    /// 6 nodes, `redis-cli --cluster create ... --cluster-replicas 1`, then
+    /// waits until every node reports `cluster_state:ok`, knows all 6 nodes
+    /// and every replica's link to its master is up.
+    pub fn start() -> Cluster {
+        let mut taken = HashSet::new();
+        let nodes: Vec<Node> = (0..6).map(|_| Node::start(&mut taken)).collect();
+        let cluster = Cluster { nodes };
+        let addrs: Vec<String> = cluster.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        cluster.wait_healthy();
+        cluster
+    }
+
+    /// Every node: cluster_state:ok, 6 known nodes, all slots assigned, the
+    /// same 3 masters serving all slots; every replica linked and in sync.
+    pub fn wait_healthy(&self) {
+        wait_for("cluster_state:ok, 6 known nodes and a linked replica per master on every node", 30 * SECOND, || {
+            self.nodes.iter().all(|n| {
+                let mut c = n.conn();
+                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut c).unwrap_or_default();
+                let ok = info.contains("cluster_state:ok")
+                    && info.contains("cluster_known_nodes:6")
+                    && info.contains("cluster_slots_ok:16384");
+                let nodes = self.nodes_seen_by(n);
+                let masters = nodes.iter().filter(|l| l.is_master() && !l.slots.is_empty()).count();
+                let replicas = nodes.iter().filter(|l| l.master_id.is_some()).count();
+                let repl: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap_or_default();
+                let linked = repl.contains("role:master") || repl.contains("master_link_status:up");
+                ok && masters == 3 && replicas == 3 && linked
+            })
+        });
+    }
+
+    /// `CLUSTER NODES` as seen by `node`.
+    pub fn nodes_seen_by(&self, node: &Node) -> Vec<NodeLine> {
+        let text: String = redis::cmd("CLUSTER").arg("NODES").query(&mut node.conn()).unwrap_or_default();
+        parse_nodes(&text)
+    }
+
+    pub fn index_of_port(&self, port: u16) -> usize {
+        self.nodes.iter().position(|n| n.port == port).unwrap_or_else(|| panic!("no node on port {port}"))
+    }
+
+    pub fn node_id(&self, i: usize) -> String {
+        redis::cmd("CLUSTER").arg("MYID").query(&mut self.nodes[i].conn()).expect("CLUSTER MYID")
+    }
+
+    /// Indexes of the nodes whose `ROLE` is master.
+    pub fn masters(&self) -> Vec<usize> {
+        (0..self.nodes.len()).filter(|&i| self.role(i) == "master").collect()
+    }
+
+    /// `ROLE` of node `i`: "master" or "slave".
+    pub fn role(&self, i: usize) -> String {
+        let v: redis::Value = redis::cmd("ROLE").query(&mut self.nodes[i].conn()).expect("ROLE");
+        match v {
+            redis::Value::Array(items) => redis::from_redis_value(&items[0]).expect("role name"),
+            other => panic!("unexpected ROLE reply {other:?}"),
+        }
+    }
+
+    pub fn keyslot(&self, key: &str) -> u16 {
+        redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query(&mut self.nodes[0].conn()).expect("CLUSTER KEYSLOT")
+    }
+
+    /// Index of the master serving `slot`, as node `viewer` sees it.
+    pub fn owner_of_slot_seen_by(&self, viewer: usize, slot: u16) -> usize {
+        let nodes = self.nodes_seen_by(&self.nodes[viewer]);
+        let line = nodes.iter().find(|l| l.is_master() && l.serves(slot)).unwrap_or_else(|| panic!("no master serves slot {slot}"));
+        self.index_of_port(line.port)
+    }
+
+    /// Index of the master serving `slot` (as node 0 sees it).
+    pub fn owner_of_slot(&self, slot: u16) -> usize {
+        self.owner_of_slot_seen_by(0, slot)
+    }
+
+    /// Index of the master serving `key`.
+    pub fn owner_of_key(&self, key: &str) -> usize {
+        self.owner_of_slot(self.keyslot(key))
+    }
+
+    /// Index of a replica of master `m`.
+    pub fn replica_of(&self, m: usize) -> usize {
+        let id = self.node_id(m);
+        let nodes = self.nodes_seen_by(&self.nodes[m]);
+        let line = nodes.iter().find(|l| l.master_id.as_deref() == Some(id.as_str())).expect("master has a replica");
+        self.index_of_port(line.port)
+    }
+
+    /// Waits until every node agrees that `slot` is served by node `owner`.
+    pub fn wait_slot_owner(&self, slot: u16, owner: usize) {
+        wait_for(&format!("all nodes see slot {slot} on node {owner}"), 20 * SECOND, || {
+            (0..self.nodes.len()).all(|v| {
+                let nodes = self.nodes_seen_by(&self.nodes[v]);
+                nodes.iter().any(|l| l.is_master() && l.serves(slot) && l.port == self.nodes[owner].port)
+            })
+        });
+    }
+
+    /// A plain (not cluster-aware) connection to node `i`.
+    pub fn conn(&self, i: usize) -> Connection {
+        self.nodes[i].conn()
+    }
+
+    /// A cluster-aware connection (the `redis` crate's cluster client).
+    pub fn client(&self) -> redis::cluster::ClusterConnection {
+        let urls: Vec<String> = self.nodes.iter().map(|n| n.url()).collect();
+        redis::cluster::ClusterClient::builder(urls)
+            .response_timeout(Duration::from_secs(5))
+            .connection_timeout(Duration::from_secs(5))
+            .build()
+            .expect("cluster client")
+            .get_connection()
+            .expect("cluster connection")
+    }
+
+    /// `DBSIZE` of node `i`.
+    pub fn dbsize(&self, i: usize) -> i64 {
+        redis::cmd("DBSIZE").query(&mut self.conn(i)).expect("DBSIZE")
+    }
+}
+
+/// Polls `cond` every 50 ms until it holds or `timeout` passes; panics with
+/// `what`. (Cluster checks open several connections, so poll gently.)
+pub fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Milliseconds elapsed since `t`.
+pub fn ms_since(t: Instant) -> u64 {
+    t.elapsed().as_millis() as u64
+}
