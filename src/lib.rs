@@ -65,6 +65,8 @@ mod module {
             ["flock.acquire", commands::acquire, "write deny-oom", 1, 1, 1, ""],
             ["flock.release", commands::release, "write fast", 1, 1, 1, ""],
             ["flock.renew", commands::renew, "write fast", 1, 1, 1, ""],
+            // Redis 7.0 gives module commands no ACL categories but @module:
+            // administrators deny this one by name (`-flock.forcerelease`).
             ["flock.forcerelease", commands::force_release, "write fast", 1, 1, 1, ""],
             ["flock.info", commands::info, "readonly fast", 1, 1, 1, ""],
             ["flock.state", commands::state, "write fast", 1, 1, 1, ""],
