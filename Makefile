@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MODULE := target/release/libredis_flock.so
 
-.PHONY: deps build run test clean
+.PHONY: deps build run test clean example-cli example-python example-rust
 
 # Installs redis-server, redis-cli and libclang (bindgen) when missing.
 deps:
@@ -28,9 +28,23 @@ run: build
 	redis-server redis.conf.example
 
 # Unit, property and integration tests (integration tests start their own
-# redis-server processes on free loopback ports).
+# redis-server processes on free loopback ports). `client` adds the Rust
+# client API's tests and examples.
 test: build
-	cargo test --release -- --test-threads=2
+	cargo test --release --features client -- --test-threads=2
+
+# The examples, against a running server (start one with `make run`):
+#   make example-cli example-python example-rust [REDIS_URL=redis://host:port]
+REDIS_URL ?= redis://127.0.0.1:6379
+
+example-cli:
+	redis-cli -u $(REDIS_URL) < examples/walkthrough.redis
+
+example-python:
+	python3 examples/python_lock.py $(REDIS_URL)
+
+example-rust:
+	cargo run --release --features client --example client -- $(REDIS_URL)
 
 clean:
 	cargo clean

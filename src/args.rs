@@ -23,15 +23,21 @@ impl fmt::Display for ArgError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Arity => write!(f, "ERR wrong number of arguments"),
-            Self::Owner => write!(f, "ERR owner must be 1 to {MAX_OWNER_LEN} bytes"),
-            Self::Lease => write!(f, "ERR lease-ms must be an integer from 1 to {MAX_MS}"),
-            Self::Timeout => write!(f, "ERR timeout-ms must be an integer from 0 to {MAX_MS}"),
+            Self::Owner => write!(f, "ERR invalid owner: it must be 1 to {MAX_OWNER_LEN} bytes long"),
+            Self::Lease => write!(f, "ERR invalid lease-ms: it must be an integer number of milliseconds from 1 to {MAX_MS}"),
+            Self::Timeout => write!(
+                f,
+                "ERR invalid WAIT timeout-ms: it must be an integer number of milliseconds from 0 (no limit) to {MAX_MS}"
+            ),
             Self::UnknownOption(o) => {
-                write!(f, "ERR unknown option '{o}': ACQUIRE takes WAIT timeout-ms and SESSION")
+                write!(f, "ERR unknown option '{o}': FLOCK.ACQUIRE takes only WAIT timeout-ms and SESSION")
             }
-            Self::Repeated(o) => write!(f, "ERR option {o} given more than once"),
-            Self::MissingValue(o) => write!(f, "ERR option {o} needs a value"),
-            Self::State => write!(f, "ERR FLOCK.STATE needs holds >= 1, token >= 1, deadline-ms and session as integers"),
+            Self::Repeated(o) => write!(f, "ERR option {o} given more than once: each option may appear once"),
+            Self::MissingValue(o) => write!(f, "ERR option {o} has no value: write {o} timeout-ms (0 waits without limit)"),
+            Self::State => write!(
+                f,
+                "ERR invalid FLOCK.STATE holder: holds and token must be integers >= 1, deadline-unix-ms and session integers >= 0"
+            ),
         }
     }
 }

@@ -13,8 +13,9 @@ use crate::keytype::{lock_value, LockValue, FLOCK_TYPE, REMOTE_SESSION};
 use crate::lock::{Acquired, Holder, Lock, LockError, Request};
 use crate::state;
 
-const NOTOWNER: &str = "NOTOWNER the lock is not held by this owner (never acquired, released, or its lease expired)";
-const ALREADYQUEUED: &str = "QUEUED this owner is already waiting for this lock on another connection";
+const NOTOWNER: &str = "NOTOWNER the lock is not held by this owner (never acquired, released, or its lease expired): only its holder may release or renew it";
+const ALREADYQUEUED: &str =
+    "QUEUED this owner is already waiting for this lock on another connection: an owner may wait once per lock, use a distinct owner per waiter";
 
 fn lock_error(e: LockError) -> RedisError {
     RedisError::Str(match e {
@@ -57,14 +58,17 @@ fn lock_or_create<'a>(key: &RedisKeyWritable) -> Result<&'a mut LockValue, Redis
         let serial = state::with(|s| s.serial());
         key.set_value(&FLOCK_TYPE, LockValue::new(Lock::default(), serial))?;
     }
-    lock_value(key)?.ok_or(RedisError::Str("ERR could not create the lock"))
+    lock_value(key)?
+        .ok_or(RedisError::Str("ERR could not create the lock: the new key holds no lock value (internal error)"))
 }
 
 /// Leases and waits beyond `flock.max-lease-ms` are refused like bad input.
 fn check_max_lease(ms: u64, what: &str) -> Result<(), RedisError> {
     let max = config::max_lease_ms();
     if ms > max {
-        return Err(RedisError::String(format!("ERR {what} must be at most {max} (flock.max-lease-ms)")));
+        return Err(RedisError::String(format!(
+            "ERR {what} {ms} is above flock.max-lease-ms: it must be at most {max}"
+        )));
     }
     Ok(())
 }
@@ -100,7 +104,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             Acquired::Busy => match wait_ms {
                 None => Ok(RedisValue::Null),
                 Some(_) if value.lock.waiter_count() >= config::max_waiters() => Err(RedisError::String(format!(
-                    "MAXWAITERS this lock already has {} waiters (flock.max-waiters)",
+                    "MAXWAITERS this lock already has {} waiters, the most flock.max-waiters allows: retry later or try without WAIT",
                     value.lock.waiter_count()
                 ))),
                 Some(timeout) => {

@@ -20,3 +20,24 @@ pub fn max_waiters() -> usize {
 pub fn max_lease_ms() -> u64 {
     u64::try_from(MAX_LEASE_MS.load(Ordering::Relaxed)).unwrap_or(MAX_MS)
 }
+
+/// Checks `loadmodule` arguments, which the crate applies without the range
+/// checks that CONFIG SET makes: name value pairs of known options, in range.
+pub fn check_load_args(args: &[&[u8]]) -> Result<(), String> {
+    if args.len() % 2 != 0 {
+        return Err("module arguments are name value pairs: max-waiters N max-lease-ms N".into());
+    }
+    for pair in args.chunks(2) {
+        let name = String::from_utf8_lossy(pair[0]);
+        let (min, max) = match &*name {
+            "max-waiters" => (1, i64::MAX),
+            "max-lease-ms" => (1, MAX_MS as i64),
+            _ => return Err(format!("unknown module argument '{name}': known are max-waiters and max-lease-ms")),
+        };
+        let value = std::str::from_utf8(pair[1]).ok().and_then(|v| v.parse::<i64>().ok());
+        if !value.is_some_and(|v| (min..=max).contains(&v)) {
+            return Err(format!("module argument {name} must be an integer from {min} to {max}"));
+        }
+    }
+    Ok(())
+}

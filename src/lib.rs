@@ -6,6 +6,8 @@
 //! (server and keyspace events), `state` (connection state), `ffi` (raw API).
 
 pub mod args;
+#[cfg(feature = "client")]
+pub mod client;
 pub mod lock;
 pub mod queue;
 
@@ -41,9 +43,23 @@ mod module {
     use crate::config::{DEFAULT_MAX_WAITERS, MAX_LEASE_MS, MAX_WAITERS};
 
     use crate::keytype::FLOCK_TYPE;
+
+    // `redis_module!` makes its allocator the global one of every program
+    // that links this crate. A client program (feature `client`) has no
+    // server to allocate from, so builds with that feature use the system
+    // allocator; `make build` (no features) gives the module Redis's.
+    #[cfg(not(feature = "client"))]
+    use redis_module::alloc::RedisAlloc as Alloc;
+    #[cfg(feature = "client")]
+    use std::alloc::System as Alloc;
     use crate::{commands, events, ffi};
 
-    fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    fn init(ctx: &Context, args: &[RedisString]) -> Status {
+        let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
+        if let Err(e) = crate::config::check_load_args(&args) {
+            ctx.log_warning(&e.replace('%', "%%"));
+            return Status::Err;
+        }
         ffi::init_module_ctx(ctx.ctx);
         events::subscribe(ctx.ctx);
         ffi::register_filter(ctx.ctx, crate::blocking::unblock_filter);
@@ -58,11 +74,11 @@ mod module {
     redis_module! {
         name: "flock",
         version: 1,
-        allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+        allocator: (Alloc, Alloc),
         data_types: [FLOCK_TYPE],
         init: init,
         commands: [
-            ["flock.acquire", commands::acquire, "write deny-oom", 1, 1, 1, ""],
+            ["flock.acquire", commands::acquire, "write deny-oom blocking", 1, 1, 1, ""],
             ["flock.release", commands::release, "write fast", 1, 1, 1, ""],
             ["flock.renew", commands::renew, "write fast", 1, 1, 1, ""],
             // Redis 7.0 gives module commands no ACL categories but @module:

@@ -31,7 +31,8 @@ pub mod tempdir {
 
     impl Dir {
         pub fn new(tag: &str) -> Self {
-            let path = std::env::temp_dir().join(format!("flock-test-{tag}-{}-{}", std::process::id(), rand::random::<u64>()));
+            let path =
+                std::env::temp_dir().join(format!("flock-test-{tag}-{}-{}", std::process::id(), rand::random::<u64>()));
             std::fs::create_dir_all(&path).expect("create temp dir");
             Dir(path)
         }
@@ -63,7 +64,8 @@ impl Server {
     }
 
     fn wait_ready(&mut self) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let wrapped = std::env::var_os("FLOCK_REDIS_WRAPPER").is_some();
+        let deadline = Instant::now() + Duration::from_secs(if wrapped { 60 } else { 10 });
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return false;
@@ -92,7 +94,10 @@ impl Server {
 
     /// A RESP3 connection.
     pub fn conn3(&self) -> Connection {
-        redis::Client::open(format!("{}?protocol=resp3", self.url())).expect("client").get_connection().expect("connect")
+        redis::Client::open(format!("{}?protocol=resp3", self.url()))
+            .expect("client")
+            .get_connection()
+            .expect("connect")
     }
 
     /// `INFO flock` as field -> number (without the `flock_` prefix).
@@ -140,7 +145,13 @@ pub fn acquire(c: &mut Connection, key: &str, owner: &str, lease_ms: u64) -> Red
     redis::cmd("FLOCK.ACQUIRE").arg(key).arg(owner).arg(lease_ms).query(c)
 }
 
-pub fn acquire_wait(c: &mut Connection, key: &str, owner: &str, lease_ms: u64, wait_ms: u64) -> RedisResult<Option<i64>> {
+pub fn acquire_wait(
+    c: &mut Connection,
+    key: &str,
+    owner: &str,
+    lease_ms: u64,
+    wait_ms: u64,
+) -> RedisResult<Option<i64>> {
     redis::cmd("FLOCK.ACQUIRE").arg(key).arg(owner).arg(lease_ms).arg("WAIT").arg(wait_ms).query(c)
 }
 
@@ -162,9 +173,14 @@ pub fn info(c: &mut Connection, key: &str) -> Option<Vec<(String, Value)>> {
     match v {
         Value::Nil => None,
         Value::Array(items) => Some(
-            items.chunks(2).map(|p| (redis::from_redis_value::<String>(&p[0]).expect("field name"), p[1].clone())).collect(),
+            items
+                .chunks(2)
+                .map(|p| (redis::from_redis_value::<String>(&p[0]).expect("field name"), p[1].clone()))
+                .collect(),
         ),
-        Value::Map(pairs) => Some(pairs.into_iter().map(|(k, v)| (redis::from_redis_value::<String>(&k).expect("field name"), v)).collect()),
+        Value::Map(pairs) => Some(
+            pairs.into_iter().map(|(k, v)| (redis::from_redis_value::<String>(&k).expect("field name"), v)).collect(),
+        ),
         other => panic!("unexpected FLOCK.INFO reply {other:?}"),
     }
 }
@@ -230,8 +246,13 @@ impl Server {
                 Some(p) if attempt == 0 => p,
                 _ => free_port(),
             };
-            let mut cmd = Command::new("redis-server");
-            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            // `FLOCK_REDIS_WRAPPER="valgrind ..."` runs the server under that
+            // command (`make leakcheck`); unset, redis-server runs as it is.
+            let wrapper = std::env::var("FLOCK_REDIS_WRAPPER").unwrap_or_default();
+            let mut program = wrapper.split_whitespace().chain(["redis-server"]);
+            let mut cmd = Command::new(program.next().expect("a program"));
+            cmd.args(program)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
                 .arg("--dir")
                 .arg(&dir.0)
                 .arg("--loadmodule")

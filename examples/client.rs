@@ -1,0 +1,78 @@
+//! The Rust client API (`redis_flock::client`, feature `client`) against a
+//! running server with FLOCK loaded (`make run`):
+//!
+//! ```text
+//! cargo run --release --features client --example client -- redis://127.0.0.1:6379/
+//! ```
+//!
+//! It takes a lock, lets a second thread queue for it, keeps a short lease
+//! alive with the watchdog, hands the lock over on release, and shows how a
+//! holder learns that it lost the lock. `tests/examples.rs` runs it too.
+#![allow(dead_code)]
+
+use std::thread;
+use std::time::Duration;
+
+use redis::RedisResult;
+use redis_flock::client::{LeaseLost, Lock};
+
+const KEY: &str = "example:orders";
+
+fn main() {
+    let url = std::env::args().nth(1).unwrap_or_else(|| "redis://127.0.0.1:6379/".to_string());
+    if let Err(e) = run(&url) {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+pub fn run(url: &str) -> RedisResult<()> {
+    let client = redis::Client::open(url)?;
+    let mut conn = client.get_connection()?;
+    // A short lease, so that the watchdog's renewals matter within a second.
+    let lock = Lock::new(KEY, Duration::from_millis(300));
+
+    let Some(mut guard) = lock.acquire(&mut conn, None)? else {
+        println!("{KEY} is busy (another run still holds it?)");
+        return Ok(());
+    };
+    println!("1. {} holds {KEY} with fencing token {}", guard.owner(), guard.token());
+    let lost = guard.watchdog(&client)?;
+
+    // Another thread (so another owner) queues for the lock, up to 5 s.
+    let waiter = {
+        let (client, lock) = (client.clone(), lock.clone());
+        thread::spawn(move || -> RedisResult<u64> {
+            let mut conn = client.get_connection()?;
+            let guard = lock.acquire(&mut conn, Some(Duration::from_secs(5)))?.expect("handed the lock within 5 s");
+            let token = guard.token();
+            guard.release()?;
+            Ok(token)
+        })
+    };
+
+    // Work for more than three leases: the watchdog keeps the lock.
+    thread::sleep(Duration::from_millis(1000));
+    println!("2. after 1 s (3 leases) the lock is still held: lost = {}", guard.lost());
+
+    // Release: the queued thread is handed the lock with a larger token.
+    let first = guard.token();
+    guard.release()?;
+    assert!(lost.recv().is_err(), "a released guard reports no loss");
+    let second = waiter.join().expect("waiter thread")?;
+    println!("3. released; the waiting thread was handed the lock with token {second} (> {first})");
+
+    // Lease loss: an administrator takes the lock away; the watchdog's next
+    // RENEW gets NOTOWNER and the holder hears of it.
+    let mut guard = lock.acquire(&mut conn, None)?.expect("free again");
+    let lost = guard.watchdog(&client)?;
+    redis::cmd("FLOCK.FORCERELEASE").arg(KEY).query::<i64>(&mut client.get_connection()?)?;
+    let reason = lost.recv_timeout(Duration::from_secs(2)).ok();
+    println!("4. after FLOCK.FORCERELEASE the watchdog reports {reason:?}; lost = {}", guard.lost());
+    assert_eq!(reason, Some(LeaseLost::NotOwner));
+    // Its release now fails with NOTOWNER: the lock is not ours any more.
+    if let Err(e) = guard.release() {
+        println!("5. release after the loss: {e}");
+    }
+    Ok(())
+}

@@ -1,0 +1,312 @@
+//! A small blocking client for FLOCK on the `redis` crate (feature `client`).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_flock::client::Lock;
+//!
+//! # fn main() -> redis::RedisResult<()> {
+//! let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+//! let mut conn = client.get_connection()?;
+//! let lock = Lock::new("orders:42", Duration::from_secs(10));
+//! // Queue for up to 5 s; `None` would only try.
+//! if let Some(mut guard) = lock.acquire(&mut conn, Some(Duration::from_secs(5)))? {
+//!     let lost = guard.watchdog(&client)?; // renews every lease / 3 on its own connection
+//!     // ... work, handing guard.token() to the protected resource;
+//!     // stop when guard.lost() is true or `lost` receives a message ...
+//!     guard.release()?; // or let it drop
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The owner is `<process id>:<thread id>`, the process id a random UUID made
+//! once per process: the same thread acquiring the same lock again reenters
+//! it (one more hold, same token), another thread or process queues.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use redis::{Client, Cmd, Connection, ConnectionLike, RedisResult};
+
+use crate::args::MAX_MS;
+
+/// As `wait`: queue without a time limit (`WAIT 0` on the server).
+pub const FOREVER: Duration = Duration::MAX;
+
+/// A named lock and the lease each grant gets.
+#[derive(Clone, Debug)]
+pub struct Lock {
+    key: String,
+    lease: Duration,
+    owner: Option<String>,
+}
+
+impl Lock {
+    /// The lock under `key`; each grant lasts `lease` (at least 1 ms) unless
+    /// renewed.
+    pub fn new(key: impl Into<String>, lease: Duration) -> Lock {
+        Lock { key: key.into(), lease, owner: None }
+    }
+
+    /// Acquires as `owner` instead of `<process id>:<thread id>`.
+    pub fn with_owner(mut self, owner: impl Into<String>) -> Lock {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The owner name the calling thread acquires as.
+    pub fn owner(&self) -> String {
+        self.owner.clone().unwrap_or_else(thread_owner)
+    }
+
+    /// `FLOCK.ACQUIRE`. `wait`: `None` (or zero) tries once and never queues;
+    /// `Some(d)` queues and blocks up to `d` (rounded up to whole
+    /// milliseconds; [`FOREVER`] or more than 2^40 ms has no limit). `None`
+    /// when the lock is busy or the wait timed out. Keep any read timeout of
+    /// `conn` longer than `wait`.
+    pub fn acquire<C: ConnectionLike>(&self, mut conn: C, wait: Option<Duration>) -> RedisResult<Option<Guard<C>>> {
+        let owner = self.owner();
+        let lease_ms = millis(self.lease);
+        let mut cmd = redis::cmd("FLOCK.ACQUIRE");
+        cmd.arg(&self.key).arg(&owner).arg(lease_ms);
+        if let Some(wait) = wait.filter(|w| !w.is_zero()) {
+            let ms = millis(wait);
+            cmd.arg("WAIT").arg(if ms > MAX_MS { 0 } else { ms });
+        }
+        let Some(token) = cmd.query::<Option<u64>>(&mut conn)? else { return Ok(None) };
+        Ok(Some(Guard {
+            conn,
+            key: self.key.clone(),
+            owner,
+            token,
+            lease_ms,
+            lost: Arc::new(AtomicBool::new(false)),
+            watchdog: None,
+            released: false,
+        }))
+    }
+}
+
+/// Why a watchdog gave up a lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseLost {
+    /// `FLOCK.RENEW` answered `NOTOWNER`: the lease ran out or an
+    /// administrator force-released the lock; another owner may hold it now.
+    NotOwner,
+    /// No renewal got through for a whole lease (server unreachable): the
+    /// lock must be presumed lost.
+    Unconfirmed,
+}
+
+/// One hold of a lock: released (one hold) when dropped. Errors on drop are
+/// ignored; call [`Guard::release`] to see them.
+pub struct Guard<C: ConnectionLike> {
+    conn: C,
+    key: String,
+    owner: String,
+    token: u64,
+    lease_ms: u64,
+    lost: Arc<AtomicBool>,
+    watchdog: Option<Watchdog>,
+    released: bool,
+}
+
+impl<C: ConnectionLike> Guard<C> {
+    /// The fencing token of this grant: give it to the resource you protect.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The connection the lock was acquired on, for work in between.
+    pub fn conn(&mut self) -> &mut C {
+        &mut self.conn
+    }
+
+    /// True once a renewal (the watchdog's or [`Guard::renew`]) found the
+    /// lock lost: stop acting on the protected resource.
+    pub fn lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    /// `FLOCK.RENEW` by hand: a fresh lease from now. A `NOTOWNER` error
+    /// also marks the guard lost.
+    pub fn renew(&mut self) -> RedisResult<u64> {
+        renew_cmd(&self.key, &self.owner, self.lease_ms).query(&mut self.conn).inspect_err(|e| {
+            if is_notowner(e) {
+                self.lost.store(true, Ordering::SeqCst);
+            }
+        })
+    }
+
+    /// Starts a thread that renews the lease every third of it on its own
+    /// connection from `client`, until the guard is released or dropped.
+    /// The receiver gets one [`LeaseLost`] if the lock is lost (then the
+    /// watchdog stops); it disconnects without a message when the guard is
+    /// released. A watchdog already running is replaced.
+    pub fn watchdog(&mut self, client: &Client) -> RedisResult<Receiver<LeaseLost>> {
+        self.stop_watchdog();
+        let period = Duration::from_millis((self.lease_ms / 3).max(1));
+        let io_timeout = period.max(Duration::from_millis(50));
+        let conn = connect(client, io_timeout)?;
+        let (stop, stopped) = mpsc::channel();
+        let (report, lost_rx) = mpsc::channel();
+        let renewal = Renewal {
+            client: client.clone(),
+            conn: Some(conn),
+            cmd: renew_cmd(&self.key, &self.owner, self.lease_ms),
+            period,
+            io_timeout,
+            lease: Duration::from_millis(self.lease_ms),
+            lost: Arc::clone(&self.lost),
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("flock-watchdog {}", self.key))
+            .spawn(move || renewal.run(&stopped, &report))?;
+        self.watchdog = Some(Watchdog { stop, thread });
+        Ok(lost_rx)
+    }
+
+    /// Releases this hold; returns the holds left (`0`: the lock is free
+    /// or handed to the next waiter). `NOTOWNER` if it was lost meanwhile.
+    pub fn release(mut self) -> RedisResult<u64> {
+        self.release_once()
+    }
+
+    fn stop_watchdog(&mut self) {
+        if let Some(watchdog) = self.watchdog.take() {
+            // Dropping the sender wakes the thread, which then ends.
+            drop(watchdog.stop);
+            let _ = watchdog.thread.join();
+        }
+    }
+
+    fn release_once(&mut self) -> RedisResult<u64> {
+        self.stop_watchdog();
+        self.released = true;
+        redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner).query(&mut self.conn)
+    }
+}
+
+impl<C: ConnectionLike> Drop for Guard<C> {
+    fn drop(&mut self) {
+        if !self.released {
+            let _ = self.release_once();
+        }
+    }
+}
+
+impl<C: ConnectionLike> std::fmt::Debug for Guard<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("key", &self.key)
+            .field("owner", &self.owner)
+            .field("token", &self.token)
+            .field("lost", &self.lost())
+            .finish()
+    }
+}
+
+struct Watchdog {
+    /// Dropped to stop the thread.
+    stop: Sender<()>,
+    thread: JoinHandle<()>,
+}
+
+/// The watchdog thread's state.
+struct Renewal {
+    client: Client,
+    conn: Option<Connection>,
+    cmd: Cmd,
+    period: Duration,
+    io_timeout: Duration,
+    lease: Duration,
+    lost: Arc<AtomicBool>,
+}
+
+impl Renewal {
+    fn run(mut self, stopped: &Receiver<()>, report: &Sender<LeaseLost>) {
+        let mut confirmed = Instant::now();
+        while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(self.period) {
+            let sent = Instant::now();
+            let reason = match self.renew() {
+                Ok(()) => {
+                    confirmed = sent;
+                    continue;
+                }
+                Err(e) if is_notowner(&e) => LeaseLost::NotOwner,
+                Err(_) if confirmed.elapsed() >= self.lease => LeaseLost::Unconfirmed,
+                Err(_) => continue,
+            };
+            self.lost.store(true, Ordering::SeqCst);
+            let _ = report.send(reason);
+            return;
+        }
+    }
+
+    /// One RENEW, reconnecting first if the last attempt broke the link.
+    fn renew(&mut self) -> RedisResult<()> {
+        let conn = match &mut self.conn {
+            Some(conn) => conn,
+            None => self.conn.insert(connect(&self.client, self.io_timeout)?),
+        };
+        let result = self.cmd.query::<u64>(conn).map(drop);
+        if result.as_ref().is_err_and(|e| e.is_io_error() || e.is_unrecoverable_error() || e.is_timeout()) {
+            self.conn = None;
+        }
+        result
+    }
+}
+
+/// A connection whose every step gives up after `timeout`, so that a hung
+/// server cannot hold the watchdog past its stop.
+fn connect(client: &Client, timeout: Duration) -> RedisResult<Connection> {
+    let conn = client.get_connection_with_timeout(timeout)?;
+    conn.set_read_timeout(Some(timeout))?;
+    conn.set_write_timeout(Some(timeout))?;
+    Ok(conn)
+}
+
+fn renew_cmd(key: &str, owner: &str, lease_ms: u64) -> Cmd {
+    let mut cmd = redis::cmd("FLOCK.RENEW");
+    cmd.arg(key).arg(owner).arg(lease_ms);
+    cmd
+}
+
+fn is_notowner(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOTOWNER")
+}
+
+/// Whole milliseconds, rounded up, at least 1.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX).max(1)
+}
+
+/// `<random UUID of this process>:<thread id>`.
+fn thread_owner() -> String {
+    static PROCESS: OnceLock<String> = OnceLock::new();
+    let process = PROCESS.get_or_init(|| {
+        let mut b: [u8; 16] = rand::random();
+        b[6] = (b[6] & 0x0f) | 0x40; // version 4
+        b[8] = (b[8] & 0x3f) | 0x80; // RFC 4122 variant
+        let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+        format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+    });
+    let thread = format!("{:?}", std::thread::current().id());
+    let thread = thread.trim_start_matches("ThreadId(").trim_end_matches(')');
+    format!("{process}:{thread}")
+}

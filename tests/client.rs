@@ -1,0 +1,171 @@
+//! The Rust client API (`redis_flock::client`, feature `client`) against a
+//! real server: tokens, release on drop, waiting, the watchdog and lease loss.
+
+mod common;
+use common::*;
+
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::{Duration, Instant};
+
+use redis_flock::client::{Guard, LeaseLost, Lock, FOREVER};
+
+const MS: Duration = Duration::from_millis(1);
+
+fn client(s: &Server) -> redis::Client {
+    redis::Client::open(s.url()).expect("client")
+}
+
+/// A fresh hold of lock `L` with `lease`, on a connection of its own.
+fn hold(s: &Server, lease: Duration) -> Guard<Connection> {
+    Lock::new("L", lease).acquire(s.conn(), None).unwrap().expect("granted")
+}
+
+fn token_of(c: &mut Connection, key: &str) -> Option<u64> {
+    info_field(c, key, "token").map(|v| redis::from_redis_value(&v).expect("token"))
+}
+
+#[test]
+fn guard_carries_the_token_and_owner_and_reenters_on_the_same_thread() {
+    let s = Server::start();
+    let (mut c, mut admin) = (s.conn(), s.conn());
+    let lock = Lock::new("L", 10 * SECOND);
+    let owner = lock.owner();
+    let (process, thread) = owner.rsplit_once(':').expect("owner is <uuid>:<thread>");
+    assert_eq!(process.len(), 36, "uuid-shaped process id in {owner}");
+    assert!(thread.parse::<u64>().is_ok(), "thread id in {owner}");
+
+    let guard = lock.acquire(&mut c, None).unwrap().expect("free lock granted");
+    assert_eq!(Some(guard.token()), token_of(&mut admin, "L"));
+    assert_eq!(owner_of(&mut admin, "L").as_deref(), Some(owner.as_str()));
+    assert_eq!(guard.owner(), owner);
+
+    // Same thread, another connection: a second hold with the same token.
+    let mut c2 = s.conn();
+    let again = lock.acquire(&mut c2, None).unwrap().expect("reentered");
+    assert_eq!(again.token(), guard.token());
+    assert_eq!(info_field(&mut admin, "L", "holds"), Some(Value::Int(2)));
+
+    // Another thread is another owner: a try gets nothing.
+    let other = std::thread::scope(|t| t.spawn(|| lock.owner()).join().unwrap());
+    assert_ne!(other, owner);
+    assert!(lock.clone().with_owner(other).acquire(s.conn(), None).unwrap().is_none());
+
+    assert_eq!(again.release().unwrap(), 1);
+    assert_eq!(guard.release().unwrap(), 0);
+    assert!(info(&mut admin, "L").is_none());
+}
+
+#[test]
+fn dropping_the_guard_releases_the_hold() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    {
+        let mut guard = hold(&s, 10 * SECOND);
+        // The guard's connection stays usable for work.
+        let pong: String = redis::cmd("PING").query(guard.conn()).unwrap();
+        assert_eq!(pong, "PONG");
+        assert!(owner_of(&mut admin, "L").is_some());
+    }
+    assert!(info(&mut admin, "L").is_none(), "dropped guard released the lock");
+    assert_eq!(s.stat("releases"), 1);
+}
+
+#[test]
+fn waiting_acquire_is_handed_the_lock_or_times_out() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let lock = Lock::new("L", 10 * SECOND);
+    let holder = lock.acquire(s.conn(), None).unwrap().expect("granted");
+
+    // Busy: a try is None at once; a bounded wait is None after its time.
+    let other = lock.clone().with_owner("other");
+    assert!(other.acquire(s.conn(), None).unwrap().is_none());
+    let started = Instant::now();
+    assert!(other.acquire(s.conn(), Some(100 * MS)).unwrap().is_none());
+    assert!(started.elapsed() >= 100 * MS);
+
+    // Waiting without limit: handed the lock when the holder lets go.
+    let waiter = {
+        let (other, mut c) = (other.clone(), s.conn());
+        std::thread::spawn(move || other.acquire(&mut c, Some(FOREVER)).unwrap().map(|g| g.token()))
+    };
+    wait_queue(&mut admin, "L", &["other"]);
+    let first = holder.token();
+    drop(holder);
+    let second = waiter.join().unwrap().expect("handed the lock");
+    assert!(second > first, "hand-off token {second} > {first}");
+    assert!(info(&mut admin, "L").is_none(), "the waiter's guard was dropped in its thread");
+}
+
+#[test]
+fn watchdog_keeps_a_short_lease_alive_and_stops_on_release() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let lease = 300 * MS;
+    let mut guard = hold(&s, lease);
+    let lost = guard.watchdog(&client(&s)).unwrap();
+    let token = guard.token();
+
+    // Five lease periods: without renewals it would have expired four times.
+    let started = Instant::now();
+    while started.elapsed() < 5 * lease {
+        assert_eq!(token_of(&mut admin, "L"), Some(token), "still held after {:?}", started.elapsed());
+        std::thread::sleep(20 * MS);
+    }
+    assert!(!guard.lost());
+    assert_eq!(s.stat("lease_expiries"), 0);
+    assert_eq!(lost.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty));
+
+    // Released: the watchdog ends without reporting a loss, and renews no
+    // more (another owner's lease runs out on time).
+    assert_eq!(guard.release().unwrap(), 0);
+    assert_eq!(lost.recv_timeout(SECOND), Err(RecvTimeoutError::Disconnected));
+    let mut c = s.conn();
+    acquire(&mut c, "L", "next", 200).unwrap().expect("free after release");
+    wait_until("next's lease to run out", 2 * SECOND, || info(&mut admin, "L").is_none());
+}
+
+#[test]
+fn watchdog_reports_lease_loss_after_forcerelease() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let mut guard = hold(&s, 300 * MS);
+    let lost = guard.watchdog(&client(&s)).unwrap();
+    // A waiter gets the lock the moment it is taken away.
+    let waiter = spawn_waiter(&s, "L", "next", 10_000, 5_000);
+    wait_queue(&mut admin, "L", &["next"]);
+
+    assert_eq!(force_release(&mut admin, "L").unwrap(), 1);
+    assert!(waiter.join().unwrap().unwrap().is_some());
+    assert_eq!(lost.recv_timeout(2 * SECOND), Ok(LeaseLost::NotOwner));
+    assert!(guard.lost());
+    // Its release is refused and leaves the new holder alone.
+    let e = guard.release().unwrap_err();
+    assert_eq!(error_code(&e), "NOTOWNER");
+    assert_eq!(owner_of(&mut admin, "L").as_deref(), Some("next"));
+}
+
+#[test]
+fn manual_renew_extends_the_lease_and_detects_loss() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let mut guard = hold(&s, 10 * SECOND);
+    assert_eq!(guard.renew().unwrap(), guard.token());
+    force_release(&mut admin, "L").unwrap();
+    assert_eq!(error_code(&guard.renew().unwrap_err()), "NOTOWNER");
+    assert!(guard.lost());
+}
+
+#[test]
+fn watchdog_reports_an_unreachable_server_after_one_lease() {
+    let mut s = Server::start();
+    let lease = 300 * MS;
+    let mut guard = hold(&s, lease);
+    let lost = guard.watchdog(&client(&s)).unwrap();
+    let stopped = Instant::now();
+    s.stop(Stop::Kill);
+    assert_eq!(lost.recv_timeout(5 * SECOND), Ok(LeaseLost::Unconfirmed));
+    assert!(stopped.elapsed() >= lease - lease / 3, "reported only after about one lease: {:?}", stopped.elapsed());
+    assert!(guard.lost());
+    // Dropping the guard with the server gone does not panic.
+}
