@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MODULE := target/release/libredis_flock.so
 
-.PHONY: deps build run test clean example-cli example-python example-rust
+.PHONY: deps build run test leakcheck bench clean example-cli example-python example-rust
 
 # Installs redis-server, redis-cli and libclang (bindgen) when missing.
 deps:
@@ -32,6 +32,22 @@ run: build
 # client API's tests and examples.
 test: build
 	cargo test --release --features client -- --test-threads=2
+
+# redis-server under valgrind memcheck with the module: a self-test (a probe
+# module that leaks on purpose must be caught), then the randomized, memory
+# and hostile tests at small scale. Fails on any invalid access or on a
+# definite leak in the module. About 1.5 minutes on 2 cores; not part of
+# `make test`. Logs in target/leakcheck. See scripts/leakcheck.sh.
+leakcheck: build
+	@command -v valgrind >/dev/null || { $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y valgrind; }
+	scripts/leakcheck.sh
+
+# FLOCK side by side with the setnx, listpoll and redisson recipes, on a
+# redis-server of its own: tables on stdout; CSV, the tables and an SVG chart
+# in target/bench. About 7 minutes on 2 cores; `make bench ARGS=--quick` is
+# under one, `ARGS=--help` lists the options. See README.md, "Benchmark".
+bench: build
+	cargo run --release --features bench --bin flock-bench -- $(ARGS)
 
 # The examples, against a running server (start one with `make run`):
 #   make example-cli example-python example-rust [REDIS_URL=redis://host:port]

@@ -386,3 +386,470 @@ proptest! {
         }
     }
 }
+
+// --- Multi-key model test -------------------------------------------------
+//
+// Several locks share one `TokenSource`, as in the module. The test plays
+// the Redis layer's part (lease timers, WAIT timeouts, closed connections,
+// SESSION bindings, undelivered grants) with plain bookkeeping and checks
+// every answer of the core against a reference model after every step.
+
+mod multi {
+    use super::*;
+
+    const KEYS: usize = 3;
+    const CONNS: usize = 5;
+    const OWNERS: [&[u8]; 5] = [b"o0", b"o1", b"o2", b"o3", b"o4"];
+    const MAX_LEASE: u64 = 200;
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Wait { Try, Timeout, Forever }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Acquire { conn: usize, owner: usize, key: usize, lease: u64, session: bool, wait: Wait },
+        Release { conn: usize, owner: usize, key: usize },
+        /// Release by whoever holds `key` now (random owners mostly get NOTOWNER).
+        ReleaseHeld { conn: usize, key: usize },
+        Renew { conn: usize, owner: usize, key: usize, lease: u64 },
+        RenewHeld { conn: usize, key: usize, lease: u64 },
+        ForceRelease { conn: usize, key: usize },
+        /// Time passes and due lease timers fire.
+        Advance(u64),
+        /// The WAIT timeout of the i-th queued waiter that has one fires.
+        Timeout(usize),
+        /// The i-th pending grant reply reaches its client.
+        Deliver(usize),
+        /// The connection closes (its slot is reused by a new client id).
+        Disconnect(usize),
+        /// The i-th connection with a pending grant reply closes.
+        DisconnectGranted(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let (conn, owner, key, lease) = (0..CONNS, 0..OWNERS.len(), 0..KEYS, 1..MAX_LEASE);
+        let wait = prop_oneof![Just(Wait::Try), Just(Wait::Timeout), Just(Wait::Forever)];
+        prop_oneof![
+            6 => (conn.clone(), owner.clone(), key.clone(), lease.clone(), any::<bool>(), wait).prop_map(
+                |(conn, owner, key, lease, session, wait)| Op::Acquire { conn, owner, key, lease, session, wait }),
+            2 => (conn.clone(), owner.clone(), key.clone()).prop_map(|(conn, owner, key)| Op::Release { conn, owner, key }),
+            4 => (conn.clone(), key.clone()).prop_map(|(conn, key)| Op::ReleaseHeld { conn, key }),
+            1 => (conn.clone(), owner, key.clone(), lease.clone())
+                .prop_map(|(conn, owner, key, lease)| Op::Renew { conn, owner, key, lease }),
+            1 => (conn.clone(), key.clone(), lease).prop_map(|(conn, key, lease)| Op::RenewHeld { conn, key, lease }),
+            1 => (conn.clone(), key).prop_map(|(conn, key)| Op::ForceRelease { conn, key }),
+            3 => (0u64..40).prop_map(Op::Advance),
+            2 => any::<usize>().prop_map(Op::Timeout),
+            1 => any::<usize>().prop_map(Op::Deliver),
+            1 => conn.prop_map(Op::Disconnect),
+            1 => any::<usize>().prop_map(Op::DisconnectGranted),
+        ]
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    struct Held { owner: usize, holds: u64, token: u64, deadline: u64, session: Option<u64> }
+
+    #[derive(Debug, Clone, Copy)]
+    struct Queued { owner: usize, conn: usize, lease: u64, session: bool, timeout: bool, payload: u32, id: WaiterId }
+
+    #[derive(Default)]
+    struct Key { holder: Option<Held>, queue: VecDeque<Queued>, last_token: u64 }
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Conn {
+        Idle,
+        /// Blocked in ACQUIRE ... WAIT: it can send nothing else.
+        Waiting(u32),
+        /// Granted, the reply not yet written: still blocked.
+        Granted { key: usize, token: u64, id: WaiterId },
+    }
+
+    /// How holders and waiters left, as `INFO flock` counts them.
+    #[derive(Debug, Default)]
+    struct Counts {
+        grants: u64, releases: u64, expiries: u64, forced: u64, sessions: u64, undelivered: u64,
+        enqueued: u64, granted_waiters: u64, timeouts: u64, disconnects: u64,
+    }
+
+    struct World {
+        now: u64,
+        locks: Vec<Lock<u32>>,
+        tokens: TokenSource,
+        keys: Vec<Key>,
+        conns: [Conn; CONNS],
+        /// The client id of the connection in each slot.
+        client: [u64; CONNS],
+        fate: HashMap<u32, Fate>,
+        next_payload: u32,
+        last_token: u64,
+        counts: Counts,
+    }
+
+    /// What the model says an acquire must answer.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Expect { Reentered(u64), AlreadyQueued, Busy, Granted }
+
+    impl World {
+        fn new() -> Self {
+            World {
+                now: 1,
+                locks: (0..KEYS).map(|_| Lock::default()).collect(),
+                tokens: TokenSource::default(),
+                keys: (0..KEYS).map(|_| Key::default()).collect(),
+                conns: [Conn::Idle; CONNS],
+                client: std::array::from_fn(|i| i as u64 + 1),
+                fate: HashMap::new(),
+                next_payload: 0,
+                last_token: 0,
+                counts: Counts::default(),
+            }
+        }
+
+        fn new_holder(&mut self, key: usize, owner: usize, token: u64, lease: u64, session: Option<u64>)
+            -> Result<(), TestCaseError> {
+            let k = &mut self.keys[key];
+            prop_assert!(token > k.last_token, "key {}: token {} after {}", key, token, k.last_token);
+            prop_assert!(token > self.last_token, "shared source: token {} after {}", token, self.last_token);
+            (k.last_token, self.last_token) = (token, token);
+            prop_assert!(k.holder.is_none(), "key {}: granted over holder {:?}", key, k.holder);
+            k.holder = Some(Held { owner, holds: 1, token, deadline: self.now + lease, session });
+            self.counts.grants += 1;
+            Ok(())
+        }
+
+        /// The holder of `key` is gone: the head of its queue, and only it,
+        /// must have been granted.
+        fn hand_off(&mut self, key: usize, grant: Option<Grant<u32>>) -> Result<(), TestCaseError> {
+            self.keys[key].holder = None;
+            match (self.keys[key].queue.pop_front(), grant) {
+                (None, None) => Ok(()),
+                (Some(w), Some(g)) => {
+                    prop_assert_eq!(g.payload, w.payload, "key {}: grants follow FIFO order", key);
+                    prop_assert_eq!(self.fate.insert(w.payload, Fate::Granted), Some(Fate::Queued), "granted twice");
+                    prop_assert_eq!(self.conns[w.conn], Conn::Waiting(w.payload));
+                    self.conns[w.conn] = Conn::Granted { key, token: g.token, id: w.id };
+                    self.counts.granted_waiters += 1;
+                    let session = w.session.then_some(self.client[w.conn]);
+                    self.new_holder(key, w.owner, g.token, w.lease, session)
+                }
+                (w, g) => Err(TestCaseError::fail(format!("key {key}: head {w:?}, grant {:?}", g.map(|g| g.payload)))),
+            }
+        }
+
+        /// What every command on `key` does first (`engine::update`), and
+        /// what its lease timer does: end a lease that has run out.
+        fn expire(&mut self, key: usize) -> Result<(), TestCaseError> {
+            let holder = self.keys[key].holder;
+            match self.locks[key].expire_due(self.now, &mut self.tokens) {
+                Some((old, grant)) => {
+                    let due = holder.is_some_and(|h| h.deadline <= self.now && h.token == old.token);
+                    prop_assert!(due, "key {}: expired {:?}, model holder {:?}", key, old, holder);
+                    self.counts.expiries += 1;
+                    self.hand_off(key, grant)
+                }
+                None => {
+                    prop_assert!(holder.is_none_or(|h| h.deadline > self.now), "key {}: {:?} not expired", key, holder);
+                    Ok(())
+                }
+            }
+        }
+
+        /// A connection that sends a command has read any pending reply;
+        /// false if it is blocked.
+        fn ready(&mut self, conn: usize) -> Result<bool, TestCaseError> {
+            match self.conns[conn] {
+                Conn::Idle => Ok(true),
+                Conn::Waiting(_) => Ok(false),
+                Conn::Granted { .. } => self.deliver(conn).map(|_| true),
+            }
+        }
+
+        fn deliver(&mut self, conn: usize) -> Result<(), TestCaseError> {
+            if let Conn::Granted { key, id, .. } = self.conns[conn] {
+                // A stale handle (its timer or disconnect firing late) never
+                // removes a later waiter.
+                prop_assert!(self.locks[key].remove_waiter(id).is_none(), "stale handle removed a waiter");
+                self.conns[conn] = Conn::Idle;
+            }
+            Ok(())
+        }
+
+        fn expected_acquire(&self, key: usize, owner: usize) -> Expect {
+            let k = &self.keys[key];
+            match k.holder {
+                Some(h) if h.owner == owner => Expect::Reentered(h.token),
+                _ if k.queue.iter().any(|w| w.owner == owner) => Expect::AlreadyQueued,
+                Some(_) => Expect::Busy,
+                None if !k.queue.is_empty() => Expect::Busy,
+                None => Expect::Granted,
+            }
+        }
+
+        fn acquire(&mut self, conn: usize, owner: usize, key: usize, lease: u64, session: bool, wait: Wait)
+            -> Result<(), TestCaseError> {
+            self.expire(key)?;
+            let session = session.then_some(self.client[conn]);
+            let req = Request { owner: OWNERS[owner], lease_ms: lease, session };
+            let expect = self.expected_acquire(key, owner);
+            let got = self.locks[key].acquire(&req, self.now, &mut self.tokens);
+            match (expect, got) {
+                (Expect::Reentered(t), Ok(Acquired::Reentered(token))) => {
+                    prop_assert_eq!(token, t);
+                    let h = self.keys[key].holder.as_mut().unwrap();
+                    h.holds += 1;
+                    h.deadline = self.now + lease;
+                    if session.is_some() {
+                        h.session = session;
+                    }
+                }
+                (Expect::AlreadyQueued, Err(LockError::AlreadyQueued)) => {}
+                (Expect::Busy, Ok(Acquired::Busy)) if wait == Wait::Try => {}
+                (Expect::Busy, Ok(Acquired::Busy)) => {
+                    let payload = self.next_payload;
+                    self.next_payload += 1;
+                    let id = self.locks[key].enqueue(&req, payload);
+                    prop_assert!(id.is_ok(), "enqueue after Busy: {:?}", id.err());
+                    let timeout = wait == Wait::Timeout;
+                    let w = Queued { owner, conn, lease, session: session.is_some(), timeout, payload, id: id.unwrap() };
+                    self.keys[key].queue.push_back(w);
+                    self.fate.insert(payload, Fate::Queued);
+                    self.conns[conn] = Conn::Waiting(payload);
+                    self.counts.enqueued += 1;
+                }
+                (Expect::Granted, Ok(Acquired::Granted(token))) => self.new_holder(key, owner, token, lease, session)?,
+                (expect, got) => prop_assert!(false, "acquire {} by {} on {}: expected {:?}, got {:?}", key, owner, conn, expect, got),
+            }
+            Ok(())
+        }
+
+        fn release(&mut self, owner: usize, key: usize) -> Result<(), TestCaseError> {
+            self.expire(key)?;
+            let holder = self.keys[key].holder.filter(|h| h.owner == owner);
+            match (self.locks[key].release(OWNERS[owner], self.now, &mut self.tokens), holder) {
+                (Ok((left, None)), Some(h)) if h.holds > 1 => {
+                    prop_assert_eq!(left, h.holds - 1);
+                    self.keys[key].holder.as_mut().unwrap().holds -= 1;
+                }
+                (Ok((0, grant)), Some(h)) if h.holds == 1 => {
+                    self.counts.releases += 1;
+                    self.hand_off(key, grant)?;
+                }
+                (Err(LockError::NotOwner), None) => {}
+                (got, h) => prop_assert!(false, "release {} by {}: {:?} with {:?}", key, owner, got.map(|r| r.0), h),
+            }
+            Ok(())
+        }
+
+        fn renew(&mut self, owner: usize, key: usize, lease: u64) -> Result<(), TestCaseError> {
+            self.expire(key)?;
+            let now = self.now;
+            match (self.locks[key].renew(OWNERS[owner], lease, now), self.keys[key].holder.as_mut().filter(|h| h.owner == owner)) {
+                (Ok(token), Some(h)) => {
+                    prop_assert_eq!(token, h.token);
+                    h.deadline = now + lease;
+                }
+                (Err(LockError::NotOwner), None) => {}
+                (got, h) => prop_assert!(false, "renew {} by {}: {:?} with {:?}", key, owner, got, h),
+            }
+            Ok(())
+        }
+
+        /// Vacates `key` (FORCERELEASE, a closed SESSION, an undelivered
+        /// grant passed on); whether a holder was removed.
+        fn vacate(&mut self, key: usize) -> Result<bool, TestCaseError> {
+            let (old, grant) = self.locks[key].vacate(self.now, &mut self.tokens);
+            prop_assert_eq!(old.as_ref().map(|h| h.token), self.keys[key].holder.map(|h| h.token));
+            self.hand_off(key, grant)?;
+            Ok(old.is_some())
+        }
+
+        fn force_release(&mut self, key: usize) -> Result<(), TestCaseError> {
+            self.expire(key)?;
+            if self.vacate(key)? {
+                self.counts.forced += 1;
+            }
+            Ok(())
+        }
+
+        fn advance(&mut self, ms: u64) -> Result<(), TestCaseError> {
+            self.now += ms;
+            (0..KEYS).try_for_each(|key| self.expire(key))
+        }
+
+        /// Takes a queued waiter out (timeout or disconnect).
+        fn leave(&mut self, key: usize, index: usize) -> Result<usize, TestCaseError> {
+            let w = self.keys[key].queue.remove(index).unwrap();
+            prop_assert_eq!(self.locks[key].remove_waiter(w.id).map(|w| w.payload), Some(w.payload));
+            prop_assert!(self.locks[key].remove_waiter(w.id).is_none(), "a handle works once");
+            prop_assert_eq!(self.fate.insert(w.payload, Fate::Removed), Some(Fate::Queued));
+            prop_assert_eq!(self.conns[w.conn], Conn::Waiting(w.payload));
+            self.conns[w.conn] = Conn::Idle;
+            Ok(w.conn)
+        }
+
+        fn timeout(&mut self, i: usize) -> Result<(), TestCaseError> {
+            let timed: Vec<(usize, usize)> = (0..KEYS)
+                .flat_map(|k| self.keys[k].queue.iter().enumerate().filter(|(_, w)| w.timeout).map(move |(i, _)| (k, i)))
+                .collect();
+            if let Some(&(key, index)) = timed.get(i % timed.len().max(1)) {
+                self.leave(key, index)?;
+                self.counts.timeouts += 1;
+            }
+            Ok(())
+        }
+
+        /// The i-th connection whose grant reply is pending.
+        fn granted_conn(&self, i: usize) -> Option<usize> {
+            let pending: Vec<usize> = (0..CONNS).filter(|&c| matches!(self.conns[c], Conn::Granted { .. })).collect();
+            pending.get(i % pending.len().max(1)).copied()
+        }
+
+        /// The owner holding `key` now (owner 0 if nobody does).
+        fn holder_or_not(&self, key: usize) -> usize {
+            self.keys[key].holder.map_or(0, |h| h.owner)
+        }
+
+        /// As the module does on a closed connection: its waiter leaves, its
+        /// SESSION locks are released, and a grant it never read is passed on.
+        fn disconnect(&mut self, conn: usize) -> Result<(), TestCaseError> {
+            if let Conn::Waiting(payload) = self.conns[conn] {
+                let key = (0..KEYS).find(|&k| self.keys[k].queue.iter().any(|w| w.payload == payload)).unwrap();
+                let index = self.keys[key].queue.iter().position(|w| w.payload == payload).unwrap();
+                self.leave(key, index)?;
+                self.counts.disconnects += 1;
+            }
+            let client = self.client[conn];
+            for key in 0..KEYS {
+                if self.locks[key].holder().is_some_and(|h| h.session == Some(client)) {
+                    self.expire(key)?;
+                }
+                if self.locks[key].holder().is_some_and(|h| h.session == Some(client)) {
+                    prop_assert!(self.vacate(key)?);
+                    self.counts.sessions += 1;
+                }
+            }
+            if let Conn::Granted { key, token, id } = self.conns[conn] {
+                prop_assert!(self.locks[key].remove_waiter(id).is_none(), "stale handle removed a waiter");
+                if self.locks[key].holder().is_some_and(|h| h.token == token) {
+                    prop_assert!(self.vacate(key)?);
+                    self.counts.undelivered += 1;
+                }
+            }
+            self.conns[conn] = Conn::Idle;
+            self.client[conn] += CONNS as u64;
+            Ok(())
+        }
+
+        fn apply(&mut self, op: Op) -> Result<(), TestCaseError> {
+            // A command comes from a connection that is not blocked.
+            let sender = match op {
+                Op::Acquire { conn, .. }
+                | Op::Release { conn, .. }
+                | Op::ReleaseHeld { conn, .. }
+                | Op::Renew { conn, .. }
+                | Op::RenewHeld { conn, .. }
+                | Op::ForceRelease { conn, .. } => Some(conn),
+                _ => None,
+            };
+            if let Some(conn) = sender {
+                if !self.ready(conn)? {
+                    return Ok(());
+                }
+            }
+            match op {
+                Op::Acquire { conn, owner, key, lease, session, wait } => self.acquire(conn, owner, key, lease, session, wait),
+                Op::Release { owner, key, .. } => self.release(owner, key),
+                Op::ReleaseHeld { key, .. } => self.release(self.holder_or_not(key), key),
+                Op::Renew { owner, key, lease, .. } => self.renew(owner, key, lease),
+                Op::RenewHeld { key, lease, .. } => self.renew(self.holder_or_not(key), key, lease),
+                Op::ForceRelease { key, .. } => self.force_release(key),
+                Op::Advance(ms) => self.advance(ms),
+                Op::Timeout(i) => self.timeout(i),
+                Op::Deliver(i) => self.granted_conn(i).map_or(Ok(()), |conn| self.deliver(conn)),
+                Op::Disconnect(conn) => self.disconnect(conn),
+                Op::DisconnectGranted(i) => self.granted_conn(i).map_or(Ok(()), |conn| self.disconnect(conn)),
+            }
+        }
+
+        fn check(&self) -> Result<(), TestCaseError> {
+            let mut queued = 0;
+            for (key, (lock, k)) in self.locks.iter().zip(&self.keys).enumerate() {
+                // At most one holder (the type has room for one), the model's.
+                let held = lock.holder().map(|h| (&*h.owner, h.holds, h.token, h.deadline_ms, h.session));
+                let want = k.holder.map(|h| (OWNERS[h.owner], h.holds, h.token, h.deadline, h.session));
+                prop_assert_eq!(held, want, "key {} holder", key);
+                prop_assert!(lock.holder().is_none_or(|h| h.holds >= 1));
+                let got: Vec<_> = lock.waiters().map(|w| (&*w.owner, w.payload, w.lease_ms, w.session)).collect();
+                let want: Vec<_> = k.queue.iter()
+                    .map(|w| (OWNERS[w.owner], w.payload, w.lease, w.session.then_some(self.client[w.conn])))
+                    .collect();
+                prop_assert_eq!(got, want, "key {} queue", key);
+                prop_assert_eq!(lock.waiter_count(), k.queue.len());
+                prop_assert_eq!(lock.is_idle(), k.holder.is_none() && k.queue.is_empty());
+                // Nobody waits behind itself, and an owner queues once per lock.
+                let mut owners: Vec<usize> = k.queue.iter().map(|w| w.owner).collect();
+                prop_assert!(k.holder.is_none_or(|h| !owners.contains(&h.owner)));
+                owners.sort_unstable();
+                owners.dedup();
+                prop_assert_eq!(owners.len(), k.queue.len());
+                // A queue is never left behind a free lock.
+                prop_assert!(k.holder.is_some() || k.queue.is_empty(), "key {}: waiters behind a free lock", key);
+                queued += k.queue.len();
+            }
+            // Every waiter ever queued is either still queued (exactly once,
+            // its connection blocked on it), granted once, or gone once.
+            let still = self.fate.values().filter(|f| **f == Fate::Queued).count();
+            prop_assert_eq!(still, queued);
+            let blocked = self.conns.iter().filter(|c| matches!(c, Conn::Waiting(_))).count();
+            prop_assert_eq!(blocked, queued);
+            let c = &self.counts;
+            prop_assert_eq!(c.enqueued, c.granted_waiters + c.timeouts + c.disconnects + queued as u64);
+            // INFO flock's sum: every grant ended one way or is still held.
+            let held = self.keys.iter().filter(|k| k.holder.is_some()).count() as u64;
+            prop_assert_eq!(c.grants, c.releases + c.expiries + c.forced + c.sessions + c.undelivered + held, "{:?}", c);
+            Ok(())
+        }
+
+        /// Releases everything: every connection reads its replies, then
+        /// holders release all their holds until no lock is held (waiters
+        /// are granted in turn); or, with `by_expiry`, time runs until every
+        /// lease ran out.
+        fn wind_down(&mut self, by_expiry: bool) -> Result<(), TestCaseError> {
+            for _ in 0..(KEYS * (CONNS + 1) * 2) {
+                for conn in 0..CONNS {
+                    self.deliver(conn)?;
+                }
+                if by_expiry {
+                    self.advance(MAX_LEASE)?;
+                } else {
+                    for key in 0..KEYS {
+                        if let Some(h) = self.keys[key].holder {
+                            // From any connection: the holder's own may be blocked.
+                            (0..h.holds).try_for_each(|_| self.release(h.owner, key))?;
+                        }
+                    }
+                }
+                self.check()?;
+            }
+            for (key, lock) in self.locks.iter().enumerate() {
+                prop_assert!(lock.is_idle(), "key {} not idle after everything was released", key);
+            }
+            prop_assert!(self.fate.values().all(|f| *f != Fate::Queued));
+            prop_assert!(self.conns.iter().all(|c| *c == Conn::Idle));
+            Ok(())
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+        #[test]
+        fn locks_behave_like_their_model(ops in prop::collection::vec(op(), 1..300), by_expiry in any::<bool>()) {
+            let mut w = World::new();
+            for op in ops {
+                w.apply(op)?;
+                w.check()?;
+            }
+            w.wind_down(by_expiry)?;
+        }
+    }
+}

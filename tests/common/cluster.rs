@@ -38,7 +38,8 @@ pub fn parse_nodes(text: &str) -> Vec<NodeLine> {
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             // ip:port@cport[,hostname]
-            let port = f[1].split('@').next().and_then(|a| a.rsplit(':').next()).and_then(|p| p.parse().ok()).unwrap_or(0);
+            let port =
+                f[1].split('@').next().and_then(|a| a.rsplit(':').next()).and_then(|p| p.parse().ok()).unwrap_or(0);
             let slots = f[8..]
                 .iter()
                 .filter(|s| !s.starts_with('['))
@@ -66,7 +67,8 @@ fn free_cluster_port(taken: &HashSet<u16>) -> u16 {
         if taken.contains(&port) || taken.contains(&(port + 10000)) {
             continue;
         }
-        let ok = TcpListener::bind(("127.0.0.1", port)).is_ok() && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok();
+        let ok =
+            TcpListener::bind(("127.0.0.1", port)).is_ok() && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok();
         if ok {
             return port;
         }
@@ -89,7 +91,14 @@ impl Node {
             let dir = tempdir::Dir::new("cluster");
             let child = Command::new("redis-server")
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"])
+                .args([
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                ])
                 .args(["--save", "", "--appendonly", "no"])
                 // Replicas sync at once instead of after the default 5 s delay.
                 .args(["--repl-diskless-sync-delay", "0"])
@@ -235,7 +244,10 @@ impl Cluster {
     /// Index of the master serving `slot`, as node `viewer` sees it.
     pub fn owner_of_slot_seen_by(&self, viewer: usize, slot: u16) -> usize {
         let nodes = self.nodes_seen_by(&self.nodes[viewer]);
-        let line = nodes.iter().find(|l| l.is_master() && l.serves(slot)).unwrap_or_else(|| panic!("no master serves slot {slot}"));
+        let line = nodes
+            .iter()
+            .find(|l| l.is_master() && l.serves(slot))
+            .unwrap_or_else(|| panic!("no master serves slot {slot}"));
         self.index_of_port(line.port)
     }
 
