@@ -178,32 +178,48 @@ fn renew_returns_current_token_and_resets_ttl() {
     assert_eq!(int_field(&mut c, "L", "token"), t);
 }
 
+/// `L` held twice by `a` with a long lease and `w` queued: the state that
+/// refused commands must leave exactly as it was.
+struct Baseline {
+    w: std::thread::JoinHandle<RedisResult<Option<i64>>>,
+    started: Instant,
+    before: Option<Vec<(String, Value)>>,
+    ttl_before: i64,
+}
+
+impl Baseline {
+    fn new(s: &Server, c: &mut Connection) -> Self {
+        acquire(c, "L", "a", 1_000_000).unwrap().unwrap();
+        acquire(c, "L", "a", 1_000_000).unwrap().unwrap();
+        let w = waiter(s, "L", "w", 10_000);
+        wait_queue(c, "L", &["w"]);
+        Baseline { w, started: Instant::now(), before: info_still(c, "L"), ttl_before: ttl_ms(c, "L") }
+    }
+
+    /// The lease only counted down; then `w` gets the lock.
+    fn finish(self, c: &mut Connection) {
+        let (ttl_before, ttl_after) = (self.ttl_before, ttl_ms(c, "L"));
+        let elapsed = self.started.elapsed().as_millis() as i64;
+        assert!(ttl_after <= ttl_before && ttl_before - ttl_after <= elapsed + 2, "lease changed: {ttl_before} -> {ttl_after}");
+        force_release(c, "L").unwrap();
+        granted(self.w, "w");
+    }
+}
+
 #[test]
 fn renew_and_release_by_non_holder_are_notowner_and_change_nothing() {
     let s = Server::start();
     let mut c = s.conn();
-    acquire(&mut c, "L", "a", 1_000_000).unwrap().unwrap();
-    acquire(&mut c, "L", "a", 1_000_000).unwrap().unwrap();
-    let w = waiter(&s, "L", "w", 10_000);
-    wait_queue(&mut c, "L", &["w"]);
-
-    let started = Instant::now();
-    let before = info_still(&mut c, "L");
-    let ttl_before = ttl_ms(&mut c, "L");
+    let base = Baseline::new(&s, &mut c);
     assert_notowner(renew(&mut c, "L", "b", 1_000_000_000), "RENEW by non-holder");
     assert_notowner(renew(&mut c, "L", "b", 1), "RENEW by non-holder");
     assert_notowner(release(&mut c, "L", "b"), "RELEASE by non-holder");
     // A queued owner is not the holder either.
     assert_notowner(renew(&mut c, "L", "w", 1), "RENEW by a queued owner");
     assert_notowner(release(&mut c, "L", "w"), "RELEASE by a queued owner");
-    let ttl_after = ttl_ms(&mut c, "L");
-    let elapsed = started.elapsed().as_millis() as i64;
-    assert_eq!(info_still(&mut c, "L"), before);
-    assert!(ttl_after <= ttl_before && ttl_before - ttl_after <= elapsed + 2, "lease changed: {ttl_before} -> {ttl_after}");
+    assert_eq!(info_still(&mut c, "L"), base.before);
     assert_eq!(dbsize(&mut c), 1);
-
-    force_release(&mut c, "L").unwrap();
-    granted(w, "w");
+    base.finish(&mut c);
 }
 
 #[test]
@@ -628,13 +644,7 @@ fn bad_input_is_an_error_and_changes_nothing() {
     // L: held by `a` twice with a long lease, SESSION off, `w` queued.
     // Any bad command accepted by mistake would show: a hold more or less, a
     // lease reset, a SESSION flag, a new key M.
-    acquire(&mut c, "L", "a", 1_000_000).unwrap().unwrap();
-    acquire(&mut c, "L", "a", 1_000_000).unwrap().unwrap();
-    let w = waiter(&s, "L", "w", 10_000);
-    wait_queue(&mut c, "L", &["w"]);
-    let started = Instant::now();
-    let before = info_still(&mut c, "L");
-    let ttl_before = ttl_ms(&mut c, "L");
+    let base = Baseline::new(&s, &mut c);
 
     let cases = bad_cases();
     let mut failures = Vec::new();
@@ -659,19 +669,14 @@ fn bad_input_is_an_error_and_changes_nothing() {
             if info(&mut c, "M").is_some() {
                 failures.push(format!("{what}: created lock M"));
             }
-            if info_still(&mut c, "L") != before {
+            if info_still(&mut c, "L") != base.before {
                 failures.push(format!("{what}: FLOCK.INFO L changed to {:?}", info_still(&mut c, "L")));
             }
         }
     }
-    let ttl_after = ttl_ms(&mut c, "L");
-    let elapsed = started.elapsed().as_millis() as i64;
     assert!(failures.is_empty(), "{} of {} bad commands misbehaved:\n{}", failures.len(), cases.len() * 2, failures.join("\n"));
-    assert!(ttl_after <= ttl_before && ttl_before - ttl_after <= elapsed + 2, "lease changed: {ttl_before} -> {ttl_after}");
     assert_eq!(holds(&mut c, "L"), 2);
-
-    force_release(&mut c, "L").unwrap();
-    granted(w, "w");
+    base.finish(&mut c);
 }
 
 #[test]

@@ -131,6 +131,16 @@ fn waiters_are_granted_in_queue_order() {
     assert!(!exists(&mut c, "L"));
 }
 
+/// The holder releases: `next` gets the lock in the only hand-off, and
+/// nothing was handed to the waiter that left before.
+fn release_to_next_only(s: &Server, c: &mut Connection, next: JoinHandle<RedisResult<Option<i64>>>) {
+    assert_eq!(release(c, "L", "holder").unwrap(), 0);
+    granted(next, "next");
+    assert_eq!(owner_of(c, "L").as_deref(), Some("next"));
+    assert_eq!(s.stat("handoffs"), 1, "one hand-off, to `next`");
+    assert_eq!(s.stat("undelivered_grants"), 0, "nothing was handed to the waiter that left");
+}
+
 #[test]
 fn dropped_waiter_leaves_the_queue_and_never_gets_the_lock() {
     let s = Server::start();
@@ -150,11 +160,7 @@ fn dropped_waiter_leaves_the_queue_and_never_gets_the_lock() {
     assert_eq!(s.stat("wait_disconnects"), 1);
     assert_eq!(s.stat("waiters"), 1);
 
-    assert_eq!(release(&mut c, "L", "holder").unwrap(), 0);
-    granted(next, "next");
-    assert_eq!(owner_of(&mut c, "L").as_deref(), Some("next"));
-    assert_eq!(s.stat("handoffs"), 1, "one hand-off, to `next`");
-    assert_eq!(s.stat("undelivered_grants"), 0, "nothing was handed to the dropped waiter");
+    release_to_next_only(&s, &mut c, next);
 }
 
 #[test]
@@ -176,11 +182,7 @@ fn killed_waiter_leaves_the_queue_and_never_gets_the_lock() {
     wait_until("the killed waiter leaves the queue", 5 * SECOND, || queue_of(&mut c, "L") == ["next"]);
     assert_eq!(s.stat("wait_disconnects"), 1);
 
-    assert_eq!(release(&mut c, "L", "holder").unwrap(), 0);
-    granted(next, "next");
-    assert_eq!(owner_of(&mut c, "L").as_deref(), Some("next"));
-    assert_eq!(s.stat("handoffs"), 1, "one hand-off, to `next`");
-    assert_eq!(s.stat("undelivered_grants"), 0, "nothing was handed to the killed waiter");
+    release_to_next_only(&s, &mut c, next);
 }
 
 #[test]

@@ -45,6 +45,23 @@ pub mod tempdir {
     }
 }
 
+/// Waits until the server `child` answers PING at `url`; false if it exits
+/// or `timeout` passes first.
+pub fn wait_ready(child: &mut Child, url: &str, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return false;
+        }
+        let conn = redis::Client::open(url).and_then(|c| c.get_connection_with_timeout(Duration::from_secs(5)));
+        if conn.is_ok_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok()) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
 }
@@ -65,19 +82,8 @@ impl Server {
 
     fn wait_ready(&mut self) -> bool {
         let wrapped = std::env::var_os("FLOCK_REDIS_WRAPPER").is_some();
-        let deadline = Instant::now() + Duration::from_secs(if wrapped { 60 } else { 10 });
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return false;
-            }
-            if let Ok(mut c) = self.try_conn() {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return true;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
+        let url = self.url();
+        wait_ready(&mut self.child, &url, Duration::from_secs(if wrapped { 60 } else { 10 }))
     }
 
     pub fn url(&self) -> String {
