@@ -198,19 +198,7 @@ fn grant_to_a_waiter_killed_before_its_reply_passes_to_the_next_waiter() {
     let b = spawn_waiter(&s, "L", "B", 1_000_000, LONG_WAIT_MS);
     wait_queue(&mut holder, "L", &["A", "B"]);
 
-    // One pipeline, so both run in the same event-loop turn: the release
-    // hands the lock to A, and A is gone before its reply can be written.
-    let (left, killed): (i64, i64) = redis::pipe()
-        .cmd("FLOCK.RELEASE")
-        .arg("L")
-        .arg("holder")
-        .cmd("CLIENT")
-        .arg("KILL")
-        .arg("ID")
-        .arg(a_id)
-        .query(&mut holder)
-        .unwrap();
-    assert_eq!((left, killed), (0, 1));
+    release_and_kill(&mut holder, a_id);
 
     let tb = granted(b, "B");
     assert!(tb > t0);
@@ -219,6 +207,22 @@ fn grant_to_a_waiter_killed_before_its_reply_passes_to_the_next_waiter() {
     let mut c = s.conn();
     assert_eq!(owner_of(&mut c, "L").as_deref(), Some("B"));
     assert!(s.stat("undelivered_grants") >= 1);
+}
+
+/// One pipeline, so both run in the same event-loop turn: the release hands
+/// the lock to the first waiter, which is killed before its reply is written.
+fn release_and_kill(holder: &mut Connection, waiter_id: i64) {
+    let (left, killed): (i64, i64) = redis::pipe()
+        .cmd("FLOCK.RELEASE")
+        .arg("L")
+        .arg("holder")
+        .cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(waiter_id)
+        .query(holder)
+        .unwrap();
+    assert_eq!((left, killed), (0, 1));
 }
 
 #[test]
@@ -230,17 +234,7 @@ fn undelivered_grant_without_further_waiters_frees_the_lock() {
     let a_id = client_id(&mut a_conn);
     let a = std::thread::spawn(move || acquire_wait(&mut a_conn, "L", "A", 1_000_000, LONG_WAIT_MS));
     wait_queue(&mut holder, "L", &["A"]);
-    let (left, killed): (i64, i64) = redis::pipe()
-        .cmd("FLOCK.RELEASE")
-        .arg("L")
-        .arg("holder")
-        .cmd("CLIENT")
-        .arg("KILL")
-        .arg("ID")
-        .arg(a_id)
-        .query(&mut holder)
-        .unwrap();
-    assert_eq!((left, killed), (0, 1));
+    release_and_kill(&mut holder, a_id);
     assert!(a.join().expect("A thread").is_err());
     let mut c = s.conn();
     wait_until("the lock nobody received is freed", 5 * SECOND, || !exists(&mut c, "L"));
