@@ -1,0 +1,120 @@
+//! The four ways to lock that are measured, behind one interface so that
+//! every scenario drives them through the same client code: FLOCK, and the
+//! recipes used with plain Redis today, as Lua scripts run by EVALSHA.
+
+mod flock;
+mod listpoll;
+mod redisson;
+mod setnx;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use redis::{Cmd, Pipeline, RedisResult, Script};
+
+use crate::client::Client;
+use crate::runner::Stop;
+use crate::server::Server;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Flock,
+    SetNx,
+    ListPoll,
+    Redisson,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [Kind::Flock, Kind::SetNx, Kind::ListPoll, Kind::Redisson];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Flock => "flock",
+            Kind::SetNx => "setnx",
+            Kind::ListPoll => "listpoll",
+            Kind::Redisson => "redisson",
+        }
+    }
+
+    pub fn parse(name: &str) -> Result<Kind, String> {
+        Kind::ALL.into_iter().find(|k| k.name() == name).ok_or_else(|| format!("unknown method {name:?}"))
+    }
+
+    /// Connections one client holds: redisson waits on a second, pub/sub one.
+    pub fn connections(self) -> usize {
+        match self {
+            Kind::Redisson => 2,
+            _ => 1,
+        }
+    }
+
+    /// The state of one client of this method (its extra connections).
+    pub fn client(self, server: &Server) -> RedisResult<Box<dyn Method>> {
+        Ok(match self {
+            Kind::Flock => Box::new(flock::Flock),
+            Kind::SetNx => Box::new(setnx::SetNx),
+            Kind::ListPoll => Box::new(listpoll::ListPoll),
+            Kind::Redisson => Box::new(redisson::Redisson::new(server)?),
+        })
+    }
+}
+
+/// A lock as a client uses it. Every acquire blocks until granted.
+pub trait Method: Send {
+    /// Waits until `owner` holds `key`; false if the run ended first.
+    fn acquire(&mut self, c: &mut Client, key: &str, owner: &str, lease_ms: u64, stop: &Stop) -> RedisResult<bool>;
+
+    fn release(&mut self, c: &mut Client, key: &str, owner: &str) -> RedisResult<()>;
+
+    /// Adds to `pipe` what takes `key` at once when it is free (bulk loading).
+    fn take_free(&self, pipe: &mut Pipeline, key: &str, owner: &str, lease_ms: u64);
+
+    /// Joins the queue of the held `key` and returns without waiting: what
+    /// one waiter leaves on the server.
+    fn park(&mut self, c: &mut Client, key: &str, owner: &str, lease_ms: u64) -> RedisResult<()>;
+}
+
+/// A Lua script run with EVALSHA; `load_scripts` puts it in the server.
+pub struct Lua {
+    source: &'static str,
+    hash: OnceLock<String>,
+}
+
+impl Lua {
+    const fn new(source: &'static str) -> Lua {
+        Lua { source, hash: OnceLock::new() }
+    }
+
+    /// EVALSHA on `keys`; the caller adds the arguments.
+    fn call(&self, keys: &[&str]) -> Cmd {
+        let hash = self.hash.get_or_init(|| Script::new(self.source).get_hash().to_string());
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(hash).arg(keys.len()).arg(keys);
+        cmd
+    }
+}
+
+static SCRIPTS: [&Lua; 5] =
+    [&setnx::RELEASE, &listpoll::POLL, &listpoll::RELEASE, &redisson::ACQUIRE, &redisson::RELEASE];
+
+/// Loads every baseline's scripts (once per server: FLUSHALL keeps them).
+pub fn load_scripts(c: &mut Client) -> RedisResult<()> {
+    for script in SCRIPTS {
+        c.request(redis::cmd("SCRIPT").arg("LOAD").arg(script.source))?;
+    }
+    Ok(())
+}
+
+/// How a polling waiter waits: `attempt` every `interval` until it takes
+/// the lock (true) or the run ends (false).
+fn poll(stop: &Stop, interval: Duration, mut attempt: impl FnMut() -> RedisResult<bool>) -> RedisResult<bool> {
+    loop {
+        if attempt()? {
+            return Ok(true);
+        }
+        if stop.is_set() {
+            return Ok(false);
+        }
+        std::thread::sleep(interval);
+    }
+}

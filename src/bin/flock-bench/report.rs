@@ -1,0 +1,137 @@
+//! The results as people read them: Markdown tables on stdout (pasted into
+//! the README as they are), and CSV files, the tables and a chart under the
+//! output directory.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use redis::RedisResult;
+
+use crate::config::Config;
+use crate::results::{combine, Sample};
+use crate::scenarios::{expiry, scale};
+use crate::server::{field, info, Server};
+use crate::{chart, targets};
+
+/// Where the numbers were measured.
+pub struct Machine {
+    pub date: String,
+    pub cpu: String,
+    pub cores: usize,
+    pub redis: String,
+}
+
+impl Machine {
+    pub fn describe(server: &Server) -> RedisResult<Machine> {
+        let date = std::process::Command::new("date")
+            .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_else(|_| "unknown date".into());
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu = cpuinfo
+            .lines()
+            .find_map(|l| Some(l.strip_prefix("model name")?.split_once(':')?.1.trim().to_string()))
+            .unwrap_or_else(|| "unknown CPU".into());
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let server_info = info(&mut server.connect()?, "server")?;
+        let redis = field(&server_info, "redis_version").unwrap_or("?").to_string();
+        Ok(Machine { date, cpu, cores, redis })
+    }
+}
+
+/// What each scenario's columns mean, by scenario name prefix.
+fn legend(scenario: &str, config: &Config) -> String {
+    let name = scenario.split_whitespace().next().unwrap_or(scenario);
+    match name {
+        "ping" => "PING round trips: the ceiling for one command per round trip.".into(),
+        "uncontended" => "Each client locks and unlocks a key of its own; acquire latency; \
+             server us/pair: time redis-server spent in commands (INFO commandstats) per pair."
+            .into(),
+        "contended" => "All clients on one key, each holding it for the hold time (busy, as work is; `hold us` is what it took). \
+             handoff: from the release being sent to the next holder seeing its grant. \
+             out of order: grants to a client while one that had joined over 1 ms earlier still waited. \
+             max/min grants: most over fewest grants per client. req/grant: requests sent per grant, release included. \
+             server us/grant: time redis-server spent in commands (INFO commandstats) per grant."
+            .into(),
+        "expiry" => format!(
+            "Holders never release (lease {} ms); each client queues again under a new name. \
+             delay: from a lease's end to the next grant. max req waiting: most requests a waiter sent between joining and its grant.",
+            expiry::LEASE_MS
+        ),
+        _ => format!(
+            "{} idle held locks, then up to {} waiters on one lock (open files permitting). bytes: INFO used_memory before and after, \
+             for waiters with their connections open before and after, once idle buffers have shrunk. A lone client's acquire+release pairs on an empty server \
+             (pair p50 us as it saw them, server us/pair from INFO commandstats) and, in {} rounds alternating with it, on a server \
+             holding the locks or the waiters: server x = the median of the rounds' cost ratios.",
+            config.size.locks, config.size.waiters, scale::PROBE_ROUNDS
+        ),
+    }
+}
+
+fn number(v: f64) -> String {
+    match v {
+        v if v.is_nan() => "-".into(),
+        v if v.is_infinite() => "inf".into(),
+        v if v.abs() >= 100.0 => format!("{v:.0}"),
+        v if v.abs() >= 10.0 => format!("{v:.1}"),
+        v => format!("{v:.2}"),
+    }
+}
+
+fn table(rows: &[&Sample]) -> String {
+    let metrics: Vec<&str> = rows[0].values.iter().map(|(m, _)| m.name).collect();
+    let mut out = format!("| method | clients | {} |\n", metrics.join(" | "));
+    let _ = writeln!(out, "|---|---:|{}", "---:|".repeat(metrics.len()));
+    for row in rows {
+        let cells: Vec<String> = row.values.iter().map(|&(_, v)| number(v)).collect();
+        let _ = writeln!(out, "| {} | {} | {} |", row.method, row.clients, cells.join(" | "));
+    }
+    out
+}
+
+/// The whole report, as Markdown.
+pub fn render(config: &Config, machine: &Machine, samples: &[Sample], elapsed: Duration) -> String {
+    let rows = combine(samples);
+    let mut out = format!(
+        "{} · {} ({} cores) · Redis {} · load generator on the same machine · {} repeat(s) of {:.1} s per run, {:.0} s in all.\n\
+         Cells are medians of the repeats, except `max` columns, out-of-order counts, max/min and request counts: the worst repeat.\n",
+        machine.date, machine.cpu, machine.cores, machine.redis, config.repeats, config.duration.as_secs_f64(), elapsed.as_secs_f64()
+    );
+    let mut scenarios: Vec<&str> = rows.iter().map(|r| r.scenario.as_str()).collect();
+    scenarios.dedup();
+    for scenario in scenarios {
+        let of: Vec<&Sample> = rows.iter().filter(|r| r.scenario == scenario).collect();
+        let _ = write!(out, "\n#### {scenario}\n\n{}\n\n{}", legend(scenario, config), table(&of));
+    }
+    let checks = targets::check(samples, &rows);
+    if !checks.is_empty() {
+        out.push_str("\n#### targets (issue 4)\n\nRatios are medians of per-repeat ratios between methods run back to back.\n\n| target | FLOCK | met |\n|---|---|---|\n");
+        for c in checks {
+            let _ = writeln!(out, "| {} | {} | {} |", c.target, c.measured, if c.met { "yes" } else { "**no**" });
+        }
+    }
+    out
+}
+
+/// Writes every sample and the combined rows as CSV, the report and the chart into `dir`.
+pub fn write_files(dir: &Path, samples: &[Sample], report: &str) -> Result<(), Box<dyn std::error::Error>> {
+    std::fs::create_dir_all(dir)?;
+    let csv = |samples: &[Sample], repeat_column: &str| {
+        let mut out = format!("scenario,method,clients,{repeat_column},metric,value\n");
+        for s in samples {
+            for (metric, value) in &s.values {
+                let _ = writeln!(out, "{},{},{},{},{},{value}", s.scenario, s.method, s.clients, s.repeat, metric.name);
+            }
+        }
+        out
+    };
+    let rows = combine(samples);
+    std::fs::write(dir.join("samples.csv"), csv(samples, "repeat"))?;
+    std::fs::write(dir.join("summary.csv"), csv(&rows, "repeats"))?;
+    std::fs::write(dir.join("results.md"), report)?;
+    chart::draw(&rows, &dir.join("contended.svg"))?;
+    eprintln!("wrote samples.csv, summary.csv, results.md and contended.svg in {}", dir.display());
+    Ok(())
+}

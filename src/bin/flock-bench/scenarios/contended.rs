@@ -1,0 +1,129 @@
+//! `contended`: every client on one key, holding it for a while each time:
+//! grant rate, hand-off gap, FIFO order and fairness.
+
+use std::time::Duration;
+
+use redis::RedisResult;
+
+use crate::client::{now_ns, Client, Span};
+use crate::methods::{Kind, Method};
+use crate::results::Metric;
+use crate::runner::{run_method, Run, Stop};
+use crate::server::{measure_busy, Server};
+use crate::stats::{latency_us, us};
+
+pub const GRANTS: Metric = Metric::median("grants/s");
+pub const HOLD: Metric = Metric::median("hold us");
+pub const GAP_P50: Metric = Metric::median("handoff p50 us");
+pub const GAP_P99: Metric = Metric::median("handoff p99 us");
+pub const GAP_MAX: Metric = Metric::worst("handoff max us");
+pub const OUT_OF_ORDER: Metric = Metric::worst("out of order");
+pub const OUT_OF_ORDER_PCT: Metric = Metric::worst("out of order %");
+pub const SPREAD: Metric = Metric::worst("max/min grants");
+pub const REQUESTS: Metric = Metric::worst("req/grant");
+pub const SERVER: Metric = Metric::median("server us/grant");
+
+const KEY: &str = "contended";
+const LEASE_MS: u64 = 30_000;
+/// Joins closer together than this are not ordered. Redis reads the
+/// sockets that became readable during one event-loop turn in its own
+/// order, and loopback delivery can lag the write under load: FLOCK, FIFO
+/// in the server, shows such "inversions" of up to ~0.1 ms with no hold.
+const ORDER_MARGIN_NS: u64 = 1_000_000;
+
+/// One grant as its client saw it.
+struct Hold {
+    client: usize,
+    /// The write of the acquire's first request: when it joined the line.
+    joined: Span,
+    granted: u64,
+    /// Just before the release request was written.
+    released: u64,
+    requests: u64,
+}
+
+pub fn run(
+    server: &Server,
+    kind: Kind,
+    clients: usize,
+    duration: Duration,
+    hold: Duration,
+) -> RedisResult<Vec<(Metric, f64)>> {
+    let hold_ns = hold.as_nanos() as u64;
+    let (run, busy) = measure_busy(server, || {
+        run_method(server, kind, clients, duration, |i, c, method, stop| take_turns(i, c, method, stop, hold_ns))
+    })?;
+    Ok(analyze(run, clients, busy))
+}
+
+/// Client `i`: acquire, hold for `hold_ns`, release, again until the stop.
+fn take_turns(i: usize, c: &mut Client, method: &mut dyn Method, stop: &Stop, hold_ns: u64) -> RedisResult<Vec<Hold>> {
+    let owner = format!("c{i}");
+    let mut holds = Vec::new();
+    while !stop.is_set() {
+        c.mark();
+        if !method.acquire(c, KEY, &owner, LEASE_MS, stop)? {
+            break;
+        }
+        let granted = now_ns();
+        let joined = c.sent().first.expect("every acquire sends a request");
+        // Busy, as work under a lock is: a sleep would last tens of µs
+        // longer than asked.
+        while now_ns() - granted < hold_ns {
+            std::hint::spin_loop();
+        }
+        let released = now_ns();
+        method.release(c, KEY, &owner)?;
+        holds.push(Hold { client: i, joined, granted, released, requests: c.sent().requests });
+    }
+    Ok(holds)
+}
+
+/// `busy`: µs the server spent in the run's commands.
+fn analyze(run: Run<Vec<Hold>>, clients: usize, busy: f64) -> Vec<(Metric, f64)> {
+    let seconds = run.seconds();
+    let mut holds: Vec<Hold> = run.results.into_iter().flatten().filter(|h| h.granted <= run.end).collect();
+    // Holds of a lock do not overlap, so the times the grants were seen
+    // are in grant order.
+    holds.sort_by_key(|h| h.granted);
+    let n = holds.len() as f64;
+    // From the release being sent to the next holder seeing its grant: the
+    // next grant may arrive before the releaser reads its own reply.
+    let gaps = holds.windows(2).map(|w| w[1].granted.saturating_sub(w[0].released)).collect();
+    let [p50, p99, max] = latency_us(gaps);
+    let late = out_of_order(&holds) as f64;
+    let mut per_client = vec![0u64; clients];
+    for h in &holds {
+        per_client[h.client] += 1;
+    }
+    let most = per_client.iter().max().copied().unwrap_or(0) as f64;
+    let least = per_client.iter().min().copied().unwrap_or(0) as f64;
+    let held: u64 = holds.iter().map(|h| h.released - h.granted).sum();
+    let requests: u64 = holds.iter().map(|h| h.requests).sum();
+    vec![
+        (GRANTS, n / seconds),
+        (HOLD, us(held as f64 / n)),
+        (GAP_P50, p50),
+        (GAP_P99, p99),
+        (GAP_MAX, max),
+        (OUT_OF_ORDER, late),
+        (OUT_OF_ORDER_PCT, 100.0 * late / n),
+        (SPREAD, most / least),
+        (REQUESTS, requests as f64 / n),
+        (SERVER, busy / n),
+    ]
+}
+
+/// Grants made while a client that had joined earlier was still waiting:
+/// its join had been written `ORDER_MARGIN_NS` before this one's began.
+fn out_of_order(holds_in_grant_order: &[Hold]) -> usize {
+    let mut earliest_later_join = u64::MAX;
+    let mut count = 0;
+    for h in holds_in_grant_order.iter().rev() {
+        if earliest_later_join.saturating_add(ORDER_MARGIN_NS) < h.joined.start {
+            count += 1;
+        }
+        earliest_later_join = earliest_later_join.min(h.joined.end);
+    }
+    count
+}

@@ -1,0 +1,121 @@
+//! Where FLOCK stands against the targets of issue 4, from the samples of
+//! this run. Targets whose runs were not chosen are left out.
+
+use crate::results::{Metric, Sample};
+use crate::scenarios::{contended, contended_label, expiry, ping, scale, uncontended};
+use crate::stats::median;
+
+pub struct Check {
+    pub target: String,
+    pub measured: String,
+    pub met: bool,
+}
+
+/// One measurement: scenario, method, metric.
+#[derive(Clone, Copy)]
+struct At<'a>(&'a str, &'a str, Metric);
+
+/// The median over repeats of `a / b`, both at `clients` in the same repeat.
+fn paired(samples: &[Sample], clients: usize, a: At, b: At) -> Option<f64> {
+    let find = |at: At, repeat: usize| {
+        samples
+            .iter()
+            .find(|s| s.scenario == at.0 && s.method == at.1 && s.clients == clients && s.repeat == repeat)?
+            .get(at.2)
+    };
+    let repeats = samples.iter().map(|s| s.repeat + 1).max().unwrap_or(0);
+    let ratios: Vec<f64> = (0..repeats).filter_map(|r| Some(find(a, r)? / find(b, r)?)).collect();
+    (!ratios.is_empty()).then(|| median(&ratios))
+}
+
+/// FLOCK's combined value.
+fn flock(rows: &[Sample], scenario: &str, clients: usize, metric: Metric) -> Option<f64> {
+    rows.iter().find(|r| r.scenario == scenario && r.method == "flock" && r.clients == clients)?.get(metric)
+}
+
+fn clients_of(rows: &[Sample], scenario: &str) -> Vec<usize> {
+    let mut clients: Vec<usize> =
+        rows.iter().filter(|r| r.scenario == scenario && r.method == "flock").map(|r| r.clients).collect();
+    clients.dedup();
+    clients
+}
+
+pub fn check(samples: &[Sample], rows: &[Sample]) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let mut add = |target: String, value: Option<f64>, shown: &dyn Fn(f64) -> String, met: &dyn Fn(f64) -> bool| {
+        if let Some(v) = value {
+            checks.push(Check { target, measured: shown(v), met: met(v) });
+        }
+    };
+    let times = |v: f64| format!("{v:.2}x");
+    let plain = |v: f64| format!("{v:.2}");
+
+    for n in clients_of(rows, "uncontended") {
+        let flock_pairs = At("uncontended", "flock", uncontended::PAIRS);
+        let vs = |method| paired(samples, n, flock_pairs, At("uncontended", method, uncontended::PAIRS));
+        add(format!("uncontended x{n}: pairs/s within 5% of setnx"), vs("setnx"), &times, &|r| r >= 0.95);
+        add(format!("uncontended x{n}: pairs/s ahead of redisson"), vs("redisson"), &times, &|r| r > 1.0);
+    }
+
+    let hold = contended_label(100);
+    for n in clients_of(rows, &hold).into_iter().filter(|&n| n > 1) {
+        let at = |metric| flock(rows, &hold, n, metric);
+        add(format!("contended x{n}: no grant out of FIFO order"), at(contended::OUT_OF_ORDER), &plain, &|v| v == 0.0);
+        add(format!("contended x{n}: max/min grants per client <= 1.1"), at(contended::SPREAD), &plain, &|v| v <= 1.1);
+        add(format!("contended x{n}: exactly 2 requests per grant"), at(contended::REQUESTS), &plain, &|v| v == 2.0);
+        let floor = match n {
+            8 => Some(2.0),
+            32 => Some(3.0),
+            _ => None,
+        };
+        if let Some(floor) = floor {
+            let grants = |method| At(&hold, method, contended::GRANTS);
+            add(
+                format!("contended x{n}: grants/s at least {floor}x redisson"),
+                paired(samples, n, grants("flock"), grants("redisson")),
+                &times,
+                &move |r| r >= floor,
+            );
+        }
+        add(
+            format!("contended x{n}: hand-off p99 at most PING p99"),
+            paired(samples, n, At(&hold, "flock", contended::GAP_P99), At("ping", "ping", ping::P99)),
+            &times,
+            &|r| r <= 1.0,
+        );
+    }
+
+    for n in clients_of(rows, "expiry") {
+        let at = |metric| flock(rows, "expiry", n, metric);
+        let ms = |v: f64| format!("{v:.2} ms");
+        add(format!("expiry x{n}: delay p50 within 2 ms"), at(expiry::DELAY_P50), &ms, &|v| v <= 2.0);
+        add(format!("expiry x{n}: delay never over 10 ms"), at(expiry::DELAY_MAX), &ms, &|v| v <= 10.0);
+        add(format!("expiry x{n}: no request while waiting"), at(expiry::WAITING_REQUESTS), &plain, &|v| v == 0.0);
+    }
+
+    if let Some(row) = rows.iter().find(|r| r.scenario == "scale" && r.method == "flock") {
+        let get = |metric| row.get(metric);
+        let bytes = |v: f64| format!("{v:.0} B");
+        let beyond_key = get(scale::LOCK_BYTES).zip(get(scale::KEY_BYTES)).map(|(b, k)| b - k);
+        add("scale: at most 200 bytes per idle lock beyond the key name".into(), beyond_key, &bytes, &|v| v <= 200.0);
+        add(
+            "scale: at most 150 bytes per waiter beyond the connection".into(),
+            get(scale::WAITER_BYTES),
+            &bytes,
+            &|v| v <= 150.0,
+        );
+        add(
+            "scale: server cost of a pair with the idle locks within 10%".into(),
+            get(scale::WITH_LOCKS),
+            &times,
+            &|v| v <= 1.1,
+        );
+        add(
+            "scale: server cost of a pair with the waiters within 10%".into(),
+            get(scale::WITH_WAITERS),
+            &times,
+            &|v| v <= 1.1,
+        );
+    }
+    checks
+}
