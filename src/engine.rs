@@ -139,6 +139,11 @@ struct LeaseTimer {
     generation: u64,
 }
 
+/// Heap bytes of one lease timer's data for a key of `key_len` bytes.
+pub fn lease_timer_size(key_len: usize) -> usize {
+    ffi::timer_data_size::<LeaseTimer>() + key_len
+}
+
 /// (Re)arms the lease timer for the current holder's deadline, or stops it
 /// when nobody holds the lock.
 pub fn arm_lease(value: &mut LockValue, place: &Place, now: u64) {

@@ -65,7 +65,7 @@ pub static FLOCK_TYPE: RedisType = RedisType::new(
         rdb_load: Some(rdb_load),
         rdb_save: Some(rdb_save),
         aof_rewrite: Some(aof_rewrite),
-        mem_usage: Some(mem_usage),
+        mem_usage: None,
         digest: None,
         free: Some(free),
         aux_load: Some(aux_load),
@@ -77,7 +77,7 @@ pub static FLOCK_TYPE: RedisType = RedisType::new(
         // Without a copy callback Redis refuses COPY: a lock has one owner.
         copy: None,
         defrag: None,
-        mem_usage2: None,
+        mem_usage2: Some(mem_usage),
         free_effort2: None,
         unlink2: Some(unlink),
         copy2: None,
@@ -94,9 +94,14 @@ unsafe extern "C" fn free(value: *mut c_void) {
     drop(unsafe { Box::from_raw(value.cast::<LockValue>()) });
 }
 
-unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+/// What Redis keeps for one module timer (its timer record and the radix
+/// tree node that orders it), measured as the rest of a lock's footprint.
+const REDIS_TIMER_BYTES: usize = 100;
+
+unsafe extern "C" fn mem_usage(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void, _: usize) -> usize {
     let value = unsafe { &*value.cast::<LockValue>() };
-    std::mem::size_of::<LockValue>() + value.lock.heap_size()
+    let timer = value.lease_timer.map_or(0, |_| REDIS_TIMER_BYTES + engine::lease_timer_size(ffi::opt_ctx_key(ctx).1.len()));
+    std::mem::size_of::<LockValue>() + value.lock.heap_size() + timer
 }
 
 /// The key is leaving its name (DEL, UNLINK, overwrite, expiry, RENAME or
