@@ -189,12 +189,8 @@ fn killed_waiter_leaves_the_queue_and_never_gets_the_lock() {
 fn grant_to_a_waiter_killed_before_its_reply_passes_to_the_next_waiter() {
     let s = Server::start();
     let mut holder = s.conn();
-    let t0 = acquire(&mut holder, "L", "holder", 1_000_000).unwrap().unwrap();
-    let mut a_conn = guarded_conn(&s);
-    let a_id = client_id(&mut a_conn);
     // A's lease is long: were A's grant kept, B would time out.
-    let a = std::thread::spawn(move || acquire_wait(&mut a_conn, "L", "A", 1_000_000, LONG_WAIT_MS));
-    wait_queue(&mut holder, "L", &["A"]);
+    let (t0, a, a_id) = hold_with_waiter_a(&s, &mut holder);
     let b = spawn_waiter(&s, "L", "B", 1_000_000, LONG_WAIT_MS);
     wait_queue(&mut holder, "L", &["A", "B"]);
 
@@ -207,6 +203,17 @@ fn grant_to_a_waiter_killed_before_its_reply_passes_to_the_next_waiter() {
     let mut c = s.conn();
     assert_eq!(owner_of(&mut c, "L").as_deref(), Some("B"));
     assert!(s.stat("undelivered_grants") >= 1);
+}
+
+/// `holder` takes `L` and waiter `A` queues on its own connection: the
+/// holder's token, A's pending ACQUIRE and A's client id.
+fn hold_with_waiter_a(s: &Server, holder: &mut Connection) -> (i64, JoinHandle<RedisResult<Option<i64>>>, i64) {
+    let t0 = acquire(holder, "L", "holder", 1_000_000).unwrap().unwrap();
+    let mut a_conn = guarded_conn(s);
+    let a_id = client_id(&mut a_conn);
+    let a = std::thread::spawn(move || acquire_wait(&mut a_conn, "L", "A", 1_000_000, LONG_WAIT_MS));
+    wait_queue(holder, "L", &["A"]);
+    (t0, a, a_id)
 }
 
 /// One pipeline, so both run in the same event-loop turn: the release hands
@@ -229,11 +236,7 @@ fn release_and_kill(holder: &mut Connection, waiter_id: i64) {
 fn undelivered_grant_without_further_waiters_frees_the_lock() {
     let s = Server::start();
     let mut holder = s.conn();
-    let t0 = acquire(&mut holder, "L", "holder", 1_000_000).unwrap().unwrap();
-    let mut a_conn = guarded_conn(&s);
-    let a_id = client_id(&mut a_conn);
-    let a = std::thread::spawn(move || acquire_wait(&mut a_conn, "L", "A", 1_000_000, LONG_WAIT_MS));
-    wait_queue(&mut holder, "L", &["A"]);
+    let (t0, a, a_id) = hold_with_waiter_a(&s, &mut holder);
     release_and_kill(&mut holder, a_id);
     assert!(a.join().expect("A thread").is_err());
     let mut c = s.conn();
