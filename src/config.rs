@@ -24,7 +24,7 @@ pub fn max_lease_ms() -> u64 {
 /// Checks `loadmodule` arguments, which the crate applies without the range
 /// checks that CONFIG SET makes: name value pairs of known options, in range.
 pub fn check_load_args(args: &[&[u8]]) -> Result<(), String> {
-    if args.len() % 2 != 0 {
+    if !args.len().is_multiple_of(2) {
         return Err("module arguments are name value pairs: max-waiters N max-lease-ms N".into());
     }
     for pair in args.chunks(2) {

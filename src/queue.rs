@@ -101,10 +101,6 @@ impl<T> WaitQueue<T> {
         self.unlink(id.index)
     }
 
-    pub fn front(&self) -> Option<&T> {
-        self.iter().next()
-    }
-
     /// Head first.
     pub fn iter(&self) -> impl Iterator<Item = &T> + '_ {
         let mut cursor = self.head;

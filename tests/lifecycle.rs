@@ -103,7 +103,7 @@ impl Raw {
     }
 
     fn client_id(&mut self) -> i64 {
-        self.call(&redis::cmd("CLIENT").arg("ID")).token()
+        self.call(redis::cmd("CLIENT").arg("ID")).token()
     }
 
     /// Proves that no reply beyond the ones already read is pending or
