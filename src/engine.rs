@@ -173,12 +173,11 @@ fn on_lease_timer(ctx: &Context, timer: LeaseTimer) {
     });
 }
 
-/// Opens the lock at `place` in its current database and runs `f` if it is
-/// still the same lock object (`serial`).
-pub fn with_lock_at(
+/// Opens the lock at `place` in its current database, if there is one, and
+/// runs `f` on it.
+pub fn open_lock_at(
     ctx: &Context,
     place: &Place,
-    serial: u64,
     f: impl FnOnce(&RedisKeyWritable, &redis_module::RedisString, &mut LockValue),
 ) {
     let db = state::with(|s| s.dbs.db(place.ident));
@@ -186,9 +185,22 @@ pub fn with_lock_at(
         let name = ctx.create_string(&*place.key);
         let key = ctx.open_key_writable(&name);
         if let Ok(Some(value)) = lock_value(&key) {
-            if value.serial == serial {
-                f(&key, &name, value);
-            }
+            f(&key, &name, value);
+        }
+    });
+}
+
+/// Like `open_lock_at`, but only if it is still the same lock object
+/// (`serial`): a timer or waiter may outlive the lock it was made for.
+pub fn with_lock_at(
+    ctx: &Context,
+    place: &Place,
+    serial: u64,
+    f: impl FnOnce(&RedisKeyWritable, &redis_module::RedisString, &mut LockValue),
+) {
+    open_lock_at(ctx, place, |key, name, value| {
+        if value.serial == serial {
+            f(key, name, value);
         }
     });
 }

@@ -57,15 +57,10 @@ unsafe extern "C" fn on_client_change(ctx: RawCtx, _: raw::RedisModuleEvent, sub
     let Some(places) = state::with(|s| s.sessions.remove(&client)) else { return };
     let ctx = Context::new(ctx);
     for place in places {
-        let db = state::with(|s| s.dbs.db(place.ident));
-        ffi::with_db(ctx.ctx, db, || {
-            let name = ctx.create_string(&*place.key);
-            let key = ctx.open_key_writable(&name);
-            let Ok(Some(value)) = lock_value(&key) else { return };
-            if value.lock.holder().and_then(|h| h.session) != Some(client) {
-                return;
-            }
-            engine::update(&ctx, &key, &name, &place, value, |s, value, changes| {
+        engine::open_lock_at(&ctx, &place, |key, name, value| {
+            engine::update(&ctx, key, name, &place, value, |s, value, changes| {
+                // Checked after `update` ended a due lease: the lock may have
+                // passed on, or the binding may be stale (FLUSH, re-creation).
                 if value.lock.holder().and_then(|h| h.session) == Some(client) {
                     s.stats.session_releases += 1;
                     changes.event(RELEASED);
