@@ -20,7 +20,7 @@ pub const EXPIRED: &str = "flock.expired";
 /// What one operation did to a lock, gathered while the state is borrowed
 /// and applied when it is done.
 pub struct Changes {
-    before: Option<Holder>,
+    before: Option<Snapshot>,
     grants: Vec<Grant<BlockedClient>>,
     events: Vec<&'static str>,
     pub now: u64,
@@ -39,9 +39,25 @@ impl Changes {
     }
 }
 
-/// What replicas and the AOF see of a holder.
-fn replicated(holder: Option<&Holder>) -> Option<(&[u8], [i64; 4])> {
-    holder.map(|h| (&*h.owner, keytype::state_numbers(h)))
+/// A holder as far as a change to it matters, without copying its owner: a
+/// new owner always comes with a new token.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Snapshot {
+    token: u64,
+    holds: u64,
+    deadline_ms: u64,
+    session: Option<u64>,
+}
+
+impl Snapshot {
+    fn of(value: &LockValue) -> Option<Self> {
+        value.lock.holder().map(|h| Snapshot { token: h.token, holds: h.holds, deadline_ms: h.deadline_ms, session: h.session })
+    }
+
+    /// What replicas and the AOF see: the session flag, not the connection.
+    fn replicated(this: Option<Self>) -> Option<(u64, u64, u64, bool)> {
+        this.map(|h| (h.token, h.holds, h.deadline_ms, h.session.is_some()))
+    }
 }
 
 /// Runs `op` on `value`, the lock stored in `key` at `place`, after ending
@@ -59,7 +75,7 @@ pub fn update<R>(
     // A replica follows its master's FLOCK.STATE and never ends a lease itself.
     let replica = ffi::is_replica();
     let (result, events, idle, state) = state::with(|s| {
-        let mut changes = Changes { before: value.lock.holder().cloned(), grants: Vec::new(), events: Vec::new(), now };
+        let mut changes = Changes { before: Snapshot::of(value), grants: Vec::new(), events: Vec::new(), now };
         if !replica {
             if let Some((_, grant)) = value.lock.expire_due(now, &mut s.tokens) {
                 s.stats.expiries += 1;
@@ -69,11 +85,11 @@ pub fn update<R>(
         }
         let result = op(s, value, &mut changes);
         let idle = apply(s, place, value, &mut changes);
-        let changed = replicated(changes.before.as_ref()) != replicated(value.lock.holder());
-        (result, changes.events, idle, changed.then(|| value.lock.holder().cloned()))
+        let changed = Snapshot::replicated(changes.before) != Snapshot::replicated(Snapshot::of(value));
+        (result, changes.events, idle, changed)
     });
-    if let Some(holder) = state {
-        propagate(ctx, key_name, holder.as_ref());
+    if state {
+        propagate(ctx, key_name, value.lock.holder());
     }
     if idle {
         // The value is already detached from timers and sessions, so the
@@ -91,17 +107,18 @@ fn apply(s: &mut State, place: &Place, value: &mut LockValue, changes: &mut Chan
     for grant in changes.grants.drain(..) {
         deliver(s, place, value.serial, grant);
     }
-    let key = |h: Option<&Holder>| h.map(|h| (h.token, h.deadline_ms, h.session));
-    let (before, after) = (key(changes.before.as_ref()), key(value.lock.holder()));
-    if before.map(|(t, _, c)| (t, c)) != after.map(|(t, _, c)| (t, c)) {
-        if let Some(client) = before.and_then(|(_, _, c)| c) {
+    let (before, after) = (changes.before, Snapshot::of(value));
+    let binding = |h: Option<Snapshot>| h.map(|h| (h.token, h.session));
+    if binding(before) != binding(after) {
+        if let Some(client) = before.and_then(|h| h.session) {
             s.unbind_session(client, place);
         }
-        if let Some(client) = after.and_then(|(_, _, c)| c) {
+        if let Some(client) = after.and_then(|h| h.session) {
             s.bind_session(client, place);
         }
     }
-    if before != after || (after.is_some() && value.lease_timer.is_none()) {
+    let lease = |h: Option<Snapshot>| h.map(|h| (h.token, h.deadline_ms));
+    if lease(before) != lease(after) || (after.is_some() && value.lease_timer.is_none()) {
         arm_lease(value, place, changes.now);
     }
     value.lock.is_idle()
@@ -111,11 +128,11 @@ fn apply(s: &mut State, place: &Place, value: &mut LockValue, changes: &mut Chan
 /// command with absolute times (never the blocking ACQUIRE itself).
 fn propagate(ctx: &Context, key_name: &redis_module::RedisString, holder: Option<&Holder>) {
     let key = key_name.as_slice();
-    match replicated(holder) {
+    match holder {
         None => ctx.replicate(keytype::STATE_COMMAND, &[key]),
-        Some((owner, numbers)) => {
-            let numbers = numbers.map(|n| n.to_string());
-            let mut args: Vec<&[u8]> = vec![key, owner];
+        Some(holder) => {
+            let numbers = keytype::state_numbers(holder).map(|n| n.to_string());
+            let mut args: Vec<&[u8]> = vec![key, &holder.owner];
             args.extend(numbers.iter().map(String::as_bytes));
             ctx.replicate(keytype::STATE_COMMAND, args.as_slice())
         }
