@@ -48,8 +48,13 @@ fn with_existing<R>(
 ) -> Result<Option<R>, RedisError> {
     let key = ctx.open_key_writable(key_name);
     let Some(value) = lock_value(&key)? else { return Ok(None) };
-    let place = state::with(|s| s.place(ffi::selected_db(ctx.ctx), key_name.as_slice()));
+    let place = place_of(ctx, key_name);
     Ok(Some(engine::update(ctx, &key, key_name, &place, value, op)))
+}
+
+/// Where `key_name` lives for the calling client.
+fn place_of(ctx: &Context, key_name: &RedisString) -> state::Place {
+    state::with(|s| s.place(ffi::selected_db(ctx.ctx), key_name.as_slice()))
 }
 
 /// The lock under `key`, made empty (free) if the key does not exist.
@@ -79,8 +84,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     check_max_lease(parsed.lease_ms, "lease-ms")?;
     check_max_lease(parsed.wait_ms.unwrap_or(0), "timeout-ms")?;
     let key = ctx.open_key_writable(key_name);
-    let db = ffi::selected_db(ctx.ctx);
-    let place = state::with(|s| s.place(db, key_name.as_slice()));
+    let place = place_of(ctx, key_name);
     let value = lock_or_create(&key)?;
     let req = Request {
         owner: parsed.owner,
@@ -216,12 +220,9 @@ pub fn state(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         deadline_ms: parsed.deadline_ms,
         session: parsed.session.then_some(REMOTE_SESSION),
     };
-    let db = ffi::selected_db(ctx.ctx);
     let value = lock_or_create(&key)?;
-    let place = state::with(|s| {
-        s.tokens.observe(holder.token);
-        s.place(db, key_name.as_slice())
-    });
+    let place = place_of(ctx, key_name);
+    state::with(|s| s.tokens.observe(holder.token));
     value.lock.set_holder(Some(holder));
     engine::arm_lease(value, &place, ffi::now_ms());
     Ok(RedisValue::SimpleStringStatic("OK"))
