@@ -45,14 +45,12 @@ pub fn wait(
     timeout_ms: u64,
 ) -> Result<(), LockError> {
     let client = ffi::client_id(ctx.ctx);
-    let bc = ffi::block(ctx.ctx, on_reply, on_unblock_command, on_free, on_disconnect);
-    let id = match value.lock.enqueue(req, bc) {
-        Ok(id) => id,
-        Err(e) => {
-            bc.unblock(Answer { client, outcome: Outcome::Silent });
-            return Err(e);
-        }
-    };
+    let mut blocked = None;
+    let id = value.lock.enqueue_with(req, || {
+        let bc = ffi::block(ctx.ctx, on_reply, on_unblock_command, on_free, on_disconnect);
+        *blocked.insert(bc)
+    })?;
+    let Some(bc) = blocked else { unreachable!("enqueue_with made the payload") };
     let timer = (timeout_ms > 0).then(|| ffi::create_timer(timeout_ms, on_wait_timeout, bc));
     s.waiters.insert(bc, WaiterEntry { place: place.clone(), serial: value.serial, id, timer, client });
     Ok(())

@@ -182,18 +182,25 @@ impl<P> Lock<P> {
 
     /// Joins the tail of the queue; only after `acquire` answered `Busy`.
     pub fn enqueue(&mut self, req: &Request, payload: P) -> Result<WaiterId, LockError> {
+        self.enqueue_with(req, || payload)
+    }
+
+    /// As `enqueue`, but `payload` is made only once the owner is known not
+    /// to be queued: a caller can block a client there with nothing to undo.
+    pub fn enqueue_with(&mut self, req: &Request, payload: impl FnOnce() -> P) -> Result<WaiterId, LockError> {
+        if self.is_queued(req.owner) {
+            return Err(LockError::AlreadyQueued);
+        }
         let next_generation = self.next_generation;
         let waiting = self.waiting.get_or_insert_with(|| {
             Box::new(Waiting { queue: WaitQueue::continuing(next_generation), queued: HashSet::new() })
         });
-        if !waiting.queued.insert(req.owner.into()) {
-            return Err(LockError::AlreadyQueued);
-        }
+        waiting.queued.insert(req.owner.into());
         Ok(waiting.queue.push_back(Waiter {
             owner: req.owner.into(),
             lease_ms: req.lease_ms,
             session: req.session,
-            payload,
+            payload: payload(),
         }))
     }
 
