@@ -6,6 +6,7 @@
 //! (server and keyspace events), `state` (connection state), `ffi` (raw API).
 
 pub mod args;
+pub mod deadlines;
 #[cfg(feature = "client")]
 pub mod client;
 pub mod lock;

@@ -1,0 +1,350 @@
+//! The lease deadlines of all locks, in one hierarchical timing wheel.
+//!
+//! A Redis timer per lock costs about 120 bytes (its record, a radix-tree
+//! entry and the boxed callback data), more than a third of an idle lock.
+//! The wheel keeps one small slab entry per deadline instead, and the Redis
+//! layer arms a single timer for the nearest one. Insert and remove are O(1),
+//! and so is finding the next deadline (one bitmap per level).
+//!
+//! As in the wheels of the Linux kernel and tokio, level `l` has 64 slots of
+//! 64^l ms each. An entry sits at the level of the highest base-64 digit in
+//! which its deadline differs from the wheel's time; when the time reaches a
+//! slot above level 0, its entries move down to the level that now fits them.
+
+use std::num::NonZeroU32;
+
+const SLOT_BITS: u32 = 6;
+const SLOTS: usize = 1 << SLOT_BITS;
+/// 64^7 ms = 2^42 ms: the longest lease (2^40 ms) fits from any time of day.
+const LEVELS: usize = 7;
+const NIL: u32 = u32::MAX;
+
+/// Where an entry is; it stays valid until the entry is removed or popped,
+/// then its index may be reused by a later entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DeadlineId(NonZeroU32);
+
+impl DeadlineId {
+    fn index(self) -> u32 {
+        self.0.get() - 1
+    }
+
+    fn of(index: u32) -> Self {
+        Self(NonZeroU32::new(index + 1).expect("deadline index below u32::MAX"))
+    }
+}
+
+struct Entry<T> {
+    /// The deadline, raised to the wheel's time if it was already past.
+    when: u64,
+    prev: u32,
+    /// Also links free entries.
+    next: u32,
+    item: Option<T>,
+}
+
+#[derive(Clone, Copy)]
+struct Level {
+    occupied: u64,
+    heads: [u32; SLOTS],
+}
+
+pub struct Deadlines<T> {
+    entries: Vec<Entry<T>>,
+    free: u32,
+    levels: [Level; LEVELS],
+    /// The wheel's time: nothing is due before it.
+    elapsed: u64,
+    len: usize,
+}
+
+impl<T> Default for Deadlines<T> {
+    fn default() -> Self {
+        Self {
+            entries: Vec::new(),
+            free: NIL,
+            levels: [Level { occupied: 0, heads: [NIL; SLOTS] }; LEVELS],
+            elapsed: 0,
+            len: 0,
+        }
+    }
+}
+
+/// The level for `when` at wheel time `elapsed` (`when >= elapsed`).
+fn level_for(elapsed: u64, when: u64) -> usize {
+    let differing = (elapsed ^ when) | (SLOTS as u64 - 1);
+    let highest = 63 - differing.leading_zeros();
+    (highest / SLOT_BITS) as usize
+}
+
+fn slot_for(when: u64, level: usize) -> usize {
+    ((when >> (level as u32 * SLOT_BITS)) as usize) & (SLOTS - 1)
+}
+
+impl<T> Deadlines<T> {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Bytes of one entry, as the slab stores it.
+    pub const fn entry_size() -> usize {
+        std::mem::size_of::<Entry<T>>()
+    }
+
+    pub fn insert(&mut self, deadline: u64, item: T) -> DeadlineId {
+        let when = self.placeable(deadline);
+        let entry = Entry { when, prev: NIL, next: NIL, item: Some(item) };
+        let index = match self.free {
+            NIL => {
+                let index = u32::try_from(self.entries.len()).ok().filter(|&i| i < NIL).expect("deadline index overflow");
+                self.entries.push(entry);
+                index
+            }
+            index => {
+                self.free = self.entries[index as usize].next;
+                self.entries[index as usize] = entry;
+                index
+            }
+        };
+        self.link(index);
+        self.len += 1;
+        DeadlineId::of(index)
+    }
+
+    pub fn get(&self, id: DeadlineId) -> Option<&T> {
+        self.entries.get(id.index() as usize)?.item.as_ref()
+    }
+
+    /// Takes the entry out; `None` if `id` is not in use.
+    pub fn remove(&mut self, id: DeadlineId) -> Option<T> {
+        self.get(id)?;
+        Some(self.take(id.index()))
+    }
+
+    /// The time the next entry falls due (or a slot of entries must move
+    /// down a level, which is when to look again); `None` if empty.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.next_slot().map(|(_, _, start)| start)
+    }
+
+    /// One entry whose deadline is at or before `now`, and its former id.
+    pub fn pop_due(&mut self, now: u64) -> Option<(DeadlineId, T)> {
+        loop {
+            let Some((level, slot, start)) = self.next_slot().filter(|&(_, _, start)| start <= now) else {
+                self.elapsed = self.elapsed.max(now);
+                return None;
+            };
+            self.elapsed = start;
+            let head = self.levels[level].heads[slot];
+            if level == 0 {
+                return Some((DeadlineId::of(head), self.take(head)));
+            }
+            // The slot's time has come: its entries move down.
+            self.levels[level].heads[slot] = NIL;
+            self.levels[level].occupied &= !(1 << slot);
+            let mut cursor = head;
+            while cursor != NIL {
+                let next = self.entries[cursor as usize].next;
+                self.link(cursor);
+                cursor = next;
+            }
+        }
+    }
+
+    /// A deadline the wheel can place: not before its time, and within the
+    /// span of its top level (a later one is looked at again at that end).
+    fn placeable(&self, deadline: u64) -> u64 {
+        let top_end = self.elapsed | ((1u64 << (LEVELS as u32 * SLOT_BITS)) - 1);
+        deadline.clamp(self.elapsed, top_end)
+    }
+
+    /// The lowest occupied slot, with its level and start time. Lower levels
+    /// always come first: their entries share more leading digits with the
+    /// wheel's time. Within a level, occupied slots are never behind it.
+    fn next_slot(&self) -> Option<(usize, usize, u64)> {
+        self.levels.iter().enumerate().find(|(_, l)| l.occupied != 0).map(|(level, l)| {
+            let shift = level as u32 * SLOT_BITS;
+            let current = slot_for(self.elapsed, level);
+            let ahead = l.occupied & (u64::MAX << current);
+            debug_assert!(ahead != 0, "an occupied slot behind the wheel's time");
+            let slot = ahead.trailing_zeros() as usize;
+            let level_start = self.elapsed & !((1u64 << (shift + SLOT_BITS)) - 1);
+            (level, slot, level_start + ((slot as u64) << shift))
+        })
+    }
+
+    fn bucket(&self, index: u32) -> (usize, usize) {
+        let when = self.entries[index as usize].when;
+        let level = level_for(self.elapsed, when);
+        (level, slot_for(when, level))
+    }
+
+    /// Pushes entry `index` on the front of the list of its slot.
+    fn link(&mut self, index: u32) {
+        let (level, slot) = self.bucket(index);
+        let head = self.levels[level].heads[slot];
+        if head != NIL {
+            self.entries[head as usize].prev = index;
+        }
+        let entry = &mut self.entries[index as usize];
+        entry.prev = NIL;
+        entry.next = head;
+        self.levels[level].heads[slot] = index;
+        self.levels[level].occupied |= 1 << slot;
+    }
+
+    /// Unlinks entry `index` (in use) and frees it.
+    fn take(&mut self, index: u32) -> T {
+        let (level, slot) = self.bucket(index);
+        let Entry { prev, next, .. } = self.entries[index as usize];
+        match prev {
+            NIL => self.levels[level].heads[slot] = next,
+            prev => self.entries[prev as usize].next = next,
+        }
+        if next != NIL {
+            self.entries[next as usize].prev = prev;
+        }
+        if self.levels[level].heads[slot] == NIL {
+            self.levels[level].occupied &= !(1 << slot);
+        }
+        let entry = &mut self.entries[index as usize];
+        entry.next = self.free;
+        self.free = index;
+        self.len -= 1;
+        entry.item.take().expect("a linked entry holds its item")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    /// Everything due at `now`, in any order, as (deadline, item).
+    fn drain(wheel: &mut Deadlines<u64>, now: u64) -> Vec<u64> {
+        let mut due: Vec<u64> = std::iter::from_fn(|| wheel.pop_due(now).map(|(_, item)| item)).collect();
+        due.sort_unstable();
+        due
+    }
+
+    #[test]
+    fn pops_what_is_due_and_nothing_else() {
+        let mut wheel = Deadlines::default();
+        let now = 1_700_000_000_000;
+        wheel.pop_due(now);
+        for delay in [5, 64, 65, 4096, 300_000, 1 << 40] {
+            wheel.insert(now + delay, delay);
+        }
+        assert_eq!(wheel.next_deadline().map(|d| d <= now + 5), Some(true));
+        assert_eq!(drain(&mut wheel, now + 4), Vec::<u64>::new());
+        assert_eq!(drain(&mut wheel, now + 64), vec![5, 64]);
+        assert_eq!(drain(&mut wheel, now + 299_999), vec![65, 4096]);
+        assert_eq!(drain(&mut wheel, now + (1 << 40)), vec![300_000, 1 << 40]);
+        assert_eq!(wheel.len(), 0);
+        assert_eq!(wheel.next_deadline(), None);
+    }
+
+    #[test]
+    fn a_past_deadline_is_due_at_once() {
+        let mut wheel = Deadlines::default();
+        wheel.pop_due(10_000);
+        wheel.insert(3, 3);
+        assert_eq!(wheel.next_deadline(), Some(10_000));
+        assert_eq!(drain(&mut wheel, 10_000), vec![3]);
+    }
+
+    #[test]
+    fn a_deadline_beyond_the_top_level_pops_at_its_end_to_be_placed_again() {
+        let mut wheel = Deadlines::default();
+        let end = (1u64 << 42) - 1;
+        wheel.pop_due(end - 10);
+        wheel.insert(end + 100, 7);
+        assert_eq!(wheel.next_deadline(), Some(end));
+        assert_eq!(drain(&mut wheel, end), vec![7]);
+    }
+
+    #[test]
+    fn a_removed_entry_never_fires_and_its_id_is_reused() {
+        let mut wheel = Deadlines::default();
+        let a = wheel.insert(100, 1);
+        assert_eq!(wheel.remove(a), Some(1));
+        assert_eq!(wheel.remove(a), None);
+        let b = wheel.insert(200, 2);
+        assert_eq!(a, b, "the freed index is reused");
+        assert_eq!(drain(&mut wheel, 1000), vec![2]);
+    }
+
+    #[test]
+    fn an_entry_is_48_bytes_or_less_with_a_place_as_item() {
+        assert!(Deadlines::<(u64, Box<[u8]>)>::entry_size() <= 48);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(u64),
+        Remove(usize),
+        Advance(u64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let delay = prop_oneof![0u64..100, 0u64..5000, 0u64..(1 << 20), 0u64..(1 << 40)];
+        prop_oneof![
+            3 => delay.prop_map(Op::Insert),
+            1 => any::<usize>().prop_map(Op::Remove),
+            2 => prop_oneof![0u64..70, 0u64..100_000, 0u64..(1 << 30)].prop_map(Op::Advance),
+        ]
+    }
+
+    proptest! {
+        /// Against a sorted map: every entry pops exactly once, when the time
+        /// has reached its deadline and never before; removed ones never.
+        #[test]
+        fn behaves_like_a_sorted_map(start in 0u64..(1 << 40), ops in prop::collection::vec(op(), 0..400)) {
+            let mut wheel = Deadlines::default();
+            let mut model: BTreeMap<(u64, u64), DeadlineId> = BTreeMap::new();
+            let mut now = start;
+            let mut serial = 0u64;
+            prop_assert!(wheel.pop_due(now).is_none());
+            for op in ops {
+                match op {
+                    Op::Insert(delay) => {
+                        serial += 1;
+                        let id = wheel.insert(now + delay, serial);
+                        model.insert((now + delay, serial), id);
+                    }
+                    Op::Remove(i) if !model.is_empty() => {
+                        let key = *model.keys().nth(i % model.len()).unwrap();
+                        let id = model.remove(&key).unwrap();
+                        prop_assert_eq!(wheel.remove(id), Some(key.1));
+                    }
+                    Op::Remove(_) => {}
+                    Op::Advance(by) => {
+                        now += by;
+                        let mut popped = Vec::new();
+                        while let Some((id, item)) = wheel.pop_due(now) {
+                            popped.push((id, item));
+                        }
+                        let due: Vec<_> = model.range(..(now + 1, 0)).map(|(k, id)| (*id, k.1)).collect();
+                        popped.sort_by_key(|p| p.1);
+                        let mut expected = due.clone();
+                        expected.sort_by_key(|p| p.1);
+                        prop_assert_eq!(popped, expected);
+                        for (_, item) in due {
+                            model.retain(|k, _| k.1 != item);
+                        }
+                    }
+                }
+                prop_assert_eq!(wheel.len(), model.len());
+                let next = wheel.next_deadline();
+                match model.keys().next() {
+                    None => prop_assert_eq!(next, None),
+                    Some(&(first, _)) => {
+                        let next = next.unwrap();
+                        prop_assert!(next <= first.max(now), "next {} after the first deadline {}", next, first);
+                    }
+                }
+            }
+        }
+    }
+}
