@@ -36,7 +36,7 @@ impl fmt::Display for ArgError {
             Self::MissingValue(o) => write!(f, "ERR option {o} has no value: write {o} timeout-ms (0 waits without limit)"),
             Self::State => write!(
                 f,
-                "ERR invalid FLOCK.STATE holder: holds and token must be integers >= 1, deadline-unix-ms and session integers >= 0"
+                "ERR invalid FLOCK.STATE holder: holds (at most 4294967295) and token must be integers >= 1, deadline-unix-ms and session integers >= 0"
             ),
         }
     }
@@ -108,7 +108,7 @@ pub fn state<'a>(args: &[&'a [u8]]) -> Result<Option<StateArgs<'a>>, ArgError> {
         [owner, holds, token, deadline, session] => {
             let state = StateArgs {
                 owner: parse_owner(owner)?,
-                holds: number(holds)?,
+                holds: u32::try_from(number(holds)?).map_err(|_| ArgError::State)?,
                 token: number(token)?,
                 deadline_ms: number(deadline)?,
                 session: number(session)? != 0,
@@ -125,7 +125,7 @@ pub fn state<'a>(args: &[&'a [u8]]) -> Result<Option<StateArgs<'a>>, ArgError> {
 #[derive(Debug, PartialEq, Eq)]
 pub struct StateArgs<'a> {
     pub owner: &'a [u8],
-    pub holds: u64,
+    pub holds: u32,
     pub token: u64,
     pub deadline_ms: u64,
     pub session: bool,

@@ -22,7 +22,7 @@ use crate::state::{self, Place, State, WaiterEntry};
 pub const LOCKDELETED: &str = "LOCKDELETED the lock was deleted while waiting for it";
 
 pub enum Outcome {
-    Granted { token: u64, place: Place, serial: u64, delivered: bool, at: Instant },
+    Granted { token: u64, place: Place, delivered: bool, at: Instant },
     TimedOut,
     Deleted,
     /// The client is gone or was already answered.
@@ -52,7 +52,7 @@ pub fn wait(
     })?;
     let Some(bc) = blocked else { unreachable!("enqueue_with made the payload") };
     let timer = (timeout_ms > 0).then(|| ffi::create_timer(timeout_ms, on_wait_timeout, bc));
-    s.waiters.insert(bc, WaiterEntry { place: place.clone(), serial: value.serial, id, timer, client });
+    s.waiters.insert(bc, WaiterEntry { place: place.clone(), id, timer, client });
     Ok(())
 }
 
@@ -73,10 +73,12 @@ pub fn answer(s: &mut State, bc: BlockedClient, outcome: Outcome) -> bool {
 /// Takes `bc` out of its lock's queue and answers it; false if it was no
 /// longer waiting.
 fn leave(ctx: &Context, bc: BlockedClient, outcome: Outcome) -> bool {
-    let Some((place, serial, id)) = state::with(|s| s.waiters.get(&bc).map(|e| (e.place.clone(), e.serial, e.id))) else {
+    let Some((place, id)) = state::with(|s| s.waiters.get(&bc).map(|e| (e.place.clone(), e.id))) else {
         return false;
     };
-    engine::with_lock_at(ctx, &place, serial, |_, _, value| {
+    // Waiter ids are never reused, so one of a deleted lock matches nothing
+    // in a lock made later under the same name.
+    engine::open_lock_at(ctx, &place, |_, _, value| {
         value.lock.remove_waiter(id);
     });
     // Opening the key may have expired it (a TTL on the lock key), which
@@ -149,12 +151,15 @@ unsafe extern "C" fn on_reply(ctx: RawCtx, _: *mut *mut raw::RedisModuleString, 
 unsafe extern "C" fn on_free(_: RawCtx, data: *mut c_void) {
     let Some(answer) = (unsafe { ffi::take_privdata::<Answer>(data) }) else { return };
     state::with(|s| s.answered.remove(&answer.client));
-    if let Outcome::Granted { token, place, serial, delivered: false, .. } = answer.outcome {
-        ffi::create_timer(0, pass_on, (place, serial, token));
+    if let Outcome::Granted { token, place, delivered: false, .. } = answer.outcome {
+        ffi::create_timer(0, pass_on, (place, token));
     }
 }
-fn pass_on(ctx: &Context, (place, serial, token): (Place, u64, u64)) {
-    engine::with_lock_at(ctx, &place, serial, |key, name, value| {
+
+/// Tokens are unique, so the holder still has this grant's token only if it
+/// is the same grant.
+fn pass_on(ctx: &Context, (place, token): (Place, u64)) {
+    engine::open_lock_at(ctx, &place, |key, name, value| {
         if value.lock.holder().is_some_and(|h| h.token == token) {
             engine::update(ctx, key, name, &place, value, |s, value, changes| {
                 s.stats.undelivered += 1;

@@ -17,10 +17,13 @@ const NOTOWNER: &str = "NOTOWNER the lock is not held by this owner (never acqui
 const ALREADYQUEUED: &str =
     "QUEUED this owner is already waiting for this lock on another connection: an owner may wait once per lock, use a distinct owner per waiter";
 
+const TOOMANYHOLDS: &str = "ERR this owner already holds the lock 4294967295 times, the most there can be: release it first";
+
 fn lock_error(e: LockError) -> RedisError {
     RedisError::Str(match e {
         LockError::NotOwner => NOTOWNER,
         LockError::AlreadyQueued => ALREADYQUEUED,
+        LockError::TooManyHolds => TOOMANYHOLDS,
     })
 }
 
@@ -60,8 +63,7 @@ fn place_of(ctx: &Context, key_name: &RedisString) -> state::Place {
 /// The lock under `key`, made empty (free) if the key does not exist.
 fn lock_or_create<'a>(key: &RedisKeyWritable) -> Result<&'a mut LockValue, RedisError> {
     if lock_value(key)?.is_none() {
-        let serial = state::with(|s| s.serial());
-        key.set_value(&FLOCK_TYPE, LockValue::new(Lock::default(), serial))?;
+        key.set_value(&FLOCK_TYPE, LockValue::new(Lock::default()))?;
     }
     lock_value(key)?
         .ok_or(RedisError::Str("ERR could not create the lock: the new key holds no lock value (internal error)"))
@@ -176,10 +178,10 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     ffi::reply_bytes(ctx, b"owner");
     ffi::reply_bytes(ctx, &holder.owner);
     let numbers = [
-        ("holds", holder.holds),
+        ("holds", u64::from(holder.holds)),
         ("token", holder.token),
         ("ttl-ms", ttl),
-        ("session", u64::from(holder.session.is_some())),
+        ("session", u64::from(value.lock.session().is_some())),
         ("waiters", value.lock.waiter_count() as u64),
     ];
     for (name, n) in numbers {
@@ -213,17 +215,10 @@ pub fn state(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         }
         return Ok(RedisValue::SimpleStringStatic("OK"));
     };
-    let holder = Holder {
-        owner: parsed.owner.into(),
-        holds: parsed.holds,
-        token: parsed.token,
-        deadline_ms: parsed.deadline_ms,
-        session: parsed.session.then_some(REMOTE_SESSION),
-    };
+    let holder = Holder::new(parsed.owner.into(), parsed.holds, parsed.token, parsed.deadline_ms);
     let value = lock_or_create(&key)?;
     let place = place_of(ctx, key_name);
     state::with(|s| s.tokens.observe(holder.token));
-    value.lock.set_holder(Some(holder));
-    engine::arm_lease(value, &place, ffi::now_ms());
+    engine::replace_holder(value, &place, holder, parsed.session.then_some(REMOTE_SESSION));
     Ok(RedisValue::SimpleStringStatic("OK"))
 }

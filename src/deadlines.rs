@@ -4,7 +4,8 @@
 //! entry and the boxed callback data), more than a third of an idle lock.
 //! The wheel keeps one small slab entry per deadline instead, and the Redis
 //! layer arms a single timer for the nearest one. Insert and remove are O(1),
-//! and so is finding the next deadline (one bitmap per level).
+//! and so is finding the next deadline (one bitmap per level). Ids cannot
+//! move, so the slab keeps its peak size until the last entry leaves.
 //!
 //! As in the wheels of the Linux kernel and tokio, level `l` has 64 slots of
 //! 64^l ms each. An entry sits at the level of the highest base-64 digit in
@@ -121,6 +122,18 @@ impl<T> Deadlines<T> {
         Some(self.take(id.index()))
     }
 
+    /// Takes out every entry whose item fails `keep`: O(entries), for when
+    /// many go at once (a flushed database).
+    pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
+        let mut index = 0;
+        while index < self.entries.len() {
+            if self.entries[index].item.as_ref().is_some_and(|item| !keep(item)) {
+                self.take(index as u32);
+            }
+            index += 1;
+        }
+    }
+
     /// The time the next entry falls due (or a slot of entries must move
     /// down a level, which is when to look again); `None` if empty.
     pub fn next_deadline(&self) -> Option<u64> {
@@ -207,11 +220,17 @@ impl<T> Deadlines<T> {
         if self.levels[level].heads[slot] == NIL {
             self.levels[level].occupied &= !(1 << slot);
         }
-        let entry = &mut self.entries[index as usize];
-        entry.next = self.free;
-        self.free = index;
+        let item = self.entries[index as usize].item.take().expect("a linked entry holds its item");
         self.len -= 1;
-        entry.item.take().expect("a linked entry holds its item")
+        if self.len == 0 {
+            // Ids cannot move, so the slab only shrinks when it is empty.
+            self.entries = Vec::new();
+            self.free = NIL;
+        } else {
+            self.entries[index as usize].next = self.free;
+            self.free = index;
+        }
+        item
     }
 }
 
@@ -267,17 +286,31 @@ mod tests {
     #[test]
     fn a_removed_entry_never_fires_and_its_id_is_reused() {
         let mut wheel = Deadlines::default();
+        let keep = wheel.insert(300, 3);
         let a = wheel.insert(100, 1);
         assert_eq!(wheel.remove(a), Some(1));
         assert_eq!(wheel.remove(a), None);
         let b = wheel.insert(200, 2);
+        assert_ne!(b, keep);
         assert_eq!(a, b, "the freed index is reused");
-        assert_eq!(drain(&mut wheel, 1000), vec![2]);
+        assert_eq!(drain(&mut wheel, 1000), vec![2, 3]);
+        assert_eq!(wheel.entries.capacity(), 0, "an empty wheel gives its slab back");
     }
 
     #[test]
-    fn an_entry_is_48_bytes_or_less_with_a_place_as_item() {
-        assert!(Deadlines::<(u64, Box<[u8]>)>::entry_size() <= 48);
+    fn retain_takes_out_the_rejected_entries_only() {
+        let mut wheel = Deadlines::default();
+        for n in 0..100u64 {
+            wheel.insert(n * 37, n);
+        }
+        wheel.retain(|n| n % 3 != 0);
+        assert_eq!(wheel.len(), 66);
+        assert_eq!(drain(&mut wheel, 10_000), (0..100).filter(|n| n % 3 != 0).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn an_entry_with_a_token_and_a_boxed_place_is_40_bytes() {
+        assert_eq!(Deadlines::<(u64, Box<[u8]>)>::entry_size(), 40);
     }
 
     #[derive(Debug, Clone)]

@@ -8,10 +8,11 @@ use redis_module::key::RedisKeyWritable;
 use redis_module::{Context, NotifyEvent};
 
 use crate::blocking::{self, Outcome};
+use crate::deadlines::DeadlineId;
 use crate::ffi::{self, BlockedClient};
 use crate::keytype::{self, lock_value, LockValue};
 use crate::lock::{Grant, Holder};
-use crate::state::{self, Place, State};
+use crate::state::{self, Lease, Place, State};
 
 pub const ACQUIRED: &str = "flock.acquired";
 pub const RELEASED: &str = "flock.released";
@@ -44,18 +45,25 @@ impl Changes {
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Snapshot {
     token: u64,
-    holds: u64,
+    holds: u32,
     deadline_ms: u64,
     session: Option<u64>,
+    deadline_id: Option<DeadlineId>,
 }
 
 impl Snapshot {
     fn of(value: &LockValue) -> Option<Self> {
-        value.lock.holder().map(|h| Snapshot { token: h.token, holds: h.holds, deadline_ms: h.deadline_ms, session: h.session })
+        value.lock.holder().map(|h| Snapshot {
+            token: h.token,
+            holds: h.holds,
+            deadline_ms: h.deadline_ms,
+            session: value.lock.session(),
+            deadline_id: h.deadline_id,
+        })
     }
 
     /// What replicas and the AOF see: the session flag, not the connection.
-    fn replicated(this: Option<Self>) -> Option<(u64, u64, u64, bool)> {
+    fn replicated(this: Option<Self>) -> Option<(u64, u32, u64, bool)> {
         this.map(|h| (h.token, h.holds, h.deadline_ms, h.session.is_some()))
     }
 }
@@ -89,7 +97,7 @@ pub fn update<R>(
         (result, changes.events, idle, changed)
     });
     if state {
-        propagate(ctx, key_name, value.lock.holder());
+        propagate(ctx, key_name, value);
     }
     if idle {
         // The value is already detached from timers and sessions, so the
@@ -105,7 +113,7 @@ pub fn update<R>(
 /// Applies gathered effects; true if the lock is now idle.
 fn apply(s: &mut State, place: &Place, value: &mut LockValue, changes: &mut Changes) -> bool {
     for grant in changes.grants.drain(..) {
-        deliver(s, place, value.serial, grant);
+        deliver(s, place, grant);
     }
     let (before, after) = (changes.before, Snapshot::of(value));
     let binding = |h: Option<Snapshot>| h.map(|h| (h.token, h.session));
@@ -117,21 +125,24 @@ fn apply(s: &mut State, place: &Place, value: &mut LockValue, changes: &mut Chan
             s.bind_session(client, place);
         }
     }
+    if let Some(old) = before.filter(|h| after.is_none_or(|a| a.token != h.token)) {
+        unfile(s, old.token, old.deadline_id);
+    }
     let lease = |h: Option<Snapshot>| h.map(|h| (h.token, h.deadline_ms));
-    if lease(before) != lease(after) || (after.is_some() && value.lease_timer.is_none()) {
-        arm_lease(value, place, changes.now);
+    if lease(before) != lease(after) || after.is_some_and(|h| h.deadline_id.is_none()) {
+        file_lease(s, value, place, changes.now);
     }
     value.lock.is_idle()
 }
 
 /// Sends the lock's new state to replicas and the AOF as one deterministic
 /// command with absolute times (never the blocking ACQUIRE itself).
-fn propagate(ctx: &Context, key_name: &redis_module::RedisString, holder: Option<&Holder>) {
+fn propagate(ctx: &Context, key_name: &redis_module::RedisString, value: &LockValue) {
     let key = key_name.as_slice();
-    match holder {
+    match value.lock.holder() {
         None => ctx.replicate(keytype::STATE_COMMAND, &[key]),
         Some(holder) => {
-            let numbers = keytype::state_numbers(holder).map(|n| n.to_string());
+            let numbers = keytype::state_numbers(holder, value.lock.session().is_some()).map(|n| n.to_string());
             let mut args: Vec<&[u8]> = vec![key, &holder.owner];
             args.extend(numbers.iter().map(String::as_bytes));
             ctx.replicate(keytype::STATE_COMMAND, args.as_slice())
@@ -139,55 +150,85 @@ fn propagate(ctx: &Context, key_name: &redis_module::RedisString, holder: Option
     };
 }
 
-fn deliver(s: &mut State, place: &Place, serial: u64, grant: Grant<BlockedClient>) {
+fn deliver(s: &mut State, place: &Place, grant: Grant<BlockedClient>) {
     s.stats.grants += 1;
     s.stats.handoffs += 1;
-    let outcome =
-        Outcome::Granted { token: grant.token, place: place.clone(), serial, delivered: false, at: Instant::now() };
+    let outcome = Outcome::Granted { token: grant.token, place: place.clone(), delivered: false, at: Instant::now() };
     blocking::answer(s, grant.payload, outcome);
 }
 
 const REPLICA_RECHECK_MS: u64 = 50;
 
-#[derive(Clone)]
-struct LeaseTimer {
-    place: Place,
-    serial: u64,
-    generation: u64,
-}
-
-/// Heap bytes of one lease timer's data for a key of `key_len` bytes.
-pub fn lease_timer_size(key_len: usize) -> usize {
-    ffi::timer_data_size::<LeaseTimer>() + key_len
-}
-
-/// (Re)arms the lease timer for the current holder's deadline, or stops it
-/// when nobody holds the lock.
-pub fn arm_lease(value: &mut LockValue, place: &Place, now: u64) {
-    if let Some(id) = value.lease_timer.take() {
-        ffi::stop_timer::<LeaseTimer>(id);
-    }
-    let Some(holder) = value.lock.holder() else { return };
-    value.lease_gen += 1;
-    let data = LeaseTimer { place: place.clone(), serial: value.serial, generation: value.lease_gen };
-    let mut delay = holder.deadline_ms.saturating_sub(now);
-    if delay == 0 && ffi::is_replica() {
+/// Files the holder's lease deadline in the wheel, in place of the entry it
+/// had, and makes sure the timer wakes up for it.
+fn file_lease(s: &mut State, value: &mut LockValue, place: &Place, now: u64) {
+    let Some(holder) = value.lock.holder_mut() else { return };
+    unfile(s, holder.token, holder.deadline_id.take());
+    let mut at = holder.deadline_ms;
+    if at <= now && ffi::is_replica() {
         // The master's expiry is on its way; look again in case this replica
         // is promoted before it arrives.
-        delay = REPLICA_RECHECK_MS;
+        at = now + REPLICA_RECHECK_MS;
     }
-    value.lease_timer = Some(ffi::create_timer(delay, on_lease_timer, data));
+    holder.deadline_id = Some(s.deadlines.insert(at, Lease { token: holder.token, place: place.clone() }));
+    wake_at(s, at, now);
 }
 
-fn on_lease_timer(ctx: &Context, timer: LeaseTimer) {
-    with_lock_at(ctx, &timer.place, timer.serial, |key, name, value| {
-        if value.lease_gen != timer.generation {
-            return;
+/// Takes a holder's lease out of the wheel, if `id` is still its entry.
+fn unfile(s: &mut State, token: u64, id: Option<DeadlineId>) {
+    if let Some(id) = id.filter(|&id| s.deadlines.get(id).is_some_and(|lease| lease.token == token)) {
+        s.deadlines.remove(id);
+    }
+}
+
+/// Sets the one timer for `at` unless it already fires by then. Entries
+/// that leave the wheel leave it as it is: waking up once for nothing is
+/// cheaper than a timer per change.
+fn wake_at(s: &mut State, at: u64, now: u64) {
+    if s.tick.is_some_and(|(_, set_for)| set_for <= at) {
+        return;
+    }
+    if let Some((id, _)) = s.tick.take() {
+        ffi::stop_timer::<()>(id);
+    }
+    s.tick = Some((ffi::create_timer(at.saturating_sub(now), on_tick, ()), at));
+}
+
+/// Ends every lease that is due (`update` passes each lock on), then sets
+/// the timer for the next deadline.
+fn on_tick(ctx: &Context, (): ()) {
+    state::with(|s| s.tick = None);
+    let now = ffi::now_ms();
+    while let Some((id, lease)) = state::with(|s| s.deadlines.pop_due(now)) {
+        open_lock_at(ctx, &lease.place, |key, name, value| {
+            let Some(holder) = value.lock.holder_mut() else { return };
+            if holder.token == lease.token && holder.deadline_id == Some(id) {
+                holder.deadline_id = None;
+                // Ends the lease, or files it again if it is not due here.
+                update(ctx, key, name, &lease.place, value, |_, _, _| ());
+            }
+        });
+    }
+    state::with(|s| {
+        if let Some(next) = s.deadlines.next_deadline() {
+            wake_at(s, next, now);
         }
-        value.lease_timer = None;
-        // `update` ends the lease if it is due, or re-arms the timer.
-        update(ctx, key, name, &timer.place, value, |_, _, _| ());
     });
+}
+
+/// Files the lease of a lock just loaded.
+pub fn file(value: &mut LockValue, place: &Place) {
+    state::with(|s| file_lease(s, value, place, ffi::now_ms()));
+}
+
+/// Sets the holder as its master or the AOF recorded it (FLOCK.STATE).
+pub fn replace_holder(value: &mut LockValue, place: &Place, holder: Holder, session: Option<u64>) {
+    if let Some(old) = value.lock.holder_mut() {
+        let (token, id) = (old.token, old.deadline_id.take());
+        state::with(|s| unfile(s, token, id));
+    }
+    value.lock.set_holder(Some(holder), session);
+    file(value, place);
 }
 
 /// Opens the lock at `place` in its current database, if there is one, and
@@ -197,9 +238,9 @@ pub fn open_lock_at(
     place: &Place,
     f: impl FnOnce(&RedisKeyWritable, &redis_module::RedisString, &mut LockValue),
 ) {
-    let db = state::with(|s| s.dbs.db(place.ident));
+    let db = state::with(|s| s.dbs.db(place.ident()));
     ffi::with_db(ctx.ctx, db, || {
-        let name = ctx.create_string(&*place.key);
+        let name = ctx.create_string(place.key());
         let key = ctx.open_key_writable(&name);
         if let Ok(Some(value)) = lock_value(&key) {
             f(&key, &name, value);
@@ -207,33 +248,19 @@ pub fn open_lock_at(
     });
 }
 
-/// Like `open_lock_at`, but only if it is still the same lock object
-/// (`serial`): a timer or waiter may outlive the lock it was made for.
-pub fn with_lock_at(
-    ctx: &Context,
-    place: &Place,
-    serial: u64,
-    f: impl FnOnce(&RedisKeyWritable, &redis_module::RedisString, &mut LockValue),
-) {
-    open_lock_at(ctx, place, |key, name, value| {
-        if value.serial == serial {
-            f(key, name, value);
-        }
-    });
-}
-
 /// The lock leaves its key (deleted, overwritten, expired, renamed or moved
 /// away): its waiters get LOCKDELETED, its timer and session binding go.
 pub fn detach(value: &mut LockValue, db: i32, key: &[u8]) {
-    let bound = value.lock.holder().and_then(|h| h.session);
-    if value.lock.waiter_count() == 0 && value.lease_timer.is_none() && bound.is_none() {
+    let bound = value.lock.session();
+    let filed = value.lock.holder_mut().and_then(|h| h.deadline_id.take().map(|id| (h.token, id)));
+    if value.lock.waiter_count() == 0 && filed.is_none() && bound.is_none() {
         return;
-    }
-    if let Some(id) = value.lease_timer.take() {
-        ffi::stop_timer::<LeaseTimer>(id);
     }
     let waiters = value.lock.drain_waiters();
     state::with(|s| {
+        if let Some((token, id)) = filed {
+            unfile(s, token, Some(id));
+        }
         let place = s.place(db, key);
         if let Some(client) = bound {
             s.unbind_session(client, &place);
@@ -254,15 +281,14 @@ pub fn detach(value: &mut LockValue, db: i32, key: &[u8]) {
 /// The lock arrived under a new name or database (RENAME, MOVE): its lease
 /// timer and session binding follow it.
 pub fn attach(value: &mut LockValue, db: i32, key: &[u8]) {
-    let place = state::with(|s| {
+    state::with(|s| {
         let place = s.place(db, key);
-        if let Some(client) = value.lock.holder().and_then(|h| h.session) {
+        if let Some(client) = value.lock.session() {
             s.bind_session(client, &place);
         }
         if value.lock.holder().is_some() {
             s.stats.deletions = s.stats.deletions.saturating_sub(1);
         }
-        place
+        file_lease(s, value, &place, ffi::now_ms());
     });
-    arm_lease(value, &place, ffi::now_ms());
 }

@@ -19,8 +19,8 @@ pub fn subscribe(ctx: RawCtx) {
 }
 
 /// FLUSHDB and FLUSHALL (also ASYNC, which frees values on another thread)
-/// skip the type's unlink callback: answer the flushed waiters here, before
-/// any value is freed.
+/// skip the type's unlink callback: answer the flushed waiters and drop the
+/// flushed leases here, before any value is freed.
 unsafe extern "C" fn on_flush(_: RawCtx, _: raw::RedisModuleEvent, subevent: u64, data: *mut c_void) {
     if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_START {
         return;
@@ -29,7 +29,9 @@ unsafe extern "C" fn on_flush(_: RawCtx, _: raw::RedisModuleEvent, subevent: u64
     state::with(|s| {
         let dbs = &s.dbs;
         let flushed = |ident: u32| dbnum == -1 || dbs.db(ident) == dbnum;
-        let gone: Vec<_> = s.waiters.iter().filter(|(_, e)| flushed(e.place.ident)).map(|(bc, _)| *bc).collect();
+        let gone: Vec<_> = s.waiters.iter().filter(|(_, e)| flushed(e.place.ident())).map(|(bc, _)| *bc).collect();
+        // Their leases would only wake the timer for locks that are gone.
+        s.deadlines.retain(|lease| !flushed(lease.place.ident()));
         for bc in gone {
             if crate::blocking::answer(s, bc, Outcome::Deleted) {
                 s.stats.waiters_deleted += 1;
@@ -37,7 +39,7 @@ unsafe extern "C" fn on_flush(_: RawCtx, _: raw::RedisModuleEvent, subevent: u64
         }
         let dbs = &s.dbs;
         for places in s.sessions.values_mut() {
-            places.retain(|p| !(dbnum == -1 || dbs.db(p.ident) == dbnum));
+            places.retain(|p| !(dbnum == -1 || dbs.db(p.ident()) == dbnum));
         }
         s.sessions.retain(|_, places| !places.is_empty());
     });
@@ -61,7 +63,7 @@ unsafe extern "C" fn on_client_change(ctx: RawCtx, _: raw::RedisModuleEvent, sub
             engine::update(&ctx, key, name, &place, value, |s, value, changes| {
                 // Checked after `update` ended a due lease: the lock may have
                 // passed on, or the binding may be stale (FLUSH, re-creation).
-                if value.lock.holder().and_then(|h| h.session) == Some(client) {
+                if value.lock.session() == Some(client) {
                     s.stats.session_releases += 1;
                     changes.event(RELEASED);
                     changes.grant(value.lock.vacate(changes.now, &mut s.tokens).1);

@@ -138,11 +138,6 @@ unsafe extern "C" fn timer_trampoline<T>(ctx: RawCtx, data: *mut c_void) {
     FIRING.store(previous, Ordering::Release);
 }
 
-/// Bytes of the box that carries a timer's data.
-pub fn timer_data_size<T>() -> usize {
-    std::mem::size_of::<TimerData<T>>()
-}
-
 /// Calls `callback(ctx, data)` on the main thread after `delay_ms`.
 pub fn create_timer<T>(delay_ms: u64, callback: fn(&Context, T), data: T) -> TimerId {
     let data = Box::into_raw(Box::new(TimerData { callback, data })).cast::<c_void>();

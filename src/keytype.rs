@@ -8,8 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use redis_module::key::RedisKeyWritable;
 use redis_module::{raw, native_types::RedisType, RedisError};
 
-use crate::ffi::{self, BlockedClient, TimerId};
+use crate::deadlines::Deadlines;
+use crate::ffi::{self, BlockedClient};
 use crate::lock::{Holder, Lock};
+use crate::state::Lease;
 use crate::{engine, state};
 
 pub const TYPE_NAME: &str = "flocklock";
@@ -21,8 +23,8 @@ const ENCODING_VERSION: i32 = 1;
 pub const STATE_COMMAND: &str = "FLOCK.STATE";
 
 /// The numbers of `FLOCK.STATE` for `holder`, in order.
-pub fn state_numbers(holder: &Holder) -> [i64; 4] {
-    [holder.holds, holder.token, holder.deadline_ms, u64::from(holder.session.is_some())].map(|n| n as i64)
+pub fn state_numbers(holder: &Holder, session: bool) -> [i64; 4] {
+    [u64::from(holder.holds), holder.token, holder.deadline_ms, u64::from(session)].map(|n| n as i64)
 }
 
 /// A SESSION lock whose connection is not on this server (loaded or
@@ -35,19 +37,18 @@ pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong
 /// on a background thread (FLUSHALL ASYNC), so this is the one shared datum.
 pub static LIVE_LOCKS: AtomicU64 = AtomicU64::new(0);
 
+/// The value under a lock's key. 48 bytes: what a lock without waiters or
+/// SESSION needs beyond its owner string and its entry in the deadline wheel.
 pub struct LockValue {
     pub lock: Lock<BlockedClient>,
-    /// Identifies this object across renames; stale timers compare it.
-    pub serial: u64,
-    pub lease_timer: Option<TimerId>,
-    /// Bumped on every re-arm so a timer that fires late knows it is stale.
-    pub lease_gen: u64,
 }
 
+const _: () = assert!(std::mem::size_of::<LockValue>() == 48, "a held lock's value should stay in the 48-byte class");
+
 impl LockValue {
-    pub fn new(lock: Lock<BlockedClient>, serial: u64) -> Self {
+    pub fn new(lock: Lock<BlockedClient>) -> Self {
         LIVE_LOCKS.fetch_add(1, Ordering::Relaxed);
-        Self { lock, serial, lease_timer: None, lease_gen: 0 }
+        Self { lock }
     }
 }
 
@@ -94,14 +95,12 @@ unsafe extern "C" fn free(value: *mut c_void) {
     drop(unsafe { Box::from_raw(value.cast::<LockValue>()) });
 }
 
-/// What Redis keeps for one module timer (its timer record and the radix
-/// tree node that orders it), measured as the rest of a lock's footprint.
-const REDIS_TIMER_BYTES: usize = 100;
-
 unsafe extern "C" fn mem_usage(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void, _: usize) -> usize {
     let value = unsafe { &*value.cast::<LockValue>() };
-    let timer = value.lease_timer.map_or(0, |_| REDIS_TIMER_BYTES + engine::lease_timer_size(ffi::opt_ctx_key(ctx).1.len()));
-    std::mem::size_of::<LockValue>() + value.lock.heap_size() + timer
+    let filed = value.lock.holder().is_some_and(|h| h.deadline_id.is_some());
+    // A filed lease is a wheel entry plus its place: the key name and 4 bytes.
+    let lease = if filed { Deadlines::<Lease>::entry_size() + 4 + ffi::opt_ctx_key(ctx).1.len() } else { 0 };
+    std::mem::size_of::<LockValue>() + value.lock.heap_size() + lease
 }
 
 /// The key is leaving its name (DEL, UNLINK, overwrite, expiry, RENAME or
@@ -118,17 +117,17 @@ unsafe extern "C" fn rdb_save(io: *mut raw::RedisModuleIO, value: *mut c_void) {
     let value = unsafe { &*value.cast::<LockValue>() };
     let Some(holder) = value.lock.holder() else { return };
     raw::save_slice(io, &holder.owner);
-    raw::save_unsigned(io, holder.holds);
+    raw::save_unsigned(io, u64::from(holder.holds));
     raw::save_unsigned(io, holder.token);
     raw::save_unsigned(io, holder.deadline_ms);
-    raw::save_unsigned(io, u64::from(holder.session.is_some()));
+    raw::save_unsigned(io, u64::from(value.lock.session().is_some()));
 }
 
 unsafe extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     if encver != ENCODING_VERSION {
         return std::ptr::null_mut();
     }
-    let load = || -> Result<Holder, redis_module::error::Error> {
+    let load = || -> Result<(Holder, Option<u64>), redis_module::error::Error> {
         let owner = raw::load_string_buffer(io)?.as_ref().into();
         let holds = raw::load_unsigned(io)?;
         let token = raw::load_unsigned(io)?;
@@ -136,28 +135,27 @@ unsafe extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mu
         // The connection a SESSION lock was bound to is not on this server;
         // the flag stays visible and the lease still bounds the lock.
         let session = (raw::load_unsigned(io)? != 0).then_some(REMOTE_SESSION);
-        Ok(Holder { owner, holds, token, deadline_ms, session })
+        let holds = u32::try_from(holds).unwrap_or(0);
+        Ok((Holder::new(owner, holds, token, deadline_ms), session))
     };
-    let Ok(holder) = load() else { return std::ptr::null_mut() };
+    let Ok((holder, session)) = load() else { return std::ptr::null_mut() };
     if holder.holds == 0 || holder.owner.is_empty() {
         return std::ptr::null_mut();
     }
     let (db, key) = ffi::io_key(io);
-    let value = state::with(|s| {
+    let place = state::with(|s| {
         s.tokens.observe(holder.token);
-        let serial = s.serial();
-        let mut value = LockValue::new(Lock::with_holder(holder), serial);
-        let place = s.place(db, &key);
-        engine::arm_lease(&mut value, &place, ffi::now_ms());
-        value
+        s.place(db, &key)
     });
+    let mut value = LockValue::new(Lock::with_holder(holder, session));
+    engine::file(&mut value, &place);
     Box::into_raw(Box::new(value)).cast::<c_void>()
 }
 
 unsafe extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, value: *mut c_void) {
     let value = unsafe { &*value.cast::<LockValue>() };
     if let Some(holder) = value.lock.holder() {
-        ffi::emit_aof(aof, c"FLOCK.STATE", key, &holder.owner, state_numbers(holder));
+        ffi::emit_aof(aof, c"FLOCK.STATE", key, &holder.owner, state_numbers(holder, value.lock.session().is_some()));
     }
 }
 

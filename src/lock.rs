@@ -8,6 +8,7 @@
 
 use std::collections::HashSet;
 
+use crate::deadlines::DeadlineId;
 use crate::queue::{WaitQueue, WaiterId};
 
 /// Fencing tokens: strictly increasing for every grant this process makes.
@@ -40,12 +41,19 @@ impl TokenSource {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
     pub owner: Box<[u8]>,
-    pub holds: u64,
     pub token: u64,
     /// Absolute unix milliseconds.
     pub deadline_ms: u64,
-    /// The client id whose disconnect releases the lock (SESSION).
-    pub session: Option<u64>,
+    pub holds: u32,
+    /// Where the caller filed this lease's deadline to be woken at it; a
+    /// new holder has none. Kept here because it costs no extra bytes.
+    pub deadline_id: Option<DeadlineId>,
+}
+
+impl Holder {
+    pub fn new(owner: Box<[u8]>, holds: u32, token: u64, deadline_ms: u64) -> Self {
+        Self { owner, token, deadline_ms, holds, deadline_id: None }
+    }
 }
 
 #[derive(Debug)]
@@ -77,6 +85,8 @@ pub enum Acquired {
 pub enum LockError {
     NotOwner,
     AlreadyQueued,
+    /// A reentrant acquire beyond `u32::MAX` holds.
+    TooManyHolds,
 }
 
 pub struct Request<'a> {
@@ -85,66 +95,103 @@ pub struct Request<'a> {
     pub session: Option<u64>,
 }
 
-/// The waiters of a contended lock. Most locks never have any, so this is
-/// boxed and dropped when the last waiter goes, to keep idle locks small.
+/// The waiters of a contended lock.
 struct Waiting<P> {
     queue: WaitQueue<Waiter<P>>,
     /// Owners in the queue, to refuse an owner queueing twice in O(1).
     queued: HashSet<Box<[u8]>>,
 }
 
+/// What most locks never have: waiters and a SESSION binding. Boxed, and
+/// dropped when empty, so that a plain held lock stays small.
+struct Extra<P> {
+    /// The client id whose disconnect releases the current holder.
+    session: Option<u64>,
+    waiting: Option<Box<Waiting<P>>>,
+}
+
 pub struct Lock<P> {
     holder: Option<Holder>,
-    waiting: Option<Box<Waiting<P>>>,
-    /// Carries waiter handle generations across drops of `waiting`.
-    next_generation: u32,
+    extra: Option<Box<Extra<P>>>,
 }
 
 impl<P> Default for Lock<P> {
     fn default() -> Self {
-        Self { holder: None, waiting: None, next_generation: 0 }
+        Self { holder: None, extra: None }
     }
 }
 
 impl<P> Lock<P> {
-    pub fn with_holder(holder: Holder) -> Self {
-        Self { holder: Some(holder), ..Self::default() }
+    pub fn with_holder(holder: Holder, session: Option<u64>) -> Self {
+        let mut lock = Self::default();
+        lock.set_holder(Some(holder), session);
+        lock
     }
 
     /// Replaces the holder as replicated or loaded state says; waiters stay.
-    pub fn set_holder(&mut self, holder: Option<Holder>) {
+    pub fn set_holder(&mut self, holder: Option<Holder>, session: Option<u64>) {
         self.holder = holder;
+        self.set_session(session.filter(|_| self.holder.is_some()));
     }
 
     pub fn holder(&self) -> Option<&Holder> {
         self.holder.as_ref()
     }
 
+    pub fn holder_mut(&mut self) -> Option<&mut Holder> {
+        self.holder.as_mut()
+    }
+
+    /// The client id a SESSION holder is bound to.
+    pub fn session(&self) -> Option<u64> {
+        self.extra.as_ref().and_then(|e| e.session)
+    }
+
+    fn set_session(&mut self, session: Option<u64>) {
+        match (&mut self.extra, session) {
+            (Some(extra), _) => extra.session = session,
+            (None, None) => {}
+            (None, Some(_)) => self.extra = Some(Box::new(Extra { session, waiting: None })),
+        }
+        self.trim();
+    }
+
+    fn trim(&mut self) {
+        if self.extra.as_ref().is_some_and(|e| e.session.is_none() && e.waiting.is_none()) {
+            self.extra = None;
+        }
+    }
+
+    fn waiting(&self) -> Option<&Waiting<P>> {
+        self.extra.as_ref()?.waiting.as_deref()
+    }
+
     pub fn waiters(&self) -> impl Iterator<Item = &Waiter<P>> + '_ {
-        self.waiting.iter().flat_map(|w| w.queue.iter())
+        self.waiting().into_iter().flat_map(|w| w.queue.iter())
     }
 
     pub fn waiter_count(&self) -> usize {
-        self.waiting.as_ref().map_or(0, |w| w.queue.len())
+        self.waiting().map_or(0, |w| w.queue.len())
     }
 
     /// Nobody holds it and nobody waits: the lock can disappear.
     pub fn is_idle(&self) -> bool {
-        self.holder.is_none() && self.waiting.is_none()
+        self.holder.is_none() && self.waiting().is_none()
     }
 
     fn is_queued(&self, owner: &[u8]) -> bool {
-        self.waiting.as_ref().is_some_and(|w| w.queued.contains(owner))
+        self.waiting().is_some_and(|w| w.queued.contains(owner))
     }
 
     /// Takes a waiter out with `take` and drops the queue once it is empty.
     fn take_waiter(&mut self, take: impl FnOnce(&mut WaitQueue<Waiter<P>>) -> Option<Waiter<P>>) -> Option<Waiter<P>> {
-        let waiting = self.waiting.as_mut()?;
+        let extra = self.extra.as_mut()?;
+        let waiting = extra.waiting.as_mut()?;
         let waiter = take(&mut waiting.queue)?;
         waiting.queued.remove(&waiter.owner);
         if waiting.queue.is_empty() {
-            self.next_generation = waiting.queue.next_generation();
-            self.waiting = None;
+            extra.waiting = None;
+            self.trim();
         }
         Some(waiter)
     }
@@ -156,12 +203,13 @@ impl<P> Lock<P> {
         tokens: &mut TokenSource,
     ) -> Result<Acquired, LockError> {
         if let Some(holder) = self.holder.as_mut().filter(|h| *h.owner == *req.owner) {
-            holder.holds += 1;
+            holder.holds = holder.holds.checked_add(1).ok_or(LockError::TooManyHolds)?;
             holder.deadline_ms = now_ms.saturating_add(req.lease_ms);
+            let token = holder.token;
             if req.session.is_some() {
-                holder.session = req.session;
+                self.set_session(req.session);
             }
-            return Ok(Acquired::Reentered(holder.token));
+            return Ok(Acquired::Reentered(token));
         }
         if self.is_queued(req.owner) {
             return Err(LockError::AlreadyQueued);
@@ -170,13 +218,8 @@ impl<P> Lock<P> {
             return Ok(Acquired::Busy);
         }
         let token = tokens.next(now_ms);
-        self.holder = Some(Holder {
-            owner: req.owner.into(),
-            holds: 1,
-            token,
-            deadline_ms: now_ms.saturating_add(req.lease_ms),
-            session: req.session,
-        });
+        let holder = Holder::new(req.owner.into(), 1, token, now_ms.saturating_add(req.lease_ms));
+        self.set_holder(Some(holder), req.session);
         Ok(Acquired::Granted(token))
     }
 
@@ -191,10 +234,10 @@ impl<P> Lock<P> {
         if self.is_queued(req.owner) {
             return Err(LockError::AlreadyQueued);
         }
-        let next_generation = self.next_generation;
-        let waiting = self.waiting.get_or_insert_with(|| {
-            Box::new(Waiting { queue: WaitQueue::continuing(next_generation), queued: HashSet::new() })
-        });
+        let extra = self.extra.get_or_insert_with(|| Box::new(Extra { session: None, waiting: None }));
+        let waiting = extra
+            .waiting
+            .get_or_insert_with(|| Box::new(Waiting { queue: WaitQueue::default(), queued: HashSet::new() }));
         waiting.queued.insert(req.owner.into());
         Ok(waiting.queue.push_back(Waiter {
             owner: req.owner.into(),
@@ -220,8 +263,8 @@ impl<P> Lock<P> {
         owner: &[u8],
         now_ms: u64,
         tokens: &mut TokenSource,
-    ) -> Result<(u64, Option<Grant<P>>), LockError> {
-        let holder = self.holder_mut(owner)?;
+    ) -> Result<(u32, Option<Grant<P>>), LockError> {
+        let holder = self.holder_of(owner)?;
         holder.holds -= 1;
         if holder.holds > 0 {
             return Ok((holder.holds, None));
@@ -231,7 +274,7 @@ impl<P> Lock<P> {
 
     /// Resets the holder's lease; the current token.
     pub fn renew(&mut self, owner: &[u8], lease_ms: u64, now_ms: u64) -> Result<u64, LockError> {
-        let holder = self.holder_mut(owner)?;
+        let holder = self.holder_of(owner)?;
         holder.deadline_ms = now_ms.saturating_add(lease_ms);
         Ok(holder.token)
     }
@@ -253,15 +296,11 @@ impl<P> Lock<P> {
     /// of the queue, which gets its own lease from `now_ms`.
     pub fn vacate(&mut self, now_ms: u64, tokens: &mut TokenSource) -> (Option<Holder>, Option<Grant<P>>) {
         let old = self.holder.take();
+        self.set_session(None);
         let grant = self.take_waiter(WaitQueue::pop_front).map(|waiter| {
             let token = tokens.next(now_ms);
-            self.holder = Some(Holder {
-                owner: waiter.owner,
-                holds: 1,
-                token,
-                deadline_ms: now_ms.saturating_add(waiter.lease_ms),
-                session: waiter.session,
-            });
+            let holder = Holder::new(waiter.owner, 1, token, now_ms.saturating_add(waiter.lease_ms));
+            self.set_holder(Some(holder), waiter.session);
             Grant { token, payload: waiter.payload }
         });
         (old, grant)
@@ -269,17 +308,18 @@ impl<P> Lock<P> {
 
     /// Heap bytes owned by this lock (owner strings, queue, index).
     pub fn heap_size(&self) -> usize {
-        let waiting = self.waiting.as_ref().map_or(0, |w| {
+        let extra = self.extra.as_ref().map_or(0, |_| std::mem::size_of::<Extra<P>>());
+        let waiting = self.waiting().map_or(0, |w| {
             let owners: usize = w.queue.iter().map(|w| w.owner.len()).sum();
             std::mem::size_of::<Waiting<P>>()
                 + w.queue.heap_size()
                 + owners * 2
                 + w.queued.capacity() * (std::mem::size_of::<Box<[u8]>>() + 1)
         });
-        self.holder.as_ref().map_or(0, |h| h.owner.len()) + waiting
+        self.holder.as_ref().map_or(0, |h| h.owner.len()) + extra + waiting
     }
 
-    fn holder_mut(&mut self, owner: &[u8]) -> Result<&mut Holder, LockError> {
+    fn holder_of(&mut self, owner: &[u8]) -> Result<&mut Holder, LockError> {
         self.holder.as_mut().filter(|h| *h.owner == *owner).ok_or(LockError::NotOwner)
     }
 }

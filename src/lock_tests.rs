@@ -192,6 +192,48 @@ fn drain_empties_the_queue_and_the_lock_is_idle_once_the_holder_goes() {
 }
 
 #[test]
+fn reentry_beyond_the_most_holds_is_refused_and_changes_nothing() {
+    let mut tokens = TokenSource::default();
+    let mut lock = Lock::<()>::with_holder(Holder::new(b"a"[..].into(), u32::MAX, 7, 1100), None);
+    assert_eq!(lock.acquire(&req("a", 500), 1000, &mut tokens), Err(LockError::TooManyHolds));
+    let h = lock.holder().unwrap();
+    assert_eq!((h.holds, h.token, h.deadline_ms), (u32::MAX, 7, 1100));
+}
+
+#[test]
+fn session_and_waiters_take_memory_only_while_they_exist() {
+    let mut tokens = TokenSource::default();
+    let mut lock = Lock::<()>::default();
+    lock.acquire(&req("a", 100), 1000, &mut tokens).unwrap();
+    let plain = lock.heap_size();
+    let session = Request { session: Some(9), ..req("a", 100) };
+    lock.acquire(&session, 1000, &mut tokens).unwrap();
+    assert_eq!(lock.session(), Some(9));
+    assert!(lock.heap_size() > plain);
+    let b = lock.enqueue(&req("b", 100), ()).unwrap();
+    lock.remove_waiter(b).unwrap();
+    lock.release(b"a", 1000, &mut tokens).unwrap();
+    assert_eq!(lock.session(), Some(9), "the session binds the holder until its last release");
+    let (_, grant) = lock.release(b"a", 1000, &mut tokens).unwrap();
+    assert!(grant.is_none() && lock.is_idle() && lock.session().is_none());
+    lock.acquire(&req("c", 100), 1000, &mut tokens).unwrap();
+    assert_eq!(lock.heap_size(), plain, "nothing is left over from the session or the queue");
+}
+
+#[test]
+fn a_granted_waiter_brings_its_own_session() {
+    let mut tokens = TokenSource::default();
+    let mut lock = Lock::default();
+    lock.acquire(&Request { session: Some(1), ..req("a", 100) }, 1000, &mut tokens).unwrap();
+    lock.enqueue(&Request { session: Some(2), ..req("b", 100) }, "b").unwrap();
+    lock.enqueue(&req("c", 100), "c").unwrap();
+    lock.release(b"a", 1000, &mut tokens).unwrap();
+    assert_eq!((holder_owner(&lock), lock.session()), (Some(&b"b"[..]), Some(2)));
+    lock.release(b"b", 1000, &mut tokens).unwrap();
+    assert_eq!((holder_owner(&lock), lock.session()), (Some(&b"c"[..]), None));
+}
+
+#[test]
 fn tokens_strictly_increase_and_follow_the_clock() {
     let mut tokens = TokenSource::default();
     let first = tokens.next(1000);
@@ -241,7 +283,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Held { owner: usize, holds: u64, token: u64, deadline: u64 }
+struct Held { owner: usize, holds: u32, token: u64, deadline: u64 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Queued { owner: usize, lease: u64, payload: u32, id: WaiterId }
@@ -447,7 +489,7 @@ mod multi {
     }
 
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    struct Held { owner: usize, holds: u64, token: u64, deadline: u64, session: Option<u64> }
+    struct Held { owner: usize, holds: u32, token: u64, deadline: u64, session: Option<u64> }
 
     #[derive(Debug, Clone, Copy)]
     struct Queued { owner: usize, conn: usize, lease: u64, session: bool, timeout: bool, payload: u32, id: WaiterId }
@@ -720,10 +762,10 @@ mod multi {
             }
             let client = self.client[conn];
             for key in 0..KEYS {
-                if self.locks[key].holder().is_some_and(|h| h.session == Some(client)) {
+                if self.locks[key].session() == Some(client) {
                     self.expire(key)?;
                 }
-                if self.locks[key].holder().is_some_and(|h| h.session == Some(client)) {
+                if self.locks[key].session() == Some(client) {
                     prop_assert!(self.vacate(key)?);
                     self.counts.sessions += 1;
                 }
@@ -775,7 +817,7 @@ mod multi {
             let mut queued = 0;
             for (key, (lock, k)) in self.locks.iter().zip(&self.keys).enumerate() {
                 // At most one holder (the type has room for one), the model's.
-                let held = lock.holder().map(|h| (&*h.owner, h.holds, h.token, h.deadline_ms, h.session));
+                let held = lock.holder().map(|h| (&*h.owner, h.holds, h.token, h.deadline_ms, lock.session()));
                 let want = k.holder.map(|h| (OWNERS[h.owner], h.holds, h.token, h.deadline, h.session));
                 prop_assert_eq!(held, want, "key {} holder", key);
                 prop_assert!(lock.holder().is_none_or(|h| h.holds >= 1));

@@ -5,7 +5,14 @@
 //! generation so that a stale handle (the waiter already left) can never
 //! remove someone else who reused the slot.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 const NIL: u32 = u32::MAX;
+
+/// Source of slot generations for every queue: a handle of a waiter that
+/// left never matches a later waiter, of this queue or of a later queue of
+/// the same lock (a lock drops its queue while nobody waits).
+static NEXT_GENERATION: AtomicU32 = AtomicU32::new(0);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WaiterId {
@@ -30,28 +37,15 @@ pub struct WaitQueue<T> {
     head: u32,
     tail: u32,
     len: usize,
-    /// Source of slot generations: a handle of a waiter that left never
-    /// matches a later waiter, even one in a later queue (`continuing`).
-    next_generation: u32,
 }
 
 impl<T> Default for WaitQueue<T> {
     fn default() -> Self {
-        Self { slots: Vec::new(), free: Vec::new(), head: NIL, tail: NIL, len: 0, next_generation: 0 }
+        Self { slots: Vec::new(), free: Vec::new(), head: NIL, tail: NIL, len: 0 }
     }
 }
 
 impl<T> WaitQueue<T> {
-    /// A queue whose handles continue a sequence ended by `next_generation`
-    /// of an earlier queue, so handles of that one never match this one's.
-    pub fn continuing(next_generation: u32) -> Self {
-        Self { next_generation, ..Self::default() }
-    }
-
-    pub fn next_generation(&self) -> u32 {
-        self.next_generation
-    }
-
     pub fn len(&self) -> usize {
         self.len
     }
@@ -62,8 +56,7 @@ impl<T> WaitQueue<T> {
 
     pub fn push_back(&mut self, value: T) -> WaiterId {
         let node = Node { value, prev: self.tail, next: NIL };
-        let generation = self.next_generation;
-        self.next_generation = generation.wrapping_add(1);
+        let generation = NEXT_GENERATION.fetch_add(1, Ordering::Relaxed);
         let slot = Slot { generation, node: Some(node) };
         let index = match self.free.pop() {
             Some(index) => {

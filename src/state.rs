@@ -5,16 +5,37 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
+use crate::deadlines::Deadlines;
 use crate::ffi::{BlockedClient, TimerId};
 use crate::lock::TokenSource;
 use crate::queue::WaiterId;
 
 /// Where a lock lives: a database *identity* (stable across SWAPDB) and the
 /// key name. Timers and waiters remember a `Place`, never a raw db index.
+/// One allocation (the identity's 4 bytes, then the name): every held lock
+/// has one in the deadline wheel.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Place {
-    pub ident: u32,
-    pub key: Box<[u8]>,
+pub struct Place(Box<[u8]>);
+
+impl Place {
+    fn new(ident: u32, key: &[u8]) -> Self {
+        Place([&ident.to_le_bytes()[..], key].concat().into_boxed_slice())
+    }
+
+    pub fn ident(&self) -> u32 {
+        u32::from_le_bytes([self.0[0], self.0[1], self.0[2], self.0[3]])
+    }
+
+    pub fn key(&self) -> &[u8] {
+        &self.0[4..]
+    }
+}
+
+/// A lease filed in the deadline wheel: the token tells a stale entry (the
+/// lock changed hands, moved or was deleted since) from a live one.
+pub struct Lease {
+    pub token: u64,
+    pub place: Place,
 }
 
 /// SWAPDB exchanges two databases' contents; remembered places follow the
@@ -54,7 +75,6 @@ impl DbMap {
 
 pub struct WaiterEntry {
     pub place: Place,
-    pub serial: u64,
     pub id: WaiterId,
     pub timer: Option<TimerId>,
     /// The waiting connection's client id.
@@ -103,19 +123,16 @@ pub struct State {
     pub answered: HashSet<u64>,
     /// client id -> places whose holder is bound to that connection.
     pub sessions: HashMap<u64, HashSet<Place>>,
+    /// Every holder's lease deadline, and the one Redis timer (with the time
+    /// it is set for) that wakes up for the next.
+    pub deadlines: Deadlines<Lease>,
+    pub tick: Option<(TimerId, u64)>,
     pub stats: Stats,
-    next_serial: u64,
 }
 
 impl State {
-    /// Identifies one lock object for its whole life, across renames.
-    pub fn serial(&mut self) -> u64 {
-        self.next_serial += 1;
-        self.next_serial
-    }
-
     pub fn place(&mut self, db: i32, key: &[u8]) -> Place {
-        Place { ident: self.dbs.ident(db), key: key.into() }
+        Place::new(self.dbs.ident(db), key)
     }
 
     pub fn bind_session(&mut self, client: u64, place: &Place) {
