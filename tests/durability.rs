@@ -955,3 +955,32 @@ fn grant_confirmed_by_wait_survives_promotion_of_the_replica() {
     let t2 = acquire(&mut rc, "L", "b", 1_000).unwrap().expect("granted");
     assert!(t2 > t, "token {t2} after promotion, {t} before");
 }
+
+/// One command as the AOF stores it.
+fn resp(args: &[&str]) -> String {
+    let mut out = format!("*{}\r\n", args.len());
+    for a in args {
+        out += &format!("${}\r\n{a}\r\n", a.len());
+    }
+    out
+}
+
+#[test]
+fn a_lock_loaded_at_the_most_holds_refuses_one_more_reentry_and_changes_nothing() {
+    // An AOF of the old single-file kind, which Redis 7 loads and upgrades:
+    // the only way to reach the hold limit without 2^32 commands.
+    let dir = tempdir::Dir::new("holds");
+    let far = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() + 600_000).to_string();
+    let aof = resp(&["SELECT", "0"]) + &resp(&["FLOCK.STATE", "L", "a", "4294967295", "7", &far, "0"]);
+    std::fs::write(dir.0.join("appendonly.aof"), aof).unwrap();
+    let s = Server::start_in(dir, &["--appendonly", "yes"]);
+    let mut c = s.conn();
+    let before = held_by(&mut c, "L", "a");
+    assert_eq!(before.holds, 4_294_967_295);
+
+    let e = acquire(&mut c, "L", "a", 60_000).expect_err("a reentry beyond the most holds");
+    assert_eq!(error_code(&e), "ERR", "{e}");
+    assert!(e.to_string().contains("4294967295"), "{e}");
+    assert_eq!(held(&mut c, "L"), Some(before), "the refused reentry changed nothing");
+    assert_eq!(release(&mut c, "L", "a").unwrap(), 4_294_967_294, "one hold fewer");
+}

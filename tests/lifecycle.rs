@@ -986,3 +986,68 @@ fn ttl_expiry_noticed_by_the_lease_timer_ends_the_lock_and_answers_waiters() {
     assert!(!exists(&mut c, "L"));
     assert_server_healthy(&s);
 }
+
+// ---------------------------------------------------------------------------
+// Many leases at once: one timer wakes up for all of them.
+// ---------------------------------------------------------------------------
+
+#[test]
+fn many_leases_each_end_on_time_whatever_the_others_do() {
+    let s = Server::start();
+    let mut c = s.conn();
+    // Leases from 20 ms to ~2.5 s, in scrambled order; later a third are
+    // renewed to end later and a sixth are released, from the middle of
+    // the server's deadline order.
+    let n = 120;
+    let key = |i: usize| format!("lease:{i}");
+    let lease_ms = |i: usize| 20 + (i as u64 * 7919) % 2500;
+    // (not before, expected by): a lease ends after its deadline as measured
+    // from the request, and shortly after it as measured from the reply.
+    let mut window: Vec<Option<(Instant, Instant)>> = Vec::new();
+    for i in 0..n {
+        let sent = Instant::now();
+        acquire(&mut c, &key(i), "o", lease_ms(i)).unwrap().expect("granted");
+        let lease = Duration::from_millis(lease_ms(i));
+        window.push(Some((sent + lease, Instant::now() + lease)));
+    }
+    for i in (0..n).step_by(3) {
+        let sent = Instant::now();
+        let lease = Duration::from_millis(lease_ms(i) + 300);
+        if renew(&mut c, &key(i), "o", lease.as_millis() as u64).is_ok() {
+            window[i] = Some((sent + lease, Instant::now() + lease));
+        }
+    }
+    let mut released = 0;
+    for i in (1..n).step_by(6) {
+        if release(&mut c, &key(i), "o").is_ok() {
+            window[i] = None;
+            released += 1;
+        }
+    }
+    // The server's clock has whole milliseconds; a busy machine runs late.
+    let (early, late) = (Duration::from_millis(2), Duration::from_secs(2));
+    let mut left: Vec<usize> = (0..n).filter(|&i| window[i].is_some()).collect();
+    while !left.is_empty() {
+        let mut pipe = redis::pipe();
+        for &i in &left {
+            pipe.exists(key(i));
+        }
+        let polled = Instant::now();
+        let exist: Vec<bool> = pipe.query(&mut c).unwrap();
+        let answered = Instant::now();
+        let mut still = Vec::new();
+        for (&i, exists) in left.iter().zip(exist) {
+            let (not_before, by) = window[i].unwrap();
+            if exists {
+                assert!(polled < by + late, "lease {i} ({} ms) still held {:?} after it should have ended", lease_ms(i), polled - by);
+                still.push(i);
+            } else {
+                assert!(answered + early >= not_before, "lease {i} ended {:?} early", not_before - answered);
+            }
+        }
+        left = still;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let st = s.stats();
+    assert_eq!((st["lease_expiries"], st["locks"]), ((n - released) as i64, 0));
+}
