@@ -83,10 +83,6 @@ fn slot_for(when: u64, level: usize) -> usize {
 }
 
 impl<T> Deadlines<T> {
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
     /// Bytes of one entry, as the slab stores it.
     pub const fn entry_size() -> usize {
         std::mem::size_of::<Entry<T>>()
@@ -260,7 +256,7 @@ mod tests {
         assert_eq!(drain(&mut wheel, now + 64), vec![5, 64]);
         assert_eq!(drain(&mut wheel, now + 299_999), vec![65, 4096]);
         assert_eq!(drain(&mut wheel, now + (1 << 40)), vec![300_000, 1 << 40]);
-        assert_eq!(wheel.len(), 0);
+        assert_eq!(wheel.len, 0);
         assert_eq!(wheel.next_deadline(), None);
     }
 
@@ -304,7 +300,7 @@ mod tests {
             wheel.insert(n * 37, n);
         }
         wheel.retain(|n| n % 3 != 0);
-        assert_eq!(wheel.len(), 66);
+        assert_eq!(wheel.len, 66);
         assert_eq!(drain(&mut wheel, 10_000), (0..100).filter(|n| n % 3 != 0).collect::<Vec<_>>());
     }
 
@@ -368,7 +364,7 @@ mod tests {
                         }
                     }
                 }
-                prop_assert_eq!(wheel.len(), model.len());
+                prop_assert_eq!(wheel.len, model.len());
                 let next = wheel.next_deadline();
                 match model.keys().next() {
                     None => prop_assert_eq!(next, None),
