@@ -1,9 +1,10 @@
 //! FLOCK: a fair, reentrant, fenced distributed lock inside Redis.
 //!
-//! `queue`, `lock` and `args` are the pure core (no Redis API); the rest is
-//! the Redis layer: `commands` (handlers), `engine` (effects of a change),
-//! `blocking` (waiting clients), `keytype` (the stored value), `events`
-//! (server and keyspace events), `state` (connection state), `ffi` (raw API).
+//! `queue`, `lock`, `deadlines` and `args` are the pure core (no Redis API);
+//! the rest is the Redis layer: `commands` (handlers), `engine` (effects of a
+//! change), `blocking` (waiting clients), `keytype` (the stored value),
+//! `events` (server and keyspace events), `state` (connection state), `ffi`
+//! (raw API).
 
 pub mod args;
 pub mod deadlines;
