@@ -32,16 +32,15 @@ unsafe extern "C" fn on_flush(_: RawCtx, _: raw::RedisModuleEvent, subevent: u64
         let gone: Vec<_> = s.waiters.iter().filter(|(_, e)| flushed(e.place.ident())).map(|(bc, _)| *bc).collect();
         // Their leases would only wake the timer for locks that are gone.
         s.deadlines.retain(|lease| !flushed(lease.place.ident()));
+        for places in s.sessions.values_mut() {
+            places.retain(|p| !flushed(p.ident()));
+        }
+        s.sessions.retain(|_, places| !places.is_empty());
         for bc in gone {
             if crate::blocking::answer(s, bc, Outcome::Deleted) {
                 s.stats.waiters_deleted += 1;
             }
         }
-        let dbs = &s.dbs;
-        for places in s.sessions.values_mut() {
-            places.retain(|p| !(dbnum == -1 || dbs.db(p.ident()) == dbnum));
-        }
-        s.sessions.retain(|_, places| !places.is_empty());
     });
 }
 
