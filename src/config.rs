@@ -13,6 +13,16 @@ pub static MAX_WAITERS: AtomicI64 = AtomicI64::new(DEFAULT_MAX_WAITERS);
 /// The longest lease (and WAIT timeout) a command may ask for.
 pub static MAX_LEASE_MS: AtomicI64 = AtomicI64::new(MAX_MS as i64);
 
+pub const DEFAULT_RETRY_WINDOW_MS: i64 = 60_000;
+
+/// How long a command sent with `ID request-id` is remembered, so that a
+/// resend is answered the same and applied once.
+pub static RETRY_WINDOW_MS: AtomicI64 = AtomicI64::new(DEFAULT_RETRY_WINDOW_MS);
+
+pub fn retry_window_ms() -> u64 {
+    u64::try_from(RETRY_WINDOW_MS.load(Ordering::Relaxed)).unwrap_or(DEFAULT_RETRY_WINDOW_MS as u64)
+}
+
 pub fn max_waiters() -> usize {
     usize::try_from(MAX_WAITERS.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
 }
@@ -25,14 +35,18 @@ pub fn max_lease_ms() -> u64 {
 /// checks that CONFIG SET makes: name value pairs of known options, in range.
 pub fn check_load_args(args: &[&[u8]]) -> Result<(), String> {
     if !args.len().is_multiple_of(2) {
-        return Err("module arguments are name value pairs: max-waiters N max-lease-ms N".into());
+        return Err("module arguments are name value pairs: max-waiters N max-lease-ms N retry-window-ms N".into());
     }
     for pair in args.chunks(2) {
         let name = String::from_utf8_lossy(pair[0]);
         let (min, max) = match &*name {
             "max-waiters" => (1, i64::MAX),
-            "max-lease-ms" => (1, MAX_MS as i64),
-            _ => return Err(format!("unknown module argument '{name}': known are max-waiters and max-lease-ms")),
+            "max-lease-ms" | "retry-window-ms" => (1, MAX_MS as i64),
+            _ => {
+                return Err(format!(
+                    "unknown module argument '{name}': known are max-waiters, max-lease-ms and retry-window-ms"
+                ))
+            }
         };
         let value = std::str::from_utf8(pair[1]).ok().and_then(|v| v.parse::<i64>().ok());
         if !value.is_some_and(|v| (min..=max).contains(&v)) {

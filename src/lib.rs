@@ -43,7 +43,7 @@ mod module {
     use redis_module::{redis_module, Context, RedisString, Status};
 
     use crate::args::MAX_MS;
-    use crate::config::{DEFAULT_MAX_WAITERS, MAX_LEASE_MS, MAX_WAITERS};
+    use crate::config::{DEFAULT_MAX_WAITERS, DEFAULT_RETRY_WINDOW_MS, MAX_LEASE_MS, MAX_WAITERS, RETRY_WINDOW_MS};
 
     use crate::keytype::FLOCK_TYPE;
 
@@ -105,6 +105,7 @@ mod module {
             ["flock.forcerelease", commands::force_release, "write fast", 1, 1, 1, ""],
             ["flock.info", commands::info, "readonly fast", 1, 1, 1, ""],
             ["flock.state", commands::state, "write fast", 1, 1, 1, ""],
+            ["flock.id", commands::request_id, "write fast", 1, 1, 1, ""],
         ],
         event_handlers: [
             [@GENERIC: events::on_keyspace_event],
@@ -113,6 +114,7 @@ mod module {
             i64: [
                 ["max-waiters", &MAX_WAITERS, DEFAULT_MAX_WAITERS, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
                 ["max-lease-ms", &MAX_LEASE_MS, MAX_MS as i64, 1, MAX_MS as i64, ConfigurationFlags::DEFAULT, None],
+                ["retry-window-ms", &RETRY_WINDOW_MS, DEFAULT_RETRY_WINDOW_MS, 1, MAX_MS as i64, ConfigurationFlags::DEFAULT, None],
             ],
             // The macro needs every kind listed to accept module arguments.
             string: [],
