@@ -10,8 +10,8 @@ use crate::state;
 
 #[info_command_handler]
 fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
-    let (stats, waiters) = state::with(|s| (s.stats, s.waiters.len()));
-    let fields: [(&str, u64); 17] = [
+    let (stats, waiters, unsafe_policy) = state::with(|s| (s.stats, s.waiters.len(), s.eviction.policy.is_some()));
+    let fields: [(&str, u64); 19] = [
         ("locks", LIVE_LOCKS.load(Ordering::Relaxed)),
         ("waiters", waiters as u64),
         ("grants", stats.grants),
@@ -29,6 +29,8 @@ fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         ("waiters_deleted", stats.waiters_deleted),
         ("handoff_latency_mean_us", stats.handoff_us_mean()),
         ("handoff_latency_max_us", stats.handoff_us_max),
+        ("eviction_unsafe", u64::from(unsafe_policy)),
+        ("eviction_refused_acquires", stats.eviction_refused),
     ];
     // The raw calls keep the section name `flock` (the builder would make
     // it `flock_flock`); Redis prefixes each field with `flock_`.
