@@ -15,7 +15,7 @@ const MS: Duration = Duration::from_millis(1);
 // ---------------------------------------------------------------- INFO flock
 
 /// Every field of `INFO flock`, in order (Redis adds the `flock_` prefix).
-const INFO_FIELDS: [&str; 17] = [
+const INFO_FIELDS: [&str; 19] = [
     "locks",
     "waiters",
     "grants",
@@ -33,6 +33,8 @@ const INFO_FIELDS: [&str; 17] = [
     "waiters_deleted",
     "handoff_latency_mean_us",
     "handoff_latency_max_us",
+    "eviction_unsafe",
+    "eviction_refused_acquires",
 ];
 
 #[test]
@@ -415,7 +417,8 @@ fn config_get_and_set_round_trip_and_refuse_out_of_range() {
     assert_eq!(config_get(&mut c, "flock.max-waiters"), "100000");
     assert_eq!(config_get(&mut c, "flock.max-lease-ms"), "1099511627776");
     let all: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("flock.*").query(&mut c).unwrap();
-    assert_eq!(all.len(), 4, "{all:?}");
+    assert_eq!(config_get(&mut c, "flock.allow-eviction"), "no");
+    assert_eq!(all.len(), 6, "{all:?}");
 
     for (name, value) in [("flock.max-waiters", "7"), ("flock.max-lease-ms", "5000"), ("flock.max-waiters", "1")] {
         config_set(&mut c, name, value).unwrap();
@@ -534,12 +537,14 @@ impl Drop for ModuleArgsServer {
 
 #[test]
 fn load_arguments_set_the_options() {
-    let s = ModuleArgsServer::start(&["max-waiters", "3", "max-lease-ms", "5000"]).expect("server starts");
+    let load_args = ["max-waiters", "3", "max-lease-ms", "5000", "allow-eviction", "yes"];
+    let s = ModuleArgsServer::start(&load_args).expect("server starts");
     let mut c = s.try_conn().unwrap();
     assert_eq!(config_get(&mut c, "flock.max-waiters"), "3");
     assert_eq!(config_get(&mut c, "flock.max-lease-ms"), "5000");
+    assert_eq!(config_get(&mut c, "flock.allow-eviction"), "yes");
     let args: Vec<Value> = redis::cmd("MODULE").arg("LIST").query(&mut c).unwrap();
-    assert_eq!(strings(&get(&args[0], "args").unwrap()), ["max-waiters", "3", "max-lease-ms", "5000"]);
+    assert_eq!(strings(&get(&args[0], "args").unwrap()), load_args);
     assert!(acquire(&mut c, "L", "a", 5001).is_err());
     acquire(&mut c, "L", "a", 5000).unwrap().unwrap();
     // Still changeable at run time.
@@ -559,6 +564,9 @@ fn out_of_range_or_unknown_load_arguments_stop_the_server() {
         &["max-lease-ms", "0"],
         &["max-lease-ms", "1099511627777"],
         &["no-such-option", "1"],
+        // The crate would read anything but `yes` as `no`.
+        &["allow-eviction", "maybe"],
+        &["allow-eviction", "1"],
     ] {
         assert!(ModuleArgsServer::start(args).is_none(), "{args:?} accepted");
     }
