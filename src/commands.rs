@@ -8,6 +8,7 @@ use crate::args::{self, ArgError};
 use crate::blocking;
 use crate::config;
 use crate::engine::{self, RELEASED};
+use crate::eviction;
 use crate::ffi;
 use crate::keytype::{lock_value, LockValue, FLOCK_TYPE, REMOTE_SESSION};
 use crate::lock::{Acquired, Holder, Lock, LockError, Request, RequestId};
@@ -99,6 +100,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let parsed = args::acquire(&rest).map_err(arg_error)?;
     check_max_lease(parsed.lease_ms, "lease-ms")?;
     check_max_lease(parsed.wait_ms.unwrap_or(0), "timeout-ms")?;
+    eviction::check_acquire()?;
     let key = ctx.open_key_writable(key_name);
     let place = place_of(ctx, key_name);
     let value = lock_or_create(&key)?;
