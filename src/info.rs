@@ -11,7 +11,7 @@ use crate::state;
 #[info_command_handler]
 fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     let (stats, waiters) = state::with(|s| (s.stats, s.waiters.len()));
-    let fields: [(&str, u64); 17] = [
+    let fields: [(&str, u64); 18] = [
         ("locks", LIVE_LOCKS.load(Ordering::Relaxed)),
         ("waiters", waiters as u64),
         ("grants", stats.grants),
@@ -27,6 +27,7 @@ fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         ("wait_timeouts", stats.wait_timeouts),
         ("wait_disconnects", stats.wait_disconnects),
         ("waiters_deleted", stats.waiters_deleted),
+        ("waiters_demoted", stats.waiters_demoted),
         ("handoff_latency_mean_us", stats.handoff_us_mean()),
         ("handoff_latency_max_us", stats.handoff_us_max),
     ];

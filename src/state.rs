@@ -96,6 +96,7 @@ pub struct Stats {
     pub wait_timeouts: u64,
     pub wait_disconnects: u64,
     pub waiters_deleted: u64,
+    pub waiters_demoted: u64,
     /// From a hand-off to its reply being written, in microseconds.
     pub handoff_us_total: u64,
     pub handoff_us_max: u64,

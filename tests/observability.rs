@@ -31,6 +31,7 @@ const INFO_FIELDS: [&str; 17] = [
     "wait_timeouts",
     "wait_disconnects",
     "waiters_deleted",
+    "waiters_demoted",
     "handoff_latency_mean_us",
     "handoff_latency_max_us",
 ];
