@@ -15,7 +15,7 @@ const MS: Duration = Duration::from_millis(1);
 // ---------------------------------------------------------------- INFO flock
 
 /// Every field of `INFO flock`, in order (Redis adds the `flock_` prefix).
-const INFO_FIELDS: [&str; 17] = [
+const INFO_FIELDS: [&str; 18] = [
     "locks",
     "waiters",
     "grants",

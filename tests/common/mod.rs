@@ -5,6 +5,7 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use redis::{Commands, Connection, RedisResult, Value};
@@ -230,7 +231,7 @@ pub fn flock_stats(c: &mut Connection) -> std::collections::HashMap<String, i64>
 pub type TimedReply = (RedisResult<Option<i64>>, Instant);
 
 /// Starts `FLOCK.ACQUIRE key owner 60000 WAIT wait_ms` on `c` in a thread.
-pub fn spawn_timed_waiter(mut c: Connection, key: &str, owner: &str, wait_ms: u64) -> std::thread::JoinHandle<TimedReply> {
+pub fn spawn_timed_waiter(mut c: Connection, key: &str, owner: &str, wait_ms: u64) -> JoinHandle<TimedReply> {
     let (key, owner) = (key.to_string(), owner.to_string());
     std::thread::spawn(move || (acquire_wait(&mut c, &key, &owner, 60_000, wait_ms), Instant::now()))
 }
@@ -239,7 +240,7 @@ pub fn spawn_timed_waiter(mut c: Connection, key: &str, owner: &str, wait_ms: u6
 /// every server: each gets an error with code `UNBLOCKED` at once, never nil
 /// and never a hang (the deadline is below the 20 s WAITs of the tests).
 /// Returns each error's text and how long after `since` it arrived.
-pub fn demoted_replies(waiters: Vec<(String, std::thread::JoinHandle<TimedReply>)>, since: Instant) -> Vec<(String, Duration)> {
+pub fn demoted_replies(waiters: Vec<(String, JoinHandle<TimedReply>)>, since: Instant) -> Vec<(String, Duration)> {
     wait_until("every waiter of the demoted master to be answered", 10 * SECOND, || {
         waiters.iter().all(|(_, h)| h.is_finished())
     });
