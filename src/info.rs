@@ -16,7 +16,7 @@ fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         (s.stats, s.waiters.len(), s.deadlines.len(), s.eviction.policy.is_some())
     })
     .unwrap_or_default();
-    let fields: [(&str, u64); 20] = [
+    let fields: [(&str, u64); 21] = [
         ("locks", LIVE_LOCKS.load(Ordering::Relaxed)),
         ("waiters", waiters as u64),
         ("leases", leases as u64),
@@ -33,6 +33,7 @@ fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         ("wait_timeouts", stats.wait_timeouts),
         ("wait_disconnects", stats.wait_disconnects),
         ("waiters_deleted", stats.waiters_deleted),
+        ("waiters_demoted", stats.waiters_demoted),
         ("handoff_latency_mean_us", stats.handoff_us_mean()),
         ("handoff_latency_max_us", stats.handoff_us_max),
         ("eviction_unsafe", u64::from(unsafe_policy)),
