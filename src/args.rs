@@ -106,8 +106,11 @@ pub fn release<'a>(args: &[&'a [u8]]) -> Result<(&'a [u8], Option<&'a [u8]>), Ar
     }
 }
 
+/// RENEW's owner, lease-ms and request ID.
+pub type RenewArgs<'a> = (&'a [u8], u64, Option<&'a [u8]>);
+
 /// `owner lease-ms [ID request-id]` (RENEW).
-pub fn renew<'a>(args: &[&'a [u8]]) -> Result<(&'a [u8], u64, Option<&'a [u8]>), ArgError> {
+pub fn renew<'a>(args: &[&'a [u8]]) -> Result<RenewArgs<'a>, ArgError> {
     match args {
         [owner, lease, options @ ..] => Ok((parse_owner(owner)?, parse_lease(lease)?, id_option(options)?)),
         _ => Err(ArgError::Arity),
