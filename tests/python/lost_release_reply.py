@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The double release of a lost reply, with redis-py's own retry.
 
-    python3 tests/python/lost_release_reply.py URL KEY with-id|without-id
+    python3 tests/python/lost_release_reply.py PORT KEY with-id|without-id
 
-URL leads through the fault-injecting proxy of tests/common/proxy.rs, armed
+127.0.0.1:PORT leads through the fault-injecting proxy of tests/common/proxy.rs, armed
 to swallow the reply to the first FLOCK.RELEASE and drop the connection.
 A holder with 2 holds releases once; redis-py resends the command on a new
 connection (its Retry resends the same argv). Prints one line:
@@ -16,16 +16,19 @@ import uuid
 
 import redis
 
-url, key, mode = sys.argv[1:4]
-r = redis.Redis.from_url(url)  # redis-py's defaults, retry included
-retry = r.connection_pool.connection_kwargs.get("retry")
+port, key, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+# redis-py's defaults, retry included (redis-py 8.1: 10 retries on
+# ConnectionError and TimeoutError). Not Redis.from_url: its connections get
+# no retry in redis-py 8.1.
+r = redis.Redis(host="127.0.0.1", port=port)
+retry = r.connection_pool.make_connection().retry
 if retry is None or retry._retries == 0:
     # redis-py < 6 did not retry by default: give it what 6+ does by default.
     from redis.backoff import ExponentialBackoff
     from redis.retry import Retry
 
     retry = Retry(ExponentialBackoff(), 3)
-    r = redis.Redis.from_url(url, retry=retry, retry_on_error=[redis.ConnectionError, redis.TimeoutError])
+    r = redis.Redis(host="127.0.0.1", port=port, retry=retry, retry_on_error=[redis.ConnectionError, redis.TimeoutError])
 
 owner = "py-holder"
 first = r.execute_command("FLOCK.ACQUIRE", key, owner, 60_000)
