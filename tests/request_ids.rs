@@ -30,7 +30,8 @@ fn redis_py_release_with_lost_reply(with_id: bool) -> (i64, i64) {
     proxy.drop_reply_to("FLOCK.RELEASE", 1);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/lost_release_reply.py");
     let mode = if with_id { "with-id" } else { "without-id" };
-    let out = Command::new("python3").arg(script).arg(proxy.port.to_string()).arg("L").arg(mode).output().expect("python3");
+    let out =
+        Command::new("python3").arg(script).arg(proxy.port.to_string()).arg("L").arg(mode).output().expect("python3");
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "lost_release_reply.py {mode}:\n{stdout}\n{stderr}");
     println!("{mode}: {}", stdout.trim());
@@ -70,4 +71,84 @@ fn redis_py_retry_of_a_release_whose_reply_was_lost_releases_once_with_id() {
         return;
     }
     assert_eq!(redis_py_release_with_lost_reply(true), (1, 1));
+}
+
+// ------------------------------------------------ the Rust client through the proxy
+
+#[cfg(feature = "client")]
+mod rust_client {
+    use super::*;
+    use redis_flock::client::Lock;
+    use std::time::Duration;
+
+    #[test]
+    fn rust_client_resends_acquire_release_and_renew_whose_reply_was_lost_and_each_applies_once() {
+        let s = Server::start();
+        let proxy = Proxy::start(s.port);
+        let client = redis::Client::open(proxy.url()).expect("client");
+        let mut admin = s.conn();
+        let lock = Lock::new("L", 60 * SECOND).reconnect_with(&client);
+        let lost_reply_to = |command: &str, resends_before: usize| {
+            assert_eq!(proxy.seen(command), resends_before);
+            proxy.drop_reply_to(command, 1);
+        };
+
+        // The grant's reply is lost: the resend gets the same token, one hold.
+        lost_reply_to("FLOCK.ACQUIRE", 0);
+        let first = lock.acquire(client.get_connection().unwrap(), None).unwrap().expect("granted");
+        assert_eq!((proxy.dropped(), proxy.seen("FLOCK.ACQUIRE")), (1, 2), "one lost reply, one resend");
+        assert_eq!(holds(&mut admin, "L"), 1);
+        assert_eq!(info_field(&mut admin, "L", "token"), Some(Value::Int(first.token() as i64)));
+
+        // A reentry's reply is lost: still one more hold, not two.
+        lost_reply_to("FLOCK.ACQUIRE", 2);
+        let second = lock.acquire(client.get_connection().unwrap(), None).unwrap().expect("reentered");
+        assert_eq!(second.token(), first.token());
+        assert_eq!(holds(&mut admin, "L"), 2);
+
+        // A release's reply is lost: the resend answers 1 and the lock keeps 1 hold.
+        lost_reply_to("FLOCK.RELEASE", 0);
+        assert_eq!(second.release().unwrap(), 1);
+        assert_eq!((proxy.dropped(), proxy.seen("FLOCK.RELEASE")), (3, 2));
+        assert_eq!(holds(&mut admin, "L"), 1);
+
+        // A renewal's reply is lost, by hand and the watchdog's.
+        let mut first = first;
+        lost_reply_to("FLOCK.RENEW", 0);
+        assert_eq!(first.renew().unwrap(), first.token());
+        assert_eq!((proxy.dropped(), proxy.seen("FLOCK.RENEW")), (4, 2));
+        proxy.drop_reply_to("FLOCK.RENEW", 1);
+        let mut watched = Lock::new("W", 300 * Duration::from_millis(1))
+            .acquire(client.get_connection().unwrap(), None)
+            .unwrap()
+            .expect("granted");
+        let lost = watched.watchdog(&client).unwrap();
+        wait_until("the watchdog's renewal to lose a reply and renew again", 5 * SECOND, || {
+            proxy.dropped() == 5 && proxy.seen("FLOCK.RENEW") >= 5
+        });
+        assert!(!watched.lost() && lost.try_recv().is_err(), "a lost renewal reply is no lost lease");
+        assert_eq!(watched.release().unwrap(), 0);
+
+        assert_eq!(first.release().unwrap(), 0);
+        assert!(info(&mut admin, "L").is_none());
+        assert_eq!(s.stat("releases"), 2, "L and W released once each");
+    }
+
+    #[test]
+    fn rust_client_on_a_redis_client_resends_without_reconnect_with() {
+        // A `redis::Client` as the connection opens one per command: a resend
+        // needs nothing more.
+        let s = Server::start();
+        let proxy = Proxy::start(s.port);
+        let client = redis::Client::open(proxy.url()).expect("client");
+        let mut admin = s.conn();
+        let lock = Lock::new("L", 60 * SECOND);
+        let a = lock.acquire(client.clone(), None).unwrap().expect("granted");
+        let b = lock.acquire(client.clone(), None).unwrap().expect("reentered");
+        proxy.drop_reply_to("FLOCK.RELEASE", 1);
+        assert_eq!(b.release().unwrap(), 1);
+        assert_eq!((proxy.dropped(), proxy.seen("FLOCK.RELEASE")), (1, 2));
+        assert_eq!(holds(&mut admin, "L"), 1);
+        assert_eq!(a.release().unwrap(), 0);
+    }
 }

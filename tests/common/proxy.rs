@@ -5,7 +5,7 @@
 //! but its reply is lost: the client sees a broken connection and resends,
 //! as redis-py, ioredis, Lettuce and the Rust client do.
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 
