@@ -152,3 +152,321 @@ mod rust_client {
         assert_eq!(a.release().unwrap(), 0);
     }
 }
+
+// ------------------------------------------------------------ each rule directly
+
+fn with_id(cmd: &str, args: &[&str], id: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd(cmd);
+    cmd.arg(args).arg("ID").arg(id);
+    cmd
+}
+
+fn acquire_id(c: &mut Connection, key: &str, owner: &str, id: &str) -> RedisResult<Option<i64>> {
+    with_id("FLOCK.ACQUIRE", &[key, owner, "60000"], id).query(c)
+}
+
+fn release_id(c: &mut Connection, key: &str, owner: &str, id: &str) -> RedisResult<i64> {
+    with_id("FLOCK.RELEASE", &[key, owner], id).query(c)
+}
+
+fn renew_id(c: &mut Connection, key: &str, owner: &str, id: &str) -> RedisResult<i64> {
+    with_id("FLOCK.RENEW", &[key, owner, "60000"], id).query(c)
+}
+
+fn force_id(c: &mut Connection, key: &str, id: &str) -> RedisResult<i64> {
+    with_id("FLOCK.FORCERELEASE", &[key], id).query(c)
+}
+
+fn token(c: &mut Connection, key: &str) -> Option<i64> {
+    info_field(c, key, "token").map(|v| redis::from_redis_value(&v).expect("token"))
+}
+
+fn pttl(c: &mut Connection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(c).expect("PTTL")
+}
+
+#[test]
+fn acquire_repeat_answers_its_token_without_another_hold_while_that_grant_is_held() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let t = acquire_id(&mut c, "L", "a", "g1").unwrap().expect("granted");
+    assert_eq!(acquire_id(&mut c, "L", "a", "g1").unwrap(), Some(t));
+    assert_eq!(holds(&mut c, "L"), 1, "the repeat added no hold");
+    assert_eq!(acquire_id(&mut c, "L", "a", "g2").unwrap(), Some(t), "a new ID reenters");
+    assert_eq!(acquire_id(&mut c, "L", "a", "g2").unwrap(), Some(t));
+    assert_eq!(acquire_id(&mut c, "L", "a", "g1").unwrap(), Some(t));
+    assert_eq!(holds(&mut c, "L"), 2);
+    assert_eq!(s.stat("reentrant_acquires"), 1);
+}
+
+#[test]
+fn acquire_repeat_after_its_grant_ended_is_a_new_request() {
+    let s = Server::start();
+    let mut c = s.conn();
+    acquire_id(&mut c, "L", "a", "g1").unwrap().expect("granted");
+    assert_eq!(release(&mut c, "L", "a").unwrap(), 0);
+    let t2 = acquire(&mut c, "L", "b", 60_000).unwrap().expect("b granted");
+    // A try now: the lock is b's, so nil, and a is not queued.
+    assert_eq!(acquire_id(&mut c, "L", "a", "g1").unwrap(), None);
+    assert_eq!((owner_of(&mut c, "L").as_deref(), token(&mut c, "L")), (Some("b"), Some(t2)));
+    assert!(queue_of(&mut c, "L").is_empty());
+    // With WAIT it queues as any new request does, and is granted after b.
+    let mut w = s.conn();
+    let waiter = std::thread::spawn(move || {
+        with_id("FLOCK.ACQUIRE", &["L", "a", "60000", "WAIT", "30000"], "g1").query::<Option<i64>>(&mut w)
+    });
+    wait_queue(&mut c, "L", &["a"]);
+    assert_eq!(release(&mut c, "L", "b").unwrap(), 0);
+    let t3 = waiter.join().unwrap().unwrap().expect("a granted after b");
+    assert!(t3 > t2);
+    assert_eq!(acquire_id(&mut c, "L", "a", "g1").unwrap(), Some(t3), "this grant is now the one under g1");
+    assert_eq!(holds(&mut c, "L"), 1);
+}
+
+#[test]
+fn release_repeat_after_the_lock_went_to_the_next_waiter_answers_the_first_reply() {
+    let s = Server::start();
+    let mut c = s.conn();
+    acquire(&mut c, "L", "a", 60_000).unwrap().expect("granted");
+    let b = spawn_waiter(&s, "L", "b", 60_000, 30_000);
+    wait_queue(&mut c, "L", &["b"]);
+    assert_eq!(release_id(&mut c, "L", "a", "r1").unwrap(), 0);
+    let tb = b.join().unwrap().unwrap().expect("b handed the lock");
+    assert_eq!(release_id(&mut c, "L", "a", "r1").unwrap(), 0, "the first reply, not NOTOWNER");
+    assert_eq!((owner_of(&mut c, "L").as_deref(), token(&mut c, "L"), holds(&mut c, "L")), (Some("b"), Some(tb), 1));
+    assert_eq!(error_code(&release(&mut c, "L", "a").unwrap_err()), "NOTOWNER", "without the ID: not the holder");
+}
+
+#[test]
+fn release_repeat_of_one_of_two_holds_leaves_one() {
+    let s = Server::start();
+    let mut c = s.conn();
+    acquire(&mut c, "L", "a", 60_000).unwrap().expect("granted");
+    acquire(&mut c, "L", "a", 60_000).unwrap().expect("reentered");
+    assert_eq!(release_id(&mut c, "L", "a", "r1").unwrap(), 1);
+    assert_eq!(release_id(&mut c, "L", "a", "r1").unwrap(), 1);
+    assert_eq!(holds(&mut c, "L"), 1);
+}
+
+#[test]
+fn renew_repeat_answers_the_first_token_even_after_the_lock_was_lost() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let t = acquire(&mut c, "L", "a", 60_000).unwrap().expect("granted");
+    assert_eq!(renew_id(&mut c, "L", "a", "n1").unwrap(), t);
+    assert_eq!(renew_id(&mut c, "L", "a", "n1").unwrap(), t);
+    force_release(&mut c, "L").unwrap();
+    acquire(&mut c, "L", "b", 60_000).unwrap().expect("b granted");
+    assert_eq!(renew_id(&mut c, "L", "a", "n1").unwrap(), t, "the first reply");
+    assert_eq!(error_code(&renew(&mut c, "L", "a", 60_000).unwrap_err()), "NOTOWNER");
+    assert_eq!(error_code(&renew_id(&mut c, "L", "a", "n2").unwrap_err()), "NOTOWNER", "a new ID is a new request");
+    assert_eq!(owner_of(&mut c, "L").as_deref(), Some("b"));
+}
+
+#[test]
+fn forcerelease_repeat_keeps_the_holder_granted_since() {
+    let s = Server::start();
+    let mut c = s.conn();
+    acquire(&mut c, "L", "a", 60_000).unwrap().expect("granted");
+    let b = spawn_waiter(&s, "L", "b", 60_000, 30_000);
+    wait_queue(&mut c, "L", &["b"]);
+    assert_eq!(force_id(&mut c, "L", "f1").unwrap(), 1);
+    let tb = b.join().unwrap().unwrap().expect("b handed the lock");
+    assert_eq!(force_id(&mut c, "L", "f1").unwrap(), 1, "the first reply");
+    assert_eq!((owner_of(&mut c, "L").as_deref(), token(&mut c, "L")), (Some("b"), Some(tb)), "b stays");
+    assert_eq!(s.stat("force_releases"), 1);
+}
+
+#[test]
+fn a_wait_whose_waiter_disconnected_before_its_grant_was_not_applied_and_its_repeat_is_new() {
+    use std::io::Write;
+    let s = Server::start();
+    let mut c = s.conn();
+    let ta = acquire(&mut c, "L", "a", 60_000).unwrap().expect("granted");
+    let mut raw = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    raw.write_all(b"FLOCK.ACQUIRE L b 60000 WAIT 0 ID w1\r\n").unwrap();
+    wait_queue(&mut c, "L", &["b"]);
+    drop(raw);
+    wait_queue(&mut c, "L", &[]);
+    // The repeat is a new request: a try while a holds gets nil.
+    assert_eq!(acquire_id(&mut c, "L", "b", "w1").unwrap(), None);
+    assert_eq!(release(&mut c, "L", "a").unwrap(), 0);
+    let tb = acquire_id(&mut c, "L", "b", "w1").unwrap().expect("granted now");
+    assert!(tb > ta);
+    assert_eq!(holds(&mut c, "L"), 1);
+}
+
+#[test]
+fn an_id_reused_with_another_command_is_an_idreused_error_and_changes_nothing() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let t = acquire_id(&mut c, "L", "a", "x").unwrap().expect("granted");
+    acquire(&mut c, "L", "a", 60_000).unwrap().expect("reentered");
+    let e = release_id(&mut c, "L", "a", "x").unwrap_err();
+    assert_eq!(error_code(&e), "IDREUSED");
+    assert!(e.to_string().contains("FLOCK.ACQUIRE"), "{e}");
+    assert_eq!(error_code(&renew_id(&mut c, "L", "a", "x").unwrap_err()), "IDREUSED");
+    assert_eq!(error_code(&force_id(&mut c, "L", "x").unwrap_err()), "IDREUSED");
+    assert_eq!((token(&mut c, "L"), holds(&mut c, "L")), (Some(t), 2));
+    // The same ID on another lock is another request.
+    assert!(release_id(&mut c, "M", "a", "x").is_err_and(|e| error_code(&e) == "NOTOWNER"));
+}
+
+#[test]
+fn bad_ids_are_errors_and_change_nothing() {
+    let s = Server::start();
+    let mut c = s.conn();
+    acquire(&mut c, "L", "a", 60_000).unwrap().expect("granted");
+    acquire(&mut c, "L", "a", 60_000).unwrap().expect("reentered");
+    let long = "i".repeat(65);
+    let bad: [&[&str]; 4] = [&["ID", ""], &["ID", &long], &["ID"], &["ID", "x", "ID", "y"]];
+    for (key, owner) in [("L", "a"), ("free", "a")] {
+        for options in bad {
+            let commands: [(&str, Vec<&str>); 4] = [
+                ("FLOCK.ACQUIRE", vec![key, owner, "60000"]),
+                ("FLOCK.RELEASE", vec![key, owner]),
+                ("FLOCK.RENEW", vec![key, owner, "60000"]),
+                ("FLOCK.FORCERELEASE", vec![key]),
+            ];
+            for (name, args) in commands {
+                let e = redis::cmd(name).arg(&args).arg(options).query::<Value>(&mut c).unwrap_err();
+                assert!(e.to_string().contains("ID"), "{name} {args:?} {options:?}: {e}");
+            }
+        }
+    }
+    assert_eq!(holds(&mut c, "L"), 2);
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
+    assert_eq!(keys, ["L"], "no key made, none lingering");
+    assert_eq!(pttl(&mut c, "L"), -1);
+}
+
+#[test]
+fn without_id_a_resend_is_applied_again() {
+    let s = Server::start();
+    let mut c = s.conn();
+    acquire(&mut c, "L", "a", 60_000).unwrap().expect("granted");
+    acquire(&mut c, "L", "a", 60_000).unwrap().expect("reentered");
+    assert_eq!(release(&mut c, "L", "a").unwrap(), 1);
+    assert_eq!(release(&mut c, "L", "a").unwrap(), 0, "the resend released the second hold");
+    assert!(!redis::cmd("EXISTS").arg("L").query::<bool>(&mut c).unwrap(), "nothing remembered, no key left");
+}
+
+#[test]
+fn records_are_forgotten_after_the_retry_window_and_the_free_lock_then_expires() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("flock.retry-window-ms").arg(200).query(&mut c).unwrap();
+    acquire(&mut c, "L", "a", 60_000).unwrap().expect("granted");
+    assert_eq!(release_id(&mut c, "L", "a", "r1").unwrap(), 0);
+    assert!(info(&mut c, "L").is_none(), "free");
+    let ttl = pttl(&mut c, "L");
+    assert!((1..=200).contains(&ttl), "a free lock lingers for the window: PTTL {ttl}");
+    assert_eq!(release_id(&mut c, "L", "a", "r1").unwrap(), 0, "remembered within the window");
+    wait_until("the lingering free lock to expire", 5 * SECOND, || {
+        !redis::cmd("EXISTS").arg("L").query::<bool>(&mut c).unwrap()
+    });
+    assert_eq!(error_code(&release_id(&mut c, "L", "a", "r1").unwrap_err()), "NOTOWNER", "forgotten");
+    // A held lock forgets too: once r2 (a RELEASE) is forgotten, a RENEW under
+    // r2 is no IDREUSED error but a new request.
+    acquire(&mut c, "M", "a", 60_000).unwrap().expect("granted");
+    assert_eq!(release_id(&mut c, "M", "a", "r2").unwrap(), 0);
+    let t = acquire(&mut c, "M", "a", 60_000).unwrap().expect("granted again");
+    assert_eq!(error_code(&renew_id(&mut c, "M", "a", "r2").unwrap_err()), "IDREUSED");
+    wait_until("M's record of r2 to be forgotten", 5 * SECOND, || renew_id(&mut c, "M", "a", "r2").is_ok());
+    assert_eq!(renew_id(&mut c, "M", "a", "r2").unwrap(), t);
+    assert_eq!(release(&mut c, "M", "a").unwrap(), 0, "one hold: the renewals added none");
+}
+
+// --------------------------------------------------- IDs survive reloads and restarts
+
+/// Records on three locks: `held` (granted under `<p>acq`, one hold),
+/// `free` (released under `<p>rel`, lingering) and `forced` (force-released
+/// under `<p>frc`, then granted to `next`).
+fn make_records(c: &mut Connection, p: &str) -> i64 {
+    let (held, free, forced) = (format!("{p}held"), format!("{p}free"), format!("{p}forced"));
+    let t = acquire_id(c, &held, "a", &format!("{p}acq")).unwrap().expect("granted");
+    acquire(c, &free, "a", 60_000).unwrap().expect("granted");
+    assert_eq!(release_id(c, &free, "a", &format!("{p}rel")).unwrap(), 0);
+    acquire(c, &forced, "a", 60_000).unwrap().expect("granted");
+    assert_eq!(force_id(c, &forced, &format!("{p}frc")).unwrap(), 1);
+    acquire(c, &forced, "next", 60_000).unwrap().expect("granted");
+    t
+}
+
+/// The repeats of `make_records`' commands answer their first replies and
+/// change nothing.
+fn check_records(c: &mut Connection, p: &str, t: i64, how: &str) {
+    let (held, free, forced) = (format!("{p}held"), format!("{p}free"), format!("{p}forced"));
+    assert_eq!(acquire_id(c, &held, "a", &format!("{p}acq")).unwrap(), Some(t), "{how}: ACQUIRE repeat");
+    assert_eq!(holds(c, &held), 1, "{how}: no extra hold");
+    assert_eq!(release_id(c, &free, "a", &format!("{p}rel")).unwrap(), 0, "{how}: RELEASE repeat");
+    assert!(info(c, &free).is_none() && pttl(c, &free) > 0, "{how}: {free} free, lingering");
+    assert_eq!(force_id(c, &forced, &format!("{p}frc")).unwrap(), 1, "{how}: FORCERELEASE repeat");
+    assert_eq!(owner_of(c, &forced).as_deref(), Some("next"), "{how}: the holder granted since stays");
+    assert_eq!(error_code(&release_id(c, &held, "a", &format!("{p}acq")).unwrap_err()), "IDREUSED", "{how}");
+}
+
+#[test]
+fn ids_survive_debug_reload() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let t = make_records(&mut c, "");
+    let ok: String = redis::cmd("DEBUG").arg("RELOAD").query(&mut c).unwrap();
+    assert_eq!(ok, "OK");
+    check_records(&mut c, "", t, "DEBUG RELOAD");
+}
+
+#[test]
+fn ids_survive_an_rdb_restart() {
+    let mut s = Server::start();
+    let t = make_records(&mut s.conn(), "");
+    s.restart(Stop::ShutdownSave);
+    check_records(&mut s.conn(), "", t, "SHUTDOWN SAVE and restart");
+}
+
+fn aof_restart(preamble: &str) {
+    let how = format!("AOF restart (aof-use-rdb-preamble {preamble})");
+    let mut s =
+        Server::start_with(&["--appendonly", "yes", "--appendfsync", "always", "--aof-use-rdb-preamble", preamble]);
+    let mut c = s.conn();
+    let t1 = make_records(&mut c, "before-");
+    let _: Value = redis::cmd("BGREWRITEAOF").query(&mut c).expect("BGREWRITEAOF");
+    wait_until("the AOF rewrite to finish", 20 * SECOND, || {
+        let p = s.info_section("persistence");
+        p.get("aof_rewrite_in_progress").map(String::as_str) == Some("0")
+            && p.get("aof_rewrite_scheduled").map(String::as_str) == Some("0")
+    });
+    let t2 = make_records(&mut c, "after-");
+    drop(c);
+    s.restart(Stop::Kill);
+    let mut c = s.conn();
+    check_records(&mut c, "before-", t1, &format!("{how}: from the rewritten AOF"));
+    check_records(&mut c, "after-", t2, &format!("{how}: from the incremental AOF"));
+}
+
+#[test]
+fn ids_survive_an_aof_restart_with_rdb_preamble() {
+    aof_restart("yes");
+}
+
+#[test]
+fn ids_survive_an_aof_restart_without_rdb_preamble() {
+    aof_restart("no");
+}
+
+#[test]
+fn ids_reach_a_replica_and_a_promoted_replica_recognises_a_repeat() {
+    let master = Server::start();
+    let mut mc = master.conn();
+    let t1 = make_records(&mut mc, "sync-");
+    let replica = Server::replica_of(&master);
+    let t2 = make_records(&mut mc, "stream-");
+    let n: i64 = redis::cmd("WAIT").arg(1).arg(2_000).query(&mut mc).unwrap();
+    assert_eq!(n, 1);
+    let mut rc = replica.conn();
+    assert_eq!(token(&mut rc, "stream-held"), Some(t2));
+    let ok: String = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut rc).unwrap();
+    assert_eq!(ok, "OK");
+    check_records(&mut rc, "sync-", t1, "promoted replica, IDs from the initial sync");
+    check_records(&mut rc, "stream-", t2, "promoted replica, IDs from the replication stream");
+}
