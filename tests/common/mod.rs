@@ -382,3 +382,6 @@ impl Server {
 
 /// A local Redis Cluster with the module on every node (tests/cluster.rs).
 pub mod cluster;
+
+/// A TCP proxy that loses chosen replies (tests/request_ids.rs).
+pub mod proxy;
