@@ -8,7 +8,7 @@ use redis_module::key::RedisKeyWritable;
 use redis_module::{Context, NotifyEvent};
 
 use crate::blocking::{self, Outcome};
-use crate::deadlines::DeadlineId;
+use crate::deadlines::{DeadlineId, Pop};
 use crate::ffi::{self, BlockedClient};
 use crate::keytype::{self, lock_value, LockValue};
 use crate::lock::{Grant, Holder};
@@ -198,7 +198,8 @@ fn wake_at(s: &mut State, at: u64, now: u64) {
 /// load or a promotion) ends in slices this long, so that clients are
 /// served in between instead of after all of it.
 const SLICE: Duration = Duration::from_millis(1);
-/// Leases ended between looks at the clock (each takes a few µs).
+/// Leases ended (or steps of moving deadlines down the wheel) between
+/// looks at the clock: each takes a few µs.
 const CLOCK_EVERY: u64 = 64;
 
 /// Ends the leases that are due, earliest first, for about `SLICE` at most
@@ -213,7 +214,11 @@ fn on_tick(ctx: &Context, (): ()) {
         if ended % CLOCK_EVERY == 0 && started.elapsed() >= SLICE {
             break;
         }
-        let Some((id, lease)) = state::with(|s| s.deadlines.pop_due(now)) else { break };
+        let (id, lease) = match state::with(|s| s.deadlines.pop_due(now)) {
+            Pop::Due(id, lease) => (id, lease),
+            Pop::Moved => continue,
+            Pop::Idle => break,
+        };
         open_lock_at(ctx, &lease.place, |key, name, value| {
             let Some(holder) = value.lock.holder_mut() else { return };
             if holder.token == lease.token && holder.deadline_id == Some(id) {
