@@ -63,7 +63,7 @@ fn legend(scenario: &str, config: &Config) -> String {
         "backlog" => format!(
             "The leases, {} ms each, taken by scripts in one pipeline that then sleeps {} ms (DEBUG SLEEP: the event loop was busy), \
              all due at once when it wakes; setnx: SET NX PX keys, ended by Redis's active expiry. all ended: until DBSIZE is 0. \
-             A pinger sends PING after PING meanwhile: ping max, its longest wait; overrun, the longest time without a reply; \
+             A pinger sends PING after PING meanwhile: ping p99 and max, its waits; overrun, the longest time without a reply; \
              pings: how many were answered.",
             backlog::LEASE_MS,
             backlog::SLEEP_MS

@@ -12,8 +12,10 @@ use redis::RedisResult;
 use crate::methods::Kind;
 use crate::results::Metric;
 use crate::server::Server;
+use crate::stats::quantile;
 
 pub const ENDED: Metric = Metric::median("all ended ms");
+pub const PING_P99: Metric = Metric::median("ping p99 ms");
 pub const PING_MAX: Metric = Metric::worst("ping max ms");
 pub const OVERRUN: Metric = Metric::worst("overrun ms");
 pub const PINGS: Metric = Metric::median("pings");
@@ -89,13 +91,15 @@ pub fn run(server: &Server, kind: Kind, leases: usize) -> Result<Vec<(Metric, f6
     // A PING sent before the catch-up started waits from its start.
     let during: Vec<(u64, u64)> =
         pings.into_iter().filter(|&(_, replied)| replied >= started).map(|(sent, r)| (sent.max(started), r)).collect();
-    let ping_max = during.iter().map(|&(sent, replied)| replied - sent).max().unwrap_or(0);
+    let mut waits: Vec<u64> = during.iter().map(|&(sent, replied)| replied.saturating_sub(sent)).collect();
+    waits.sort_unstable();
     let replies = std::iter::once(started).chain(during.iter().map(|&(_, replied)| replied));
     let overrun = replies.clone().zip(replies.skip(1)).map(|(a, b)| b.saturating_sub(a)).max().unwrap_or(0);
     let ms = |t: u64| t as f64 / 1e3;
     Ok(vec![
         (ENDED, ms(ended.saturating_sub(started))),
-        (PING_MAX, ms(ping_max)),
+        (PING_P99, quantile(&waits, 0.99) / 1e3),
+        (PING_MAX, ms(waits.last().copied().unwrap_or(0))),
         (OVERRUN, ms(overrun)),
         (PINGS, during.len() as f64),
     ])
