@@ -198,9 +198,9 @@ impl<T> Deadlines<T> {
     /// A slot above level 0 at the wheel's time: its entries are moving down
     /// (see `pop_due`). Only such a slot can be at the wheel's time.
     fn moving(&self) -> Option<(usize, usize)> {
-        (1..LEVELS).map(|level| (level, slot_for(self.elapsed, level))).find(|&(level, slot)| {
-            self.levels[level].occupied & (1 << slot) != 0
-        })
+        (1..LEVELS)
+            .map(|level| (level, slot_for(self.elapsed, level)))
+            .find(|&(level, slot)| self.levels[level].occupied & (1 << slot) != 0)
     }
 
     /// The slot to look at next, with its level and start time: one whose

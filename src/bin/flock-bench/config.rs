@@ -97,7 +97,10 @@ impl Config {
                 _ => return Err(format!("unknown option {name:?}")),
             }
         }
-        if config.clients.contains(&0) || config.repeats == 0 || config.size.locks == 0 || config.size.waiters == 0
+        if config.clients.contains(&0)
+            || config.repeats == 0
+            || config.size.locks == 0
+            || config.size.waiters == 0
             || config.backlog.contains(&0)
         {
             return Err("clients, repeats, locks, waiters and backlogs must be at least 1".into());

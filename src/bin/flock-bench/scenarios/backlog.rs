@@ -33,11 +33,15 @@ pub fn label(leases: usize) -> String {
     format!("backlog {leases} leases")
 }
 
-/// Takes the locks `prefix..first` to `prefix..last-1` with a lease.
+/// Scripts that take the locks `due:first` to `due:last-1` (ARGV: first,
+/// last, lease).
+const FLOCK_FILL: &str = "for i = ARGV[1], ARGV[2] - 1 do redis.call('FLOCK.ACQUIRE', 'due:' .. i, 'o', ARGV[3]) end";
+const SETNX_FILL: &str = "for i = ARGV[1], ARGV[2] - 1 do redis.call('SET', 'due:' .. i, 'o', 'NX', 'PX', ARGV[3]) end";
+
 fn fill_script(kind: Kind) -> Option<&'static str> {
     match kind {
-        Kind::Flock => Some("for i = ARGV[1], ARGV[2] - 1 do redis.call('FLOCK.ACQUIRE', 'due:' .. i, 'o', ARGV[3]) end"),
-        Kind::SetNx => Some("for i = ARGV[1], ARGV[2] - 1 do redis.call('SET', 'due:' .. i, 'o', 'NX', 'PX', ARGV[3]) end"),
+        Kind::Flock => Some(FLOCK_FILL),
+        Kind::SetNx => Some(SETNX_FILL),
         Kind::ListPoll | Kind::Redisson => None,
     }
 }
