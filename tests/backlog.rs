@@ -1,7 +1,8 @@
 //! A backlog of due leases (the event loop was busy while they ran out, here
-//! with DEBUG SLEEP) ends in slices: every lease ends, each lock passes to
-//! the head of its queue, the events are all sent, earliest deadline first,
-//! and clients are served while the rest of the backlog waits.
+//! with DEBUG SLEEP, or they ran out before an RDB load) ends in slices:
+//! every lease ends, each lock passes to the head of its queue, the events
+//! are all sent, earliest deadline first, and clients are served while the
+//! rest of the backlog waits.
 mod common;
 use common::*;
 
@@ -12,23 +13,28 @@ const LEASE_MS: u64 = 1_500;
 
 /// Takes `LOCKS` locks with `LEASE_MS` leases in one script, so that no
 /// lease can end before the last is taken, then sleeps the server past all
-/// of them: when this returns, the whole backlog is due at once.
-fn take_then_sleep_past(c: &mut Connection) {
+/// of them, then runs `after` in the same pipeline: when this returns, the
+/// whole backlog was due at once.
+fn take_then_sleep_past(c: &mut Connection, after: &[&str]) {
     let fill = "for i = 1, tonumber(ARGV[1]) do redis.call('FLOCK.ACQUIRE', 'bulk:' .. i, 'o', ARGV[2]) end";
     let sleep_s = (LEASE_MS + 200) as f64 / 1000.0;
-    redis::pipe()
-        .cmd("EVAL")
-        .arg(fill)
-        .arg(0)
-        .arg(LOCKS)
-        .arg(LEASE_MS)
-        .ignore()
-        .cmd("DEBUG")
-        .arg("SLEEP")
-        .arg(sleep_s)
-        .ignore()
-        .query::<()>(c)
-        .expect("fill and sleep");
+    let mut pipe = redis::pipe();
+    pipe.cmd("EVAL").arg(fill).arg(0).arg(LOCKS).arg(LEASE_MS).ignore();
+    pipe.cmd("DEBUG").arg("SLEEP").arg(sleep_s).ignore();
+    if !after.is_empty() {
+        pipe.cmd(after[0]).arg(&after[1..]).ignore();
+    }
+    pipe.query::<()>(c).expect("fill and sleep");
+}
+
+/// The first slice of the backlog has run when the pipeline's reply comes:
+/// PING on another connection is answered while leases are left.
+fn assert_served_during_catch_up(s: &Server) {
+    let pong: String = redis::cmd("PING").query(&mut s.conn()).unwrap();
+    assert_eq!(pong, "PONG");
+    let left = s.stat("locks");
+    assert!(left > 0, "PING was answered only after the whole backlog had ended");
+    eprintln!("{left} of {LOCKS} leases still to end when PING was answered");
 }
 
 fn wait_all_ended(s: &Server, expiries: usize) {
@@ -59,7 +65,7 @@ fn a_backlog_of_due_leases_all_end_in_deadline_order_and_hand_off_in_fifo_order(
             wait_queue(&mut c, key, &queued);
         }
     }
-    take_then_sleep_past(&mut c);
+    take_then_sleep_past(&mut c, &[]);
 
     let expected = LOCKS + contended.len() * 4;
     let mut expired = Vec::with_capacity(expected);
@@ -100,15 +106,18 @@ fn a_backlog_of_due_leases_all_end_in_deadline_order_and_hand_off_in_fifo_order(
 fn clients_are_served_while_a_backlog_of_due_leases_ends() {
     let s = Server::start();
     let mut c = s.conn();
-    let mut other = s.conn();
-    take_then_sleep_past(&mut c);
-    // The first slice of the backlog has run when the sleep's reply comes.
-    let pong: String = redis::cmd("PING").query(&mut other).unwrap();
-    assert_eq!(pong, "PONG");
-    let left = s.stat("locks");
-    assert!(left > 0, "PING was answered only after the whole backlog had ended");
-    eprintln!("{left} of {LOCKS} leases still to end when PING was answered");
+    take_then_sleep_past(&mut c, &[]);
+    assert_served_during_catch_up(&s);
     // Commands meanwhile work as usual, and a new lease ends in its turn.
-    acquire(&mut other, "fresh", "f", 20).unwrap().expect("granted");
+    acquire(&mut c, "fresh", "f", 20).unwrap().expect("granted");
     wait_all_ended(&s, LOCKS + 1);
+}
+
+#[test]
+fn leases_that_ran_out_before_an_rdb_load_end_while_clients_are_served() {
+    let s = Server::start();
+    let mut c = s.conn();
+    take_then_sleep_past(&mut c, &["DEBUG", "RELOAD"]);
+    assert_served_during_catch_up(&s);
+    wait_all_ended(&s, LOCKS);
 }
