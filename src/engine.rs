@@ -109,21 +109,31 @@ pub fn update<R>(
         (result, changes, value.lock.is_unused(), changed)
     });
     let recorded = propagate_requests(ctx, key_name, value, changes.requests_made);
-    if state {
-        propagate(ctx, key_name, value);
-    }
     if unused {
+        // Replicas never forget request IDs on their own, so a key the
+        // master drops is dropped there by name, whatever they remember.
+        ctx.replicate("DEL", &[key_name.as_slice()]);
         // The value is already detached from timers and sessions, so the
         // unlink callback this triggers has nothing left to do.
         let _ = key.delete();
-    } else if is_lingering(value) && (state || recorded) {
+        return finish(ctx, key_name, changes.events, result);
+    }
+    if state {
+        propagate(ctx, key_name, value);
+    }
+    if is_lingering(value) && (state || recorded) {
         linger(ctx, key, key_name, value, now);
     } else if changes.lingering_before && !value.lock.is_idle() {
         // In use again: the TTL that kept its request IDs must not end it.
         let _ = key.remove_expire();
         ctx.replicate("PERSIST", &[key_name.as_slice()]);
     }
-    for event in changes.events {
+    finish(ctx, key_name, changes.events, result)
+}
+
+/// Sends the keyspace events of a change, last: the key is in its new state.
+fn finish<R>(ctx: &Context, key_name: &redis_module::RedisString, events: Vec<&'static str>, result: R) -> R {
+    for event in events {
         ctx.notify_keyspace_event(NotifyEvent::MODULE, event, key_name);
     }
     result
@@ -181,7 +191,8 @@ fn apply(s: &mut State, place: &Place, value: &mut LockValue, changes: &mut Chan
 }
 
 /// Sends the lock's new state to replicas and the AOF as one deterministic
-/// command with absolute times (never the blocking ACQUIRE itself).
+/// command with absolute times (never the blocking ACQUIRE itself). Without
+/// a holder the key stays (it remembers request IDs).
 fn propagate(ctx: &Context, key_name: &redis_module::RedisString, value: &LockValue) {
     let key = key_name.as_slice();
     match value.lock.holder() {
