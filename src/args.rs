@@ -151,13 +151,12 @@ fn parse_ms(value: &[u8], min: u64) -> Option<u64> {
     (min..=MAX_MS).contains(&n).then_some(n)
 }
 
-/// Echoes an unknown option safely inside an error line.
+/// Echoes an unknown option safely inside an error line: printable ASCII
+/// only, because the crate sends each char of an error as one byte (`c as
+/// u8`), so anything else would reach the client as invalid UTF-8, which
+/// clients such as redis-rs cannot parse.
 fn printable(option: &[u8]) -> String {
-    let shown: String = String::from_utf8_lossy(&option[..option.len().min(32)])
-        .chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect();
-    shown
+    option.iter().take(32).map(|&b| if b.is_ascii_graphic() || b == b' ' { b as char } else { '?' }).collect()
 }
 
 #[cfg(test)]
@@ -191,13 +190,17 @@ mod tests {
         assert_eq!(acq(&["me", "10", "WAIT", "1", "wait", "2"]), Err(ArgError::Repeated("WAIT")));
         assert_eq!(acq(&["me", "10", "SESSION", "SESSION"]), Err(ArgError::Repeated("SESSION")));
         assert_eq!(acq(&["me", "10", "WAITS", "1"]), Err(ArgError::UnknownOption("WAITS".into())));
+        assert_eq!(acq(&["me", "10", "é\r\n\0x"]), Err(ArgError::UnknownOption("?????x".into())));
     }
 
     proptest! {
         #[test]
         fn never_panics_on_arbitrary_arguments(args in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..300), 0..8)) {
             let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-            let _ = acquire(&refs);
+            // ASCII only: the crate sends error text char by char as bytes.
+            if let Err(e) = acquire(&refs) {
+                prop_assert!(e.to_string().is_ascii(), "{e}");
+            }
             let _ = owner_only(&refs);
             let _ = owner_lease(&refs);
             let _ = state(&refs);
