@@ -1,0 +1,534 @@
+//! A randomized command fuzzer against a real server: several connections
+//! send random commands (every FLOCK command with good and bad arguments,
+//! and the Redis commands that move, copy, expire, flush, reload or unblock
+//! what FLOCK keeps) over a few keys with binary names, and drop or kill
+//! their own connections in the middle of a wait. Replies may be anything;
+//! the server must stay up, answer every command (a WAIT within its
+//! timeout), and at the end strand nothing: no blocked client, no waiter,
+//! and no lock once every lease (at most `MAX_LEASE_MS`) has run out.
+//!
+//! Environment: `FLOCK_FUZZ_SECS` (default 20), `FLOCK_FUZZ_SEED` (replays a
+//! run; the seed is printed and in every failure). The seed fixes every
+//! connection's choices; the interleaving is up to the machine.
+mod common;
+use common::*;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+const THREADS: usize = 8;
+/// `flock.max-lease-ms` for the run: every lease and WAIT is at most this.
+const MAX_LEASE_MS: u64 = 3_000;
+/// A reply later than this (beyond the longest WAIT) counts as a hang.
+const REPLY_LIMIT: Duration = Duration::from_millis(MAX_LEASE_MS + 10_000);
+const LOG: &str = "redis.log";
+
+const OWNERS: &[&[u8]] = &[b"o1", b"o2", b"\0", b"\xff\r\n", b"%n%s", b" "];
+
+/// Numbers a client might send where milliseconds are expected; none of
+/// them parses to 0 (a WAIT 0 never ends by itself).
+const ODD_NUMBERS: &[&[u8]] = &[
+    b"-1",
+    b"",
+    b"1.5",
+    b"+5",
+    b" 5",
+    b"5 ",
+    b"0x10",
+    b"1e3",
+    b"-0",
+    b"3001",
+    b"1099511627776",
+    b"1099511627777",
+    b"9223372036854775807",
+    b"9223372036854775808",
+    b"-9223372036854775808",
+    b"18446744073709551615",
+    b"18446744073709551616",
+    b"99999999999999999999999999999",
+    b"\x00",
+    b"5\x00",
+    b"\xff",
+    b"1\r\n",
+];
+
+/// The key names every connection shares: binary, empty, printf-like, long.
+fn keys() -> Vec<Vec<u8>> {
+    let mut long = vec![b'L'; 3000];
+    long[1500] = 0;
+    [&b"plain"[..], b"a\0b", b"\xff\xfe\x80", b"cr\r\nlf", b"", b"%s%n%d", b"{t}\0x"]
+        .iter()
+        .map(|k| k.to_vec())
+        .chain([long])
+        .collect()
+}
+
+fn env_num(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+struct Shared {
+    stop: AtomicBool,
+    /// Each fuzzer's current client id (for CLIENT UNBLOCK by the others).
+    ids: Vec<AtomicU64>,
+    failures: Mutex<Vec<String>>,
+    counts: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+impl Shared {
+    fn fail(&self, what: String) {
+        let mut f = self.failures.lock().unwrap();
+        if f.len() < 20 {
+            f.push(what);
+        }
+    }
+}
+
+struct Fuzzer {
+    n: usize,
+    rng: StdRng,
+    url: String,
+    keys: Arc<Vec<Vec<u8>>>,
+    shared: Arc<Shared>,
+    conn: Connection,
+    id: u64,
+    /// A second connection of the same thread, to kill or unblock `conn`.
+    ctl: Connection,
+    counts: BTreeMap<&'static str, u64>,
+}
+
+fn connect(url: &str, db: i64) -> RedisResult<(Connection, u64)> {
+    let mut c = redis::Client::open(format!("{url}{db}"))?.get_connection()?;
+    c.set_read_timeout(Some(REPLY_LIMIT))?;
+    let id = redis::cmd("CLIENT").arg("ID").query(&mut c)?;
+    Ok((c, id))
+}
+
+type Args = Vec<Vec<u8>>;
+
+impl Fuzzer {
+    fn new(n: usize, seed: u64, url: String, keys: Arc<Vec<Vec<u8>>>, shared: Arc<Shared>) -> RedisResult<Fuzzer> {
+        let (conn, id) = connect(&url, 0)?;
+        let (ctl, _) = connect(&url, 0)?;
+        shared.ids[n].store(id, Ordering::Relaxed);
+        let rng = StdRng::seed_from_u64(seed ^ (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        Ok(Fuzzer { n, rng, url, keys, shared, conn, id, ctl, counts: BTreeMap::new() })
+    }
+
+    fn fail(&self, what: String) {
+        self.shared.fail(format!("fuzzer {}: {what}", self.n));
+    }
+
+    /// A fresh connection in db 0 or 1 in place of `conn`, which is closed.
+    fn reconnect(&mut self) -> bool {
+        let db = self.rng.gen_range(0..2);
+        match connect(&self.url, db) {
+            Ok((conn, id)) => {
+                (self.conn, self.id) = (conn, id);
+                self.shared.ids[self.n].store(id, Ordering::Relaxed);
+                true
+            }
+            Err(e) => {
+                self.fail(format!("cannot reconnect: {e}"));
+                false
+            }
+        }
+    }
+
+    /// Sends `cmd`, any reply will do; no reply in time or a connection
+    /// the server closed is a failure.
+    fn run(&mut self, what: &'static str, cmd: &redis::Cmd) {
+        *self.counts.entry(what).or_default() += 1;
+        if let Err(e) = cmd.query::<Value>(&mut self.conn) {
+            let sent = cmd.get_packed_command().escape_ascii().to_string();
+            self.check_link(&format!("{what} {}", &sent[..sent.len().min(300)]), &e);
+        }
+    }
+
+    fn check_link(&mut self, what: &str, e: &redis::RedisError) {
+        if e.is_timeout() || e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+            self.fail(format!("{what}: no reply ({e})"));
+            self.reconnect();
+        }
+    }
+
+    fn key(&mut self) -> Vec<u8> {
+        self.keys.choose(&mut self.rng).expect("keys").clone()
+    }
+
+    fn owner(&mut self) -> Vec<u8> {
+        match self.rng.gen_range(0..40) {
+            0 => Vec::new(),
+            1 => vec![b'x'; 257],
+            2 => vec![b'y'; 256],
+            3 => self.junk(),
+            _ => OWNERS.choose(&mut self.rng).expect("owners").to_vec(),
+        }
+    }
+
+    /// Milliseconds, mostly short enough that timers fire during the run.
+    fn ms(&mut self, zero_ok: bool) -> Vec<u8> {
+        let n = match self.rng.gen_range(0..20) {
+            0 => return ODD_NUMBERS.choose(&mut self.rng).expect("numbers").to_vec(),
+            1 => self.rng.gen_range(201..=MAX_LEASE_MS),
+            2 if zero_ok => 0,
+            _ => self.rng.gen_range(1..=200),
+        };
+        n.to_string().into_bytes()
+    }
+
+    fn junk(&mut self) -> Vec<u8> {
+        const BYTES: &[u8] = b"\0\r\n\xff\x80 %aW1";
+        let len = self.rng.gen_range(0..24);
+        (0..len)
+            .map(|_| if self.rng.gen_bool(0.5) { *BYTES.choose(&mut self.rng).expect("bytes") } else { self.rng.gen() })
+            .collect()
+    }
+
+    /// A FLOCK command with its arguments, well-formed most of the time.
+    /// Its WAIT is never 0 (`ms(false)`): only `drop_mid_wait` waits forever.
+    fn flock_args(&mut self) -> (&'static str, Args) {
+        let key = self.key();
+        let (name, mut args) = match self.rng.gen_range(0..100) {
+            0..=44 => {
+                let mut args = vec![key, self.owner(), self.ms(false)];
+                for _ in 0..self.rng.gen_range(0..3) {
+                    match self.rng.gen_range(0..10) {
+                        0..=4 => args.extend([b"WAIT".to_vec(), self.ms(false)]),
+                        5..=7 => args.push(b"SESSION".to_vec()),
+                        8 => args.extend([b"wait".to_vec(), self.ms(false)]),
+                        _ => args.push(self.junk()),
+                    }
+                }
+                ("FLOCK.ACQUIRE", args)
+            }
+            45..=64 => ("FLOCK.RELEASE", vec![key, self.owner()]),
+            65..=79 => ("FLOCK.RENEW", vec![key, self.owner(), self.ms(false)]),
+            80..=87 => ("FLOCK.FORCERELEASE", vec![key]),
+            88..=95 => ("FLOCK.INFO", vec![key]),
+            _ => {
+                let mut args = vec![key, self.owner()];
+                args.extend((0..4).map(|_| self.ms(false)));
+                ("FLOCK.STATE", args)
+            }
+        };
+        match self.rng.gen_range(0..30) {
+            0 => args.truncate(self.rng.gen_range(0..args.len())),
+            1 => args.extend((0..self.rng.gen_range(1..6)).map(|_| self.junk())),
+            _ => {}
+        }
+        (name, args)
+    }
+
+    fn flock_cmd(&mut self) -> (&'static str, redis::Cmd) {
+        let (name, args) = self.flock_args();
+        let mut cmd = redis::cmd(name);
+        cmd.arg(args);
+        (name, cmd)
+    }
+
+    fn step(&mut self) {
+        match self.rng.gen_range(0..1000) {
+            0..=549 => {
+                let (name, cmd) = self.flock_cmd();
+                self.run(name, &cmd);
+            }
+            550..=599 => self.drop_mid_wait(),
+            600..=629 => self.multi_exec(),
+            630..=659 => self.eval(),
+            660..=679 => self.keyed("DEL", &[]),
+            680..=689 => self.keyed("UNLINK", &[]),
+            690..=719 => {
+                let (name, to) = (if self.rng.gen_bool(0.8) { "RENAME" } else { "RENAMENX" }, self.key());
+                self.keyed(name, &[to]);
+            }
+            720..=739 => {
+                let db = self.rng.gen_range(0..2).to_string().into_bytes();
+                self.keyed("MOVE", &[db]);
+            }
+            740..=749 => self.run("SWAPDB", redis::cmd("SWAPDB").arg(0).arg(1)),
+            750..=764 => {
+                let mut extra = vec![self.key()];
+                if self.rng.gen_bool(0.3) {
+                    extra.extend([b"DB".to_vec(), self.rng.gen_range(0..2).to_string().into_bytes()]);
+                }
+                if self.rng.gen_bool(0.5) {
+                    extra.push(b"REPLACE".to_vec());
+                }
+                self.keyed("COPY", &extra);
+            }
+            765..=784 => {
+                let ms = self.ms(false);
+                self.keyed("PEXPIRE", &[ms]);
+            }
+            785..=794 => self.keyed("SET", &[b"v".to_vec()]),
+            795..=809 => {
+                let name = ["TYPE", "EXISTS", "GET", "PTTL"][self.rng.gen_range(0..4)];
+                self.keyed(name, &[]);
+            }
+            810..=819 => {
+                let key = self.key();
+                self.run("MEMORY USAGE", redis::cmd("MEMORY").arg("USAGE").arg(key));
+            }
+            820..=834 => self.dump_restore(),
+            835..=839 => {
+                let async_ = if self.rng.gen_bool(0.5) { "ASYNC" } else { "SYNC" };
+                self.run("FLUSHDB", redis::cmd("FLUSHDB").arg(async_));
+            }
+            840..=841 => self.run("FLUSHALL", redis::cmd("FLUSHALL").arg("ASYNC")),
+            842..=845 => self.run("DEBUG RELOAD", redis::cmd("DEBUG").arg("RELOAD")),
+            846..=869 => self.client_unblock_other(),
+            870..=879 => self.kill_self(),
+            880..=884 => self.sleep_then_release(),
+            885..=919 => {
+                let db = self.rng.gen_range(0..2);
+                self.run("SELECT", redis::cmd("SELECT").arg(db));
+            }
+            920..=924 => {
+                let n = [1, 2, 100_000][self.rng.gen_range(0..3)];
+                self.run("CONFIG SET max-waiters", redis::cmd("CONFIG").arg("SET").arg("flock.max-waiters").arg(n));
+            }
+            _ => self.pipeline(),
+        }
+    }
+
+    fn keyed(&mut self, name: &'static str, extra: &[Vec<u8>]) {
+        let key = self.key();
+        self.run(name, redis::cmd(name).arg(key).arg(extra));
+    }
+
+    fn multi_exec(&mut self) {
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for _ in 0..self.rng.gen_range(1..5) {
+            pipe.add_command(self.flock_cmd().1);
+        }
+        *self.counts.entry("MULTI/EXEC").or_default() += 1;
+        if let Err(e) = pipe.query::<Value>(&mut self.conn) {
+            self.check_link("MULTI/EXEC", &e);
+        }
+    }
+
+    /// Several commands in one packet, sometimes with a pause in the server
+    /// before them, so that timers, grants and timeouts meet in one turn.
+    fn pipeline(&mut self) {
+        let mut pipe = redis::pipe();
+        if self.rng.gen_bool(0.1) {
+            pipe.cmd("DEBUG").arg("SLEEP").arg(self.rng.gen_range(0..60) as f64 / 1000.0);
+        }
+        for _ in 0..self.rng.gen_range(2..6) {
+            pipe.add_command(self.flock_cmd().1);
+        }
+        *self.counts.entry("pipeline").or_default() += 1;
+        if let Err(e) = pipe.query::<Value>(&mut self.conn) {
+            self.check_link("pipeline", &e);
+        }
+    }
+
+    fn eval(&mut self) {
+        let script = if self.rng.gen_bool(0.5) {
+            "return redis.call(ARGV[1], KEYS[1], unpack(ARGV, 2))"
+        } else {
+            "return redis.pcall(ARGV[1], KEYS[1], unpack(ARGV, 2))"
+        };
+        let (name, args) = self.flock_args();
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(script);
+        match args.split_first() {
+            Some((key, rest)) => cmd.arg(1).arg(key).arg(name).arg(rest),
+            None => cmd.arg(0).arg(name),
+        };
+        self.run("EVAL", &cmd);
+    }
+
+    fn dump_restore(&mut self) {
+        let (from, to) = (self.key(), self.key());
+        *self.counts.entry("DUMP/RESTORE").or_default() += 1;
+        let dumped: RedisResult<Option<Vec<u8>>> = redis::cmd("DUMP").arg(&from).query(&mut self.conn);
+        match dumped {
+            Ok(Some(blob)) => {
+                let mut cmd = redis::cmd("RESTORE");
+                cmd.arg(to).arg(0).arg(blob);
+                if self.rng.gen_bool(0.7) {
+                    cmd.arg("REPLACE");
+                }
+                self.run("RESTORE", &cmd);
+            }
+            Ok(None) => {}
+            Err(e) => self.check_link("DUMP", &e),
+        }
+    }
+
+    fn client_unblock_other(&mut self) {
+        let other = self.shared.ids[self.rng.gen_range(0..THREADS)].load(Ordering::Relaxed);
+        let mut cmd = redis::cmd("CLIENT");
+        cmd.arg("UNBLOCK").arg(other);
+        if self.rng.gen_bool(0.5) {
+            cmd.arg(if self.rng.gen_bool(0.5) { "TIMEOUT" } else { "ERROR" });
+        }
+        self.run("CLIENT UNBLOCK", &cmd);
+    }
+
+    /// CLIENT KILL of its own connection, from that connection.
+    fn kill_self(&mut self) {
+        *self.counts.entry("CLIENT KILL self").or_default() += 1;
+        let _ = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(self.id).query::<Value>(&mut self.conn);
+        self.reconnect();
+    }
+
+    /// A RELEASE after a pause in the server, in one packet with a short
+    /// WAIT on the same key from another connection (the timeout and the
+    /// hand-off come due in the same event-loop turn).
+    fn sleep_then_release(&mut self) {
+        let (key, owner) = (self.key(), self.owner());
+        let waiter = redis::cmd("FLOCK.ACQUIRE").arg(&key).arg(b"sleeper").arg(100).arg("WAIT").arg(20).clone();
+        if self.ctl.send_packed_command(&waiter.get_packed_command()).is_err() {
+            self.fail("cannot send to the control connection".into());
+            return;
+        }
+        let mut pipe = redis::pipe();
+        pipe.cmd("DEBUG").arg("SLEEP").arg(0.05).cmd("FLOCK.RELEASE").arg(&key).arg(owner);
+        *self.counts.entry("DEBUG SLEEP + RELEASE").or_default() += 1;
+        if let Err(e) = pipe.query::<Value>(&mut self.conn) {
+            self.check_link("DEBUG SLEEP + RELEASE", &e);
+        }
+        if let Err(e) = self.ctl.recv_response() {
+            self.fail(format!("the 20 ms WAIT beside DEBUG SLEEP got no reply ({e})"));
+            self.reconnect_ctl();
+        }
+    }
+
+    fn reconnect_ctl(&mut self) {
+        match connect(&self.url, 0) {
+            Ok((ctl, _)) => self.ctl = ctl,
+            Err(e) => self.fail(format!("cannot reconnect: {e}")),
+        }
+    }
+
+    /// An ACQUIRE with WAIT (0 = no limit, allowed here only) whose
+    /// connection is closed, killed or unblocked while it may be waiting.
+    fn drop_mid_wait(&mut self) {
+        let (key, owner) = (self.key(), self.owner());
+        let how = self.rng.gen_range(0..3);
+        // CLIENT UNBLOCK may come before the command blocks: then only a
+        // finite WAIT ends.
+        let wait = if how == 2 { self.rng.gen_range(1..=200) } else { self.rng.gen_range(0..=200) };
+        let mut cmd = redis::cmd("FLOCK.ACQUIRE");
+        cmd.arg(key).arg(owner).arg(self.rng.gen_range(1..=200)).arg("WAIT").arg(wait);
+        if self.rng.gen_bool(0.3) {
+            cmd.arg("SESSION");
+        }
+        *self.counts.entry(["drop mid-wait", "CLIENT KILL mid-wait", "CLIENT UNBLOCK mid-wait"][how]).or_default() += 1;
+        if let Err(e) = self.conn.send_packed_command(&cmd.get_packed_command()) {
+            self.check_link("send ACQUIRE WAIT", &e);
+            return;
+        }
+        // Not a synchronisation: a random moment to strike, before or
+        // after the command blocks.
+        std::thread::sleep(Duration::from_millis(self.rng.gen_range(0..20)));
+        match how {
+            0 => {
+                self.reconnect();
+            }
+            1 => {
+                let killed = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(self.id).query::<Value>(&mut self.ctl);
+                if let Err(e) = killed {
+                    self.fail(format!("CLIENT KILL ID from the control connection: {e}"));
+                    self.reconnect_ctl();
+                }
+                self.reconnect();
+            }
+            _ => {
+                let unblock = redis::cmd("CLIENT").arg("UNBLOCK").arg(self.id).query::<Value>(&mut self.ctl);
+                if let Err(e) = unblock {
+                    self.fail(format!("CLIENT UNBLOCK from the control connection: {e}"));
+                    self.reconnect_ctl();
+                }
+                if let Err(e) = self.conn.recv_response() {
+                    self.check_link("ACQUIRE WAIT after CLIENT UNBLOCK", &e);
+                }
+            }
+        }
+    }
+
+    fn go(mut self) -> BTreeMap<&'static str, u64> {
+        while !self.shared.stop.load(Ordering::Relaxed) {
+            self.step();
+        }
+        self.counts
+    }
+}
+
+fn settle_and_check(s: &mut Server, what: &str) {
+    s.assert_alive(what);
+    wait_until(&format!("{what}: blocked_clients 0"), 10 * SECOND, || s.blocked_clients() == 0);
+    wait_until(&format!("{what}: flock_waiters 0"), 10 * SECOND, || s.stat("waiters") == 0);
+    // Every lease is at most MAX_LEASE_MS: none may outlive it.
+    let leases_end = Duration::from_millis(MAX_LEASE_MS) + 5 * SECOND;
+    wait_until(&format!("{what}: flock_locks 0 once every lease ran out"), leases_end, || s.stat("locks") == 0);
+    let mut c = s.conn();
+    let _: () = redis::cmd("FLUSHALL").query(&mut c).expect("FLUSHALL");
+    wait_until(&format!("{what}: flock_locks 0 after FLUSHALL"), 5 * SECOND, || s.stat("locks") == 0);
+    // Still a working lock service, on a binary name too.
+    let key = b"after\0fuzz\xff";
+    let t = acquire(&mut c, key, "o", 1_000).expect("ACQUIRE after the fuzz").expect("granted");
+    assert!(t > 0);
+    assert_eq!(release(&mut c, key, "o").expect("RELEASE after the fuzz"), 0);
+    s.assert_alive(what);
+}
+
+#[test]
+fn random_commands_from_many_connections_never_crash_hang_or_strand_anything() {
+    let seed = env_num("FLOCK_FUZZ_SEED").unwrap_or_else(rand::random);
+    let secs = env_num("FLOCK_FUZZ_SECS").unwrap_or(20);
+    eprintln!("fuzz: seed {seed}, {secs} s, {THREADS} connections (replay: FLOCK_FUZZ_SEED={seed})");
+    let what = format!("fuzz seed {seed} (FLOCK_FUZZ_SEED={seed} replays it)");
+    let mut s = Server::start_with(&["--logfile", LOG]);
+    let mut c = s.conn();
+    let _: () = redis::cmd("CONFIG").arg("SET").arg("flock.max-lease-ms").arg(MAX_LEASE_MS).query(&mut c).unwrap();
+    drop(c);
+
+    let shared = Arc::new(Shared {
+        stop: AtomicBool::new(false),
+        ids: (0..THREADS).map(|_| AtomicU64::new(0)).collect(),
+        failures: Mutex::new(Vec::new()),
+        counts: Mutex::new(BTreeMap::new()),
+    });
+    let keys = Arc::new(keys());
+    let threads: Vec<_> = (0..THREADS)
+        .map(|n| {
+            let (url, keys, shared) = (s.url(), keys.clone(), shared.clone());
+            std::thread::spawn(move || match Fuzzer::new(n, seed, url, keys, shared.clone()) {
+                Ok(fuzzer) => {
+                    for (k, v) in fuzzer.go() {
+                        *shared.counts.lock().unwrap().entry(k).or_default() += v;
+                    }
+                }
+                Err(e) => shared.fail(format!("fuzzer {n}: cannot connect: {e}")),
+            })
+        })
+        .collect();
+
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end && s.running() && shared.failures.lock().unwrap().is_empty() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    shared.stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect("fuzzer thread");
+    }
+    let counts = shared.counts.lock().unwrap().clone();
+    eprintln!("fuzz: {} commands: {counts:?}", counts.values().sum::<u64>());
+    if !s.running() {
+        panic!("{what}: redis-server exited; its log ends:\n{}", s.log_excerpt(LOG));
+    }
+    let failures = shared.failures.lock().unwrap().clone();
+    assert!(failures.is_empty(), "{what}: {failures:#?}\nserver log ends:\n{}", s.log_excerpt(LOG));
+    settle_and_check(&mut s, &what);
+}
