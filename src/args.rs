@@ -6,6 +6,8 @@ use std::fmt;
 
 pub const MAX_OWNER_LEN: usize = 256;
 pub const MAX_MS: u64 = 1 << 40;
+/// Replies carry tokens as signed 64-bit integers.
+pub const MAX_TOKEN: u64 = i64::MAX as u64;
 
 #[derive(Debug, PartialEq, Eq, Clone)]
 pub enum ArgError {
@@ -16,7 +18,8 @@ pub enum ArgError {
     UnknownOption(String),
     Repeated(&'static str),
     MissingValue(&'static str),
-    State,
+    /// A holder that no command could have made; says which field.
+    State(&'static str),
 }
 
 impl fmt::Display for ArgError {
@@ -34,10 +37,7 @@ impl fmt::Display for ArgError {
             }
             Self::Repeated(o) => write!(f, "ERR option {o} given more than once: each option may appear once"),
             Self::MissingValue(o) => write!(f, "ERR option {o} has no value: write {o} timeout-ms (0 waits without limit)"),
-            Self::State => write!(
-                f,
-                "ERR invalid FLOCK.STATE holder: holds (at most 4294967295) and token must be integers >= 1, deadline-unix-ms and session integers >= 0"
-            ),
+            Self::State(field) => write!(f, "ERR invalid FLOCK.STATE holder: {field}"),
         }
     }
 }
@@ -99,27 +99,50 @@ pub fn owner_lease<'a>(args: &[&'a [u8]]) -> Result<(&'a [u8], u64), ArgError> {
 }
 
 /// `owner holds token deadline-ms session` (FLOCK.STATE), or nothing.
-pub fn state<'a>(args: &[&'a [u8]]) -> Result<Option<StateArgs<'a>>, ArgError> {
-    let number = |a: &[u8]| -> Result<u64, ArgError> {
-        std::str::from_utf8(a).ok().and_then(|a| a.parse().ok()).ok_or(ArgError::State)
-    };
+pub fn state<'a>(args: &[&'a [u8]], now_ms: u64) -> Result<Option<StateArgs<'a>>, ArgError> {
+    let number = |a: &[u8], field| parse_u64(a).ok_or(ArgError::State(field));
     match args {
         [] => Ok(None),
-        [owner, holds, token, deadline, session] => {
-            let state = StateArgs {
-                owner: parse_owner(owner)?,
-                holds: u32::try_from(number(holds)?).map_err(|_| ArgError::State)?,
-                token: number(token)?,
-                deadline_ms: number(deadline)?,
-                session: number(session)? != 0,
-            };
-            if state.holds == 0 || state.token == 0 {
-                return Err(ArgError::State);
-            }
-            Ok(Some(state))
-        }
+        [owner, holds, token, deadline, session] => holder(
+            owner,
+            number(holds, HOLDS)?,
+            number(token, TOKEN)?,
+            number(deadline, DEADLINE)?,
+            number(session, SESSION)?,
+            now_ms,
+        )
+        .map(Some),
         _ => Err(ArgError::Arity),
     }
+}
+
+const OWNER: &str = "owner must be 1 to 256 bytes";
+const HOLDS: &str = "holds must be an integer from 1 to 4294967295";
+const TOKEN: &str = "token must be an integer from 1 to 9223372036854775807";
+const DEADLINE: &str =
+    "deadline-unix-ms must be an integer no later than 2^41 ms after this server's clock (a lease is at most 2^40 ms)";
+const SESSION: &str = "session must be 0 or 1";
+
+/// A holder as FLOCK.STATE or an RDB file gives it, checked against what a
+/// command could have made: anything else (a crafted RESTORE payload, a
+/// corrupt file) is refused, never stored with a number that would wrap.
+/// Deadlines get 2^40 ms of slack beyond the longest lease for clocks that
+/// differ between the server that wrote them and this one.
+pub fn holder(
+    owner: &[u8],
+    holds: u64,
+    token: u64,
+    deadline_ms: u64,
+    session: u64,
+    now_ms: u64,
+) -> Result<StateArgs<'_>, ArgError> {
+    let check = |ok: bool, field| if ok { Ok(()) } else { Err(ArgError::State(field)) };
+    check(!owner.is_empty() && owner.len() <= MAX_OWNER_LEN, OWNER)?;
+    let holds = u32::try_from(holds).ok().filter(|&h| h > 0).ok_or(ArgError::State(HOLDS))?;
+    check((1..=MAX_TOKEN).contains(&token), TOKEN)?;
+    check(deadline_ms <= now_ms.saturating_add(2 * MAX_MS), DEADLINE)?;
+    check(session <= 1, SESSION)?;
+    Ok(StateArgs { owner, holds, token, deadline_ms, session: session == 1 })
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -144,11 +167,15 @@ fn parse_lease(lease: &[u8]) -> Result<u64, ArgError> {
 
 /// A plain decimal integer in `min..=MAX_MS`: no sign, no spaces, no float.
 fn parse_ms(value: &[u8], min: u64) -> Option<u64> {
+    parse_u64(value).filter(|n| (min..=MAX_MS).contains(n))
+}
+
+/// A plain decimal integer that fits in 64 bits.
+fn parse_u64(value: &[u8]) -> Option<u64> {
     if value.is_empty() || value.len() > 20 || !value.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    let n: u64 = std::str::from_utf8(value).ok()?.parse().ok()?;
-    (min..=MAX_MS).contains(&n).then_some(n)
+    std::str::from_utf8(value).ok()?.parse().ok()
 }
 
 /// Echoes an unknown option safely inside an error line: printable ASCII
@@ -193,6 +220,29 @@ mod tests {
         assert_eq!(acq(&["me", "10", "é\r\n\0x"]), Err(ArgError::UnknownOption("?????x".into())));
     }
 
+    #[test]
+    fn a_holder_no_command_could_make_is_refused_field_by_field() {
+        let now = 1_700_000_000_000;
+        let ok = |owner: &'static [u8], holds, token, deadline, session| holder(owner, holds, token, deadline, session, now);
+        assert!(ok(b"o", 1, 1, 0, 0).is_ok());
+        assert!(ok(b"o", u64::from(u32::MAX), MAX_TOKEN, now + 2 * MAX_MS, 1).is_ok());
+        assert_eq!(ok(b"", 1, 1, 0, 0), Err(ArgError::State(OWNER)));
+        assert_eq!(ok(&[b'x'; 257], 1, 1, 0, 0), Err(ArgError::State(OWNER)));
+        assert_eq!(ok(b"o", 0, 1, 0, 0), Err(ArgError::State(HOLDS)));
+        assert_eq!(ok(b"o", 1 << 32, 1, 0, 0), Err(ArgError::State(HOLDS)));
+        assert_eq!(ok(b"o", 1, 0, 0, 0), Err(ArgError::State(TOKEN)));
+        assert_eq!(ok(b"o", 1, MAX_TOKEN + 1, 0, 0), Err(ArgError::State(TOKEN)));
+        assert_eq!(ok(b"o", 1, u64::MAX, 0, 0), Err(ArgError::State(TOKEN)));
+        assert_eq!(ok(b"o", 1, 1, now + 2 * MAX_MS + 1, 0), Err(ArgError::State(DEADLINE)));
+        assert_eq!(ok(b"o", 1, 1, 0, 2), Err(ArgError::State(SESSION)));
+        assert_eq!(
+            state(&[b"o", b"1", b"18446744073709551615", b"0", b"0"], now),
+            Err(ArgError::State(TOKEN)),
+            "FLOCK.STATE refuses a token beyond i64::MAX"
+        );
+        assert_eq!(state(&[b"o", b"1", b"-1", b"0", b"0"], now), Err(ArgError::State(TOKEN)));
+    }
+
     proptest! {
         #[test]
         fn never_panics_on_arbitrary_arguments(args in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..300), 0..8)) {
@@ -203,7 +253,7 @@ mod tests {
             }
             let _ = owner_only(&refs);
             let _ = owner_lease(&refs);
-            let _ = state(&refs);
+            let _ = state(&refs, 1_700_000_000_000);
         }
     }
 }

@@ -35,7 +35,8 @@ struct Answer {
     outcome: Outcome,
 }
 
-/// Queues the calling client on `value` and blocks it.
+/// Queues the calling client on `value` and blocks it; false (nothing
+/// queued) if the server would not block it.
 pub fn wait(
     ctx: &Context,
     s: &mut State,
@@ -43,17 +44,17 @@ pub fn wait(
     place: &Place,
     req: &Request,
     timeout_ms: u64,
-) -> Result<(), LockError> {
+) -> Result<bool, LockError> {
     let client = ffi::client_id(ctx.ctx);
     let mut blocked = None;
     let id = value.lock.enqueue_with(req, || {
-        let bc = ffi::block(ctx.ctx, on_reply, on_unblock_command, on_free, on_disconnect);
-        *blocked.insert(bc)
+        blocked = ffi::block(ctx.ctx, on_reply, on_unblock_command, on_free, on_disconnect);
+        blocked
     })?;
-    let Some(bc) = blocked else { unreachable!("enqueue_with made the payload") };
+    let (Some(id), Some(bc)) = (id, blocked) else { return Ok(false) };
     let timer = (timeout_ms > 0).then(|| ffi::create_timer(timeout_ms, on_wait_timeout, bc));
     s.waiters.insert(bc, WaiterEntry { place: place.clone(), id, timer, client });
-    Ok(())
+    Ok(true)
 }
 
 /// Ends the wait of a registered waiter with `outcome`; false if it is no

@@ -11,6 +11,7 @@ use crate::engine::{self, RELEASED};
 use crate::ffi;
 use crate::keytype::{lock_value, LockValue, FLOCK_TYPE, REMOTE_SESSION};
 use crate::lock::{Acquired, Holder, Lock, LockError, Request};
+use crate::requests::Kind;
 use crate::state;
 
 const NOTOWNER: &str = "NOTOWNER the lock is not held by this owner (never acquired, released, or its lease expired): only its holder may release or renew it";
@@ -24,7 +25,15 @@ fn lock_error(e: LockError) -> RedisError {
         LockError::NotOwner => NOTOWNER,
         LockError::AlreadyQueued => ALREADYQUEUED,
         LockError::TooManyHolds => TOOMANYHOLDS,
+        LockError::IdReused(kind) => return id_reused(kind),
     })
+}
+
+fn id_reused(kind: Kind) -> RedisError {
+    RedisError::String(format!(
+        "IDREUSED this request ID was used with {} on this lock: use a new ID for every command you send",
+        kind.command()
+    ))
 }
 
 fn arg_error(e: ArgError) -> RedisError {
@@ -92,6 +101,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         owner: parsed.owner,
         lease_ms: parsed.lease_ms,
         session: parsed.session.then(|| ffi::client_id(ctx.ctx)),
+        id: None,
     };
     // Inside MULTI, Lua and functions a WAIT acts as a try, as BLPOP does.
     let wait_ms = parsed.wait_ms.filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING));
@@ -103,7 +113,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 changes.event(engine::ACQUIRED);
                 Ok(RedisValue::Integer(token as i64))
             }
-            Acquired::Reentered(token) => {
+            Acquired::Reentered(token) | Acquired::Repeated(token) => {
                 s.stats.reentrant += 1;
                 Ok(RedisValue::Integer(token as i64))
             }
@@ -113,10 +123,10 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                     "MAXWAITERS this lock already has {} waiters, the most flock.max-waiters allows: retry later or try without WAIT",
                     value.lock.waiter_count()
                 ))),
-                Some(timeout) => {
-                    blocking::wait(ctx, s, value, &place, &req, timeout).map_err(lock_error)?;
-                    Ok(RedisValue::NoReply)
-                }
+                Some(timeout) => match blocking::wait(ctx, s, value, &place, &req, timeout).map_err(lock_error)? {
+                    true => Ok(RedisValue::NoReply),
+                    false => Err(RedisError::Str("ERR the server refused to block this client: retry without WAIT")),
+                },
             },
         }
     })
@@ -207,7 +217,7 @@ pub fn state(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         ));
     }
     let (key_name, rest) = split(&args, 2)?;
-    let parsed = args::state(&rest).map_err(arg_error)?;
+    let parsed = args::state(&rest, ffi::now_ms()).map_err(arg_error)?;
     let key = ctx.open_key_writable(key_name);
     let Some(parsed) = parsed else {
         if lock_value(&key)?.is_some() {

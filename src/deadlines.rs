@@ -88,6 +88,15 @@ impl<T> Deadlines<T> {
         std::mem::size_of::<Entry<T>>()
     }
 
+    /// Entries filed.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     pub fn insert(&mut self, deadline: u64, item: T) -> DeadlineId {
         let when = self.placeable(deadline);
         let entry = Entry { when, prev: NIL, next: NIL, item: Some(item) };

@@ -216,8 +216,23 @@ fn on_tick(ctx: &Context, (): ()) {
     });
 }
 
-/// Files the lease of a lock just loaded.
-pub fn file(value: &mut LockValue, place: &Place) {
+/// Files the lease of a lock just loaded as due now, not at its deadline:
+/// Redis may still drop the value it is loading (RESTORE with a TTL that has
+/// passed, a key of an expired TTL on startup) without telling the type, and
+/// a stale entry would stay until the deadline, up to 2^41 ms away. The next
+/// tick, within the event loop's next pass, finds the key or drops the entry;
+/// a kept lock is expired there or filed again at its deadline.
+pub fn file_loaded(value: &mut LockValue, place: &Place) {
+    let Some(holder) = value.lock.holder_mut() else { return };
+    state::with(|s| {
+        let now = ffi::now_ms();
+        holder.deadline_id = Some(s.deadlines.insert(now, Lease { token: holder.token, place: place.clone() }));
+        wake_at(s, now, now);
+    });
+}
+
+/// Files the lease of a lock whose holder was just set.
+fn file(value: &mut LockValue, place: &Place) {
     state::with(|s| file_lease(s, value, place, ffi::now_ms()));
 }
 
@@ -240,7 +255,7 @@ pub fn open_lock_at(
 ) {
     let db = state::with(|s| s.dbs.db(place.ident()));
     ffi::with_db(ctx.ctx, db, || {
-        let name = ctx.create_string(place.key());
+        let name = ffi::key_name(ctx, place.key());
         let key = ctx.open_key_writable(&name);
         if let Ok(Some(value)) = lock_value(&key) {
             f(&key, &name, value);

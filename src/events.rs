@@ -78,7 +78,7 @@ pub fn on_keyspace_event(ctx: &Context, _: NotifyEvent, event: &str, key: &[u8])
     if event != "rename_to" && event != "move_to" {
         return;
     }
-    let name = ctx.create_string(key);
+    let name = ffi::key_name(ctx, key);
     let handle = ctx.open_key_writable(&name);
     if let Ok(Some(value)) = lock_value(&handle) {
         engine::attach(value, ffi::selected_db(ctx.ctx), key);

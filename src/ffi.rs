@@ -24,9 +24,60 @@ pub type CmdFunc = unsafe extern "C" fn(RawCtx, *mut *mut raw::RedisModuleString
 pub type FreeFunc = unsafe extern "C" fn(RawCtx, *mut c_void);
 pub type DisconnectFunc = unsafe extern "C" fn(RawCtx, *mut raw::RedisModuleBlockedClient);
 
+/// Every raw API this module calls, checked once by `missing_api` when the
+/// module loads, so that `api!` below never finds one missing at run time.
+macro_rules! required_apis {
+    ($($name:ident),* $(,)?) => {
+        /// The first raw API this module needs that the server lacks.
+        pub fn missing_api() -> Option<&'static str> {
+            $(if unsafe { raw::$name }.is_none() {
+                return Some(stringify!($name));
+            })*
+            None
+        }
+    };
+}
+
+required_apis!(
+    RedisModule_GetDetachedThreadSafeContext,
+    RedisModule_Milliseconds,
+    RedisModule_GetContextFlags,
+    RedisModule_GetClientId,
+    RedisModule_GetSelectedDb,
+    RedisModule_SelectDb,
+    RedisModule_BlockClient,
+    RedisModule_SetDisconnectCallback,
+    RedisModule_GetBlockedClientHandle,
+    RedisModule_UnblockClient,
+    RedisModule_GetBlockedClientPrivateData,
+    RedisModule_CreateTimer,
+    RedisModule_GetTimerInfo,
+    RedisModule_StopTimer,
+    RedisModule_ReplyWithMap,
+    RedisModule_ReplyWithArray,
+    RedisModule_ReplyWithStringBuffer,
+    RedisModule_GetDbIdFromOptCtx,
+    RedisModule_GetKeyNameFromOptCtx,
+    RedisModule_GetDbIdFromIO,
+    RedisModule_GetKeyNameFromIO,
+    RedisModule_StringPtrLen,
+    RedisModule_CreateString,
+    RedisModule_SubscribeToServerEvent,
+    RedisModule_CommandFilterArgsCount,
+    RedisModule_CommandFilterArgGet,
+    RedisModule_CommandFilterArgReplace,
+    RedisModule_RegisterCommandFilter,
+    RedisModule_EmitAOF,
+    RedisModule_GetCommand,
+    RedisModule_SetCommandInfo,
+    RedisModule_Log,
+    RedisModule_LogIOError,
+);
+
+/// A raw API function; `missing_api` refused to load the module without it.
 macro_rules! api {
     ($name:ident) => {
-        raw::$name.expect(concat!(stringify!($name), " is missing in this Redis"))
+        raw::$name.expect(concat!(stringify!($name), " is missing in this Redis (checked at load)"))
     };
 }
 
@@ -77,13 +128,45 @@ pub fn with_db<R>(ctx: RawCtx, db: i32, f: impl FnOnce() -> R) -> R {
     result
 }
 
-pub fn block(ctx: RawCtx, reply: CmdFunc, timeout: CmdFunc, free: FreeFunc, disconnect: DisconnectFunc) -> BlockedClient {
+/// Blocks the calling client; `None` if the server would not.
+pub fn block(
+    ctx: RawCtx,
+    reply: CmdFunc,
+    timeout: CmdFunc,
+    free: FreeFunc,
+    disconnect: DisconnectFunc,
+) -> Option<BlockedClient> {
     // Redis-side timeout 0: WAIT limits are enforced by module timers, so a
     // grant, a timeout and a deletion all end in one UnblockClient call.
     let bc = unsafe { api!(RedisModule_BlockClient)(ctx, Some(reply), Some(timeout), Some(free), 0) };
-    let bc = NonNull::new(bc).expect("RedisModule_BlockClient returned NULL");
+    let bc = NonNull::new(bc)?;
     unsafe { api!(RedisModule_SetDisconnectCallback)(bc.as_ptr(), Some(disconnect)) };
-    BlockedClient(bc)
+    Some(BlockedClient(bc))
+}
+
+/// A key name made from any bytes: key names are binary, and the crate's
+/// `create_string` panics (aborting the server) on a NUL byte.
+pub fn key_name(ctx: &Context, bytes: &[u8]) -> redis_module::RedisString {
+    redis_module::RedisString::create_from_slice(ctx.ctx, bytes)
+}
+
+/// A message as a C string whatever it holds: a NUL would end it early.
+fn c_message(message: &str) -> std::ffi::CString {
+    std::ffi::CString::new(message.replace('\0', "\\0")).unwrap_or_default()
+}
+
+/// Writes `message` to the server log at `level` ("warning", "notice").
+/// Unlike the crate's `log_*`, the text is never read as a printf format
+/// and may hold any byte: it can carry a client's key or owner.
+pub fn log(level: &std::ffi::CStr, message: &str) {
+    let message = c_message(message);
+    unsafe { api!(RedisModule_Log)(module_ctx(), level.as_ptr(), c"%s".as_ptr(), message.as_ptr()) };
+}
+
+/// As `log`, for an RDB load that is refused: Redis adds the key's context.
+pub fn log_io_error(io: *mut raw::RedisModuleIO, message: &str) {
+    let message = c_message(message);
+    unsafe { api!(RedisModule_LogIOError)(io, c"warning".as_ptr(), c"%s".as_ptr(), message.as_ptr()) };
 }
 
 impl BlockedClient {

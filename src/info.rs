@@ -10,10 +10,14 @@ use crate::state;
 
 #[info_command_handler]
 fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
-    let (stats, waiters) = state::with(|s| (s.stats, s.waiters.len()));
-    let fields: [(&str, u64); 17] = [
+    // The crash report may call this while FLOCK's own code holds the state:
+    // it then shows the counters as zero rather than panic in the handler.
+    let (stats, waiters, leases) =
+        state::try_with(|s| (s.stats, s.waiters.len(), s.deadlines.len())).unwrap_or_default();
+    let fields: [(&str, u64); 18] = [
         ("locks", LIVE_LOCKS.load(Ordering::Relaxed)),
         ("waiters", waiters as u64),
+        ("leases", leases as u64),
         ("grants", stats.grants),
         ("immediate_grants", stats.immediate_grants),
         ("handoffs", stats.handoffs),

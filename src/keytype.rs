@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use redis_module::key::RedisKeyWritable;
 use redis_module::{raw, native_types::RedisType, RedisError};
 
+use crate::args;
 use crate::deadlines::Deadlines;
 use crate::ffi::{self, BlockedClient};
 use crate::lock::{Holder, Lock};
@@ -125,30 +126,36 @@ unsafe extern "C" fn rdb_save(io: *mut raw::RedisModuleIO, value: *mut c_void) {
 
 unsafe extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     if encver != ENCODING_VERSION {
+        ffi::log_io_error(io, &format!("FLOCK cannot load a lock of encoding version {encver}: it knows {ENCODING_VERSION}"));
         return std::ptr::null_mut();
     }
-    let load = || -> Result<(Holder, Option<u64>), redis_module::error::Error> {
-        let owner = raw::load_string_buffer(io)?.as_ref().into();
-        let holds = raw::load_unsigned(io)?;
-        let token = raw::load_unsigned(io)?;
-        let deadline_ms = raw::load_unsigned(io)?;
-        // The connection a SESSION lock was bound to is not on this server;
-        // the flag stays visible and the lease still bounds the lock.
-        let session = (raw::load_unsigned(io)? != 0).then_some(REMOTE_SESSION);
-        let holds = u32::try_from(holds).unwrap_or(0);
-        Ok((Holder::new(owner, holds, token, deadline_ms), session))
+    let load = || -> Result<_, redis_module::error::Error> {
+        let owner = raw::load_string_buffer(io)?;
+        let numbers = [raw::load_unsigned(io)?, raw::load_unsigned(io)?, raw::load_unsigned(io)?, raw::load_unsigned(io)?];
+        Ok((owner, numbers))
     };
-    let Ok((holder, session)) = load() else { return std::ptr::null_mut() };
-    if holder.holds == 0 || holder.owner.is_empty() {
+    let Ok((owner, [holds, token, deadline_ms, session])) = load() else {
+        ffi::log_io_error(io, "FLOCK cannot load a lock: the data ends early");
         return std::ptr::null_mut();
-    }
+    };
+    let holder = match args::holder(owner.as_ref(), holds, token, deadline_ms, session, ffi::now_ms()) {
+        Ok(holder) => holder,
+        Err(e) => {
+            ffi::log_io_error(io, &format!("FLOCK refuses to load a lock no command could have made: {e}"));
+            return std::ptr::null_mut();
+        }
+    };
+    // The connection a SESSION lock was bound to is not on this server;
+    // the flag stays visible and the lease still bounds the lock.
+    let session = holder.session.then_some(REMOTE_SESSION);
+    let holder = Holder::new(holder.owner.into(), holder.holds, holder.token, holder.deadline_ms);
     let (db, key) = ffi::io_key(io);
     let place = state::with(|s| {
         s.tokens.observe(holder.token);
         s.place(db, &key)
     });
     let mut value = LockValue::new(Lock::with_holder(holder, session));
-    engine::file(&mut value, &place);
+    engine::file_loaded(&mut value, &place);
     Box::into_raw(Box::new(value)).cast::<c_void>()
 }
 
@@ -167,10 +174,17 @@ unsafe extern "C" fn aux_save(io: *mut raw::RedisModuleIO, _when: c_int) {
 
 unsafe extern "C" fn aux_load(io: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
     match raw::load_unsigned(io) {
-        Ok(last) if encver == ENCODING_VERSION => {
+        Ok(last) if encver == ENCODING_VERSION && last <= args::MAX_TOKEN => {
             state::with(|s| s.tokens.observe(last));
             raw::REDISMODULE_OK as c_int
         }
-        _ => raw::REDISMODULE_ERR as c_int,
+        Ok(last) if encver == ENCODING_VERSION => {
+            ffi::log_io_error(io, &format!("FLOCK refuses a highest token of {last}: tokens are at most {}", args::MAX_TOKEN));
+            raw::REDISMODULE_ERR as c_int
+        }
+        _ => {
+            ffi::log_io_error(io, &format!("FLOCK cannot load its module data (encoding version {encver})"));
+            raw::REDISMODULE_ERR as c_int
+        }
     }
 }

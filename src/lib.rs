@@ -1,6 +1,6 @@
 //! FLOCK: a fair, reentrant, fenced distributed lock inside Redis.
 //!
-//! `queue`, `lock`, `deadlines` and `args` are the pure core (no Redis API);
+//! `queue`, `lock`, `requests`, `deadlines` and `args` are the pure core (no Redis API);
 //! the rest is the Redis layer: `commands` (handlers), `engine` (effects of a
 //! change), `blocking` (waiting clients), `keytype` (the stored value),
 //! `events` (server and keyspace events), `state` (connection state), `ffi`
@@ -12,6 +12,7 @@ pub mod deadlines;
 pub mod client;
 pub mod lock;
 pub mod queue;
+pub mod requests;
 
 // The Redis layer needs a running server (and its allocator), so unit-test
 // builds leave it out; integration tests in tests/ exercise it for real.
@@ -57,12 +58,18 @@ mod module {
     use crate::{commands, events, ffi};
 
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
-        let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
-        if let Err(e) = crate::config::check_load_args(&args) {
-            ctx.log_warning(&e.replace('%', "%%"));
+        if let Some(api) = ffi::missing_api() {
+            // The name is a static identifier: no byte in it can upset the log.
+            ctx.log_warning(&format!("FLOCK cannot load: this server lacks the module API {api} (Redis 7.0 or newer is needed)"));
             return Status::Err;
         }
         ffi::init_module_ctx(ctx.ctx);
+        let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
+        if let Err(e) = crate::config::check_load_args(&args) {
+            ffi::log(c"warning", &e);
+            return Status::Err;
+        }
+        log_panics();
         events::subscribe(ctx.ctx);
         ffi::register_filter(ctx.ctx, crate::blocking::unblock_filter);
         for doc in &crate::command_docs::COMMANDS {
@@ -71,6 +78,16 @@ mod module {
             }
         }
         Status::Ok
+    }
+
+    /// A panic in a module aborts redis-server; without this, the server's
+    /// log would not say why.
+    fn log_panics() {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |panic| {
+            ffi::log(c"warning", &format!("FLOCK panicked, the server will abort: {panic}"));
+            previous(panic);
+        }));
     }
 
     redis_module! {

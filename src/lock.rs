@@ -8,8 +8,10 @@
 
 use std::collections::HashSet;
 
+use crate::args::MAX_TOKEN;
 use crate::deadlines::DeadlineId;
 use crate::queue::{WaitQueue, WaiterId};
+use crate::requests::{Kind, Record, Requests};
 
 /// Fencing tokens: strictly increasing for every grant this process makes.
 ///
@@ -22,9 +24,11 @@ pub struct TokenSource {
 }
 
 impl TokenSource {
+    /// Saturates at `MAX_TOKEN`: loaded tokens are at most that, and only a
+    /// crafted one could bring `last` there (the clock part stays below half).
     pub fn next(&mut self, now_ms: u64) -> u64 {
-        let clock = now_ms.saturating_mul(1 << 20).min(i64::MAX as u64 / 2);
-        self.last = (self.last + 1).max(clock);
+        let clock = now_ms.saturating_mul(1 << 20).min(MAX_TOKEN / 2);
+        self.last = self.last.saturating_add(1).max(clock).min(MAX_TOKEN);
         self.last
     }
 
@@ -61,6 +65,8 @@ pub struct Waiter<P> {
     pub owner: Box<[u8]>,
     pub lease_ms: u64,
     pub session: Option<u64>,
+    /// The request ID it waits under and how long its grant is remembered.
+    pub request: Option<(Box<[u8]>, u64)>,
     pub payload: P,
 }
 
@@ -77,6 +83,8 @@ pub enum Acquired {
     Granted(u64),
     /// The owner already held it; the current token.
     Reentered(u64),
+    /// A resent request whose grant is still held: its token, nothing changed.
+    Repeated(u64),
     /// Someone else holds it or is queued first.
     Busy,
 }
@@ -87,12 +95,22 @@ pub enum LockError {
     AlreadyQueued,
     /// A reentrant acquire beyond `u32::MAX` holds.
     TooManyHolds,
+    /// The request ID was used with another command on this lock.
+    IdReused(Kind),
 }
 
 pub struct Request<'a> {
     pub owner: &'a [u8],
     pub lease_ms: u64,
     pub session: Option<u64>,
+    pub id: Option<RequestId<'a>>,
+}
+
+/// A command's request ID and how long what it did is remembered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestId<'a> {
+    pub id: &'a [u8],
+    pub window_ms: u64,
 }
 
 /// The waiters of a contended lock.
@@ -102,12 +120,19 @@ struct Waiting<P> {
     queued: HashSet<Box<[u8]>>,
 }
 
-/// What most locks never have: waiters and a SESSION binding. Boxed, and
-/// dropped when empty, so that a plain held lock stays small.
+/// What most locks never have: waiters, a SESSION binding and request IDs.
+/// Boxed, and dropped when empty, so that a plain held lock stays small.
 struct Extra<P> {
     /// The client id whose disconnect releases the current holder.
     session: Option<u64>,
     waiting: Option<Box<Waiting<P>>>,
+    requests: Requests,
+}
+
+impl<P> Default for Extra<P> {
+    fn default() -> Self {
+        Self { session: None, waiting: None, requests: Requests::default() }
+    }
 }
 
 pub struct Lock<P> {
@@ -151,13 +176,17 @@ impl<P> Lock<P> {
         match (&mut self.extra, session) {
             (Some(extra), _) => extra.session = session,
             (None, None) => {}
-            (None, Some(_)) => self.extra = Some(Box::new(Extra { session, waiting: None })),
+            (None, Some(_)) => self.extra_mut().session = session,
         }
         self.trim();
     }
 
+    fn extra_mut(&mut self) -> &mut Extra<P> {
+        self.extra.get_or_insert_with(Box::default)
+    }
+
     fn trim(&mut self) {
-        if self.extra.as_ref().is_some_and(|e| e.session.is_none() && e.waiting.is_none()) {
+        if self.extra.as_ref().is_some_and(|e| e.session.is_none() && e.waiting.is_none() && e.requests.is_empty()) {
             self.extra = None;
         }
     }
@@ -174,9 +203,51 @@ impl<P> Lock<P> {
         self.waiting().map_or(0, |w| w.queue.len())
     }
 
-    /// Nobody holds it and nobody waits: the lock can disappear.
+    /// Nobody holds it and nobody waits: it is free to grant.
     pub fn is_idle(&self) -> bool {
         self.holder.is_none() && self.waiting().is_none()
+    }
+
+    /// Idle and remembering no request: the lock can disappear.
+    pub fn is_unused(&self) -> bool {
+        self.is_idle() && self.requests().is_none_or(Requests::is_empty)
+    }
+
+    pub fn requests(&self) -> Option<&Requests> {
+        self.extra.as_ref().map(|e| &e.requests)
+    }
+
+    /// What to answer a command sent again with request ID `id`: `Some` of
+    /// the first reply if it was applied (for ACQUIRE: while the grant made
+    /// under the ID is still held by `owner`), `None` if this is a new
+    /// request. Forgets what has expired at `now_ms` first.
+    pub fn repeat(&mut self, id: &[u8], kind: Kind, owner: &[u8], now_ms: u64) -> Result<Option<u64>, LockError> {
+        let Some(extra) = self.extra.as_mut() else { return Ok(None) };
+        extra.requests.prune(now_ms);
+        let found = extra.requests.get(id).copied();
+        self.trim();
+        match found {
+            None => Ok(None),
+            Some(record) if record.kind != kind => Err(LockError::IdReused(record.kind)),
+            Some(record) if kind == Kind::Acquire => {
+                let held = self.holder.as_ref().is_some_and(|h| *h.owner == *owner && h.token == record.reply);
+                Ok(held.then_some(record.reply))
+            }
+            Some(record) => Ok(Some(record.reply)),
+        }
+    }
+
+    /// Records that the command sent with `id` was applied and answered `reply`.
+    pub fn remember(&mut self, id: Option<RequestId>, kind: Kind, reply: u64, now_ms: u64) {
+        if let Some(id) = id {
+            let expires_ms = now_ms.saturating_add(id.window_ms);
+            self.extra_mut().requests.record(id.id, Record { kind, reply, expires_ms });
+        }
+    }
+
+    /// Sets a record as replicated or loaded state says.
+    pub fn restore_request(&mut self, id: &[u8], record: Record) {
+        self.extra_mut().requests.record(id, record);
     }
 
     fn is_queued(&self, owner: &[u8]) -> bool {
@@ -209,6 +280,7 @@ impl<P> Lock<P> {
             if req.session.is_some() {
                 self.set_session(req.session);
             }
+            self.remember(req.id, Kind::Acquire, token, now_ms);
             return Ok(Acquired::Reentered(token));
         }
         if self.is_queued(req.owner) {
@@ -220,31 +292,48 @@ impl<P> Lock<P> {
         let token = tokens.next(now_ms);
         let holder = Holder::new(req.owner.into(), 1, token, now_ms.saturating_add(req.lease_ms));
         self.set_holder(Some(holder), req.session);
+        self.remember(req.id, Kind::Acquire, token, now_ms);
         Ok(Acquired::Granted(token))
     }
 
     /// Joins the tail of the queue; only after `acquire` answered `Busy`.
     pub fn enqueue(&mut self, req: &Request, payload: P) -> Result<WaiterId, LockError> {
-        self.enqueue_with(req, || payload)
+        self.check_not_queued(req)?;
+        Ok(self.push_waiter(req, payload))
     }
 
     /// As `enqueue`, but `payload` is made only once the owner is known not
     /// to be queued: a caller can block a client there with nothing to undo.
-    pub fn enqueue_with(&mut self, req: &Request, payload: impl FnOnce() -> P) -> Result<WaiterId, LockError> {
-        if self.is_queued(req.owner) {
-            return Err(LockError::AlreadyQueued);
+    /// `Ok(None)` (and nothing queued) if `payload` makes none.
+    pub fn enqueue_with(
+        &mut self,
+        req: &Request,
+        payload: impl FnOnce() -> Option<P>,
+    ) -> Result<Option<WaiterId>, LockError> {
+        self.check_not_queued(req)?;
+        Ok(payload().map(|payload| self.push_waiter(req, payload)))
+    }
+
+    fn check_not_queued(&self, req: &Request) -> Result<(), LockError> {
+        match self.is_queued(req.owner) {
+            true => Err(LockError::AlreadyQueued),
+            false => Ok(()),
         }
-        let extra = self.extra.get_or_insert_with(|| Box::new(Extra { session: None, waiting: None }));
-        let waiting = extra
+    }
+
+    fn push_waiter(&mut self, req: &Request, payload: P) -> WaiterId {
+        let waiting = self
+            .extra_mut()
             .waiting
             .get_or_insert_with(|| Box::new(Waiting { queue: WaitQueue::default(), queued: HashSet::new() }));
         waiting.queued.insert(req.owner.into());
-        Ok(waiting.queue.push_back(Waiter {
+        waiting.queue.push_back(Waiter {
             owner: req.owner.into(),
             lease_ms: req.lease_ms,
             session: req.session,
-            payload: payload(),
-        }))
+            request: req.id.map(|id| (id.id.into(), id.window_ms)),
+            payload,
+        })
     }
 
     /// A waiter leaves (timeout, disconnect); `None` if it is no longer queued.
@@ -301,6 +390,12 @@ impl<P> Lock<P> {
             let token = tokens.next(now_ms);
             let holder = Holder::new(waiter.owner, 1, token, now_ms.saturating_add(waiter.lease_ms));
             self.set_holder(Some(holder), waiter.session);
+            // Remembered at the grant: if the reply never reaches the waiter,
+            // the grant is passed on and its token no longer held, so a resend
+            // is a new request.
+            if let Some((id, window_ms)) = &waiter.request {
+                self.remember(Some(RequestId { id, window_ms: *window_ms }), Kind::Acquire, token, now_ms);
+            }
             Grant { token, payload: waiter.payload }
         });
         (old, grant)
@@ -308,7 +403,7 @@ impl<P> Lock<P> {
 
     /// Heap bytes owned by this lock (owner strings, queue, index).
     pub fn heap_size(&self) -> usize {
-        let extra = self.extra.as_ref().map_or(0, |_| std::mem::size_of::<Extra<P>>());
+        let extra = self.extra.as_ref().map_or(0, |e| std::mem::size_of::<Extra<P>>() + e.requests.heap_size());
         let waiting = self.waiting().map_or(0, |w| {
             let owners: usize = w.queue.iter().map(|w| w.owner.len()).sum();
             std::mem::size_of::<Waiting<P>>()

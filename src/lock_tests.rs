@@ -1,9 +1,10 @@
 use super::*;
+use crate::requests::Kind;
 use proptest::prelude::*;
 use std::collections::{HashMap, VecDeque};
 
 fn req(owner: &str, lease_ms: u64) -> Request<'_> {
-    Request { owner: owner.as_bytes(), lease_ms, session: None }
+    Request { owner: owner.as_bytes(), lease_ms, session: None, id: None }
 }
 
 fn holder_owner<P>(lock: &Lock<P>) -> Option<&[u8]> {
@@ -342,7 +343,7 @@ impl Model {
 }
 
 fn request(who: usize, lease_ms: u64) -> Request<'static> {
-    Request { owner: OWNERS[who], lease_ms, session: None }
+    Request { owner: OWNERS[who], lease_ms, session: None, id: None }
 }
 
 /// Checks one acquire against the model; whether it answered `Busy`.
@@ -631,7 +632,7 @@ mod multi {
             -> Result<(), TestCaseError> {
             self.expire(key)?;
             let session = session.then_some(self.client[conn]);
-            let req = Request { owner: OWNERS[owner], lease_ms: lease, session };
+            let req = Request { owner: OWNERS[owner], lease_ms: lease, session, id: None };
             let expect = self.expected_acquire(key, owner);
             let got = self.locks[key].acquire(&req, self.now, &mut self.tokens);
             match (expect, got) {
@@ -894,4 +895,67 @@ mod multi {
             w.wind_down(by_expiry)?;
         }
     }
+}
+
+#[test]
+fn tokens_saturate_at_the_largest_signed_64_bit_value_instead_of_wrapping() {
+    let mut tokens = TokenSource::default();
+    tokens.observe(crate::args::MAX_TOKEN - 1);
+    assert_eq!(tokens.next(1_700_000_000_000), crate::args::MAX_TOKEN);
+    assert_eq!(tokens.next(1_700_000_000_000), crate::args::MAX_TOKEN);
+    assert_eq!(tokens.next(u64::MAX), crate::args::MAX_TOKEN, "the clock part never passes it either");
+}
+
+fn with_id<'a>(owner: &'a str, id: &'a str) -> Request<'a> {
+    Request { id: Some(RequestId { id: id.as_bytes(), window_ms: 1000 }), ..req(owner, 100) }
+}
+
+#[test]
+fn a_resent_acquire_answers_its_token_and_adds_no_hold_while_its_grant_is_held() {
+    let mut tokens = TokenSource::default();
+    let mut lock = Lock::<()>::default();
+    let Ok(Acquired::Granted(token)) = lock.acquire(&with_id("a", "r1"), 1000, &mut tokens) else { panic!() };
+    assert_eq!(lock.repeat(b"r1", Kind::Acquire, b"a", 1500), Ok(Some(token)));
+    assert_eq!(lock.holder().unwrap().holds, 1, "asking changed nothing");
+    // Released and taken by another: the ID's grant is gone, a resend is new.
+    lock.release(b"a", 1600, &mut tokens).unwrap();
+    lock.acquire(&req("b", 100), 1600, &mut tokens).unwrap();
+    assert_eq!(lock.repeat(b"r1", Kind::Acquire, b"a", 1600), Ok(None));
+}
+
+#[test]
+fn a_resent_release_answers_its_first_reply_until_the_window_ends() {
+    let mut tokens = TokenSource::default();
+    let (mut lock, _) = held_by_a_with_b_queued(&mut tokens);
+    let (left, grant) = lock.release(b"a", 1010, &mut tokens).unwrap();
+    lock.remember(Some(RequestId { id: b"r2", window_ms: 1000 }), Kind::Release, u64::from(left), 1010);
+    assert!(grant.is_some(), "b got the lock");
+    assert_eq!(lock.repeat(b"r2", Kind::Release, b"a", 2009), Ok(Some(0)), "not NOTOWNER");
+    assert_eq!(lock.repeat(b"r2", Kind::Renew, b"a", 2009), Err(LockError::IdReused(Kind::Release)));
+    assert_eq!(lock.repeat(b"r2", Kind::Release, b"a", 2010), Ok(None), "forgotten after the window");
+}
+
+#[test]
+fn a_waiter_granted_later_remembers_its_id_with_the_grant() {
+    let mut tokens = TokenSource::default();
+    let mut lock = Lock::default();
+    lock.acquire(&req("a", 100), 1000, &mut tokens).unwrap();
+    lock.enqueue(&with_id("b", "rb"), "b").unwrap();
+    let (_, grant) = lock.release(b"a", 1050, &mut tokens).unwrap();
+    let token = grant.expect("b granted").token;
+    assert_eq!(lock.repeat(b"rb", Kind::Acquire, b"b", 1100), Ok(Some(token)));
+    lock.vacate(1100, &mut tokens); // the grant was not delivered and passed on
+    assert_eq!(lock.repeat(b"rb", Kind::Acquire, b"b", 1100), Ok(None), "a resend is a new request");
+}
+
+#[test]
+fn remembered_ids_keep_a_free_lock_in_use_until_they_expire() {
+    let mut tokens = TokenSource::default();
+    let mut lock = Lock::<()>::default();
+    lock.acquire(&with_id("a", "r"), 1000, &mut tokens).unwrap();
+    lock.release(b"a", 1000, &mut tokens).unwrap();
+    assert!(lock.is_idle() && !lock.is_unused(), "free, but the ID is remembered");
+    assert_eq!(lock.repeat(b"r", Kind::Acquire, b"a", 2000), Ok(None));
+    assert!(lock.is_unused(), "the window passed: nothing left");
+    assert_eq!(lock.heap_size(), 0);
 }

@@ -158,3 +158,9 @@ thread_local! {
 pub fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
     STATE.with(|s| f(&mut s.borrow_mut()))
 }
+
+/// As `with`, or `None` if the state is borrowed already: for Redis's crash
+/// report, which can run in the middle of any module code.
+pub fn try_with<R>(f: impl FnOnce(&mut State) -> R) -> Option<R> {
+    STATE.with(|s| s.try_borrow_mut().ok().map(|mut s| f(&mut s)))
+}

@@ -126,6 +126,7 @@ NOTOWNER ...
 # flock
 flock_locks:0
 flock_waiters:0
+flock_leases:0
 flock_grants:2
 flock_immediate_grants:2
 flock_handoffs:0

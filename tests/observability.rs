@@ -15,9 +15,10 @@ const MS: Duration = Duration::from_millis(1);
 // ---------------------------------------------------------------- INFO flock
 
 /// Every field of `INFO flock`, in order (Redis adds the `flock_` prefix).
-const INFO_FIELDS: [&str; 17] = [
+const INFO_FIELDS: [&str; 18] = [
     "locks",
     "waiters",
+    "leases",
     "grants",
     "immediate_grants",
     "handoffs",
@@ -64,8 +65,15 @@ fn assert_delta(
     changed: &[(&str, i64)],
 ) -> BTreeMap<String, i64> {
     let after = counters(s);
-    let delta: BTreeMap<&str, i64> =
-        after.iter().map(|(k, v)| (k.as_str(), v - before[k])).filter(|(_, d)| *d != 0).collect();
+    // Every lock here is held, so each has its lease filed; the rest must
+    // move exactly as `changed` says.
+    assert_eq!(after["leases"], after["locks"], "one lease filed per held lock after: {step}");
+    let delta: BTreeMap<&str, i64> = after
+        .iter()
+        .filter(|(k, _)| *k != "leases")
+        .map(|(k, v)| (k.as_str(), v - before[k]))
+        .filter(|(_, d)| *d != 0)
+        .collect();
     let expected: BTreeMap<&str, i64> = changed.iter().copied().collect();
     assert_eq!(delta, expected, "INFO flock change after: {step}");
     after
