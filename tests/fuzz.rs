@@ -103,8 +103,10 @@ struct Fuzzer {
     counts: BTreeMap<&'static str, u64>,
 }
 
-fn connect(url: &str, db: i64) -> RedisResult<(Connection, u64)> {
-    let mut c = redis::Client::open(format!("{url}{db}"))?.get_connection()?;
+/// A connection to database `db`, speaking RESP3 if `resp3`.
+fn connect(url: &str, db: i64, resp3: bool) -> RedisResult<(Connection, u64)> {
+    let protocol = if resp3 { "?protocol=resp3" } else { "" };
+    let mut c = redis::Client::open(format!("{url}{db}{protocol}"))?.get_connection()?;
     c.set_read_timeout(Some(REPLY_LIMIT))?;
     let id = redis::cmd("CLIENT").arg("ID").query(&mut c)?;
     Ok((c, id))
@@ -114,8 +116,8 @@ type Args = Vec<Vec<u8>>;
 
 impl Fuzzer {
     fn new(n: usize, seed: u64, url: String, keys: Arc<Vec<Vec<u8>>>, shared: Arc<Shared>) -> RedisResult<Fuzzer> {
-        let (conn, id) = connect(&url, 0)?;
-        let (ctl, _) = connect(&url, 0)?;
+        let (conn, id) = connect(&url, 0, false)?;
+        let (ctl, _) = connect(&url, 0, false)?;
         shared.ids[n].store(id, Ordering::Relaxed);
         let rng = StdRng::seed_from_u64(seed ^ (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         Ok(Fuzzer { n, rng, url, keys, shared, conn, id, ctl, counts: BTreeMap::new() })
@@ -125,10 +127,11 @@ impl Fuzzer {
         self.shared.fail(format!("fuzzer {}: {what}", self.n));
     }
 
-    /// A fresh connection in db 0 or 1 in place of `conn`, which is closed.
+    /// A fresh connection in db 0 or 1, RESP2 or RESP3, in place of `conn`,
+    /// which is closed.
     fn reconnect(&mut self) -> bool {
-        let db = self.rng.gen_range(0..2);
-        match connect(&self.url, db) {
+        let (db, resp3) = (self.rng.gen_range(0..2), self.rng.gen_bool(0.3));
+        match connect(&self.url, db, resp3) {
             Ok((conn, id)) => {
                 (self.conn, self.id) = (conn, id);
                 self.shared.ids[self.n].store(id, Ordering::Relaxed);
@@ -145,9 +148,16 @@ impl Fuzzer {
     /// the server closed is a failure.
     fn run(&mut self, what: &'static str, cmd: &redis::Cmd) {
         *self.counts.entry(what).or_default() += 1;
-        if let Err(e) = cmd.query::<Value>(&mut self.conn) {
-            let sent = cmd.get_packed_command().escape_ascii().to_string();
-            self.check_link(&format!("{what} {}", &sent[..sent.len().min(300)]), &e);
+        let sent = || cmd.get_packed_command().escape_ascii().to_string();
+        match cmd.query::<Value>(&mut self.conn) {
+            Err(e) => {
+                let sent = sent();
+                self.check_link(&format!("{what} {}", &sent[..sent.len().min(300)]), &e);
+            }
+            Ok(reply) if what == "FLOCK.STATE" => {
+                self.fail(format!("FLOCK.STATE from a client was accepted ({reply:?}): {}", sent()))
+            }
+            Ok(_) => {}
         }
     }
 
@@ -405,7 +415,7 @@ impl Fuzzer {
     }
 
     fn reconnect_ctl(&mut self) {
-        match connect(&self.url, 0) {
+        match connect(&self.url, 0, false) {
             Ok((ctl, _)) => self.ctl = ctl,
             Err(e) => self.fail(format!("cannot reconnect: {e}")),
         }
