@@ -177,7 +177,8 @@ fn debug_reload_keeps_a_binary_key_and_its_lease_still_ends() {
 /// from the AOF after kill -9, and the short lease still ends.
 fn aof_restart(preamble: &str) {
     let how = format!("aof-use-rdb-preamble {preamble}");
-    let mut s = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always", "--aof-use-rdb-preamble", preamble]);
+    let mut s =
+        Server::start_with(&["--appendonly", "yes", "--appendfsync", "always", "--aof-use-rdb-preamble", preamble]);
     let mut c = s.conn();
     let t_long = acquire(&mut c, KEY, "a", 60_000).unwrap().expect("granted");
     let _: Value = redis::cmd("BGREWRITEAOF").query(&mut c).expect("BGREWRITEAOF");

@@ -179,13 +179,18 @@ pub const SECOND: Duration = Duration::from_secs(1);
 
 // Key names are binary: the helpers take any bytes (`&str`, `&[u8]`, ...).
 
-pub fn acquire(c: &mut Connection, key: impl AsRef<[u8]>, owner: &str, lease_ms: u64) -> RedisResult<Option<i64>> {
+pub fn acquire(
+    c: &mut Connection,
+    key: &(impl AsRef<[u8]> + ?Sized),
+    owner: &str,
+    lease_ms: u64,
+) -> RedisResult<Option<i64>> {
     redis::cmd("FLOCK.ACQUIRE").arg(key.as_ref()).arg(owner).arg(lease_ms).query(c)
 }
 
 pub fn acquire_wait(
     c: &mut Connection,
-    key: impl AsRef<[u8]>,
+    key: &(impl AsRef<[u8]> + ?Sized),
     owner: &str,
     lease_ms: u64,
     wait_ms: u64,
@@ -193,20 +198,20 @@ pub fn acquire_wait(
     redis::cmd("FLOCK.ACQUIRE").arg(key.as_ref()).arg(owner).arg(lease_ms).arg("WAIT").arg(wait_ms).query(c)
 }
 
-pub fn release(c: &mut Connection, key: impl AsRef<[u8]>, owner: &str) -> RedisResult<i64> {
+pub fn release(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized), owner: &str) -> RedisResult<i64> {
     redis::cmd("FLOCK.RELEASE").arg(key.as_ref()).arg(owner).query(c)
 }
 
-pub fn renew(c: &mut Connection, key: impl AsRef<[u8]>, owner: &str, lease_ms: u64) -> RedisResult<i64> {
+pub fn renew(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized), owner: &str, lease_ms: u64) -> RedisResult<i64> {
     redis::cmd("FLOCK.RENEW").arg(key.as_ref()).arg(owner).arg(lease_ms).query(c)
 }
 
-pub fn force_release(c: &mut Connection, key: impl AsRef<[u8]>) -> RedisResult<i64> {
+pub fn force_release(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> RedisResult<i64> {
     redis::cmd("FLOCK.FORCERELEASE").arg(key.as_ref()).query(c)
 }
 
 /// FLOCK.INFO as (field, value) pairs in reply order; `None` for nil.
-pub fn info(c: &mut Connection, key: impl AsRef<[u8]>) -> Option<Vec<(String, Value)>> {
+pub fn info(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Option<Vec<(String, Value)>> {
     let v: Value = redis::cmd("FLOCK.INFO").arg(key.as_ref()).query(c).expect("FLOCK.INFO");
     match v {
         Value::Nil => None,
@@ -223,22 +228,22 @@ pub fn info(c: &mut Connection, key: impl AsRef<[u8]>) -> Option<Vec<(String, Va
     }
 }
 
-pub fn info_field(c: &mut Connection, key: impl AsRef<[u8]>, field: &str) -> Option<Value> {
+pub fn info_field(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized), field: &str) -> Option<Value> {
     info(c, key)?.into_iter().find(|(k, _)| k == field).map(|(_, v)| v)
 }
 
-pub fn owner_of(c: &mut Connection, key: impl AsRef<[u8]>) -> Option<String> {
+pub fn owner_of(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Option<String> {
     info_field(c, key, "owner").map(|v| redis::from_redis_value(&v).expect("owner"))
 }
 
-pub fn queue_of(c: &mut Connection, key: impl AsRef<[u8]>) -> Vec<String> {
+pub fn queue_of(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Vec<String> {
     info_field(c, key, "queue").map(|v| redis::from_redis_value(&v).expect("queue")).unwrap_or_default()
 }
 
 /// Starts `FLOCK.ACQUIRE ... WAIT` on its own connection in a thread.
 pub fn spawn_waiter(
     server: &Server,
-    key: impl AsRef<[u8]>,
+    key: &(impl AsRef<[u8]> + ?Sized),
     owner: &str,
     lease_ms: u64,
     wait_ms: u64,
@@ -249,7 +254,7 @@ pub fn spawn_waiter(
 }
 
 /// Waits until `owners` are queued on `key`, in this order.
-pub fn wait_queue(c: &mut Connection, key: impl AsRef<[u8]>, owners: &[&str]) {
+pub fn wait_queue(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized), owners: &[&str]) {
     let key = key.as_ref();
     wait_until(&format!("queue of {} = {owners:?}", shown(key)), 5 * SECOND, || queue_of(c, key) == owners);
 }
