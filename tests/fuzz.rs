@@ -2,10 +2,11 @@
 //! send random commands (every FLOCK command with good and bad arguments,
 //! and the Redis commands that move, copy, expire, flush, reload or unblock
 //! what FLOCK keeps) over a few keys with binary names, and drop or kill
-//! their own connections in the middle of a wait. Replies may be anything;
-//! the server must stay up, answer every command (a WAIT within its
-//! timeout), and at the end strand nothing: no blocked client, no waiter,
-//! and no lock once every lease (at most `MAX_LEASE_MS`) has run out.
+//! their own connections in the middle of a wait; a replica follows.
+//! Replies may be anything; both servers must stay up, the master must
+//! answer every command (a WAIT within its timeout), and at the end nothing
+//! is stranded: no blocked client, no waiter, and no lock or filed lease on
+//! either server once every lease (at most `MAX_LEASE_MS`) has run out.
 //!
 //! Environment: `FLOCK_FUZZ_SECS` (default 20), `FLOCK_FUZZ_SEED` (replays a
 //! run; the seed is printed and in every failure). The seed fixes every
@@ -475,22 +476,34 @@ impl Fuzzer {
     }
 }
 
-fn settle_and_check(s: &mut Server, what: &str) {
+fn settle_and_check(s: &mut Server, r: &mut Server, what: &str) {
     s.assert_alive(what);
+    r.assert_alive(&format!("{what}: the replica"));
     wait_until(&format!("{what}: blocked_clients 0"), 10 * SECOND, || s.blocked_clients() == 0);
     wait_until(&format!("{what}: flock_waiters 0"), 10 * SECOND, || s.stat("waiters") == 0);
-    // Every lease is at most MAX_LEASE_MS: none may outlive it.
+    // Every lease is at most MAX_LEASE_MS: none may outlive it, nor its
+    // entry in the deadline wheel, nor its copy on the replica.
     let leases_end = Duration::from_millis(MAX_LEASE_MS) + 5 * SECOND;
-    wait_until(&format!("{what}: flock_locks 0 once every lease ran out"), leases_end, || s.stat("locks") == 0);
+    for (server, name) in [(&*s, "master"), (&*r, "replica")] {
+        for stat in ["locks", "leases"] {
+            let cond = || server.stat(stat) == 0;
+            wait_until(&format!("{what}: flock_{stat} 0 on the {name} once every lease ran out"), leases_end, cond);
+        }
+    }
     let mut c = s.conn();
     let _: () = redis::cmd("FLUSHALL").query(&mut c).expect("FLUSHALL");
-    wait_until(&format!("{what}: flock_locks 0 after FLUSHALL"), 5 * SECOND, || s.stat("locks") == 0);
+    let synced: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut c).expect("WAIT");
+    assert_eq!(synced, 1, "{what}: the replica acknowledges the FLUSHALL");
+    for server in [&*s, &*r] {
+        wait_until(&format!("{what}: flock_locks 0 after FLUSHALL"), 5 * SECOND, || server.stat("locks") == 0);
+    }
     // Still a working lock service, on a binary name too.
     let key = b"after\0fuzz\xff";
     let t = acquire(&mut c, key, "o", 1_000).expect("ACQUIRE after the fuzz").expect("granted");
     assert!(t > 0);
     assert_eq!(release(&mut c, key, "o").expect("RELEASE after the fuzz"), 0);
     s.assert_alive(what);
+    r.assert_alive(&format!("{what}: the replica"));
 }
 
 #[test]
@@ -503,6 +516,8 @@ fn random_commands_from_many_connections_never_crash_hang_or_strand_anything() {
     let mut c = s.conn();
     let _: () = redis::cmd("CONFIG").arg("SET").arg("flock.max-lease-ms").arg(MAX_LEASE_MS).query(&mut c).unwrap();
     drop(c);
+    // A replica applies everything the master propagates, binary names too.
+    let mut r = Server::replica_with(&s, &["--logfile", LOG]);
 
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
@@ -526,7 +541,7 @@ fn random_commands_from_many_connections_never_crash_hang_or_strand_anything() {
         .collect();
 
     let end = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < end && s.running() && shared.failures.lock().unwrap().is_empty() {
+    while Instant::now() < end && s.running() && r.running() && shared.failures.lock().unwrap().is_empty() {
         std::thread::sleep(Duration::from_millis(50));
     }
     shared.stop.store(true, Ordering::Relaxed);
@@ -535,10 +550,12 @@ fn random_commands_from_many_connections_never_crash_hang_or_strand_anything() {
     }
     let counts = shared.counts.lock().unwrap().clone();
     eprintln!("fuzz: {} commands: {counts:?}", counts.values().sum::<u64>());
-    if !s.running() {
-        panic!("{what}: redis-server exited; its log ends:\n{}", s.log_excerpt(LOG));
+    for (server, name) in [(&mut s, "master"), (&mut r, "replica")] {
+        if !server.running() {
+            panic!("{what}: the {name} redis-server exited; its log says:\n{}", server.log_excerpt(LOG));
+        }
     }
     let failures = shared.failures.lock().unwrap().clone();
     assert!(failures.is_empty(), "{what}: {failures:#?}\nserver log ends:\n{}", s.log_excerpt(LOG));
-    settle_and_check(&mut s, &what);
+    settle_and_check(&mut s, &mut r, &what);
 }

@@ -355,8 +355,13 @@ impl Server {
 
     /// Starts a replica of `master` and waits until its initial sync is done.
     pub fn replica_of(master: &Server) -> Server {
+        Server::replica_with(master, &[])
+    }
+
+    /// `replica_of` with more config args.
+    pub fn replica_with(master: &Server, extra: &[&str]) -> Server {
         let port = master.port.to_string();
-        let replica = Server::start_with(&["--replicaof", "127.0.0.1", &port]);
+        let replica = Server::start_with(&[&["--replicaof", "127.0.0.1", &port], extra].concat());
         replica.wait_master_link();
         replica
     }
