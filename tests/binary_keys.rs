@@ -120,21 +120,21 @@ fn renamed_and_moved_binary_keys_keep_their_lock_and_the_lease_ends_on_time() {
     let mut s = Server::start();
     let mut c = s.conn();
     let sent = Instant::now();
-    let t = acquire(&mut c, KEY, "a", 400).unwrap().expect("granted");
+    let t = acquire(&mut c, KEY, "a", 1_000).unwrap().expect("granted");
     let _: () = redis::cmd("RENAME").arg(KEY).arg(OTHER).query(&mut c).unwrap();
     assert!(!exists(&mut c, KEY));
     assert_eq!(owner_of(&mut c, OTHER).as_deref(), Some("a"));
     assert_eq!(token_of(&mut c, OTHER), t);
-    wait_lease_end(&mut c, OTHER, sent, 400);
+    wait_lease_end(&mut c, OTHER, sent, 1_000);
 
     let sent = Instant::now();
-    acquire(&mut c, KEY, "a", 400).unwrap().expect("granted");
+    acquire(&mut c, KEY, "a", 1_000).unwrap().expect("granted");
     let moved: i64 = redis::cmd("MOVE").arg(KEY).arg(1).query(&mut c).unwrap();
     assert_eq!(moved, 1);
     assert!(!exists(&mut c, KEY));
     let mut c1 = s.conn_db(1);
     assert_eq!(owner_of(&mut c1, KEY).as_deref(), Some("a"));
-    wait_lease_end(&mut c1, KEY, sent, 400);
+    wait_lease_end(&mut c1, KEY, sent, 1_000);
     assert_eq!(s.stat("locks"), 0);
     s.assert_alive("after RENAME and MOVE of binary keys");
 }
@@ -164,12 +164,12 @@ fn debug_reload_keeps_a_binary_key_and_its_lease_still_ends() {
     let mut s = Server::start();
     let mut c = s.conn();
     let sent = Instant::now();
-    let t = acquire(&mut c, KEY, "a", 1_000).unwrap().expect("granted");
-    acquire(&mut c, KEY, "a", 1_000).unwrap().expect("reentered");
+    let t = acquire(&mut c, KEY, "a", 2_000).unwrap().expect("granted");
+    acquire(&mut c, KEY, "a", 2_000).unwrap().expect("reentered");
     let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut c).expect("DEBUG RELOAD");
     assert_eq!(owner_of(&mut c, KEY).as_deref(), Some("a"));
     assert_eq!((token_of(&mut c, KEY), int_field(&mut c, KEY, "holds")), (t, 2));
-    wait_lease_end(&mut c, KEY, sent, 1_000);
+    wait_lease_end(&mut c, KEY, sent, 2_000);
     s.assert_alive("after DEBUG RELOAD of a binary key");
 }
 
@@ -184,7 +184,7 @@ fn aof_restart(preamble: &str) {
     let _: Value = redis::cmd("BGREWRITEAOF").query(&mut c).expect("BGREWRITEAOF");
     s.wait_aof_rewrite();
     let sent = Instant::now();
-    let t_short = acquire(&mut c, OTHER, "b", 2_000).unwrap().expect("granted");
+    let t_short = acquire(&mut c, OTHER, "b", 3_000).unwrap().expect("granted");
     drop(c);
     s.restart(Stop::Kill);
     let mut c = s.conn();
@@ -192,7 +192,7 @@ fn aof_restart(preamble: &str) {
     assert_eq!(token_of(&mut c, KEY), t_long, "{how}");
     assert_eq!(owner_of(&mut c, OTHER).as_deref(), Some("b"), "{how}: lock from the incremental AOF");
     assert_eq!(token_of(&mut c, OTHER), t_short, "{how}");
-    wait_lease_end(&mut c, OTHER, sent, 2_000);
+    wait_lease_end(&mut c, OTHER, sent, 3_000);
     assert_eq!(owner_of(&mut c, KEY).as_deref(), Some("a"), "{how}: the long lease runs on");
     s.assert_alive(&format!("{how}: after an AOF restart with binary keys"));
 }
@@ -217,7 +217,7 @@ fn replica_sees_binary_keys_and_ends_their_lease_once_promoted() {
         assert_eq!(n, 1, "WAIT 1 2000");
     };
     // Grant and lease expiry on the master reach the replica (FLOCK.STATE).
-    let t = acquire(&mut mc, OTHER, "x", 100).unwrap().expect("granted");
+    let t = acquire(&mut mc, OTHER, "x", 500).unwrap().expect("granted");
     wait_replica(&mut mc);
     assert_eq!(token_of(&mut rc, OTHER), t);
     wait_until("the master to end x's lease", 5 * SECOND, || !exists(&mut mc, OTHER));
@@ -249,15 +249,15 @@ fn cluster_routes_a_binary_key_by_its_hash_tag_and_ends_its_lease() {
     assert_eq!(slot, cl.keyslot("{t}"), "the hash tag decides the slot");
 
     let sent = Instant::now();
-    let t: Option<i64> = redis::cmd("FLOCK.ACQUIRE").arg(key).arg("a").arg(500).query(&mut cc).expect("ACQUIRE");
+    let t: Option<i64> = redis::cmd("FLOCK.ACQUIRE").arg(key).arg("a").arg(1_000).query(&mut cc).expect("ACQUIRE");
     let t = t.expect("granted");
     let mut hc = cl.conn(home);
     assert_eq!(token_of(&mut hc, key), t, "the lock lives on the master of slot {slot}");
     let waiter: Option<i64> =
         redis::cmd("FLOCK.ACQUIRE").arg(key).arg("b").arg(300).arg("WAIT").arg(5_000).query(&mut cc).expect("WAIT");
     let t2 = waiter.expect("b granted when a's lease ended");
-    assert!(t2 > t && sent.elapsed() >= Duration::from_millis(498), "b got the lock on time");
-    wait_lease_end(&mut hc, key, sent, 500 + 300);
+    assert!(t2 > t && sent.elapsed() >= Duration::from_millis(998), "b got the lock on time");
+    wait_lease_end(&mut hc, key, sent, 1_000 + 300);
     for i in 0..cl.nodes.len() {
         let pong: String = redis::cmd("PING").query(&mut cl.conn(i)).expect("every node answers PING");
         assert_eq!(pong, "PONG", "node {i}");

@@ -476,6 +476,22 @@ impl Fuzzer {
     }
 }
 
+/// The lock keys of databases 0 and 1 with their FLOCK.INFO, for a failure.
+fn lock_keys(s: &Server) -> String {
+    let mut out = format!("{:?}; ", s.info_section("keyspace"));
+    for db in 0..2 {
+        let mut c = s.conn_db(db);
+        let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap_or_default();
+        for key in keys {
+            let kind: String = redis::cmd("TYPE").arg(&key).query(&mut c).unwrap_or_default();
+            let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut c).unwrap_or_default();
+            let v: Value = redis::cmd("FLOCK.INFO").arg(&key).query(&mut c).unwrap_or(Value::Nil);
+            out += &format!("db {db} {} {kind} pttl {pttl} {v:?}; ", shown(&key));
+        }
+    }
+    out
+}
+
 fn settle_and_check(s: &mut Server, r: &mut Server, what: &str) {
     s.assert_alive(what);
     r.assert_alive(&format!("{what}: the replica"));
@@ -485,9 +501,17 @@ fn settle_and_check(s: &mut Server, r: &mut Server, what: &str) {
     // entry in the deadline wheel, nor its copy on the replica.
     let leases_end = Duration::from_millis(MAX_LEASE_MS) + 5 * SECOND;
     for (server, name) in [(&*s, "master"), (&*r, "replica")] {
-        for stat in ["locks", "leases"] {
-            let cond = || server.stat(stat) == 0;
-            wait_until(&format!("{what}: flock_{stat} 0 on the {name} once every lease ran out"), leases_end, cond);
+        let deadline = Instant::now() + leases_end;
+        while server.stat("locks") + server.stat("leases") != 0 {
+            if Instant::now() > deadline {
+                panic!(
+                    "{what}: the {name} keeps locks or leases after every lease ran out: {:?}\nmaster: {}\nreplica: {}",
+                    server.stats(),
+                    lock_keys(s),
+                    lock_keys(r)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
     let mut c = s.conn();
