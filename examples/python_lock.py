@@ -5,6 +5,14 @@ while a background thread renews its lease and notices when it is lost.
     python3 examples/python_lock.py [redis://127.0.0.1:6379]    (or: make example-python)
 
 Needs a server with FLOCK loaded (make run) and redis-py (pip install redis).
+
+Lost replies: every FLOCK command goes out with a fresh request ID (ID
+<uuid4>). redis-py 6+ retries a command on ConnectionError and TimeoutError
+by default (redis.Redis(host, port): 10 times in redis-py 8.1; connections
+of Redis.from_url do not retry unless given retry=...), and its retry resends
+the very same arguments, ID included: the server answers a resend of a
+command it already applied with its first reply instead of applying it again
+(no double release, no extra hold).
 """
 
 import sys
@@ -19,6 +27,12 @@ except ImportError:
     sys.exit(0)
 
 PROCESS_ID = str(uuid.uuid4())
+
+
+def flock(client, *args):
+    """Sends one FLOCK command with a request ID of its own. A retry of this
+    call (redis-py's Retry) resends the same ID; a new call gets a new one."""
+    return client.execute_command(*args, "ID", str(uuid.uuid4()))
 
 
 class LockBusy(Exception):
@@ -51,7 +65,7 @@ class FlockLock:
             args += ["WAIT", self.wait_ms]
         # A blocking WAIT needs a socket timeout longer than wait_ms (the
         # default, None, has none).
-        self.token = self.client.execute_command(*args)
+        self.token = flock(self.client, *args)
         if self.token is None:
             raise LockBusy(self.key)
         self._renewer = threading.Thread(target=self._renew, name=f"flock-renew {self.key}", daemon=True)
@@ -63,7 +77,7 @@ class FlockLock:
         while not self._stop.wait(self.lease_ms / 3000):
             sent = time.monotonic()
             try:
-                self.client.execute_command("FLOCK.RENEW", self.key, self.owner, self.lease_ms)
+                flock(self.client, "FLOCK.RENEW", self.key, self.owner, self.lease_ms)
                 confirmed = sent
             except redis.ResponseError as e:
                 if str(e).startswith("NOTOWNER"):
@@ -78,7 +92,7 @@ class FlockLock:
         self._stop.set()
         self._renewer.join()
         try:
-            self.client.execute_command("FLOCK.RELEASE", self.key, self.owner)
+            flock(self.client, "FLOCK.RELEASE", self.key, self.owner)
         except redis.ResponseError as e:
             # NOTOWNER: it was lost meanwhile (then `lost` is usually set).
             if not str(e).startswith("NOTOWNER"):
@@ -87,7 +101,13 @@ class FlockLock:
 
 
 def main(url):
-    r = redis.Redis.from_url(url)
+    # Spell out the retry redis-py 6+ gives redis.Redis(host, port) by default:
+    # from_url would give its connections none.
+    from redis.backoff import ExponentialBackoff
+    from redis.retry import Retry
+
+    retry = Retry(ExponentialBackoff(cap=1, base=0.01), 3)
+    r = redis.Redis.from_url(url, retry=retry, retry_on_error=[redis.ConnectionError, redis.TimeoutError])
     key = "example:py-orders"
     r.delete(key)
 

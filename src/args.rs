@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use crate::requests::{Kind, Record, MAX_ID_LEN};
+
 pub const MAX_OWNER_LEN: usize = 256;
 pub const MAX_MS: u64 = 1 << 40;
 /// Replies carry tokens as signed 64-bit integers.
@@ -18,6 +20,10 @@ pub enum ArgError {
     UnknownOption(String),
     Repeated(&'static str),
     MissingValue(&'static str),
+    /// A request ID outside 1..=64 bytes.
+    Id,
+    /// An option other than `ID request-id` after RELEASE, RENEW or FORCERELEASE.
+    UnknownIdOption(String),
     /// A holder that no command could have made; says which field.
     State(&'static str),
 }
@@ -33,9 +39,12 @@ impl fmt::Display for ArgError {
                 "ERR invalid WAIT timeout-ms: it must be an integer number of milliseconds from 0 (no limit) to {MAX_MS}"
             ),
             Self::UnknownOption(o) => {
-                write!(f, "ERR unknown option '{o}': FLOCK.ACQUIRE takes only WAIT timeout-ms and SESSION")
+                write!(f, "ERR unknown option '{o}': FLOCK.ACQUIRE takes only WAIT timeout-ms, SESSION and ID request-id")
             }
+            Self::Id => write!(f, "ERR invalid request ID: it must be 1 to {MAX_ID_LEN} bytes long"),
+            Self::UnknownIdOption(o) => write!(f, "ERR unknown option '{o}': the only option here is ID request-id"),
             Self::Repeated(o) => write!(f, "ERR option {o} given more than once: each option may appear once"),
+            Self::MissingValue("ID") => write!(f, "ERR option ID has no value: write ID request-id"),
             Self::MissingValue(o) => write!(f, "ERR option {o} has no value: write {o} timeout-ms (0 waits without limit)"),
             Self::State(field) => write!(f, "ERR invalid FLOCK.STATE holder: {field}"),
         }
@@ -49,9 +58,10 @@ pub struct AcquireArgs<'a> {
     /// `Some(0)` waits without limit.
     pub wait_ms: Option<u64>,
     pub session: bool,
+    pub id: Option<&'a [u8]>,
 }
 
-/// `owner lease-ms [WAIT timeout-ms] [SESSION]` (after the key).
+/// `owner lease-ms [WAIT timeout-ms] [SESSION] [ID request-id]` (after the key).
 pub fn acquire<'a>(args: &[&'a [u8]]) -> Result<AcquireArgs<'a>, ArgError> {
     let [owner, lease, options @ ..] = args else {
         return Err(ArgError::Arity);
@@ -61,6 +71,7 @@ pub fn acquire<'a>(args: &[&'a [u8]]) -> Result<AcquireArgs<'a>, ArgError> {
         lease_ms: parse_lease(lease)?,
         wait_ms: None,
         session: false,
+        id: None,
     };
     let mut rest = options.iter();
     while let Some(option) = rest.next() {
@@ -75,6 +86,11 @@ pub fn acquire<'a>(args: &[&'a [u8]]) -> Result<AcquireArgs<'a>, ArgError> {
                 return Err(ArgError::Repeated("SESSION"));
             }
             parsed.session = true;
+        } else if option.eq_ignore_ascii_case(b"ID") {
+            if parsed.id.is_some() {
+                return Err(ArgError::Repeated("ID"));
+            }
+            parsed.id = Some(parse_id(rest.next().ok_or(ArgError::MissingValue("ID"))?)?);
         } else {
             return Err(ArgError::UnknownOption(printable(option)));
         }
@@ -82,19 +98,41 @@ pub fn acquire<'a>(args: &[&'a [u8]]) -> Result<AcquireArgs<'a>, ArgError> {
     Ok(parsed)
 }
 
-/// `owner` (RELEASE).
-pub fn owner_only<'a>(args: &[&'a [u8]]) -> Result<&'a [u8], ArgError> {
+/// `owner [ID request-id]` (RELEASE).
+pub fn release<'a>(args: &[&'a [u8]]) -> Result<(&'a [u8], Option<&'a [u8]>), ArgError> {
     match args {
-        [owner] => parse_owner(owner),
+        [owner, options @ ..] => Ok((parse_owner(owner)?, id_option(options)?)),
         _ => Err(ArgError::Arity),
     }
 }
 
-/// `owner lease-ms` (RENEW).
-pub fn owner_lease<'a>(args: &[&'a [u8]]) -> Result<(&'a [u8], u64), ArgError> {
+/// RENEW's owner, lease-ms and request ID.
+pub type RenewArgs<'a> = (&'a [u8], u64, Option<&'a [u8]>);
+
+/// `owner lease-ms [ID request-id]` (RENEW).
+pub fn renew<'a>(args: &[&'a [u8]]) -> Result<RenewArgs<'a>, ArgError> {
     match args {
-        [owner, lease] => Ok((parse_owner(owner)?, parse_lease(lease)?)),
+        [owner, lease, options @ ..] => Ok((parse_owner(owner)?, parse_lease(lease)?, id_option(options)?)),
         _ => Err(ArgError::Arity),
+    }
+}
+
+/// `[ID request-id]` (FORCERELEASE, and after RELEASE's and RENEW's arguments).
+pub fn id_option<'a>(options: &[&'a [u8]]) -> Result<Option<&'a [u8]>, ArgError> {
+    match options {
+        [] => Ok(None),
+        [option, rest @ ..] if !option.eq_ignore_ascii_case(b"ID") => Err(ArgError::UnknownIdOption(printable(option))),
+        [_] => Err(ArgError::MissingValue("ID")),
+        [_, id] => parse_id(id).map(Some),
+        [_, _, extra, ..] if extra.eq_ignore_ascii_case(b"ID") => Err(ArgError::Repeated("ID")),
+        [_, _, extra, ..] => Err(ArgError::UnknownIdOption(printable(extra))),
+    }
+}
+
+fn parse_id(id: &[u8]) -> Result<&[u8], ArgError> {
+    match id.len() {
+        1..=MAX_ID_LEN => Ok(id),
+        _ => Err(ArgError::Id),
     }
 }
 
@@ -143,6 +181,28 @@ pub fn holder(
     check(deadline_ms <= now_ms.saturating_add(2 * MAX_MS), DEADLINE)?;
     check(session <= 1, SESSION)?;
     Ok(StateArgs { owner, holds, token, deadline_ms, session: session == 1 })
+}
+
+const REQUEST: &str = "a request record is an ID of 1 to 64 bytes, a command code 0 to 3, a reply from 0 to \
+                       9223372036854775807 and an expiry no later than 2^41 ms after this server's clock";
+
+/// A remembered request as FLOCK.ID or an RDB file gives it, checked as
+/// `holder` checks a holder.
+pub fn request(id: &[u8], kind: u64, reply: u64, expires_ms: u64, now_ms: u64) -> Result<Record, ArgError> {
+    let kind = Kind::from_code(kind).ok_or(ArgError::State(REQUEST))?;
+    let ok = (1..=MAX_ID_LEN).contains(&id.len())
+        && reply <= MAX_TOKEN
+        && expires_ms <= now_ms.saturating_add(2 * MAX_MS);
+    ok.then_some(Record { kind, reply, expires_ms }).ok_or(ArgError::State(REQUEST))
+}
+
+/// `id kind reply expires-unix-ms` (FLOCK.ID).
+pub fn request_args<'a>(args: &[&'a [u8]], now_ms: u64) -> Result<(&'a [u8], Record), ArgError> {
+    let number = |a: &[u8]| parse_u64(a).ok_or(ArgError::State(REQUEST));
+    match args {
+        [id, kind, reply, expires] => Ok((id, request(id, number(kind)?, number(reply)?, number(expires)?, now_ms)?)),
+        _ => Err(ArgError::Arity),
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -218,6 +278,23 @@ mod tests {
         assert_eq!(acq(&["me", "10", "SESSION", "SESSION"]), Err(ArgError::Repeated("SESSION")));
         assert_eq!(acq(&["me", "10", "WAITS", "1"]), Err(ArgError::UnknownOption("WAITS".into())));
         assert_eq!(acq(&["me", "10", "é\r\n\0x"]), Err(ArgError::UnknownOption("?????x".into())));
+        assert_eq!(acq(&["me", "10", "ID"]), Err(ArgError::MissingValue("ID")));
+        assert_eq!(acq(&["me", "10", "ID", ""]), Err(ArgError::Id));
+        assert_eq!(acq(&["me", "10", "ID", &"i".repeat(65)]), Err(ArgError::Id));
+        assert_eq!(acq(&["me", "10", "ID", "a", "id", "b"]), Err(ArgError::Repeated("ID")));
+        assert_eq!(acq(&["me", "10", "id", &"i".repeat(64)]).unwrap().id, Some("i".repeat(64).as_bytes()));
+    }
+
+    #[test]
+    fn id_is_the_one_option_of_release_renew_and_forcerelease() {
+        assert_eq!(release(&[b"me", b"ID", b"r1"]), Ok((&b"me"[..], Some(&b"r1"[..]))));
+        assert_eq!(renew(&[b"me", b"10"]), Ok((&b"me"[..], 10, None)));
+        assert_eq!(id_option(&[b"id", b"x"]), Ok(Some(&b"x"[..])));
+        assert_eq!(id_option(&[b"ID"]), Err(ArgError::MissingValue("ID")));
+        assert_eq!(id_option(&[b"ID", b""]), Err(ArgError::Id));
+        assert_eq!(id_option(&[b"WAIT", b"1"]), Err(ArgError::UnknownIdOption("WAIT".into())));
+        assert_eq!(id_option(&[b"ID", b"a", b"ID", b"b"]), Err(ArgError::Repeated("ID")));
+        assert_eq!(id_option(&[b"ID", b"a", b"x"]), Err(ArgError::UnknownIdOption("x".into())));
     }
 
     #[test]
@@ -248,11 +325,11 @@ mod tests {
         fn never_panics_on_arbitrary_arguments(args in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..300), 0..8)) {
             let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
             // ASCII only: the crate sends error text char by char as bytes.
-            if let Err(e) = acquire(&refs) {
+            let errors = [acquire(&refs).err(), release(&refs).err(), renew(&refs).err(), id_option(&refs).err()];
+            for e in errors.into_iter().flatten() {
                 prop_assert!(e.to_string().is_ascii(), "{e}");
             }
-            let _ = owner_only(&refs);
-            let _ = owner_lease(&refs);
+            let _ = request_args(&refs, 1_700_000_000_000);
             let _ = state(&refs, 1_700_000_000_000);
         }
     }

@@ -2,7 +2,7 @@
 //! answered.
 //!
 //! Every way out of the queue (grant, WAIT timeout, deletion of the lock,
-//! disconnect, CLIENT UNBLOCK) ends in exactly one `unblock` with an
+//! disconnect, CLIENT UNBLOCK, demotion to replica) ends in exactly one `unblock` with an
 //! `Outcome`, and the reply callback answers from that outcome alone. Redis
 //! itself never times a waiter out (see `ffi::block`): its own timeout races
 //! with a hand-off in the same event-loop turn and can lose the reply.
@@ -20,11 +20,16 @@ use crate::lock::{LockError, Request};
 use crate::state::{self, Place, State, WaiterEntry};
 
 pub const LOCKDELETED: &str = "LOCKDELETED the lock was deleted while waiting for it";
+/// `UNBLOCKED` is the code Redis itself answers blocked clients with when a
+/// master becomes a replica, so clients already treat it as "retry".
+pub const DEMOTED: &str = "UNBLOCKED this node is no longer a master: retry on the new master";
 
 pub enum Outcome {
     Granted { token: u64, place: Place, delivered: bool, at: Instant },
     TimedOut,
     Deleted,
+    /// This node became a replica.
+    Demoted,
     /// The client is gone or was already answered.
     Silent,
 }
@@ -87,6 +92,20 @@ fn leave(ctx: &Context, bc: BlockedClient, outcome: Outcome) -> bool {
     state::with(|s| answer(s, bc, outcome))
 }
 
+/// This node stopped being a master: every waiter leaves its queue and is
+/// told to retry elsewhere. Redis 7.0 and 8.2 have already answered them
+/// (their disconnect callback made them leave); Valkey leaves those of a
+/// CLUSTER FAILOVER blocked, and a stale queue entry would outlive a later
+/// promotion.
+pub fn demote_all(ctx: &Context) {
+    let waiting: Vec<BlockedClient> = state::with(|s| s.waiters.keys().copied().collect());
+    for bc in waiting {
+        if leave(ctx, bc, Outcome::Demoted) {
+            state::with(|s| s.stats.waiters_demoted += 1);
+        }
+    }
+}
+
 fn on_wait_timeout(ctx: &Context, bc: BlockedClient) {
     if leave(ctx, bc, Outcome::TimedOut) {
         state::with(|s| s.stats.wait_timeouts += 1);
@@ -140,6 +159,7 @@ unsafe extern "C" fn on_reply(ctx: RawCtx, _: *mut *mut raw::RedisModuleString, 
             Ok(RedisValue::Integer(*token as i64))
         }
         Some(Outcome::Deleted) => Err(redis_module::RedisError::Str(LOCKDELETED)),
+        Some(Outcome::Demoted) => Err(redis_module::RedisError::Str(DEMOTED)),
         _ => Ok(RedisValue::Null),
     };
     context.reply(reply);

@@ -22,6 +22,16 @@
 //! The owner is `<process id>:<thread id>`, the process id a random UUID made
 //! once per process: the same thread acquiring the same lock again reenters
 //! it (one more hold, same token), another thread or process queues.
+//!
+//! Every acquire, release and renewal is sent with a fresh request ID
+//! (`ID <uuid v4>`). When its reply is lost (an I/O error: the connection
+//! broke or timed out, not an error reply), it is sent again with the same
+//! ID, up to [`RESENDS`] times: the server answers a resend of a command it
+//! already applied with its first reply, so a lost reply never releases or
+//! acquires twice. The resend goes over the same connection if it is still
+//! open (or reconnects by itself, as a `redis::Client` does), otherwise over
+//! a new one from the client given to [`Lock::reconnect_with`] or
+//! [`Guard::watchdog`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -29,12 +39,16 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use redis::{Client, Cmd, Connection, ConnectionLike, RedisResult};
+use redis::{Client, Cmd, Connection, ConnectionLike, FromRedisValue, RedisResult};
 
 use crate::args::MAX_MS;
 
 /// As `wait`: queue without a time limit (`WAIT 0` on the server).
 pub const FOREVER: Duration = Duration::MAX;
+
+/// How many times a command whose reply was lost is sent again, with the
+/// same request ID.
+pub const RESENDS: usize = 3;
 
 /// A named lock and the lease each grant gets.
 #[derive(Clone, Debug)]
@@ -42,13 +56,22 @@ pub struct Lock {
     key: String,
     lease: Duration,
     owner: Option<String>,
+    client: Option<Client>,
 }
 
 impl Lock {
     /// The lock under `key`; each grant lasts `lease` (at least 1 ms) unless
     /// renewed.
     pub fn new(key: impl Into<String>, lease: Duration) -> Lock {
-        Lock { key: key.into(), lease, owner: None }
+        Lock { key: key.into(), lease, owner: None, client: None }
+    }
+
+    /// Where a new connection comes from when the one given to
+    /// [`Lock::acquire`] breaks: a command whose reply was lost is resent
+    /// over it, and the guard's later commands go over it too.
+    pub fn reconnect_with(mut self, client: &Client) -> Lock {
+        self.client = Some(client.clone());
+        self
     }
 
     /// Acquires as `owner` instead of `<process id>:<thread id>`.
@@ -71,7 +94,7 @@ impl Lock {
     /// milliseconds; [`FOREVER`] or more than 2^40 ms has no limit). `None`
     /// when the lock is busy or the wait timed out. Keep any read timeout of
     /// `conn` longer than `wait`.
-    pub fn acquire<C: ConnectionLike>(&self, mut conn: C, wait: Option<Duration>) -> RedisResult<Option<Guard<C>>> {
+    pub fn acquire<C: ConnectionLike>(&self, conn: C, wait: Option<Duration>) -> RedisResult<Option<Guard<C>>> {
         let owner = self.owner();
         let lease_ms = millis(self.lease);
         let mut cmd = redis::cmd("FLOCK.ACQUIRE");
@@ -80,9 +103,10 @@ impl Lock {
             let ms = millis(wait);
             cmd.arg("WAIT").arg(if ms > MAX_MS { 0 } else { ms });
         }
-        let Some(token) = cmd.query::<Option<u64>>(&mut conn)? else { return Ok(None) };
+        let mut link = Link { conn, client: self.client.clone(), spare: None, timeout: None };
+        let Some(token) = link.query::<Option<u64>>(&cmd)? else { return Ok(None) };
         Ok(Some(Guard {
-            conn,
+            link,
             key: self.key.clone(),
             owner,
             token,
@@ -108,7 +132,7 @@ pub enum LeaseLost {
 /// One hold of a lock: released (one hold) when dropped. Errors on drop are
 /// ignored; call [`Guard::release`] to see them.
 pub struct Guard<C: ConnectionLike> {
-    conn: C,
+    link: Link<C>,
     key: String,
     owner: String,
     token: u64,
@@ -134,7 +158,7 @@ impl<C: ConnectionLike> Guard<C> {
 
     /// The connection the lock was acquired on, for work in between.
     pub fn conn(&mut self) -> &mut C {
-        &mut self.conn
+        &mut self.link.conn
     }
 
     /// True once a renewal (the watchdog's or [`Guard::renew`]) found the
@@ -146,7 +170,7 @@ impl<C: ConnectionLike> Guard<C> {
     /// `FLOCK.RENEW` by hand: a fresh lease from now. A `NOTOWNER` error
     /// also marks the guard lost.
     pub fn renew(&mut self) -> RedisResult<u64> {
-        renew_cmd(&self.key, &self.owner, self.lease_ms).query(&mut self.conn).inspect_err(|e| {
+        self.link.query(&renew_cmd(&self.key, &self.owner, self.lease_ms)).inspect_err(|e| {
             if is_notowner(e) {
                 self.lost.store(true, Ordering::SeqCst);
             }
@@ -157,20 +181,21 @@ impl<C: ConnectionLike> Guard<C> {
     /// connection from `client`, until the guard is released or dropped.
     /// The receiver gets one [`LeaseLost`] if the lock is lost (then the
     /// watchdog stops); it disconnects without a message when the guard is
-    /// released. A watchdog already running is replaced.
+    /// released. A watchdog already running is replaced. Unless
+    /// [`Lock::reconnect_with`] gave another, `client` also replaces the
+    /// guard's connection if it breaks.
     pub fn watchdog(&mut self, client: &Client) -> RedisResult<Receiver<LeaseLost>> {
         self.stop_watchdog();
+        self.link.client.get_or_insert_with(|| client.clone());
         let period = Duration::from_millis((self.lease_ms / 3).max(1));
         let io_timeout = period.max(Duration::from_millis(50));
         let conn = connect(client, io_timeout)?;
         let (stop, stopped) = mpsc::channel();
         let (report, lost_rx) = mpsc::channel();
         let renewal = Renewal {
-            client: client.clone(),
-            conn: Some(conn),
+            link: Link { conn, client: Some(client.clone()), spare: None, timeout: Some(io_timeout) },
             cmd: renew_cmd(&self.key, &self.owner, self.lease_ms),
             period,
-            io_timeout,
             lease: Duration::from_millis(self.lease_ms),
             lost: Arc::clone(&self.lost),
         };
@@ -198,7 +223,7 @@ impl<C: ConnectionLike> Guard<C> {
     fn release_once(&mut self) -> RedisResult<u64> {
         self.stop_watchdog();
         self.released = true;
-        redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner).query(&mut self.conn)
+        self.link.query(redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner))
     }
 }
 
@@ -229,11 +254,9 @@ struct Watchdog {
 
 /// The watchdog thread's state.
 struct Renewal {
-    client: Client,
-    conn: Option<Connection>,
+    link: Link<Connection>,
     cmd: Cmd,
     period: Duration,
-    io_timeout: Duration,
     lease: Duration,
     lost: Arc<AtomicBool>,
 }
@@ -243,8 +266,8 @@ impl Renewal {
         let mut confirmed = Instant::now();
         while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(self.period) {
             let sent = Instant::now();
-            let reason = match self.renew() {
-                Ok(()) => {
+            let reason = match self.link.query::<u64>(&self.cmd) {
+                Ok(_) => {
                     confirmed = sent;
                     continue;
                 }
@@ -257,18 +280,46 @@ impl Renewal {
             return;
         }
     }
+}
 
-    /// One RENEW, reconnecting first if the last attempt broke the link.
-    fn renew(&mut self) -> RedisResult<()> {
-        let conn = match &mut self.conn {
-            Some(conn) => conn,
-            None => self.conn.insert(connect(&self.client, self.io_timeout)?),
-        };
-        let result = self.cmd.query::<u64>(conn).map(drop);
-        if result.as_ref().is_err_and(|e| e.is_io_error() || e.is_unrecoverable_error() || e.is_timeout()) {
-            self.conn = None;
+/// The connection a lock's commands go over, and where another comes from
+/// when it breaks.
+struct Link<C> {
+    conn: C,
+    client: Option<Client>,
+    /// From `client`, once `conn` broke.
+    spare: Option<Connection>,
+    /// The I/O timeout of `spare`.
+    timeout: Option<Duration>,
+}
+
+impl<C: ConnectionLike> Link<C> {
+    /// Sends `cmd` with a fresh request ID, and again with the same ID (up
+    /// to [`RESENDS`] times) while its reply is lost.
+    fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<T> {
+        let mut cmd = cmd.clone();
+        cmd.arg("ID").arg(uuid::Uuid::new_v4().to_string());
+        let mut resends = 0;
+        loop {
+            match self.current().and_then(|conn| cmd.query(conn)) {
+                Err(e) if e.is_io_error() && resends < RESENDS => resends += 1,
+                result => return result,
+            }
         }
-        result
+    }
+
+    /// `conn`, or a connection from `client` while `conn` is broken and
+    /// there is a client to reconnect with.
+    fn current(&mut self) -> RedisResult<&mut dyn ConnectionLike> {
+        let Some(client) = self.client.as_ref().filter(|_| !self.conn.is_open()) else { return Ok(&mut self.conn) };
+        let spare = match self.spare.take().filter(ConnectionLike::is_open) {
+            Some(spare) => spare,
+            None => match self.timeout {
+                Some(timeout) => connect(client, timeout)?,
+                None => client.get_connection()?,
+            },
+        };
+        Ok(self.spare.insert(spare))
     }
 }
 
@@ -299,13 +350,7 @@ fn millis(d: Duration) -> u64 {
 /// `<random UUID of this process>:<thread id>`.
 fn thread_owner() -> String {
     static PROCESS: OnceLock<String> = OnceLock::new();
-    let process = PROCESS.get_or_init(|| {
-        let mut b: [u8; 16] = rand::random();
-        b[6] = (b[6] & 0x0f) | 0x40; // version 4
-        b[8] = (b[8] & 0x3f) | 0x80; // RFC 4122 variant
-        let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-        format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
-    });
+    let process = PROCESS.get_or_init(|| uuid::Uuid::new_v4().to_string());
     let thread = format!("{:?}", std::thread::current().id());
     let thread = thread.trim_start_matches("ThreadId(").trim_end_matches(')');
     format!("{process}:{thread}")

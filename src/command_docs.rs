@@ -21,8 +21,9 @@ const fn arg(name: &'static str, kind: u32) -> ArgDoc {
 const LOCK: ArgDoc = arg("key", KEY);
 const OWNER: ArgDoc = arg("owner", STRING);
 const LEASE: ArgDoc = arg("lease-ms", INTEGER);
+const ID: ArgDoc = ArgDoc { name: "request-id", kind: STRING, token: Some("ID"), optional: true, subargs: &[] };
 
-pub const COMMANDS: [CommandDoc; 6] = [
+pub const COMMANDS: [CommandDoc; 7] = [
     CommandDoc {
         name: "flock.acquire",
         summary: "Takes a fair lock: granted at once if free and nobody waits, or with WAIT queued FIFO and blocked until handed over",
@@ -35,31 +36,32 @@ pub const COMMANDS: [CommandDoc; 6] = [
             LEASE,
             ArgDoc { name: "timeout-ms", kind: INTEGER, token: Some("WAIT"), optional: true, subargs: &[] },
             ArgDoc { name: "session", kind: PURE_TOKEN, token: Some("SESSION"), optional: true, subargs: &[] },
+            ID,
         ],
     },
     CommandDoc {
         name: "flock.release",
         summary: "Releases one hold; at zero the lock passes to the next waiter",
         complexity: "O(1)",
-        arity: 3,
+        arity: -3,
         key_flags: RW | UPDATE,
-        args: &[LOCK, OWNER],
+        args: &[LOCK, OWNER, ID],
     },
     CommandDoc {
         name: "flock.renew",
         summary: "Resets the holder's lease; an error means the lock was lost",
         complexity: "O(1)",
-        arity: 4,
+        arity: -4,
         key_flags: RW | UPDATE,
-        args: &[LOCK, OWNER, LEASE],
+        args: &[LOCK, OWNER, LEASE, ID],
     },
     CommandDoc {
         name: "flock.forcerelease",
         summary: "Removes the holder whatever its holds (administrative); the next waiter gets the lock",
         complexity: "O(1)",
-        arity: 2,
+        arity: -2,
         key_flags: RW | UPDATE,
-        args: &[LOCK],
+        args: &[LOCK, ID],
     },
     CommandDoc {
         name: "flock.info",
@@ -90,6 +92,20 @@ pub const COMMANDS: [CommandDoc; 6] = [
                     arg("session", INTEGER),
                 ],
             },
+        ],
+    },
+    CommandDoc {
+        name: "flock.id",
+        summary: "Internal: remembers a request ID of a lock as its master or the AOF recorded it",
+        complexity: "O(1)",
+        arity: 6,
+        key_flags: RW | UPDATE,
+        args: &[
+            LOCK,
+            arg("request-id", STRING),
+            arg("command", INTEGER),
+            arg("reply", INTEGER),
+            arg("expires-unix-ms", INTEGER),
         ],
     },
 ];

@@ -8,9 +8,10 @@ use crate::args::{self, ArgError};
 use crate::blocking;
 use crate::config;
 use crate::engine::{self, RELEASED};
+use crate::eviction;
 use crate::ffi;
 use crate::keytype::{lock_value, LockValue, FLOCK_TYPE, REMOTE_SESSION};
-use crate::lock::{Acquired, Holder, Lock, LockError, Request};
+use crate::lock::{Acquired, Holder, Lock, LockError, Request, RequestId};
 use crate::requests::Kind;
 use crate::state;
 
@@ -89,11 +90,17 @@ fn check_max_lease(ms: u64, what: &str) -> Result<(), RedisError> {
     Ok(())
 }
 
+/// The request ID of a command, with the window it is remembered for.
+fn with_window(id: Option<&[u8]>) -> Option<RequestId<'_>> {
+    id.map(|id| RequestId { id, window_ms: config::retry_window_ms() })
+}
+
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let (key_name, rest) = split(&args, 4)?;
     let parsed = args::acquire(&rest).map_err(arg_error)?;
     check_max_lease(parsed.lease_ms, "lease-ms")?;
     check_max_lease(parsed.wait_ms.unwrap_or(0), "timeout-ms")?;
+    eviction::check_acquire()?;
     let key = ctx.open_key_writable(key_name);
     let place = place_of(ctx, key_name);
     let value = lock_or_create(&key)?;
@@ -101,11 +108,14 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         owner: parsed.owner,
         lease_ms: parsed.lease_ms,
         session: parsed.session.then(|| ffi::client_id(ctx.ctx)),
-        id: None,
+        id: with_window(parsed.id),
     };
     // Inside MULTI, Lua and functions a WAIT acts as a try, as BLPOP does.
     let wait_ms = parsed.wait_ms.filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING));
     engine::update(ctx, &key, key_name, &place, value, |s, value, changes| {
+        if let Some(token) = repeated(value, parsed.id, Kind::Acquire, req.owner, changes.now)? {
+            return Ok(RedisValue::Integer(token as i64));
+        }
         match value.lock.acquire(&req, changes.now, &mut s.tokens).map_err(lock_error)? {
             Acquired::Granted(token) => {
                 s.stats.grants += 1;
@@ -113,7 +123,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 changes.event(engine::ACQUIRED);
                 Ok(RedisValue::Integer(token as i64))
             }
-            Acquired::Reentered(token) | Acquired::Repeated(token) => {
+            Acquired::Reentered(token) => {
                 s.stats.reentrant += 1;
                 Ok(RedisValue::Integer(token as i64))
             }
@@ -132,45 +142,73 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     })
 }
 
+/// The first reply of a command resent with request ID `id`, if that
+/// command was applied; `None` for a new request.
+fn repeated(value: &mut LockValue, id: Option<&[u8]>, kind: Kind, owner: &[u8], now: u64) -> Result<Option<u64>, RedisError> {
+    let Some(id) = id else { return Ok(None) };
+    value.lock.repeat(id, kind, owner, now).map_err(lock_error)
+}
+
+/// Runs `op` on the lock under `key` unless the command is a resend of one
+/// already applied (its first reply, unchanged); `op` answers a number, and
+/// that answer is remembered under the command's request ID.
+fn once(
+    ctx: &Context,
+    key_name: &RedisString,
+    id: Option<&[u8]>,
+    kind: Kind,
+    owner: &[u8],
+    op: impl FnOnce(&mut state::State, &mut LockValue, &mut engine::Changes) -> Result<u64, LockError>,
+) -> Result<Option<u64>, RedisError> {
+    let result = with_existing(ctx, key_name, |s, value, changes| {
+        if let Some(reply) = repeated(value, id, kind, owner, changes.now)? {
+            return Ok(reply);
+        }
+        let reply = op(s, value, changes).map_err(lock_error)?;
+        value.lock.remember(with_window(id), kind, reply, changes.now);
+        Ok(reply)
+    })?;
+    result.transpose()
+}
+
 pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let (key_name, rest) = split(&args, 3)?;
-    let owner = args::owner_only(&rest).map_err(arg_error)?;
-    let result = with_existing(ctx, key_name, |s, value, changes| {
+    let (owner, id) = args::release(&rest).map_err(arg_error)?;
+    let left = once(ctx, key_name, id, Kind::Release, owner, |s, value, changes| {
         let (left, grant) = value.lock.release(owner, changes.now, &mut s.tokens)?;
         if left == 0 {
             s.stats.releases += 1;
             changes.event(RELEASED);
             changes.grant(grant);
         }
-        Ok(left)
+        Ok(u64::from(left))
     })?;
-    let left = result.unwrap_or(Err(LockError::NotOwner)).map_err(lock_error)?;
-    Ok(RedisValue::Integer(left as i64))
+    Ok(RedisValue::Integer(left.ok_or_else(|| lock_error(LockError::NotOwner))? as i64))
 }
 
 pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let (key_name, rest) = split(&args, 4)?;
-    let (owner, lease_ms) = args::owner_lease(&rest).map_err(arg_error)?;
+    let (owner, lease_ms, id) = args::renew(&rest).map_err(arg_error)?;
     check_max_lease(lease_ms, "lease-ms")?;
-    let result = with_existing(ctx, key_name, |_, value, changes| value.lock.renew(owner, lease_ms, changes.now))?;
-    let token = result.unwrap_or(Err(LockError::NotOwner)).map_err(lock_error)?;
-    Ok(RedisValue::Integer(token as i64))
+    let token = once(ctx, key_name, id, Kind::Renew, owner, |_, value, changes| {
+        value.lock.renew(owner, lease_ms, changes.now)
+    })?;
+    Ok(RedisValue::Integer(token.ok_or_else(|| lock_error(LockError::NotOwner))? as i64))
 }
 
 pub fn force_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    if args.len() != 2 {
-        return Err(RedisError::WrongArity);
-    }
-    let removed = with_existing(ctx, &args[1], |s, value, changes| {
+    let (key_name, rest) = split(&args, 2)?;
+    let id = args::id_option(&rest).map_err(arg_error)?;
+    let removed = once(ctx, key_name, id, Kind::ForceRelease, b"", |s, value, changes| {
         let (old, grant) = value.lock.vacate(changes.now, &mut s.tokens);
         if old.is_some() {
             s.stats.force_releases += 1;
             changes.event(RELEASED);
         }
         changes.grant(grant);
-        old.is_some()
+        Ok(u64::from(old.is_some()))
     })?;
-    Ok(RedisValue::Integer(i64::from(removed == Some(true))))
+    Ok(RedisValue::Integer(removed.unwrap_or(0) as i64))
 }
 
 pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -209,26 +247,47 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// `FLOCK.STATE key [owner holds token deadline-ms session]`: sets a lock's
 /// state as its master or the AOF recorded it. Only the replication link and
 /// AOF loading may send it: a client could otherwise forge a holder.
-pub fn state(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let flags = ctx.get_flags();
-    if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
-        return Err(RedisError::Str(
-            "ERR FLOCK.STATE is internal: only a master's replication stream and the AOF send it",
-        ));
+/// Refuses what only the replication link and AOF loading may send: a
+/// client could otherwise forge a holder or a remembered reply.
+fn internal(ctx: &Context, name: &str) -> Result<(), RedisError> {
+    if ctx.get_flags().intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
+        return Ok(());
     }
+    Err(RedisError::String(format!(
+        "ERR {name} is internal: only a master's replication stream and the AOF send it"
+    )))
+}
+
+/// `FLOCK.STATE key [owner holds token deadline-ms session]`: sets a lock's
+/// holder as its master or the AOF recorded it.
+pub fn state(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    internal(ctx, "FLOCK.STATE")?;
     let (key_name, rest) = split(&args, 2)?;
     let parsed = args::state(&rest, ffi::now_ms()).map_err(arg_error)?;
     let key = ctx.open_key_writable(key_name);
-    let Some(parsed) = parsed else {
-        if lock_value(&key)?.is_some() {
-            key.delete()?;
-        }
-        return Ok(RedisValue::SimpleStringStatic("OK"));
+    let holder = parsed.map(|p| {
+        state::with(|s| s.tokens.observe(p.token));
+        (Holder::new(p.owner.into(), p.holds, p.token, p.deadline_ms), p.session.then_some(REMOTE_SESSION))
+    });
+    let value = match (lock_value(&key)?, &holder) {
+        (None, None) => return Ok(RedisValue::SimpleStringStatic("OK")),
+        (Some(value), _) => value,
+        (None, Some(_)) => lock_or_create(&key)?,
     };
-    let holder = Holder::new(parsed.owner.into(), parsed.holds, parsed.token, parsed.deadline_ms);
-    let value = lock_or_create(&key)?;
-    let place = place_of(ctx, key_name);
-    state::with(|s| s.tokens.observe(holder.token));
-    engine::replace_holder(value, &place, holder, parsed.session.then_some(REMOTE_SESSION));
+    engine::replace_holder(value, &place_of(ctx, key_name), holder);
+    if value.lock.is_unused() {
+        key.delete()?;
+    }
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// `FLOCK.ID key request-id command reply expires-unix-ms`: a request ID
+/// its master or the AOF remembered for this lock.
+pub fn request_id(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    internal(ctx, "FLOCK.ID")?;
+    let (key_name, rest) = split(&args, 6)?;
+    let (id, record) = args::request_args(&rest, ffi::now_ms()).map_err(arg_error)?;
+    let key = ctx.open_key_writable(key_name);
+    lock_or_create(&key)?.lock.restore_request(id, record);
     Ok(RedisValue::SimpleStringStatic("OK"))
 }

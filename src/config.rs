@@ -1,7 +1,7 @@
-//! Module settings: `loadmodule ... max-waiters N max-lease-ms N`, and
-//! `CONFIG GET/SET flock.*` at run time.
+//! Module settings: `loadmodule ... max-waiters N max-lease-ms N
+//! allow-eviction yes|no`, and `CONFIG GET/SET flock.*` at run time.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use crate::args::MAX_MS;
 
@@ -13,6 +13,20 @@ pub static MAX_WAITERS: AtomicI64 = AtomicI64::new(DEFAULT_MAX_WAITERS);
 /// The longest lease (and WAIT timeout) a command may ask for.
 pub static MAX_LEASE_MS: AtomicI64 = AtomicI64::new(MAX_MS as i64);
 
+pub const DEFAULT_RETRY_WINDOW_MS: i64 = 60_000;
+
+/// How long a command sent with `ID request-id` is remembered, so that a
+/// resend is answered the same and applied once.
+pub static RETRY_WINDOW_MS: AtomicI64 = AtomicI64::new(DEFAULT_RETRY_WINDOW_MS);
+
+pub fn retry_window_ms() -> u64 {
+    u64::try_from(RETRY_WINDOW_MS.load(Ordering::Relaxed)).unwrap_or(DEFAULT_RETRY_WINDOW_MS as u64)
+}
+
+/// The operator accepts that an `allkeys-*` maxmemory policy may evict held
+/// locks (see `eviction`): ACQUIRE grants under it anyway.
+pub static ALLOW_EVICTION: AtomicBool = AtomicBool::new(false);
+
 pub fn max_waiters() -> usize {
     usize::try_from(MAX_WAITERS.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
 }
@@ -21,18 +35,26 @@ pub fn max_lease_ms() -> u64 {
     u64::try_from(MAX_LEASE_MS.load(Ordering::Relaxed)).unwrap_or(MAX_MS)
 }
 
-/// Checks `loadmodule` arguments, which the crate applies without the range
-/// checks that CONFIG SET makes: name value pairs of known options, in range.
+pub fn allow_eviction() -> bool {
+    ALLOW_EVICTION.load(Ordering::Relaxed)
+}
+
+/// Checks `loadmodule` arguments, which the crate applies without the checks
+/// that CONFIG SET makes (it reads any bool other than `yes` as `no`): name
+/// value pairs of known options, numbers in range, bools `yes` or `no`.
 pub fn check_load_args(args: &[&[u8]]) -> Result<(), String> {
+    const USAGE: &str = "max-waiters N max-lease-ms N retry-window-ms N allow-eviction yes|no";
     if !args.len().is_multiple_of(2) {
-        return Err("module arguments are name value pairs: max-waiters N max-lease-ms N".into());
+        return Err(format!("module arguments are name value pairs: {USAGE}"));
     }
     for pair in args.chunks(2) {
         let name = String::from_utf8_lossy(pair[0]);
         let (min, max) = match &*name {
             "max-waiters" => (1, i64::MAX),
-            "max-lease-ms" => (1, MAX_MS as i64),
-            _ => return Err(format!("unknown module argument '{name}': known are max-waiters and max-lease-ms")),
+            "max-lease-ms" | "retry-window-ms" => (1, MAX_MS as i64),
+            "allow-eviction" if matches!(pair[1], b"yes" | b"no") => continue,
+            "allow-eviction" => return Err("module argument allow-eviction must be yes or no".into()),
+            _ => return Err(format!("unknown module argument '{name}': known are {USAGE}")),
         };
         let value = std::str::from_utf8(pair[1]).ok().and_then(|v| v.parse::<i64>().ok());
         if !value.is_some_and(|v| (min..=max).contains(&v)) {

@@ -12,6 +12,7 @@ use crate::deadlines::DeadlineId;
 use crate::ffi::{self, BlockedClient};
 use crate::keytype::{self, lock_value, LockValue};
 use crate::lock::{Grant, Holder};
+use crate::requests::Requests;
 use crate::state::{self, Lease, Place, State};
 
 pub const ACQUIRED: &str = "flock.acquired";
@@ -22,6 +23,10 @@ pub const EXPIRED: &str = "flock.expired";
 /// and applied when it is done.
 pub struct Changes {
     before: Option<Snapshot>,
+    /// Free, with only remembered request IDs keeping the key (and its TTL).
+    lingering_before: bool,
+    /// `Requests::made` before the operation: the records it adds are sent on.
+    requests_made: u64,
     grants: Vec<Grant<BlockedClient>>,
     events: Vec<&'static str>,
     pub now: u64,
@@ -82,8 +87,15 @@ pub fn update<R>(
     let now = ffi::now_ms();
     // A replica follows its master's FLOCK.STATE and never ends a lease itself.
     let replica = ffi::is_replica();
-    let (result, events, idle, state) = state::with(|s| {
-        let mut changes = Changes { before: Snapshot::of(value), grants: Vec::new(), events: Vec::new(), now };
+    let (result, changes, unused, state) = state::with(|s| {
+        let mut changes = Changes {
+            before: Snapshot::of(value),
+            lingering_before: is_lingering(value),
+            requests_made: value.lock.requests().map_or(0, Requests::made),
+            grants: Vec::new(),
+            events: Vec::new(),
+            now,
+        };
         if !replica {
             if let Some((_, grant)) = value.lock.expire_due(now, &mut s.tokens) {
                 s.stats.expiries += 1;
@@ -92,26 +104,60 @@ pub fn update<R>(
             }
         }
         let result = op(s, value, &mut changes);
-        let idle = apply(s, place, value, &mut changes);
+        apply(s, place, value, &mut changes);
         let changed = Snapshot::replicated(changes.before) != Snapshot::replicated(Snapshot::of(value));
-        (result, changes.events, idle, changed)
+        (result, changes, value.lock.is_unused(), changed)
     });
+    let recorded = propagate_requests(ctx, key_name, value, changes.requests_made);
     if state {
         propagate(ctx, key_name, value);
     }
-    if idle {
+    if unused {
         // The value is already detached from timers and sessions, so the
         // unlink callback this triggers has nothing left to do.
         let _ = key.delete();
+    } else if is_lingering(value) && (state || recorded) {
+        linger(ctx, key, key_name, value, now);
+    } else if changes.lingering_before && !value.lock.is_idle() {
+        // In use again: the TTL that kept its request IDs must not end it.
+        let _ = key.remove_expire();
+        ctx.replicate("PERSIST", &[key_name.as_slice()]);
     }
-    for event in events {
+    for event in changes.events {
         ctx.notify_keyspace_event(NotifyEvent::MODULE, event, key_name);
     }
     result
 }
 
-/// Applies gathered effects; true if the lock is now idle.
-fn apply(s: &mut State, place: &Place, value: &mut LockValue, changes: &mut Changes) -> bool {
+/// Free, kept only by the request IDs it remembers.
+fn is_lingering(value: &LockValue) -> bool {
+    value.lock.is_idle() && !value.lock.is_unused()
+}
+
+/// A free lock stays as long as it remembers request IDs, so that a resent
+/// command still finds its first reply; then Redis expires the key, and
+/// replicas and the AOF see that as for any key with a TTL.
+fn linger(ctx: &Context, key: &RedisKeyWritable, key_name: &redis_module::RedisString, value: &LockValue, now: u64) {
+    let Some(until) = value.lock.requests().map(Requests::latest_expiry) else { return };
+    let _ = key.set_expire(std::time::Duration::from_millis(until.saturating_sub(now).max(1)));
+    ctx.replicate("PEXPIREAT", &[key_name.as_slice(), until.to_string().as_bytes()]);
+}
+
+/// Sends the request IDs an operation recorded to replicas and the AOF,
+/// before the state they belong to; true if there were any.
+fn propagate_requests(ctx: &Context, key_name: &redis_module::RedisString, value: &LockValue, since: u64) -> bool {
+    let Some(requests) = value.lock.requests().filter(|r| r.made() > since) else { return false };
+    for (id, record) in requests.made_since(since) {
+        let numbers = keytype::request_numbers(record).map(|n| n.to_string());
+        let mut args: Vec<&[u8]> = vec![key_name.as_slice(), id];
+        args.extend(numbers.iter().map(String::as_bytes));
+        ctx.replicate(keytype::ID_COMMAND, args.as_slice());
+    }
+    true
+}
+
+/// Applies gathered effects.
+fn apply(s: &mut State, place: &Place, value: &mut LockValue, changes: &mut Changes) {
     for grant in changes.grants.drain(..) {
         deliver(s, place, grant);
     }
@@ -132,7 +178,6 @@ fn apply(s: &mut State, place: &Place, value: &mut LockValue, changes: &mut Chan
     if lease(before) != lease(after) || after.is_some_and(|h| h.deadline_id.is_none()) {
         file_lease(s, value, place, changes.now);
     }
-    value.lock.is_idle()
 }
 
 /// Sends the lock's new state to replicas and the AOF as one deterministic
@@ -231,19 +276,17 @@ pub fn file_loaded(value: &mut LockValue, place: &Place) {
     });
 }
 
-/// Files the lease of a lock whose holder was just set.
-fn file(value: &mut LockValue, place: &Place) {
-    state::with(|s| file_lease(s, value, place, ffi::now_ms()));
-}
 
-/// Sets the holder as its master or the AOF recorded it (FLOCK.STATE).
-pub fn replace_holder(value: &mut LockValue, place: &Place, holder: Holder, session: Option<u64>) {
+/// Sets the holder (and its session flag) as its master or the AOF
+/// recorded it (FLOCK.STATE), or none.
+pub fn replace_holder(value: &mut LockValue, place: &Place, holder: Option<(Holder, Option<u64>)>) {
     if let Some(old) = value.lock.holder_mut() {
         let (token, id) = (old.token, old.deadline_id.take());
         state::with(|s| unfile(s, token, id));
     }
-    value.lock.set_holder(Some(holder), session);
-    file(value, place);
+    let (holder, session) = holder.unzip();
+    value.lock.set_holder(holder, session.flatten());
+    state::with(|s| file_lease(s, value, place, ffi::now_ms()));
 }
 
 /// Opens the lock at `place` in its current database, if there is one, and

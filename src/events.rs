@@ -1,6 +1,6 @@
 //! Server and keyspace events that change where locks live or who holds
-//! them: FLUSHDB/FLUSHALL, SWAPDB, RENAME/MOVE, and closed connections
-//! (SESSION locks).
+//! them: FLUSHDB/FLUSHALL, SWAPDB, RENAME/MOVE, closed connections
+//! (SESSION locks), and demotion to replica (waiters).
 
 use std::ffi::c_void;
 
@@ -16,6 +16,15 @@ pub fn subscribe(ctx: RawCtx) {
     ffi::subscribe(ctx, raw::REDISMODULE_EVENT_FLUSHDB, on_flush);
     ffi::subscribe(ctx, raw::REDISMODULE_EVENT_SWAPDB, on_swapdb);
     ffi::subscribe(ctx, raw::REDISMODULE_EVENT_CLIENT_CHANGE, on_client_change);
+    ffi::subscribe(ctx, raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, on_role_changed);
+}
+
+/// REPLICAOF or a failover made this master a replica: grants can only come
+/// from the new master, so no waiter may stay blocked here.
+unsafe extern "C" fn on_role_changed(ctx: RawCtx, _: raw::RedisModuleEvent, subevent: u64, _: *mut c_void) {
+    if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA {
+        crate::blocking::demote_all(&Context::new(ctx));
+    }
 }
 
 /// FLUSHDB and FLUSHALL (also ASYNC, which frees values on another thread)

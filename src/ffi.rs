@@ -309,22 +309,17 @@ pub fn register_filter(ctx: RawCtx, filter: unsafe extern "C" fn(*mut raw::Redis
     unsafe { api!(RedisModule_RegisterCommandFilter)(ctx, Some(filter), 0) };
 }
 
-/// Appends `cmd key owner n...` to an AOF being rewritten.
-pub fn emit_aof(aof: *mut raw::RedisModuleIO, cmd: &std::ffi::CStr, key: *mut raw::RedisModuleString, owner: &[u8], n: [i64; 4]) {
-    unsafe {
-        api!(RedisModule_EmitAOF)(
-            aof,
-            cmd.as_ptr(),
-            c"sbllll".as_ptr(),
-            key,
-            owner.as_ptr().cast::<c_char>(),
-            owner.len(),
-            n[0],
-            n[1],
-            n[2],
-            n[3],
-        )
-    };
+/// Appends `cmd key bytes n...` to an AOF being rewritten: FLOCK.STATE
+/// (owner and 4 numbers) or FLOCK.ID (request ID and 3 numbers).
+pub fn emit_aof(aof: *mut raw::RedisModuleIO, cmd: &std::ffi::CStr, key: *mut raw::RedisModuleString, bytes: &[u8], n: &[i64]) {
+    let emit = unsafe { api!(RedisModule_EmitAOF) };
+    let (ptr, len) = (bytes.as_ptr().cast::<c_char>(), bytes.len());
+    // Variadic: the format string says how many numbers follow.
+    match *n {
+        [a, b, c, d] => unsafe { emit(aof, cmd.as_ptr(), c"sbllll".as_ptr(), key, ptr, len, a, b, c, d) },
+        [a, b, c] => unsafe { emit(aof, cmd.as_ptr(), c"sblll".as_ptr(), key, ptr, len, a, b, c) },
+        _ => unreachable!("FLOCK.STATE and FLOCK.ID take four and three numbers"),
+    }
 }
 
 /// One argument of a command as `COMMAND DOCS` shows it.

@@ -12,9 +12,11 @@ use crate::state;
 fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     // The crash report may call this while FLOCK's own code holds the state:
     // it then shows the counters as zero rather than panic in the handler.
-    let (stats, waiters, leases) =
-        state::try_with(|s| (s.stats, s.waiters.len(), s.deadlines.len())).unwrap_or_default();
-    let fields: [(&str, u64); 18] = [
+    let (stats, waiters, leases, unsafe_policy) = state::try_with(|s| {
+        (s.stats, s.waiters.len(), s.deadlines.len(), s.eviction.policy.is_some())
+    })
+    .unwrap_or_default();
+    let fields: [(&str, u64); 21] = [
         ("locks", LIVE_LOCKS.load(Ordering::Relaxed)),
         ("waiters", waiters as u64),
         ("leases", leases as u64),
@@ -31,8 +33,11 @@ fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         ("wait_timeouts", stats.wait_timeouts),
         ("wait_disconnects", stats.wait_disconnects),
         ("waiters_deleted", stats.waiters_deleted),
+        ("waiters_demoted", stats.waiters_demoted),
         ("handoff_latency_mean_us", stats.handoff_us_mean()),
         ("handoff_latency_max_us", stats.handoff_us_max),
+        ("eviction_unsafe", u64::from(unsafe_policy)),
+        ("eviction_refused_acquires", stats.eviction_refused),
     ];
     // The raw calls keep the section name `flock` (the builder would make
     // it `flock_flock`); Redis prefixes each field with `flock_`.

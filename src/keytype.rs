@@ -12,16 +12,28 @@ use crate::args;
 use crate::deadlines::Deadlines;
 use crate::ffi::{self, BlockedClient};
 use crate::lock::{Holder, Lock};
+use crate::requests::Record;
 use crate::state::Lease;
 use crate::{engine, state};
 
 pub const TYPE_NAME: &str = "flocklock";
-const ENCODING_VERSION: i32 = 1;
+/// 2: a holder flag, then the holder, then the remembered request IDs.
+/// 1 (still loaded): the holder alone.
+const ENCODING_VERSION: i32 = 2;
 
 /// The internal command that sets a lock's state as replicas and the AOF see
 /// it: `FLOCK.STATE key` (no lock) or `FLOCK.STATE key owner holds token
 /// deadline-unix-ms session`.
 pub const STATE_COMMAND: &str = "FLOCK.STATE";
+
+/// The internal command that sets a remembered request ID on replicas and
+/// in the AOF: `FLOCK.ID key request-id command reply expires-unix-ms`.
+pub const ID_COMMAND: &str = "FLOCK.ID";
+
+/// The numbers of `FLOCK.ID` (and of the RDB) for `record`, in order.
+pub fn request_numbers(record: &Record) -> [u64; 3] {
+    [record.kind.code(), record.reply, record.expires_ms]
+}
 
 /// The numbers of `FLOCK.STATE` for `holder`, in order.
 pub fn state_numbers(holder: &Holder, session: bool) -> [i64; 4] {
@@ -116,58 +128,82 @@ unsafe extern "C" fn unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c
 
 unsafe extern "C" fn rdb_save(io: *mut raw::RedisModuleIO, value: *mut c_void) {
     let value = unsafe { &*value.cast::<LockValue>() };
-    let Some(holder) = value.lock.holder() else { return };
-    raw::save_slice(io, &holder.owner);
-    raw::save_unsigned(io, u64::from(holder.holds));
-    raw::save_unsigned(io, holder.token);
-    raw::save_unsigned(io, holder.deadline_ms);
-    raw::save_unsigned(io, u64::from(value.lock.session().is_some()));
+    let holder = value.lock.holder();
+    raw::save_unsigned(io, u64::from(holder.is_some()));
+    if let Some(holder) = holder {
+        raw::save_slice(io, &holder.owner);
+        for n in state_numbers(holder, value.lock.session().is_some()) {
+            raw::save_unsigned(io, n as u64);
+        }
+    }
+    let requests = value.lock.requests();
+    raw::save_unsigned(io, requests.map_or(0, |r| r.iter().count()) as u64);
+    for (id, record) in requests.into_iter().flat_map(|r| r.iter()) {
+        raw::save_slice(io, id);
+        for n in request_numbers(record) {
+            raw::save_unsigned(io, n);
+        }
+    }
 }
 
 unsafe extern "C" fn rdb_load(io: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
-    if encver != ENCODING_VERSION {
-        ffi::log_io_error(io, &format!("FLOCK cannot load a lock of encoding version {encver}: it knows {ENCODING_VERSION}"));
-        return std::ptr::null_mut();
-    }
-    let load = || -> Result<_, redis_module::error::Error> {
-        let owner = raw::load_string_buffer(io)?;
-        let numbers = [raw::load_unsigned(io)?, raw::load_unsigned(io)?, raw::load_unsigned(io)?, raw::load_unsigned(io)?];
-        Ok((owner, numbers))
-    };
-    let Ok((owner, [holds, token, deadline_ms, session])) = load() else {
-        ffi::log_io_error(io, "FLOCK cannot load a lock: the data ends early");
-        return std::ptr::null_mut();
-    };
-    let holder = match args::holder(owner.as_ref(), holds, token, deadline_ms, session, ffi::now_ms()) {
-        Ok(holder) => holder,
-        Err(e) => {
-            ffi::log_io_error(io, &format!("FLOCK refuses to load a lock no command could have made: {e}"));
-            return std::ptr::null_mut();
+    match load_lock(io, encver, ffi::now_ms()) {
+        Ok(mut value) => {
+            let (db, key) = ffi::io_key(io);
+            let place = state::with(|s| s.place(db, &key));
+            engine::file_loaded(&mut value, &place);
+            Box::into_raw(Box::new(value)).cast::<c_void>()
         }
+        Err(e) => {
+            ffi::log_io_error(io, &format!("FLOCK cannot load a lock: {e}"));
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// Reads one lock, checking every field against what a command could have
+/// made: a crafted RESTORE payload or a corrupt file is refused whole.
+fn load_lock(io: *mut raw::RedisModuleIO, encver: c_int, now: u64) -> Result<LockValue, String> {
+    let short = |_| "the data ends early".to_string();
+    let number = || raw::load_unsigned(io).map_err(short);
+    let bytes = || raw::load_string_buffer(io).map_err(short);
+    let has_holder = match encver {
+        1 => true,
+        2 => number()? == 1,
+        _ => return Err(format!("encoding version {encver} is unknown: this FLOCK knows 1 and {ENCODING_VERSION}")),
     };
-    // The connection a SESSION lock was bound to is not on this server;
-    // the flag stays visible and the lease still bounds the lock.
-    let session = holder.session.then_some(REMOTE_SESSION);
-    let holder = Holder::new(holder.owner.into(), holder.holds, holder.token, holder.deadline_ms);
-    let (db, key) = ffi::io_key(io);
-    let place = state::with(|s| {
-        s.tokens.observe(holder.token);
-        s.place(db, &key)
-    });
-    let mut value = LockValue::new(Lock::with_holder(holder, session));
-    engine::file_loaded(&mut value, &place);
-    Box::into_raw(Box::new(value)).cast::<c_void>()
+    let mut lock = Lock::default();
+    if has_holder {
+        let owner = bytes()?;
+        let h = args::holder(owner.as_ref(), number()?, number()?, number()?, number()?, now)
+            .map_err(|e| format!("no command could have made it: {e}"))?;
+        state::with(|s| s.tokens.observe(h.token));
+        // The connection a SESSION lock was bound to is not on this server;
+        // the flag stays visible and the lease still bounds the lock.
+        let holder = Holder::new(h.owner.into(), h.holds, h.token, h.deadline_ms);
+        lock.set_holder(Some(holder), h.session.then_some(REMOTE_SESSION));
+    }
+    let records = if encver == 1 { 0 } else { number()? };
+    for _ in 0..records {
+        let id = bytes()?;
+        let record = args::request(id.as_ref(), number()?, number()?, number()?, now)
+            .map_err(|e| format!("no command could have made it: {e}"))?;
+        lock.restore_request(id.as_ref(), record);
+    }
+    Ok(LockValue::new(lock))
 }
 
 unsafe extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, value: *mut c_void) {
     let value = unsafe { &*value.cast::<LockValue>() };
     if let Some(holder) = value.lock.holder() {
-        ffi::emit_aof(aof, c"FLOCK.STATE", key, &holder.owner, state_numbers(holder, value.lock.session().is_some()));
+        let numbers = state_numbers(holder, value.lock.session().is_some());
+        ffi::emit_aof(aof, c"FLOCK.STATE", key, &holder.owner, &numbers);
+    }
+    for (id, record) in value.lock.requests().into_iter().flat_map(|r| r.iter()) {
+        ffi::emit_aof(aof, c"FLOCK.ID", key, id, &request_numbers(record).map(|n| n as i64));
     }
 }
 
-/// The token high-water mark: with the clock-based tokens it keeps tokens
-/// rising across a restart even if the clock stepped back meanwhile.
 unsafe extern "C" fn aux_save(io: *mut raw::RedisModuleIO, _when: c_int) {
     raw::save_unsigned(io, state::with(|s| s.tokens.last()));
 }

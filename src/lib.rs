@@ -3,7 +3,8 @@
 //! `queue`, `lock`, `requests`, `deadlines` and `args` are the pure core (no Redis API);
 //! the rest is the Redis layer: `commands` (handlers), `engine` (effects of a
 //! change), `blocking` (waiting clients), `keytype` (the stored value),
-//! `events` (server and keyspace events), `state` (connection state), `ffi`
+//! `events` (server and keyspace events), `eviction` (refusing grants that
+//! memory eviction could take away), `state` (connection state), `ffi`
 //! (raw API).
 
 pub mod args;
@@ -29,6 +30,8 @@ mod engine;
 #[cfg(not(test))]
 mod events;
 #[cfg(not(test))]
+mod eviction;
+#[cfg(not(test))]
 mod ffi;
 #[cfg(not(test))]
 mod info;
@@ -43,7 +46,9 @@ mod module {
     use redis_module::{redis_module, Context, RedisString, Status};
 
     use crate::args::MAX_MS;
-    use crate::config::{DEFAULT_MAX_WAITERS, MAX_LEASE_MS, MAX_WAITERS};
+    use crate::config::{
+        ALLOW_EVICTION, DEFAULT_MAX_WAITERS, DEFAULT_RETRY_WINDOW_MS, MAX_LEASE_MS, MAX_WAITERS, RETRY_WINDOW_MS,
+    };
 
     use crate::keytype::FLOCK_TYPE;
 
@@ -71,6 +76,7 @@ mod module {
         }
         log_panics();
         events::subscribe(ctx.ctx);
+        crate::eviction::init(ctx);
         ffi::register_filter(ctx.ctx, crate::blocking::unblock_filter);
         for doc in &crate::command_docs::COMMANDS {
             if !ffi::set_command_info(ctx.ctx, doc, "1.0.0") {
@@ -105,6 +111,7 @@ mod module {
             ["flock.forcerelease", commands::force_release, "write fast", 1, 1, 1, ""],
             ["flock.info", commands::info, "readonly fast", 1, 1, 1, ""],
             ["flock.state", commands::state, "write fast", 1, 1, 1, ""],
+            ["flock.id", commands::request_id, "write fast", 1, 1, 1, ""],
         ],
         event_handlers: [
             [@GENERIC: events::on_keyspace_event],
@@ -113,10 +120,13 @@ mod module {
             i64: [
                 ["max-waiters", &MAX_WAITERS, DEFAULT_MAX_WAITERS, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
                 ["max-lease-ms", &MAX_LEASE_MS, MAX_MS as i64, 1, MAX_MS as i64, ConfigurationFlags::DEFAULT, None],
+                ["retry-window-ms", &RETRY_WINDOW_MS, DEFAULT_RETRY_WINDOW_MS, 1, MAX_MS as i64, ConfigurationFlags::DEFAULT, None],
             ],
             // The macro needs every kind listed to accept module arguments.
             string: [],
-            bool: [],
+            bool: [
+                ["allow-eviction", &ALLOW_EVICTION, false, ConfigurationFlags::DEFAULT, None],
+            ],
             enum: [],
             module_args_as_configuration: true,
         ]

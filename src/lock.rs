@@ -83,8 +83,6 @@ pub enum Acquired {
     Granted(u64),
     /// The owner already held it; the current token.
     Reentered(u64),
-    /// A resent request whose grant is still held: its token, nothing changed.
-    Repeated(u64),
     /// Someone else holds it or is queued first.
     Busy,
 }

@@ -96,6 +96,9 @@ pub struct Stats {
     pub wait_timeouts: u64,
     pub wait_disconnects: u64,
     pub waiters_deleted: u64,
+    /// ACQUIREs refused because the maxmemory policy can evict locks.
+    pub eviction_refused: u64,
+    pub waiters_demoted: u64,
     /// From a hand-off to its reply being written, in microseconds.
     pub handoff_us_total: u64,
     pub handoff_us_max: u64,
@@ -128,6 +131,7 @@ pub struct State {
     pub deadlines: Deadlines<Lease>,
     pub tick: Option<(TimerId, u64)>,
     pub stats: Stats,
+    pub eviction: crate::eviction::Risk,
 }
 
 impl State {

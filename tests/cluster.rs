@@ -9,7 +9,8 @@
 //!    its next grant has a larger token;
 //! 4. CLUSTER FAILOVER keeps a held lock (owner, token) on the promoted
 //!    replica; the old holder releases it there; tokens keep increasing;
-//!    a waiter blocked on the old master gets an error and retries;
+//!    every waiter blocked on the old master (WAIT 0 or 20000, on two locks)
+//!    gets UNBLOCKED at once and leaves its queue;
 //! 5. ACL key patterns apply to FLOCK commands (a plain server).
 mod common;
 use common::cluster::*;
@@ -310,7 +311,7 @@ fn slot_migration_keeps_locks(cl: &Cluster) {
 
 /// Scenario 4: CLUSTER FAILOVER on the replica of the master holding locks.
 fn failover_keeps_locks(cl: &Cluster) {
-    let (key, short) = ("{fo}:lock", "{fo}:short");
+    let (key, short, other) = ("{fo}:lock", "{fo}:short", "{fo}:other");
     let slot = cl.keyslot(key);
     let m = cl.owner_of_slot(slot);
     let r = cl.replica_of(m);
@@ -320,6 +321,7 @@ fn failover_keeps_locks(cl: &Cluster) {
     let short_lease = 3000u64;
     let short_start = Instant::now();
     let t_short = acquire(&mut mc, short, "carol", short_lease).expect("acquire short").expect("granted");
+    acquire(&mut mc, other, "gus", 30_000).expect("acquire other").expect("granted");
     // WAIT makes the grants survive failover: the replica has them.
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(2000).query(&mut mc).expect("WAIT");
     assert_eq!(acked, 1, "WAIT 1 after the grants: the replica must acknowledge");
@@ -329,16 +331,16 @@ fn failover_keeps_locks(cl: &Cluster) {
     assert_eq!(owner_of(&mut rc, key).as_deref(), Some("alice"), "FLOCK.INFO on the replica shows the master's lock");
     assert_eq!(int(info_field(&mut rc, key, "token"), "replica token"), token, "the replica has the master's token");
 
-    // A waiter blocked on the old master: waiters are connection state, so
-    // the failover must end its wait with an error (it retries), not strand it.
-    let waiter = {
-        let mut c = cl.conn(m);
-        std::thread::spawn(move || {
-            let t = Instant::now();
-            (acquire_wait(&mut c, "{fo}:lock", "bob", 5000, 20_000), t.elapsed())
-        })
-    };
-    wait_for("bob queued on the old master", 5 * SECOND, || queue_of(&mut mc, key) == ["bob"]);
+    // Waiters blocked on the old master: waiters are connection state, so
+    // the failover must end each wait with an error (they retry), not strand it.
+    let mut queued = Vec::new();
+    for (lock, owners) in [(key, ["bob", "dan"]), (other, ["hal", "ivy"])] {
+        for (i, wait_ms) in [20_000, 0].into_iter().enumerate() {
+            let owner = owners[i];
+            queued.push((format!("{owner} (WAIT {wait_ms})"), spawn_timed_waiter(cl.conn(m), lock, owner, wait_ms)));
+            wait_for(&format!("{owner} queued on the old master"), 5 * SECOND, || queue_of(&mut mc, lock) == owners[..=i]);
+        }
+    }
 
     let failover_start = Instant::now();
     assert_eq!(cluster_cmd(&mut rc, &["FAILOVER"]), "OK");
@@ -346,11 +348,15 @@ fn failover_keeps_locks(cl: &Cluster) {
         cl.role(r) == "master" && cl.role(m) == "slave"
     });
     eprintln!("   failover took {:?}", failover_start.elapsed());
-    let (w, waited) = waiter.join().expect("waiter thread");
-    eprintln!("   waiter on the old master: {w:?} after {waited:?}");
-    let e = w.expect_err("a waiter on the demoted master must not be granted there");
-    assert_eq!(error_code(&e), "UNBLOCKED", "the demoted master ends its waiters like any blocked client: {e}");
-    assert!(waited < Duration::from_secs(10), "the failover must end the wait at once, it took {waited:?}: {e}");
+    let replies = demoted_replies(queued, failover_start);
+    eprintln!("   waiters on the old master answered after {:?}", replies.iter().map(|(e, t)| (t, e)).collect::<Vec<_>>());
+    assert_demotion_counted(&mut mc, 4, &replies);
+    let mut ro = cl.conn(m);
+    let _: () = redis::cmd("READONLY").query(&mut ro).expect("READONLY");
+    for (lock, holder) in [(key, "alice"), (other, "gus")] {
+        assert_eq!(owner_of(&mut ro, lock).as_deref(), Some(holder), "{lock} keeps its holder on the demoted master");
+        assert!(queue_of(&mut ro, lock).is_empty(), "{lock}: no waiter left in the queue of the demoted master");
+    }
 
     // The lock is on the new master, with its owner and token.
     let mut nc = cl.conn(r);

@@ -944,6 +944,54 @@ fn grant_confirmed_by_wait_survives_promotion_of_the_replica() {
     assert!(t2 > t, "token {t2} after promotion, {t} before");
 }
 
+/// REPLICAOF makes a master with waiters (WAIT 0 and WAIT 20000, on two
+/// locks) a replica: each waiter gets `UNBLOCKED` at once and leaves its
+/// queue, so when the node is promoted again a release frees the lock
+/// instead of granting it to a client that is gone.
+#[test]
+fn a_master_made_a_replica_answers_its_waiters_unblocked_and_keeps_no_queue() {
+    let m = Server::start();
+    // Has the master's data, so the demoted master resyncs partially and keeps its locks.
+    let n = Server::replica_of(&m);
+    let (mut mc, mut nc) = (m.conn(), n.conn());
+    let keys = ["L1", "L2"];
+    let mut queued = Vec::new();
+    for key in keys {
+        acquire(&mut mc, key, "holder", 60_000).unwrap().expect("granted");
+        let owners = [format!("{key}-wait-0"), format!("{key}-wait-20000")];
+        for (i, wait_ms) in [0, 20_000].into_iter().enumerate() {
+            queued.push((owners[i].clone(), spawn_timed_waiter(m.conn(), key, &owners[i], wait_ms)));
+            wait_queue(&mut mc, key, &owners.iter().take(i + 1).map(String::as_str).collect::<Vec<_>>());
+        }
+    }
+    wait_replica(&mut mc);
+    replicaof_no_one(&mut nc);
+
+    let since = Instant::now();
+    let ok: String = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(n.port).query(&mut mc).expect("REPLICAOF");
+    assert_eq!(ok, "OK");
+    let replies = demoted_replies(queued, since);
+    eprintln!("waiters of the demoted master answered after {:?}", replies.iter().map(|(e, t)| (t, e)).collect::<Vec<_>>());
+    assert_demotion_counted(&mut mc, 4, &replies);
+    assert_eq!(m.blocked_clients(), 0, "no client stays blocked on the demoted master");
+
+    m.wait_master_link();
+    let partial = n.info_section("stats").get("sync_partial_ok").cloned();
+    assert_eq!(partial.as_deref(), Some("1"), "the demoted master resynced partially, keeping its own locks and queues");
+    for key in keys {
+        assert_eq!(held_by(&mut mc, key, "holder").holds, 1, "{key} keeps its holder on the demoted master");
+        assert_eq!(waiters(&mut mc, key), 0, "{key}: no waiter left in the queue of the demoted master");
+        assert!(queue_of(&mut mc, key).is_empty(), "{key}: no waiter left in the queue of the demoted master");
+    }
+    replicaof_no_one(&mut mc);
+    let handoffs = m.stat("handoffs");
+    for key in keys {
+        assert_eq!(release(&mut mc, key, "holder").unwrap(), 0);
+        assert!(!exists(&mut mc, key), "{key}: released on the promoted node, it is free, not granted to a former waiter");
+    }
+    assert_eq!(m.stat("handoffs"), handoffs, "no hand-off to a waiter answered at demotion");
+}
+
 /// One command as the AOF stores it.
 fn resp(args: &[&str]) -> String {
     let mut out = format!("*{}\r\n", args.len());

@@ -877,7 +877,7 @@ fn wait_server_clock(c: &mut Connection, by: Duration) {
 /// Waiters that left the queue, each way counted once.
 fn waiters_left(s: &Server) -> i64 {
     let st = s.stats();
-    st["waiters_deleted"] + st["wait_timeouts"] + st["wait_disconnects"]
+    st["waiters_deleted"] + st["wait_timeouts"] + st["wait_disconnects"] + st["waiters_demoted"]
 }
 
 /// `a` holds `L` (lease `lease_ms`); active expiry is off; `waiters` queue

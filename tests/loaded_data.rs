@@ -28,8 +28,11 @@ fn crafted(c: &mut Connection, owner: &[u8], [holds, token, deadline, session]: 
     acquire(c, "model", "m", 60_000).unwrap().unwrap();
     let real: Vec<u8> = redis::cmd("DUMP").arg("model").query(c).unwrap();
     force_release(c, "model").unwrap();
-    // 0x07 (module value), then the 64-bit type id as an RDB length (0x81 + 8 bytes).
+    // 0x07 (module value), then the 64-bit type id as an RDB length (0x81 +
+    // 8 bytes), which carries the encoding version (2: a holder flag, the
+    // holder, then the request IDs).
     let mut out = real[..10].to_vec();
+    out.extend([0x02, 0x01]); // unsigned opcode, 1: a holder follows
     out.push(0x05); // string opcode
     match owner.len() {
         n if n < 64 => out.push(n as u8),
@@ -40,6 +43,7 @@ fn crafted(c: &mut Connection, owner: &[u8], [holds, token, deadline, session]: 
         out.extend([0x02, 0x81]); // unsigned opcode, 64-bit length
         out.extend(n.to_be_bytes());
     }
+    out.extend([0x02, 0x00]); // no request IDs
     out.push(0x00); // EOF opcode
     out.extend(&real[real.len() - 10..]); // RDB version and a checksum that no longer matches
     out

@@ -206,7 +206,7 @@ fn round(s: &Server, holder: &mut Connection, waiters: &mut [Waiter], kind: Roun
 /// Waiter entries that ended, by any way out of a queue.
 fn waiters_done(s: &Server) -> i64 {
     let st = s.stats();
-    st["handoffs"] + st["wait_timeouts"] + st["wait_disconnects"] + st["waiters_deleted"]
+    st["handoffs"] + st["wait_timeouts"] + st["wait_disconnects"] + st["waiters_deleted"] + st["waiters_demoted"]
 }
 
 #[test]

@@ -15,7 +15,7 @@ const MS: Duration = Duration::from_millis(1);
 // ---------------------------------------------------------------- INFO flock
 
 /// Every field of `INFO flock`, in order (Redis adds the `flock_` prefix).
-const INFO_FIELDS: [&str; 18] = [
+const INFO_FIELDS: [&str; 21] = [
     "locks",
     "waiters",
     "leases",
@@ -32,8 +32,11 @@ const INFO_FIELDS: [&str; 18] = [
     "wait_timeouts",
     "wait_disconnects",
     "waiters_deleted",
+    "waiters_demoted",
     "handoff_latency_mean_us",
     "handoff_latency_max_us",
+    "eviction_unsafe",
+    "eviction_refused_acquires",
 ];
 
 #[test]
@@ -294,6 +297,7 @@ fn command_docs_describe_every_command() {
     let key = arg("key", "key", None, false);
     let owner = arg("owner", "string", None, false);
     let lease = arg("lease-ms", "integer", None, false);
+    let id = arg("request-id", "string", Some("ID"), true);
     let table = [
         (
             "flock.acquire",
@@ -304,11 +308,12 @@ fn command_docs_describe_every_command() {
                 lease.clone(),
                 arg("timeout-ms", "integer", Some("WAIT"), true),
                 arg("session", "pure-token", Some("SESSION"), true),
+                id.clone(),
             ],
         ),
-        ("flock.release", "next waiter", vec![key.clone(), owner.clone()]),
-        ("flock.renew", "lease", vec![key.clone(), owner.clone(), lease.clone()]),
-        ("flock.forcerelease", "administrative", vec![key.clone()]),
+        ("flock.release", "next waiter", vec![key.clone(), owner.clone(), id.clone()]),
+        ("flock.renew", "lease", vec![key.clone(), owner.clone(), lease.clone(), id.clone()]),
+        ("flock.forcerelease", "administrative", vec![key.clone(), id.clone()]),
         ("flock.info", "queue", vec![key.clone()]),
         (
             "flock.state",
@@ -321,6 +326,17 @@ fn command_docs_describe_every_command() {
                 arg("token", "integer", None, false),
                 arg("deadline-unix-ms", "integer", None, false),
                 arg("session", "integer", None, false),
+            ],
+        ),
+        (
+            "flock.id",
+            "Internal",
+            vec![
+                key.clone(),
+                arg("request-id", "string", None, false),
+                arg("command", "integer", None, false),
+                arg("reply", "integer", None, false),
+                arg("expires-unix-ms", "integer", None, false),
             ],
         ),
     ];
@@ -360,9 +376,9 @@ fn command_info_flags_arity_and_key_specs() {
     let mut c = s.conn();
     let table: [(&str, i64, &[&str], &[&str]); 5] = [
         ("flock.acquire", -4, &["write", "denyoom", "blocking"], &["RW", "update"]),
-        ("flock.release", 3, &["write", "fast"], &["RW", "update"]),
-        ("flock.renew", 4, &["write", "fast"], &["RW", "update"]),
-        ("flock.forcerelease", 2, &["write", "fast"], &["RW", "update"]),
+        ("flock.release", -3, &["write", "fast"], &["RW", "update"]),
+        ("flock.renew", -4, &["write", "fast"], &["RW", "update"]),
+        ("flock.forcerelease", -2, &["write", "fast"], &["RW", "update"]),
         ("flock.info", 2, &["readonly", "fast"], &["RO", "access"]),
     ];
     for (name, arity, flags, key_flags) in table {
@@ -423,9 +439,17 @@ fn config_get_and_set_round_trip_and_refuse_out_of_range() {
     assert_eq!(config_get(&mut c, "flock.max-waiters"), "100000");
     assert_eq!(config_get(&mut c, "flock.max-lease-ms"), "1099511627776");
     let all: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("flock.*").query(&mut c).unwrap();
-    assert_eq!(all.len(), 4, "{all:?}");
+    assert_eq!(config_get(&mut c, "flock.allow-eviction"), "no");
+    assert_eq!(config_get(&mut c, "flock.retry-window-ms"), "60000");
+    assert_eq!(all.len(), 8, "{all:?}");
 
-    for (name, value) in [("flock.max-waiters", "7"), ("flock.max-lease-ms", "5000"), ("flock.max-waiters", "1")] {
+    let good = [
+        ("flock.max-waiters", "7"),
+        ("flock.max-lease-ms", "5000"),
+        ("flock.max-waiters", "1"),
+        ("flock.retry-window-ms", "250"),
+    ];
+    for (name, value) in good {
         config_set(&mut c, name, value).unwrap();
         assert_eq!(config_get(&mut c, name), value);
     }
@@ -436,6 +460,7 @@ fn config_get_and_set_round_trip_and_refuse_out_of_range() {
         ("flock.max-lease-ms", "0"),
         ("flock.max-lease-ms", "1099511627777"),
         ("flock.max-lease-ms", "1.5"),
+        ("flock.retry-window-ms", "0"),
     ];
     for (name, value) in bad {
         let e = config_set(&mut c, name, value).expect_err(&format!("{name} {value} refused"));
@@ -542,12 +567,15 @@ impl Drop for ModuleArgsServer {
 
 #[test]
 fn load_arguments_set_the_options() {
-    let s = ModuleArgsServer::start(&["max-waiters", "3", "max-lease-ms", "5000"]).expect("server starts");
+    let load_args = ["max-waiters", "3", "max-lease-ms", "5000", "allow-eviction", "yes", "retry-window-ms", "900"];
+    let s = ModuleArgsServer::start(&load_args).expect("server starts");
     let mut c = s.try_conn().unwrap();
     assert_eq!(config_get(&mut c, "flock.max-waiters"), "3");
     assert_eq!(config_get(&mut c, "flock.max-lease-ms"), "5000");
+    assert_eq!(config_get(&mut c, "flock.allow-eviction"), "yes");
+    assert_eq!(config_get(&mut c, "flock.retry-window-ms"), "900");
     let args: Vec<Value> = redis::cmd("MODULE").arg("LIST").query(&mut c).unwrap();
-    assert_eq!(strings(&get(&args[0], "args").unwrap()), ["max-waiters", "3", "max-lease-ms", "5000"]);
+    assert_eq!(strings(&get(&args[0], "args").unwrap()), load_args);
     assert!(acquire(&mut c, "L", "a", 5001).is_err());
     acquire(&mut c, "L", "a", 5000).unwrap().unwrap();
     // Still changeable at run time.
@@ -567,6 +595,9 @@ fn out_of_range_or_unknown_load_arguments_stop_the_server() {
         &["max-lease-ms", "0"],
         &["max-lease-ms", "1099511627777"],
         &["no-such-option", "1"],
+        // The crate would read anything but `yes` as `no`.
+        &["allow-eviction", "maybe"],
+        &["allow-eviction", "1"],
     ] {
         assert!(ModuleArgsServer::start(args).is_none(), "{args:?} accepted");
     }
@@ -593,7 +624,7 @@ fn error_messages_say_what_was_wrong_and_what_is_allowed() {
         (
             &["FLOCK.ACQUIRE", "L", "a", "1000", "NX"],
             "ERR",
-            &["unknown option 'NX'", "only WAIT timeout-ms and SESSION"],
+            &["unknown option 'NX'", "only WAIT timeout-ms, SESSION and ID request-id"],
         ),
         (&["FLOCK.ACQUIRE", "L", "a", "1000", "wait", "1", "WAIT", "1"], "ERR", &["WAIT given more than once", "once"]),
         (&["FLOCK.ACQUIRE", "L", "a", "1000", "WAIT"], "ERR", &["WAIT has no value", "WAIT timeout-ms"]),

@@ -5,6 +5,7 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use redis::{Commands, Connection, RedisResult, Value};
@@ -138,11 +139,7 @@ impl Server {
 
     /// `INFO flock` as field -> number (without the `flock_` prefix).
     pub fn stats(&self) -> std::collections::HashMap<String, i64> {
-        let text: String = redis::cmd("INFO").arg("flock").query(&mut self.conn()).expect("INFO flock");
-        text.lines()
-            .filter_map(|l| l.strip_prefix("flock_")?.split_once(':'))
-            .filter_map(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?)))
-            .collect()
+        flock_stats(&mut self.conn())
     }
 
     pub fn stat(&self, name: &str) -> i64 {
@@ -262,6 +259,55 @@ pub fn wait_queue(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized), owners:
 /// A key name for messages: printable ASCII as it is, other bytes escaped.
 pub fn shown(key: &[u8]) -> String {
     key.escape_ascii().to_string()
+}
+
+/// `INFO flock` of the server behind `c` as field -> number (without the `flock_` prefix).
+pub fn flock_stats(c: &mut Connection) -> std::collections::HashMap<String, i64> {
+    let text: String = redis::cmd("INFO").arg("flock").query(c).expect("INFO flock");
+    text.lines()
+        .filter_map(|l| l.strip_prefix("flock_")?.split_once(':'))
+        .filter_map(|(k, v)| Some((k.to_string(), v.trim().parse().ok()?)))
+        .collect()
+}
+
+/// A waiter's reply and when it arrived.
+pub type TimedReply = (RedisResult<Option<i64>>, Instant);
+
+/// Starts `FLOCK.ACQUIRE key owner 60000 WAIT wait_ms` on `c` in a thread.
+pub fn spawn_timed_waiter(mut c: Connection, key: &str, owner: &str, wait_ms: u64) -> JoinHandle<TimedReply> {
+    let (key, owner) = (key.to_string(), owner.to_string());
+    std::thread::spawn(move || (acquire_wait(&mut c, &key, &owner, 60_000, wait_ms), Instant::now()))
+}
+
+/// What FLOCK promises the waiters of a master that becomes a replica, on
+/// every server: each gets an error with code `UNBLOCKED` at once, never nil
+/// and never a hang (the deadline is below the 20 s WAITs of the tests).
+/// Returns each error's text and how long after `since` it arrived.
+pub fn demoted_replies(waiters: Vec<(String, JoinHandle<TimedReply>)>, since: Instant) -> Vec<(String, Duration)> {
+    wait_until("every waiter of the demoted master to be answered", 10 * SECOND, || {
+        waiters.iter().all(|(_, h)| h.is_finished())
+    });
+    waiters
+        .into_iter()
+        .map(|(who, h)| {
+            let (reply, at) = h.join().expect("waiter thread");
+            let e = reply.expect_err(&format!("{who}: a waiter on a demoted master must get an error"));
+            assert_eq!(error_code(&e), "UNBLOCKED", "{who}: a waiter on a demoted master: {e}");
+            (e.to_string(), at.saturating_duration_since(since))
+        })
+        .collect()
+}
+
+/// After `n` waiters of the server behind `c` were answered by its
+/// demotion: none is registered, each was counted once (as demoted where
+/// FLOCK answered it, as a disconnect where the server did first), and FLOCK's
+/// own replies say why.
+pub fn assert_demotion_counted(c: &mut Connection, n: usize, replies: &[(String, Duration)]) {
+    let st = flock_stats(c);
+    assert_eq!(st["waiters"], 0, "no waiter stays registered on a demoted master: {st:?}");
+    assert_eq!(st["waiters_demoted"] + st["wait_disconnects"], n as i64, "each waiter counted once: {st:?}");
+    let by_flock = replies.iter().filter(|(e, _)| e.contains("this node is no longer a master")).count();
+    assert_eq!(by_flock as i64, st["waiters_demoted"], "FLOCK's replies vs flock_waiters_demoted: {replies:?}");
 }
 
 /// The error code (first word) of a failed command.
@@ -398,3 +444,6 @@ impl Server {
 
 /// A local Redis Cluster with the module on every node (tests/cluster.rs).
 pub mod cluster;
+
+/// A TCP proxy that loses chosen replies (tests/request_ids.rs).
+pub mod proxy;

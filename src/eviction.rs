@@ -1,0 +1,97 @@
+//! Eviction safety. Lock keys have no TTL, so `volatile-*` maxmemory
+//! policies never evict them and `noeviction` refuses the ACQUIRE (it is
+//! `deny-oom`) instead; but an `allkeys-*` policy evicts a held lock like any
+//! cache entry: its waiters get LOCKDELETED and the next ACQUIRE is granted
+//! while the holder still believes it holds the lock. No module API up to
+//! Redis 8 exempts a key from eviction (`RM_SetLRU`/`RM_SetLFU` only bias
+//! the sampling, and not under `allkeys-random`), so while such a policy is
+//! in force ACQUIRE grants nothing unless `flock.allow-eviction` is on.
+//!
+//! The policy is read at load and after every CONFIG SET, and cached: the
+//! check in ACQUIRE reads one field.
+
+use std::ffi::c_void;
+use std::sync::atomic::Ordering;
+
+use redis_module::{raw, Context, RedisError};
+
+use crate::config;
+use crate::ffi::{self, RawCtx};
+use crate::keytype::LIVE_LOCKS;
+use crate::state;
+
+/// What the server's memory settings mean for lock keys, as last read.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Risk {
+    /// The maxmemory policy, if it can evict keys without a TTL.
+    pub policy: Option<String>,
+    /// `flock.allow-eviction` as it was then (for the log only: ACQUIRE
+    /// reads the setting itself).
+    allowed: bool,
+}
+
+pub fn init(ctx: &Context) {
+    // Fires after CONFIG SET applied its changes (module configs too), and
+    // not for a CONFIG SET that failed and was rolled back.
+    ffi::subscribe(ctx.ctx, raw::REDISMODULE_EVENT_CONFIG, on_config_change);
+    refresh(ctx);
+}
+
+unsafe extern "C" fn on_config_change(ctx: RawCtx, _: raw::RedisModuleEvent, _: u64, _: *mut c_void) {
+    refresh(&Context::new(ctx));
+}
+
+/// Reads the memory settings again and logs when the risk changed.
+fn refresh(ctx: &Context) {
+    // INFO memory rather than CONFIG GET: it bypasses the command table, so
+    // a renamed or disabled CONFIG command cannot hide the policy.
+    let info = ctx.server_info("memory");
+    let maxmemory = info.field("maxmemory").and_then(|v| v.parse_unsigned_integer().ok()).unwrap_or(0);
+    let policy = info.field("maxmemory_policy").map(|v| v.to_string_lossy()).unwrap_or_default();
+    let risk = Risk {
+        policy: (maxmemory > 0 && policy.starts_with("allkeys-")).then_some(policy),
+        allowed: config::allow_eviction(),
+    };
+    let (before, waiters) = state::with(|s| (std::mem::replace(&mut s.eviction, risk.clone()), s.waiters.len()));
+    if before == risk || (before.policy.is_none() && risk.policy.is_none()) {
+        return;
+    }
+    let locks = LIVE_LOCKS.load(Ordering::Relaxed);
+    let message = match &risk.policy {
+        None => "maxmemory settings no longer evict lock keys: FLOCK.ACQUIRE grants locks again".to_string(),
+        Some(policy) if risk.allowed => format!(
+            "maxmemory-policy {policy} with maxmemory {maxmemory} can evict lock keys and flock.allow-eviction is yes: \
+             FLOCK keeps granting, so a held lock may be evicted and granted to another owner while its holder still believes it holds it"
+        ),
+        Some(policy) => format!(
+            "maxmemory-policy {policy} with maxmemory {maxmemory} can evict lock keys: FLOCK.ACQUIRE is refused (EVICTION) \
+             until the policy is volatile-* or noeviction, or flock.allow-eviction is yes; the locks held now ({locks}) and the waiters \
+             queued now ({waiters}) carry on (release, renew, hand-off) but can be evicted"
+        ),
+    };
+    // RM_Log takes a format string; the policy is one of Redis's names, but
+    // keep any `%` literal anyway.
+    let message = message.replace('%', "%%");
+    if risk.policy.is_some() {
+        ctx.log_warning(&message);
+    } else {
+        ctx.log_notice(&message);
+    }
+}
+
+/// Refuses an ACQUIRE while the policy can evict the lock it would grant.
+pub fn check_acquire() -> Result<(), RedisError> {
+    if config::allow_eviction() {
+        return Ok(());
+    }
+    state::with(|s| {
+        let Some(policy) = &s.eviction.policy else { return Ok(()) };
+        s.stats.eviction_refused += 1;
+        let safe = policy.replacen("allkeys-", "volatile-", 1);
+        Err(RedisError::String(format!(
+            "EVICTION maxmemory-policy {policy} with maxmemory set can evict a held lock, so FLOCK grants none: \
+             lock keys have no TTL, which volatile-* policies never evict (CONFIG SET maxmemory-policy {safe}), \
+             or accept the risk with CONFIG SET flock.allow-eviction yes"
+        )))
+    })
+}

@@ -1,0 +1,170 @@
+//! A fault-injecting TCP proxy between a client and a test server: it
+//! forwards each command and its reply, and when armed, it swallows the
+//! server's reply to the Nth command of a given name and drops that client's
+//! connection (and its server connection) instead. The command was applied,
+//! but its reply is lost: the client sees a broken connection and resends,
+//! as redis-py, ioredis, Lettuce and the Rust client do.
+
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+
+#[derive(Default)]
+struct Trigger {
+    /// Upper-case command name, and how many more of it pass before the one
+    /// whose reply is dropped (0: the next one).
+    armed: Option<(Vec<u8>, usize)>,
+    /// Replies swallowed so far.
+    dropped: usize,
+    /// Commands forwarded so far, by upper-case name.
+    seen: Vec<Vec<u8>>,
+}
+
+pub struct Proxy {
+    pub port: u16,
+    trigger: Arc<Mutex<Trigger>>,
+}
+
+impl Proxy {
+    /// Listens on a free loopback port and forwards every connection to
+    /// `127.0.0.1:server_port` (a thread per connection; they end with it).
+    pub fn start(server_port: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let port = listener.local_addr().expect("proxy addr").port();
+        let trigger = Arc::new(Mutex::new(Trigger::default()));
+        let shared = Arc::clone(&trigger);
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let trigger = Arc::clone(&shared);
+                std::thread::spawn(move || {
+                    let _ = forward(client, server_port, &trigger);
+                });
+            }
+        });
+        Proxy { port, trigger }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The reply to the `nth` (1-based) `command` from now on, on any
+    /// connection, is swallowed and that connection dropped. Once.
+    pub fn drop_reply_to(&self, command: &str, nth: usize) {
+        assert!(nth >= 1, "nth counts from 1");
+        self.trigger.lock().expect("trigger").armed = Some((command.to_ascii_uppercase().into_bytes(), nth - 1));
+    }
+
+    /// Replies swallowed so far.
+    pub fn dropped(&self) -> usize {
+        self.trigger.lock().expect("trigger").dropped
+    }
+
+    /// How many `command`s went through so far (resends included).
+    pub fn seen(&self, command: &str) -> usize {
+        let name = command.to_ascii_uppercase().into_bytes();
+        self.trigger.lock().expect("trigger").seen.iter().filter(|c| **c == name).count()
+    }
+}
+
+/// One client connection: command by command, so that each reply is known
+/// to answer the command before it (pipelined commands queue up in the
+/// client socket meanwhile).
+fn forward(client: TcpStream, server_port: u16, trigger: &Mutex<Trigger>) -> io::Result<()> {
+    let server = TcpStream::connect(("127.0.0.1", server_port))?;
+    let (mut to_client, mut to_server) = (client.try_clone()?, server.try_clone()?);
+    let (mut from_client, mut from_server) = (BufReader::new(client), BufReader::new(server));
+    loop {
+        let mut command = Vec::new();
+        let name = read_command(&mut from_client, &mut command)?;
+        to_server.write_all(&command)?;
+        let mut reply = Vec::new();
+        read_value(&mut from_server, &mut reply)?;
+        let swallow = {
+            let mut t = trigger.lock().expect("trigger");
+            t.seen.push(name.clone());
+            let hit = match &mut t.armed {
+                Some((armed, 0)) if *armed == name => true,
+                Some((armed, left)) if *armed == name => {
+                    *left -= 1;
+                    false
+                }
+                _ => false,
+            };
+            if hit {
+                t.armed = None;
+                t.dropped += 1;
+            }
+            hit
+        };
+        if swallow {
+            let _ = to_client.shutdown(Shutdown::Both);
+            let _ = to_server.shutdown(Shutdown::Both);
+            return Ok(());
+        }
+        to_client.write_all(&reply)?;
+    }
+}
+
+fn read_line(r: &mut impl BufRead, out: &mut Vec<u8>) -> io::Result<Vec<u8>> {
+    let start = out.len();
+    if r.read_until(b'\n', out)? == 0 {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(out[start..].strip_suffix(b"\r\n").unwrap_or(&out[start..]).to_vec())
+}
+
+fn number(line: &[u8]) -> io::Result<i64> {
+    std::str::from_utf8(line).ok().and_then(|s| s.parse().ok()).ok_or_else(|| io::ErrorKind::InvalidData.into())
+}
+
+/// Copies one RESP command (an array of bulk strings, or an inline command)
+/// into `out`; returns its name in upper case.
+fn read_command(r: &mut impl BufRead, out: &mut Vec<u8>) -> io::Result<Vec<u8>> {
+    let line = read_line(r, out)?;
+    let Some(count) = line.strip_prefix(b"*") else {
+        let name = line.split(|b| *b == b' ').next().unwrap_or_default();
+        return Ok(name.to_ascii_uppercase());
+    };
+    let mut name = Vec::new();
+    for i in 0..number(count)? {
+        let start = out.len();
+        read_value(r, out)?;
+        if i == 0 {
+            // `$len\r\nNAME\r\n`: the name sits after the first line.
+            let arg = &out[start..];
+            let body = arg.iter().position(|b| *b == b'\n').map_or(&arg[..0], |p| &arg[p + 1..]);
+            name = body.strip_suffix(b"\r\n").unwrap_or(body).to_ascii_uppercase();
+        }
+    }
+    Ok(name)
+}
+
+/// Copies one RESP2 or RESP3 value into `out`.
+fn read_value(r: &mut impl BufRead, out: &mut Vec<u8>) -> io::Result<()> {
+    let line = read_line(r, out)?;
+    let (kind, rest) = line.split_first().ok_or(io::ErrorKind::InvalidData)?;
+    match kind {
+        b'$' | b'!' | b'=' => {
+            let len = number(rest)?;
+            if len >= 0 {
+                let start = out.len();
+                out.resize(start + len as usize + 2, 0);
+                r.read_exact(&mut out[start..])?;
+            }
+        }
+        b'*' | b'~' | b'>' | b'%' | b'|' => {
+            let n = number(rest)?;
+            let items = if matches!(kind, b'%' | b'|') { 2 * n } else { n };
+            for _ in 0..items.max(0) {
+                read_value(r, out)?;
+            }
+            if *kind == b'|' {
+                // Attributes precede the value they describe.
+                read_value(r, out)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
