@@ -24,12 +24,14 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 const THREADS: usize = 8;
-/// `flock.max-lease-ms` for the run: every lease and WAIT is at most this.
+/// `flock.max-lease-ms` and `flock.retry-window-ms` for the run: every lease,
+/// WAIT and remembered request ID lasts at most this.
 const MAX_LEASE_MS: u64 = 3_000;
 /// A reply later than this (beyond the longest WAIT) counts as a hang.
 const REPLY_LIMIT: Duration = Duration::from_millis(MAX_LEASE_MS + 10_000);
 const LOG: &str = "redis.log";
 
+const REQUEST_IDS: &[&[u8]] = &[b"r1", b"r2", b"\0id", b"\xff\r\n"];
 const OWNERS: &[&[u8]] = &[b"o1", b"o2", b"\0", b"\xff\r\n", b"%n%s", b" "];
 
 /// Numbers a client might send where milliseconds are expected; none of
@@ -155,8 +157,8 @@ impl Fuzzer {
                 let sent = sent();
                 self.check_link(&format!("{what} {}", &sent[..sent.len().min(300)]), &e);
             }
-            Ok(reply) if what == "FLOCK.STATE" => {
-                self.fail(format!("FLOCK.STATE from a client was accepted ({reply:?}): {}", sent()))
+            Ok(reply) if what == "FLOCK.STATE" || what == "FLOCK.ID" => {
+                self.fail(format!("{what} from a client was accepted ({reply:?}): {}", sent()))
             }
             Ok(_) => {}
         }
@@ -180,6 +182,27 @@ impl Fuzzer {
             2 => vec![b'y'; 256],
             3 => self.junk(),
             _ => OWNERS.choose(&mut self.rng).expect("owners").to_vec(),
+        }
+    }
+
+    /// A request ID from a small shared set (so that resends and reuse with
+    /// another command happen), sometimes fresh, binary or malformed.
+    fn request_id(&mut self) -> Vec<u8> {
+        match self.rng.gen_range(0..20) {
+            0 => Vec::new(),
+            1 => vec![b'i'; 65],
+            2 => vec![b'j'; 64],
+            3 => self.junk(),
+            4..=7 => format!("fresh-{}", self.rng.gen::<u64>()).into_bytes(),
+            _ => REQUEST_IDS.choose(&mut self.rng).expect("ids").to_vec(),
+        }
+    }
+
+    /// `ID request-id` a third of the time.
+    fn id_option(&mut self) -> Args {
+        match self.rng.gen_range(0..3) {
+            0 => vec![b"ID".to_vec(), self.request_id()],
+            _ => Vec::new(),
         }
     }
 
@@ -214,19 +237,26 @@ impl Fuzzer {
                         0..=4 => args.extend([b"WAIT".to_vec(), self.ms(false)]),
                         5..=7 => args.push(b"SESSION".to_vec()),
                         8 => args.extend([b"wait".to_vec(), self.ms(false)]),
-                        _ => args.push(self.junk()),
+                        9 if self.rng.gen_bool(0.5) => args.push(self.junk()),
+                        _ => args.extend(self.id_option()),
                     }
                 }
                 ("FLOCK.ACQUIRE", args)
             }
-            45..=64 => ("FLOCK.RELEASE", vec![key, self.owner()]),
-            65..=79 => ("FLOCK.RENEW", vec![key, self.owner(), self.ms(false)]),
-            80..=87 => ("FLOCK.FORCERELEASE", vec![key]),
+            45..=64 => ("FLOCK.RELEASE", [vec![key, self.owner()], self.id_option()].concat()),
+            65..=79 => ("FLOCK.RENEW", [vec![key, self.owner(), self.ms(false)], self.id_option()].concat()),
+            80..=87 => ("FLOCK.FORCERELEASE", [vec![key], self.id_option()].concat()),
             88..=95 => ("FLOCK.INFO", vec![key]),
-            _ => {
+            // The internal commands, which refuse clients.
+            96..=97 => {
                 let mut args = vec![key, self.owner()];
                 args.extend((0..4).map(|_| self.ms(false)));
                 ("FLOCK.STATE", args)
+            }
+            _ => {
+                let mut args = vec![key, self.request_id()];
+                args.extend((0..3).map(|_| self.ms(false)));
+                ("FLOCK.ID", args)
             }
         };
         match self.rng.gen_range(0..30) {
@@ -538,7 +568,10 @@ fn random_commands_from_many_connections_never_crash_hang_or_strand_anything() {
     let what = format!("fuzz seed {seed} (FLOCK_FUZZ_SEED={seed} replays it)");
     let mut s = Server::start_with(&["--logfile", LOG]);
     let mut c = s.conn();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("flock.max-lease-ms").arg(MAX_LEASE_MS).query(&mut c).unwrap();
+    // Holderless keys that remember request IDs last the retry window.
+    for name in ["flock.max-lease-ms", "flock.retry-window-ms"] {
+        let _: () = redis::cmd("CONFIG").arg("SET").arg(name).arg(MAX_LEASE_MS).query(&mut c).unwrap();
+    }
     drop(c);
     // A replica applies everything the master propagates, binary names too.
     let mut r = Server::replica_with(&s, &["--logfile", LOG]);
