@@ -117,6 +117,15 @@ fn connect(url: &str, db: i64, resp3: bool) -> RedisResult<(Connection, u64)> {
 
 type Args = Vec<Vec<u8>>;
 
+/// No reply, or none that the client could read.
+fn is_link_error(e: &redis::RedisError) -> bool {
+    e.is_timeout() || e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error()
+}
+
+/// Commands that never fail on data the server made itself: a failed DEBUG
+/// RELOAD would have lost the data set behind the replica's back.
+const MUST_SUCCEED: &[&str] = &["DEBUG RELOAD", "RESTORE REPLACE", "SWAPDB", "FLUSHDB", "FLUSHALL"];
+
 impl Fuzzer {
     fn new(n: usize, seed: u64, url: String, keys: Arc<Vec<Vec<u8>>>, shared: Arc<Shared>) -> RedisResult<Fuzzer> {
         let (conn, id) = connect(&url, 0, false)?;
@@ -153,6 +162,7 @@ impl Fuzzer {
         *self.counts.entry(what).or_default() += 1;
         let sent = || cmd.get_packed_command().escape_ascii().to_string();
         match cmd.query::<Value>(&mut self.conn) {
+            Err(e) if MUST_SUCCEED.contains(&what) && !is_link_error(&e) => self.fail(format!("{what}: {e}")),
             Err(e) => {
                 let sent = sent();
                 self.check_link(&format!("{what} {}", &sent[..sent.len().min(300)]), &e);
@@ -165,7 +175,7 @@ impl Fuzzer {
     }
 
     fn check_link(&mut self, what: &str, e: &redis::RedisError) {
-        if e.is_timeout() || e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+        if is_link_error(e) {
             self.fail(format!("{what}: no reply ({e})"));
             self.reconnect();
         }
@@ -397,9 +407,10 @@ impl Fuzzer {
                 let mut cmd = redis::cmd("RESTORE");
                 cmd.arg(to).arg(0).arg(blob);
                 if self.rng.gen_bool(0.7) {
-                    cmd.arg("REPLACE");
+                    self.run("RESTORE REPLACE", cmd.arg("REPLACE"));
+                } else {
+                    self.run("RESTORE", &cmd);
                 }
-                self.run("RESTORE", &cmd);
             }
             Ok(None) => {}
             Err(e) => self.check_link("DUMP", &e),
