@@ -11,6 +11,8 @@
 //! 64^l ms each. An entry sits at the level of the highest base-64 digit in
 //! which its deadline differs from the wheel's time; when the time reaches a
 //! slot above level 0, its entries move down to the level that now fits them.
+//! Such a slot can hold every entry (after a long pause, all deadlines of
+//! the last 4 s share a level-2 slot), so they move a bounded step per call.
 
 use std::num::NonZeroU32;
 
@@ -19,6 +21,21 @@ const SLOTS: usize = 1 << SLOT_BITS;
 /// 64^7 ms = 2^42 ms: the longest lease (2^40 ms) fits from any time of day.
 const LEVELS: usize = 7;
 const NIL: u32 = u32::MAX;
+/// Entries moved down a level per `pop_due` call at most.
+const MOVE_STEP: usize = 64;
+
+/// What `pop_due` found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Pop<T> {
+    /// An entry whose deadline is at or before the time given, and its
+    /// former id.
+    Due(DeadlineId, T),
+    /// Nothing yet: entries of a slot whose time has come moved down a
+    /// level, and more are left to move. Call again.
+    Moved,
+    /// Nothing is due.
+    Idle,
+}
 
 /// Where an entry is; it stays valid until the entry is removed or popped,
 /// then its index may be reused by a later entry.
@@ -145,26 +162,37 @@ impl<T> Deadlines<T> {
         self.next_slot().map(|(_, _, start)| start)
     }
 
-    /// One entry whose deadline is at or before `now`, and its former id.
-    pub fn pop_due(&mut self, now: u64) -> Option<(DeadlineId, T)> {
+    /// The entry with the earliest deadline if it is at or before `now`
+    /// (entries due in the same millisecond in any order), after moving at
+    /// most `MOVE_STEP` entries down a level.
+    pub fn pop_due(&mut self, now: u64) -> Pop<T> {
+        let mut moved = 0;
         loop {
             let Some((level, slot, start)) = self.next_slot().filter(|&(_, _, start)| start <= now) else {
                 self.elapsed = self.elapsed.max(now);
-                return None;
+                return Pop::Idle;
             };
             self.elapsed = start;
             let head = self.levels[level].heads[slot];
             if level == 0 {
-                return Some((DeadlineId::of(head), self.take(head)));
+                return Pop::Due(DeadlineId::of(head), self.take(head));
             }
-            // The slot's time has come: its entries move down.
-            self.levels[level].heads[slot] = NIL;
-            self.levels[level].occupied &= !(1 << slot);
+            if moved == MOVE_STEP {
+                return Pop::Moved;
+            }
+            // The slot's time has come: its entries move down, from the
+            // front; the rest wait in the slot, which stays first in line.
             let mut cursor = head;
-            while cursor != NIL {
+            while cursor != NIL && moved < MOVE_STEP {
                 let next = self.entries[cursor as usize].next;
                 self.link(cursor);
                 cursor = next;
+                moved += 1;
+            }
+            self.levels[level].heads[slot] = cursor;
+            match cursor {
+                NIL => self.levels[level].occupied &= !(1 << slot),
+                rest => self.entries[rest as usize].prev = NIL,
             }
         }
     }
@@ -176,10 +204,23 @@ impl<T> Deadlines<T> {
         deadline.clamp(self.elapsed, top_end)
     }
 
-    /// The lowest occupied slot, with its level and start time. Lower levels
-    /// always come first: their entries share more leading digits with the
+    /// A slot above level 0 at the wheel's time: its entries are moving down
+    /// (see `pop_due`). Only such a slot can be at the wheel's time.
+    fn moving(&self) -> Option<(usize, usize)> {
+        (1..LEVELS)
+            .map(|level| (level, slot_for(self.elapsed, level)))
+            .find(|&(level, slot)| self.levels[level].occupied & (1 << slot) != 0)
+    }
+
+    /// The slot to look at next, with its level and start time: one whose
+    /// entries are moving down, or else the lowest occupied slot. Lower
+    /// levels come first: their entries share more leading digits with the
     /// wheel's time. Within a level, occupied slots are never behind it.
     fn next_slot(&self) -> Option<(usize, usize, u64)> {
+        if let Some((level, slot)) = self.moving() {
+            // It started at the wheel's time, which has not moved since.
+            return Some((level, slot, self.elapsed));
+        }
         self.levels.iter().enumerate().find(|(_, l)| l.occupied != 0).map(|(level, l)| {
             let shift = level as u32 * SLOT_BITS;
             let current = slot_for(self.elapsed, level);
@@ -195,6 +236,16 @@ impl<T> Deadlines<T> {
         let when = self.entries[index as usize].when;
         let level = level_for(self.elapsed, when);
         (level, slot_for(when, level))
+    }
+
+    /// The slot whose list starts with entry `index`: the one its deadline
+    /// falls in now, unless it is still waiting to move down.
+    fn slot_headed_by(&self, index: u32) -> (usize, usize) {
+        let (level, slot) = self.bucket(index);
+        if self.levels[level].heads[slot] == index {
+            return (level, slot);
+        }
+        self.moving().expect("a list head is in its slot or in the one moving down")
     }
 
     /// Pushes entry `index` on the front of the list of its slot.
@@ -213,17 +264,19 @@ impl<T> Deadlines<T> {
 
     /// Unlinks entry `index` (in use) and frees it.
     fn take(&mut self, index: u32) -> T {
-        let (level, slot) = self.bucket(index);
         let Entry { prev, next, .. } = self.entries[index as usize];
         match prev {
-            NIL => self.levels[level].heads[slot] = next,
+            NIL => {
+                let (level, slot) = self.slot_headed_by(index);
+                self.levels[level].heads[slot] = next;
+                if next == NIL {
+                    self.levels[level].occupied &= !(1 << slot);
+                }
+            }
             prev => self.entries[prev as usize].next = next,
         }
         if next != NIL {
             self.entries[next as usize].prev = prev;
-        }
-        if self.levels[level].heads[slot] == NIL {
-            self.levels[level].occupied &= !(1 << slot);
         }
         let item = self.entries[index as usize].item.take().expect("a linked entry holds its item");
         self.len -= 1;
@@ -247,7 +300,14 @@ mod tests {
 
     /// Everything due at `now`, in any order, as (deadline, item).
     fn drain(wheel: &mut Deadlines<u64>, now: u64) -> Vec<u64> {
-        let mut due: Vec<u64> = std::iter::from_fn(|| wheel.pop_due(now).map(|(_, item)| item)).collect();
+        let mut due = Vec::new();
+        loop {
+            match wheel.pop_due(now) {
+                Pop::Due(_, item) => due.push(item),
+                Pop::Moved => {}
+                Pop::Idle => break,
+            }
+        }
         due.sort_unstable();
         due
     }
@@ -314,6 +374,34 @@ mod tests {
     }
 
     #[test]
+    fn a_crowded_slot_moves_down_in_steps_and_still_pops_earliest_first() {
+        let mut wheel = Deadlines::default();
+        wheel.pop_due(0);
+        // 1000 deadlines in one level-2 slot (4096 ms), inserted latest first.
+        let ids: Vec<DeadlineId> = (0..1000u64).rev().map(|n| wheel.insert(4096 + n * 4, n)).collect();
+        let now = 4096 + 4000;
+        assert_eq!(wheel.pop_due(now), Pop::Moved, "the first call only moves entries down");
+        // Taken out while the slot moves down: one still in it, the one at
+        // its head, and one moved already; and one put in.
+        assert_eq!(wheel.remove(ids[0]), Some(999));
+        assert_eq!(wheel.remove(ids[999 - MOVE_STEP]), Some(MOVE_STEP as u64));
+        assert_eq!(wheel.remove(ids[999]), Some(0));
+        wheel.insert(4096 + 1, 1000);
+        let mut popped = Vec::new();
+        loop {
+            match wheel.pop_due(now) {
+                Pop::Due(_, n) => popped.push(n),
+                Pop::Moved => {}
+                Pop::Idle => break,
+            }
+        }
+        let mut expected: Vec<u64> = vec![1000];
+        expected.extend((1..999).filter(|&n| n != MOVE_STEP as u64));
+        assert_eq!(popped, expected, "in deadline order, the removed ones never");
+        assert_eq!(wheel.len, 0);
+    }
+
+    #[test]
     fn an_entry_with_a_token_and_a_boxed_place_is_40_bytes() {
         assert_eq!(Deadlines::<(u64, Box<[u8]>)>::entry_size(), 40);
     }
@@ -322,34 +410,39 @@ mod tests {
     enum Op {
         Insert(u64),
         Remove(usize),
-        Advance(u64),
+        /// Moves the time on, then calls `pop_due` up to so many times.
+        Advance(u64, usize),
     }
 
     fn op() -> impl Strategy<Value = Op> {
         let delay = prop_oneof![0u64..100, 0u64..5000, 0u64..(1 << 20), 0u64..(1 << 40)];
+        let by = prop_oneof![0u64..70, 0u64..100_000, 0u64..(1 << 30)];
+        let calls = prop_oneof![0usize..4, 0usize..1000];
         prop_oneof![
             3 => delay.prop_map(Op::Insert),
             1 => any::<usize>().prop_map(Op::Remove),
-            2 => prop_oneof![0u64..70, 0u64..100_000, 0u64..(1 << 30)].prop_map(Op::Advance),
+            2 => (by, calls).prop_map(|(by, calls)| Op::Advance(by, calls)),
         ]
     }
 
     proptest! {
-        /// Against a sorted map: every entry pops exactly once, when the time
-        /// has reached its deadline and never before; removed ones never.
+        /// Against a sorted map of (deadline, or the wheel's time if that is
+        /// later, serial): every entry pops exactly once, earliest first, when
+        /// the time has reached its deadline and never before; removed ones
+        /// never; and the wheel only rests when nothing is due.
         #[test]
         fn behaves_like_a_sorted_map(start in 0u64..(1 << 40), ops in prop::collection::vec(op(), 0..400)) {
             let mut wheel = Deadlines::default();
             let mut model: BTreeMap<(u64, u64), DeadlineId> = BTreeMap::new();
             let mut now = start;
             let mut serial = 0u64;
-            prop_assert!(wheel.pop_due(now).is_none());
+            prop_assert_eq!(wheel.pop_due(now), Pop::Idle);
             for op in ops {
                 match op {
                     Op::Insert(delay) => {
                         serial += 1;
                         let id = wheel.insert(now + delay, serial);
-                        model.insert((now + delay, serial), id);
+                        model.insert(((now + delay).max(wheel.elapsed), serial), id);
                     }
                     Op::Remove(i) if !model.is_empty() => {
                         let key = *model.keys().nth(i % model.len()).unwrap();
@@ -357,19 +450,24 @@ mod tests {
                         prop_assert_eq!(wheel.remove(id), Some(key.1));
                     }
                     Op::Remove(_) => {}
-                    Op::Advance(by) => {
+                    Op::Advance(by, calls) => {
                         now += by;
-                        let mut popped = Vec::new();
-                        while let Some((id, item)) = wheel.pop_due(now) {
-                            popped.push((id, item));
-                        }
-                        let due: Vec<_> = model.range(..(now + 1, 0)).map(|(k, id)| (*id, k.1)).collect();
-                        popped.sort_by_key(|p| p.1);
-                        let mut expected = due.clone();
-                        expected.sort_by_key(|p| p.1);
-                        prop_assert_eq!(popped, expected);
-                        for (_, item) in due {
-                            model.retain(|k, _| k.1 != item);
+                        for _ in 0..calls {
+                            match wheel.pop_due(now) {
+                                Pop::Due(id, item) => {
+                                    let first = model.keys().next().map(|k| k.0);
+                                    let key = *model.keys().find(|k| k.1 == item).unwrap();
+                                    prop_assert!(key.0 <= now, "{:?} popped at {}", key, now);
+                                    prop_assert_eq!(Some(key.0), first, "not the earliest deadline");
+                                    prop_assert_eq!(model.remove(&key), Some(id));
+                                }
+                                Pop::Moved => {}
+                                Pop::Idle => {
+                                    let first = model.keys().next().map(|k| k.0);
+                                    prop_assert!(first.is_none_or(|f| f > now), "idle with {:?} due at {}", first, now);
+                                    break;
+                                }
+                            }
                         }
                     }
                 }

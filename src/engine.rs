@@ -2,13 +2,13 @@
 //! delivered to blocked clients, the lease timer moved, session bindings
 //! kept in step, keyspace events sent, and the key removed once idle.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use redis_module::key::RedisKeyWritable;
 use redis_module::{Context, NotifyEvent};
 
 use crate::blocking::{self, Outcome};
-use crate::deadlines::DeadlineId;
+use crate::deadlines::{DeadlineId, Pop};
 use crate::ffi::{self, BlockedClient};
 use crate::keytype::{self, lock_value, LockValue};
 use crate::lock::{Grant, Holder};
@@ -239,12 +239,31 @@ fn wake_at(s: &mut State, at: u64, now: u64) {
     s.tick = Some((ffi::create_timer(at.saturating_sub(now), on_tick, ()), at));
 }
 
-/// Ends every lease that is due (`update` passes each lock on), then sets
-/// the timer for the next deadline.
+/// Work per tick: a backlog of due leases (after a slow command, a fork, a
+/// load or a promotion) ends in slices this long, so that clients are
+/// served in between instead of after all of it.
+const SLICE: Duration = Duration::from_millis(1);
+/// Leases ended (or steps of moving deadlines down the wheel) between
+/// looks at the clock: each takes a few µs.
+const CLOCK_EVERY: u64 = 64;
+
+/// Ends the leases that are due, earliest first, for about `SLICE` at most
+/// (`update` passes each lock on), then sets the timer for the next
+/// deadline: at once if some are still due, so the event loop serves
+/// clients before the next slice.
 fn on_tick(ctx: &Context, (): ()) {
     state::with(|s| s.tick = None);
     let now = ffi::now_ms();
-    while let Some((id, lease)) = state::with(|s| s.deadlines.pop_due(now)) {
+    let started = Instant::now();
+    for ended in 1.. {
+        if ended % CLOCK_EVERY == 0 && started.elapsed() >= SLICE {
+            break;
+        }
+        let (id, lease) = match state::with(|s| s.deadlines.pop_due(now)) {
+            Pop::Due(id, lease) => (id, lease),
+            Pop::Moved => continue,
+            Pop::Idle => break,
+        };
         open_lock_at(ctx, &lease.place, |key, name, value| {
             let Some(holder) = value.lock.holder_mut() else { return };
             if holder.token == lease.token && holder.deadline_id == Some(id) {
@@ -256,7 +275,7 @@ fn on_tick(ctx: &Context, (): ()) {
     }
     state::with(|s| {
         if let Some(next) = s.deadlines.next_deadline() {
-            wake_at(s, next, now);
+            wake_at(s, next, ffi::now_ms());
         }
     });
 }

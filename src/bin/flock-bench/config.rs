@@ -10,15 +10,17 @@ use crate::scenarios::Scenario;
 
 pub const USAGE: &str = "\
 usage: flock-bench [options]
-  --quick                 smoke run, under a minute: 0.2 s runs, 1 repeat, 100k locks, 1k waiters
+  --quick                 smoke run, under a minute: 0.2 s runs, 1 repeat, 100k locks, 1k waiters,
+                          backlogs of 10k and 100k leases
   --clients LIST          client counts (default 1,8,32)
   --duration-s SECONDS    length of each run (default 2; expiry runs at least 0.45 s)
   --repeats N             repeats of every run; tables show medians (default 3)
   --methods LIST          of flock,setnx,listpoll,redisson (default all)
-  --scenarios LIST        of ping,uncontended,contended,expiry,scale (default all)
+  --scenarios LIST        of ping,uncontended,contended,expiry,backlog,scale (default all)
   --hold-us LIST          contended hold times in µs (default 100,0)
   --locks N               idle locks for scale (default 1000000)
   --waiters N             waiters for scale, capped by open files (default 10000)
+  --backlog LIST          due leases for backlog (default 100000,1000000)
   --module PATH           the module (default target/release/libredis_flock.so)
   --out DIR               where CSV, SVG and the tables go (default target/bench)";
 
@@ -30,6 +32,7 @@ pub struct Config {
     pub scenarios: Vec<Scenario>,
     pub hold_us: Vec<u64>,
     pub size: Size,
+    pub backlog: Vec<usize>,
     pub module: PathBuf,
     pub out: PathBuf,
 }
@@ -64,6 +67,7 @@ impl Config {
                 waiters: if quick { 1_000 } else { 10_000 },
                 probe: Duration::from_secs_f64(if quick { 0.15 } else { 1.0 }),
             },
+            backlog: if quick { vec![10_000, 100_000] } else { vec![100_000, 1_000_000] },
             module: manifest.join("target/release/libredis_flock.so"),
             out: manifest.join("target/bench"),
         };
@@ -87,13 +91,19 @@ impl Config {
                 "--hold-us" => config.hold_us = list(&value()?, number)?,
                 "--locks" => config.size.locks = number(&value()?)?,
                 "--waiters" => config.size.waiters = number(&value()?)?,
+                "--backlog" => config.backlog = list(&value()?, number)?,
                 "--module" => config.module = value()?.into(),
                 "--out" => config.out = value()?.into(),
                 _ => return Err(format!("unknown option {name:?}")),
             }
         }
-        if config.clients.contains(&0) || config.repeats == 0 || config.size.locks == 0 || config.size.waiters == 0 {
-            return Err("clients, repeats, locks and waiters must be at least 1".into());
+        if config.clients.contains(&0)
+            || config.repeats == 0
+            || config.size.locks == 0
+            || config.size.waiters == 0
+            || config.backlog.contains(&0)
+        {
+            return Err("clients, repeats, locks, waiters and backlogs must be at least 1".into());
         }
         Ok(Some(config))
     }

@@ -10,7 +10,7 @@ use redis::RedisResult;
 
 use crate::config::Config;
 use crate::results::{combine, Sample};
-use crate::scenarios::{expiry, scale};
+use crate::scenarios::{backlog, expiry, scale};
 use crate::server::{field, info, Server};
 use crate::{chart, targets};
 
@@ -59,6 +59,14 @@ fn legend(scenario: &str, config: &Config) -> String {
             "Holders never release (lease {} ms); each client queues again under a new name. \
              delay: from a lease's end to the next grant. max req waiting: most requests a waiter sent between joining and its grant.",
             expiry::LEASE_MS
+        ),
+        "backlog" => format!(
+            "The leases, {} ms each, taken by scripts in one pipeline that then sleeps {} ms (DEBUG SLEEP: the event loop was busy), \
+             all due at once when it wakes; setnx: SET NX PX keys, ended by Redis's active expiry. all ended: until DBSIZE is 0. \
+             A pinger sends PING after PING meanwhile: ping p99 and max, its waits; overrun, the longest time without a reply; \
+             pings: how many were answered.",
+            backlog::LEASE_MS,
+            backlog::SLEEP_MS
         ),
         _ => format!(
             "{} idle held locks, then up to {} waiters on one lock (open files permitting). bytes: INFO used_memory before and after, \

@@ -35,6 +35,8 @@ impl Server {
             std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
             let child = Command::new("redis-server")
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                // backlog makes the event loop busy with DEBUG SLEEP.
+                .args(["--enable-debug-command", "local"])
                 .args(["--maxclients", &open_files_limit().saturating_sub(SERVER_FILES).to_string()])
                 .arg("--dir")
                 .arg(&dir)

@@ -1,5 +1,6 @@
 //! The scenarios, and the order in which a benchmark runs them.
 
+pub mod backlog;
 pub mod contended;
 pub mod expiry;
 pub mod ping;
@@ -23,12 +24,19 @@ pub enum Scenario {
     Uncontended,
     Contended,
     Expiry,
+    Backlog,
     Scale,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 5] =
-        [Scenario::Ping, Scenario::Uncontended, Scenario::Contended, Scenario::Expiry, Scenario::Scale];
+    pub const ALL: [Scenario; 6] = [
+        Scenario::Ping,
+        Scenario::Uncontended,
+        Scenario::Contended,
+        Scenario::Expiry,
+        Scenario::Backlog,
+        Scenario::Scale,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -36,6 +44,7 @@ impl Scenario {
             Scenario::Uncontended => "uncontended",
             Scenario::Contended => "contended",
             Scenario::Expiry => "expiry",
+            Scenario::Backlog => "backlog",
             Scenario::Scale => "scale",
         }
     }
@@ -101,6 +110,14 @@ pub fn run_all(server: &Server, config: &Config) -> Result<Vec<Sample>, Box<dyn 
     for repeat in 0..config.repeats {
         rec.repeat = repeat;
         for &scenario in config.scenarios.iter().filter(|&&s| s != Scenario::Scale) {
+            if scenario == Scenario::Backlog {
+                for &leases in &config.backlog {
+                    for &kind in config.methods.iter().filter(|&&k| backlog::covers(k)) {
+                        rec.measure(&backlog::label(leases), kind.name(), 1, || backlog::run(server, kind, leases))?;
+                    }
+                }
+                continue;
+            }
             let holds: &[u64] = if scenario == Scenario::Contended { &config.hold_us } else { &[0] };
             for &hold in holds {
                 let label = match scenario {
