@@ -238,13 +238,12 @@ fn parse_u64(value: &[u8]) -> Option<u64> {
     std::str::from_utf8(value).ok()?.parse().ok()
 }
 
-/// Echoes an unknown option safely inside an error line.
+/// Echoes an unknown option safely inside an error line: printable ASCII
+/// only, because the crate sends each char of an error as one byte (`c as
+/// u8`), so anything else would reach the client as invalid UTF-8, which
+/// clients such as redis-rs cannot parse.
 fn printable(option: &[u8]) -> String {
-    let shown: String = String::from_utf8_lossy(&option[..option.len().min(32)])
-        .chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect();
-    shown
+    option.iter().take(32).map(|&b| if b.is_ascii_graphic() || b == b' ' { b as char } else { '?' }).collect()
 }
 
 #[cfg(test)]
@@ -278,6 +277,7 @@ mod tests {
         assert_eq!(acq(&["me", "10", "WAIT", "1", "wait", "2"]), Err(ArgError::Repeated("WAIT")));
         assert_eq!(acq(&["me", "10", "SESSION", "SESSION"]), Err(ArgError::Repeated("SESSION")));
         assert_eq!(acq(&["me", "10", "WAITS", "1"]), Err(ArgError::UnknownOption("WAITS".into())));
+        assert_eq!(acq(&["me", "10", "é\r\n\0x"]), Err(ArgError::UnknownOption("?????x".into())));
         assert_eq!(acq(&["me", "10", "ID"]), Err(ArgError::MissingValue("ID")));
         assert_eq!(acq(&["me", "10", "ID", ""]), Err(ArgError::Id));
         assert_eq!(acq(&["me", "10", "ID", &"i".repeat(65)]), Err(ArgError::Id));
@@ -324,10 +324,11 @@ mod tests {
         #[test]
         fn never_panics_on_arbitrary_arguments(args in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..300), 0..8)) {
             let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-            let _ = acquire(&refs);
-            let _ = release(&refs);
-            let _ = renew(&refs);
-            let _ = id_option(&refs);
+            // ASCII only: the crate sends error text char by char as bytes.
+            let errors = [acquire(&refs).err(), release(&refs).err(), renew(&refs).err(), id_option(&refs).err()];
+            for e in errors.into_iter().flatten() {
+                prop_assert!(e.to_string().is_ascii(), "{e}");
+            }
             let _ = request_args(&refs, 1_700_000_000_000);
             let _ = state(&refs, 1_700_000_000_000);
         }

@@ -366,18 +366,6 @@ fn aof_files(s: &Server) -> String {
     names.join(", ")
 }
 
-fn wait_rewrite_done(s: &Server) {
-    wait_until("AOF rewrite to finish", 20 * SECOND, || {
-        let p = s.info_section("persistence");
-        p.get("aof_rewrite_in_progress").map(String::as_str) == Some("0") && p.get("aof_rewrite_scheduled").map(String::as_str) == Some("0")
-    });
-    let p = s.info_section("persistence");
-    assert_eq!(p.get("aof_last_bgrewrite_status").map(String::as_str), Some("ok"), "BGREWRITEAOF failed");
-    if let Some(n) = p.get("aof_rewrites") {
-        assert!(n.parse::<i64>().unwrap_or(0) >= 1, "no AOF rewrite happened");
-    }
-}
-
 /// One AOF scenario: locks changed by grant, reentry, renew, hand-off,
 /// force release and deletion; optionally BGREWRITEAOF and more changes
 /// after it; kill -9; restart from the AOF.
@@ -403,7 +391,7 @@ fn aof_restart(preamble: &str, rewrite: bool) {
 
     if rewrite {
         let _: Value = redis::cmd("BGREWRITEAOF").query(&mut c).expect("BGREWRITEAOF");
-        wait_rewrite_done(&s);
+        s.wait_aof_rewrite();
     }
     // Changes after the rewrite (or simply more changes): they land in the
     // incremental AOF on top of the rewritten base.
@@ -821,7 +809,7 @@ fn locks_in_other_databases_are_replicated_and_persisted_in_their_own_database()
 
     // And once more from a rewritten AOF (no RDB preamble: FLOCK.STATE per key).
     let _: Value = redis::cmd("BGREWRITEAOF").query(&mut m0).expect("BGREWRITEAOF");
-    wait_rewrite_done(&m);
+    m.wait_aof_rewrite();
     drop((m0, m5));
     m.restart(Stop::Kill);
     let (mut m0, mut m5) = (conn_db(&m, 0), conn_db(&m, 5));

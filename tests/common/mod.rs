@@ -99,6 +99,36 @@ impl Server {
         self.try_conn().expect("connect")
     }
 
+    /// A connection that has selected database `db`.
+    pub fn conn_db(&self, db: i64) -> Connection {
+        redis::Client::open(format!("{}{db}", self.url())).expect("client").get_connection().expect("connect")
+    }
+
+    /// True while the process runs (false once it exited, e.g. aborted).
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Fails unless the process runs and answers PING.
+    pub fn assert_alive(&mut self, what: &str) {
+        let status = self.child.try_wait();
+        assert!(matches!(status, Ok(None)), "{what}: redis-server exited ({status:?})");
+        let pong = self.try_conn().and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+        assert_eq!(pong.as_deref().ok(), Some("PONG"), "{what}: PING failed ({pong:?})");
+    }
+
+    /// What the server's log says about a crash (from its bug report on), or
+    /// its last lines; for servers started with `--logfile NAME` (in its dir).
+    pub fn log_excerpt(&self, name: &str) -> String {
+        let text = std::fs::read_to_string(self.dir.0.join(name)).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let from = match lines.iter().position(|l| l.contains("BUG REPORT START")) {
+            Some(start) => start.saturating_sub(5),
+            None => lines.len().saturating_sub(20),
+        };
+        lines[from..lines.len().min(from + 40)].join("\n")
+    }
+
     /// A RESP3 connection.
     pub fn conn3(&self) -> Connection {
         redis::Client::open(format!("{}?protocol=resp3", self.url()))
@@ -144,35 +174,42 @@ pub fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool)
 
 pub const SECOND: Duration = Duration::from_secs(1);
 
-pub fn acquire(c: &mut Connection, key: &str, owner: &str, lease_ms: u64) -> RedisResult<Option<i64>> {
-    redis::cmd("FLOCK.ACQUIRE").arg(key).arg(owner).arg(lease_ms).query(c)
+// Key names are binary: the helpers take any bytes (`&str`, `&[u8]`, ...).
+
+pub fn acquire(
+    c: &mut Connection,
+    key: &(impl AsRef<[u8]> + ?Sized),
+    owner: &str,
+    lease_ms: u64,
+) -> RedisResult<Option<i64>> {
+    redis::cmd("FLOCK.ACQUIRE").arg(key.as_ref()).arg(owner).arg(lease_ms).query(c)
 }
 
 pub fn acquire_wait(
     c: &mut Connection,
-    key: &str,
+    key: &(impl AsRef<[u8]> + ?Sized),
     owner: &str,
     lease_ms: u64,
     wait_ms: u64,
 ) -> RedisResult<Option<i64>> {
-    redis::cmd("FLOCK.ACQUIRE").arg(key).arg(owner).arg(lease_ms).arg("WAIT").arg(wait_ms).query(c)
+    redis::cmd("FLOCK.ACQUIRE").arg(key.as_ref()).arg(owner).arg(lease_ms).arg("WAIT").arg(wait_ms).query(c)
 }
 
-pub fn release(c: &mut Connection, key: &str, owner: &str) -> RedisResult<i64> {
-    redis::cmd("FLOCK.RELEASE").arg(key).arg(owner).query(c)
+pub fn release(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized), owner: &str) -> RedisResult<i64> {
+    redis::cmd("FLOCK.RELEASE").arg(key.as_ref()).arg(owner).query(c)
 }
 
-pub fn renew(c: &mut Connection, key: &str, owner: &str, lease_ms: u64) -> RedisResult<i64> {
-    redis::cmd("FLOCK.RENEW").arg(key).arg(owner).arg(lease_ms).query(c)
+pub fn renew(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized), owner: &str, lease_ms: u64) -> RedisResult<i64> {
+    redis::cmd("FLOCK.RENEW").arg(key.as_ref()).arg(owner).arg(lease_ms).query(c)
 }
 
-pub fn force_release(c: &mut Connection, key: &str) -> RedisResult<i64> {
-    redis::cmd("FLOCK.FORCERELEASE").arg(key).query(c)
+pub fn force_release(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> RedisResult<i64> {
+    redis::cmd("FLOCK.FORCERELEASE").arg(key.as_ref()).query(c)
 }
 
 /// FLOCK.INFO as (field, value) pairs in reply order; `None` for nil.
-pub fn info(c: &mut Connection, key: &str) -> Option<Vec<(String, Value)>> {
-    let v: Value = redis::cmd("FLOCK.INFO").arg(key).query(c).expect("FLOCK.INFO");
+pub fn info(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Option<Vec<(String, Value)>> {
+    let v: Value = redis::cmd("FLOCK.INFO").arg(key.as_ref()).query(c).expect("FLOCK.INFO");
     match v {
         Value::Nil => None,
         Value::Array(items) => Some(
@@ -188,34 +225,40 @@ pub fn info(c: &mut Connection, key: &str) -> Option<Vec<(String, Value)>> {
     }
 }
 
-pub fn info_field(c: &mut Connection, key: &str, field: &str) -> Option<Value> {
+pub fn info_field(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized), field: &str) -> Option<Value> {
     info(c, key)?.into_iter().find(|(k, _)| k == field).map(|(_, v)| v)
 }
 
-pub fn owner_of(c: &mut Connection, key: &str) -> Option<String> {
+pub fn owner_of(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Option<String> {
     info_field(c, key, "owner").map(|v| redis::from_redis_value(&v).expect("owner"))
 }
 
-pub fn queue_of(c: &mut Connection, key: &str) -> Vec<String> {
+pub fn queue_of(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Vec<String> {
     info_field(c, key, "queue").map(|v| redis::from_redis_value(&v).expect("queue")).unwrap_or_default()
 }
 
 /// Starts `FLOCK.ACQUIRE ... WAIT` on its own connection in a thread.
 pub fn spawn_waiter(
     server: &Server,
-    key: &str,
+    key: &(impl AsRef<[u8]> + ?Sized),
     owner: &str,
     lease_ms: u64,
     wait_ms: u64,
 ) -> std::thread::JoinHandle<RedisResult<Option<i64>>> {
     let mut c = server.conn();
-    let (key, owner) = (key.to_string(), owner.to_string());
+    let (key, owner) = (key.as_ref().to_vec(), owner.to_string());
     std::thread::spawn(move || acquire_wait(&mut c, &key, &owner, lease_ms, wait_ms))
 }
 
 /// Waits until `owners` are queued on `key`, in this order.
-pub fn wait_queue(c: &mut Connection, key: &str, owners: &[&str]) {
-    wait_until(&format!("queue of {key} = {owners:?}"), 5 * SECOND, || queue_of(c, key) == owners);
+pub fn wait_queue(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized), owners: &[&str]) {
+    let key = key.as_ref();
+    wait_until(&format!("queue of {} = {owners:?}", shown(key)), 5 * SECOND, || queue_of(c, key) == owners);
+}
+
+/// A key name for messages: printable ASCII as it is, other bytes escaped.
+pub fn shown(key: &[u8]) -> String {
+    key.escape_ascii().to_string()
 }
 
 /// `INFO flock` of the server behind `c` as field -> number (without the `flock_` prefix).
@@ -358,8 +401,13 @@ impl Server {
 
     /// Starts a replica of `master` and waits until its initial sync is done.
     pub fn replica_of(master: &Server) -> Server {
+        Server::replica_with(master, &[])
+    }
+
+    /// `replica_of` with more config args.
+    pub fn replica_with(master: &Server, extra: &[&str]) -> Server {
         let port = master.port.to_string();
-        let replica = Server::start_with(&["--replicaof", "127.0.0.1", &port]);
+        let replica = Server::start_with(&[&["--replicaof", "127.0.0.1", &port], extra].concat());
         replica.wait_master_link();
         replica
     }
@@ -371,6 +419,20 @@ impl Server {
             r.get("master_link_status").map(String::as_str) == Some("up")
                 && r.get("master_sync_in_progress").map(String::as_str) == Some("0")
         });
+    }
+
+    /// Waits until a BGREWRITEAOF has finished, and checks that it did.
+    pub fn wait_aof_rewrite(&self) {
+        wait_until("AOF rewrite to finish", 20 * SECOND, || {
+            let p = self.info_section("persistence");
+            p.get("aof_rewrite_in_progress").map(String::as_str) == Some("0")
+                && p.get("aof_rewrite_scheduled").map(String::as_str) == Some("0")
+        });
+        let p = self.info_section("persistence");
+        assert_eq!(p.get("aof_last_bgrewrite_status").map(String::as_str), Some("ok"), "BGREWRITEAOF failed");
+        if let Some(n) = p.get("aof_rewrites") {
+            assert!(n.parse::<i64>().unwrap_or(0) >= 1, "no AOF rewrite happened");
+        }
     }
 
     /// `INFO section` as field -> value.
