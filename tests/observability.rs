@@ -528,7 +528,7 @@ impl ModuleArgsServer {
     /// `None` if the server exited (refused the arguments) instead of starting.
     fn start(module_args: &[&str]) -> Option<ModuleArgsServer> {
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new("redis-server")
+        let child = Command::new(server_program())
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--loadmodule")
             .arg(module_path())
@@ -536,7 +536,7 @@ impl ModuleArgsServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("spawn redis-server");
+            .expect("spawn the server");
         let mut server = ModuleArgsServer { child, port };
         let deadline = Instant::now() + 10 * SECOND;
         while Instant::now() < deadline {

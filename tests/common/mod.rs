@@ -16,6 +16,12 @@ pub fn module_path() -> PathBuf {
     path
 }
 
+/// The server binary every test starts: `FLOCK_SERVER` (a path; `make test
+/// SERVER=redis-8.2` sets it, see scripts/server.sh), else `redis-server` on PATH.
+pub fn server_program() -> String {
+    std::env::var("FLOCK_SERVER").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "redis-server".into())
+}
+
 pub struct Server {
     pub port: u16,
     child: Child,
@@ -299,9 +305,10 @@ impl Server {
                 _ => free_port(),
             };
             // `FLOCK_REDIS_WRAPPER="valgrind ..."` runs the server under that
-            // command (`make leakcheck`); unset, redis-server runs as it is.
+            // command (`make leakcheck`); unset, the server runs as it is.
             let wrapper = std::env::var("FLOCK_REDIS_WRAPPER").unwrap_or_default();
-            let mut program = wrapper.split_whitespace().chain(["redis-server"]);
+            let server = server_program();
+            let mut program = wrapper.split_whitespace().chain([server.as_str()]);
             let mut cmd = Command::new(program.next().expect("a program"));
             cmd.args(program)
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
@@ -313,7 +320,7 @@ impl Server {
                 .args(&args)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
-            let child = cmd.spawn().expect("spawn redis-server (is it installed? `make deps`)");
+            let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {server} (is it installed? `make deps`): {e}"));
             let mut server = Server { port, child, dir, args };
             if server.wait_ready() {
                 return server;
