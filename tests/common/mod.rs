@@ -22,6 +22,20 @@ pub fn server_program() -> String {
     std::env::var("FLOCK_SERVER").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "redis-server".into())
 }
 
+/// The server behind `c` as ("redis" | "valkey", major, minor), for the few
+/// tests whose expectations differ by server (they say so in their names).
+/// Valkey also reports a `redis_version` (7.2.4, for clients): its own wins.
+pub fn server_version(c: &mut Connection) -> (String, u32, u32) {
+    let text: String = redis::cmd("INFO").arg("server").query(c).expect("INFO server");
+    let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+    let (family, version) = match field("valkey_version:") {
+        Some(v) => ("valkey", v),
+        None => ("redis", field("redis_version:").expect("redis_version in INFO server")),
+    };
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().expect("a numeric version"));
+    (family.to_string(), parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
 pub struct Server {
     pub port: u16,
     child: Child,
