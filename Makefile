@@ -3,9 +3,25 @@ SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MODULE := target/release/libredis_flock.so
 
-.PHONY: deps build run test leakcheck bench clean example-cli example-python example-rust
+.PHONY: deps deps-python build run test test-servers leakcheck bench clean example-cli example-python example-rust
 
-# Installs redis-server, redis-cli and libclang (bindgen) when missing.
+# The server that run, test and bench start: empty for the system's
+# redis-server, or redis-7.0 (the same, checked to be 7.0), redis-8.2 or
+# valkey-9.1, fetched on first use into target/servers/ (scripts/server.sh).
+# The tests and the bench read its path from FLOCK_SERVER.
+SERVER ?=
+SERVERS := redis-7.0 redis-8.2 valkey-9.1
+with_server = $(if $(SERVER),server=$$(scripts/server.sh $(SERVER)) && export FLOCK_SERVER=$$server &&)
+
+# Installs redis-server, redis-cli, libclang (bindgen) and redis-py (the
+# Python example and the lost-reply tests) when missing.
+deps: deps-python
+deps-python:
+	@python3 -c 'import redis' 2>/dev/null \
+	|| python3 -m pip install --quiet --disable-pip-version-check redis 2>/dev/null \
+	|| python3 -m pip install --quiet --disable-pip-version-check --break-system-packages redis 2>/dev/null \
+	|| { $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y python3-redis; }
+
 deps:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
@@ -25,13 +41,18 @@ build: deps
 
 # redis-server in the foreground on 127.0.0.1:6379 with the module loaded.
 run: build
-	redis-server redis.conf.example
+	$(with_server) "$${FLOCK_SERVER:-redis-server}" redis.conf.example
 
 # Unit, property and integration tests (integration tests start their own
 # redis-server processes on free loopback ports). `client` adds the Rust
-# client API's tests and examples.
+# client API's tests and examples. `make test SERVER=valkey-9.1`: on that server.
 test: build
-	cargo test --release --features client -- --test-threads=2
+	$(with_server) cargo test --release --features client -- --test-threads=2
+
+# The whole suite on each of $(SERVERS) (about 3.5 minutes each), then one
+# line of test counts per server; logs in target/servers/<server>.log.
+test-servers: build
+	scripts/test-servers.sh $(SERVERS)
 
 # redis-server under valgrind memcheck with the module: a self-test (a probe
 # module that leaks on purpose must be caught), then the randomized, memory
@@ -47,7 +68,7 @@ leakcheck: build
 # in target/bench. About 7 minutes on 2 cores; `make bench ARGS=--quick` is
 # under one, `ARGS=--help` lists the options. See README.md, "Benchmark".
 bench: build
-	cargo run --release --features bench --bin flock-bench -- $(ARGS)
+	$(with_server) cargo run --release --features bench --bin flock-bench -- $(ARGS)
 
 # The examples, against a running server (start one with `make run`):
 #   make example-cli example-python example-rust [REDIS_URL=redis://host:port]

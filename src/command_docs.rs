@@ -1,6 +1,9 @@
 //! What `COMMAND DOCS` and `COMMAND INFO` say about each FLOCK command, so
 //! that redis-cli shows hints and Cluster and ACLs see the key. Redis 7.0
 //! allows one of INSERT, UPDATE, DELETE per key spec: writes say UPDATE.
+//! The ACL categories are those of the nearest core commands (SET, GET,
+//! BLPOP); the internal commands are @admin @dangerous like REPLCONF, so that
+//! `-@admin` keeps clients away from them as well.
 
 use redis_module::raw::{
     RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK as BLOCK,
@@ -30,6 +33,7 @@ pub const COMMANDS: [CommandDoc; 7] = [
         complexity: "O(1)",
         arity: -4,
         key_flags: RW | UPDATE,
+        acl: "write slow blocking",
         args: &[
             LOCK,
             OWNER,
@@ -45,6 +49,7 @@ pub const COMMANDS: [CommandDoc; 7] = [
         complexity: "O(1)",
         arity: -3,
         key_flags: RW | UPDATE,
+        acl: "write fast",
         args: &[LOCK, OWNER, ID],
     },
     CommandDoc {
@@ -53,6 +58,7 @@ pub const COMMANDS: [CommandDoc; 7] = [
         complexity: "O(1)",
         arity: -4,
         key_flags: RW | UPDATE,
+        acl: "write fast",
         args: &[LOCK, OWNER, LEASE, ID],
     },
     CommandDoc {
@@ -61,6 +67,7 @@ pub const COMMANDS: [CommandDoc; 7] = [
         complexity: "O(1)",
         arity: -2,
         key_flags: RW | UPDATE,
+        acl: "write fast",
         args: &[LOCK, ID],
     },
     CommandDoc {
@@ -69,6 +76,7 @@ pub const COMMANDS: [CommandDoc; 7] = [
         complexity: "O(N) where N is the number of waiters listed",
         arity: 2,
         key_flags: RO | ACCESS,
+        acl: "read fast",
         args: &[LOCK],
     },
     CommandDoc {
@@ -77,6 +85,7 @@ pub const COMMANDS: [CommandDoc; 7] = [
         complexity: "O(1)",
         arity: -2,
         key_flags: RW | UPDATE,
+        acl: "write fast admin dangerous",
         args: &[
             LOCK,
             ArgDoc {
@@ -100,6 +109,7 @@ pub const COMMANDS: [CommandDoc; 7] = [
         complexity: "O(1)",
         arity: 6,
         key_flags: RW | UPDATE,
+        acl: "write fast admin dangerous",
         args: &[
             LOCK,
             arg("request-id", STRING),

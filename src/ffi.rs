@@ -338,6 +338,8 @@ pub struct CommandDoc {
     pub complexity: &'static str,
     pub arity: i32,
     pub key_flags: u32,
+    /// ACL categories (space-separated) on servers that let modules set them.
+    pub acl: &'static str,
     pub args: &'static [ArgDoc],
 }
 
@@ -401,4 +403,34 @@ pub fn set_command_info(ctx: RawCtx, doc: &CommandDoc, since: &str) -> bool {
     let name = std::ffi::CString::new(doc.name).unwrap_or_default();
     let command = unsafe { api!(RedisModule_GetCommand)(ctx, name.as_ptr()) };
     !command.is_null() && unsafe { api!(RedisModule_SetCommandInfo)(command, &info) } == raw::REDISMODULE_OK as c_int
+}
+
+// Optional APIs: absent on Redis 7.0, so deliberately not in `required_apis!`;
+// each checks for its function and, where it is missing, leaves Redis 7.0's
+// behaviour (module commands in no ACL category) in place.
+
+/// Registers the ACL category `name` so that rules such as `-@flock` work
+/// (Redis 8.0+; only allowed while the module loads). False where the server
+/// lacks the API or refuses the name.
+pub fn add_acl_category(ctx: RawCtx, name: &std::ffi::CStr) -> bool {
+    // Safety: the function pointer is checked, `ctx` is the loading context and
+    // `name` a NUL-terminated string that Redis copies.
+    match unsafe { raw::RedisModule_AddACLCategory } {
+        Some(add) => (unsafe { add(ctx, name.as_ptr()) }) == raw::REDISMODULE_OK as c_int,
+        None => false,
+    }
+}
+
+/// Puts the already created command `name` into the ACL `categories`
+/// (space-separated; Redis 7.2+ and Valkey, only while the module loads).
+/// True where the server lacks the API (nothing to do); false if it refuses.
+pub fn set_acl_categories(ctx: RawCtx, name: &str, categories: &str) -> bool {
+    let Some(set) = (unsafe { raw::RedisModule_SetCommandACLCategories }) else { return true };
+    let (Ok(name), Ok(categories)) = (std::ffi::CString::new(name), std::ffi::CString::new(categories)) else {
+        return false;
+    };
+    // Safety: the function pointers are checked (GetCommand is a required API);
+    // both strings outlive the calls and Redis copies what it keeps.
+    let command = unsafe { api!(RedisModule_GetCommand)(ctx, name.as_ptr()) };
+    !command.is_null() && unsafe { set(command, categories.as_ptr()) } == raw::REDISMODULE_OK as c_int
 }

@@ -78,9 +78,17 @@ mod module {
         events::subscribe(ctx.ctx);
         crate::eviction::init(ctx);
         ffi::register_filter(ctx.ctx, crate::blocking::unblock_filter);
+        // `-@flock` needs Redis 8.0's AddACLCategory; `-@write` and the like
+        // need 7.2's SetCommandACLCategories. Either missing: rules name the
+        // commands (README, "Access control").
+        let own_category = ffi::add_acl_category(ctx.ctx, c"flock");
         for doc in &crate::command_docs::COMMANDS {
             if !ffi::set_command_info(ctx.ctx, doc, "1.0.0") {
                 ctx.log_warning(&format!("could not set COMMAND DOCS for {}", doc.name));
+            }
+            let categories = if own_category { format!("{} flock", doc.acl) } else { doc.acl.to_string() };
+            if !ffi::set_acl_categories(ctx.ctx, doc.name, &categories) {
+                ctx.log_warning(&format!("could not put {} into the ACL categories {categories}", doc.name));
             }
         }
         Status::Ok
@@ -106,8 +114,8 @@ mod module {
             ["flock.acquire", commands::acquire, "write deny-oom blocking", 1, 1, 1, ""],
             ["flock.release", commands::release, "write fast", 1, 1, 1, ""],
             ["flock.renew", commands::renew, "write fast", 1, 1, 1, ""],
-            // Redis 7.0 gives module commands no ACL categories but @module:
-            // administrators deny this one by name (`-flock.forcerelease`).
+            // No category singles it out: administrators deny it by name
+            // (`-flock.forcerelease`), on every server.
             ["flock.forcerelease", commands::force_release, "write fast", 1, 1, 1, ""],
             ["flock.info", commands::info, "readonly fast", 1, 1, 1, ""],
             ["flock.state", commands::state, "write fast", 1, 1, 1, ""],

@@ -736,8 +736,12 @@ fn wait_inside_multi_eval_and_fcall_acts_as_a_try_and_queues_nothing() {
     // Where nothing is held, the same calls are granted at once.
     assert_eq!(release(&mut c, "L", "a").unwrap(), 0);
     let r: Option<i64> = redis::cmd("FCALL").arg("try_wait").arg(1).arg("L").arg("f").arg(0).query(&mut c).unwrap();
-    assert!(r.expect("granted") > token);
+    assert!(r.is_some(), "granted");
     assert_eq!(owner_of(&mut c, "L").as_deref(), Some("f"));
+    // Through Lua a token is a double, rounded to a multiple of 256 (docs/commands.md,
+    // "Fencing tokens"): a grant in the same millisecond, token + 1, comes back equal.
+    // The exact token is FLOCK.INFO's.
+    assert!(int_field(&mut c, "L", "token") > token);
 }
 
 // ---------------------------------------------------------------------------

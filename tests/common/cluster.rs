@@ -8,7 +8,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{module_path, tempdir, Connection, RedisResult, SECOND};
+use super::{module_path, server_program, tempdir, Connection, RedisResult, SECOND};
 
 /// One line of `CLUSTER NODES`.
 #[derive(Debug, Clone)]
@@ -89,7 +89,7 @@ impl Node {
         for _ in 0..5 {
             let port = free_cluster_port(taken);
             let dir = tempdir::Dir::new("cluster");
-            let child = Command::new("redis-server")
+            let child = Command::new(server_program())
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .args([
                     "--cluster-enabled",
@@ -110,7 +110,7 @@ impl Node {
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .expect("spawn redis-server (is it installed? `make deps`)");
+                .unwrap_or_else(|e| panic!("spawn {} (is it installed? `make deps`): {e}", server_program()));
             let mut node = Node { port, child, dir };
             if node.wait_ready() {
                 taken.insert(port);

@@ -16,6 +16,26 @@ pub fn module_path() -> PathBuf {
     path
 }
 
+/// The server binary every test starts: `FLOCK_SERVER` (a path; `make test
+/// SERVER=redis-8.2` sets it, see scripts/server.sh), else `redis-server` on PATH.
+pub fn server_program() -> String {
+    std::env::var("FLOCK_SERVER").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "redis-server".into())
+}
+
+/// The server behind `c` as ("redis" | "valkey", major, minor), for the few
+/// tests whose expectations differ by server (they say so in their names).
+/// Valkey also reports a `redis_version` (7.2.4, for clients): its own wins.
+pub fn server_version(c: &mut Connection) -> (String, u32, u32) {
+    let text: String = redis::cmd("INFO").arg("server").query(c).expect("INFO server");
+    let field = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+    let (family, version) = match field("valkey_version:") {
+        Some(v) => ("valkey", v),
+        None => ("redis", field("redis_version:").expect("redis_version in INFO server")),
+    };
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().expect("a numeric version"));
+    (family.to_string(), parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
 pub struct Server {
     pub port: u16,
     child: Child,
@@ -342,9 +362,10 @@ impl Server {
                 _ => free_port(),
             };
             // `FLOCK_REDIS_WRAPPER="valgrind ..."` runs the server under that
-            // command (`make leakcheck`); unset, redis-server runs as it is.
+            // command (`make leakcheck`); unset, the server runs as it is.
             let wrapper = std::env::var("FLOCK_REDIS_WRAPPER").unwrap_or_default();
-            let mut program = wrapper.split_whitespace().chain(["redis-server"]);
+            let server = server_program();
+            let mut program = wrapper.split_whitespace().chain([server.as_str()]);
             let mut cmd = Command::new(program.next().expect("a program"));
             cmd.args(program)
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
@@ -356,7 +377,7 @@ impl Server {
                 .args(&args)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
-            let child = cmd.spawn().expect("spawn redis-server (is it installed? `make deps`)");
+            let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {server} (is it installed? `make deps`): {e}"));
             let mut server = Server { port, child, dir, args };
             if server.wait_ready() {
                 return server;

@@ -19,7 +19,7 @@ pub struct Machine {
     pub date: String,
     pub cpu: String,
     pub cores: usize,
-    pub redis: String,
+    pub server: String,
 }
 
 impl Machine {
@@ -36,8 +36,12 @@ impl Machine {
             .unwrap_or_else(|| "unknown CPU".into());
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let server_info = info(&mut server.connect()?, "server")?;
-        let redis = field(&server_info, "redis_version").unwrap_or("?").to_string();
-        Ok(Machine { date, cpu, cores, redis })
+        // Valkey also reports the Redis version it is compatible with (7.2.4).
+        let server = match field(&server_info, "valkey_version") {
+            Some(v) => format!("Valkey {v}"),
+            None => format!("Redis {}", field(&server_info, "redis_version").unwrap_or("?")),
+        };
+        Ok(Machine { date, cpu, cores, server })
     }
 }
 
@@ -103,9 +107,9 @@ fn table(rows: &[&Sample]) -> String {
 pub fn render(config: &Config, machine: &Machine, samples: &[Sample], elapsed: Duration) -> String {
     let rows = combine(samples);
     let mut out = format!(
-        "{} · {} ({} cores) · Redis {} · load generator on the same machine · {} repeat(s) of {:.1} s per run, {:.0} s in all.\n\
+        "{} · {} ({} cores) · {} · load generator on the same machine · {} repeat(s) of {:.1} s per run, {:.0} s in all.\n\
          Cells are medians of the repeats, except `max` columns, out-of-order counts, max/min and request counts: the worst repeat.\n",
-        machine.date, machine.cpu, machine.cores, machine.redis, config.repeats, config.duration.as_secs_f64(), elapsed.as_secs_f64()
+        machine.date, machine.cpu, machine.cores, machine.server, config.repeats, config.duration.as_secs_f64(), elapsed.as_secs_f64()
     );
     let mut scenarios: Vec<&str> = rows.iter().map(|r| r.scenario.as_str()).collect();
     scenarios.dedup();

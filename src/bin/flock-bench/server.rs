@@ -1,5 +1,7 @@
 //! The redis-server under test: started here with the module loaded, on a
-//! free loopback port, persisting nothing; killed when dropped.
+//! free loopback port, persisting nothing; killed when dropped. `FLOCK_SERVER`
+//! (a path, as for the tests; `make bench SERVER=redis-8.2`) picks another
+//! binary than the `redis-server` on PATH.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -25,6 +27,8 @@ impl Server {
         if !module.exists() {
             return Err(format!("{} is missing: build the module first (`make build`)", module.display()));
         }
+        let program = std::env::var("FLOCK_SERVER").ok().filter(|s| !s.is_empty());
+        let program = program.as_deref().unwrap_or("redis-server");
         // A port found free can be taken before redis-server binds it: retry.
         for _ in 0..5 {
             let port = TcpListener::bind("127.0.0.1:0")
@@ -33,7 +37,7 @@ impl Server {
                 .port();
             let dir = std::env::temp_dir().join(format!("flock-bench-{}-{port}", std::process::id()));
             std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-            let child = Command::new("redis-server")
+            let child = Command::new(program)
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
                 // backlog makes the event loop busy with DEBUG SLEEP.
                 .args(["--enable-debug-command", "local"])
@@ -45,7 +49,7 @@ impl Server {
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .map_err(|e| format!("cannot start redis-server ({e}): install it with `make deps`"))?;
+                .map_err(|e| format!("cannot start {program} ({e}): install it with `make deps`"))?;
             let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).map_err(|e| e.to_string())?;
             let mut server = Server { port, child, dir, client };
             if server.wait_ready() {

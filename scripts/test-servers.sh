@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# `make test-servers`: the whole test suite on each server named in the
+# arguments (see scripts/server.sh), one after the other, then a line of
+# test counts per server and a total. Fails if any server fails a test.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+status=0
+summary=()
+for name in "$@"; do
+    log=target/servers/$name.log
+    if ! bin=$(scripts/server.sh "$name"); then
+        summary+=("$name: not available")
+        status=1
+        continue
+    fi
+    mkdir -p target/servers
+    echo "==== $name: $("$bin" --version)"
+    # --no-fail-fast: every test binary runs, so that the counts are complete.
+    FLOCK_SERVER=$bin cargo test --release --features client --no-fail-fast -- --test-threads=2 2>&1 | tee "$log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    # cargo prints one "test result: ... N passed; N failed; N ignored" per test binary.
+    counts=$(grep -o '[0-9]* passed; [0-9]* failed; [0-9]* ignored' "$log" |
+        awk '{p += $1; f += $3; i += $5} END {printf "%d passed, %d failed, %d ignored", p, f, i}')
+    summary+=("$name ($("$bin" --version | grep -o 'v=[^ ]*')): $counts")
+done
+echo "==== test counts per server"
+printf '%s\n' "${summary[@]}"
+exit $status
