@@ -25,4 +25,8 @@ for name in "$@"; do
 done
 echo "==== test counts per server"
 printf '%s\n' "${summary[@]}"
+# One closing line for all servers, in the form test runners print.
+for name in "$@"; do cat "target/servers/$name.log" 2>/dev/null; done |
+    grep -o '[0-9]* passed; [0-9]* failed' |
+    awk '{p += $1; f += $3} END {printf "total: %d passed, %d failed\n", p, f}'
 exit $status
