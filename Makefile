@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MODULE := target/release/libredis_flock.so
 
-.PHONY: deps build run test leakcheck bench clean example-cli example-python example-rust
+.PHONY: deps build run test layers leakcheck bench clean example-cli example-python example-rust
 
 # Installs redis-server, redis-cli and libclang (bindgen) when missing.
 deps:
@@ -30,8 +30,13 @@ run: build
 # Unit, property and integration tests (integration tests start their own
 # redis-server processes on free loopback ports). `client` adds the Rust
 # client API's tests and examples.
-test: build
+test: build layers
 	cargo test --release --features client -- --test-threads=2
+
+# The Redis layer's modules import one another without a cycle; prints the
+# level of each (see src/lib.rs).
+layers:
+	scripts/check-layers.sh
 
 # redis-server under valgrind memcheck with the module: a self-test (a probe
 # module that leaks on purpose must be caught), then the randomized, memory
