@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MODULE := target/release/libredis_flock.so
 
-.PHONY: deps deps-python build run test test-servers leakcheck bench clean example-cli example-python example-rust
+.PHONY: deps deps-python build run test test-servers layers leakcheck bench clean example-cli example-python example-rust
 
 # The server that run, test and bench start: empty for the system's
 # redis-server, or redis-7.0 (the same, checked to be 7.0), redis-8.2 or
@@ -46,13 +46,18 @@ run: build
 # Unit, property and integration tests (integration tests start their own
 # redis-server processes on free loopback ports). `client` adds the Rust
 # client API's tests and examples. `make test SERVER=valkey-9.1`: on that server.
-test: build
+test: build layers
 	$(with_server) cargo test --release --features client -- --test-threads=2
 
 # The whole suite on each of $(SERVERS) (about 3.5 minutes each), then one
 # line of test counts per server; logs in target/servers/<server>.log.
 test-servers: build
 	scripts/test-servers.sh $(SERVERS)
+
+# The Redis layer's modules import one another without a cycle; prints the
+# level of each (see src/lib.rs).
+layers:
+	scripts/check-layers.sh
 
 # redis-server under valgrind memcheck with the module: a self-test (a probe
 # module that leaks on purpose must be caught), then the randomized, memory

@@ -1,7 +1,6 @@
 //! The FLOCK.* command handlers: parse, open the key, run one core
 //! operation through `engine::update`, reply.
 
-use redis_module::key::RedisKeyWritable;
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::args::{self, ArgError};
@@ -10,10 +9,11 @@ use crate::config;
 use crate::engine::{self, RELEASED};
 use crate::eviction;
 use crate::ffi;
-use crate::keytype::{lock_value, LockValue, FLOCK_TYPE, REMOTE_SESSION};
-use crate::lock::{Acquired, Holder, Lock, LockError, Request, RequestId};
+use crate::lock::{Acquired, Holder, LockError, Request, RequestId};
+use crate::place::Place;
 use crate::requests::Kind;
 use crate::state;
+use crate::value::{lock_or_create, lock_value, read_lock_value, LockValue, REMOTE_SESSION};
 
 const NOTOWNER: &str = "NOTOWNER the lock is not held by this owner (never acquired, released, or its lease expired): only its holder may release or renew it";
 const ALREADYQUEUED: &str =
@@ -66,17 +66,8 @@ fn with_existing<R>(
 }
 
 /// Where `key_name` lives for the calling client.
-fn place_of(ctx: &Context, key_name: &RedisString) -> state::Place {
-    state::with(|s| s.place(ffi::selected_db(ctx.ctx), key_name.as_slice()))
-}
-
-/// The lock under `key`, made empty (free) if the key does not exist.
-fn lock_or_create<'a>(key: &RedisKeyWritable) -> Result<&'a mut LockValue, RedisError> {
-    if lock_value(key)?.is_none() {
-        key.set_value(&FLOCK_TYPE, LockValue::new(Lock::default()))?;
-    }
-    lock_value(key)?
-        .ok_or(RedisError::Str("ERR could not create the lock: the new key holds no lock value (internal error)"))
+fn place_of(ctx: &Context, key_name: &RedisString) -> Place {
+    state::with(|s| s.place(ffi::selected_db(ctx), key_name.as_slice()))
 }
 
 /// Leases and waits beyond `flock.max-lease-ms` are refused like bad input.
@@ -107,7 +98,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let req = Request {
         owner: parsed.owner,
         lease_ms: parsed.lease_ms,
-        session: parsed.session.then(|| ffi::client_id(ctx.ctx)),
+        session: parsed.session.then(|| ffi::client_id(ctx)),
         id: with_window(parsed.id),
     };
     // Inside MULTI, Lua and functions a WAIT acts as a try, as BLPOP does.
@@ -216,7 +207,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let key = ctx.open_key(&args[1]);
-    let value = key.get_value::<LockValue>(&FLOCK_TYPE).map_err(|_| RedisError::Str(crate::keytype::WRONGTYPE))?;
+    let value = read_lock_value(&key)?;
     let Some(holder) = value.and_then(|v| v.lock.holder().map(|h| (v, h))) else {
         return Ok(RedisValue::Null);
     };

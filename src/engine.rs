@@ -7,13 +7,14 @@ use std::time::{Duration, Instant};
 use redis_module::key::RedisKeyWritable;
 use redis_module::{Context, NotifyEvent};
 
-use crate::blocking::{self, Outcome};
 use crate::deadlines::{DeadlineId, Pop};
-use crate::ffi::{self, BlockedClient};
-use crate::keytype::{self, lock_value, LockValue};
+use crate::ffi::{self, BlockedId};
 use crate::lock::{Grant, Holder};
+use crate::place::Place;
 use crate::requests::Requests;
-use crate::state::{self, Lease, Place, State};
+use crate::state::{self, Lease, State};
+use crate::value::{lock_value, request_numbers, state_numbers, LockValue, ID_COMMAND, STATE_COMMAND};
+use crate::waiters::Outcome;
 
 pub const ACQUIRED: &str = "flock.acquired";
 pub const RELEASED: &str = "flock.released";
@@ -27,13 +28,13 @@ pub struct Changes {
     lingering_before: bool,
     /// `Requests::made` before the operation: the records it adds are sent on.
     requests_made: u64,
-    grants: Vec<Grant<BlockedClient>>,
+    grants: Vec<Grant<BlockedId>>,
     events: Vec<&'static str>,
     pub now: u64,
 }
 
 impl Changes {
-    pub fn grant(&mut self, grant: Option<Grant<BlockedClient>>) {
+    pub fn grant(&mut self, grant: Option<Grant<BlockedId>>) {
         if let Some(grant) = grant {
             self.grants.push(grant);
             self.events.push(ACQUIRED);
@@ -158,10 +159,10 @@ fn linger(ctx: &Context, key: &RedisKeyWritable, key_name: &redis_module::RedisS
 fn propagate_requests(ctx: &Context, key_name: &redis_module::RedisString, value: &LockValue, since: u64) -> bool {
     let Some(requests) = value.lock.requests().filter(|r| r.made() > since) else { return false };
     for (id, record) in requests.made_since(since) {
-        let numbers = keytype::request_numbers(record).map(|n| n.to_string());
+        let numbers = request_numbers(record).map(|n| n.to_string());
         let mut args: Vec<&[u8]> = vec![key_name.as_slice(), id];
         args.extend(numbers.iter().map(String::as_bytes));
-        ctx.replicate(keytype::ID_COMMAND, args.as_slice());
+        ctx.replicate(ID_COMMAND, args.as_slice());
     }
     true
 }
@@ -186,7 +187,7 @@ fn apply(s: &mut State, place: &Place, value: &mut LockValue, changes: &mut Chan
     }
     let lease = |h: Option<Snapshot>| h.map(|h| (h.token, h.deadline_ms));
     if lease(before) != lease(after) || after.is_some_and(|h| h.deadline_id.is_none()) {
-        file_lease(s, value, place, changes.now);
+        file(s, value, place, changes.now);
     }
 }
 
@@ -196,28 +197,28 @@ fn apply(s: &mut State, place: &Place, value: &mut LockValue, changes: &mut Chan
 fn propagate(ctx: &Context, key_name: &redis_module::RedisString, value: &LockValue) {
     let key = key_name.as_slice();
     match value.lock.holder() {
-        None => ctx.replicate(keytype::STATE_COMMAND, &[key]),
+        None => ctx.replicate(STATE_COMMAND, &[key]),
         Some(holder) => {
-            let numbers = keytype::state_numbers(holder, value.lock.session().is_some()).map(|n| n.to_string());
+            let numbers = state_numbers(holder, value.lock.session().is_some()).map(|n| n.to_string());
             let mut args: Vec<&[u8]> = vec![key, &holder.owner];
             args.extend(numbers.iter().map(String::as_bytes));
-            ctx.replicate(keytype::STATE_COMMAND, args.as_slice())
+            ctx.replicate(STATE_COMMAND, args.as_slice())
         }
     };
 }
 
-fn deliver(s: &mut State, place: &Place, grant: Grant<BlockedClient>) {
+fn deliver(s: &mut State, place: &Place, grant: Grant<BlockedId>) {
     s.stats.grants += 1;
     s.stats.handoffs += 1;
     let outcome = Outcome::Granted { token: grant.token, place: place.clone(), delivered: false, at: Instant::now() };
-    blocking::answer(s, grant.payload, outcome);
+    s.waiters.answer(grant.payload, outcome);
 }
 
 const REPLICA_RECHECK_MS: u64 = 50;
 
 /// Files the holder's lease deadline in the wheel, in place of the entry it
 /// had, and makes sure the timer wakes up for it.
-fn file_lease(s: &mut State, value: &mut LockValue, place: &Place, now: u64) {
+fn file(s: &mut State, value: &mut LockValue, place: &Place, now: u64) {
     let Some(holder) = value.lock.holder_mut() else { return };
     unfile(s, holder.token, holder.deadline_id.take());
     let mut at = holder.deadline_ms;
@@ -241,11 +242,11 @@ fn unfile(s: &mut State, token: u64, id: Option<DeadlineId>) {
 /// that leave the wheel leave it as it is: waking up once for nothing is
 /// cheaper than a timer per change.
 fn wake_at(s: &mut State, at: u64, now: u64) {
-    if s.tick.is_some_and(|(_, set_for)| set_for <= at) {
+    if s.tick.as_ref().is_some_and(|&(_, set_for)| set_for <= at) {
         return;
     }
-    if let Some((id, _)) = s.tick.take() {
-        ffi::stop_timer::<()>(id);
+    if let Some((timer, _)) = s.tick.take() {
+        ffi::stop_timer(timer);
     }
     s.tick = Some((ffi::create_timer(at.saturating_sub(now), on_tick, ()), at));
 }
@@ -297,7 +298,7 @@ fn on_tick(ctx: &Context, (): ()) {
 /// a stale entry would stay until the deadline, up to 2^41 ms away. The next
 /// tick, within the event loop's next pass, finds the key or drops the entry;
 /// a kept lock is expired there or filed again at its deadline.
-pub fn file_loaded(value: &mut LockValue, place: &Place) {
+pub fn file_now(value: &mut LockValue, place: &Place) {
     let Some(holder) = value.lock.holder_mut() else { return };
     state::with(|s| {
         let now = ffi::now_ms();
@@ -305,7 +306,6 @@ pub fn file_loaded(value: &mut LockValue, place: &Place) {
         wake_at(s, now, now);
     });
 }
-
 
 /// Sets the holder (and its session flag) as its master or the AOF
 /// recorded it (FLOCK.STATE), or none.
@@ -316,7 +316,7 @@ pub fn replace_holder(value: &mut LockValue, place: &Place, holder: Option<(Hold
     }
     let (holder, session) = holder.unzip();
     value.lock.set_holder(holder, session.flatten());
-    state::with(|s| file_lease(s, value, place, ffi::now_ms()));
+    state::with(|s| file(s, value, place, ffi::now_ms()));
 }
 
 /// Opens the lock at `place` in its current database, if there is one, and
@@ -327,7 +327,7 @@ pub fn open_lock_at(
     f: impl FnOnce(&RedisKeyWritable, &redis_module::RedisString, &mut LockValue),
 ) {
     let db = state::with(|s| s.dbs.db(place.ident()));
-    ffi::with_db(ctx.ctx, db, || {
+    ffi::with_db(ctx, db, || {
         let name = ffi::key_name(ctx, place.key());
         let key = ctx.open_key_writable(&name);
         if let Ok(Some(value)) = lock_value(&key) {
@@ -359,7 +359,7 @@ pub fn detach(value: &mut LockValue, db: i32, key: &[u8]) {
         for waiter in waiters {
             // A waiter missing from the registry is leaving right now (its
             // removal opened the key, which expired it): its leaver answers it.
-            if blocking::answer(s, waiter.payload, Outcome::Deleted) {
+            if s.waiters.answer(waiter.payload, Outcome::Deleted) {
                 s.stats.waiters_deleted += 1;
             }
         }
@@ -377,6 +377,6 @@ pub fn attach(value: &mut LockValue, db: i32, key: &[u8]) {
         if value.lock.holder().is_some() {
             s.stats.deletions = s.stats.deletions.saturating_sub(1);
         }
-        file_lease(s, value, &place, ffi::now_ms());
+        file(s, value, &place, ffi::now_ms());
     });
 }

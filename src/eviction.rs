@@ -10,39 +10,17 @@
 //! The policy is read at load and after every CONFIG SET, and cached: the
 //! check in ACQUIRE reads one field.
 
-use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 
-use redis_module::{raw, Context, RedisError};
+use redis_module::{Context, RedisError};
 
 use crate::config;
-use crate::ffi::{self, RawCtx};
-use crate::keytype::LIVE_LOCKS;
-use crate::state;
+use crate::state::{self, Risk};
+use crate::value::LIVE_LOCKS;
 
-/// What the server's memory settings mean for lock keys, as last read.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Risk {
-    /// The maxmemory policy, if it can evict keys without a TTL.
-    pub policy: Option<String>,
-    /// `flock.allow-eviction` as it was then (for the log only: ACQUIRE
-    /// reads the setting itself).
-    allowed: bool,
-}
-
-pub fn init(ctx: &Context) {
-    // Fires after CONFIG SET applied its changes (module configs too), and
-    // not for a CONFIG SET that failed and was rolled back.
-    ffi::subscribe(ctx.ctx, raw::REDISMODULE_EVENT_CONFIG, on_config_change);
-    refresh(ctx);
-}
-
-unsafe extern "C" fn on_config_change(ctx: RawCtx, _: raw::RedisModuleEvent, _: u64, _: *mut c_void) {
-    refresh(&Context::new(ctx));
-}
-
-/// Reads the memory settings again and logs when the risk changed.
-fn refresh(ctx: &Context) {
+/// Reads the memory settings again (at load and after every CONFIG SET)
+/// and logs when the risk changed.
+pub fn refresh(ctx: &Context) {
     // INFO memory rather than CONFIG GET: it bypasses the command table, so
     // a renamed or disabled CONFIG command cannot hide the policy.
     let info = ctx.server_info("memory");

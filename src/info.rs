@@ -5,17 +5,17 @@ use std::sync::atomic::Ordering;
 use redis_module::{InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
 
-use crate::keytype::LIVE_LOCKS;
+use crate::ffi;
 use crate::state;
+use crate::value::LIVE_LOCKS;
 
 #[info_command_handler]
 fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     // The crash report may call this while FLOCK's own code holds the state:
     // it then shows the counters as zero rather than panic in the handler.
-    let (stats, waiters, leases, unsafe_policy) = state::try_with(|s| {
-        (s.stats, s.waiters.len(), s.deadlines.len(), s.eviction.policy.is_some())
-    })
-    .unwrap_or_default();
+    let (stats, waiters, leases, unsafe_policy) =
+        state::try_with(|s| (s.stats, s.waiters.len(), s.deadlines.len(), s.eviction.policy.is_some()))
+            .unwrap_or_default();
     let fields: [(&str, u64); 21] = [
         ("locks", LIVE_LOCKS.load(Ordering::Relaxed)),
         ("waiters", waiters as u64),
@@ -39,11 +39,6 @@ fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         ("eviction_unsafe", u64::from(unsafe_policy)),
         ("eviction_refused_acquires", stats.eviction_refused),
     ];
-    // The raw calls keep the section name `flock` (the builder would make
-    // it `flock_flock`); Redis prefixes each field with `flock_`.
-    redis_module::raw::add_info_section(ctx.ctx, None);
-    for (name, value) in fields {
-        redis_module::raw::add_info_field_long_long(ctx.ctx, name, value as i64);
-    }
+    ffi::info_section(ctx, &fields);
     Ok(())
 }

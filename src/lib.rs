@@ -1,11 +1,21 @@
 //! FLOCK: a fair, reentrant, fenced distributed lock inside Redis.
 //!
-//! `queue`, `lock`, `requests`, `deadlines` and `args` are the pure core (no Redis API);
-//! the rest is the Redis layer: `commands` (handlers), `engine` (effects of a
-//! change), `blocking` (waiting clients), `keytype` (the stored value),
-//! `events` (server and keyspace events), `eviction` (refusing grants that
-//! memory eviction could take away), `state` (connection state), `ffi`
-//! (raw API).
+//! `queue`, `lock`, `requests`, `deadlines` and `args` are the pure core (no
+//! Redis API). The rest is the Redis layer, in levels; a module imports only
+//! from lower levels (`scripts/check-layers.sh` checks it and prints them):
+//! 0. `ffi`: the raw module API behind typed helpers, and thin trampolines
+//!    for every callback Redis calls; `place` (where a lock lives); `config`.
+//! 1. `value` (the stored lock value), `waiters` (the registry of blocked
+//!    clients, each unblocked exactly once), `command_docs`.
+//! 2. `state` (connection state: waiters, sessions, lease deadlines, counters).
+//! 3. `engine` (effects of a change: hand-offs, leases and their timer,
+//!    session bindings, replication, key removal), `eviction`, `info`.
+//! 4. Callbacks: `blocking` (WAIT), `keytype` (the key type's callbacks).
+//! 5. Callbacks: `commands` (the FLOCK.* handlers), `events` (server and
+//!    keyspace events).
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod args;
 pub mod deadlines;
@@ -38,7 +48,13 @@ mod info;
 #[cfg(not(test))]
 mod keytype;
 #[cfg(not(test))]
+mod place;
+#[cfg(not(test))]
 mod state;
+#[cfg(not(test))]
+mod value;
+#[cfg(not(test))]
+mod waiters;
 
 #[cfg(not(test))]
 mod module {
@@ -60,7 +76,7 @@ mod module {
     use redis_module::alloc::RedisAlloc as Alloc;
     #[cfg(feature = "client")]
     use std::alloc::System as Alloc;
-    use crate::{commands, events, ffi};
+    use crate::{blocking, commands, events, eviction, ffi, value};
 
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
         if let Some(api) = ffi::missing_api() {
@@ -69,25 +85,26 @@ mod module {
             return Status::Err;
         }
         ffi::init_module_ctx(ctx.ctx);
+        value::register_type(&FLOCK_TYPE);
         let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
         if let Err(e) = crate::config::check_load_args(&args) {
             ffi::log(c"warning", &e);
             return Status::Err;
         }
         log_panics();
-        events::subscribe(ctx.ctx);
-        crate::eviction::init(ctx);
-        ffi::register_filter(ctx.ctx, crate::blocking::unblock_filter);
+        ffi::subscribe::<events::Events>(ctx);
+        eviction::refresh(ctx);
+        ffi::register_filter::<blocking::UnblockFilter>(ctx);
         // `-@flock` needs Redis 8.0's AddACLCategory; `-@write` and the like
         // need 7.2's SetCommandACLCategories. Either missing: rules name the
-        // commands (README, "Access control").
-        let own_category = ffi::add_acl_category(ctx.ctx, c"flock");
+        // commands (docs/commands.md, "Access control").
+        let own_category = ffi::add_acl_category(ctx, c"flock");
         for doc in &crate::command_docs::COMMANDS {
-            if !ffi::set_command_info(ctx.ctx, doc, "1.0.0") {
+            if !ffi::set_command_info(ctx, doc, "1.0.0") {
                 ctx.log_warning(&format!("could not set COMMAND DOCS for {}", doc.name));
             }
             let categories = if own_category { format!("{} flock", doc.acl) } else { doc.acl.to_string() };
-            if !ffi::set_acl_categories(ctx.ctx, doc.name, &categories) {
+            if !ffi::set_acl_categories(ctx, doc.name, &categories) {
                 ctx.log_warning(&format!("could not put {} into the ACL categories {categories}", doc.name));
             }
         }

@@ -5,19 +5,20 @@
 //! generation so that a stale handle (the waiter already left) can never
 //! remove someone else who reused the slot.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 const NIL: u32 = u32::MAX;
 
 /// Source of slot generations for every queue: a handle of a waiter that
 /// left never matches a later waiter, of this queue or of a later queue of
-/// the same lock (a lock drops its queue while nobody waits).
-static NEXT_GENERATION: AtomicU32 = AtomicU32::new(0);
+/// the same lock (a lock drops its queue while nobody waits). 64 bits never
+/// wrap: at a billion waiters a second they last 584 years.
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(0);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WaiterId {
     index: u32,
-    generation: u32,
+    generation: u64,
 }
 
 struct Node<T> {
@@ -27,7 +28,7 @@ struct Node<T> {
 }
 
 struct Slot<T> {
-    generation: u32,
+    generation: u64,
     node: Option<Node<T>>,
 }
 

@@ -1,35 +1,15 @@
 //! Module-wide state that is connection state, not data: blocked waiters,
-//! session bindings, counters, the token source, and where each database
-//! went after SWAPDB. Only the Redis main thread touches it.
+//! session bindings, lease deadlines, counters, the token source, and where
+//! each database went after SWAPDB. Only the Redis main thread touches it.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
 use crate::deadlines::Deadlines;
-use crate::ffi::{BlockedClient, TimerId};
+use crate::ffi::Timer;
 use crate::lock::TokenSource;
-use crate::queue::WaiterId;
-
-/// Where a lock lives: a database *identity* (stable across SWAPDB) and the
-/// key name. Timers and waiters remember a `Place`, never a raw db index.
-/// One allocation (the identity's 4 bytes, then the name): every held lock
-/// has one in the deadline wheel.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Place(Box<[u8]>);
-
-impl Place {
-    fn new(ident: u32, key: &[u8]) -> Self {
-        Place([&ident.to_le_bytes()[..], key].concat().into_boxed_slice())
-    }
-
-    pub fn ident(&self) -> u32 {
-        u32::from_le_bytes([self.0[0], self.0[1], self.0[2], self.0[3]])
-    }
-
-    pub fn key(&self) -> &[u8] {
-        &self.0[4..]
-    }
-}
+use crate::place::{DbMap, Place};
+use crate::waiters::Waiters;
 
 /// A lease filed in the deadline wheel: the token tells a stale entry (the
 /// lock changed hands, moved or was deleted since) from a live one.
@@ -38,47 +18,15 @@ pub struct Lease {
     pub place: Place,
 }
 
-/// SWAPDB exchanges two databases' contents; remembered places follow the
-/// contents, so each identity maps to the db index it is at now.
-#[derive(Default)]
-pub struct DbMap {
-    ident_to_db: Vec<i32>,
-    db_to_ident: Vec<u32>,
-}
-
-impl DbMap {
-    fn grow(&mut self, n: usize) {
-        while self.db_to_ident.len() < n {
-            let i = self.db_to_ident.len();
-            self.db_to_ident.push(i as u32);
-            self.ident_to_db.push(i as i32);
-        }
-    }
-
-    pub fn ident(&mut self, db: i32) -> u32 {
-        let db = db.max(0) as usize;
-        self.grow(db + 1);
-        self.db_to_ident[db]
-    }
-
-    pub fn db(&self, ident: u32) -> i32 {
-        self.ident_to_db.get(ident as usize).copied().unwrap_or(ident as i32)
-    }
-
-    pub fn swap(&mut self, a: i32, b: i32) {
-        let (ia, ib) = (self.ident(a), self.ident(b));
-        self.db_to_ident.swap(a as usize, b as usize);
-        self.ident_to_db[ia as usize] = b;
-        self.ident_to_db[ib as usize] = a;
-    }
-}
-
-pub struct WaiterEntry {
-    pub place: Place,
-    pub id: WaiterId,
-    pub timer: Option<TimerId>,
-    /// The waiting connection's client id.
-    pub client: u64,
+/// What the server's memory settings mean for lock keys, as last read
+/// (see `eviction`).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Risk {
+    /// The maxmemory policy, if it can evict keys without a TTL.
+    pub policy: Option<String>,
+    /// `flock.allow-eviction` as it was then (for the log only: ACQUIRE
+    /// reads the setting itself).
+    pub allowed: bool,
 }
 
 #[derive(Default, Debug, Clone, Copy)]
@@ -121,17 +69,15 @@ impl Stats {
 pub struct State {
     pub tokens: TokenSource,
     pub dbs: DbMap,
-    pub waiters: HashMap<BlockedClient, WaiterEntry>,
-    /// Client ids unblocked by the module whose reply is not written yet.
-    pub answered: HashSet<u64>,
+    pub waiters: Waiters,
     /// client id -> places whose holder is bound to that connection.
     pub sessions: HashMap<u64, HashSet<Place>>,
     /// Every holder's lease deadline, and the one Redis timer (with the time
     /// it is set for) that wakes up for the next.
     pub deadlines: Deadlines<Lease>,
-    pub tick: Option<(TimerId, u64)>,
+    pub tick: Option<(Timer<()>, u64)>,
     pub stats: Stats,
-    pub eviction: crate::eviction::Risk,
+    pub eviction: Risk,
 }
 
 impl State {

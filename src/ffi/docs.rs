@@ -1,0 +1,135 @@
+//! `COMMAND DOCS` and `COMMAND INFO` of the module's commands.
+
+use std::os::raw::{c_char, c_int};
+
+use redis_module::{raw, Context};
+
+/// One argument of a command as `COMMAND DOCS` shows it.
+pub struct ArgDoc {
+    pub name: &'static str,
+    pub kind: raw::RedisModuleCommandArgType,
+    pub token: Option<&'static str>,
+    pub optional: bool,
+    pub subargs: &'static [ArgDoc],
+}
+
+/// What `COMMAND DOCS` and `COMMAND INFO` say of a command.
+pub struct CommandDoc {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub complexity: &'static str,
+    pub arity: i32,
+    pub key_flags: u32,
+    /// ACL categories (space-separated) on servers that let modules set them.
+    pub acl: &'static str,
+    pub args: &'static [ArgDoc],
+}
+
+/// Registers `doc` for an already created command. Redis copies everything
+/// it is given, so the C strings and arrays only live for this call.
+pub fn set_command_info(ctx: &Context, doc: &CommandDoc, since: &str) -> bool {
+    let mut strings: Vec<std::ffi::CString> = Vec::new();
+    let mut cstr = |s: &str| -> *const c_char {
+        strings.push(std::ffi::CString::new(s).unwrap_or_default());
+        strings.last().map_or(std::ptr::null(), |c| c.as_ptr())
+    };
+    // Arrays are terminated by a zeroed entry.
+    fn args(
+        docs: &[ArgDoc],
+        cstr: &mut dyn FnMut(&str) -> *const c_char,
+        keep: &mut Vec<Vec<raw::RedisModuleCommandArg>>,
+    ) -> *mut raw::RedisModuleCommandArg {
+        let mut out: Vec<raw::RedisModuleCommandArg> = docs
+            .iter()
+            .map(|d| {
+                // SAFETY: a C struct of pointers and integers: all zeroes is
+                // its documented "unset" value.
+                let mut arg: raw::RedisModuleCommandArg = unsafe { std::mem::zeroed() };
+                arg.name = cstr(d.name);
+                arg.type_ = d.kind;
+                arg.key_spec_index =
+                    if d.kind == raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY { 0 } else { -1 };
+                arg.token = d.token.map_or(std::ptr::null(), &mut *cstr);
+                arg.flags = if d.optional { raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int } else { 0 };
+                if !d.subargs.is_empty() {
+                    arg.subargs = args(d.subargs, cstr, keep);
+                }
+                arg
+            })
+            .collect();
+        // SAFETY: as above; a zeroed entry ends the array.
+        out.push(unsafe { std::mem::zeroed() });
+        let ptr = out.as_mut_ptr();
+        keep.push(out);
+        ptr
+    }
+    let mut keep = Vec::new();
+    let args_ptr = args(doc.args, &mut cstr, &mut keep);
+    // SAFETY: C structs of integers, pointers and unions of them: all zeroes
+    // is their "unset" value, and the second spec ends the array.
+    let mut key_specs: [raw::RedisModuleCommandKeySpec; 2] = unsafe { std::mem::zeroed() };
+    key_specs[0].flags = u64::from(doc.key_flags);
+    key_specs[0].begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+    key_specs[0].bs.index.pos = 1;
+    key_specs[0].find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+    key_specs[0].fk.range.lastkey = 0;
+    key_specs[0].fk.range.keystep = 1;
+    key_specs[0].fk.range.limit = 0;
+    let version = raw::RedisModuleCommandInfoVersion {
+        version: 1,
+        sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+        sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+        sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+    };
+    let info = raw::RedisModuleCommandInfo {
+        version: &version,
+        summary: cstr(doc.summary),
+        complexity: cstr(doc.complexity),
+        since: cstr(since),
+        history: std::ptr::null_mut(),
+        tips: std::ptr::null(),
+        arity: doc.arity,
+        key_specs: key_specs.as_mut_ptr(),
+        args: args_ptr,
+    };
+    let name = std::ffi::CString::new(doc.name).unwrap_or_default();
+    // SAFETY: `ctx` is the load context; the name is NUL-terminated.
+    let command = unsafe { api!(RedisModule_GetCommand)(ctx.ctx, name.as_ptr()) };
+    // SAFETY: `command` is a live command; every pointer in `info` points
+    // into `strings`, `keep`, `key_specs` or `version`, all alive until the
+    // end of this function, and Redis copies what it keeps.
+    !command.is_null() && unsafe { api!(RedisModule_SetCommandInfo)(command, &info) } == raw::REDISMODULE_OK as c_int
+}
+
+// Optional APIs: absent on Redis 7.0, so deliberately not in `required_apis!`;
+// each checks for its function and, where it is missing, leaves Redis 7.0's
+// behaviour (module commands in no ACL category) in place.
+
+/// Registers the ACL category `name` so that rules such as `-@flock` work
+/// (Redis 8.0+; only allowed while the module loads). False where the server
+/// lacks the API or refuses the name.
+pub fn add_acl_category(ctx: &Context, name: &std::ffi::CStr) -> bool {
+    // SAFETY: reading a function pointer Redis filled in once, at load.
+    match unsafe { raw::RedisModule_AddACLCategory } {
+        // SAFETY: `ctx` is the loading context and `name` a NUL-terminated
+        // string that Redis copies.
+        Some(add) => (unsafe { add(ctx.ctx, name.as_ptr()) }) == raw::REDISMODULE_OK as c_int,
+        None => false,
+    }
+}
+
+/// Puts the already created command `name` into the ACL `categories`
+/// (space-separated; Redis 7.2+ and Valkey, only while the module loads).
+/// True where the server lacks the API (nothing to do); false if it refuses.
+pub fn set_acl_categories(ctx: &Context, name: &str, categories: &str) -> bool {
+    // SAFETY: reading a function pointer Redis filled in once, at load.
+    let Some(set) = (unsafe { raw::RedisModule_SetCommandACLCategories }) else { return true };
+    let (Ok(name), Ok(categories)) = (std::ffi::CString::new(name), std::ffi::CString::new(categories)) else {
+        return false;
+    };
+    // SAFETY: `ctx` is the loading context; the name is NUL-terminated.
+    let command = unsafe { api!(RedisModule_GetCommand)(ctx.ctx, name.as_ptr()) };
+    // SAFETY: `command` is a live command; both strings outlive the call and
+    // Redis copies what it keeps.
+    !command.is_null() && unsafe { set(command, categories.as_ptr()) } == raw::REDISMODULE_OK as c_int
+}

@@ -1,0 +1,184 @@
+//! The raw module API, behind typed helpers: the one place with `unsafe`.
+//!
+//! Upper modules see safe functions and traits; every callback Redis calls
+//! (blocked clients, key type, server events, command filter, timers) is a
+//! trampoline here that turns raw pointers into typed values and calls a
+//! safe function handed in from above (a trait implemented by the caller,
+//! chosen at registration), so this layer imports nothing of the module.
+//!
+//! Soundness: Redis calls every callback registered here on its main thread,
+//! one at a time, with the pointers it documents as valid for that call
+//! (except a key type's `free`, see `key_type`). The data handed to Redis
+//! (timer data, blocked-client private data, key values) is always a
+//! `Box<T>` leaked with `Box::into_raw` and reclaimed exactly once, by the
+//! one callback or call that Redis documents as its end.
+
+use std::os::raw::c_int;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use redis_module::{raw, Context};
+
+pub type RawCtx = *mut raw::RedisModuleCtx;
+
+/// Every raw API this module calls, checked once by `missing_api` when the
+/// module loads, so that `api!` below never finds one missing at run time.
+macro_rules! required_apis {
+    ($($name:ident),* $(,)?) => {
+        /// The first raw API this module needs that the server lacks.
+        pub fn missing_api() -> Option<&'static str> {
+            // SAFETY: RedisModule_Init wrote every API pointer before the
+            // module's code runs, and nothing writes them after.
+            $(if unsafe { raw::$name }.is_none() {
+                return Some(stringify!($name));
+            })*
+            None
+        }
+    };
+}
+
+required_apis!(
+    RedisModule_GetDetachedThreadSafeContext,
+    RedisModule_Milliseconds,
+    RedisModule_GetContextFlags,
+    RedisModule_GetClientId,
+    RedisModule_GetSelectedDb,
+    RedisModule_SelectDb,
+    RedisModule_BlockClient,
+    RedisModule_SetDisconnectCallback,
+    RedisModule_GetBlockedClientHandle,
+    RedisModule_UnblockClient,
+    RedisModule_GetBlockedClientPrivateData,
+    RedisModule_CreateTimer,
+    RedisModule_GetTimerInfo,
+    RedisModule_StopTimer,
+    RedisModule_ReplyWithMap,
+    RedisModule_ReplyWithArray,
+    RedisModule_ReplyWithStringBuffer,
+    RedisModule_GetDbIdFromOptCtx,
+    RedisModule_GetKeyNameFromOptCtx,
+    RedisModule_GetDbIdFromIO,
+    RedisModule_GetKeyNameFromIO,
+    RedisModule_StringPtrLen,
+    RedisModule_CreateString,
+    RedisModule_SubscribeToServerEvent,
+    RedisModule_CommandFilterArgsCount,
+    RedisModule_CommandFilterArgGet,
+    RedisModule_CommandFilterArgReplace,
+    RedisModule_RegisterCommandFilter,
+    RedisModule_EmitAOF,
+    RedisModule_GetCommand,
+    RedisModule_SetCommandInfo,
+    RedisModule_Log,
+    RedisModule_LogIOError,
+    RedisModule_InfoAddSection,
+    RedisModule_InfoAddFieldLongLong,
+);
+
+/// A raw API function; `missing_api` refused to load the module without it.
+macro_rules! api {
+    ($name:ident) => {
+        redis_module::raw::$name.expect(concat!(stringify!($name), " is missing in this Redis (checked at load)"))
+    };
+}
+
+// After `api!`: the submodules use it.
+mod block;
+mod docs;
+mod events;
+mod key_type;
+mod reply;
+mod timer;
+
+pub use block::{block, BlockHandlers, BlockedClient, BlockedId};
+pub use docs::{add_acl_category, set_acl_categories, set_command_info, ArgDoc, CommandDoc};
+pub use events::{register_filter, subscribe, CommandFilter, FilterArgs, ServerEvents};
+pub use key_type::{type_methods, Aof, Io, KeyType};
+pub use reply::{info_section, reply_array, reply_bytes, reply_map};
+pub use timer::{create_timer, stop_timer, Timer};
+
+/// A context that lives as long as the module, for timer operations made
+/// outside a command (key-type callbacks, `free_privdata`).
+static MODULE_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
+
+pub fn init_module_ctx(ctx: RawCtx) {
+    // SAFETY: `ctx` is the module's load context, valid during `init`.
+    let detached = unsafe { api!(RedisModule_GetDetachedThreadSafeContext)(ctx) };
+    MODULE_CTX.store(detached, Ordering::Release);
+}
+
+pub fn module_ctx() -> RawCtx {
+    MODULE_CTX.load(Ordering::Acquire)
+}
+
+/// The server's unix-time clock in milliseconds.
+pub fn now_ms() -> u64 {
+    // SAFETY: takes no arguments; only called on the main thread.
+    u64::try_from(unsafe { api!(RedisModule_Milliseconds)() }).unwrap_or(0)
+}
+
+/// True on a replica: it follows its master's state and acts on no timer.
+pub fn is_replica() -> bool {
+    // SAFETY: the module context lives as long as the module.
+    let flags = unsafe { api!(RedisModule_GetContextFlags)(module_ctx()) };
+    flags & raw::REDISMODULE_CTX_FLAGS_SLAVE as c_int != 0
+}
+
+pub fn client_id(ctx: &Context) -> u64 {
+    // SAFETY: `ctx` is the context of the running command or callback.
+    unsafe { api!(RedisModule_GetClientId)(ctx.ctx) }
+}
+
+pub fn selected_db(ctx: &Context) -> i32 {
+    // SAFETY: `ctx` is the context of the running command or callback.
+    unsafe { api!(RedisModule_GetSelectedDb)(ctx.ctx) }
+}
+
+/// Runs `f` with `db` selected on `ctx`, then restores the previous one: the
+/// context may belong to a live client whose own selection must not change.
+pub fn with_db<R>(ctx: &Context, db: i32, f: impl FnOnce() -> R) -> R {
+    let previous = selected_db(ctx);
+    // SAFETY: `ctx` is the context of the running command or callback; an
+    // index out of range is refused by Redis, not undefined.
+    unsafe { api!(RedisModule_SelectDb)(ctx.ctx, db) };
+    let result = f();
+    // SAFETY: as above, with the index Redis gave.
+    unsafe { api!(RedisModule_SelectDb)(ctx.ctx, previous) };
+    result
+}
+
+/// A key name made from any bytes: key names are binary, and the crate's
+/// `create_string` panics (aborting the server) on a NUL byte.
+pub fn key_name(ctx: &Context, bytes: &[u8]) -> redis_module::RedisString {
+    redis_module::RedisString::create_from_slice(ctx.ctx, bytes)
+}
+
+/// A message as a C string whatever it holds: a NUL would end it early.
+fn c_message(message: &str) -> std::ffi::CString {
+    std::ffi::CString::new(message.replace('\0', "\\0")).unwrap_or_default()
+}
+
+/// Writes `message` to the server log at `level` ("warning", "notice").
+/// Unlike the crate's `log_*`, the text is never read as a printf format
+/// and may hold any byte: it can carry a client's key or owner.
+pub fn log(level: &std::ffi::CStr, message: &str) {
+    let message = c_message(message);
+    // SAFETY: both strings are NUL-terminated and outlive the call; the
+    // format "%s" consumes exactly the one string argument given.
+    unsafe { api!(RedisModule_Log)(module_ctx(), level.as_ptr(), c"%s".as_ptr(), message.as_ptr()) };
+}
+
+/// The bytes of a Redis string; empty for a null pointer.
+///
+/// # Safety
+/// `s` must be null or a string Redis keeps alive for `'a`.
+unsafe fn string_bytes<'a>(s: *const raw::RedisModuleString) -> &'a [u8] {
+    if s.is_null() {
+        return &[];
+    }
+    let mut len = 0usize;
+    // SAFETY: `s` is a live string (the caller's contract).
+    let ptr = unsafe { api!(RedisModule_StringPtrLen)(s, &mut len) };
+    // SAFETY: Redis returns the string's buffer and its length; it lives as
+    // long as the string.
+    unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
+}
