@@ -27,11 +27,11 @@ build: deps
 run: build
 	redis-server redis.conf.example
 
-# Unit, property and integration tests (integration tests start their own
-# redis-server processes on free loopback ports). `client` adds the Rust
-# client API's tests and examples.
+# Every crate's tests: the core's unit and property tests, the client's, and
+# the integration tests (they start their own redis-server processes on free
+# loopback ports, with the module rebuilt if it is stale).
 test: build
-	cargo test --release --features client -- --test-threads=2
+	cargo test --workspace --release -- --test-threads=2
 
 # redis-server under valgrind memcheck with the module: a self-test (a probe
 # module that leaks on purpose must be caught), then the randomized, memory
@@ -47,7 +47,7 @@ leakcheck: build
 # in target/bench. About 7 minutes on 2 cores; `make bench ARGS=--quick` is
 # under one, `ARGS=--help` lists the options. See README.md, "Benchmark".
 bench: build
-	cargo run --release --features bench --bin flock-bench -- $(ARGS)
+	cargo run --release --package flock-bench -- $(ARGS)
 
 # The examples, against a running server (start one with `make run`):
 #   make example-cli example-python example-rust [REDIS_URL=redis://host:port]
@@ -60,7 +60,7 @@ example-python:
 	python3 examples/python_lock.py $(REDIS_URL)
 
 example-rust:
-	cargo run --release --features client --example client -- $(REDIS_URL)
+	cargo run --release --example client -- $(REDIS_URL)
 
 clean:
 	cargo clean

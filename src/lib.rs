@@ -1,46 +1,28 @@
 //! FLOCK: a fair, reentrant, fenced distributed lock inside Redis.
 //!
-//! `queue`, `lock`, `requests`, `deadlines` and `args` are the pure core (no Redis API);
-//! the rest is the Redis layer: `commands` (handlers), `engine` (effects of a
+//! `queue`, `lock`, `requests`, `deadlines` and `args` are the pure core (no Redis API),
+//! in the crate `flock-core` (crates/flock-core) with its tests; this crate is
+//! the Redis layer: `commands` (handlers), `engine` (effects of a
 //! change), `blocking` (waiting clients), `keytype` (the stored value),
 //! `events` (server and keyspace events), `eviction` (refusing grants that
 //! memory eviction could take away), `state` (connection state), `ffi`
 //! (raw API).
 
-pub mod args;
-pub mod deadlines;
-#[cfg(feature = "client")]
-pub mod client;
-pub mod lock;
-pub mod queue;
-pub mod requests;
+// Re-exported so that the Redis layer names the core as `crate::lock` etc.
+pub use flock_core::{args, deadlines, lock, queue, requests};
 
-// The Redis layer needs a running server (and its allocator), so unit-test
-// builds leave it out; integration tests in tests/ exercise it for real.
-#[cfg(not(test))]
 mod blocking;
-#[cfg(not(test))]
 mod command_docs;
-#[cfg(not(test))]
 mod commands;
-#[cfg(not(test))]
 mod config;
-#[cfg(not(test))]
 mod engine;
-#[cfg(not(test))]
 mod events;
-#[cfg(not(test))]
 mod eviction;
-#[cfg(not(test))]
 mod ffi;
-#[cfg(not(test))]
 mod info;
-#[cfg(not(test))]
 mod keytype;
-#[cfg(not(test))]
 mod state;
 
-#[cfg(not(test))]
 mod module {
     use redis_module::configuration::ConfigurationFlags;
     use redis_module::{redis_module, Context, RedisString, Status};
@@ -52,14 +34,8 @@ mod module {
 
     use crate::keytype::FLOCK_TYPE;
 
-    // `redis_module!` makes its allocator the global one of every program
-    // that links this crate. A client program (feature `client`) has no
-    // server to allocate from, so builds with that feature use the system
-    // allocator; `make build` (no features) gives the module Redis's.
-    #[cfg(not(feature = "client"))]
-    use redis_module::alloc::RedisAlloc as Alloc;
-    #[cfg(feature = "client")]
-    use std::alloc::System as Alloc;
+    // Redis's allocator, so that INFO memory and maxmemory count the locks.
+    use redis_module::alloc::RedisAlloc;
     use crate::{commands, events, ffi};
 
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
@@ -99,7 +75,7 @@ mod module {
     redis_module! {
         name: "flock",
         version: 1,
-        allocator: (Alloc, Alloc),
+        allocator: (RedisAlloc, RedisAlloc),
         data_types: [FLOCK_TYPE],
         init: init,
         commands: [

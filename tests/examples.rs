@@ -255,11 +255,9 @@ fn python_example_runs_when_redis_py_is_installed() {
 // -------------------------------------------------------------------- Rust
 
 /// examples/client.rs, compiled into this test (its `main` stays unused).
-#[cfg(feature = "client")]
 #[path = "../examples/client.rs"]
 mod client_example;
 
-#[cfg(feature = "client")]
 #[test]
 fn rust_client_example_runs() {
     let s = Server::start();
@@ -267,10 +265,4 @@ fn rust_client_example_runs() {
     assert_no_lock_left(&s);
     assert_eq!(s.stat("handoffs"), 1);
     assert_eq!(s.stat("force_releases"), 1);
-}
-
-#[cfg(not(feature = "client"))]
-#[test]
-fn rust_client_example_runs() {
-    println!("skipped: examples/client.rs needs `--features client` (make test enables it)");
 }
