@@ -43,15 +43,16 @@ build: deps
 run: build
 	$(with_server) "$${FLOCK_SERVER:-redis-server}" redis.conf.example
 
-# Unit, property and integration tests (integration tests start their own
-# redis-server processes on free loopback ports). `client` adds the Rust
-# client API's tests and examples. `make test SERVER=valkey-9.1`: on that server.
+# Every crate's tests: the core's unit and property tests, the client's, and
+# the integration tests (they start their own redis-server processes on free
+# loopback ports, with the module rebuilt if it is stale).
+# `make test SERVER=valkey-9.1`: on that server.
 test: build layers
-	$(with_server) cargo test --release --features client -- --test-threads=2
+	$(with_server) cargo test --workspace --release -- --test-threads=2
 
 # The whole suite on each of $(SERVERS) (about 3.5 minutes each), then one
 # line of test counts per server; logs in target/servers/<server>.log.
-test-servers: build
+test-servers: build layers
 	scripts/test-servers.sh $(SERVERS)
 
 # The Redis layer's modules import one another without a cycle; prints the
@@ -73,7 +74,7 @@ leakcheck: build
 # in target/bench. About 7 minutes on 2 cores; `make bench ARGS=--quick` is
 # under one, `ARGS=--help` lists the options. See README.md, "Benchmark".
 bench: build
-	$(with_server) cargo run --release --features bench --bin flock-bench -- $(ARGS)
+	$(with_server) cargo run --release --package flock-bench -- $(ARGS)
 
 # The examples, against a running server (start one with `make run`):
 #   make example-cli example-python example-rust [REDIS_URL=redis://host:port]
@@ -86,7 +87,7 @@ example-python:
 	python3 examples/python_lock.py $(REDIS_URL)
 
 example-rust:
-	cargo run --release --features client --example client -- $(REDIS_URL)
+	cargo run --release --example client -- $(REDIS_URL)
 
 clean:
 	cargo clean

@@ -1,8 +1,8 @@
-//! The Rust client API (`redis_flock::client`, feature `client`) against a
+//! The Rust client API (crate `flock-client`) against a
 //! running server with FLOCK loaded (`make run`):
 //!
 //! ```text
-//! cargo run --release --features client --example client -- redis://127.0.0.1:6379/
+//! cargo run --release --example client -- redis://127.0.0.1:6379/
 //! ```
 //!
 //! It takes a lock, lets a second thread queue for it, keeps a short lease
@@ -14,7 +14,7 @@ use std::thread;
 use std::time::Duration;
 
 use redis::RedisResult;
-use redis_flock::client::{LeaseLost, Lock};
+use flock_client::{LeaseLost, Lock};
 
 const KEY: &str = "example:orders";
 

@@ -16,7 +16,7 @@ for name in "$@"; do
     mkdir -p target/servers
     echo "==== $name: $("$bin" --version)"
     # --no-fail-fast: every test binary runs, so that the counts are complete.
-    FLOCK_SERVER=$bin cargo test --release --features client --no-fail-fast -- --test-threads=2 2>&1 | tee "$log"
+    FLOCK_SERVER=$bin cargo test --workspace --release --no-fail-fast -- --test-threads=2 2>&1 | tee "$log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
     # cargo prints one "test result: ... N passed; N failed; N ignored" per test binary.
     counts=$(grep -o '[0-9]* passed; [0-9]* failed; [0-9]* ignored' "$log" |

@@ -1,7 +1,8 @@
 //! FLOCK: a fair, reentrant, fenced distributed lock inside Redis.
 //!
 //! `queue`, `lock`, `requests`, `deadlines` and `args` are the pure core (no
-//! Redis API). The rest is the Redis layer, in levels; a module imports only
+//! Redis API), in the crate `flock-core` (crates/flock-core) with its tests,
+//! re-exported here. This crate is the Redis layer, in levels; a module imports only
 //! from lower levels (`scripts/check-layers.sh` checks it and prints them):
 //! 0. `ffi`: the raw module API behind typed helpers, and thin trampolines
 //!    for every callback Redis calls; `place` (where a lock lives); `config`.
@@ -17,46 +18,24 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-pub mod args;
-pub mod deadlines;
-#[cfg(feature = "client")]
-pub mod client;
-pub mod lock;
-pub mod queue;
-pub mod requests;
+// Re-exported so that the Redis layer names the core as `crate::lock` etc.
+pub use flock_core::{args, deadlines, lock, queue, requests};
 
-// The Redis layer needs a running server (and its allocator), so unit-test
-// builds leave it out; integration tests in tests/ exercise it for real.
-#[cfg(not(test))]
 mod blocking;
-#[cfg(not(test))]
 mod command_docs;
-#[cfg(not(test))]
 mod commands;
-#[cfg(not(test))]
 mod config;
-#[cfg(not(test))]
 mod engine;
-#[cfg(not(test))]
 mod events;
-#[cfg(not(test))]
 mod eviction;
-#[cfg(not(test))]
 mod ffi;
-#[cfg(not(test))]
 mod info;
-#[cfg(not(test))]
 mod keytype;
-#[cfg(not(test))]
 mod place;
-#[cfg(not(test))]
 mod state;
-#[cfg(not(test))]
 mod value;
-#[cfg(not(test))]
 mod waiters;
 
-#[cfg(not(test))]
 mod module {
     use redis_module::configuration::ConfigurationFlags;
     use redis_module::{redis_module, Context, RedisString, Status};
@@ -68,14 +47,8 @@ mod module {
 
     use crate::keytype::FLOCK_TYPE;
 
-    // `redis_module!` makes its allocator the global one of every program
-    // that links this crate. A client program (feature `client`) has no
-    // server to allocate from, so builds with that feature use the system
-    // allocator; `make build` (no features) gives the module Redis's.
-    #[cfg(not(feature = "client"))]
-    use redis_module::alloc::RedisAlloc as Alloc;
-    #[cfg(feature = "client")]
-    use std::alloc::System as Alloc;
+    // Redis's allocator, so that INFO memory and maxmemory count the locks.
+    use redis_module::alloc::RedisAlloc;
     use crate::{blocking, commands, events, eviction, ffi, value};
 
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
@@ -124,7 +97,7 @@ mod module {
     redis_module! {
         name: "flock",
         version: 1,
-        allocator: (Alloc, Alloc),
+        allocator: (RedisAlloc, RedisAlloc),
         data_types: [FLOCK_TYPE],
         init: init,
         commands: [

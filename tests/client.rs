@@ -1,4 +1,4 @@
-//! The Rust client API (`redis_flock::client`, feature `client`) against a
+//! The Rust client API (crate `flock-client`) against a
 //! real server: tokens, release on drop, waiting, the watchdog and lease loss.
 
 mod common;
@@ -7,7 +7,7 @@ use common::*;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
-use redis_flock::client::{Guard, LeaseLost, Lock, FOREVER};
+use flock_client::{Guard, LeaseLost, Lock, FOREVER};
 
 const MS: Duration = Duration::from_millis(1);
 

@@ -1,6 +1,6 @@
 //! The examples and the README's redis-cli session, run against a real
 //! server: examples/walkthrough.redis through redis-cli, the Python example
-//! (when python3 has redis-py), the Rust client example (feature `client`).
+//! (with redis-py), the Rust client example (crate flock-client).
 
 mod common;
 use common::*;
@@ -252,11 +252,9 @@ fn python_example_runs_with_redis_py() {
 // -------------------------------------------------------------------- Rust
 
 /// examples/client.rs, compiled into this test (its `main` stays unused).
-#[cfg(feature = "client")]
 #[path = "../examples/client.rs"]
 mod client_example;
 
-#[cfg(feature = "client")]
 #[test]
 fn rust_client_example_runs() {
     let s = Server::start();
@@ -264,10 +262,4 @@ fn rust_client_example_runs() {
     assert_no_lock_left(&s);
     assert_eq!(s.stat("handoffs"), 1);
     assert_eq!(s.stat("force_releases"), 1);
-}
-
-#[cfg(not(feature = "client"))]
-#[test]
-fn rust_client_example_runs() {
-    println!("skipped: examples/client.rs needs `--features client` (make test enables it)");
 }

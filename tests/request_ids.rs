@@ -66,10 +66,9 @@ fn redis_py_retry_of_a_release_whose_reply_was_lost_releases_once_with_id() {
 
 // ------------------------------------------------ the Rust client through the proxy
 
-#[cfg(feature = "client")]
 mod rust_client {
     use super::*;
-    use redis_flock::client::Lock;
+    use flock_client::Lock;
     use std::time::Duration;
 
     #[test]

@@ -5,15 +5,35 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use redis::{Commands, Connection, RedisResult, Value};
 
+/// The module's release build, brought up to date once per test process:
+/// `cargo test` builds nothing redis-server loads from there (the module is
+/// not a dependency of the tests), so without this a test could load a
+/// stale `.so`. Cargo sets `CARGO` for the processes it runs.
 pub fn module_path() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/release/libredis_flock.so");
-    assert!(path.exists(), "{} is missing: run `make build` (or `cargo build --release`) first", path.display());
-    path
+    static MODULE: OnceLock<PathBuf> = OnceLock::new();
+    MODULE
+        .get_or_init(|| {
+            let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let build = Command::new(cargo)
+                .args(["build", "--release", "--package", "redis-flock"])
+                .current_dir(&root)
+                .output()
+                .expect("run cargo");
+            assert!(
+                build.status.success(),
+                "cargo build --release --package redis-flock failed:\n{}",
+                String::from_utf8_lossy(&build.stderr)
+            );
+            root.join("target/release/libredis_flock.so")
+        })
+        .clone()
 }
 
 /// The server binary every test starts: `FLOCK_SERVER` (a path; `make test

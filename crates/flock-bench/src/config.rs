@@ -1,6 +1,6 @@
 //! Command-line options.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -48,7 +48,9 @@ fn number<T: FromStr>(value: &str) -> Result<T, String> {
 impl Config {
     /// The options given; `None` for `--help`.
     pub fn from_args(args: impl IntoIterator<Item = String>) -> Result<Option<Config>, String> {
-        let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        // The workspace root, where `make build` puts the module.
+        let root =
+            Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("crates/flock-bench is two levels deep");
         let args: Vec<String> = args.into_iter().collect();
         if args.iter().any(|a| a == "-h" || a == "--help") {
             return Ok(None);
@@ -68,8 +70,8 @@ impl Config {
                 probe: Duration::from_secs_f64(if quick { 0.15 } else { 1.0 }),
             },
             backlog: if quick { vec![10_000, 100_000] } else { vec![100_000, 1_000_000] },
-            module: manifest.join("target/release/libredis_flock.so"),
-            out: manifest.join("target/bench"),
+            module: root.join("target/release/libredis_flock.so"),
+            out: root.join("target/bench"),
         };
         let mut args = args.into_iter().filter(|a| a != "--quick");
         while let Some(arg) = args.next() {

@@ -1,8 +1,8 @@
-//! A small blocking client for FLOCK on the `redis` crate (feature `client`).
+//! A small blocking Rust client for FLOCK on the `redis` crate.
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use redis_flock::client::Lock;
+//! use flock_client::Lock;
 //!
 //! # fn main() -> redis::RedisResult<()> {
 //! let client = redis::Client::open("redis://127.0.0.1:6379/")?;
@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Client, Cmd, Connection, ConnectionLike, FromRedisValue, RedisResult};
 
-use crate::args::MAX_MS;
+use flock_core::args::MAX_MS;
 
 /// As `wait`: queue without a time limit (`WAIT 0` on the server).
 pub const FOREVER: Duration = Duration::MAX;
