@@ -161,18 +161,19 @@ fn check(file: &Path, target: &str) -> Option<String> {
         None => (target, None),
     };
     let resolved = if path.is_empty() { file.to_path_buf() } else { file.parent().unwrap().join(path) };
+    let shown = resolved.strip_prefix(root()).unwrap_or(&resolved).display().to_string();
     if !resolved.exists() {
-        return Some(format!("{} does not exist", resolved.display()));
+        return Some(format!("{shown} does not exist"));
     }
     let anchor = anchor?;
     if resolved.extension().is_none_or(|e| e != "md") {
-        return Some(format!("an anchor into {}, which is not Markdown", resolved.display()));
+        return Some(format!("an anchor into {shown}, which is not Markdown"));
     }
     let text = std::fs::read_to_string(&resolved).unwrap();
     if anchors(&text).contains(anchor) {
         None
     } else {
-        Some(format!("{} has no heading with the anchor #{anchor}", resolved.display()))
+        Some(format!("{shown} has no heading with the anchor #{anchor}"))
     }
 }
 
