@@ -5,7 +5,7 @@
 //! cargo run --release --example redlock -- 127.0.0.1:7001 127.0.0.1:7002 127.0.0.1:7003
 //! ```
 //!
-//! The algorithm (see the README, "Several independent masters (Redlock)",
+//! The algorithm (see docs/redlock.md, "Several independent masters (Redlock)",
 //! for what it does and does not guarantee):
 //! 1. Note the time, then try `FLOCK.ACQUIRE key owner lease-ms` (a
 //!    non-blocking try, no `WAIT`) on every server in turn, each with a short

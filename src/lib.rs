@@ -70,7 +70,7 @@ mod module {
         ffi::register_filter::<blocking::UnblockFilter>(ctx);
         // `-@flock` needs Redis 8.0's AddACLCategory; `-@write` and the like
         // need 7.2's SetCommandACLCategories. Either missing: rules name the
-        // commands (docs/commands.md, "Access control").
+        // commands (docs/commands.md, "Loading").
         let own_category = ffi::add_acl_category(ctx, c"flock");
         for doc in &crate::command_docs::COMMANDS {
             if !ffi::set_command_info(ctx, doc, "1.0.0") {

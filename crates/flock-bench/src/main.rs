@@ -2,8 +2,8 @@
 //! (`setnx`, `listpoll`, `redisson`), side by side in one run against one
 //! redis-server started here, through the same client code (synchronous
 //! connections, one thread per client), so that the ratios between methods
-//! hold on a noisy machine. `--help` lists the options; the README's
-//! "Benchmark" section explains the results.
+//! hold on a noisy machine. `--help` lists the options; docs/benchmark.md
+//! explains the results.
 
 mod chart;
 mod client;

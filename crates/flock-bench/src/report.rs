@@ -1,5 +1,5 @@
 //! The results as people read them: Markdown tables on stdout (pasted into
-//! the README as they are), and CSV files, the tables and a chart under the
+//! docs/benchmark.md as they are), and CSV files, the tables and a chart under the
 //! output directory.
 
 use std::fmt::Write as _;
