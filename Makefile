@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MODULE := target/release/libredis_flock.so
 
-.PHONY: deps deps-python build run test test-servers layers leakcheck bench clean example-cli example-python example-rust
+.PHONY: deps deps-python build run test test-servers layers sizes lint leakcheck bench clean example-cli example-python example-rust
 
 # The server that run, test and bench start: empty for the system's
 # redis-server, or redis-7.0 (the same, checked to be 7.0), redis-8.2 or
@@ -47,18 +47,28 @@ run: build
 # the integration tests (they start their own redis-server processes on free
 # loopback ports, with the module rebuilt if it is stale).
 # `make test SERVER=valkey-9.1`: on that server.
-test: build layers
+test: build sizes layers
 	$(with_server) cargo test --workspace --release -- --test-threads=2
 
 # The whole suite on each of $(SERVERS) (about 3.5 minutes each), then one
 # line of test counts per server; logs in target/servers/<server>.log.
-test-servers: build layers
+test-servers: build sizes layers
 	scripts/test-servers.sh $(SERVERS)
 
 # The Redis layer's modules import one another without a cycle; prints the
 # level of each (see src/lib.rs).
 layers:
 	scripts/check-layers.sh
+
+# No tracked file over 1 MB (generated data belongs in target/).
+sizes:
+	scripts/check-file-sizes.sh
+
+# What CI checks besides the tests: formatting (rustfmt.toml), clippy with
+# warnings as errors on every crate and target, file sizes, the layers.
+lint: sizes layers
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets --release -- -D warnings
 
 # redis-server under valgrind memcheck with the module: a self-test (a probe
 # module that leaks on purpose must be caught), then the randomized, memory

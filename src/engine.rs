@@ -183,11 +183,11 @@ fn apply(s: &mut State, place: &Place, value: &mut LockValue, changes: &mut Chan
         }
     }
     if let Some(old) = before.filter(|h| after.is_none_or(|a| a.token != h.token)) {
-        unfile(s, old.token, old.deadline_id);
+        cancel_lease(s, old.token, old.deadline_id);
     }
     let lease = |h: Option<Snapshot>| h.map(|h| (h.token, h.deadline_ms));
     if lease(before) != lease(after) || after.is_some_and(|h| h.deadline_id.is_none()) {
-        file(s, value, place, changes.now);
+        schedule_lease(s, value, place, changes.now);
     }
 }
 
@@ -218,9 +218,9 @@ const REPLICA_RECHECK_MS: u64 = 50;
 
 /// Files the holder's lease deadline in the wheel, in place of the entry it
 /// had, and makes sure the timer wakes up for it.
-fn file(s: &mut State, value: &mut LockValue, place: &Place, now: u64) {
+fn schedule_lease(s: &mut State, value: &mut LockValue, place: &Place, now: u64) {
     let Some(holder) = value.lock.holder_mut() else { return };
-    unfile(s, holder.token, holder.deadline_id.take());
+    cancel_lease(s, holder.token, holder.deadline_id.take());
     let mut at = holder.deadline_ms;
     if at <= now && ffi::is_replica() {
         // The master's expiry is on its way; look again in case this replica
@@ -232,7 +232,7 @@ fn file(s: &mut State, value: &mut LockValue, place: &Place, now: u64) {
 }
 
 /// Takes a holder's lease out of the wheel, if `id` is still its entry.
-fn unfile(s: &mut State, token: u64, id: Option<DeadlineId>) {
+fn cancel_lease(s: &mut State, token: u64, id: Option<DeadlineId>) {
     if let Some(id) = id.filter(|&id| s.deadlines.get(id).is_some_and(|lease| lease.token == token)) {
         s.deadlines.remove(id);
     }
@@ -298,7 +298,7 @@ fn on_tick(ctx: &Context, (): ()) {
 /// a stale entry would stay until the deadline, up to 2^41 ms away. The next
 /// tick, within the event loop's next pass, finds the key or drops the entry;
 /// a kept lock is expired there or filed again at its deadline.
-pub fn file_now(value: &mut LockValue, place: &Place) {
+pub fn schedule_lease_now(value: &mut LockValue, place: &Place) {
     let Some(holder) = value.lock.holder_mut() else { return };
     state::with(|s| {
         let now = ffi::now_ms();
@@ -312,11 +312,11 @@ pub fn file_now(value: &mut LockValue, place: &Place) {
 pub fn replace_holder(value: &mut LockValue, place: &Place, holder: Option<(Holder, Option<u64>)>) {
     if let Some(old) = value.lock.holder_mut() {
         let (token, id) = (old.token, old.deadline_id.take());
-        state::with(|s| unfile(s, token, id));
+        state::with(|s| cancel_lease(s, token, id));
     }
     let (holder, session) = holder.unzip();
     value.lock.set_holder(holder, session.flatten());
-    state::with(|s| file(s, value, place, ffi::now_ms()));
+    state::with(|s| schedule_lease(s, value, place, ffi::now_ms()));
 }
 
 /// Opens the lock at `place` in its current database, if there is one, and
@@ -347,7 +347,7 @@ pub fn detach(value: &mut LockValue, db: i32, key: &[u8]) {
     let waiters = value.lock.drain_waiters();
     state::with(|s| {
         if let Some((token, id)) = filed {
-            unfile(s, token, Some(id));
+            cancel_lease(s, token, Some(id));
         }
         let place = s.place(db, key);
         if let Some(client) = bound {
@@ -377,6 +377,6 @@ pub fn attach(value: &mut LockValue, db: i32, key: &[u8]) {
         if value.lock.holder().is_some() {
             s.stats.deletions = s.stats.deletions.saturating_sub(1);
         }
-        file(s, value, &place, ffi::now_ms());
+        schedule_lease(s, value, &place, ffi::now_ms());
     });
 }

@@ -23,7 +23,7 @@ impl KeyType for LockType {
             Ok(mut value) => {
                 let (db, key) = io.key();
                 let place = state::with(|s| s.place(db, &key));
-                engine::file_now(&mut value, &place);
+                engine::schedule_lease_now(&mut value, &place);
                 Some(value)
             }
             Err(e) => {
