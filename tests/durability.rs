@@ -336,7 +336,7 @@ fn rdb_restart(how: Stop) {
         assert_eq!(ok, "OK");
     }
     s.stop(how);
-    assert!(s.dir.0.join("dump.rdb").exists(), "no dump.rdb after {how:?}");
+    assert!(s.dir.path().join("dump.rdb").exists(), "no dump.rdb after {how:?}");
     wait_until("the `short` lease to run out while the server is down", 5 * SECOND, || {
         Instant::now() >= before.short_deadline + Duration::from_millis(20)
     });
@@ -358,7 +358,7 @@ fn restart_from_rdb_after_shutdown_save_restores_locks_expires_lapsed_leases_and
 // Restart from AOF.
 
 fn aof_files(s: &Server) -> String {
-    let dir = s.dir.0.join("appendonlydir");
+    let dir = s.dir.path().join("appendonlydir");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .map(|it| it.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default();
@@ -1005,10 +1005,10 @@ fn resp(args: &[&str]) -> String {
 fn a_lock_loaded_at_the_most_holds_refuses_one_more_reentry_and_changes_nothing() {
     // An AOF of the old single-file kind, which Redis 7 loads and upgrades:
     // the only way to reach the hold limit without 2^32 commands.
-    let dir = tempdir::Dir::new("holds");
+    let dir = temp_dir("holds");
     let far = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() + 600_000).to_string();
     let aof = resp(&["SELECT", "0"]) + &resp(&["FLOCK.STATE", "L", "a", "4294967295", "7", &far, "0"]);
-    std::fs::write(dir.0.join("appendonly.aof"), aof).unwrap();
+    std::fs::write(dir.path().join("appendonly.aof"), aof).unwrap();
     let s = Server::start_in(dir, &["--appendonly", "yes"]);
     let mut c = s.conn();
     let before = held_by(&mut c, "L", "a");

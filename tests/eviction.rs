@@ -21,14 +21,14 @@ fn config_set(c: &mut Connection, pairs: &[(&str, &str)]) {
 /// A server whose log goes to a file in its directory; `extra` as for
 /// `Server::start_with`.
 fn start_logged(extra: &[&str]) -> Server {
-    let dir = common::tempdir::Dir::new("evict");
-    let log = dir.0.join("redis.log").display().to_string();
+    let dir = temp_dir("evict");
+    let log = dir.path().join("redis.log").display().to_string();
     let args: Vec<&str> = ["--logfile", log.as_str()].into_iter().chain(extra.iter().copied()).collect();
     Server::start_in(dir, &args)
 }
 
 fn server_log(s: &Server) -> String {
-    std::fs::read_to_string(s.dir.0.join("redis.log")).expect("server log")
+    std::fs::read_to_string(s.dir.path().join("redis.log")).expect("server log")
 }
 
 /// Asserts that `r` is the EVICTION refusal naming `policy`, its safe

@@ -129,12 +129,12 @@ fn resp(args: &[&str]) -> String {
 
 #[test]
 fn an_aof_holder_with_a_token_beyond_i64_max_is_refused_and_tokens_stay_positive() {
-    let dir = tempdir::Dir::new("aoftoken");
+    let dir = temp_dir("aoftoken");
     let far = (now_ms() + 600_000).to_string();
     let aof = resp(&["SELECT", "0"])
         + &resp(&["FLOCK.STATE", "L", "a", "1", "18446744073709551615", &far, "0"])
         + &resp(&["FLOCK.STATE", "M", "b", "1", "5", &far, "0"]);
-    std::fs::write(dir.0.join("appendonly.aof"), aof).unwrap();
+    std::fs::write(dir.path().join("appendonly.aof"), aof).unwrap();
     let s = Server::start_in(dir, &["--appendonly", "yes"]);
     let mut c = s.conn();
     assert_eq!(info(&mut c, "L"), None, "the out-of-range holder was refused");

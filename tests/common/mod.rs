@@ -9,6 +9,8 @@ use std::sync::OnceLock;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub use tempfile::TempDir;
+
 pub use redis::{Commands, Connection, RedisResult, Value};
 
 /// The module's release build, brought up to date once per test process:
@@ -59,31 +61,14 @@ pub fn server_version(c: &mut Connection) -> (String, u32, u32) {
 pub struct Server {
     pub port: u16,
     child: Child,
-    pub dir: tempdir::Dir,
+    pub dir: TempDir,
     /// The `extra` config args it was started with (a restart reuses them).
     args: Vec<String>,
 }
 
-pub mod tempdir {
-    use std::path::PathBuf;
-
-    /// A scratch directory removed on drop.
-    pub struct Dir(pub PathBuf);
-
-    impl Dir {
-        pub fn new(tag: &str) -> Self {
-            let path =
-                std::env::temp_dir().join(format!("flock-test-{tag}-{}-{}", std::process::id(), rand::random::<u64>()));
-            std::fs::create_dir_all(&path).expect("create temp dir");
-            Dir(path)
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+/// A unique scratch directory removed on drop.
+pub fn temp_dir(tag: &str) -> TempDir {
+    tempfile::Builder::new().prefix(&format!("flock-test-{tag}-")).tempdir().expect("create temp dir")
 }
 
 /// Waits until the server `child` answers PING at `url`; false if it exits
@@ -110,15 +95,17 @@ fn free_port() -> u16 {
 impl Server {
     /// Starts a server with the module; `extra` are more `--name value` config args.
     pub fn start_with(extra: &[&str]) -> Server {
-        Server::start_in(tempdir::Dir::new("srv"), extra)
+        Server::start_in(temp_dir("srv"), extra)
     }
 
     pub fn start() -> Server {
         Server::start_with(&[])
     }
 
-    fn take_dir(&mut self) -> tempdir::Dir {
-        std::mem::replace(&mut self.dir, tempdir::Dir(PathBuf::new()))
+    /// Takes the server's directory for a successor: a fresh empty one,
+    /// removed on drop, takes its place.
+    fn take_dir(&mut self) -> TempDir {
+        std::mem::replace(&mut self.dir, temp_dir("moved"))
     }
 
     fn wait_ready(&mut self) -> bool {
@@ -160,7 +147,7 @@ impl Server {
     /// What the server's log says about a crash (from its bug report on), or
     /// its last lines; for servers started with `--logfile NAME` (in its dir).
     pub fn log_excerpt(&self, name: &str) -> String {
-        let text = std::fs::read_to_string(self.dir.0.join(name)).unwrap_or_default();
+        let text = std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         let from = match lines.iter().position(|l| l.contains("BUG REPORT START")) {
             Some(start) => start.saturating_sub(5),
@@ -370,12 +357,12 @@ pub enum Stop {
 impl Server {
     /// Starts a server with the module in `dir` (its RDB and AOF files are
     /// loaded as usual); `extra` as for `start_with`.
-    pub fn start_in(dir: tempdir::Dir, extra: &[&str]) -> Server {
+    pub fn start_in(dir: TempDir, extra: &[&str]) -> Server {
         Server::spawn_in(dir, extra.iter().map(|a| a.to_string()).collect(), None)
     }
 
     /// Tries `port` first (if given), then free ports.
-    fn spawn_in(mut dir: tempdir::Dir, mut args: Vec<String>, port: Option<u16>) -> Server {
+    fn spawn_in(mut dir: TempDir, mut args: Vec<String>, port: Option<u16>) -> Server {
         for attempt in 0..5 {
             let port = match port {
                 Some(p) if attempt == 0 => p,
@@ -390,7 +377,7 @@ impl Server {
             cmd.args(program)
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
                 .arg("--dir")
-                .arg(&dir.0)
+                .arg(dir.path())
                 .arg("--loadmodule")
                 .arg(module_path())
                 .args(["--enable-debug-command", "local"])
