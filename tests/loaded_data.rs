@@ -53,10 +53,6 @@ fn restore(c: &mut Connection, key: &str, payload: &[u8], ttl: &[&str]) -> Redis
     redis::cmd("RESTORE").arg(key).arg(ttl.first().copied().unwrap_or("0")).arg(payload).arg(&ttl[ttl.len().min(1)..]).query(c)
 }
 
-fn token_of(c: &mut Connection, key: &str) -> i64 {
-    redis::from_redis_value(&info_field(c, key, "token").expect("a holder")).unwrap()
-}
-
 #[test]
 fn restore_refuses_every_field_no_command_could_have_made_and_creates_nothing() {
     let (_s, mut c) = lenient_server();
@@ -120,11 +116,6 @@ fn a_restored_lock_whose_lease_ran_out_ends_at_once() {
     let payload = crafted(&mut c, b"old", [1, 9, now_ms() - 1_000, 0]);
     restore(&mut c, "L", &payload, &[]).unwrap();
     wait_until("the expired lease to end", 5 * SECOND, || info(&mut c, "L").is_none());
-}
-
-/// A RESP command as an AOF file holds it.
-fn resp(args: &[&str]) -> String {
-    args.iter().fold(format!("*{}\r\n", args.len()), |out, a| out + &format!("${}\r\n{a}\r\n", a.len()))
 }
 
 #[test]

@@ -428,7 +428,7 @@ fn config_get(c: &mut Connection, name: &str) -> String {
     reply[1].clone()
 }
 
-fn config_set(c: &mut Connection, name: &str, value: &str) -> RedisResult<()> {
+fn try_config_set(c: &mut Connection, name: &str, value: &str) -> RedisResult<()> {
     redis::cmd("CONFIG").arg("SET").arg(name).arg(value).query(c)
 }
 
@@ -450,7 +450,7 @@ fn config_get_and_set_round_trip_and_refuse_out_of_range() {
         ("flock.retry-window-ms", "250"),
     ];
     for (name, value) in good {
-        config_set(&mut c, name, value).unwrap();
+        try_config_set(&mut c, name, value).unwrap();
         assert_eq!(config_get(&mut c, name), value);
     }
     let bad = [
@@ -463,7 +463,7 @@ fn config_get_and_set_round_trip_and_refuse_out_of_range() {
         ("flock.retry-window-ms", "0"),
     ];
     for (name, value) in bad {
-        let e = config_set(&mut c, name, value).expect_err(&format!("{name} {value} refused"));
+        let e = try_config_set(&mut c, name, value).expect_err(&format!("{name} {value} refused"));
         assert_eq!(error_code(&e), "ERR", "{name} {value}: {e}");
     }
     assert_eq!(config_get(&mut c, "flock.max-waiters"), "1");
@@ -474,7 +474,7 @@ fn config_get_and_set_round_trip_and_refuse_out_of_range() {
 fn max_lease_ms_bounds_leases_and_wait_timeouts() {
     let s = Server::start();
     let mut c = s.conn();
-    config_set(&mut c, "flock.max-lease-ms", "5000").unwrap();
+    try_config_set(&mut c, "flock.max-lease-ms", "5000").unwrap();
     for (args, what) in [(vec!["6000"], "lease-ms"), (vec!["1000", "WAIT", "6000"], "timeout-ms")] {
         let e = redis::cmd("FLOCK.ACQUIRE").arg("L").arg("a").arg(&args).query::<Value>(&mut c).unwrap_err();
         assert_eq!(error_code(&e), "ERR");
@@ -491,7 +491,7 @@ fn max_lease_ms_bounds_leases_and_wait_timeouts() {
 fn max_waiters_refuses_one_more_waiter_and_queues_nothing() {
     let s = Server::start();
     let mut c = s.conn();
-    config_set(&mut c, "flock.max-waiters", "2").unwrap();
+    try_config_set(&mut c, "flock.max-waiters", "2").unwrap();
     acquire(&mut c, "L", "h", 10_000).unwrap().unwrap();
     let w1 = spawn_waiter(&s, "L", "w1", 10_000, 0);
     wait_queue(&mut c, "L", &["w1"]);
@@ -508,7 +508,7 @@ fn max_waiters_refuses_one_more_waiter_and_queues_nothing() {
     assert_eq!(acquire(&mut c, "L", "w3", 10_000).unwrap(), None);
 
     // Raised at run time: the next waiter is accepted.
-    config_set(&mut c, "flock.max-waiters", "3").unwrap();
+    try_config_set(&mut c, "flock.max-waiters", "3").unwrap();
     let w3 = spawn_waiter(&s, "L", "w3", 10_000, 0);
     wait_queue(&mut c, "L", &["w1", "w2", "w3"]);
     for (w, name) in [(w1, "w1"), (w2, "w2"), (w3, "w3")] {
@@ -578,7 +578,7 @@ fn load_arguments_set_the_options() {
     assert!(acquire(&mut c, "L", "a", 5001).is_err());
     acquire(&mut c, "L", "a", 5000).unwrap().unwrap();
     // Still changeable at run time.
-    config_set(&mut c, "flock.max-waiters", "4").unwrap();
+    try_config_set(&mut c, "flock.max-waiters", "4").unwrap();
     assert_eq!(config_get(&mut c, "flock.max-waiters"), "4");
 }
 

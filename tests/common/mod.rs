@@ -173,6 +173,18 @@ impl Server {
         self.stats().get(name).copied().unwrap_or_else(|| panic!("no INFO flock field {name}"))
     }
 
+    /// `INFO memory` used_memory.
+    pub fn used_memory(&self) -> i64 {
+        self.info_section("memory")["used_memory"].parse().expect("used_memory")
+    }
+
+    /// `used_memory` after MEMORY PURGE (which jemalloc needs to give back
+    /// freed pages).
+    pub fn purged_memory(&self) -> i64 {
+        let _: RedisResult<Value> = redis::cmd("MEMORY").arg("PURGE").query(&mut self.conn());
+        self.used_memory()
+    }
+
     /// `INFO clients` blocked_clients.
     pub fn blocked_clients(&self) -> i64 {
         let text: String = redis::cmd("INFO").arg("clients").query(&mut self.conn()).expect("INFO clients");
@@ -262,6 +274,85 @@ pub fn owner_of(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Option
 
 pub fn queue_of(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Vec<String> {
     info_field(c, key, "queue").map(|v| redis::from_redis_value(&v).expect("queue")).unwrap_or_default()
+}
+
+/// FLOCK.INFO without the `ttl-ms` field, which changes with time.
+pub fn info_still(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Option<Vec<(String, Value)>> {
+    info(c, key).map(|fields| fields.into_iter().filter(|(k, _)| k != "ttl-ms").collect())
+}
+
+/// A FLOCK.INFO field that must be there, as an integer.
+pub fn int_field(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized), field: &str) -> i64 {
+    let key = key.as_ref();
+    int(&info_field(c, key, field).unwrap_or_else(|| panic!("no lock {} or no field {field}", shown(key))))
+}
+
+pub fn token_of(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> i64 {
+    int_field(c, key, "token")
+}
+
+pub fn holds(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> i64 {
+    int_field(c, key, "holds")
+}
+
+pub fn ttl_ms(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> i64 {
+    int_field(c, key, "ttl-ms")
+}
+
+pub fn int(v: &Value) -> i64 {
+    redis::from_redis_value(v).unwrap_or_else(|e| panic!("{v:?} is not an integer: {e}"))
+}
+
+pub fn exists(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> bool {
+    redis::cmd("EXISTS").arg(key.as_ref()).query::<i64>(c).expect("EXISTS") == 1
+}
+
+pub fn dbsize(c: &mut Connection) -> i64 {
+    redis::cmd("DBSIZE").query(c).expect("DBSIZE")
+}
+
+/// Waits until `key` is gone (its lease ended) and checks that it did not
+/// go before `not_before`.
+pub fn wait_gone(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized), not_before: Instant, within: Duration) {
+    let key = key.as_ref();
+    wait_until(&format!("{} to expire", shown(key)), within, || !exists(c, key));
+    // The server's clock and ours may round differently by a millisecond.
+    let now = Instant::now();
+    let early = not_before.saturating_duration_since(now);
+    assert!(now + Duration::from_millis(2) >= not_before, "{} was gone {early:?} before its lease ended", shown(key));
+}
+
+/// The error of a command that must fail.
+pub fn expect_err<T: std::fmt::Debug>(r: RedisResult<T>, what: &str) -> redis::RedisError {
+    match r {
+        Ok(v) => panic!("{what}: expected an error, got {v:?}"),
+        Err(e) => e,
+    }
+}
+
+/// The token a waiter thread (`spawn_waiter`) was granted; fails if it was not.
+pub fn granted(h: JoinHandle<RedisResult<Option<i64>>>, who: &str) -> i64 {
+    h.join().expect("waiter thread").unwrap_or_else(|e| panic!("{who}: {e}")).unwrap_or_else(|| panic!("{who} was not granted"))
+}
+
+/// A command in RESP, as an AOF file holds it.
+pub fn resp(args: &[&str]) -> String {
+    args.iter().fold(format!("*{}\r\n", args.len()), |out, a| out + &format!("${}\r\n{a}\r\n", a.len()))
+}
+
+/// A number from the environment (for knobs such as a run's length).
+pub fn env_num(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+/// A long WAIT for waiters that are expected to be granted: finite, so that
+/// a lost grant fails the test instead of hanging it.
+pub const LONG_WAIT_MS: u64 = 30_000;
+
+/// `FLOCK.ACQUIRE key owner lease WAIT LONG_WAIT_MS` on its own connection,
+/// in a thread.
+pub fn waiter(s: &Server, key: &str, owner: &str, lease_ms: u64) -> JoinHandle<RedisResult<Option<i64>>> {
+    spawn_waiter(s, key, owner, lease_ms, LONG_WAIT_MS)
 }
 
 /// Starts `FLOCK.ACQUIRE ... WAIT` on its own connection in a thread.
@@ -425,6 +516,12 @@ impl Server {
         let fresh = Server::spawn_in(dir, args, Some(self.port));
         // The old value's process has exited and its dir was taken.
         drop(std::mem::replace(self, fresh));
+    }
+
+    /// A server that appends every write to its AOF and fsyncs it at once;
+    /// `preamble` ("yes" | "no") is its `aof-use-rdb-preamble`.
+    pub fn start_aof(preamble: &str) -> Server {
+        Server::start_with(&["--appendonly", "yes", "--appendfsync", "always", "--aof-use-rdb-preamble", preamble])
     }
 
     /// Starts a replica of `master` and waits until its initial sync is done.
