@@ -9,15 +9,6 @@ use common::*;
 
 const MB: u64 = 1024 * 1024;
 
-fn config_set(c: &mut Connection, pairs: &[(&str, &str)]) {
-    let mut cmd = redis::cmd("CONFIG");
-    cmd.arg("SET");
-    for (name, value) in pairs {
-        cmd.arg(*name).arg(*value);
-    }
-    let _: () = cmd.query(c).unwrap_or_else(|e| panic!("CONFIG SET {pairs:?}: {e}"));
-}
-
 /// A server whose log goes to a file in its directory; `extra` as for
 /// `Server::start_with`.
 fn start_logged(extra: &[&str]) -> Server {
@@ -171,7 +162,7 @@ fn allow_eviction_grants_under_allkeys_policies() {
     config_set(&mut c, &[("flock.allow-eviction", "yes")]);
     assert!(acquire(&mut c, "M", "a", 10_000).unwrap().is_some());
     assert_eq!(s.stat("eviction_refused_acquires"), 1);
-    let e = redis::cmd("CONFIG").arg("SET").arg("flock.allow-eviction").arg("maybe").query::<()>(&mut c).unwrap_err();
+    let e = try_config_set(&mut c, "flock.allow-eviction", "maybe").unwrap_err();
     assert_eq!(error_code(&e), "ERR", "{e}");
 }
 

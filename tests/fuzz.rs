@@ -571,7 +571,7 @@ fn random_commands_from_many_connections_never_crash_hang_or_strand_anything() {
     let mut c = s.conn();
     // Holderless keys that remember request IDs last the retry window.
     for name in ["flock.max-lease-ms", "flock.retry-window-ms"] {
-        let _: () = redis::cmd("CONFIG").arg("SET").arg(name).arg(MAX_LEASE_MS).query(&mut c).unwrap();
+        config_set(&mut c, &[(name, &MAX_LEASE_MS.to_string())]);
     }
     drop(c);
     // A replica applies everything the master propagates, binary names too.

@@ -328,7 +328,7 @@ fn errors_inside_scripts_propagate_with_their_class() {
 fn binary_owners_and_keys_are_exact_bytes_everywhere() {
     let mut s = Server::start();
     let mut c = s.conn();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("notify-keyspace-events").arg("KEA").query(&mut c).unwrap();
+    config_set(&mut c, &[("notify-keyspace-events", "KEA")]);
     let key: &[u8] = b"k\0e\ny %s%n";
     let owners: [&[u8]; 6] =
         [b"a\0b", b"a\0c", b"line\nbreak\r\n", b"%s%n%d%x%p", b"*3\r\n$4\r\nPING\r\n", b"\xff\0\xfe"];
@@ -383,7 +383,7 @@ fn max_waiters_refuses_the_next_waiter_and_changes_nothing() {
     const LIMIT: usize = 5;
     let mut s = Server::start();
     let mut c = s.conn();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("flock.max-waiters").arg(LIMIT).query(&mut c).unwrap();
+    config_set(&mut c, &[("flock.max-waiters", &LIMIT.to_string())]);
     acquire(&mut c, "L", "h", 1_000_000).unwrap().expect("granted");
     let mut waiters: Vec<Connection> =
         (0..LIMIT).map(|i| queue_raw(&s, b"L", format!("w{i}").as_bytes(), 60_000)).collect();

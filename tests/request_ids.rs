@@ -9,7 +9,7 @@ use common::proxy::Proxy;
 use common::*;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// The holds of `key`, 0 when nobody holds it.
 fn holds_or_zero(c: &mut Connection, key: &str) -> i64 {
@@ -17,11 +17,6 @@ fn holds_or_zero(c: &mut Connection, key: &str) -> i64 {
 }
 
 // ------------------------------------------------- redis-py through the proxy
-
-fn has_redis_py() -> bool {
-    let status = Command::new("python3").args(["-c", "import redis"]).stderr(Stdio::null()).status();
-    status.is_ok_and(|s| s.success())
-}
 
 /// Runs tests/python/lost_release_reply.py through a proxy that swallows the
 /// reply to the first FLOCK.RELEASE; returns (release reply, holds after).
@@ -45,11 +40,6 @@ fn redis_py_release_with_lost_reply(with_id: bool) -> (i64, i64) {
     assert!(field("retries") >= 1, "redis-py retries: {stdout}");
     assert_eq!(holds_or_zero(&mut s.conn(), "L"), field("holds"), "the script read the server's holds");
     (field("reply"), field("holds"))
-}
-
-/// `make deps` installs redis-py: these tests always run.
-fn require_redis_py() {
-    assert!(has_redis_py(), "python3 with redis-py is missing: run `make deps` (or python3 -m pip install redis)");
 }
 
 #[test]
@@ -346,7 +336,7 @@ fn without_id_a_resend_is_applied_again() {
 fn records_are_forgotten_after_the_retry_window_and_the_free_lock_then_expires() {
     let s = Server::start();
     let mut c = s.conn();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("flock.retry-window-ms").arg(200).query(&mut c).unwrap();
+    config_set(&mut c, &[("flock.retry-window-ms", "200")]);
     acquire(&mut c, "L", "a", 60_000).unwrap().expect("granted");
     assert_eq!(release_id(&mut c, "L", "a", "r1").unwrap(), 0);
     assert!(info(&mut c, "L").is_none(), "free");

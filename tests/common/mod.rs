@@ -88,7 +88,8 @@ pub fn wait_ready(child: &mut Child, url: &str, timeout: Duration) -> bool {
     false
 }
 
-fn free_port() -> u16 {
+/// A loopback port nobody listens on now.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
 }
 
@@ -338,6 +339,30 @@ pub fn granted(h: JoinHandle<RedisResult<Option<i64>>>, who: &str) -> i64 {
 /// A command in RESP, as an AOF file holds it.
 pub fn resp(args: &[&str]) -> String {
     args.iter().fold(format!("*{}\r\n", args.len()), |out, a| out + &format!("${}\r\n{a}\r\n", a.len()))
+}
+
+/// `CONFIG SET` of `pairs`, which must succeed.
+pub fn config_set(c: &mut Connection, pairs: &[(&str, &str)]) {
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("SET");
+    for (name, value) in pairs {
+        cmd.arg(*name).arg(*value);
+    }
+    let _: () = cmd.query(c).unwrap_or_else(|e| panic!("CONFIG SET {pairs:?}: {e}"));
+}
+
+/// `CONFIG SET name value`, for settings the server may refuse.
+pub fn try_config_set(c: &mut Connection, name: &str, value: &str) -> RedisResult<()> {
+    redis::cmd("CONFIG").arg("SET").arg(name).arg(value).query(c)
+}
+
+/// `make deps` installs redis-py: the tests that use it always run.
+pub fn require_redis_py() {
+    let status = Command::new("python3").args(["-c", "import redis"]).stderr(Stdio::null()).status();
+    assert!(
+        status.is_ok_and(|s| s.success()),
+        "python3 with redis-py is missing: run `make deps` (or python3 -m pip install redis)"
+    );
 }
 
 /// A number from the environment (for knobs such as a run's length).
