@@ -46,7 +46,7 @@ fn wait_all_ended(s: &Server, expiries: usize) {
 fn a_backlog_of_due_leases_all_end_in_deadline_order_and_hand_off_in_fifo_order() {
     let s = Server::start();
     let mut c = s.conn();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("notify-keyspace-events").arg("Ed").query(&mut c).unwrap();
+    config_set(&mut c, &[("notify-keyspace-events", "Ed")]);
     let mut sub_conn = s.conn();
     sub_conn.set_read_timeout(Some(60 * SECOND)).unwrap();
     let mut sub = sub_conn.as_pubsub();

@@ -13,32 +13,11 @@ use common::cluster::Cluster;
 const KEY: &[u8] = b"a\0b\r\n\xff";
 const OTHER: &[u8] = b"\0\xfe\n{}";
 
-fn exists(c: &mut Connection, key: &[u8]) -> bool {
-    redis::cmd("EXISTS").arg(key).query::<i64>(c).expect("EXISTS") == 1
-}
-
-fn int_field(c: &mut Connection, key: &[u8], field: &str) -> i64 {
-    let v = info_field(c, key, field).unwrap_or_else(|| panic!("no lock {} or no field {field}", shown(key)));
-    redis::from_redis_value(&v).expect("an integer")
-}
-
-fn token_of(c: &mut Connection, key: &[u8]) -> i64 {
-    int_field(c, key, "token")
-}
-
 /// Waits until the lock `key`, granted with `lease_ms` by a command sent at
 /// `sent`, is gone, and checks that it did not go before its lease ended.
 fn wait_lease_end(c: &mut Connection, key: &[u8], sent: Instant, lease_ms: u64) {
-    let within = Duration::from_millis(lease_ms) + 5 * SECOND;
-    wait_until(&format!("the lease of {} to end", shown(key)), within, || !exists(c, key));
-    // The server's clock and ours may round differently by a millisecond.
-    let at = sent.elapsed().as_millis() as u64;
-    assert!(at + 2 >= lease_ms, "{} was gone {at} ms after its {lease_ms} ms grant", shown(key));
-}
-
-fn granted(waiter: std::thread::JoinHandle<RedisResult<Option<i64>>>, who: &str) -> i64 {
-    let reply = waiter.join().expect("waiter thread");
-    reply.unwrap_or_else(|e| panic!("{who}: {e}")).unwrap_or_else(|| panic!("{who} was not granted"))
+    let lease = Duration::from_millis(lease_ms);
+    wait_gone(c, key, sent + lease, lease + 5 * SECOND);
 }
 
 #[test]
@@ -175,10 +154,9 @@ fn debug_reload_keeps_a_binary_key_and_its_lease_still_ends() {
 
 /// Locks on binary keys written before and after a BGREWRITEAOF come back
 /// from the AOF after kill -9, and the short lease still ends.
-fn aof_restart(preamble: &str) {
+fn binary_keys_survive_aof_restart(preamble: &str) {
     let how = format!("aof-use-rdb-preamble {preamble}");
-    let mut s =
-        Server::start_with(&["--appendonly", "yes", "--appendfsync", "always", "--aof-use-rdb-preamble", preamble]);
+    let mut s = Server::start_aof(preamble);
     let mut c = s.conn();
     let t_long = acquire(&mut c, KEY, "a", 60_000).unwrap().expect("granted");
     let _: Value = redis::cmd("BGREWRITEAOF").query(&mut c).expect("BGREWRITEAOF");
@@ -199,12 +177,12 @@ fn aof_restart(preamble: &str) {
 
 #[test]
 fn aof_restart_with_rdb_preamble_restores_binary_keys_and_their_leases_end() {
-    aof_restart("yes");
+    binary_keys_survive_aof_restart("yes");
 }
 
 #[test]
 fn aof_restart_without_rdb_preamble_restores_binary_keys_and_their_leases_end() {
-    aof_restart("no");
+    binary_keys_survive_aof_restart("no");
 }
 
 #[test]

@@ -20,7 +20,7 @@ fn hold(s: &Server, lease: Duration) -> Guard<Connection> {
     Lock::new("L", lease).acquire(s.conn(), None).unwrap().expect("granted")
 }
 
-fn token_of(c: &mut Connection, key: &str) -> Option<u64> {
+fn token_if_held(c: &mut Connection, key: &str) -> Option<u64> {
     info_field(c, key, "token").map(|v| redis::from_redis_value(&v).expect("token"))
 }
 
@@ -35,7 +35,7 @@ fn guard_carries_the_token_and_owner_and_reenters_on_the_same_thread() {
     assert!(thread.parse::<u64>().is_ok(), "thread id in {owner}");
 
     let guard = lock.acquire(&mut c, None).unwrap().expect("free lock granted");
-    assert_eq!(Some(guard.token()), token_of(&mut admin, "L"));
+    assert_eq!(Some(guard.token()), token_if_held(&mut admin, "L"));
     assert_eq!(owner_of(&mut admin, "L").as_deref(), Some(owner.as_str()));
     assert_eq!(guard.owner(), owner);
 
@@ -109,7 +109,7 @@ fn watchdog_keeps_a_short_lease_alive_and_stops_on_release() {
     // Five lease periods: without renewals it would have expired four times.
     let started = Instant::now();
     while started.elapsed() < 5 * lease {
-        assert_eq!(token_of(&mut admin, "L"), Some(token), "still held after {:?}", started.elapsed());
+        assert_eq!(token_if_held(&mut admin, "L"), Some(token), "still held after {:?}", started.elapsed());
         std::thread::sleep(20 * MS);
     }
     assert!(!guard.lost());

@@ -19,7 +19,8 @@ use common::*;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-fn int(v: Option<Value>, what: &str) -> i64 {
+/// A FLOCK.INFO field that must be there (`what` names it), as an integer.
+fn present_int(v: Option<Value>, what: &str) -> i64 {
     redis::from_redis_value(&v.unwrap_or_else(|| panic!("{what}: missing"))).unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
@@ -29,14 +30,6 @@ fn cluster_cmd(c: &mut Connection, args: &[&str]) -> String {
         cmd.arg(*a);
     }
     cmd.query(c).unwrap_or_else(|e| panic!("CLUSTER {args:?}: {e}"))
-}
-
-/// The error of a command that must fail, with its code.
-fn expect_err<T: std::fmt::Debug>(r: RedisResult<T>, what: &str) -> redis::RedisError {
-    match r {
-        Ok(v) => panic!("{what}: expected an error, got {v:?}"),
-        Err(e) => e,
-    }
 }
 
 /// The port a MOVED or ASK error points at (`MOVED <slot> <host>:<port>`).
@@ -208,7 +201,7 @@ fn slot_migration_keeps_locks(cl: &Cluster) {
     };
     wait_for("bob queued on the source", 5 * SECOND, || queue_of(&mut sc, held) == ["bob"]);
 
-    let ttl_before = int(info_field(&mut sc, held, "ttl-ms"), "ttl-ms before");
+    let ttl_before = present_int(info_field(&mut sc, held, "ttl-ms"), "ttl-ms before");
     let measured = Instant::now();
 
     let mut dc = cl.conn(dst);
@@ -257,22 +250,22 @@ fn slot_migration_keeps_locks(cl: &Cluster) {
     let moved = info(&mut dc, held).expect("lock present on the new master after migration");
     let field = |name: &str| moved.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
     assert_eq!(redis::from_redis_value::<String>(&field("owner").unwrap()).unwrap(), "alice", "owner after migration");
-    assert_eq!(int(field("holds"), "holds"), 2, "holds after migration");
-    assert_eq!(int(field("token"), "token"), t_held, "token after migration");
-    let ttl_after = int(field("ttl-ms"), "ttl-ms");
+    assert_eq!(present_int(field("holds"), "holds"), 2, "holds after migration");
+    assert_eq!(present_int(field("token"), "token"), t_held, "token after migration");
+    let ttl_after = present_int(field("ttl-ms"), "ttl-ms");
     let elapsed = measured.elapsed().as_millis() as i64;
     assert!(
         ttl_after <= ttl_before && ttl_after >= ttl_before - elapsed - 50,
         "the lease must keep its deadline across migration: ttl {ttl_before} ms before, {ttl_after} ms after {elapsed} ms"
     );
-    assert_eq!(int(field("waiters"), "waiters"), 0, "waiters do not move with the key");
+    assert_eq!(present_int(field("waiters"), "waiters"), 0, "waiters do not move with the key");
     // The new master's replica gets the migrated lock too (a later failover keeps it).
     let mut drc = cl.conn(cl.replica_of(dst));
     let _: () = redis::cmd("READONLY").query(&mut drc).expect("READONLY");
     wait_for("the new master's replica to have the migrated lock", 5 * SECOND, || {
         owner_of(&mut drc, held).as_deref() == Some("alice")
     });
-    assert_eq!(int(info_field(&mut drc, held, "token"), "replica token"), t_held, "the replica has the migrated token");
+    assert_eq!(present_int(info_field(&mut drc, held, "token"), "replica token"), t_held, "the replica has the migrated token");
     let e = expect_err(redis::cmd("FLOCK.INFO").arg(held).query::<Value>(&mut sc), "FLOCK.INFO on the old master");
     assert_eq!(error_code(&e), "MOVED", "the old master must redirect after SETSLOT NODE, got {e}");
     assert_eq!(redirect_port(&e), Some(cl.nodes[dst].port), "MOVED must point at the new master");
@@ -329,7 +322,7 @@ fn failover_keeps_locks(cl: &Cluster) {
     let mut rc = cl.conn(r);
     let _: () = redis::cmd("READONLY").query(&mut rc).expect("READONLY");
     assert_eq!(owner_of(&mut rc, key).as_deref(), Some("alice"), "FLOCK.INFO on the replica shows the master's lock");
-    assert_eq!(int(info_field(&mut rc, key, "token"), "replica token"), token, "the replica has the master's token");
+    assert_eq!(present_int(info_field(&mut rc, key, "token"), "replica token"), token, "the replica has the master's token");
 
     // Waiters blocked on the old master: waiters are connection state, so
     // the failover must end each wait with an error (they retry), not strand it.
@@ -361,8 +354,8 @@ fn failover_keeps_locks(cl: &Cluster) {
     // The lock is on the new master, with its owner and token.
     let mut nc = cl.conn(r);
     assert_eq!(owner_of(&mut nc, key).as_deref(), Some("alice"), "the promoted replica keeps the held lock's owner");
-    assert_eq!(int(info_field(&mut nc, key, "token"), "token"), token, "the promoted replica keeps the token");
-    let ttl = int(info_field(&mut nc, key, "ttl-ms"), "ttl-ms");
+    assert_eq!(present_int(info_field(&mut nc, key, "token"), "token"), token, "the promoted replica keeps the token");
+    let ttl = present_int(info_field(&mut nc, key, "ttl-ms"), "ttl-ms");
     assert!(ttl > 0 && ttl <= 30_000, "the lease is kept on the promoted replica, ttl-ms {ttl}");
     if short_start.elapsed() < Duration::from_millis(short_lease - 300) {
         assert_eq!(owner_of(&mut nc, short).as_deref(), Some("carol"), "the short lock is kept on the promoted replica");
@@ -392,7 +385,7 @@ fn failover_keeps_locks(cl: &Cluster) {
     wait_for("the demoted master (now a replica) to show bob's grant", 10 * SECOND, || {
         owner_of(&mut mc, key).as_deref() == Some("bob")
     });
-    assert_eq!(int(info_field(&mut mc, key, "token"), "token on the new replica"), next);
+    assert_eq!(present_int(info_field(&mut mc, key, "token"), "token on the new replica"), next);
 
     // The cluster-aware client finds the lock on the new master.
     cl.wait_slot_owner(slot, r);

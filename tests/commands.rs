@@ -49,59 +49,9 @@ fn released_lock_without_waiters_leaves_no_key() {
 // ---------------------------------------------------------------------------
 // Helpers local to this file.
 
-/// A long WAIT for waiters that are expected to be granted: finite, so that
-/// a lost grant fails the test instead of hanging it.
-const LONG_WAIT_MS: u64 = 30_000;
-
-fn dbsize(c: &mut Connection) -> i64 {
-    redis::cmd("DBSIZE").query(c).expect("DBSIZE")
-}
-
-fn exists(c: &mut Connection, key: &str) -> bool {
-    redis::cmd("EXISTS").arg(key).query::<i64>(c).expect("EXISTS") == 1
-}
-
-fn int(v: &Value) -> i64 {
-    redis::from_redis_value(v).unwrap_or_else(|e| panic!("{v:?} is not an integer: {e}"))
-}
-
-fn int_field(c: &mut Connection, key: &str, field: &str) -> i64 {
-    int(&info_field(c, key, field).unwrap_or_else(|| panic!("no lock {key} or no field {field}")))
-}
-
-fn holds(c: &mut Connection, key: &str) -> i64 {
-    int_field(c, key, "holds")
-}
-
-fn ttl_ms(c: &mut Connection, key: &str) -> i64 {
-    int_field(c, key, "ttl-ms")
-}
-
-/// FLOCK.INFO without the `ttl-ms` field, which changes with time.
-fn info_still(c: &mut Connection, key: &str) -> Option<Vec<(String, Value)>> {
-    info(c, key).map(|fields| fields.into_iter().filter(|(k, _)| k != "ttl-ms").collect())
-}
-
-fn expect_err<T: std::fmt::Debug>(r: RedisResult<T>, what: &str) -> redis::RedisError {
-    match r {
-        Ok(v) => panic!("{what}: expected an error, got {v:?}"),
-        Err(e) => e,
-    }
-}
-
 fn assert_notowner<T: std::fmt::Debug>(r: RedisResult<T>, what: &str) {
     let e = expect_err(r, what);
     assert_eq!(error_code(&e), "NOTOWNER", "{what}: {e}");
-}
-
-/// `FLOCK.ACQUIRE key owner lease WAIT LONG_WAIT_MS` on its own connection,
-/// in a thread.
-fn waiter(s: &Server, key: &str, owner: &str, lease_ms: u64) -> std::thread::JoinHandle<RedisResult<Option<i64>>> {
-    spawn_waiter(s, key, owner, lease_ms, LONG_WAIT_MS)
-}
-
-fn granted(h: std::thread::JoinHandle<RedisResult<Option<i64>>>, who: &str) -> i64 {
-    h.join().expect("waiter thread").unwrap_or_else(|e| panic!("{who}: {e}")).unwrap_or_else(|| panic!("{who} was not granted"))
 }
 
 // ---------------------------------------------------------------------------

@@ -5,38 +5,17 @@ mod common;
 use common::*;
 
 use std::process::Command;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 // ---------------------------------------------------------------------------
 // Helpers local to this file.
 
-/// A long WAIT for waiters that are expected to be granted: finite, so that
-/// a lost grant fails the test instead of hanging it.
-const LONG_WAIT_MS: u64 = 30_000;
-
 /// How far apart two `ttl-ms` readings of the same absolute deadline may be
 /// (the readings are taken a moment apart, on a busy machine).
 const TTL_SLACK_MS: i64 = 100;
 
-fn int(v: &Value) -> i64 {
-    redis::from_redis_value(v).unwrap_or_else(|e| panic!("{v:?} is not an integer: {e}"))
-}
-
-fn int_field(c: &mut Connection, key: &str, field: &str) -> i64 {
-    int(&info_field(c, key, field).unwrap_or_else(|| panic!("no lock {key} or no field {field}")))
-}
-
-fn ttl_ms(c: &mut Connection, key: &str) -> i64 {
-    int_field(c, key, "ttl-ms")
-}
-
 fn waiters(c: &mut Connection, key: &str) -> i64 {
     int_field(c, key, "waiters")
-}
-
-fn exists(c: &mut Connection, key: &str) -> bool {
-    redis::cmd("EXISTS").arg(key).query::<i64>(c).expect("EXISTS") == 1
 }
 
 /// What a reload, a restart or a replica must keep exactly of a lock.
@@ -67,14 +46,6 @@ fn held_by(c: &mut Connection, key: &str, owner: &str) -> Held {
 
 fn session_acquire(c: &mut Connection, key: &str, owner: &str, lease_ms: u64) -> i64 {
     redis::cmd("FLOCK.ACQUIRE").arg(key).arg(owner).arg(lease_ms).arg("SESSION").query::<Option<i64>>(c).unwrap().expect("granted")
-}
-
-fn waiter(s: &Server, key: &str, owner: &str, lease_ms: u64) -> JoinHandle<RedisResult<Option<i64>>> {
-    spawn_waiter(s, key, owner, lease_ms, LONG_WAIT_MS)
-}
-
-fn granted(h: JoinHandle<RedisResult<Option<i64>>>, who: &str) -> i64 {
-    h.join().expect("waiter thread").unwrap_or_else(|e| panic!("{who}: {e}")).unwrap_or_else(|| panic!("{who} was not granted"))
 }
 
 /// Tokens handed out so far, to check that later ones are larger.
@@ -116,17 +87,6 @@ fn assert_ttl_counted_down(key: &str, before: i64, then: Instant, now_ttl: i64) 
     assert!(
         (now_ttl - expected).abs() <= TTL_SLACK_MS,
         "{key}: ttl-ms {now_ttl}, expected about {expected} (the same absolute deadline as before)"
-    );
-}
-
-/// Waits until `key` is gone; it must not go before `not_before`.
-fn wait_gone(c: &mut Connection, key: &str, not_before: Instant, within: Duration) {
-    wait_until(&format!("{key} to expire"), within, || !exists(c, key));
-    // The server's clock and ours may round differently by a millisecond.
-    assert!(
-        Instant::now() + Duration::from_millis(2) >= not_before,
-        "{key} was gone {:?} before its lease ended",
-        not_before - Instant::now()
     );
 }
 
@@ -232,12 +192,12 @@ fn debug_reload_keeps_owner_holds_token_and_the_running_lease() {
 #[test]
 fn debug_reload_and_restore_arm_leases_of_locks_in_other_databases() {
     let s = Server::start();
-    let (mut c0, mut c5) = (conn_db(&s, 0), conn_db(&s, 5));
+    let (mut c0, mut c5) = (s.conn_db(0), s.conn_db(5));
     let sent = Instant::now();
     acquire(&mut c5, "L", "a", 1_000).unwrap().expect("granted");
     acquire(&mut c0, "R", "r", 1_000).unwrap().expect("granted");
     let payload: Vec<u8> = redis::cmd("DUMP").arg("R").query(&mut c0).expect("DUMP");
-    let mut c7 = conn_db(&s, 7);
+    let mut c7 = s.conn_db(7);
     let ok: String = redis::cmd("RESTORE").arg("R").arg(0).arg(&payload).query(&mut c7).expect("RESTORE into db 7");
     assert_eq!(ok, "OK");
     debug_reload(&mut c0);
@@ -336,7 +296,7 @@ fn rdb_restart(how: Stop) {
         assert_eq!(ok, "OK");
     }
     s.stop(how);
-    assert!(s.dir.0.join("dump.rdb").exists(), "no dump.rdb after {how:?}");
+    assert!(s.dir.path().join("dump.rdb").exists(), "no dump.rdb after {how:?}");
     wait_until("the `short` lease to run out while the server is down", 5 * SECOND, || {
         Instant::now() >= before.short_deadline + Duration::from_millis(20)
     });
@@ -358,7 +318,7 @@ fn restart_from_rdb_after_shutdown_save_restores_locks_expires_lapsed_leases_and
 // Restart from AOF.
 
 fn aof_files(s: &Server) -> String {
-    let dir = s.dir.0.join("appendonlydir");
+    let dir = s.dir.path().join("appendonlydir");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .map(|it| it.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default();
@@ -369,9 +329,9 @@ fn aof_files(s: &Server) -> String {
 /// One AOF scenario: locks changed by grant, reentry, renew, hand-off,
 /// force release and deletion; optionally BGREWRITEAOF and more changes
 /// after it; kill -9; restart from the AOF.
-fn aof_restart(preamble: &str, rewrite: bool) {
+fn locks_survive_aof_restart(preamble: &str, rewrite: bool) {
     let how = format!("AOF (aof-use-rdb-preamble {preamble}, {} BGREWRITEAOF)", if rewrite { "after" } else { "before" });
-    let mut s = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always", "--aof-use-rdb-preamble", preamble]);
+    let mut s = Server::start_aof(preamble);
     let mut before = make_locks(&s);
     let mut c = s.conn();
     // Renewed, handed off on release and force-released locks.
@@ -447,22 +407,22 @@ fn aof_restart(preamble: &str, rewrite: bool) {
 
 #[test]
 fn restart_from_aof_with_rdb_preamble_before_rewrite_restores_locks_exactly() {
-    aof_restart("yes", false);
+    locks_survive_aof_restart("yes", false);
 }
 
 #[test]
 fn restart_from_aof_with_rdb_preamble_after_rewrite_restores_locks_exactly() {
-    aof_restart("yes", true);
+    locks_survive_aof_restart("yes", true);
 }
 
 #[test]
 fn restart_from_aof_without_rdb_preamble_before_rewrite_restores_locks_exactly() {
-    aof_restart("no", false);
+    locks_survive_aof_restart("no", false);
 }
 
 #[test]
 fn restart_from_aof_without_rdb_preamble_after_rewrite_restores_locks_exactly() {
-    aof_restart("no", true);
+    locks_survive_aof_restart("no", true);
 }
 
 // ---------------------------------------------------------------------------
@@ -750,15 +710,11 @@ fn replica_sees_session_release_when_the_holders_connection_closes() {
     assert_replicated(&mut mc, &mut rc, "S2", "SESSION release with nobody queued");
 }
 
-fn conn_db(s: &Server, db: i64) -> Connection {
-    redis::Client::open(format!("{}{db}", s.url())).expect("client").get_connection().expect("connect")
-}
-
 #[test]
 fn locks_in_other_databases_are_replicated_and_persisted_in_their_own_database() {
-    let mut m = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always", "--aof-use-rdb-preamble", "no"]);
+    let mut m = Server::start_aof("no");
     let r = Server::replica_of(&m);
-    let (mut m0, mut m5, mut r0, mut r5) = (conn_db(&m, 0), conn_db(&m, 5), conn_db(&r, 0), conn_db(&r, 5));
+    let (mut m0, mut m5, mut r0, mut r5) = (m.conn_db(0), m.conn_db(5), r.conn_db(0), r.conn_db(5));
     // Same names in db 0, held by others: a change meant for db 5 must not land here.
     for key in ["L", "S", "X"] {
         acquire(&mut m0, key, "db0", 60_000).unwrap().expect("granted");
@@ -773,7 +729,7 @@ fn locks_in_other_databases_are_replicated_and_persisted_in_their_own_database()
     // Grant, then a hand-off on lease expiry (lease timer) in db 5.
     acquire(&mut m5, "L", "a", 60_000).unwrap().expect("granted");
     assert_replicated(&mut m5, &mut r5, "L", "grant in db 5");
-    let mut c5 = conn_db(&m, 5);
+    let mut c5 = m.conn_db(5);
     let w = std::thread::spawn(move || acquire_wait(&mut c5, "L", "b", 60_000, LONG_WAIT_MS));
     wait_queue(&mut m5, "L", &["b"]);
     renew(&mut m5, "L", "a", 200).unwrap();
@@ -783,7 +739,7 @@ fn locks_in_other_databases_are_replicated_and_persisted_in_their_own_database()
     check_db0(&mut r0, "hand-off on expiry in db 5");
 
     // SESSION release by a closed connection in db 5.
-    let mut holder = conn_db(&m, 5);
+    let mut holder = m.conn_db(5);
     session_acquire(&mut holder, "S", "s", 60_000);
     assert_replicated(&mut m5, &mut r5, "S", "SESSION grant in db 5");
     drop(holder);
@@ -802,7 +758,7 @@ fn locks_in_other_databases_are_replicated_and_persisted_in_their_own_database()
     let l5 = held_by(&mut m5, "L", "b");
     drop((m0, m5));
     m.restart(Stop::Kill);
-    let (mut m0, mut m5) = (conn_db(&m, 0), conn_db(&m, 5));
+    let (mut m0, mut m5) = (m.conn_db(0), m.conn_db(5));
     check_db0(&mut m0, "after restart from AOF (master)");
     assert_eq!(held(&mut m5, "L").as_ref(), Some(&l5), "db 5 L after restart from AOF");
     assert!(!exists(&mut m5, "S") && !exists(&mut m5, "X"), "released and expired locks of db 5 stay gone after restart");
@@ -812,7 +768,7 @@ fn locks_in_other_databases_are_replicated_and_persisted_in_their_own_database()
     m.wait_aof_rewrite();
     drop((m0, m5));
     m.restart(Stop::Kill);
-    let (mut m0, mut m5) = (conn_db(&m, 0), conn_db(&m, 5));
+    let (mut m0, mut m5) = (m.conn_db(0), m.conn_db(5));
     check_db0(&mut m0, "after restart from the rewritten AOF");
     assert_eq!(held(&mut m5, "L"), Some(l5), "db 5 L after restart from the rewritten AOF");
     assert!(!exists(&mut m5, "S") && !exists(&mut m5, "X"));
@@ -833,7 +789,7 @@ fn replica_follows_rename_and_move_and_once_promoted_ends_the_lease_at_the_new_p
     assert_eq!(moved, 1);
     wait_replica(&mut mc);
     assert!(!exists(&mut rc, "B"), "MOVE took B out of db 0 on the replica");
-    let mut r3 = conn_db(&r, 3);
+    let mut r3 = r.conn_db(3);
     assert_eq!(held(&mut r3, "B"), Some(before), "the moved lock on the replica");
 
     let _stopped = Stopped::new(&m);
@@ -992,23 +948,14 @@ fn a_master_made_a_replica_answers_its_waiters_unblocked_and_keeps_no_queue() {
     assert_eq!(m.stat("handoffs"), handoffs, "no hand-off to a waiter answered at demotion");
 }
 
-/// One command as the AOF stores it.
-fn resp(args: &[&str]) -> String {
-    let mut out = format!("*{}\r\n", args.len());
-    for a in args {
-        out += &format!("${}\r\n{a}\r\n", a.len());
-    }
-    out
-}
-
 #[test]
 fn a_lock_loaded_at_the_most_holds_refuses_one_more_reentry_and_changes_nothing() {
     // An AOF of the old single-file kind, which Redis 7 loads and upgrades:
     // the only way to reach the hold limit without 2^32 commands.
-    let dir = tempdir::Dir::new("holds");
+    let dir = temp_dir("holds");
     let far = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() + 600_000).to_string();
     let aof = resp(&["SELECT", "0"]) + &resp(&["FLOCK.STATE", "L", "a", "4294967295", "7", &far, "0"]);
-    std::fs::write(dir.0.join("appendonly.aof"), aof).unwrap();
+    std::fs::write(dir.path().join("appendonly.aof"), aof).unwrap();
     let s = Server::start_in(dir, &["--appendonly", "yes"]);
     let mut c = s.conn();
     let before = held_by(&mut c, "L", "a");

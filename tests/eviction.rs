@@ -9,31 +9,22 @@ use common::*;
 
 const MB: u64 = 1024 * 1024;
 
-fn config_set(c: &mut Connection, pairs: &[(&str, &str)]) {
-    let mut cmd = redis::cmd("CONFIG");
-    cmd.arg("SET");
-    for (name, value) in pairs {
-        cmd.arg(*name).arg(*value);
-    }
-    let _: () = cmd.query(c).unwrap_or_else(|e| panic!("CONFIG SET {pairs:?}: {e}"));
-}
-
 /// A server whose log goes to a file in its directory; `extra` as for
 /// `Server::start_with`.
 fn start_logged(extra: &[&str]) -> Server {
-    let dir = common::tempdir::Dir::new("evict");
-    let log = dir.0.join("redis.log").display().to_string();
+    let dir = temp_dir("evict");
+    let log = dir.path().join("redis.log").display().to_string();
     let args: Vec<&str> = ["--logfile", log.as_str()].into_iter().chain(extra.iter().copied()).collect();
     Server::start_in(dir, &args)
 }
 
 fn server_log(s: &Server) -> String {
-    std::fs::read_to_string(s.dir.0.join("redis.log")).expect("server log")
+    std::fs::read_to_string(s.dir.path().join("redis.log")).expect("server log")
 }
 
 /// Asserts that `r` is the EVICTION refusal naming `policy`, its safe
 /// counterpart and the opt-in.
-fn assert_refused<T: std::fmt::Debug>(r: RedisResult<T>, policy: &str) {
+fn assert_eviction_refused<T: std::fmt::Debug>(r: RedisResult<T>, policy: &str) {
     let e = r.expect_err("ACQUIRE refused under an allkeys policy");
     assert_eq!(error_code(&e), "EVICTION", "{e}");
     let detail = e.detail().unwrap_or_default();
@@ -41,10 +32,6 @@ fn assert_refused<T: std::fmt::Debug>(r: RedisResult<T>, policy: &str) {
     for part in [policy, &format!("CONFIG SET maxmemory-policy {safe}"), "CONFIG SET flock.allow-eviction yes"] {
         assert!(detail.contains(part), "error does not say {part:?}: {e}");
     }
-}
-
-fn exists(c: &mut Connection, key: &str) -> bool {
-    redis::cmd("EXISTS").arg(key).query::<i64>(c).unwrap() == 1
 }
 
 fn memory_stat(s: &Server, section: &str, field: &str) -> u64 {
@@ -82,9 +69,9 @@ fn allkeys_policies_refuse_acquire_and_create_nothing() {
     let mut refused = 0;
     for policy in ["allkeys-lru", "allkeys-lfu", "allkeys-random"] {
         config_set(&mut c, &[("maxmemory-policy", policy)]);
-        assert_refused(acquire(&mut c, "L", "a", 10_000), policy);
-        assert_refused(acquire_wait(&mut c, "L", "a", 10_000, 0), policy);
-        assert_refused(
+        assert_eviction_refused(acquire(&mut c, "L", "a", 10_000), policy);
+        assert_eviction_refused(acquire_wait(&mut c, "L", "a", 10_000, 0), policy);
+        assert_eviction_refused(
             redis::cmd("FLOCK.ACQUIRE").arg("L").arg("a").arg(10_000).arg("SESSION").query::<Value>(&mut c),
             policy,
         );
@@ -133,9 +120,9 @@ fn turning_unsafe_at_run_time_refuses_new_acquires_but_lets_holders_and_waiters_
 
     config_set(&mut c, &[("maxmemory", "64mb"), ("maxmemory-policy", "allkeys-lru")]);
     assert_eq!(s.stat("eviction_unsafe"), 1);
-    assert_refused(acquire(&mut c, "other", "c", 10_000), "allkeys-lru");
-    assert_refused(acquire_wait(&mut c, "L", "c", 10_000, 0), "allkeys-lru");
-    assert_refused(acquire(&mut c, "L", "a", 10_000), "allkeys-lru");
+    assert_eviction_refused(acquire(&mut c, "other", "c", 10_000), "allkeys-lru");
+    assert_eviction_refused(acquire_wait(&mut c, "L", "c", 10_000, 0), "allkeys-lru");
+    assert_eviction_refused(acquire(&mut c, "L", "a", 10_000), "allkeys-lru");
     assert_eq!(queue_of(&mut c, "L"), ["b"], "the refused WAIT did not queue");
     let log = server_log(&s);
     assert!(
@@ -171,11 +158,11 @@ fn allow_eviction_grants_under_allkeys_policies() {
     assert!(server_log(&s).contains("flock.allow-eviction is yes: FLOCK keeps granting"));
 
     config_set(&mut c, &[("flock.allow-eviction", "no")]);
-    assert_refused(acquire(&mut c, "M", "a", 10_000), "allkeys-lru");
+    assert_eviction_refused(acquire(&mut c, "M", "a", 10_000), "allkeys-lru");
     config_set(&mut c, &[("flock.allow-eviction", "yes")]);
     assert!(acquire(&mut c, "M", "a", 10_000).unwrap().is_some());
     assert_eq!(s.stat("eviction_refused_acquires"), 1);
-    let e = redis::cmd("CONFIG").arg("SET").arg("flock.allow-eviction").arg("maybe").query::<()>(&mut c).unwrap_err();
+    let e = try_config_set(&mut c, "flock.allow-eviction", "maybe").unwrap_err();
     assert_eq!(error_code(&e), "ERR", "{e}");
 }
 
@@ -215,8 +202,8 @@ fn without_the_opt_in_a_cache_filling_memory_never_gets_a_lock() {
     let mut tries = 0;
     // 10 MB in all, an ACQUIRE try and WAIT after every 1 MB.
     let stopped = fill_cache_until(&mut c, 0, 10, || {
-        assert_refused(acquire(&mut probe, &format!("L{tries}"), "a", 60_000), "allkeys-lru");
-        assert_refused(acquire_wait(&mut probe, "L", "a", 60_000, 0), "allkeys-lru");
+        assert_eviction_refused(acquire(&mut probe, &format!("L{tries}"), "a", 60_000), "allkeys-lru");
+        assert_eviction_refused(acquire_wait(&mut probe, "L", "a", 60_000, 0), "allkeys-lru");
         tries += 1;
         false
     });
@@ -244,7 +231,7 @@ fn a_lock_granted_before_the_policy_turned_unsafe_can_be_evicted_but_not_granted
     assert!(fill_cache_until(&mut c, 0, 200, || s.stat("deletions") == 1), "the held lock was not evicted");
     let e = b.join().unwrap().expect_err("the waiter learns the lock is gone");
     assert_eq!(error_code(&e), "LOCKDELETED", "{e}");
-    assert_refused(acquire(&mut c, "orders", "c", 60_000), "allkeys-lru");
+    assert_eviction_refused(acquire(&mut c, "orders", "c", 60_000), "allkeys-lru");
     assert!(!exists(&mut c, "orders"));
     assert_eq!(renew(&mut c, "orders", "a", 60_000).map_err(|e| error_code(&e)), Err("NOTOWNER".into()));
 

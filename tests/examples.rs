@@ -238,8 +238,7 @@ fn assert_no_lock_left(s: &Server) {
 
 #[test]
 fn python_example_runs_with_redis_py() {
-    let has_redis_py = Command::new("python3").args(["-c", "import redis"]).stderr(Stdio::null()).status();
-    assert!(has_redis_py.is_ok_and(|s| s.success()), "python3 with redis-py is missing: run `make deps`");
+    require_redis_py();
     let s = Server::start();
     let out = Command::new("python3").arg(project_file("examples/python_lock.py")).arg(s.url()).output().unwrap();
     let out = stdout_of("examples/python_lock.py", out);

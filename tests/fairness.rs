@@ -7,10 +7,6 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// A finite WAIT for waiters that are expected to be granted, so that a lost
-/// grant fails the test instead of hanging it.
-const LONG_WAIT_MS: u64 = 30_000;
-
 /// Client-side read limit for connections that may block: a lost reply
 /// fails the test instead of hanging it.
 const READ_LIMIT: Duration = Duration::from_secs(60);
@@ -23,14 +19,6 @@ fn guarded_conn(s: &Server) -> Connection {
 
 fn client_id(c: &mut Connection) -> i64 {
     redis::cmd("CLIENT").arg("ID").query(c).expect("CLIENT ID")
-}
-
-fn exists(c: &mut Connection, key: &str) -> bool {
-    redis::cmd("EXISTS").arg(key).query::<i64>(c).expect("EXISTS") == 1
-}
-
-fn granted(h: JoinHandle<RedisResult<Option<i64>>>, who: &str) -> i64 {
-    h.join().expect("waiter thread").unwrap_or_else(|e| panic!("{who}: {e}")).unwrap_or_else(|| panic!("{who} was not granted"))
 }
 
 // ---------------------------------------------------------------------------

@@ -72,10 +72,6 @@ fn keys() -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn env_num(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.parse().ok())
-}
-
 struct Shared {
     stop: AtomicBool,
     /// Each fuzzer's current client id (for CLIENT UNBLOCK by the others).
@@ -107,7 +103,7 @@ struct Fuzzer {
 }
 
 /// A connection to database `db`, speaking RESP3 if `resp3`.
-fn connect(url: &str, db: i64, resp3: bool) -> RedisResult<(Connection, u64)> {
+fn connect_with_id(url: &str, db: i64, resp3: bool) -> RedisResult<(Connection, u64)> {
     let protocol = if resp3 { "?protocol=resp3" } else { "" };
     let mut c = redis::Client::open(format!("{url}{db}{protocol}"))?.get_connection()?;
     c.set_read_timeout(Some(REPLY_LIMIT))?;
@@ -128,8 +124,8 @@ const MUST_SUCCEED: &[&str] = &["DEBUG RELOAD", "RESTORE REPLACE", "SWAPDB", "FL
 
 impl Fuzzer {
     fn new(n: usize, seed: u64, url: String, keys: Arc<Vec<Vec<u8>>>, shared: Arc<Shared>) -> RedisResult<Fuzzer> {
-        let (conn, id) = connect(&url, 0, false)?;
-        let (ctl, _) = connect(&url, 0, false)?;
+        let (conn, id) = connect_with_id(&url, 0, false)?;
+        let (ctl, _) = connect_with_id(&url, 0, false)?;
         shared.ids[n].store(id, Ordering::Relaxed);
         let rng = StdRng::seed_from_u64(seed ^ (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         Ok(Fuzzer { n, rng, url, keys, shared, conn, id, ctl, counts: BTreeMap::new() })
@@ -143,7 +139,7 @@ impl Fuzzer {
     /// which is closed.
     fn reconnect(&mut self) {
         let (db, resp3) = (self.rng.gen_range(0..2), self.rng.gen_bool(0.3));
-        match connect(&self.url, db, resp3) {
+        match connect_with_id(&self.url, db, resp3) {
             Ok((conn, id)) => {
                 (self.conn, self.id) = (conn, id);
                 self.shared.ids[self.n].store(id, Ordering::Relaxed);
@@ -453,7 +449,7 @@ impl Fuzzer {
     }
 
     fn reconnect_ctl(&mut self) {
-        match connect(&self.url, 0, false) {
+        match connect_with_id(&self.url, 0, false) {
             Ok((ctl, _)) => self.ctl = ctl,
             Err(e) => self.fail(format!("cannot reconnect: {e}")),
         }
@@ -575,7 +571,7 @@ fn random_commands_from_many_connections_never_crash_hang_or_strand_anything() {
     let mut c = s.conn();
     // Holderless keys that remember request IDs last the retry window.
     for name in ["flock.max-lease-ms", "flock.retry-window-ms"] {
-        let _: () = redis::cmd("CONFIG").arg("SET").arg(name).arg(MAX_LEASE_MS).query(&mut c).unwrap();
+        config_set(&mut c, &[(name, &MAX_LEASE_MS.to_string())]);
     }
     drop(c);
     // A replica applies everything the master propagates, binary names too.

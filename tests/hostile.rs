@@ -12,20 +12,8 @@ use std::time::{Duration, Instant};
 // ---------------------------------------------------------------------------
 // Helpers.
 
-fn dbsize(c: &mut Connection) -> i64 {
-    redis::cmd("DBSIZE").query(c).expect("DBSIZE")
-}
-
-/// FLOCK.INFO without `ttl-ms`, which changes with time.
-fn info_still(c: &mut Connection, key: &[u8]) -> Option<Vec<(String, Value)>> {
-    let v: Value = redis::cmd("FLOCK.INFO").arg(key).query(c).expect("FLOCK.INFO");
-    let Value::Array(items) = v else { return None };
-    let pairs = items.chunks(2).map(|p| (redis::from_redis_value::<String>(&p[0]).expect("field name"), p[1].clone()));
-    Some(pairs.filter(|(k, _)| k != "ttl-ms").collect())
-}
-
 /// What FLOCK.INFO shows of `key` (its error class for a key of another type).
-fn shown(c: &mut Connection, key: &[u8]) -> String {
+fn lock_state(c: &mut Connection, key: &[u8]) -> String {
     match redis::cmd("FLOCK.INFO").arg(key).query::<Value>(c) {
         Ok(_) => format!("{:?}", info_still(c, key)),
         Err(e) => error_code(&e),
@@ -47,7 +35,7 @@ fn snapshot(s: &Server, c: &mut Connection, keys: &[&[u8]]) -> Snapshot {
     let stats = ["locks", "waiters", "grants", "releases", "force_releases", "reentrant_acquires"].map(|k| (k, st[k]));
     Snapshot {
         keys: dbsize(c),
-        locks: keys.iter().map(|k| shown(c, k)).collect(),
+        locks: keys.iter().map(|k| lock_state(c, k)).collect(),
         stats: stats.to_vec(),
         blocked: s.blocked_clients(),
     }
@@ -192,7 +180,7 @@ fn replica_refuses_writes_with_readonly_and_serves_flock_info() {
     let info = info_still(&mut rc, b"L");
     let holder = |i: &Option<Vec<(String, Value)>>| ["owner", "holds", "token", "session"].map(|f| field(i, f));
     assert_eq!(holder(&info), holder(&info_still(&mut mc, b"L")));
-    assert_eq!(int_value(&field(&info, "token")), token);
+    assert_eq!(int(&field(&info, "token")), token);
     assert_eq!(info_still(&mut rc, b"M"), None);
     let ro =
         redis::cmd("EVAL_RO").arg("return redis.call('FLOCK.INFO', KEYS[1])").arg(1).arg("L").query::<Value>(&mut rc);
@@ -206,10 +194,6 @@ fn replica_refuses_writes_with_readonly_and_serves_flock_info() {
 
 fn field(info: &Option<Vec<(String, Value)>>, name: &str) -> Value {
     info.as_ref().and_then(|i| i.iter().find(|(k, _)| k == name)).map(|(_, v)| v.clone()).unwrap_or(Value::Nil)
-}
-
-fn int_value(v: &Value) -> i64 {
-    redis::from_redis_value(v).unwrap_or_else(|e| panic!("{v:?}: {e}"))
 }
 
 // ---------------------------------------------------------------------------
@@ -344,7 +328,7 @@ fn errors_inside_scripts_propagate_with_their_class() {
 fn binary_owners_and_keys_are_exact_bytes_everywhere() {
     let mut s = Server::start();
     let mut c = s.conn();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("notify-keyspace-events").arg("KEA").query(&mut c).unwrap();
+    config_set(&mut c, &[("notify-keyspace-events", "KEA")]);
     let key: &[u8] = b"k\0e\ny %s%n";
     let owners: [&[u8]; 6] =
         [b"a\0b", b"a\0c", b"line\nbreak\r\n", b"%s%n%d%x%p", b"*3\r\n$4\r\nPING\r\n", b"\xff\0\xfe"];
@@ -399,7 +383,7 @@ fn max_waiters_refuses_the_next_waiter_and_changes_nothing() {
     const LIMIT: usize = 5;
     let mut s = Server::start();
     let mut c = s.conn();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("flock.max-waiters").arg(LIMIT).query(&mut c).unwrap();
+    config_set(&mut c, &[("flock.max-waiters", &LIMIT.to_string())]);
     acquire(&mut c, "L", "h", 1_000_000).unwrap().expect("granted");
     let mut waiters: Vec<Connection> =
         (0..LIMIT).map(|i| queue_raw(&s, b"L", format!("w{i}").as_bytes(), 60_000)).collect();
@@ -452,11 +436,6 @@ fn open_files_limit() -> usize {
         .unwrap_or(1024)
 }
 
-fn used_memory(s: &Server) -> i64 {
-    let _: RedisResult<Value> = redis::cmd("MEMORY").arg("PURGE").query(&mut s.conn());
-    s.info_section("memory")["used_memory"].parse().expect("used_memory")
-}
-
 #[test]
 fn a_thousand_dropped_waiters_free_everything() {
     // Leave room for the other test running alongside.
@@ -467,7 +446,7 @@ fn a_thousand_dropped_waiters_free_everything() {
     }
     let mut s = Server::start();
     let mut c = s.conn();
-    let baseline = used_memory(&s);
+    let baseline = s.purged_memory();
     let key = |i: usize| {
         if i.is_multiple_of(4) {
             "q:shared".to_string()
@@ -516,11 +495,11 @@ fn a_thousand_dropped_waiters_free_everything() {
     let _: () = p.query(&mut c).unwrap();
     assert_eq!((s.stat("locks"), dbsize(&mut c)), (0, 0));
     // Redis frees the blocked clients' pooled reply clients in its cron.
-    let mut used = used_memory(&s);
+    let mut used = s.purged_memory();
     let deadline = Instant::now() + 30 * SECOND;
     while used - baseline > 1 << 20 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(250));
-        used = used_memory(&s);
+        used = s.purged_memory();
     }
     eprintln!("hostile: {n} dropped waiters: used_memory {baseline} -> {used}");
     assert!(

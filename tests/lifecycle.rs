@@ -130,19 +130,6 @@ fn raw_waiter(s: &Server, db: i64, key: &str, owner: &str, lease_ms: u64, wait_m
     raw
 }
 
-fn conn_db(s: &Server, db: i64) -> Connection {
-    redis::Client::open(format!("redis://127.0.0.1:{}/{db}", s.port)).expect("client").get_connection().expect("connect")
-}
-
-fn int_field(c: &mut Connection, key: &str, field: &str) -> i64 {
-    let v = info_field(c, key, field).unwrap_or_else(|| panic!("no lock {key}"));
-    redis::from_redis_value(&v).expect("integer field")
-}
-
-fn exists(c: &mut Connection, key: &str) -> bool {
-    redis::cmd("EXISTS").arg(key).query::<i64>(c).expect("EXISTS") == 1
-}
-
 fn key_type(c: &mut Connection, key: &str) -> String {
     redis::cmd("TYPE").arg(key).query(c).expect("TYPE")
 }
@@ -240,7 +227,7 @@ fn deleting_a_lock_key_answers_each_blocked_waiter_lockdeleted() {
 fn flushdb_leaves_locks_and_waiters_of_other_databases_alone() {
     let s = Server::start();
     let mut c0 = s.conn();
-    let mut c1 = conn_db(&s, 1);
+    let mut c1 = s.conn_db(1);
     acquire(&mut c0, "L", "a", 60_000).unwrap().expect("granted");
     acquire(&mut c1, "L", "a1", 60_000).unwrap().expect("granted");
     let mut w0 = raw_waiter(&s, 0, "L", "b", 60_000, 0);
@@ -264,15 +251,6 @@ fn flushdb_leaves_locks_and_waiters_of_other_databases_alone() {
 // ---------------------------------------------------------------------------
 // 2. RENAME and MOVE
 // ---------------------------------------------------------------------------
-
-/// Waits for `key` to disappear (through `c`) and returns when that was
-/// first seen, checking it was not before `not_before`.
-fn wait_gone(c: &mut Connection, key: &str, not_before: Instant, within: Duration) -> Instant {
-    wait_until(&format!("{key} removed by its lease"), within, || !exists(c, key));
-    let seen = Instant::now();
-    assert!(seen + Duration::from_millis(20) >= not_before, "{key} went {:?} before its lease ended", not_before - seen);
-    seen
-}
 
 #[test]
 fn rename_carries_owner_holds_token_and_lease_and_ends_old_waiters() {
@@ -347,7 +325,7 @@ fn rename_over_another_lock_ends_the_destination_lock_and_its_waiters() {
 fn move_carries_the_lock_and_its_lease_to_the_other_database() {
     let s = Server::start();
     let mut c0 = s.conn();
-    let mut c1 = conn_db(&s, 1);
+    let mut c1 = s.conn_db(1);
     let lease = Duration::from_millis(1500);
     let t0 = Instant::now();
     let token = acquire(&mut c0, "L", "a", 1500).unwrap().expect("granted");
@@ -380,7 +358,7 @@ fn move_carries_the_lock_and_its_lease_to_the_other_database() {
 fn moved_lock_is_released_and_handed_off_in_its_new_database() {
     let s = Server::start();
     let mut c0 = s.conn();
-    let mut c1 = conn_db(&s, 1);
+    let mut c1 = s.conn_db(1);
     let t1 = acquire(&mut c0, "L", "a", 60_000).unwrap().unwrap();
     assert_eq!(redis::cmd("MOVE").arg("L").arg(1).query::<i64>(&mut c0).unwrap(), 1);
     let mut b = raw_waiter(&s, 1, "L", "b", 60_000, 0);
@@ -396,7 +374,7 @@ fn moved_lock_is_released_and_handed_off_in_its_new_database() {
 fn renamed_and_moved_session_locks_stay_bound_to_their_connection() {
     let s = Server::start();
     let mut c0 = s.conn();
-    let mut c1 = conn_db(&s, 1);
+    let mut c1 = s.conn_db(1);
     let mut holder = s.conn();
     let session = |c: &mut Connection, key: &str| -> i64 {
         redis::cmd("FLOCK.ACQUIRE").arg(key).arg("a").arg(60_000).arg("SESSION").query::<Option<i64>>(c).unwrap().expect("granted")
@@ -428,7 +406,7 @@ fn renamed_and_moved_session_locks_stay_bound_to_their_connection() {
 fn swapdb_strands_no_waiter_and_swapped_leases_still_expire() {
     let s = Server::start();
     let mut c0 = s.conn();
-    let mut c1 = conn_db(&s, 1);
+    let mut c1 = s.conn_db(1);
     let t1 = acquire(&mut c0, "L", "a", 60_000).unwrap().expect("granted");
     let mut b = raw_waiter(&s, 0, "L", "b", 800, 0);
     wait_queue(&mut c0, "L", &["b"]);
@@ -472,7 +450,7 @@ fn swapdb_strands_no_waiter_and_swapped_leases_still_expire() {
 fn copy_of_a_lock_key_is_refused_and_changes_nothing() {
     let s = Server::start();
     let mut c = s.conn();
-    let mut c1 = conn_db(&s, 1);
+    let mut c1 = s.conn_db(1);
     let token = acquire(&mut c, "L", "a", 60_000).unwrap().unwrap();
     let _: String = c.set("K", "keep").unwrap();
     let before = info(&mut c, "L").unwrap();

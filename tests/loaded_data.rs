@@ -53,10 +53,6 @@ fn restore(c: &mut Connection, key: &str, payload: &[u8], ttl: &[&str]) -> Redis
     redis::cmd("RESTORE").arg(key).arg(ttl.first().copied().unwrap_or("0")).arg(payload).arg(&ttl[ttl.len().min(1)..]).query(c)
 }
 
-fn token_of(c: &mut Connection, key: &str) -> i64 {
-    redis::from_redis_value(&info_field(c, key, "token").expect("a holder")).unwrap()
-}
-
 #[test]
 fn restore_refuses_every_field_no_command_could_have_made_and_creates_nothing() {
     let (_s, mut c) = lenient_server();
@@ -122,19 +118,14 @@ fn a_restored_lock_whose_lease_ran_out_ends_at_once() {
     wait_until("the expired lease to end", 5 * SECOND, || info(&mut c, "L").is_none());
 }
 
-/// A RESP command as an AOF file holds it.
-fn resp(args: &[&str]) -> String {
-    args.iter().fold(format!("*{}\r\n", args.len()), |out, a| out + &format!("${}\r\n{a}\r\n", a.len()))
-}
-
 #[test]
 fn an_aof_holder_with_a_token_beyond_i64_max_is_refused_and_tokens_stay_positive() {
-    let dir = tempdir::Dir::new("aoftoken");
+    let dir = temp_dir("aoftoken");
     let far = (now_ms() + 600_000).to_string();
     let aof = resp(&["SELECT", "0"])
         + &resp(&["FLOCK.STATE", "L", "a", "1", "18446744073709551615", &far, "0"])
         + &resp(&["FLOCK.STATE", "M", "b", "1", "5", &far, "0"]);
-    std::fs::write(dir.0.join("appendonly.aof"), aof).unwrap();
+    std::fs::write(dir.path().join("appendonly.aof"), aof).unwrap();
     let s = Server::start_in(dir, &["--appendonly", "yes"]);
     let mut c = s.conn();
     assert_eq!(info(&mut c, "L"), None, "the out-of-range holder was refused");

@@ -22,23 +22,12 @@ fn scaled(n: usize) -> usize {
     (n * pct / 100).max(1)
 }
 
-fn used_memory(s: &Server) -> i64 {
-    s.info_section("memory")["used_memory"].parse().expect("used_memory")
-}
-
-/// `used_memory` after MEMORY PURGE (which jemalloc needs to give back
-/// freed pages).
-fn purged_memory(s: &Server) -> i64 {
-    let _: RedisResult<Value> = redis::cmd("MEMORY").arg("PURGE").query(&mut s.conn());
-    used_memory(s)
-}
-
 /// Waits (the keyspace's hash table shrinks in serverCron) until
 /// `used_memory` is within `MARGIN` of `baseline`; the last reading.
 fn settled_memory(s: &Server, baseline: i64) -> i64 {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let used = purged_memory(s);
+        let used = s.purged_memory();
         if used - baseline <= MARGIN || Instant::now() > deadline {
             return used;
         }
@@ -71,7 +60,7 @@ fn pipelined(c: &mut Connection, cmds: impl Iterator<Item = redis::Cmd>, ok: imp
     }
 }
 
-fn acquire_cmd(key: &str, owner: &str, lease_ms: u64, session: bool) -> redis::Cmd {
+fn acquire_cmd_with_session(key: &str, owner: &str, lease_ms: u64, session: bool) -> redis::Cmd {
     let mut cmd = redis::cmd("FLOCK.ACQUIRE");
     cmd.arg(key).arg(owner).arg(lease_ms);
     if session {
@@ -85,7 +74,7 @@ fn memory_returns_to_baseline_after_many_locks() {
     let n = scaled(100_000);
     let mut s = Server::start();
     let mut c = s.conn();
-    let baseline = purged_memory(&s);
+    let baseline = s.purged_memory();
     let granted = |v: &Value| matches!(v, Value::Int(t) if *t > 0);
 
     // Half are released one by one (a quarter of them bound to the
@@ -95,21 +84,21 @@ fn memory_returns_to_baseline_after_many_locks() {
     let quarter = n / 4;
     pipelined(
         &mut c,
-        (0..2 * quarter).map(|i| acquire_cmd(&format!("mem:{i}"), "owner", 1_000_000, i % 2 == 1)),
+        (0..2 * quarter).map(|i| acquire_cmd_with_session(&format!("mem:{i}"), "owner", 1_000_000, i % 2 == 1)),
         granted,
     );
     pipelined(
         &mut session,
-        (2 * quarter..3 * quarter).map(|i| acquire_cmd(&format!("mem:{i}"), "s", 1_000_000, true)),
+        (2 * quarter..3 * quarter).map(|i| acquire_cmd_with_session(&format!("mem:{i}"), "s", 1_000_000, true)),
         granted,
     );
     assert_eq!(s.stat("locks"), 3 * quarter as i64);
     pipelined(
         &mut c,
-        (3 * quarter..4 * quarter).map(|i| acquire_cmd(&format!("mem:{i}"), "owner", 1_000, false)),
+        (3 * quarter..4 * quarter).map(|i| acquire_cmd_with_session(&format!("mem:{i}"), "owner", 1_000, false)),
         granted,
     );
-    let full = used_memory(&s);
+    let full = s.used_memory();
     eprintln!("memory: {} locks take {} bytes", 4 * quarter, full - baseline);
     assert!(full - baseline > 40 * 4 * quarter as i64, "the locks should show in used_memory: {baseline} -> {full}");
 
@@ -161,7 +150,7 @@ enum Round {
 /// Runs one round of `WAITERS` waiters on `KEYS` locks held by `holder`.
 fn round(s: &Server, holder: &mut Connection, waiters: &mut [Waiter], kind: Round) {
     let key = |i: usize| format!("wait:{}", i % KEYS);
-    pipelined(holder, (0..KEYS).map(|i| acquire_cmd(&key(i), "holder", 1_000_000, false)), |v| {
+    pipelined(holder, (0..KEYS).map(|i| acquire_cmd_with_session(&key(i), "holder", 1_000_000, false)), |v| {
         matches!(v, Value::Int(_))
     });
     let wait_ms = if let Round::Timeout = kind { 5 } else { 60_000 };
@@ -218,11 +207,11 @@ fn memory_returns_to_baseline_after_many_waiters() {
     // Redis pools the temporary reply clients of blocked clients (about
     // 35 KB each, trimmed later by its module cron): one round of each kind
     // first, so that the baseline includes a full pool.
-    let cold = purged_memory(&s);
+    let cold = s.purged_memory();
     for kind in [Round::HandOff, Round::Timeout, Round::Disconnect] {
         round(&s, &mut holder, &mut waiters, kind);
     }
-    let baseline = purged_memory(&s);
+    let baseline = s.purged_memory();
     eprintln!("memory: the warm-up rounds left {} bytes in use (Redis's pool of reply clients)", baseline - cold);
     let start = waiters_done(&s);
     let kinds = [Round::HandOff, Round::HandOff, Round::HandOff, Round::Timeout, Round::HandOff, Round::Disconnect];

@@ -6,9 +6,8 @@ mod common;
 use common::*;
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -174,7 +173,7 @@ fn assert_no_message(sub: &mut redis::PubSub) {
 fn keyspace_events_for_grant_handoff_release_and_expiry() {
     let s = Server::start();
     let mut c = s.conn();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("notify-keyspace-events").arg("Ed").query(&mut c).unwrap();
+    config_set(&mut c, &[("notify-keyspace-events", "Ed")]);
     let mut sub_conn = s.conn();
     let mut sub = sub_conn.as_pubsub();
     sub.psubscribe("__keyevent@*__:flock.*").unwrap();
@@ -226,7 +225,7 @@ fn keyspace_channel_and_disabled_notifications() {
     release(&mut c, "K", "a").unwrap();
     assert_no_message(&mut sub);
     // `K` (keyspace channel) with `d` (module events): the event is the payload.
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("notify-keyspace-events").arg("Kd").query(&mut c).unwrap();
+    config_set(&mut c, &[("notify-keyspace-events", "Kd")]);
     acquire(&mut c, "K", "a", 10_000).unwrap().unwrap();
     release(&mut c, "K", "a").unwrap();
     let expected = [("__keyspace@0__:K", "flock.acquired"), ("__keyspace@0__:K", "flock.released")];
@@ -428,10 +427,6 @@ fn config_get(c: &mut Connection, name: &str) -> String {
     reply[1].clone()
 }
 
-fn config_set(c: &mut Connection, name: &str, value: &str) -> RedisResult<()> {
-    redis::cmd("CONFIG").arg("SET").arg(name).arg(value).query(c)
-}
-
 #[test]
 fn config_get_and_set_round_trip_and_refuse_out_of_range() {
     let s = Server::start();
@@ -450,7 +445,7 @@ fn config_get_and_set_round_trip_and_refuse_out_of_range() {
         ("flock.retry-window-ms", "250"),
     ];
     for (name, value) in good {
-        config_set(&mut c, name, value).unwrap();
+        try_config_set(&mut c, name, value).unwrap();
         assert_eq!(config_get(&mut c, name), value);
     }
     let bad = [
@@ -463,7 +458,7 @@ fn config_get_and_set_round_trip_and_refuse_out_of_range() {
         ("flock.retry-window-ms", "0"),
     ];
     for (name, value) in bad {
-        let e = config_set(&mut c, name, value).expect_err(&format!("{name} {value} refused"));
+        let e = try_config_set(&mut c, name, value).expect_err(&format!("{name} {value} refused"));
         assert_eq!(error_code(&e), "ERR", "{name} {value}: {e}");
     }
     assert_eq!(config_get(&mut c, "flock.max-waiters"), "1");
@@ -474,7 +469,7 @@ fn config_get_and_set_round_trip_and_refuse_out_of_range() {
 fn max_lease_ms_bounds_leases_and_wait_timeouts() {
     let s = Server::start();
     let mut c = s.conn();
-    config_set(&mut c, "flock.max-lease-ms", "5000").unwrap();
+    try_config_set(&mut c, "flock.max-lease-ms", "5000").unwrap();
     for (args, what) in [(vec!["6000"], "lease-ms"), (vec!["1000", "WAIT", "6000"], "timeout-ms")] {
         let e = redis::cmd("FLOCK.ACQUIRE").arg("L").arg("a").arg(&args).query::<Value>(&mut c).unwrap_err();
         assert_eq!(error_code(&e), "ERR");
@@ -491,7 +486,7 @@ fn max_lease_ms_bounds_leases_and_wait_timeouts() {
 fn max_waiters_refuses_one_more_waiter_and_queues_nothing() {
     let s = Server::start();
     let mut c = s.conn();
-    config_set(&mut c, "flock.max-waiters", "2").unwrap();
+    try_config_set(&mut c, "flock.max-waiters", "2").unwrap();
     acquire(&mut c, "L", "h", 10_000).unwrap().unwrap();
     let w1 = spawn_waiter(&s, "L", "w1", 10_000, 0);
     wait_queue(&mut c, "L", &["w1"]);
@@ -508,7 +503,7 @@ fn max_waiters_refuses_one_more_waiter_and_queues_nothing() {
     assert_eq!(acquire(&mut c, "L", "w3", 10_000).unwrap(), None);
 
     // Raised at run time: the next waiter is accepted.
-    config_set(&mut c, "flock.max-waiters", "3").unwrap();
+    try_config_set(&mut c, "flock.max-waiters", "3").unwrap();
     let w3 = spawn_waiter(&s, "L", "w3", 10_000, 0);
     wait_queue(&mut c, "L", &["w1", "w2", "w3"]);
     for (w, name) in [(w1, "w1"), (w2, "w2"), (w3, "w3")] {
@@ -527,7 +522,7 @@ struct ModuleArgsServer {
 impl ModuleArgsServer {
     /// `None` if the server exited (refused the arguments) instead of starting.
     fn start(module_args: &[&str]) -> Option<ModuleArgsServer> {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = free_port();
         let child = Command::new(server_program())
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--loadmodule")
@@ -538,19 +533,13 @@ impl ModuleArgsServer {
             .spawn()
             .expect("spawn the server");
         let mut server = ModuleArgsServer { child, port };
-        let deadline = Instant::now() + 10 * SECOND;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = server.child.try_wait() {
-                return None;
-            }
-            if let Ok(mut c) = server.try_conn() {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return Some(server);
-                }
-            }
-            std::thread::sleep(20 * MS);
+        let url = format!("redis://127.0.0.1:{port}/");
+        if wait_ready(&mut server.child, &url, 10 * SECOND) {
+            return Some(server);
         }
-        panic!("redis-server with module args {module_args:?} neither started nor exited");
+        let exited = matches!(server.child.try_wait(), Ok(Some(_)));
+        assert!(exited, "redis-server with module args {module_args:?} neither started nor exited");
+        None
     }
 
     fn try_conn(&self) -> RedisResult<Connection> {
@@ -578,7 +567,7 @@ fn load_arguments_set_the_options() {
     assert!(acquire(&mut c, "L", "a", 5001).is_err());
     acquire(&mut c, "L", "a", 5000).unwrap().unwrap();
     // Still changeable at run time.
-    config_set(&mut c, "flock.max-waiters", "4").unwrap();
+    try_config_set(&mut c, "flock.max-waiters", "4").unwrap();
     assert_eq!(config_get(&mut c, "flock.max-waiters"), "4");
 }
 

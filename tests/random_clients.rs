@@ -39,10 +39,6 @@ const CHECK_LEASE_MS: u64 = 5_000;
 /// dropped connection, any other command as a failure.
 const REPLY_LIMIT: Duration = Duration::from_secs(30);
 
-fn env_num(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -477,8 +473,8 @@ fn sum(tallies: &[HashMap<&'static str, u64>]) -> std::collections::BTreeMap<&'s
 #[test]
 fn random_clients_never_share_a_lock_and_leave_nothing_behind() {
     let seed = std::env::var("FLOCK_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random::<u64>);
-    let secs = env_num("FLOCK_RANDOM_SECS", 15);
-    let clients = env_num("FLOCK_RANDOM_CLIENTS", 60).max(3) as usize;
+    let secs = env_num("FLOCK_RANDOM_SECS").unwrap_or(15);
+    let clients = env_num("FLOCK_RANDOM_CLIENTS").unwrap_or(60).max(3) as usize;
     eprintln!("random_clients: FLOCK_SEED={seed} FLOCK_RANDOM_SECS={secs} FLOCK_RANDOM_CLIENTS={clients}");
     let mut s = Server::start();
     let shared = Arc::new(Shared {

@@ -18,7 +18,7 @@ fn three() -> Vec<Server> {
     (0..3).map(|_| Server::start()).collect()
 }
 
-fn client(servers: &[Server]) -> Redlock {
+fn redlock(servers: &[Server]) -> Redlock {
     let urls: Vec<String> = servers.iter().map(Server::url).collect();
     Redlock::new(&urls).expect("redlock client")
 }
@@ -31,7 +31,7 @@ fn owners(servers: &[Server]) -> Vec<Option<String>> {
 #[test]
 fn majority_with_one_server_down() {
     let mut servers = three();
-    let mut rl = client(&servers);
+    let mut rl = redlock(&servers);
     drop(servers.pop()); // the third server is stopped
     assert_eq!(rl.quorum(), 2);
 
@@ -57,7 +57,7 @@ fn majority_with_one_server_down() {
 #[test]
 fn no_majority_with_two_servers_down() {
     let mut servers = three();
-    let mut rl = client(&servers);
+    let mut rl = redlock(&servers);
     rl.retry_count = 1;
     rl.retry_delay = Duration::from_millis(20);
     servers.truncate(1); // two of three stopped
@@ -72,8 +72,8 @@ fn no_majority_with_two_servers_down() {
 #[test]
 fn second_client_is_kept_out_until_release() {
     let servers = three();
-    let mut a = client(&servers);
-    let mut b = client(&servers);
+    let mut a = redlock(&servers);
+    let mut b = redlock(&servers);
     b.retry_count = 2;
     b.retry_delay = Duration::from_millis(20);
     let lease = Duration::from_secs(10);
@@ -103,7 +103,7 @@ fn second_client_is_kept_out_until_release() {
 #[test]
 fn split_votes_give_back_partial_grants() {
     let servers = three();
-    let mut rl = client(&servers);
+    let mut rl = redlock(&servers);
     let lease = Duration::from_secs(10);
     // Someone else holds the lock on servers 0 and 1 (e.g. a client that
     // won a race there).
@@ -128,7 +128,7 @@ fn split_votes_give_back_partial_grants() {
 #[test]
 fn attempt_longer_than_the_lease_fails_and_releases() {
     let servers = three();
-    let mut rl = client(&servers);
+    let mut rl = redlock(&servers);
     rl.io_timeout = Duration::from_secs(2);
     // Server 0 holds back every command for 400 ms, so the first try alone
     // outlasts a 100 ms lease.
@@ -149,7 +149,7 @@ fn attempt_longer_than_the_lease_fails_and_releases() {
 #[test]
 fn extend_renews_on_the_majority() {
     let mut servers = three();
-    let mut rl = client(&servers);
+    let mut rl = redlock(&servers);
     let mut lock = rl.try_lock(KEY, "alice", Duration::from_millis(1000)).expect("lock");
     drop(servers.pop());
     assert!(rl.extend(&mut lock, Duration::from_secs(20)), "2 of 3 renew: extended");

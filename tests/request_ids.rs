@@ -9,18 +9,14 @@ use common::proxy::Proxy;
 use common::*;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-fn holds(c: &mut Connection, key: &str) -> i64 {
+/// The holds of `key`, 0 when nobody holds it.
+fn holds_or_zero(c: &mut Connection, key: &str) -> i64 {
     info_field(c, key, "holds").map_or(0, |v| redis::from_redis_value(&v).expect("holds"))
 }
 
 // ------------------------------------------------- redis-py through the proxy
-
-fn has_redis_py() -> bool {
-    let status = Command::new("python3").args(["-c", "import redis"]).stderr(Stdio::null()).status();
-    status.is_ok_and(|s| s.success())
-}
 
 /// Runs tests/python/lost_release_reply.py through a proxy that swallows the
 /// reply to the first FLOCK.RELEASE; returns (release reply, holds after).
@@ -42,13 +38,8 @@ fn redis_py_release_with_lost_reply(with_id: bool) -> (i64, i64) {
         word.and_then(|w| w.parse().ok()).unwrap_or_else(|| panic!("no {name}= in {stdout}"))
     };
     assert!(field("retries") >= 1, "redis-py retries: {stdout}");
-    assert_eq!(holds(&mut s.conn(), "L"), field("holds"), "the script read the server's holds");
+    assert_eq!(holds_or_zero(&mut s.conn(), "L"), field("holds"), "the script read the server's holds");
     (field("reply"), field("holds"))
-}
-
-/// `make deps` installs redis-py: these tests always run.
-fn require_redis_py() {
-    assert!(has_redis_py(), "python3 with redis-py is missing: run `make deps` (or python3 -m pip install redis)");
 }
 
 #[test]
@@ -87,20 +78,20 @@ mod rust_client {
         lost_reply_to("FLOCK.ACQUIRE", 0);
         let first = lock.acquire(client.get_connection().unwrap(), None).unwrap().expect("granted");
         assert_eq!((proxy.dropped(), proxy.seen("FLOCK.ACQUIRE")), (1, 2), "one lost reply, one resend");
-        assert_eq!(holds(&mut admin, "L"), 1);
+        assert_eq!(holds_or_zero(&mut admin, "L"), 1);
         assert_eq!(info_field(&mut admin, "L", "token"), Some(Value::Int(first.token() as i64)));
 
         // A reentry's reply is lost: still one more hold, not two.
         lost_reply_to("FLOCK.ACQUIRE", 2);
         let second = lock.acquire(client.get_connection().unwrap(), None).unwrap().expect("reentered");
         assert_eq!(second.token(), first.token());
-        assert_eq!(holds(&mut admin, "L"), 2);
+        assert_eq!(holds_or_zero(&mut admin, "L"), 2);
 
         // A release's reply is lost: the resend answers 1 and the lock keeps 1 hold.
         lost_reply_to("FLOCK.RELEASE", 0);
         assert_eq!(second.release().unwrap(), 1);
         assert_eq!((proxy.dropped(), proxy.seen("FLOCK.RELEASE")), (3, 2));
-        assert_eq!(holds(&mut admin, "L"), 1);
+        assert_eq!(holds_or_zero(&mut admin, "L"), 1);
 
         // A renewal's reply is lost, by hand and the watchdog's.
         let mut first = first;
@@ -138,7 +129,7 @@ mod rust_client {
         proxy.drop_reply_to("FLOCK.RELEASE", 1);
         assert_eq!(b.release().unwrap(), 1);
         assert_eq!((proxy.dropped(), proxy.seen("FLOCK.RELEASE")), (1, 2));
-        assert_eq!(holds(&mut admin, "L"), 1);
+        assert_eq!(holds_or_zero(&mut admin, "L"), 1);
         assert_eq!(a.release().unwrap(), 0);
     }
 }
@@ -181,11 +172,11 @@ fn acquire_repeat_answers_its_token_without_another_hold_while_that_grant_is_hel
     let mut c = s.conn();
     let t = acquire_id(&mut c, "L", "a", "g1").unwrap().expect("granted");
     assert_eq!(acquire_id(&mut c, "L", "a", "g1").unwrap(), Some(t));
-    assert_eq!(holds(&mut c, "L"), 1, "the repeat added no hold");
+    assert_eq!(holds_or_zero(&mut c, "L"), 1, "the repeat added no hold");
     assert_eq!(acquire_id(&mut c, "L", "a", "g2").unwrap(), Some(t), "a new ID reenters");
     assert_eq!(acquire_id(&mut c, "L", "a", "g2").unwrap(), Some(t));
     assert_eq!(acquire_id(&mut c, "L", "a", "g1").unwrap(), Some(t));
-    assert_eq!(holds(&mut c, "L"), 2);
+    assert_eq!(holds_or_zero(&mut c, "L"), 2);
     assert_eq!(s.stat("reentrant_acquires"), 1);
 }
 
@@ -210,7 +201,7 @@ fn acquire_repeat_after_its_grant_ended_is_a_new_request() {
     let t3 = waiter.join().unwrap().unwrap().expect("a granted after b");
     assert!(t3 > t2);
     assert_eq!(acquire_id(&mut c, "L", "a", "g1").unwrap(), Some(t3), "this grant is now the one under g1");
-    assert_eq!(holds(&mut c, "L"), 1);
+    assert_eq!(holds_or_zero(&mut c, "L"), 1);
 }
 
 #[test]
@@ -223,7 +214,7 @@ fn release_repeat_after_the_lock_went_to_the_next_waiter_answers_the_first_reply
     assert_eq!(release_id(&mut c, "L", "a", "r1").unwrap(), 0);
     let tb = b.join().unwrap().unwrap().expect("b handed the lock");
     assert_eq!(release_id(&mut c, "L", "a", "r1").unwrap(), 0, "the first reply, not NOTOWNER");
-    assert_eq!((owner_of(&mut c, "L").as_deref(), token(&mut c, "L"), holds(&mut c, "L")), (Some("b"), Some(tb), 1));
+    assert_eq!((owner_of(&mut c, "L").as_deref(), token(&mut c, "L"), holds_or_zero(&mut c, "L")), (Some("b"), Some(tb), 1));
     assert_eq!(error_code(&release(&mut c, "L", "a").unwrap_err()), "NOTOWNER", "without the ID: not the holder");
 }
 
@@ -235,7 +226,7 @@ fn release_repeat_of_one_of_two_holds_leaves_one() {
     acquire(&mut c, "L", "a", 60_000).unwrap().expect("reentered");
     assert_eq!(release_id(&mut c, "L", "a", "r1").unwrap(), 1);
     assert_eq!(release_id(&mut c, "L", "a", "r1").unwrap(), 1);
-    assert_eq!(holds(&mut c, "L"), 1);
+    assert_eq!(holds_or_zero(&mut c, "L"), 1);
 }
 
 #[test]
@@ -283,7 +274,7 @@ fn a_wait_whose_waiter_disconnected_before_its_grant_was_not_applied_and_its_rep
     assert_eq!(release(&mut c, "L", "a").unwrap(), 0);
     let tb = acquire_id(&mut c, "L", "b", "w1").unwrap().expect("granted now");
     assert!(tb > ta);
-    assert_eq!(holds(&mut c, "L"), 1);
+    assert_eq!(holds_or_zero(&mut c, "L"), 1);
 }
 
 #[test]
@@ -297,7 +288,7 @@ fn an_id_reused_with_another_command_is_an_idreused_error_and_changes_nothing() 
     assert!(e.to_string().contains("FLOCK.ACQUIRE"), "{e}");
     assert_eq!(error_code(&renew_id(&mut c, "L", "a", "x").unwrap_err()), "IDREUSED");
     assert_eq!(error_code(&force_id(&mut c, "L", "x").unwrap_err()), "IDREUSED");
-    assert_eq!((token(&mut c, "L"), holds(&mut c, "L")), (Some(t), 2));
+    assert_eq!((token(&mut c, "L"), holds_or_zero(&mut c, "L")), (Some(t), 2));
     // The same ID on another lock is another request.
     assert!(release_id(&mut c, "M", "a", "x").is_err_and(|e| error_code(&e) == "NOTOWNER"));
 }
@@ -324,7 +315,7 @@ fn bad_ids_are_errors_and_change_nothing() {
             }
         }
     }
-    assert_eq!(holds(&mut c, "L"), 2);
+    assert_eq!(holds_or_zero(&mut c, "L"), 2);
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
     assert_eq!(keys, ["L"], "no key made, none lingering");
     assert_eq!(pttl(&mut c, "L"), -1);
@@ -345,7 +336,7 @@ fn without_id_a_resend_is_applied_again() {
 fn records_are_forgotten_after_the_retry_window_and_the_free_lock_then_expires() {
     let s = Server::start();
     let mut c = s.conn();
-    let _: () = redis::cmd("CONFIG").arg("SET").arg("flock.retry-window-ms").arg(200).query(&mut c).unwrap();
+    config_set(&mut c, &[("flock.retry-window-ms", "200")]);
     acquire(&mut c, "L", "a", 60_000).unwrap().expect("granted");
     assert_eq!(release_id(&mut c, "L", "a", "r1").unwrap(), 0);
     assert!(info(&mut c, "L").is_none(), "free");
@@ -414,18 +405,13 @@ fn ids_survive_an_rdb_restart() {
     check_records(&mut s.conn(), "", t, "SHUTDOWN SAVE and restart");
 }
 
-fn aof_restart(preamble: &str) {
+fn ids_survive_aof_restart(preamble: &str) {
     let how = format!("AOF restart (aof-use-rdb-preamble {preamble})");
-    let mut s =
-        Server::start_with(&["--appendonly", "yes", "--appendfsync", "always", "--aof-use-rdb-preamble", preamble]);
+    let mut s = Server::start_aof(preamble);
     let mut c = s.conn();
     let t1 = make_records(&mut c, "before-");
     let _: Value = redis::cmd("BGREWRITEAOF").query(&mut c).expect("BGREWRITEAOF");
-    wait_until("the AOF rewrite to finish", 20 * SECOND, || {
-        let p = s.info_section("persistence");
-        p.get("aof_rewrite_in_progress").map(String::as_str) == Some("0")
-            && p.get("aof_rewrite_scheduled").map(String::as_str) == Some("0")
-    });
+    s.wait_aof_rewrite();
     let t2 = make_records(&mut c, "after-");
     drop(c);
     s.restart(Stop::Kill);
@@ -436,12 +422,12 @@ fn aof_restart(preamble: &str) {
 
 #[test]
 fn ids_survive_an_aof_restart_with_rdb_preamble() {
-    aof_restart("yes");
+    ids_survive_aof_restart("yes");
 }
 
 #[test]
 fn ids_survive_an_aof_restart_without_rdb_preamble() {
-    aof_restart("no");
+    ids_survive_aof_restart("no");
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{module_path, server_program, tempdir, Connection, RedisResult, SECOND};
+use super::{module_path, server_program, temp_dir, Connection, RedisResult, TempDir, SECOND};
 
 /// One line of `CLUSTER NODES`.
 #[derive(Debug, Clone)]
@@ -80,7 +80,7 @@ fn free_cluster_port(taken: &HashSet<u16>) -> u16 {
 pub struct Node {
     pub port: u16,
     child: Child,
-    pub dir: tempdir::Dir,
+    pub dir: TempDir,
 }
 
 impl Node {
@@ -88,7 +88,7 @@ impl Node {
     fn start(taken: &mut HashSet<u16>) -> Node {
         for _ in 0..5 {
             let port = free_cluster_port(taken);
-            let dir = tempdir::Dir::new("cluster");
+            let dir = temp_dir("cluster");
             let child = Command::new(server_program())
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .args([
@@ -104,7 +104,7 @@ impl Node {
                 .args(["--repl-diskless-sync-delay", "0"])
                 .args(["--enable-debug-command", "local"])
                 .arg("--dir")
-                .arg(&dir.0)
+                .arg(dir.path())
                 .arg("--loadmodule")
                 .arg(module_path())
                 .stdout(Stdio::null())

@@ -9,6 +9,8 @@ use std::sync::OnceLock;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub use tempfile::TempDir;
+
 pub use redis::{Commands, Connection, RedisResult, Value};
 
 /// The module's release build, brought up to date once per test process:
@@ -59,31 +61,14 @@ pub fn server_version(c: &mut Connection) -> (String, u32, u32) {
 pub struct Server {
     pub port: u16,
     child: Child,
-    pub dir: tempdir::Dir,
+    pub dir: TempDir,
     /// The `extra` config args it was started with (a restart reuses them).
     args: Vec<String>,
 }
 
-pub mod tempdir {
-    use std::path::PathBuf;
-
-    /// A scratch directory removed on drop.
-    pub struct Dir(pub PathBuf);
-
-    impl Dir {
-        pub fn new(tag: &str) -> Self {
-            let path =
-                std::env::temp_dir().join(format!("flock-test-{tag}-{}-{}", std::process::id(), rand::random::<u64>()));
-            std::fs::create_dir_all(&path).expect("create temp dir");
-            Dir(path)
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+/// A unique scratch directory removed on drop.
+pub fn temp_dir(tag: &str) -> TempDir {
+    tempfile::Builder::new().prefix(&format!("flock-test-{tag}-")).tempdir().expect("create temp dir")
 }
 
 /// Waits until the server `child` answers PING at `url`; false if it exits
@@ -103,22 +88,25 @@ pub fn wait_ready(child: &mut Child, url: &str, timeout: Duration) -> bool {
     false
 }
 
-fn free_port() -> u16 {
+/// A loopback port nobody listens on now.
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
 }
 
 impl Server {
     /// Starts a server with the module; `extra` are more `--name value` config args.
     pub fn start_with(extra: &[&str]) -> Server {
-        Server::start_in(tempdir::Dir::new("srv"), extra)
+        Server::start_in(temp_dir("srv"), extra)
     }
 
     pub fn start() -> Server {
         Server::start_with(&[])
     }
 
-    fn take_dir(&mut self) -> tempdir::Dir {
-        std::mem::replace(&mut self.dir, tempdir::Dir(PathBuf::new()))
+    /// Takes the server's directory for a successor: a fresh empty one,
+    /// removed on drop, takes its place.
+    fn take_dir(&mut self) -> TempDir {
+        std::mem::replace(&mut self.dir, temp_dir("moved"))
     }
 
     fn wait_ready(&mut self) -> bool {
@@ -160,7 +148,7 @@ impl Server {
     /// What the server's log says about a crash (from its bug report on), or
     /// its last lines; for servers started with `--logfile NAME` (in its dir).
     pub fn log_excerpt(&self, name: &str) -> String {
-        let text = std::fs::read_to_string(self.dir.0.join(name)).unwrap_or_default();
+        let text = std::fs::read_to_string(self.dir.path().join(name)).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         let from = match lines.iter().position(|l| l.contains("BUG REPORT START")) {
             Some(start) => start.saturating_sub(5),
@@ -184,6 +172,18 @@ impl Server {
 
     pub fn stat(&self, name: &str) -> i64 {
         self.stats().get(name).copied().unwrap_or_else(|| panic!("no INFO flock field {name}"))
+    }
+
+    /// `INFO memory` used_memory.
+    pub fn used_memory(&self) -> i64 {
+        self.info_section("memory")["used_memory"].parse().expect("used_memory")
+    }
+
+    /// `used_memory` after MEMORY PURGE (which jemalloc needs to give back
+    /// freed pages).
+    pub fn purged_memory(&self) -> i64 {
+        let _: RedisResult<Value> = redis::cmd("MEMORY").arg("PURGE").query(&mut self.conn());
+        self.used_memory()
     }
 
     /// `INFO clients` blocked_clients.
@@ -275,6 +275,109 @@ pub fn owner_of(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Option
 
 pub fn queue_of(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Vec<String> {
     info_field(c, key, "queue").map(|v| redis::from_redis_value(&v).expect("queue")).unwrap_or_default()
+}
+
+/// FLOCK.INFO without the `ttl-ms` field, which changes with time.
+pub fn info_still(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Option<Vec<(String, Value)>> {
+    info(c, key).map(|fields| fields.into_iter().filter(|(k, _)| k != "ttl-ms").collect())
+}
+
+/// A FLOCK.INFO field that must be there, as an integer.
+pub fn int_field(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized), field: &str) -> i64 {
+    let key = key.as_ref();
+    int(&info_field(c, key, field).unwrap_or_else(|| panic!("no lock {} or no field {field}", shown(key))))
+}
+
+pub fn token_of(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> i64 {
+    int_field(c, key, "token")
+}
+
+pub fn holds(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> i64 {
+    int_field(c, key, "holds")
+}
+
+pub fn ttl_ms(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> i64 {
+    int_field(c, key, "ttl-ms")
+}
+
+pub fn int(v: &Value) -> i64 {
+    redis::from_redis_value(v).unwrap_or_else(|e| panic!("{v:?} is not an integer: {e}"))
+}
+
+pub fn exists(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> bool {
+    redis::cmd("EXISTS").arg(key.as_ref()).query::<i64>(c).expect("EXISTS") == 1
+}
+
+pub fn dbsize(c: &mut Connection) -> i64 {
+    redis::cmd("DBSIZE").query(c).expect("DBSIZE")
+}
+
+/// Waits until `key` is gone (its lease ended) and checks that it did not
+/// go before `not_before`.
+pub fn wait_gone(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized), not_before: Instant, within: Duration) {
+    let key = key.as_ref();
+    wait_until(&format!("{} to expire", shown(key)), within, || !exists(c, key));
+    // The server's clock and ours may round differently by a millisecond.
+    let now = Instant::now();
+    let early = not_before.saturating_duration_since(now);
+    assert!(now + Duration::from_millis(2) >= not_before, "{} was gone {early:?} before its lease ended", shown(key));
+}
+
+/// The error of a command that must fail.
+pub fn expect_err<T: std::fmt::Debug>(r: RedisResult<T>, what: &str) -> redis::RedisError {
+    match r {
+        Ok(v) => panic!("{what}: expected an error, got {v:?}"),
+        Err(e) => e,
+    }
+}
+
+/// The token a waiter thread (`spawn_waiter`) was granted; fails if it was not.
+pub fn granted(h: JoinHandle<RedisResult<Option<i64>>>, who: &str) -> i64 {
+    h.join().expect("waiter thread").unwrap_or_else(|e| panic!("{who}: {e}")).unwrap_or_else(|| panic!("{who} was not granted"))
+}
+
+/// A command in RESP, as an AOF file holds it.
+pub fn resp(args: &[&str]) -> String {
+    args.iter().fold(format!("*{}\r\n", args.len()), |out, a| out + &format!("${}\r\n{a}\r\n", a.len()))
+}
+
+/// `CONFIG SET` of `pairs`, which must succeed.
+pub fn config_set(c: &mut Connection, pairs: &[(&str, &str)]) {
+    let mut cmd = redis::cmd("CONFIG");
+    cmd.arg("SET");
+    for (name, value) in pairs {
+        cmd.arg(*name).arg(*value);
+    }
+    let _: () = cmd.query(c).unwrap_or_else(|e| panic!("CONFIG SET {pairs:?}: {e}"));
+}
+
+/// `CONFIG SET name value`, for settings the server may refuse.
+pub fn try_config_set(c: &mut Connection, name: &str, value: &str) -> RedisResult<()> {
+    redis::cmd("CONFIG").arg("SET").arg(name).arg(value).query(c)
+}
+
+/// `make deps` installs redis-py: the tests that use it always run.
+pub fn require_redis_py() {
+    let status = Command::new("python3").args(["-c", "import redis"]).stderr(Stdio::null()).status();
+    assert!(
+        status.is_ok_and(|s| s.success()),
+        "python3 with redis-py is missing: run `make deps` (or python3 -m pip install redis)"
+    );
+}
+
+/// A number from the environment (for knobs such as a run's length).
+pub fn env_num(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+/// A long WAIT for waiters that are expected to be granted: finite, so that
+/// a lost grant fails the test instead of hanging it.
+pub const LONG_WAIT_MS: u64 = 30_000;
+
+/// `FLOCK.ACQUIRE key owner lease WAIT LONG_WAIT_MS` on its own connection,
+/// in a thread.
+pub fn waiter(s: &Server, key: &str, owner: &str, lease_ms: u64) -> JoinHandle<RedisResult<Option<i64>>> {
+    spawn_waiter(s, key, owner, lease_ms, LONG_WAIT_MS)
 }
 
 /// Starts `FLOCK.ACQUIRE ... WAIT` on its own connection in a thread.
@@ -370,12 +473,12 @@ pub enum Stop {
 impl Server {
     /// Starts a server with the module in `dir` (its RDB and AOF files are
     /// loaded as usual); `extra` as for `start_with`.
-    pub fn start_in(dir: tempdir::Dir, extra: &[&str]) -> Server {
+    pub fn start_in(dir: TempDir, extra: &[&str]) -> Server {
         Server::spawn_in(dir, extra.iter().map(|a| a.to_string()).collect(), None)
     }
 
     /// Tries `port` first (if given), then free ports.
-    fn spawn_in(mut dir: tempdir::Dir, mut args: Vec<String>, port: Option<u16>) -> Server {
+    fn spawn_in(mut dir: TempDir, mut args: Vec<String>, port: Option<u16>) -> Server {
         for attempt in 0..5 {
             let port = match port {
                 Some(p) if attempt == 0 => p,
@@ -390,7 +493,7 @@ impl Server {
             cmd.args(program)
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
                 .arg("--dir")
-                .arg(&dir.0)
+                .arg(dir.path())
                 .arg("--loadmodule")
                 .arg(module_path())
                 .args(["--enable-debug-command", "local"])
@@ -438,6 +541,12 @@ impl Server {
         let fresh = Server::spawn_in(dir, args, Some(self.port));
         // The old value's process has exited and its dir was taken.
         drop(std::mem::replace(self, fresh));
+    }
+
+    /// A server that appends every write to its AOF and fsyncs it at once;
+    /// `preamble` ("yes" | "no") is its `aof-use-rdb-preamble`.
+    pub fn start_aof(preamble: &str) -> Server {
+        Server::start_with(&["--appendonly", "yes", "--appendfsync", "always", "--aof-use-rdb-preamble", preamble])
     }
 
     /// Starts a replica of `master` and waits until its initial sync is done.
