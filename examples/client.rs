@@ -13,8 +13,8 @@
 use std::thread;
 use std::time::Duration;
 
-use redis::RedisResult;
 use flock_client::{LeaseLost, Lock};
+use redis::RedisResult;
 
 const KEY: &str = "example:orders";
 

@@ -154,7 +154,12 @@ impl Redlock {
                 Ok(Instance { addr: s.to_string(), client: Client::open(url)?, conn: None })
             })
             .collect::<RedisResult<Vec<_>>>()?;
-        Ok(Redlock { servers, io_timeout: Duration::from_millis(100), retry_count: 3, retry_delay: Duration::from_millis(200) })
+        Ok(Redlock {
+            servers,
+            io_timeout: Duration::from_millis(100),
+            retry_count: 3,
+            retry_delay: Duration::from_millis(200),
+        })
     }
 
     /// How many servers must grant: a majority.
@@ -203,7 +208,8 @@ impl Redlock {
             });
         }
         let elapsed = start.elapsed();
-        let tokens: Vec<Option<i64>> = replies.iter().map(|r| if let Reply::Granted(t) = r { Some(*t) } else { None }).collect();
+        let tokens: Vec<Option<i64>> =
+            replies.iter().map(|r| if let Reply::Granted(t) = r { Some(*t) } else { None }).collect();
         let granted = tokens.iter().flatten().count();
         let validity = lease.checked_sub(elapsed + drift(lease));
         match validity {

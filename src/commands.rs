@@ -19,7 +19,8 @@ const NOTOWNER: &str = "NOTOWNER the lock is not held by this owner (never acqui
 const ALREADYQUEUED: &str =
     "QUEUED this owner is already waiting for this lock on another connection: an owner may wait once per lock, use a distinct owner per waiter";
 
-const TOOMANYHOLDS: &str = "ERR this owner already holds the lock 4294967295 times, the most there can be: release it first";
+const TOOMANYHOLDS: &str =
+    "ERR this owner already holds the lock 4294967295 times, the most there can be: release it first";
 
 fn lock_error(e: LockError) -> RedisError {
     RedisError::Str(match e {
@@ -135,7 +136,13 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 /// The first reply of a command resent with request ID `id`, if that
 /// command was applied; `None` for a new request.
-fn repeated(value: &mut LockValue, id: Option<&[u8]>, kind: Kind, owner: &[u8], now: u64) -> Result<Option<u64>, RedisError> {
+fn repeated(
+    value: &mut LockValue,
+    id: Option<&[u8]>,
+    kind: Kind,
+    owner: &[u8],
+    now: u64,
+) -> Result<Option<u64>, RedisError> {
     let Some(id) = id else { return Ok(None) };
     value.lock.repeat(id, kind, owner, now).map_err(lock_error)
 }
@@ -244,9 +251,7 @@ fn internal(ctx: &Context, name: &str) -> Result<(), RedisError> {
     if ctx.get_flags().intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
         return Ok(());
     }
-    Err(RedisError::String(format!(
-        "ERR {name} is internal: only a master's replication stream and the AOF send it"
-    )))
+    Err(RedisError::String(format!("ERR {name} is internal: only a master's replication stream and the AOF send it")))
 }
 
 /// `FLOCK.STATE key [owner holds token deadline-ms session]`: sets a lock's

@@ -48,13 +48,15 @@ mod module {
     use crate::keytype::FLOCK_TYPE;
 
     // Redis's allocator, so that INFO memory and maxmemory count the locks.
-    use redis_module::alloc::RedisAlloc;
     use crate::{blocking, commands, events, eviction, ffi, value};
+    use redis_module::alloc::RedisAlloc;
 
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
         if let Some(api) = ffi::missing_api() {
             // The name is a static identifier: no byte in it can upset the log.
-            ctx.log_warning(&format!("FLOCK cannot load: this server lacks the module API {api} (Redis 7.0 or newer is needed)"));
+            ctx.log_warning(&format!(
+                "FLOCK cannot load: this server lacks the module API {api} (Redis 7.0 or newer is needed)"
+            ));
             return Status::Err;
         }
         ffi::init_module_ctx(ctx.ctx);

@@ -86,15 +86,20 @@ fn bulk_locks_over_all_slots(cl: &Cluster) {
             .arg(60_000)
             .query(&mut cc)
             .unwrap_or_else(|e| panic!("cluster client FLOCK.ACQUIRE {key}: {e}"));
-        assert!(matches!(token, Some(t) if t > 0), "FLOCK.ACQUIRE {key} through the cluster client must grant a token, got {token:?}");
+        assert!(
+            matches!(token, Some(t) if t > 0),
+            "FLOCK.ACQUIRE {key} through the cluster client must grant a token, got {token:?}"
+        );
     }
     assert!(slots.len() > N * 8 / 10, "the {N} keys should spread over many slots, got {}", slots.len());
 
     // Related locks with one hash tag: one slot, one master.
     let (a, b) = ("{order:42}:a", "{order:42}:b");
     assert_eq!(cl.keyslot(a), cl.keyslot(b), "hash-tagged keys must share a slot");
-    let ta: Option<i64> = redis::cmd("FLOCK.ACQUIRE").arg(a).arg("order-worker").arg(60_000).query(&mut cc).expect("acquire a");
-    let tb: Option<i64> = redis::cmd("FLOCK.ACQUIRE").arg(b).arg("order-worker").arg(60_000).query(&mut cc).expect("acquire b");
+    let ta: Option<i64> =
+        redis::cmd("FLOCK.ACQUIRE").arg(a).arg("order-worker").arg(60_000).query(&mut cc).expect("acquire a");
+    let tb: Option<i64> =
+        redis::cmd("FLOCK.ACQUIRE").arg(b).arg("order-worker").arg(60_000).query(&mut cc).expect("acquire b");
     let (ta, tb) = (ta.expect("token for {order:42}:a"), tb.expect("token for {order:42}:b"));
     assert!(tb > ta, "two grants on one master: later token {tb} must be larger than {ta}");
     let home = cl.owner_of_key(a);
@@ -119,7 +124,11 @@ fn bulk_locks_over_all_slots(cl: &Cluster) {
     // Every master holds a share of the locks.
     let sizes: Vec<i64> = masters.iter().map(|&m| cl.dbsize(m)).collect();
     assert!(sizes.iter().all(|&s| s > 0), "locks must spread over all masters, DBSIZE per master = {sizes:?}");
-    assert_eq!(sizes.iter().sum::<i64>(), N as i64 + 2, "every lock is one key on one master, DBSIZE per master = {sizes:?}");
+    assert_eq!(
+        sizes.iter().sum::<i64>(),
+        N as i64 + 2,
+        "every lock is one key on one master, DBSIZE per master = {sizes:?}"
+    );
 
     for i in 0..N {
         let key = format!("lock:{i}");
@@ -131,7 +140,8 @@ fn bulk_locks_over_all_slots(cl: &Cluster) {
         assert_eq!(left, 0, "FLOCK.RELEASE {key} must fully release");
     }
     for k in [a, b] {
-        let left: i64 = redis::cmd("FLOCK.RELEASE").arg(k).arg("order-worker").query(&mut cc).expect("release hash-tagged");
+        let left: i64 =
+            redis::cmd("FLOCK.RELEASE").arg(k).arg("order-worker").query(&mut cc).expect("release hash-tagged");
         assert_eq!(left, 0, "FLOCK.RELEASE {k} must fully release");
     }
     for &m in &masters {
@@ -170,7 +180,10 @@ fn wrong_node_gets_moved(cl: &Cluster) {
 
     // The right node grants it.
     let mut oc = cl.conn(owner);
-    assert!(acquire(&mut oc, key, "alice", 10_000).expect("acquire on the owner").is_some(), "the slot's master grants");
+    assert!(
+        acquire(&mut oc, key, "alice", 10_000).expect("acquire on the owner").is_some(),
+        "the slot's master grants"
+    );
     assert_eq!(release(&mut oc, key, "alice").expect("release"), 0);
 }
 
@@ -222,9 +235,13 @@ fn slot_migration_keeps_locks(cl: &Cluster) {
 
     // While the slot is migrating: the source redirects with ASK, the target
     // serves the key to an ASKING client.
-    let e = expect_err(redis::cmd("FLOCK.INFO").arg(held).query::<Value>(&mut sc), "FLOCK.INFO on the migrating source");
+    let e =
+        expect_err(redis::cmd("FLOCK.INFO").arg(held).query::<Value>(&mut sc), "FLOCK.INFO on the migrating source");
     assert_eq!(error_code(&e), "ASK", "the migrating source must answer ASK for a moved lock key, got {e}");
-    let e = expect_err(redis::cmd("FLOCK.INFO").arg(held).query::<Value>(&mut dc), "FLOCK.INFO on the importing target without ASKING");
+    let e = expect_err(
+        redis::cmd("FLOCK.INFO").arg(held).query::<Value>(&mut dc),
+        "FLOCK.INFO on the importing target without ASKING",
+    );
     assert_eq!(error_code(&e), "MOVED", "the importing target must answer MOVED without ASKING, got {e}");
     let _: () = redis::cmd("ASKING").query(&mut dc).expect("ASKING");
     assert_eq!(owner_of(&mut dc, held).as_deref(), Some("alice"), "the importing target serves the lock after ASKING");
@@ -265,7 +282,11 @@ fn slot_migration_keeps_locks(cl: &Cluster) {
     wait_for("the new master's replica to have the migrated lock", 5 * SECOND, || {
         owner_of(&mut drc, held).as_deref() == Some("alice")
     });
-    assert_eq!(present_int(info_field(&mut drc, held, "token"), "replica token"), t_held, "the replica has the migrated token");
+    assert_eq!(
+        present_int(info_field(&mut drc, held, "token"), "replica token"),
+        t_held,
+        "the replica has the migrated token"
+    );
     let e = expect_err(redis::cmd("FLOCK.INFO").arg(held).query::<Value>(&mut sc), "FLOCK.INFO on the old master");
     assert_eq!(error_code(&e), "MOVED", "the old master must redirect after SETSLOT NODE, got {e}");
     assert_eq!(redirect_port(&e), Some(cl.nodes[dst].port), "MOVED must point at the new master");
@@ -278,10 +299,17 @@ fn slot_migration_keeps_locks(cl: &Cluster) {
     let mut wc = cl.conn(dst);
     let t_erin = acquire_wait(&mut wc, short, "erin", 5000, 10_000).expect("erin waits on the new master");
     let waited = short_start.elapsed().as_millis() as u64;
-    let t_erin = t_erin.unwrap_or_else(|| panic!("erin must be granted when carol's migrated lease ends ({waited} ms)"));
+    let t_erin =
+        t_erin.unwrap_or_else(|| panic!("erin must be granted when carol's migrated lease ends ({waited} ms)"));
     assert!(waited >= short_lease, "the migrated lease ended early: after {waited} ms, lease {short_lease} ms");
-    assert!(waited <= short_lease + 700, "the migrated lease must end on time on the new master: {waited} ms for a {short_lease} ms lease");
-    assert!(t_erin > t_short, "grant after expiry on the new master: token {t_erin} must exceed the migrated token {t_short}");
+    assert!(
+        waited <= short_lease + 700,
+        "the migrated lease must end on time on the new master: {waited} ms for a {short_lease} ms lease"
+    );
+    assert!(
+        t_erin > t_short,
+        "grant after expiry on the new master: token {t_erin} must exceed the migrated token {t_short}"
+    );
     assert_eq!(release(&mut dc, short, "erin").expect("erin releases"), 0);
 
     // The old holder releases on the new master; the next grant has a larger token.
@@ -295,8 +323,12 @@ fn slot_migration_keeps_locks(cl: &Cluster) {
     // The cluster-aware client follows the slot to its new master.
     cl.wait_slot_owner(slot, dst);
     let mut cc = cl.client();
-    let t_cc: Option<i64> = redis::cmd("FLOCK.ACQUIRE").arg(held).arg("frank").arg(10_000).query(&mut cc).expect("cluster client acquire");
-    assert!(matches!(t_cc, Some(t) if t > t_next), "cluster client grant after migration: {t_cc:?} must exceed {t_next}");
+    let t_cc: Option<i64> =
+        redis::cmd("FLOCK.ACQUIRE").arg(held).arg("frank").arg(10_000).query(&mut cc).expect("cluster client acquire");
+    assert!(
+        matches!(t_cc, Some(t) if t > t_next),
+        "cluster client grant after migration: {t_cc:?} must exceed {t_next}"
+    );
     assert_eq!(owner_of(&mut dc, held).as_deref(), Some("frank"), "the cluster client's grant lives on the new master");
     let left: i64 = redis::cmd("FLOCK.RELEASE").arg(held).arg("frank").query(&mut cc).expect("release");
     assert_eq!(left, 0);
@@ -322,7 +354,11 @@ fn failover_keeps_locks(cl: &Cluster) {
     let mut rc = cl.conn(r);
     let _: () = redis::cmd("READONLY").query(&mut rc).expect("READONLY");
     assert_eq!(owner_of(&mut rc, key).as_deref(), Some("alice"), "FLOCK.INFO on the replica shows the master's lock");
-    assert_eq!(present_int(info_field(&mut rc, key, "token"), "replica token"), token, "the replica has the master's token");
+    assert_eq!(
+        present_int(info_field(&mut rc, key, "token"), "replica token"),
+        token,
+        "the replica has the master's token"
+    );
 
     // Waiters blocked on the old master: waiters are connection state, so
     // the failover must end each wait with an error (they retry), not strand it.
@@ -331,7 +367,9 @@ fn failover_keeps_locks(cl: &Cluster) {
         for (i, wait_ms) in [20_000, 0].into_iter().enumerate() {
             let owner = owners[i];
             queued.push((format!("{owner} (WAIT {wait_ms})"), spawn_timed_waiter(cl.conn(m), lock, owner, wait_ms)));
-            wait_for(&format!("{owner} queued on the old master"), 5 * SECOND, || queue_of(&mut mc, lock) == owners[..=i]);
+            wait_for(&format!("{owner} queued on the old master"), 5 * SECOND, || {
+                queue_of(&mut mc, lock) == owners[..=i]
+            });
         }
     }
 
@@ -342,7 +380,10 @@ fn failover_keeps_locks(cl: &Cluster) {
     });
     eprintln!("   failover took {:?}", failover_start.elapsed());
     let replies = demoted_replies(queued, failover_start);
-    eprintln!("   waiters on the old master answered after {:?}", replies.iter().map(|(e, t)| (t, e)).collect::<Vec<_>>());
+    eprintln!(
+        "   waiters on the old master answered after {:?}",
+        replies.iter().map(|(e, t)| (t, e)).collect::<Vec<_>>()
+    );
     assert_demotion_counted(&mut mc, 4, &replies);
     let mut ro = cl.conn(m);
     let _: () = redis::cmd("READONLY").query(&mut ro).expect("READONLY");
@@ -358,7 +399,11 @@ fn failover_keeps_locks(cl: &Cluster) {
     let ttl = present_int(info_field(&mut nc, key, "ttl-ms"), "ttl-ms");
     assert!(ttl > 0 && ttl <= 30_000, "the lease is kept on the promoted replica, ttl-ms {ttl}");
     if short_start.elapsed() < Duration::from_millis(short_lease - 300) {
-        assert_eq!(owner_of(&mut nc, short).as_deref(), Some("carol"), "the short lock is kept on the promoted replica");
+        assert_eq!(
+            owner_of(&mut nc, short).as_deref(),
+            Some("carol"),
+            "the short lock is kept on the promoted replica"
+        );
     }
 
     // The old master now redirects to the new one.
@@ -370,7 +415,10 @@ fn failover_keeps_locks(cl: &Cluster) {
     wait_for("carol's lease to end on the promoted replica", 10 * SECOND, || info(&mut nc, short).is_none());
     let ended = short_start.elapsed().as_millis() as u64;
     assert!(ended >= short_lease, "the lease ended early on the promoted replica: {ended} ms for {short_lease} ms");
-    assert!(ended <= short_lease + 1000, "the promoted replica must end the lease on time: {ended} ms for {short_lease} ms");
+    assert!(
+        ended <= short_lease + 1000,
+        "the promoted replica must end the lease on time: {ended} ms for {short_lease} ms"
+    );
     let t_short2 = acquire(&mut nc, short, "dave", 10_000).expect("acquire short").expect("granted after expiry");
     assert!(t_short2 > t_short, "token after failover {t_short2} must exceed {t_short}");
     assert_eq!(release(&mut nc, short, "dave").expect("release"), 0);
@@ -390,7 +438,8 @@ fn failover_keeps_locks(cl: &Cluster) {
     // The cluster-aware client finds the lock on the new master.
     cl.wait_slot_owner(slot, r);
     let mut cc = cl.client();
-    let left: i64 = redis::cmd("FLOCK.RELEASE").arg(key).arg("bob").query(&mut cc).expect("release through the cluster client");
+    let left: i64 =
+        redis::cmd("FLOCK.RELEASE").arg(key).arg("bob").query(&mut cc).expect("release through the cluster client");
     assert_eq!(left, 0);
     assert!(info(&mut nc, key).is_none(), "released lock is gone from the new master");
 }
@@ -407,9 +456,15 @@ fn acl_key_patterns_apply() {
         .query(&mut admin)
         .expect("ACL SETUSER");
     assert!(acquire(&mut admin, "ro:x", "someone", 60_000).unwrap().is_some());
-    let mut c = redis::Client::open(format!("redis://worker:pw@127.0.0.1:{}/", s.port)).unwrap().get_connection().expect("AUTH as worker");
+    let mut c = redis::Client::open(format!("redis://worker:pw@127.0.0.1:{}/", s.port))
+        .unwrap()
+        .get_connection()
+        .expect("AUTH as worker");
 
-    assert!(acquire(&mut c, "lock:a", "alice", 10_000).expect("allowed key").is_some(), "~lock:* allows FLOCK.ACQUIRE lock:a");
+    assert!(
+        acquire(&mut c, "lock:a", "alice", 10_000).expect("allowed key").is_some(),
+        "~lock:* allows FLOCK.ACQUIRE lock:a"
+    );
     assert_eq!(owner_of(&mut c, "lock:a").as_deref(), Some("alice"));
     assert_eq!(release(&mut c, "lock:a", "alice").unwrap(), 0);
     for (what, r) in [

@@ -150,7 +150,10 @@ impl Baseline {
     fn finish(self, c: &mut Connection) {
         let (ttl_before, ttl_after) = (self.ttl_before, ttl_ms(c, "L"));
         let elapsed = self.started.elapsed().as_millis() as i64;
-        assert!(ttl_after <= ttl_before && ttl_before - ttl_after <= elapsed + 2, "lease changed: {ttl_before} -> {ttl_after}");
+        assert!(
+            ttl_after <= ttl_before && ttl_before - ttl_after <= elapsed + 2,
+            "lease changed: {ttl_before} -> {ttl_after}"
+        );
         force_release(c, "L").unwrap();
         granted(self.w, "w");
     }
@@ -557,8 +560,21 @@ fn bad_cases() -> Vec<(Vec<Vec<u8>>, Bad)> {
     ];
     // Bad numbers, as ACQUIRE lease, RENEW lease and WAIT timeout.
     let numbers = [
-        "abc", "", "1.5", "1.0", "1e3", "0x10", "+5", " 5", "5 ", "-5", "-0", "1099511627777", "9223372036854775808",
-        "18446744073709551616", "99999999999999999999999",
+        "abc",
+        "",
+        "1.5",
+        "1.0",
+        "1e3",
+        "0x10",
+        "+5",
+        " 5",
+        "5 ",
+        "-5",
+        "-0",
+        "1099511627777",
+        "9223372036854775808",
+        "18446744073709551616",
+        "99999999999999999999999",
     ];
     let mut table = table;
     for n in numbers {
@@ -569,10 +585,7 @@ fn bad_cases() -> Vec<(Vec<Vec<u8>>, Bad)> {
     // Zero lease (a zero timeout is valid: it waits without limit).
     table.push((vec!["FLOCK.ACQUIRE", "{K}", "{O}", "0"], Bad::Err));
     table.push((vec!["FLOCK.RENEW", "{K}", "{O}", "0"], Bad::Err));
-    table
-        .into_iter()
-        .map(|(args, class)| (args.into_iter().map(|a| a.as_bytes().to_vec()).collect(), class))
-        .collect()
+    table.into_iter().map(|(args, class)| (args.into_iter().map(|a| a.as_bytes().to_vec()).collect(), class)).collect()
 }
 
 fn run_bad(c: &mut Connection, args: &[Vec<u8>], key: &str, owner: &str) -> RedisResult<Value> {
@@ -600,7 +613,8 @@ fn bad_input_is_an_error_and_changes_nothing() {
     let mut failures = Vec::new();
     for (args, class) in &cases {
         for (key, owner) in [("L", "a"), ("M", "a")] {
-            let shown: Vec<String> = args.iter().map(|a| String::from_utf8_lossy(&a[..a.len().min(20)]).into_owned()).collect();
+            let shown: Vec<String> =
+                args.iter().map(|a| String::from_utf8_lossy(&a[..a.len().min(20)]).into_owned()).collect();
             let what = format!("{shown:?} on {key}");
             match run_bad(&mut c, args, key, owner) {
                 Ok(v) => failures.push(format!("{what}: accepted, replied {v:?}")),
@@ -624,7 +638,13 @@ fn bad_input_is_an_error_and_changes_nothing() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {} bad commands misbehaved:\n{}", failures.len(), cases.len() * 2, failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} bad commands misbehaved:\n{}",
+        failures.len(),
+        cases.len() * 2,
+        failures.join("\n")
+    );
     assert_eq!(holds(&mut c, "L"), 2);
     base.finish(&mut c);
 }
@@ -639,8 +659,15 @@ fn boundary_numbers_are_accepted() {
     assert!(ttl_ms(&mut c, "L") > 1 << 39);
     assert_eq!(renew(&mut c, "L", "a", 1).map(|t2| Some(t2) == t), Ok(true));
     // lowercase options, WAIT 2^40 as a try on a free lock, SESSION
-    let t: Option<i64> =
-        redis::cmd("FLOCK.ACQUIRE").arg("K").arg("a").arg(1).arg("wait").arg(&max).arg("session").query(&mut c).unwrap();
+    let t: Option<i64> = redis::cmd("FLOCK.ACQUIRE")
+        .arg("K")
+        .arg("a")
+        .arg(1)
+        .arg("wait")
+        .arg(&max)
+        .arg("session")
+        .query(&mut c)
+        .unwrap();
     assert!(t.is_some());
     assert_eq!(int_field(&mut c, "K", "session"), 1);
 }

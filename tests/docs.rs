@@ -28,7 +28,13 @@ fn prose_lines(text: &str) -> Vec<(usize, &str)> {
     let mut lines = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let t = line.trim_start();
-        let marker = if t.starts_with("```") { Some("```") } else if t.starts_with("~~~") { Some("~~~") } else { None };
+        let marker = if t.starts_with("```") {
+            Some("```")
+        } else if t.starts_with("~~~") {
+            Some("~~~")
+        } else {
+            None
+        };
         match (fence, marker) {
             (None, Some(m)) => fence = Some(m),
             (Some(f), Some(m)) if f == m => fence = None,

@@ -29,7 +29,9 @@ struct Held {
 
 fn held(c: &mut Connection, key: &str) -> Option<Held> {
     let fields = info(c, key)?;
-    let get = |name: &str| fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("no field {name}"));
+    let get = |name: &str| {
+        fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("no field {name}"))
+    };
     Some(Held {
         owner: redis::from_redis_value(&get("owner")).expect("owner"),
         holds: int(&get("holds")),
@@ -45,7 +47,14 @@ fn held_by(c: &mut Connection, key: &str, owner: &str) -> Held {
 }
 
 fn session_acquire(c: &mut Connection, key: &str, owner: &str, lease_ms: u64) -> i64 {
-    redis::cmd("FLOCK.ACQUIRE").arg(key).arg(owner).arg(lease_ms).arg("SESSION").query::<Option<i64>>(c).unwrap().expect("granted")
+    redis::cmd("FLOCK.ACQUIRE")
+        .arg(key)
+        .arg(owner)
+        .arg(lease_ms)
+        .arg("SESSION")
+        .query::<Option<i64>>(c)
+        .unwrap()
+        .expect("granted")
 }
 
 /// Tokens handed out so far, to check that later ones are larger.
@@ -63,7 +72,11 @@ impl Issued {
     }
 
     fn assert_below(&self, token: i64, what: &str) {
-        assert!(token > self.max(), "{what}: token {token} is not larger than every earlier token (max {})", self.max());
+        assert!(
+            token > self.max(),
+            "{what}: token {token} is not larger than every earlier token (max {})",
+            self.max()
+        );
     }
 }
 
@@ -139,7 +152,9 @@ impl Stopped {
         signal(s.pid(), "STOP");
         let state = || std::fs::read_to_string(format!("/proc/{}/stat", s.pid())).unwrap_or_default();
         // Field 3 of /proc/PID/stat is the state; `T` = stopped.
-        wait_until("the master to be stopped", 5 * SECOND, || state().rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T')));
+        wait_until("the master to be stopped", 5 * SECOND, || {
+            state().rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+        });
         Stopped(s.pid())
     }
 }
@@ -275,12 +290,18 @@ fn make_locks(s: &Server) -> Before {
 /// at load, new tokens larger than all before.
 fn check_restored(s: &Server, before: &Before, how: &str) {
     let mut c = s.conn();
-    wait_until(&format!("{how}: `short` (lease ran out while down) to be gone after load"), 2 * SECOND, || !exists(&mut c, "short"));
+    wait_until(&format!("{how}: `short` (lease ran out while down) to be gone after load"), 2 * SECOND, || {
+        !exists(&mut c, "short")
+    });
     assert_eq!(held(&mut c, "long").as_ref(), Some(&before.long), "{how}: owner/holds/token/session of `long`");
     assert_ttl_counted_down("long", before.ttl.0, before.ttl.1, ttl_ms(&mut c, "long"));
     assert_eq!(held(&mut c, "session").as_ref(), Some(&before.session), "{how}: the SESSION lock and its flag");
     assert_eq!(acquire(&mut c, "long", "b", 1_000).unwrap(), None, "{how}: `long` is still held");
-    assert_eq!(acquire(&mut c, "long", "a", 60_000).unwrap(), Some(before.long.token), "{how}: reentry by the holder returns its token");
+    assert_eq!(
+        acquire(&mut c, "long", "a", 60_000).unwrap(),
+        Some(before.long.token),
+        "{how}: reentry by the holder returns its token"
+    );
     assert_eq!(release(&mut c, "long", "a").unwrap(), 2, "{how}: three holds, one released");
     for key in ["gone1", "gone2", "short", "fresh"] {
         let t = acquire(&mut c, key, "n", 10_000).unwrap().expect("granted");
@@ -330,7 +351,8 @@ fn aof_files(s: &Server) -> String {
 /// force release and deletion; optionally BGREWRITEAOF and more changes
 /// after it; kill -9; restart from the AOF.
 fn locks_survive_aof_restart(preamble: &str, rewrite: bool) {
-    let how = format!("AOF (aof-use-rdb-preamble {preamble}, {} BGREWRITEAOF)", if rewrite { "after" } else { "before" });
+    let how =
+        format!("AOF (aof-use-rdb-preamble {preamble}, {} BGREWRITEAOF)", if rewrite { "after" } else { "before" });
     let mut s = Server::start_aof(preamble);
     let mut before = make_locks(&s);
     let mut c = s.conn();
@@ -380,7 +402,11 @@ fn locks_survive_aof_restart(preamble: &str, rewrite: bool) {
     assert_eq!(loaded.get("aof_enabled").map(String::as_str), Some("1"), "{how}: restarted with appendonly yes");
 
     for (key, h, ttl, at) in &kept {
-        assert_eq!(held(&mut c, key).as_ref(), Some(h), "{how}: owner/holds/token/session of {key} (AOF files: {files})");
+        assert_eq!(
+            held(&mut c, key).as_ref(),
+            Some(h),
+            "{how}: owner/holds/token/session of {key} (AOF files: {files})"
+        );
         assert_ttl_counted_down(key, *ttl, *at, ttl_ms(&mut c, key));
     }
     assert!(!exists(&mut c, "forced"), "{how}: the force-released lock stays gone");
@@ -395,7 +421,10 @@ fn locks_survive_aof_restart(preamble: &str, rewrite: bool) {
     // What happened after the load (the lapsed lease ended, new grants) is
     // in the AOF too: a second restart shows the same locks.
     let mut c = s.conn();
-    let keys = ["long", "session", "renewed", "handed", "later", "expiring", "gone1", "gone2", "gone3", "forced", "short", "fresh"];
+    let keys = [
+        "long", "session", "renewed", "handed", "later", "expiring", "gone1", "gone2", "gone3", "forced", "short",
+        "fresh",
+    ];
     let now: Vec<Option<Held>> = keys.iter().map(|k| held(&mut c, k)).collect();
     drop(c);
     s.restart(Stop::Kill);
@@ -486,7 +515,8 @@ fn restore_replace_over_a_lock_ends_its_waiters_and_installs_the_dumped_lock() {
     let w = waiter(&s, "B", "y", 10_000);
     wait_queue(&mut c, "B", &["y"]);
 
-    let ok: String = redis::cmd("RESTORE").arg("B").arg(0).arg(&payload).arg("REPLACE").query(&mut c).expect("RESTORE REPLACE");
+    let ok: String =
+        redis::cmd("RESTORE").arg("B").arg(0).arg(&payload).arg("REPLACE").query(&mut c).expect("RESTORE REPLACE");
     assert_eq!(ok, "OK");
     let e = w.join().expect("waiter thread").expect_err("the replaced lock's waiter");
     assert!(e.to_string().contains("LOCKDELETED"), "waiter of the replaced lock got {e}");
@@ -591,7 +621,10 @@ fn replica_sees_grant_reentry_release_and_renew_and_serves_flock_info() {
 
     let e = acquire(&mut rc, "X", "x", 1_000).expect_err("FLOCK.ACQUIRE on a read-only replica");
     assert_eq!(error_code(&e), "READONLY", "{e}");
-    assert!(redis::cmd("FLOCK.STATE").arg("pre").query::<Value>(&mut rc).is_err(), "FLOCK.STATE from a client of the replica");
+    assert!(
+        redis::cmd("FLOCK.STATE").arg("pre").query::<Value>(&mut rc).is_err(),
+        "FLOCK.STATE from a client of the replica"
+    );
     assert_eq!(held_by(&mut rc, "pre", "p"), held_by(&mut mc, "pre", "p"));
 }
 
@@ -602,10 +635,21 @@ fn replica_sees_changes_made_inside_multi_exec_and_scripts() {
     let (mut mc, mut rc) = (m.conn(), r.conn());
     let _: Value = redis::pipe()
         .atomic()
-        .cmd("FLOCK.ACQUIRE").arg("T").arg("a").arg(30_000)
-        .cmd("FLOCK.ACQUIRE").arg("T").arg("a").arg(40_000)
-        .cmd("FLOCK.ACQUIRE").arg("U").arg("u").arg(30_000)
-        .cmd("FLOCK.RELEASE").arg("U").arg("u")
+        .cmd("FLOCK.ACQUIRE")
+        .arg("T")
+        .arg("a")
+        .arg(30_000)
+        .cmd("FLOCK.ACQUIRE")
+        .arg("T")
+        .arg("a")
+        .arg(40_000)
+        .cmd("FLOCK.ACQUIRE")
+        .arg("U")
+        .arg("u")
+        .arg(30_000)
+        .cmd("FLOCK.RELEASE")
+        .arg("U")
+        .arg("u")
         .query(&mut mc)
         .expect("MULTI/EXEC");
     assert_replicated(&mut mc, &mut rc, "T", "two acquires in MULTI/EXEC");
@@ -761,7 +805,10 @@ fn locks_in_other_databases_are_replicated_and_persisted_in_their_own_database()
     let (mut m0, mut m5) = (m.conn_db(0), m.conn_db(5));
     check_db0(&mut m0, "after restart from AOF (master)");
     assert_eq!(held(&mut m5, "L").as_ref(), Some(&l5), "db 5 L after restart from AOF");
-    assert!(!exists(&mut m5, "S") && !exists(&mut m5, "X"), "released and expired locks of db 5 stay gone after restart");
+    assert!(
+        !exists(&mut m5, "S") && !exists(&mut m5, "X"),
+        "released and expired locks of db 5 stay gone after restart"
+    );
 
     // And once more from a rewritten AOF (no RDB preamble: FLOCK.STATE per key).
     let _: Value = redis::cmd("BGREWRITEAOF").query(&mut m0).expect("BGREWRITEAOF");
@@ -819,7 +866,12 @@ fn replica_never_expires_a_lease_and_once_promoted_ends_the_overdue_lease_with_l
     // Until well past the deadline the replica keeps showing the holder.
     let past = sent + Duration::from_millis(1_500 + 400);
     while Instant::now() < past {
-        assert_eq!(held(&mut rc, "L").as_ref(), Some(&on_master), "the replica ended a lease on its own ({} ms after the grant)", ms_since(sent));
+        assert_eq!(
+            held(&mut rc, "L").as_ref(),
+            Some(&on_master),
+            "the replica ended a lease on its own ({} ms after the grant)",
+            ms_since(sent)
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(ttl_ms(&mut rc, "L"), 0, "the replica's view of the overdue lease");
@@ -857,7 +909,11 @@ fn promoted_replica_keeps_the_old_holder_until_its_lease_ends_then_grants_waiter
     assert_eq!(acquire(&mut rc, "L", "b", 10_000).unwrap(), None, "L is still held after promotion");
     let wb = waiter(&r, "L", "b", 10_000);
     wait_queue(&mut rc, "L", &["b"]);
-    assert_eq!(renew(&mut rc, "L", "a", 60_000).unwrap(), l_before.token, "RENEW by the old holder on the promoted server");
+    assert_eq!(
+        renew(&mut rc, "L", "a", 60_000).unwrap(),
+        l_before.token,
+        "RENEW by the old holder on the promoted server"
+    );
     assert_eq!(release(&mut rc, "L", "a").unwrap(), 0, "RELEASE by the old holder on the promoted server");
     let tb = granted(wb, "b");
     issued.assert_below(tb, "hand-off of L on the promoted server");
@@ -927,13 +983,20 @@ fn a_master_made_a_replica_answers_its_waiters_unblocked_and_keeps_no_queue() {
     let ok: String = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(n.port).query(&mut mc).expect("REPLICAOF");
     assert_eq!(ok, "OK");
     let replies = demoted_replies(queued, since);
-    eprintln!("waiters of the demoted master answered after {:?}", replies.iter().map(|(e, t)| (t, e)).collect::<Vec<_>>());
+    eprintln!(
+        "waiters of the demoted master answered after {:?}",
+        replies.iter().map(|(e, t)| (t, e)).collect::<Vec<_>>()
+    );
     assert_demotion_counted(&mut mc, 4, &replies);
     assert_eq!(m.blocked_clients(), 0, "no client stays blocked on the demoted master");
 
     m.wait_master_link();
     let partial = n.info_section("stats").get("sync_partial_ok").cloned();
-    assert_eq!(partial.as_deref(), Some("1"), "the demoted master resynced partially, keeping its own locks and queues");
+    assert_eq!(
+        partial.as_deref(),
+        Some("1"),
+        "the demoted master resynced partially, keeping its own locks and queues"
+    );
     for key in keys {
         assert_eq!(held_by(&mut mc, key, "holder").holds, 1, "{key} keeps its holder on the demoted master");
         assert_eq!(waiters(&mut mc, key), 0, "{key}: no waiter left in the queue of the demoted master");
@@ -943,7 +1006,10 @@ fn a_master_made_a_replica_answers_its_waiters_unblocked_and_keeps_no_queue() {
     let handoffs = m.stat("handoffs");
     for key in keys {
         assert_eq!(release(&mut mc, key, "holder").unwrap(), 0);
-        assert!(!exists(&mut mc, key), "{key}: released on the promoted node, it is free, not granted to a former waiter");
+        assert!(
+            !exists(&mut mc, key),
+            "{key}: released on the promoted node, it is free, not granted to a former waiter"
+        );
     }
     assert_eq!(m.stat("handoffs"), handoffs, "no hand-off to a waiter answered at demotion");
 }
@@ -953,7 +1019,8 @@ fn a_lock_loaded_at_the_most_holds_refuses_one_more_reentry_and_changes_nothing(
     // An AOF of the old single-file kind, which Redis 7 loads and upgrades:
     // the only way to reach the hold limit without 2^32 commands.
     let dir = temp_dir("holds");
-    let far = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() + 600_000).to_string();
+    let far =
+        (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() + 600_000).to_string();
     let aof = resp(&["SELECT", "0"]) + &resp(&["FLOCK.STATE", "L", "a", "4294967295", "7", &far, "0"]);
     std::fs::write(dir.path().join("appendonly.aof"), aof).unwrap();
     let s = Server::start_in(dir, &["--appendonly", "yes"]);

@@ -255,7 +255,10 @@ fn holder_that_never_releases_loses_the_lock_to_next_waiter_after_its_lease() {
     assert!(token > t0);
     // The server's clock has millisecond resolution: allow 1 ms of rounding.
     let after = at.duration_since(started);
-    assert!(after >= Duration::from_millis(LEASE - 1), "granted {after:?} after the renew, before the {LEASE} ms lease ended");
+    assert!(
+        after >= Duration::from_millis(LEASE - 1),
+        "granted {after:?} after the renew, before the {LEASE} ms lease ended"
+    );
     assert_eq!(owner_of(&mut c, "L").as_deref(), Some("next"));
     assert_eq!(s.stat("lease_expiries"), 1);
     assert_eq!(s.stat("handoffs"), 1);

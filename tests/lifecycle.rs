@@ -136,7 +136,9 @@ fn key_type(c: &mut Connection, key: &str) -> String {
 
 /// No client is left blocked, neither for Redis nor for the module.
 fn wait_no_waiters(s: &Server) {
-    wait_until("blocked_clients 0 and flock_waiters 0", 5 * SECOND, || s.blocked_clients() == 0 && s.stat("waiters") == 0);
+    wait_until("blocked_clients 0 and flock_waiters 0", 5 * SECOND, || {
+        s.blocked_clients() == 0 && s.stat("waiters") == 0
+    });
 }
 
 // ---------------------------------------------------------------------------
@@ -377,7 +379,14 @@ fn renamed_and_moved_session_locks_stay_bound_to_their_connection() {
     let mut c1 = s.conn_db(1);
     let mut holder = s.conn();
     let session = |c: &mut Connection, key: &str| -> i64 {
-        redis::cmd("FLOCK.ACQUIRE").arg(key).arg("a").arg(60_000).arg("SESSION").query::<Option<i64>>(c).unwrap().expect("granted")
+        redis::cmd("FLOCK.ACQUIRE")
+            .arg(key)
+            .arg("a")
+            .arg(60_000)
+            .arg("SESSION")
+            .query::<Option<i64>>(c)
+            .unwrap()
+            .expect("granted")
     };
     session(&mut holder, "L");
     session(&mut holder, "M");
@@ -580,8 +589,15 @@ fn release_after_debug_sleep_past_the_wait_timeout_gives_the_waiter_one_reply() 
     // One packet: the server sleeps past w's 100 ms timeout, then releases
     // in the same turn, before any timer can run.
     let margin = sent.elapsed();
-    let (sleep, left): (String, i64) =
-        redis::pipe().cmd("DEBUG").arg("SLEEP").arg("0.3").cmd("FLOCK.RELEASE").arg("L").arg("a").query(&mut holder).unwrap();
+    let (sleep, left): (String, i64) = redis::pipe()
+        .cmd("DEBUG")
+        .arg("SLEEP")
+        .arg("0.3")
+        .cmd("FLOCK.RELEASE")
+        .arg("L")
+        .arg("a")
+        .query(&mut holder)
+        .unwrap();
     assert_eq!((sleep.as_str(), left), ("OK", 0));
 
     let reply = w.reply_within(5 * SECOND).expect("the waiter must get a reply");
@@ -619,8 +635,15 @@ fn release_then_unblock_in_one_packet(s: &Server) -> (Option<Reply>, Raw, Raw, i
     let next = raw_waiter(s, 0, "L", "n", 60_000, 0);
     wait_queue(&mut c, "L", &["w", "n"]);
 
-    let (left, unblocked): (i64, i64) =
-        redis::pipe().cmd("FLOCK.RELEASE").arg("L").arg("a").cmd("CLIENT").arg("UNBLOCK").arg(w_id).query(&mut holder).unwrap();
+    let (left, unblocked): (i64, i64) = redis::pipe()
+        .cmd("FLOCK.RELEASE")
+        .arg("L")
+        .arg("a")
+        .cmd("CLIENT")
+        .arg("UNBLOCK")
+        .arg(w_id)
+        .query(&mut holder)
+        .unwrap();
     assert_eq!(left, 0);
     eprintln!("CLIENT UNBLOCK right after the grant answered {unblocked}");
     let reply = w.reply_within(2 * SECOND);
@@ -696,12 +719,21 @@ fn wait_inside_multi_eval_and_fcall_acts_as_a_try_and_queues_nothing() {
 
     for wait in [0u64, 5000] {
         let started = Instant::now();
-        let (r,): (Option<i64>,) =
-            redis::pipe().atomic().cmd("FLOCK.ACQUIRE").arg("L").arg("m").arg(1000).arg("WAIT").arg(wait).query(&mut c).unwrap();
+        let (r,): (Option<i64>,) = redis::pipe()
+            .atomic()
+            .cmd("FLOCK.ACQUIRE")
+            .arg("L")
+            .arg("m")
+            .arg(1000)
+            .arg("WAIT")
+            .arg(wait)
+            .query(&mut c)
+            .unwrap();
         assert_eq!(r, None, "MULTI WAIT {wait}");
         let r: Option<i64> = redis::cmd("EVAL").arg(script).arg(1).arg("L").arg("e").arg(wait).query(&mut c).unwrap();
         assert_eq!(r, None, "EVAL WAIT {wait}");
-        let r: Option<i64> = redis::cmd("FCALL").arg("try_wait").arg(1).arg("L").arg("f").arg(wait).query(&mut c).unwrap();
+        let r: Option<i64> =
+            redis::cmd("FCALL").arg("try_wait").arg(1).arg("L").arg("f").arg(wait).query(&mut c).unwrap();
         assert_eq!(r, None, "FCALL WAIT {wait}");
         assert!(started.elapsed() < SECOND, "took {:?}: something blocked", started.elapsed());
         assert!(queue_of(&mut c, "L").is_empty());
@@ -864,7 +896,13 @@ fn waiters_left(s: &Server) -> i64 {
 
 /// `a` holds `L` (lease `lease_ms`); active expiry is off; `waiters` queue
 /// in order; then `PEXPIRE L ttl_ms`. Nothing touches L afterwards.
-fn lock_with_passed_ttl(s: &Server, c: &mut Connection, lease_ms: u64, waiters: &[(&str, u64)], ttl_ms: u64) -> Vec<(Raw, i64)> {
+fn lock_with_passed_ttl(
+    s: &Server,
+    c: &mut Connection,
+    lease_ms: u64,
+    waiters: &[(&str, u64)],
+    ttl_ms: u64,
+) -> Vec<(Raw, i64)> {
     let _: String = redis::cmd("DEBUG").arg("SET-ACTIVE-EXPIRE").arg(0).query(c).unwrap();
     acquire(c, "L", "a", lease_ms).unwrap().expect("granted");
     let mut out = Vec::new();
@@ -1021,7 +1059,12 @@ fn many_leases_each_end_on_time_whatever_the_others_do() {
         for (&i, exists) in left.iter().zip(exist) {
             let (not_before, by) = window[i].unwrap();
             if exists {
-                assert!(polled < by + late, "lease {i} ({} ms) still held {:?} after it should have ended", lease_ms(i), polled - by);
+                assert!(
+                    polled < by + late,
+                    "lease {i} ({} ms) still held {:?} after it should have ended",
+                    lease_ms(i),
+                    polled - by
+                );
                 still.push(i);
             } else {
                 assert!(answered + early >= not_before, "lease {i} ended {:?} early", not_before - answered);

@@ -50,7 +50,12 @@ fn crafted(c: &mut Connection, owner: &[u8], [holds, token, deadline, session]: 
 }
 
 fn restore(c: &mut Connection, key: &str, payload: &[u8], ttl: &[&str]) -> RedisResult<String> {
-    redis::cmd("RESTORE").arg(key).arg(ttl.first().copied().unwrap_or("0")).arg(payload).arg(&ttl[ttl.len().min(1)..]).query(c)
+    redis::cmd("RESTORE")
+        .arg(key)
+        .arg(ttl.first().copied().unwrap_or("0"))
+        .arg(payload)
+        .arg(&ttl[ttl.len().min(1)..])
+        .query(c)
 }
 
 #[test]

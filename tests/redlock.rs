@@ -42,12 +42,19 @@ fn majority_with_one_server_down() {
     assert_eq!(lock.granted(), 2, "two servers granted");
     assert!(lock.tokens[0].is_some() && lock.tokens[1].is_some(), "tokens from the live servers: {:?}", lock.tokens);
     assert_eq!(lock.tokens[2], None, "no token from the stopped server");
-    assert!(lock.validity > Duration::ZERO && lock.validity <= lease - redlock::DRIFT_FIXED, "validity {:?} for lease {lease:?}", lock.validity);
+    assert!(
+        lock.validity > Duration::ZERO && lock.validity <= lease - redlock::DRIFT_FIXED,
+        "validity {:?} for lease {lease:?}",
+        lock.validity
+    );
     assert!(lock.is_valid());
     for (i, s) in servers.iter().enumerate() {
         let mut c = s.conn();
         assert_eq!(owner_of(&mut c, KEY).as_deref(), Some("alice"), "server {i} holds the lock for alice");
-        assert_eq!(info_field(&mut c, KEY, "token").map(|v| redis::from_redis_value::<i64>(&v).unwrap()), lock.tokens[i]);
+        assert_eq!(
+            info_field(&mut c, KEY, "token").map(|v| redis::from_redis_value::<i64>(&v).unwrap()),
+            lock.tokens[i]
+        );
     }
 
     assert_eq!(rl.unlock(&lock), 2, "released on both live servers");
@@ -65,7 +72,11 @@ fn no_majority_with_two_servers_down() {
     let e = rl.lock(KEY, "alice", Duration::from_secs(10)).expect_err("1 of 3 servers is not a majority");
     assert_eq!((e.granted, e.quorum), (1, 2), "{e}");
     assert!(matches!(e.replies[0], Reply::Granted(_)), "the live server granted: {:?}", e.replies[0]);
-    assert!(matches!(e.replies[1], Reply::Unreachable(_)) && matches!(e.replies[2], Reply::Unreachable(_)), "{:?}", e.replies);
+    assert!(
+        matches!(e.replies[1], Reply::Unreachable(_)) && matches!(e.replies[2], Reply::Unreachable(_)),
+        "{:?}",
+        e.replies
+    );
     assert_eq!(owners(&servers), vec![None], "a failed attempt leaves no lock on the surviving server");
 }
 
@@ -84,7 +95,11 @@ fn second_client_is_kept_out_until_release() {
     assert_eq!(e.granted, 0, "{e}");
     assert!(e.replies.iter().all(|r| matches!(r, Reply::Refused)), "every server refuses bob: {:?}", e.replies);
     let alice = Some("alice".to_string());
-    assert_eq!(owners(&servers), vec![alice.clone(), alice.clone(), alice], "bob's failed tries leave alice's lock intact");
+    assert_eq!(
+        owners(&servers),
+        vec![alice.clone(), alice.clone(), alice],
+        "bob's failed tries leave alice's lock intact"
+    );
     for s in &servers {
         assert_eq!(info_field(&mut s.conn(), KEY, "holds"), Some(Value::Int(1)), "bob's tries do not add holds");
     }

@@ -214,7 +214,10 @@ fn release_repeat_after_the_lock_went_to_the_next_waiter_answers_the_first_reply
     assert_eq!(release_id(&mut c, "L", "a", "r1").unwrap(), 0);
     let tb = b.join().unwrap().unwrap().expect("b handed the lock");
     assert_eq!(release_id(&mut c, "L", "a", "r1").unwrap(), 0, "the first reply, not NOTOWNER");
-    assert_eq!((owner_of(&mut c, "L").as_deref(), token(&mut c, "L"), holds_or_zero(&mut c, "L")), (Some("b"), Some(tb), 1));
+    assert_eq!(
+        (owner_of(&mut c, "L").as_deref(), token(&mut c, "L"), holds_or_zero(&mut c, "L")),
+        (Some("b"), Some(tb), 1)
+    );
     assert_eq!(error_code(&release(&mut c, "L", "a").unwrap_err()), "NOTOWNER", "without the ID: not the holder");
 }
 

@@ -333,7 +333,10 @@ pub fn expect_err<T: std::fmt::Debug>(r: RedisResult<T>, what: &str) -> redis::R
 
 /// The token a waiter thread (`spawn_waiter`) was granted; fails if it was not.
 pub fn granted(h: JoinHandle<RedisResult<Option<i64>>>, who: &str) -> i64 {
-    h.join().expect("waiter thread").unwrap_or_else(|e| panic!("{who}: {e}")).unwrap_or_else(|| panic!("{who} was not granted"))
+    h.join()
+        .expect("waiter thread")
+        .unwrap_or_else(|e| panic!("{who}: {e}"))
+        .unwrap_or_else(|| panic!("{who} was not granted"))
 }
 
 /// A command in RESP, as an AOF file holds it.

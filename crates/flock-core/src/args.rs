@@ -190,9 +190,8 @@ const REQUEST: &str = "a request record is an ID of 1 to 64 bytes, a command cod
 /// `holder` checks a holder.
 pub fn request(id: &[u8], kind: u64, reply: u64, expires_ms: u64, now_ms: u64) -> Result<Record, ArgError> {
     let kind = Kind::from_code(kind).ok_or(ArgError::State(REQUEST))?;
-    let ok = (1..=MAX_ID_LEN).contains(&id.len())
-        && reply <= MAX_TOKEN
-        && expires_ms <= now_ms.saturating_add(2 * MAX_MS);
+    let ok =
+        (1..=MAX_ID_LEN).contains(&id.len()) && reply <= MAX_TOKEN && expires_ms <= now_ms.saturating_add(2 * MAX_MS);
     ok.then_some(Record { kind, reply, expires_ms }).ok_or(ArgError::State(REQUEST))
 }
 
@@ -300,7 +299,8 @@ mod tests {
     #[test]
     fn a_holder_no_command_could_make_is_refused_field_by_field() {
         let now = 1_700_000_000_000;
-        let ok = |owner: &'static [u8], holds, token, deadline, session| holder(owner, holds, token, deadline, session, now);
+        let ok =
+            |owner: &'static [u8], holds, token, deadline, session| holder(owner, holds, token, deadline, session, now);
         assert!(ok(b"o", 1, 1, 0, 0).is_ok());
         assert!(ok(b"o", u64::from(u32::MAX), MAX_TOKEN, now + 2 * MAX_MS, 1).is_ok());
         assert_eq!(ok(b"", 1, 1, 0, 0), Err(ArgError::State(OWNER)));

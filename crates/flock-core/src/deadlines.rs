@@ -119,7 +119,8 @@ impl<T> Deadlines<T> {
         let entry = Entry { when, prev: NIL, next: NIL, item: Some(item) };
         let index = match self.free {
             NIL => {
-                let index = u32::try_from(self.entries.len()).ok().filter(|&i| i < NIL).expect("deadline index overflow");
+                let index =
+                    u32::try_from(self.entries.len()).ok().filter(|&i| i < NIL).expect("deadline index overflow");
                 self.entries.push(entry);
                 index
             }

@@ -265,12 +265,7 @@ impl<P> Lock<P> {
         Some(waiter)
     }
 
-    pub fn acquire(
-        &mut self,
-        req: &Request,
-        now_ms: u64,
-        tokens: &mut TokenSource,
-    ) -> Result<Acquired, LockError> {
+    pub fn acquire(&mut self, req: &Request, now_ms: u64, tokens: &mut TokenSource) -> Result<Acquired, LockError> {
         if let Some(holder) = self.holder.as_mut().filter(|h| *h.owner == *req.owner) {
             holder.holds = holder.holds.checked_add(1).ok_or(LockError::TooManyHolds)?;
             holder.deadline_ms = now_ms.saturating_add(req.lease_ms);

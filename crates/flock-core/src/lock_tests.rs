@@ -284,13 +284,27 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Held { owner: usize, holds: u32, token: u64, deadline: u64 }
+struct Held {
+    owner: usize,
+    holds: u32,
+    token: u64,
+    deadline: u64,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Queued { owner: usize, lease: u64, payload: u32, id: WaiterId }
+struct Queued {
+    owner: usize,
+    lease: u64,
+    payload: u32,
+    id: WaiterId,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fate { Queued, Granted, Removed }
+enum Fate {
+    Queued,
+    Granted,
+    Removed,
+}
 
 #[derive(Default)]
 struct Model {
@@ -347,8 +361,13 @@ fn request(who: usize, lease_ms: u64) -> Request<'static> {
 }
 
 /// Checks one acquire against the model; whether it answered `Busy`.
-fn acquire(lock: &mut Lock<u32>, m: &mut Model, tokens: &mut TokenSource, who: usize, lease: u64)
-    -> Result<bool, TestCaseError> {
+fn acquire(
+    lock: &mut Lock<u32>,
+    m: &mut Model,
+    tokens: &mut TokenSource,
+    who: usize,
+    lease: u64,
+) -> Result<bool, TestCaseError> {
     let got = lock.acquire(&request(who, lease), m.now, tokens);
     match (&mut m.holder, &got) {
         (Some(h), Ok(Acquired::Reentered(token))) if h.owner == who => {
@@ -446,17 +465,47 @@ mod multi {
     const MAX_LEASE: u64 = 200;
 
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    enum Wait { Try, Timeout, Forever }
+    enum Wait {
+        Try,
+        Timeout,
+        Forever,
+    }
 
     #[derive(Debug, Clone)]
     enum Op {
-        Acquire { conn: usize, owner: usize, key: usize, lease: u64, session: bool, wait: Wait },
-        Release { conn: usize, owner: usize, key: usize },
+        Acquire {
+            conn: usize,
+            owner: usize,
+            key: usize,
+            lease: u64,
+            session: bool,
+            wait: Wait,
+        },
+        Release {
+            conn: usize,
+            owner: usize,
+            key: usize,
+        },
         /// Release by whoever holds `key` now (random owners mostly get NOTOWNER).
-        ReleaseHeld { conn: usize, key: usize },
-        Renew { conn: usize, owner: usize, key: usize, lease: u64 },
-        RenewHeld { conn: usize, key: usize, lease: u64 },
-        ForceRelease { conn: usize, key: usize },
+        ReleaseHeld {
+            conn: usize,
+            key: usize,
+        },
+        Renew {
+            conn: usize,
+            owner: usize,
+            key: usize,
+            lease: u64,
+        },
+        RenewHeld {
+            conn: usize,
+            key: usize,
+            lease: u64,
+        },
+        ForceRelease {
+            conn: usize,
+            key: usize,
+        },
         /// Time passes and due lease timers fire.
         Advance(u64),
         /// The WAIT timeout of the i-th queued waiter that has one fires.
@@ -490,13 +539,31 @@ mod multi {
     }
 
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    struct Held { owner: usize, holds: u32, token: u64, deadline: u64, session: Option<u64> }
+    struct Held {
+        owner: usize,
+        holds: u32,
+        token: u64,
+        deadline: u64,
+        session: Option<u64>,
+    }
 
     #[derive(Debug, Clone, Copy)]
-    struct Queued { owner: usize, conn: usize, lease: u64, session: bool, timeout: bool, payload: u32, id: WaiterId }
+    struct Queued {
+        owner: usize,
+        conn: usize,
+        lease: u64,
+        session: bool,
+        timeout: bool,
+        payload: u32,
+        id: WaiterId,
+    }
 
     #[derive(Default)]
-    struct Key { holder: Option<Held>, queue: VecDeque<Queued>, last_token: u64 }
+    struct Key {
+        holder: Option<Held>,
+        queue: VecDeque<Queued>,
+        last_token: u64,
+    }
 
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     enum Conn {
@@ -504,14 +571,26 @@ mod multi {
         /// Blocked in ACQUIRE ... WAIT: it can send nothing else.
         Waiting(u32),
         /// Granted, the reply not yet written: still blocked.
-        Granted { key: usize, token: u64, id: WaiterId },
+        Granted {
+            key: usize,
+            token: u64,
+            id: WaiterId,
+        },
     }
 
     /// How holders and waiters left, as `INFO flock` counts them.
     #[derive(Debug, Default)]
     struct Counts {
-        grants: u64, releases: u64, expiries: u64, forced: u64, sessions: u64, undelivered: u64,
-        enqueued: u64, granted_waiters: u64, timeouts: u64, disconnects: u64,
+        grants: u64,
+        releases: u64,
+        expiries: u64,
+        forced: u64,
+        sessions: u64,
+        undelivered: u64,
+        enqueued: u64,
+        granted_waiters: u64,
+        timeouts: u64,
+        disconnects: u64,
     }
 
     struct World {
@@ -530,7 +609,12 @@ mod multi {
 
     /// What the model says an acquire must answer.
     #[derive(Debug, PartialEq, Eq)]
-    enum Expect { Reentered(u64), AlreadyQueued, Busy, Granted }
+    enum Expect {
+        Reentered(u64),
+        AlreadyQueued,
+        Busy,
+        Granted,
+    }
 
     impl World {
         fn new() -> Self {
@@ -548,8 +632,14 @@ mod multi {
             }
         }
 
-        fn new_holder(&mut self, key: usize, owner: usize, token: u64, lease: u64, session: Option<u64>)
-            -> Result<(), TestCaseError> {
+        fn new_holder(
+            &mut self,
+            key: usize,
+            owner: usize,
+            token: u64,
+            lease: u64,
+            session: Option<u64>,
+        ) -> Result<(), TestCaseError> {
             let k = &mut self.keys[key];
             prop_assert!(token > k.last_token, "key {}: token {} after {}", key, token, k.last_token);
             prop_assert!(token > self.last_token, "shared source: token {} after {}", token, self.last_token);
@@ -628,8 +718,15 @@ mod multi {
             }
         }
 
-        fn acquire(&mut self, conn: usize, owner: usize, key: usize, lease: u64, session: bool, wait: Wait)
-            -> Result<(), TestCaseError> {
+        fn acquire(
+            &mut self,
+            conn: usize,
+            owner: usize,
+            key: usize,
+            lease: u64,
+            session: bool,
+            wait: Wait,
+        ) -> Result<(), TestCaseError> {
             self.expire(key)?;
             let session = session.then_some(self.client[conn]);
             let req = Request { owner: OWNERS[owner], lease_ms: lease, session, id: None };
@@ -653,14 +750,25 @@ mod multi {
                     let id = self.locks[key].enqueue(&req, payload);
                     prop_assert!(id.is_ok(), "enqueue after Busy: {:?}", id.err());
                     let timeout = wait == Wait::Timeout;
-                    let w = Queued { owner, conn, lease, session: session.is_some(), timeout, payload, id: id.unwrap() };
+                    let w =
+                        Queued { owner, conn, lease, session: session.is_some(), timeout, payload, id: id.unwrap() };
                     self.keys[key].queue.push_back(w);
                     self.fate.insert(payload, Fate::Queued);
                     self.conns[conn] = Conn::Waiting(payload);
                     self.counts.enqueued += 1;
                 }
-                (Expect::Granted, Ok(Acquired::Granted(token))) => self.new_holder(key, owner, token, lease, session)?,
-                (expect, got) => prop_assert!(false, "acquire {} by {} on {}: expected {:?}, got {:?}", key, owner, conn, expect, got),
+                (Expect::Granted, Ok(Acquired::Granted(token))) => {
+                    self.new_holder(key, owner, token, lease, session)?
+                }
+                (expect, got) => prop_assert!(
+                    false,
+                    "acquire {} by {} on {}: expected {:?}, got {:?}",
+                    key,
+                    owner,
+                    conn,
+                    expect,
+                    got
+                ),
             }
             Ok(())
         }
@@ -686,7 +794,10 @@ mod multi {
         fn renew(&mut self, owner: usize, key: usize, lease: u64) -> Result<(), TestCaseError> {
             self.expire(key)?;
             let now = self.now;
-            match (self.locks[key].renew(OWNERS[owner], lease, now), self.keys[key].holder.as_mut().filter(|h| h.owner == owner)) {
+            match (
+                self.locks[key].renew(OWNERS[owner], lease, now),
+                self.keys[key].holder.as_mut().filter(|h| h.owner == owner),
+            ) {
                 (Ok(token), Some(h)) => {
                     prop_assert_eq!(token, h.token);
                     h.deadline = now + lease;
@@ -732,7 +843,9 @@ mod multi {
 
         fn timeout(&mut self, i: usize) -> Result<(), TestCaseError> {
             let timed: Vec<(usize, usize)> = (0..KEYS)
-                .flat_map(|k| self.keys[k].queue.iter().enumerate().filter(|(_, w)| w.timeout).map(move |(i, _)| (k, i)))
+                .flat_map(|k| {
+                    self.keys[k].queue.iter().enumerate().filter(|(_, w)| w.timeout).map(move |(i, _)| (k, i))
+                })
                 .collect();
             if let Some(&(key, index)) = timed.get(i % timed.len().max(1)) {
                 self.leave(key, index)?;
@@ -800,7 +913,9 @@ mod multi {
                 }
             }
             match op {
-                Op::Acquire { conn, owner, key, lease, session, wait } => self.acquire(conn, owner, key, lease, session, wait),
+                Op::Acquire { conn, owner, key, lease, session, wait } => {
+                    self.acquire(conn, owner, key, lease, session, wait)
+                }
                 Op::Release { owner, key, .. } => self.release(owner, key),
                 Op::ReleaseHeld { key, .. } => self.release(self.holder_or_not(key), key),
                 Op::Renew { owner, key, lease, .. } => self.renew(owner, key, lease),
@@ -823,7 +938,9 @@ mod multi {
                 prop_assert_eq!(held, want, "key {} holder", key);
                 prop_assert!(lock.holder().is_none_or(|h| h.holds >= 1));
                 let got: Vec<_> = lock.waiters().map(|w| (&*w.owner, w.payload, w.lease_ms, w.session)).collect();
-                let want: Vec<_> = k.queue.iter()
+                let want: Vec<_> = k
+                    .queue
+                    .iter()
                     .map(|w| (OWNERS[w.owner], w.payload, w.lease, w.session.then_some(self.client[w.conn])))
                     .collect();
                 prop_assert_eq!(got, want, "key {} queue", key);
@@ -849,7 +966,12 @@ mod multi {
             prop_assert_eq!(c.enqueued, c.granted_waiters + c.timeouts + c.disconnects + queued as u64);
             // INFO flock's sum: every grant ended one way or is still held.
             let held = self.keys.iter().filter(|k| k.holder.is_some()).count() as u64;
-            prop_assert_eq!(c.grants, c.releases + c.expiries + c.forced + c.sessions + c.undelivered + held, "{:?}", c);
+            prop_assert_eq!(
+                c.grants,
+                c.releases + c.expiries + c.forced + c.sessions + c.undelivered + held,
+                "{:?}",
+                c
+            );
             Ok(())
         }
 

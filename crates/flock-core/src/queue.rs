@@ -110,8 +110,7 @@ impl<T> WaitQueue<T> {
 
     /// Bytes held on the heap by the queue's own structure.
     pub fn heap_size(&self) -> usize {
-        self.slots.capacity() * std::mem::size_of::<Slot<T>>()
-            + self.free.capacity() * std::mem::size_of::<u32>()
+        self.slots.capacity() * std::mem::size_of::<Slot<T>>() + self.free.capacity() * std::mem::size_of::<u32>()
     }
 
     fn node_mut(&mut self, index: u32) -> &mut Node<T> {

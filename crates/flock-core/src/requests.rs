@@ -108,9 +108,7 @@ impl Requests {
 
     /// Records, oldest first, each once.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Record)> + '_ {
-        self.order
-            .iter()
-            .filter_map(|(e, id)| self.by_id.get(id).filter(|r| r.expires_ms == *e).map(|r| (&**id, r)))
+        self.order.iter().filter_map(|(e, id)| self.by_id.get(id).filter(|r| r.expires_ms == *e).map(|r| (&**id, r)))
     }
 
     /// The records made since `made()` answered `since`, oldest first.
@@ -128,8 +126,7 @@ impl Requests {
     /// its place in the order.
     pub fn heap_size(&self) -> usize {
         let ids: usize = self.order.iter().map(|(_, id)| id.len()).sum();
-        let table = self.by_id.capacity()
-            * (std::mem::size_of::<Box<[u8]>>() + std::mem::size_of::<Record>() + 1);
+        let table = self.by_id.capacity() * (std::mem::size_of::<Box<[u8]>>() + std::mem::size_of::<Record>() + 1);
         let order = self.order.capacity() * std::mem::size_of::<(u64, Box<[u8]>)>();
         2 * ids + table + order
     }
