@@ -265,11 +265,10 @@ pub fn state(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         state::with(|s| s.tokens.observe(p.token));
         (Holder::new(p.owner.into(), p.holds, p.token, p.deadline_ms), p.session.then_some(REMOTE_SESSION))
     });
-    let value = match (lock_value(&key)?, &holder) {
-        (None, None) => return Ok(RedisValue::SimpleStringStatic("OK")),
-        (Some(value), _) => value,
-        (None, Some(_)) => lock_or_create(&key)?,
-    };
+    if holder.is_none() && lock_value(&key)?.is_none() {
+        return Ok(RedisValue::SimpleStringStatic("OK"));
+    }
+    let value = lock_or_create(&key)?;
     engine::replace_holder(value, &place_of(ctx, key_name), holder);
     if value.lock.is_unused() {
         key.delete()?;

@@ -150,7 +150,7 @@ fn is_lingering(value: &LockValue) -> bool {
 /// replicas and the AOF see that as for any key with a TTL.
 fn linger(ctx: &Context, key: &RedisKeyWritable, key_name: &redis_module::RedisString, value: &LockValue, now: u64) {
     let Some(until) = value.lock.requests().map(Requests::latest_expiry) else { return };
-    let _ = key.set_expire(std::time::Duration::from_millis(until.saturating_sub(now).max(1)));
+    let _ = key.set_expire(Duration::from_millis(until.saturating_sub(now).max(1)));
     ctx.replicate("PEXPIREAT", &[key_name.as_slice(), until.to_string().as_bytes()]);
 }
 
@@ -159,12 +159,17 @@ fn linger(ctx: &Context, key: &RedisKeyWritable, key_name: &redis_module::RedisS
 fn propagate_requests(ctx: &Context, key_name: &redis_module::RedisString, value: &LockValue, since: u64) -> bool {
     let Some(requests) = value.lock.requests().filter(|r| r.made() > since) else { return false };
     for (id, record) in requests.made_since(since) {
-        let numbers = request_numbers(record).map(|n| n.to_string());
-        let mut args: Vec<&[u8]> = vec![key_name.as_slice(), id];
-        args.extend(numbers.iter().map(String::as_bytes));
-        ctx.replicate(ID_COMMAND, args.as_slice());
+        replicate(ctx, ID_COMMAND, key_name, id, &request_numbers(record));
     }
     true
+}
+
+/// Sends `cmd key bytes numbers...` (FLOCK.STATE, FLOCK.ID) to replicas and the AOF.
+fn replicate(ctx: &Context, cmd: &str, key_name: &redis_module::RedisString, bytes: &[u8], numbers: &[impl ToString]) {
+    let numbers: Vec<String> = numbers.iter().map(ToString::to_string).collect();
+    let mut args: Vec<&[u8]> = vec![key_name.as_slice(), bytes];
+    args.extend(numbers.iter().map(String::as_bytes));
+    ctx.replicate(cmd, args.as_slice());
 }
 
 /// Applies gathered effects.
@@ -195,14 +200,11 @@ fn apply(s: &mut State, place: &Place, value: &mut LockValue, changes: &mut Chan
 /// command with absolute times (never the blocking ACQUIRE itself). Without
 /// a holder the key stays (it remembers request IDs).
 fn propagate(ctx: &Context, key_name: &redis_module::RedisString, value: &LockValue) {
-    let key = key_name.as_slice();
     match value.lock.holder() {
-        None => ctx.replicate(STATE_COMMAND, &[key]),
+        None => ctx.replicate(STATE_COMMAND, &[key_name.as_slice()]),
         Some(holder) => {
-            let numbers = state_numbers(holder, value.lock.session().is_some()).map(|n| n.to_string());
-            let mut args: Vec<&[u8]> = vec![key, &holder.owner];
-            args.extend(numbers.iter().map(String::as_bytes));
-            ctx.replicate(STATE_COMMAND, args.as_slice())
+            let numbers = state_numbers(holder, value.lock.session().is_some());
+            replicate(ctx, STATE_COMMAND, key_name, &holder.owner, &numbers)
         }
     };
 }
