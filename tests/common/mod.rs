@@ -214,6 +214,11 @@ pub fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool)
 
 pub const SECOND: Duration = Duration::from_secs(1);
 
+/// The server reads its clock in whole milliseconds, so a lease of n ms can
+/// end up to 1 ms before n ms of the test's clock have passed since it sent
+/// the acquire; "ended early" checks allow for that grain and no more.
+pub const SERVER_CLOCK_GRAIN_MS: u64 = 1;
+
 // Key names are binary: the helpers take any bytes (`&str`, `&[u8]`, ...).
 
 pub fn acquire(
