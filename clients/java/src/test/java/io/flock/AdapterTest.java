@@ -5,7 +5,6 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.io.IOException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
@@ -24,21 +23,13 @@ class AdapterTest extends ServerTest {
     FlockClient clientThrowing(Function<RedisError, RuntimeException> translate) {
         ConnectionFactory factory = () -> {
             RespConnection resp = server.connect();
-            return new FlockConnection() {
-                @Override
-                public Object call(byte[]... args) throws IOException {
-                    try {
-                        return resp.call(args);
-                    } catch (RedisError e) {
-                        throw translate.apply(e);
-                    }
+            return FlockConnection.of(args -> {
+                try {
+                    return resp.call(args);
+                } catch (RedisError e) {
+                    throw translate.apply(e);
                 }
-
-                @Override
-                public void close() throws IOException {
-                    resp.close();
-                }
-            };
+            }, resp);
         };
         return opened(new FlockClient(factory));
     }
