@@ -265,21 +265,13 @@ class FlockLockTest extends ServerTest {
         FlockLock lock = client.getFairLock("k");
         lock.lock();
         List<Integer> order = Collections.synchronizedList(new ArrayList<>());
-        List<CompletableFuture<Void>> waiters = new ArrayList<>();
-        for (int i = 0; i < 5; i++) {
-            int n = i;
-            waiters.add(onThread(() -> {
-                lock.lock();
-                order.add(n);
-                lock.unlock();
-                return null;
-            }));
-            await("waiter " + n + " queues", () -> waiters("k") == n + 1);
-        }
+        List<Thread> waiters = queueInTurn("k", 5, n -> () -> {
+            lock.lock();
+            order.add(n);
+            lock.unlock();
+        });
         lock.unlock();
-        for (CompletableFuture<Void> w : waiters) {
-            w.get(10, TimeUnit.SECONDS);
-        }
+        joinAll(waiters);
         assertEquals(List.of(0, 1, 2, 3, 4), order);
     }
 

@@ -312,24 +312,17 @@ class RedissonPortTest extends ServerTest {
         gate.lock();
         List<Integer> order = Collections.synchronizedList(new ArrayList<>());
         AtomicBoolean failed = new AtomicBoolean();
-        List<Thread> threads = new ArrayList<>();
-        for (int i = 0; i < 8; i++) {
-            int n = i;
-            threads.add(spawn(() -> {
-                try {
-                    if (client.getFairLock("lock").tryLock(10_000, 200, TimeUnit.MILLISECONDS)) {
-                        order.add(n);
-                    }
-                } catch (InterruptedException e) {
-                    failed.set(true);
+        List<Thread> threads = queueInTurn("lock", 8, n -> () -> {
+            try {
+                if (client.getFairLock("lock").tryLock(10_000, 200, TimeUnit.MILLISECONDS)) {
+                    order.add(n);
                 }
-            }));
-            await("thread " + n + " queues", () -> waiters("lock") == n + 1);
-        }
+            } catch (InterruptedException e) {
+                failed.set(true);
+            }
+        });
         gate.unlock();
-        for (Thread t : threads) {
-            t.join(20_000);
-        }
+        joinAll(threads);
         assertFalse(failed.get());
         assertEquals(IntStream.range(0, 8).boxed().collect(Collectors.toList()), order);
     }
@@ -341,24 +334,19 @@ class RedissonPortTest extends ServerTest {
         gate.lock();
         java.util.concurrent.ConcurrentLinkedQueue<Thread> queue = new java.util.concurrent.ConcurrentLinkedQueue<>();
         AtomicBoolean outOfOrder = new AtomicBoolean();
-        List<Thread> threads = new ArrayList<>();
-        for (int i = 0; i < 4; i++) {
-            int n = i;
+        List<Thread> threads = queueInTurn("testConcurrency_MultiInstance2", 4, n -> {
             FlockLock lock = client().getFairLock("testConcurrency_MultiInstance2");
-            threads.add(spawn(() -> {
+            return () -> {
                 queue.add(Thread.currentThread());
                 lock.lock();
                 if (queue.poll() != Thread.currentThread()) {
                     outOfOrder.set(true);
                 }
                 lock.unlock();
-            }));
-            await("thread " + n + " queues", () -> waiters("testConcurrency_MultiInstance2") == n + 1);
-        }
+            };
+        });
         gate.unlock();
-        for (Thread t : threads) {
-            t.join(20_000);
-        }
+        joinAll(threads);
         assertTrue(queue.isEmpty());
         assertFalse(outOfOrder.get());
     }

@@ -67,6 +67,23 @@ abstract class ServerTest {
         return t;
     }
 
+    /** Starts {@code n} threads, thread i running {@code body.apply(i)} once the i before it queue for {@code key}. */
+    List<Thread> queueInTurn(String key, int n, java.util.function.IntFunction<Runnable> body) {
+        List<Thread> started = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            int queued = i + 1;
+            started.add(spawn(body.apply(i)));
+            TestServer.await(queued + " waiters queue", () -> waiters(key) == queued);
+        }
+        return started;
+    }
+
+    static void joinAll(List<Thread> threads) throws InterruptedException {
+        for (Thread t : threads) {
+            t.join(20_000);
+        }
+    }
+
     /** FLOCK.INFO of {@code key}, asked on a client of the test's own, or null when nobody holds it. */
     Map<String, Object> info(String key) {
         return inspector.getLock(key).info();
