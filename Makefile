@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MODULE := target/release/libredis_flock.so
 
-.PHONY: deps deps-python build run test test-servers layers sizes lint leakcheck bench clean example-cli example-python example-rust
+.PHONY: deps deps-python deps-java test-java build run test test-servers layers sizes lint leakcheck bench clean example-cli example-python example-rust
 
 # The server that run, test and bench start: empty for the system's
 # redis-server, or redis-7.0 (the same, checked to be 7.0), redis-8.2 or
@@ -35,6 +35,19 @@ deps:
 			{ $(SUDO) systemctl disable --now redis-server || $(SUDO) service redis-server stop; } >/dev/null 2>&1 || true;; \
 		esac; \
 	fi
+
+# JDK 17 and JUnit 5 for the Java client (clients/java), when missing.
+deps-java:
+	@missing=""; \
+	command -v javac >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
+	[ -f /usr/share/java/junit-platform-console-standalone.jar ] || missing="$$missing junit5"; \
+	if [ -n "$$missing" ]; then \
+		$(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+# The Java client's jar and its JUnit 5 suite against redis-servers with $(MODULE).
+test-java: deps-java
+	$(with_server) FLOCK_MODULE=$(abspath $(MODULE)) clients/java/build.sh
 
 build: deps
 	cargo build --release

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Builds build/flock-client.jar with javac/jar, then (unless given "jar") compiles the tests and the
+# examples against it and runs them on the JUnit 5 console launcher. The tests start their own
+# redis-server with the module: FLOCK_MODULE (default: the repo's target/release/libredis_flock.so),
+# FLOCK_SERVER (default: redis-server). Exits non-zero when a test fails.
+set -euo pipefail
+cd "$(dirname "$0")"
+junit=${JUNIT_JAR:-/usr/share/java/junit-platform-console-standalone.jar}
+rm -rf build
+mkdir -p build/classes build/test-classes
+javac --release 17 -Xlint:all -Werror -d build/classes $(find src/main/java -name '*.java')
+jar --create --file build/flock-client.jar -C build/classes .
+echo "built $(pwd)/build/flock-client.jar"
+[ "${1:-}" = jar ] && exit 0
+javac --release 17 -Xlint:all -Werror -d build/test-classes -cp "build/flock-client.jar:$junit" \
+    $(find src/test/java examples -name '*.java')
+exec java -jar "$junit" --disable-banner --details=summary --fail-if-no-tests \
+    --class-path "build/flock-client.jar:build/test-classes" --scan-class-path build/test-classes

@@ -1,0 +1,40 @@
+package io.flock;
+
+/** An error reply from the server; {@link #code()} is its first word ({@code NOTOWNER}, {@code ERR}, ...). */
+public class RedisError extends RuntimeException {
+    private static final long serialVersionUID = 1L;
+
+    public RedisError(String message) {
+        super(message);
+    }
+
+    public String code() {
+        return codeOf(getMessage());
+    }
+
+    /**
+     * The error code of any client library's error: the first upper-case word of the message of the exception or
+     * one of its causes (Spring wraps the driver's exception), or "" when none has one.
+     */
+    public static String codeOf(Throwable error) {
+        for (Throwable t = error; t != null; t = t.getCause()) {
+            String code = codeOf(t.getMessage());
+            if (!code.isEmpty()) {
+                return code;
+            }
+            if (t.getCause() == t) {
+                break;
+            }
+        }
+        return "";
+    }
+
+    private static String codeOf(String message) {
+        if (message == null) {
+            return "";
+        }
+        int end = message.indexOf(' ');
+        String word = end < 0 ? message : message.substring(0, end);
+        return !word.isEmpty() && word.chars().allMatch(c -> c >= 'A' && c <= 'Z') ? word : "";
+    }
+}

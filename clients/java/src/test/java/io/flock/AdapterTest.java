@@ -1,0 +1,79 @@
+package io.flock;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Function;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The seam the README's Jedis, Lettuce and Spring one-liners plug into. Those jars are not on the build
+ * machines, so these tests plug in connections of our own that behave as those libraries do at the seam:
+ * error replies as their own exception type carrying the server's message (JedisDataException,
+ * RedisCommandExecutionException), or wrapped once more with another message (Spring's translation).
+ */
+class AdapterTest extends ServerTest {
+
+    /** The built-in connection with its error replies rethrown by {@code translate}. */
+    FlockClient clientThrowing(Function<RedisError, RuntimeException> translate) {
+        ConnectionFactory factory = () -> {
+            RespConnection resp = server.connect();
+            return FlockConnection.of(args -> {
+                try {
+                    return resp.call(args);
+                } catch (RedisError e) {
+                    throw translate.apply(e);
+                }
+            }, resp);
+        };
+        return opened(new FlockClient(factory));
+    }
+
+    @Test
+    void aDriverStyleErrorIsUnderstood() {
+        lockWorksThrough(clientThrowing(e -> new IllegalStateException(e.getMessage())));
+    }
+
+    @Test
+    void aWrappedErrorIsUnderstood() {
+        lockWorksThrough(clientThrowing(e -> new RuntimeException("Error in execution", new IllegalStateException(e.getMessage()))));
+    }
+
+    private void lockWorksThrough(FlockClient client) {
+        FlockLock lock = client.getFairLock("k");
+        lock.lock();
+        assertTrue(lock.isHeldByCurrentThread());
+        lock.unlock();
+        assertNull(info("k"));
+        assertThrows(IllegalMonitorStateException.class, lock::unlock);
+    }
+
+    @Test
+    void anInterruptCancelsAWaitThroughAnAdapter() throws Exception {
+        FlockClient client = clientThrowing(e -> new IllegalStateException(e.getMessage()));
+        FlockLock lock = client.getFairLock("k");
+        lock.lock();
+        CompletableFuture<Thread> started = new CompletableFuture<>();
+        CompletableFuture<Void> done = new CompletableFuture<>();
+        spawn(() -> {
+            started.complete(Thread.currentThread());
+            try {
+                lock.lockInterruptibly();
+                done.complete(null);
+            } catch (Throwable e) {
+                done.completeExceptionally(e);
+            }
+        });
+        TestServer.await("the waiter queues", () -> waiters("k") == 1);
+        started.get().interrupt();
+        ExecutionException failed = assertThrows(ExecutionException.class, () -> done.get(10, TimeUnit.SECONDS));
+        assertTrue(failed.getCause() instanceof InterruptedException);
+        assertEquals(0, waiters("k"));
+        lock.unlock();
+    }
+}

@@ -1,0 +1,294 @@
+package io.flock;
+
+import static io.flock.TestServer.await;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.concurrent.locks.Lock;
+import org.junit.jupiter.api.Test;
+
+/** The Lock interface and FLOCK's additions (token, watchdog, lost lease) against a real server. */
+class FlockLockTest extends ServerTest {
+
+    /** Runs {@code body} on a new thread; the future ends with its result or exception. */
+    <T> CompletableFuture<T> onThread(java.util.concurrent.Callable<T> body) {
+        CompletableFuture<T> result = new CompletableFuture<>();
+        spawn(() -> {
+            try {
+                result.complete(body.call());
+            } catch (Throwable e) {
+                result.completeExceptionally(e);
+            }
+        });
+        return result;
+    }
+
+    static Throwable failure(CompletableFuture<?> f) throws InterruptedException {
+        try {
+            f.get(10, TimeUnit.SECONDS);
+            return null;
+        } catch (ExecutionException e) {
+            return e.getCause();
+        } catch (java.util.concurrent.TimeoutException e) {
+            throw new AssertionError("the thread did not finish", e);
+        }
+    }
+
+    @Test
+    void ownerIsClientUuidAndThreadId() {
+        FlockClient client = client();
+        FlockLock lock = client.getFairLock("k");
+        lock.lock();
+        assertEquals(client.getId() + ":" + Thread.currentThread().getId(), owner("k"));
+        lock.unlock();
+        assertNull(info("k"));
+    }
+
+    @Test
+    void reentryAddsHoldsWithTheSameToken() {
+        FlockLock lock = client().getFairLock("k");
+        long first = lock.lockAndGetToken();
+        long second = lock.lockAndGetToken();
+        assertEquals(first, second);
+        assertEquals(2, holds("k"));
+        lock.unlock();
+        assertEquals(1, holds("k"));
+        assertTrue(lock.isHeldByCurrentThread());
+        lock.unlock();
+        assertNull(info("k"));
+    }
+
+    @Test
+    void tryLockFailsWithoutQueueingWhileAnotherThreadHolds() throws Exception {
+        FlockLock lock = client().getFairLock("k");
+        lock.lock();
+        assertEquals(false, onThread(lock::tryLock).get());
+        assertEquals(0, waiters("k"));
+        lock.unlock();
+    }
+
+    @Test
+    void tryLockWithTimeWaitsInTheQueueForTheRelease() throws Exception {
+        FlockLock lock = client().getFairLock("k");
+        lock.lock();
+        CompletableFuture<Boolean> waiter = onThread(() -> {
+            boolean got = lock.tryLock(10, TimeUnit.SECONDS);
+            lock.unlock();
+            return got;
+        });
+        await("the waiter queues", () -> waiters("k") == 1);
+        lock.unlock();
+        assertTrue(waiter.get(10, TimeUnit.SECONDS));
+        await("the waiter released", () -> info("k") == null);
+    }
+
+    @Test
+    void tryLockWithTimeGivesUpAndLeavesTheQueue() throws Exception {
+        FlockLock lock = client().getFairLock("k");
+        lock.lock();
+        assertFalse(onThread(() -> lock.tryLock(100, TimeUnit.MILLISECONDS)).get(10, TimeUnit.SECONDS));
+        assertEquals(0, waiters("k"));
+        lock.unlock();
+    }
+
+    @Test
+    void unlockWhenNotHeldThrowsIllegalMonitorState() {
+        FlockLock lock = client().getFairLock("k");
+        assertThrows(IllegalMonitorStateException.class, lock::unlock);
+        lock.lock();
+        lock.unlock();
+        assertThrows(IllegalMonitorStateException.class, lock::unlock);
+    }
+
+    @Test
+    void unlockByAnotherThreadThrowsAndKeepsTheLock() throws Exception {
+        FlockLock lock = client().getFairLock("k");
+        lock.lock();
+        assertTrue(failure(onThread(() -> {
+            lock.unlock();
+            return null;
+        })) instanceof IllegalMonitorStateException);
+        assertTrue(lock.isHeldByCurrentThread());
+        lock.unlock();
+    }
+
+    @Test
+    void newConditionIsUnsupported() {
+        Lock lock = client().getFairLock("k");
+        assertThrows(UnsupportedOperationException.class, lock::newCondition);
+    }
+
+    @Test
+    void interruptCancelsTheWaitOnTheServer() throws Exception {
+        FlockLock lock = client().getFairLock("k");
+        lock.lock();
+        AtomicReference<Thread> waiterThread = new AtomicReference<>();
+        CompletableFuture<Void> waiter = onThread(() -> {
+            waiterThread.set(Thread.currentThread());
+            lock.lockInterruptibly();
+            return null;
+        });
+        await("the waiter queues", () -> waiters("k") == 1);
+        waiterThread.get().interrupt();
+        assertTrue(failure(waiter) instanceof InterruptedException);
+        assertEquals(0, waiters("k"));
+        lock.unlock();
+        assertNull(info("k"), "the lock went to nobody: the cancelled waiter left the queue");
+    }
+
+    @Test
+    void lockInterruptiblyThrowsAtOnceWhenAlreadyInterrupted() {
+        FlockLock lock = client().getFairLock("k");
+        Thread.currentThread().interrupt();
+        assertThrows(InterruptedException.class, lock::lockInterruptibly);
+        assertFalse(Thread.interrupted());
+        assertNull(info("k"));
+    }
+
+    /** The grant and the interrupt race; whichever wins, the lock ends free and the queue empty. */
+    @Test
+    void interruptRacingAGrantLeavesNothingHeld() throws Exception {
+        FlockClient client = client();
+        FlockLock lock = client.getFairLock("k");
+        for (int round = 0; round < 20; round++) {
+            lock.lock();
+            AtomicReference<Thread> waiterThread = new AtomicReference<>();
+            CompletableFuture<Void> waiter = onThread(() -> {
+                waiterThread.set(Thread.currentThread());
+                lock.lockInterruptibly();
+                lock.unlock();
+                return null;
+            });
+            await("the waiter queues", () -> waiters("k") == 1);
+            waiterThread.get().interrupt();
+            lock.unlock();
+            Throwable outcome = failure(waiter);
+            assertTrue(outcome == null || outcome instanceof InterruptedException, String.valueOf(outcome));
+            await("the lock is free", () -> info("k") == null);
+        }
+        assertEquals(0, client.watchdogs());
+    }
+
+    @Test
+    void aWaitDoesNotBlockTheSharedConnection() throws Exception {
+        FlockClient client = client();
+        FlockLock lock = client.getFairLock("k");
+        lock.lock();
+        CompletableFuture<Void> waiter = onThread(() -> {
+            lock.lock();
+            lock.unlock();
+            return null;
+        });
+        await("the waiter queues", () -> waiters("k") == 1);
+        assertTrue(lock.isLocked());
+        assertFalse(client.getFairLock("other").isLocked());
+        lock.unlock();
+        waiter.get(10, TimeUnit.SECONDS);
+    }
+
+    @Test
+    void fencingTokensIncreaseWithEveryGrant() {
+        FlockLock lock = client().getFairLock("k");
+        long previous = 0;
+        for (int i = 0; i < 5; i++) {
+            long token = lock.lockAndGetToken();
+            assertTrue(token > previous);
+            assertEquals(token, lock.getToken());
+            assertEquals(token, (Long) info("k").get("token"));
+            lock.unlock();
+            previous = token;
+        }
+        assertThrows(IllegalMonitorStateException.class, lock::getToken);
+    }
+
+    @Test
+    void watchdogRenewsTheLeaseUntilUnlock() {
+        FlockClient client = client(600);
+        FlockLock lock = client.getFairLock("k");
+        lock.lock();
+        // The lease left only rises when a renewal resets it; three rises span more than one lease.
+        long[] last = {(Long) info("k").get("ttl-ms")};
+        for (int renewals = 0; renewals < 3; renewals++) {
+            await("the watchdog renews", () -> {
+                long ttl = (Long) info("k").get("ttl-ms");
+                boolean rose = ttl > last[0];
+                last[0] = ttl;
+                return rose;
+            });
+        }
+        assertTrue(lock.isHeldByCurrentThread());
+        assertEquals(1, client.watchdogs());
+        lock.unlock();
+        assertEquals(0, client.watchdogs());
+        assertNull(info("k"));
+    }
+
+    @Test
+    void aLostLeaseIsReportedAndUnlockThenThrows() throws Exception {
+        FlockClient client = client(600);
+        CompletableFuture<String> reported = new CompletableFuture<>();
+        client.setLeaseLostListener((name, thread, token, reason) -> reported.complete(name + " " + reason));
+        FlockLock lock = client.getFairLock("k");
+        lock.lock();
+        assertEquals(1L, admin.call("FLOCK.FORCERELEASE", "k"));
+        assertEquals("k NOTOWNER", reported.get(10, TimeUnit.SECONDS));
+        assertTrue(lock.isLeaseLost());
+        assertThrows(IllegalMonitorStateException.class, lock::unlock);
+        assertFalse(lock.isLeaseLost());
+        assertEquals(0, client.watchdogs());
+    }
+
+    @Test
+    void aLeaseTimeEndsTheLockWithoutAWatchdog() {
+        FlockClient client = client();
+        FlockLock lock = client.getFairLock("k");
+        lock.lock(200, TimeUnit.MILLISECONDS);
+        assertEquals(0, client.watchdogs());
+        await("the lease ends", () -> info("k") == null);
+        assertThrows(IllegalMonitorStateException.class, lock::unlock);
+    }
+
+    @Test
+    void waitersAreGrantedInQueueOrder() throws Exception {
+        FlockClient client = client();
+        FlockLock lock = client.getFairLock("k");
+        lock.lock();
+        List<Integer> order = Collections.synchronizedList(new ArrayList<>());
+        List<Thread> waiters = queueInTurn("k", 5, n -> () -> {
+            lock.lock();
+            order.add(n);
+            lock.unlock();
+        });
+        lock.unlock();
+        joinAll(waiters);
+        assertEquals(List.of(0, 1, 2, 3, 4), order);
+    }
+
+    @Test
+    void forceUnlockReleasesWhoeverHolds() throws Exception {
+        FlockClient client = client();
+        FlockLock lock = client.getFairLock("k");
+        onThread(() -> {
+            lock.lock();
+            return null;
+        }).get(10, TimeUnit.SECONDS);
+        assertTrue(lock.isLocked());
+        assertTrue(lock.forceUnlock());
+        assertFalse(lock.isLocked());
+        assertFalse(lock.forceUnlock());
+        assertEquals(0, client.watchdogs());
+        assertNotNull(lock.tryLockAndGetToken());
+        lock.unlock();
+    }
+}

@@ -1,0 +1,55 @@
+package io.flock;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.List;
+import org.junit.jupiter.api.Test;
+
+/** The built-in RESP2 connection: each reply type, error codes, binary-safe arguments. */
+class RespConnectionTest extends ServerTest {
+
+    @Test
+    void repliesMapToJavaTypes() throws Exception {
+        assertEquals("OK", admin.call("SET", "s", "v"));
+        assertArrayEquals("v".getBytes(), (byte[]) admin.call("GET", "s"));
+        assertNull(admin.call("GET", "missing"));
+        assertEquals(1L, admin.call("RPUSH", "l", "a"));
+        assertEquals(List.of(), admin.call("LRANGE", "none", "0", "-1"));
+        Object token = admin.call("FLOCK.ACQUIRE", "k", "me", "10000");
+        assertTrue(token instanceof Long && (Long) token > 0);
+        List<?> info = (List<?>) admin.call("FLOCK.INFO", "k");
+        assertArrayEquals("owner".getBytes(), (byte[]) info.get(0));
+        assertArrayEquals("me".getBytes(), (byte[]) info.get(1));
+        assertEquals(List.of(), info.get(info.size() - 1));
+    }
+
+    @Test
+    void errorRepliesCarryTheirCode() throws Exception {
+        RedisError notOwner = assertThrows(RedisError.class, () -> admin.call("FLOCK.RELEASE", "k", "me"));
+        assertEquals("NOTOWNER", notOwner.code());
+        RedisError err = assertThrows(RedisError.class, () -> admin.call("FLOCK.ACQUIRE", "k", "me", "x"));
+        assertEquals("ERR", err.code());
+        assertEquals("PONG", admin.call("PING"), "the connection is usable after an error");
+    }
+
+    @Test
+    void anErrorInsideAnArrayKeepsItsPlace() throws Exception {
+        admin.call("MULTI");
+        admin.call("FLOCK.RELEASE", "k", "me");
+        admin.call("PING");
+        List<?> replies = (List<?>) admin.call("EXEC");
+        assertEquals("NOTOWNER", ((RedisError) replies.get(0)).code());
+        assertEquals("PONG", replies.get(1));
+    }
+
+    @Test
+    void argumentsAreBinarySafe() throws Exception {
+        byte[] key = {'k', 0, '\r', '\n', (byte) 0xff};
+        assertEquals("OK", admin.call("SET".getBytes(), key, key));
+        assertArrayEquals(key, (byte[]) admin.call("GET".getBytes(), key));
+    }
+}

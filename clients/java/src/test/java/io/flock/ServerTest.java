@@ -1,0 +1,106 @@
+package io.flock;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+
+/** One server per test class, flushed before each test; clients and threads made by a test end with it. */
+abstract class ServerTest {
+    static TestServer server;
+    private final List<AutoCloseable> opened = new ArrayList<>();
+    private final List<Thread> threads = new ArrayList<>();
+    RespConnection admin;
+    private FlockClient inspector;
+
+    @BeforeAll
+    static void startServer() throws IOException {
+        server = TestServer.start();
+    }
+
+    @AfterAll
+    static void stopServer() throws IOException {
+        server.close();
+    }
+
+    @BeforeEach
+    void flush() throws IOException {
+        admin = opened(server.connect());
+        admin.call("FLUSHALL");
+        inspector = client();
+    }
+
+    @AfterEach
+    void closeAll() throws Exception {
+        for (Thread t : threads) {
+            t.interrupt();
+            t.join(5_000);
+        }
+        for (AutoCloseable c : opened) {
+            c.close();
+        }
+    }
+
+    <T extends AutoCloseable> T opened(T closeable) {
+        opened.add(closeable);
+        return closeable;
+    }
+
+    FlockClient client() {
+        return opened(new FlockClient(server.factory()));
+    }
+
+    FlockClient client(long watchdogTimeoutMs) {
+        return opened(new FlockClient(server.factory(), watchdogTimeoutMs));
+    }
+
+    /** A started thread, interrupted and joined after the test. */
+    Thread spawn(Runnable body) {
+        Thread t = new Thread(body);
+        threads.add(t);
+        t.start();
+        return t;
+    }
+
+    /** Starts {@code n} threads, thread i running {@code body.apply(i)} once the i before it queue for {@code key}. */
+    List<Thread> queueInTurn(String key, int n, java.util.function.IntFunction<Runnable> body) {
+        List<Thread> started = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            int queued = i + 1;
+            started.add(spawn(body.apply(i)));
+            TestServer.await(queued + " waiters queue", () -> waiters(key) == queued);
+        }
+        return started;
+    }
+
+    static void joinAll(List<Thread> threads) throws InterruptedException {
+        for (Thread t : threads) {
+            t.join(20_000);
+        }
+    }
+
+    /** FLOCK.INFO of {@code key}, asked on a client of the test's own, or null when nobody holds it. */
+    Map<String, Object> info(String key) {
+        return inspector.getLock(key).info();
+    }
+
+    String owner(String key) {
+        Map<String, Object> info = info(key);
+        return info == null ? null : new String((byte[]) info.get("owner"), StandardCharsets.UTF_8);
+    }
+
+    long waiters(String key) {
+        Map<String, Object> info = info(key);
+        return info == null ? 0 : (Long) info.get("waiters");
+    }
+
+    long holds(String key) {
+        Map<String, Object> info = info(key);
+        return info == null ? 0 : (Long) info.get("holds");
+    }
+}

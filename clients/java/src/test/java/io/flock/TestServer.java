@@ -1,0 +1,130 @@
+package io.flock;
+
+import java.io.IOException;
+import java.net.ServerSocket;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.time.Duration;
+import java.util.Comparator;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import java.util.function.BooleanSupplier;
+import java.util.stream.Stream;
+
+/** A redis-server with the FLOCK module on a free loopback port, removed with its directory on close. */
+final class TestServer implements AutoCloseable {
+    private static final Duration READY = Duration.ofSeconds(10);
+
+    final int port;
+    private final Process process;
+    private final Path dir;
+
+    private TestServer(int port, Process process, Path dir) {
+        this.port = port;
+        this.process = process;
+        this.dir = dir;
+    }
+
+    static TestServer start() throws IOException {
+        for (int attempt = 0; ; attempt++) {
+            Path dir = Files.createTempDirectory("flock-java");
+            int port = freePort();
+            Process process = new ProcessBuilder(List.of(program(), "--port", Integer.toString(port), "--bind",
+                            "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir.toString(),
+                            "--loadmodule", module()))
+                    .redirectErrorStream(true)
+                    .redirectOutput(dir.resolve("server.log").toFile())
+                    .start();
+            TestServer server = new TestServer(port, process, dir);
+            if (server.answersPing()) {
+                return server;
+            }
+            String log = Files.readString(dir.resolve("server.log"));
+            server.close();
+            if (attempt == 4) {
+                throw new IOException("redis-server did not start; its log:\n" + log);
+            }
+        }
+    }
+
+    private boolean answersPing() {
+        long deadline = System.nanoTime() + READY.toNanos();
+        while (process.isAlive() && System.nanoTime() < deadline) {
+            try (RespConnection c = connect()) {
+                if ("PONG".equals(c.call("PING"))) {
+                    return true;
+                }
+            } catch (IOException | RedisError notYet) {
+                pause();
+            }
+        }
+        return false;
+    }
+
+    RespConnection connect() throws IOException {
+        return new RespConnection("127.0.0.1", port);
+    }
+
+    ConnectionFactory factory() {
+        return RespConnection.factory("127.0.0.1", port);
+    }
+
+    @Override
+    public void close() throws IOException {
+        process.destroy();
+        try {
+            if (!process.waitFor(5, TimeUnit.SECONDS)) {
+                process.destroyForcibly().waitFor();
+            }
+        } catch (InterruptedException e) {
+            process.destroyForcibly();
+            Thread.currentThread().interrupt();
+        }
+        try (Stream<Path> files = Files.walk(dir)) {
+            files.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+        }
+    }
+
+    private static String program() {
+        String server = System.getenv("FLOCK_SERVER");
+        return server == null || server.isEmpty() ? "redis-server" : server;
+    }
+
+    private static String module() throws IOException {
+        String module = System.getenv("FLOCK_MODULE");
+        Path path = module == null || module.isEmpty()
+                ? Paths.get("../../target/release/libredis_flock.so").toAbsolutePath().normalize()
+                : Paths.get(module);
+        if (!Files.exists(path)) {
+            throw new IOException("no FLOCK module at " + path + " (build it, or set FLOCK_MODULE)");
+        }
+        return path.toString();
+    }
+
+    private static int freePort() throws IOException {
+        try (ServerSocket s = new ServerSocket(0)) {
+            return s.getLocalPort();
+        }
+    }
+
+    /** Polls {@code condition} until it holds; fails with {@code what} after a 10 s deadline. */
+    static void await(String what, BooleanSupplier condition) {
+        long deadline = System.nanoTime() + Duration.ofSeconds(10).toNanos();
+        while (!condition.getAsBoolean()) {
+            if (System.nanoTime() > deadline) {
+                throw new AssertionError("timed out waiting until " + what);
+            }
+            pause();
+        }
+    }
+
+    private static void pause() {
+        try {
+            Thread.sleep(5);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new AssertionError("interrupted while polling", e);
+        }
+    }
+}
