@@ -1,6 +1,9 @@
 """Helpers the tests share: FLOCK.INFO, taking a lock from its holder, waiting
-for an observable condition with a deadline."""
+for an observable condition with a deadline, a proxy that loses a reply."""
 
+import contextlib
+import socket
+import threading
 import time
 
 from redis_flock._core import parse_info
@@ -39,3 +42,63 @@ def steal(r, key, owner="a"):
 def stat(r, field):
     """A counter of INFO flock, e.g. wait_timeouts."""
     return int(r.info("flock")[f"flock_{field}"])
+
+
+class ReplyDropper:
+    """A TCP proxy to a server that, once armed with ``drop_reply_to(marker)``,
+    forwards the next command containing ``marker`` and then closes the
+    connection instead of forwarding its reply: a reply lost on the way."""
+
+    def __init__(self, server_port: int):
+        self.server_port = server_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.marker = None
+        self.dropped = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def drop_reply_to(self, marker: bytes) -> None:
+        self.marker = marker
+
+    def close(self) -> None:
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                downstream, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.server_port))
+            marked = threading.Event()
+            threading.Thread(target=self._up, args=(downstream, upstream, marked), daemon=True).start()
+            threading.Thread(target=self._down, args=(upstream, downstream, marked), daemon=True).start()
+
+    def _up(self, downstream, upstream, marked) -> None:
+        with _closing(downstream, upstream):
+            while data := downstream.recv(65536):
+                if self.marker is not None and self.marker in data:
+                    self.marker = None
+                    marked.set()
+                upstream.sendall(data)
+
+    def _down(self, upstream, downstream, marked) -> None:
+        with _closing(downstream, upstream):
+            while data := upstream.recv(65536):
+                if marked.is_set():
+                    self.dropped.set()
+                    return
+                downstream.sendall(data)
+
+
+@contextlib.contextmanager
+def _closing(*sockets):
+    try:
+        yield
+    except OSError:
+        pass
+    finally:
+        for s in sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
