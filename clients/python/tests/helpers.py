@@ -1,6 +1,7 @@
 """Helpers the tests share: FLOCK.INFO, taking a lock from its holder, waiting
 for an observable condition with a deadline, a proxy that loses a reply."""
 
+import asyncio
 import contextlib
 import socket
 import threading
@@ -14,6 +15,14 @@ def wait_until(condition, timeout=5.0, what="the condition"):
     while not condition():
         assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
         time.sleep(0.01)
+
+
+async def until(condition, timeout=5.0, what="the condition"):
+    """wait_until for asyncio tests: lets the event loop run meanwhile."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        await asyncio.sleep(0.01)
 
 
 def info(r, key):
@@ -37,6 +46,12 @@ def steal(r, key, owner="a"):
     """What redis-py's tests do with SET: the lock now belongs to someone else."""
     r.execute_command("FLOCK.FORCERELEASE", key)
     assert r.execute_command("FLOCK.ACQUIRE", key, owner, 60000) is not None
+
+
+def calls(r, command):
+    """How often the server ran ``command`` (INFO commandstats)."""
+    stats = r.info("commandstats").get(f"cmdstat_{command}")
+    return stats["calls"] if stats else 0
 
 
 def stat(r, field):

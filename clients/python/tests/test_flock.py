@@ -6,17 +6,12 @@ import time
 
 import pytest
 import redis
-from helpers import ReplyDropper, info, owner_of, wait_until
+from helpers import ReplyDropper, calls, info, owner_of, wait_until
 from redis.backoff import NoBackoff
 from redis.exceptions import LockNotOwnedError
 from redis.retry import Retry
 
 from redis_flock import Lock
-
-
-def commands_called(r, command):
-    stats = r.info("commandstats").get(f"cmdstat_{command}")
-    return stats["calls"] if stats else 0
 
 
 def test_waiters_are_granted_in_fifo_order(r):
@@ -108,11 +103,11 @@ def test_blocking_wait_uses_a_connection_of_its_own(server, r):
 
 def test_watchdog_keeps_a_short_lease_alive(r):
     lock = Lock(r, "wd", watchdog_timeout=0.3)
-    renewals = commands_called(r, "flock.renew")
+    renewals = calls(r, "flock.renew")
     assert lock.acquire(blocking=False)
     acquired = time.monotonic()
     # Four renewals span more than a lease: without them the lock would be gone.
-    wait_until(lambda: commands_called(r, "flock.renew") >= renewals + 4, what="four renewals")
+    wait_until(lambda: calls(r, "flock.renew") >= renewals + 4, what="four renewals")
     assert time.monotonic() - acquired > 0.3
     assert lock.owned() and not lock.lost
     assert 0 < info(r, "wd")["ttl-ms"] <= 300

@@ -9,19 +9,11 @@ tests"), plus: the server's side is read with a blocking client
 import asyncio
 
 import pytest
-from helpers import info, owner_of, stat, steal, ttl_ms
+from helpers import info, owner_of, stat, steal, ttl_ms, until
 from redis.exceptions import LockError, LockNotOwnedError
 
 from redis_flock import WATCHDOG_TIMEOUT
 from redis_flock.asyncio import Lock
-
-
-async def until(condition, timeout=5.0):
-    """wait_until for a coroutine that must let the event loop run."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.01)
 
 
 class TestLock:
@@ -148,13 +140,13 @@ class TestLock:
         # FLOCK: waits until the lease ended instead of sleeping 0.15 s.
         try:
             async with self.get_lock(r, "foo", timeout=0.1, raise_on_release_error=False):
-                await until(lambda: info(inspect, "foo") is None)
+                await until(lambda: info(inspect, "foo") is None, what="the lease to end")
         except LockNotOwnedError:
             pytest.fail("LockNotOwnedError should not have been raised")
 
         with pytest.raises(LockNotOwnedError):
             async with self.get_lock(r, "foo", timeout=0.1, raise_on_release_error=True):
-                await until(lambda: info(inspect, "foo") is None)
+                await until(lambda: info(inspect, "foo") is None, what="the lease to end")
 
     async def test_context_manager_not_raise_on_release_lock_error(self, r):
         try:
