@@ -14,28 +14,38 @@ from redis.retry import Retry
 from redis_flock import Lock
 
 
+def queue_in_thread(r, lock, waiters=1, then=lambda lock: None):
+    """Starts ``lock.acquire()`` then ``then(lock)`` in a thread, and returns
+    once it is the ``waiters``-th in the queue: (the thread, [its result])."""
+    result = []
+
+    def run():
+        result.append(lock.acquire(blocking_timeout=10))
+        then(lock)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    wait_until(lambda: info(r, lock.name)["waiters"] == waiters, what=f"waiter {waiters} to queue")
+    return thread, result
+
+
 def test_waiters_are_granted_in_fifo_order(r):
     holder = Lock(r, "fifo", timeout=10)
     assert holder.acquire(blocking=False)
     granted = []
 
-    def worker(i):
-        lock = Lock(r, "fifo", timeout=10)
-        assert lock.acquire(blocking_timeout=10)
-        granted.append((i, lock.fencing_token))
+    def record(lock):
+        granted.append((lock, lock.fencing_token))
         lock.release()
 
-    threads = []
-    for i in range(5):
-        threads.append(threading.Thread(target=worker, args=(i,)))
-        threads[-1].start()
-        # Each worker is queued before the next one starts: the queue order is known.
-        wait_until(lambda: info(r, "fifo")["waiters"] == i + 1, what=f"worker {i} to queue")
+    locks = [Lock(r, "fifo", timeout=10) for _ in range(5)]
+    # Each one is queued before the next one starts: the queue order is known.
+    threads = [queue_in_thread(r, lock, i + 1, then=record)[0] for i, lock in enumerate(locks)]
     holder.release()
     for t in threads:
         t.join()
-    assert [i for i, _ in granted] == list(range(5))
-    tokens = [holder_token for _, holder_token in granted]
+    assert [lock for lock, _ in granted] == locks
+    tokens = [token for _, token in granted]
     assert tokens == sorted(set(tokens))
 
 
@@ -89,10 +99,7 @@ def test_blocking_wait_uses_a_connection_of_its_own(server, r):
     holder = Lock(client, "own", timeout=10)
     assert holder.acquire(blocking=False)
     waiter = Lock(client, "own", timeout=10, thread_local=False)
-    result = []
-    t = threading.Thread(target=lambda: result.append(waiter.acquire(blocking_timeout=10)))
-    t.start()
-    wait_until(lambda: info(r, "own")["waiters"] == 1, what="the waiter to queue")
+    t, result = queue_in_thread(r, waiter)
     assert client.ping()
     holder.release()
     t.join()
@@ -102,15 +109,16 @@ def test_blocking_wait_uses_a_connection_of_its_own(server, r):
 
 
 def test_watchdog_keeps_a_short_lease_alive(r):
-    lock = Lock(r, "wd", watchdog_timeout=0.3)
+    lock = Lock(r, "wd", watchdog_timeout=0.9)
     renewals = calls(r, "flock.renew")
     assert lock.acquire(blocking=False)
     acquired = time.monotonic()
-    # Four renewals span more than a lease: without them the lock would be gone.
-    wait_until(lambda: calls(r, "flock.renew") >= renewals + 4, what="four renewals")
-    assert time.monotonic() - acquired > 0.3
+    # Four renewals and more than a lease: without them the lock would be gone.
+    wait_until(
+        lambda: calls(r, "flock.renew") >= renewals + 4 and time.monotonic() - acquired > 1.2, what="four renewals"
+    )
     assert lock.owned() and not lock.lost
-    assert 0 < info(r, "wd")["ttl-ms"] <= 300
+    assert 0 < info(r, "wd")["ttl-ms"] <= 900
     lock.release()
     assert info(r, "wd") is None
 
@@ -188,10 +196,7 @@ def test_lost_release_reply_after_handoff_is_not_notowner(r, via_proxy):
     lock = Lock(client, "handoff", timeout=10)
     assert lock.acquire(blocking=False)
     waiter = Lock(r, "handoff", timeout=10, thread_local=False)
-    result = []
-    t = threading.Thread(target=lambda: result.append(waiter.acquire(blocking_timeout=10)))
-    t.start()
-    wait_until(lambda: info(r, "handoff")["waiters"] == 1, what="the waiter to queue")
+    t, result = queue_in_thread(r, waiter)
     proxy.drop_reply_to(b"FLOCK.RELEASE")
     lock.release()  # the resend answers the first reply, not NOTOWNER
     t.join()

@@ -103,19 +103,23 @@ class TestLock:
         assert 8000 < ttl_ms(r, "foo") <= 9500
         lock.release()
 
+    def _test_one_server_wait(self, r, sleep, bt):
+        # FLOCK: upstream fakes the clock and checks how acquire() polled
+        # (sleeps == [sleep] * 8, or no sleep at all when sleep > bt). FLOCK
+        # waits once on the server, in its FIFO queue, for the whole bt: the
+        # tests check there was one server-side wait and that it timed out.
+        timeouts = stat(r, "wait_timeouts")
+        lock2 = self.get_lock(r, "foo", sleep=sleep, blocking_timeout=bt)
+        assert not lock2.acquire()
+        assert stat(r, "wait_timeouts") == timeouts + 1
+
     def test_blocking_timeout(self, r):
-        # FLOCK: upstream fakes the clock and checks that acquire() polled
-        # (sleeps == [sleep] * 8). FLOCK waits once on the server, in its FIFO
-        # queue: the test checks there was one server-side wait that timed out.
         lock1 = self.get_lock(r, "foo")
         assert lock1.acquire(blocking=False)
         try:
             bt = 0.4
             sleep = 0.05
-            timeouts = stat(r, "wait_timeouts")
-            lock2 = self.get_lock(r, "foo", sleep=sleep, blocking_timeout=bt)
-            assert not lock2.acquire()
-            assert stat(r, "wait_timeouts") == timeouts + 1
+            self._test_one_server_wait(r, sleep, bt)  # FLOCK: see there
             assert owner_of(r, "foo") == lock1.local.token
         finally:
             lock1.release()
@@ -128,14 +132,10 @@ class TestLock:
         assert info(r, "foo") is None
 
     def test_context_manager_blocking_timeout(self, r):
-        # FLOCK: as test_blocking_timeout (one server-side wait, no polling).
         with self.get_lock(r, "foo", blocking=False):
             bt = 0.4
             sleep = 0.05
-            timeouts = stat(r, "wait_timeouts")
-            lock2 = self.get_lock(r, "foo", sleep=sleep, blocking_timeout=bt)
-            assert not lock2.acquire()
-            assert stat(r, "wait_timeouts") == timeouts + 1
+            self._test_one_server_wait(r, sleep, bt)  # FLOCK: see there
 
     def test_context_manager_raises_when_locked_not_acquired(self, r):
         # FLOCK: upstream holds the key with SET; a FLOCK lock key cannot be a
@@ -170,18 +170,12 @@ class TestLock:
                 lock.release()
 
     def test_high_sleep_small_blocking_timeout(self, r):
-        # FLOCK: upstream gives up at once when sleep > blocking_timeout (it
-        # would overshoot); FLOCK does not poll, so it waits the whole
-        # blocking_timeout on the server and then gives up.
         lock1 = self.get_lock(r, "foo")
         assert lock1.acquire(blocking=False)
         try:
             sleep = 60
             bt = 0.2  # FLOCK: upstream's 1 s, shortened: it is really waited
-            timeouts = stat(r, "wait_timeouts")
-            lock2 = self.get_lock(r, "foo", sleep=sleep, blocking_timeout=bt)
-            assert not lock2.acquire()
-            assert stat(r, "wait_timeouts") == timeouts + 1
+            self._test_one_server_wait(r, sleep, bt)  # FLOCK: see there
         finally:
             lock1.release()
 

@@ -44,8 +44,21 @@ def with_id(*args):
     return (*args, "ID", str(uuid.uuid4()))
 
 
-def is_lost(error: ResponseError) -> bool:
-    return str(error).startswith(LOST_PREFIXES)
+# What a watchdog's renewal can fail with without ending the watchdog's loop.
+RENEWAL_ERRORS = (ResponseError, *LOST_REPLY)
+
+
+def renewal_lost(grant: "Grant", name, error: Exception, unconfirmed_s: float, lease_ms: int) -> bool:
+    """Whether a failed renewal means the grant is lost (then marked so): the
+    server said it is not ours, or no renewal got through for a whole lease
+    (the server has ended it by now). Other errors are tried again."""
+    if isinstance(error, ResponseError):
+        lost = str(error).startswith(LOST_PREFIXES)
+    else:
+        lost = unconfirmed_s >= lease_ms / 1000
+    if lost:
+        grant.mark_lost(name, error)
+    return lost
 
 
 def not_owned(error: ResponseError, action: str, name) -> Exception:

@@ -7,13 +7,14 @@ from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
 from ._core import (
     LOST_REPLY,
+    RENEWAL_ERRORS,
     RESEND_DELAYS,
     LockBase,
     Number,
-    is_lost,
     logger,
     not_owned,
     parse_info,
+    renewal_lost,
     to_ms,
 )
 
@@ -117,12 +118,9 @@ class Lock(LockBase):
                     try:
                         await send(connection.call, self._renew_command(grant.owner, lease_ms))
                         confirmed = sent
-                    except ResponseError as e:
-                        if is_lost(e):
-                            return grant.mark_lost(self.name, e)
-                    except LOST_REPLY as e:
-                        if loop.time() - confirmed >= lease_ms / 1000:
-                            return grant.mark_lost(self.name, e)
+                    except RENEWAL_ERRORS as e:
+                        if renewal_lost(grant, self.name, e, loop.time() - confirmed, lease_ms):
+                            return
 
     async def locked(self) -> bool:
         """Whether anyone holds the lock."""

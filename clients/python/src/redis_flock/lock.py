@@ -9,13 +9,14 @@ from redis.exceptions import LockError, ResponseError
 
 from ._core import (
     LOST_REPLY,
+    RENEWAL_ERRORS,
     RESEND_DELAYS,
     LockBase,
     Number,
-    is_lost,
     logger,
     not_owned,
     parse_info,
+    renewal_lost,
     to_ms,
 )
 
@@ -119,12 +120,9 @@ class Lock(LockBase):
                     try:
                         send(connection.call, self._renew_command(grant.owner, lease_ms))
                         confirmed = sent
-                    except ResponseError as e:
-                        if is_lost(e):
-                            return grant.mark_lost(self.name, e)
-                    except LOST_REPLY as e:
-                        if time.monotonic() - confirmed >= lease_ms / 1000:
-                            return grant.mark_lost(self.name, e)
+                    except RENEWAL_ERRORS as e:
+                        if renewal_lost(grant, self.name, e, time.monotonic() - confirmed, lease_ms):
+                            return
 
     def locked(self) -> bool:
         """Whether anyone holds the lock."""

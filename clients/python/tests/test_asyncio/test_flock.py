@@ -3,6 +3,7 @@ on a connection of their own (cancellable), fencing tokens, the watchdog as a
 task, request IDs."""
 
 import asyncio
+import time
 
 import pytest
 import redis.asyncio
@@ -50,11 +51,16 @@ async def test_cancelled_wait_leaves_the_queue(r, inspect):
 
 
 async def test_watchdog_keeps_a_short_lease_alive(r, inspect):
-    lock = Lock(r, "wd", watchdog_timeout=0.3)
+    lock = Lock(r, "wd", watchdog_timeout=0.9)
+    renewals = calls(inspect, "flock.renew")
     assert await lock.acquire(blocking=False)
     start = info(inspect, "wd")["token"]
-    renewals = calls(inspect, "flock.renew")
-    await until(lambda: calls(inspect, "flock.renew") >= renewals + 4, what="four renewals")
+    acquired = time.monotonic()
+    # Four renewals and more than a lease: without them the lock would be gone.
+    await until(
+        lambda: calls(inspect, "flock.renew") >= renewals + 4 and time.monotonic() - acquired > 1.2,
+        what="four renewals",
+    )
     assert await lock.owned() and not lock.lost
     assert info(inspect, "wd")["token"] == start
     await lock.release()

@@ -108,18 +108,22 @@ class TestLock:
         lock_2 = self.get_lock(r, "foo")
         assert lock_2.blocking
 
+    async def _test_one_server_wait(self, r, inspect, sleep, bt):
+        # FLOCK: upstream fakes the loop's clock and checks how acquire()
+        # polled; FLOCK waits once on the server for the whole bt (see
+        # tests/test_lock.py).
+        timeouts = stat(inspect, "wait_timeouts")
+        lock2 = self.get_lock(r, "foo", sleep=sleep, blocking_timeout=bt)
+        assert not await lock2.acquire()
+        assert stat(inspect, "wait_timeouts") == timeouts + 1
+
     async def test_blocking_timeout(self, r, inspect):
-        # FLOCK: one server-side wait that timed out, not polling (upstream
-        # fakes the loop's clock and counts sleeps).
         lock1 = self.get_lock(r, "foo")
         assert await lock1.acquire(blocking=False)
         try:
             bt = 0.2
             sleep = 0.05
-            timeouts = stat(inspect, "wait_timeouts")
-            lock2 = self.get_lock(r, "foo", sleep=sleep, blocking_timeout=bt)
-            assert not await lock2.acquire()
-            assert stat(inspect, "wait_timeouts") == timeouts + 1
+            await self._test_one_server_wait(r, inspect, sleep, bt)  # FLOCK: see there
         finally:
             await lock1.release()
 
@@ -160,17 +164,12 @@ class TestLock:
                 await lock.release()
 
     async def test_high_sleep_small_blocking_timeout(self, r, inspect):
-        # FLOCK: waits the whole blocking_timeout on the server (upstream
-        # gives up at once when sleep > blocking_timeout).
         lock1 = self.get_lock(r, "foo")
         assert await lock1.acquire(blocking=False)
         try:
             sleep = 60
             bt = 0.2  # FLOCK: upstream's 1 s, shortened: it is really waited
-            timeouts = stat(inspect, "wait_timeouts")
-            lock2 = self.get_lock(r, "foo", sleep=sleep, blocking_timeout=bt)
-            assert not await lock2.acquire()
-            assert stat(inspect, "wait_timeouts") == timeouts + 1
+            await self._test_one_server_wait(r, inspect, sleep, bt)  # FLOCK: see there
         finally:
             await lock1.release()
 
