@@ -40,12 +40,13 @@ build: deps
 	cargo build --release
 
 # The Python client (clients/python): a virtualenv in target/ with pytest and
-# pytest-asyncio from PyPI, made once (python3-venv from apt when missing).
+# pytest-asyncio from PyPI, made once (Debian's python3-venv when venv fails).
 PYVENV := target/python-venv
 deps-python-client:
-	@python3 -c 'import ensurepip, venv' 2>/dev/null \
-	|| { $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv; }
-	@[ -x $(PYVENV)/bin/pytest ] || { python3 -m venv $(PYVENV) \
+	@[ -x $(PYVENV)/bin/pytest ] || { \
+		python3 -m venv $(PYVENV) >/dev/null 2>&1 || { rm -rf $(PYVENV) \
+			&& $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv \
+			&& python3 -m venv $(PYVENV); } \
 		&& $(PYVENV)/bin/pip install --quiet --disable-pip-version-check pytest pytest-asyncio; }
 
 # Installs clients/python into that virtualenv (with redis-py) and runs its

@@ -2,12 +2,24 @@
 for an observable condition with a deadline, a proxy that loses a reply."""
 
 import asyncio
+import inspect
 import contextlib
 import socket
 import threading
 import time
 
+import pytest
+import redis
+
 from redis_flock._core import parse_info
+
+
+# Redis.lock() passes raise_on_release_error on since redis-py 6 (5.0.8 does
+# not); redis_flock.Lock takes it either way.
+needs_raise_on_release_error = pytest.mark.skipif(
+    "raise_on_release_error" not in inspect.signature(redis.Redis.lock).parameters,
+    reason="this redis-py's Redis.lock() has no raise_on_release_error",
+)
 
 
 def wait_until(condition, timeout=5.0, what="the condition"):
