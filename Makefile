@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MODULE := target/release/libredis_flock.so
 
-.PHONY: deps deps-python deps-java test-java build run test test-servers layers sizes lint leakcheck bench clean example-cli example-python example-rust
+.PHONY: deps deps-python deps-java deps-python-client build run test test-java test-python test-servers layers sizes lint leakcheck bench clean example-cli example-python example-rust
 
 # The server that run, test and bench start: empty for the system's
 # redis-server, or redis-7.0 (the same, checked to be 7.0), redis-8.2 or
@@ -51,6 +51,23 @@ test-java: deps-java
 
 build: deps
 	cargo build --release
+
+# The Python client (clients/python): a virtualenv in target/ with pytest and
+# pytest-asyncio from PyPI, made once (Debian's python3-venv when venv fails).
+PYVENV := target/python-venv
+deps-python-client:
+	@[ -x $(PYVENV)/bin/pytest ] || { \
+		python3 -m venv $(PYVENV) >/dev/null 2>&1 || { rm -rf $(PYVENV) \
+			&& $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv \
+			&& python3 -m venv $(PYVENV); } \
+		&& $(PYVENV)/bin/pip install --quiet --disable-pip-version-check pytest pytest-asyncio; }
+
+# Installs clients/python into that virtualenv (with redis-py) and runs its
+# tests (redis-py's lock tests ported, FLOCK's own, the README example) against
+# redis-servers they start with the module at $(MODULE).
+test-python: deps-python-client
+	$(PYVENV)/bin/pip install --quiet --disable-pip-version-check ./clients/python
+	$(with_server) FLOCK_MODULE=$(abspath $(MODULE)) $(PYVENV)/bin/python -m pytest clients/python -q -p no:cacheprovider
 
 # redis-server in the foreground on 127.0.0.1:6379 with the module loaded.
 run: build

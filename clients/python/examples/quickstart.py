@@ -1,0 +1,22 @@
+"""redis_flock.Lock where redis.lock.Lock was: python3 quickstart.py [redis://127.0.0.1:6379]"""
+
+import sys
+
+import redis
+
+from redis_flock import Lock
+
+r = redis.Redis.from_url(sys.argv[1] if len(sys.argv) > 1 else "redis://127.0.0.1:6379")
+
+# No timeout: a 30 s lease that a watchdog thread renews until the release.
+# Waiters queue on the server in FIFO order, each on a connection of its own.
+with Lock(r, "orders:42", blocking_timeout=5) as lock:
+    # Pass the fencing token to the storage you write to: it rejects older ones.
+    print(f"holding orders:42, fencing token {lock.fencing_token}, lost: {lock.lost}")
+
+# Or through redis-py's own factory, with a 10 s lease and no watchdog:
+lock = r.lock("orders:42", timeout=10, lock_class=Lock)
+if lock.acquire(blocking=False):
+    lock.extend(5)  # 15 s left now
+    print(f"held again with fencing token {lock.fencing_token}, owned: {lock.owned()}")
+    lock.release()

@@ -1,0 +1,177 @@
+"""``redis_flock.asyncio.Lock``: redis-py's ``redis.asyncio.lock.Lock`` on FLOCK."""
+
+import asyncio
+from typing import Awaitable, Literal, Optional
+
+from redis.exceptions import LockError, LockNotOwnedError, ResponseError
+
+from ._core import (
+    LOST_REPLY,
+    RENEWAL_ERRORS,
+    RESEND_DELAYS,
+    LockBase,
+    Number,
+    logger,
+    not_owned,
+    parse_info,
+    renewal_lost,
+    to_ms,
+)
+
+__all__ = ["Lock"]
+
+
+async def send(call, args):
+    """``await call(*args)``, sent again with the same arguments (request ID
+    included) when the reply is lost."""
+    for delay in RESEND_DELAYS:
+        try:
+            return await call(*args)
+        except LOST_REPLY:
+            await asyncio.sleep(delay)
+    return await call(*args)
+
+
+class Dedicated:
+    """A connection of its own, made with the client pool's settings, for a
+    blocking wait and for a watchdog (see redis_flock.lock.Dedicated)."""
+
+    def __init__(self, client, socket_timeout: Optional[float]):
+        pool = client.connection_pool
+        self.connection = pool.connection_class(**dict(pool.connection_kwargs, socket_timeout=socket_timeout))
+
+    async def call(self, *args):
+        await self.connection.send_command(*args)
+        return await self.connection.read_response()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        # Closing the connection also takes a cancelled waiter out of the queue.
+        await self.connection.disconnect()
+
+
+class Lock(LockBase):
+    """A fair distributed lock, used like redis-py's
+    ``redis.asyncio.lock.Lock``: ``redis_flock.asyncio.Lock(r, "orders:42")``
+    or ``r.lock("orders:42", lock_class=redis_flock.asyncio.Lock)``."""
+
+    async def __aenter__(self) -> "Lock":
+        if await self.acquire():
+            return self
+        raise self._unlocked_error()
+
+    async def __aexit__(self, exc_type, exc_value, traceback) -> None:
+        try:
+            await self.release()
+        except LockError:
+            if self.raise_on_release_error:
+                raise
+            logger.warning("Lock was unlocked or no longer owned when exiting context manager.")
+
+    def _encoder(self):
+        try:
+            return self.redis.connection_pool.get_encoder()
+        except AttributeError:
+            return self.redis.get_encoder()
+
+    async def acquire(
+        self,
+        blocking: Optional[bool] = None,
+        blocking_timeout: Optional[Number] = None,
+        token=None,
+    ) -> bool:
+        """Takes the lock; True once granted. Not blocking: one try. Blocking:
+        waits in the server's FIFO queue, up to ``blocking_timeout`` seconds
+        (None: no limit), on a connection of its own; cancelling the task
+        closes that connection, which leaves the queue."""
+        owner = self._owner(token, self._encoder())
+        wait_ms = self._wait_ms(blocking, blocking_timeout)
+        granted = await send(self.redis.execute_command, self._acquire_command(owner, None))
+        if granted is None and wait_ms is not None:
+            async with Dedicated(self.redis, self._wait_socket_timeout(wait_ms)) as connection:
+                granted = await send(connection.call, self._acquire_command(owner, wait_ms))
+        if granted is None:
+            return False
+        grant, replaced = self._new_grant(owner, granted, asyncio.Lock())
+        if replaced is not None:
+            replaced.stop()
+        if grant is not None and self.watchdog:
+            grant.on_stop = asyncio.create_task(self._watch(grant)).cancel
+        return True
+
+    async def _watch(self, grant) -> None:
+        """Renews the grant every third of its lease until released; marks it
+        lost on NOTOWNER, or when no renewal got through for a whole lease."""
+        lease_ms = self._lease_ms()
+        interval = lease_ms / 3000
+        loop = asyncio.get_running_loop()
+        confirmed = loop.time()
+        async with Dedicated(self.redis, interval) as connection:
+            while True:
+                await asyncio.sleep(interval)
+                async with grant.mutex:
+                    if grant.stopped:
+                        return
+                    sent = loop.time()
+                    try:
+                        await send(connection.call, self._renew_command(grant.owner, lease_ms))
+                        confirmed = sent
+                    except RENEWAL_ERRORS as e:
+                        if renewal_lost(grant, self.name, e, loop.time() - confirmed, lease_ms):
+                            return
+
+    async def locked(self) -> bool:
+        """Whether anyone holds the lock."""
+        return await self._info() is not None
+
+    async def owned(self) -> bool:
+        """Whether this grant still holds the lock."""
+        return self._is_owner(await self._info())
+
+    async def _info(self):
+        return parse_info(await self.redis.execute_command("FLOCK.INFO", self.name))
+
+    async def release(self) -> None:
+        """Releases one hold; the lock passes at once to the next waiter. As
+        redis-py's asyncio lock, keeps the token when the release did not
+        complete (cancelled, connection lost): calling release() again
+        resends the same request ID, so it is applied once."""
+        command = self._release_command()
+        grant = self.local.grant
+        async with grant.mutex:
+            grant.pending_release = grant.pending_release or command
+            try:
+                left = await send(self.redis.execute_command, grant.pending_release)
+            except ResponseError as e:
+                error = not_owned(e, "release", self.name)
+                if isinstance(error, LockNotOwnedError):
+                    self._dropped()
+                raise error from e
+            grant.pending_release = None
+            if left == 0:
+                self._dropped()
+
+    def extend(self, additional_time: Number, replace_ttl: bool = False) -> Awaitable[Literal[True]]:
+        """Adds ``additional_time`` seconds to the lease left (or makes it the
+        lease, ``replace_ttl=True``)."""
+        owner = self._held("Cannot extend an unlocked lock")
+        self._timed("extend")
+        return self._extend(owner, to_ms(additional_time), replace_ttl)
+
+    async def _extend(self, owner: bytes, additional_ms: int, replace_ttl: bool) -> Literal[True]:
+        lease_ms = additional_ms if replace_ttl else self._extended_lease(await self._info(), owner, additional_ms)
+        return await self._renew(owner, lease_ms, "extend")
+
+    def reacquire(self) -> Awaitable[Literal[True]]:
+        """Resets the lease to ``timeout``."""
+        owner = self._held("Cannot reacquire an unlocked lock")
+        return self._renew(owner, self._timed("reacquire"), "reacquire")
+
+    async def _renew(self, owner: bytes, lease_ms: int, action: str) -> Literal[True]:
+        try:
+            await send(self.redis.execute_command, self._renew_command(owner, lease_ms))
+        except ResponseError as e:
+            raise not_owned(e, action, self.name) from e
+        return True

@@ -1,0 +1,131 @@
+"""Helpers the tests share: FLOCK.INFO, taking a lock from its holder, waiting
+for an observable condition with a deadline, a proxy that loses a reply."""
+
+import asyncio
+import inspect
+import contextlib
+import socket
+import threading
+import time
+
+import pytest
+import redis
+
+from redis_flock._core import parse_info
+
+
+# Redis.lock() passes raise_on_release_error on since redis-py 6 (5.0.8 does
+# not); redis_flock.Lock takes it either way.
+needs_raise_on_release_error = pytest.mark.skipif(
+    "raise_on_release_error" not in inspect.signature(redis.Redis.lock).parameters,
+    reason="this redis-py's Redis.lock() has no raise_on_release_error",
+)
+
+
+def wait_until(condition, timeout=5.0, what="the condition"):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.01)
+
+
+async def until(condition, timeout=5.0, what="the condition"):
+    """wait_until for asyncio tests: lets the event loop run meanwhile."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+def info(r, key):
+    return parse_info(r.execute_command("FLOCK.INFO", key))
+
+
+def owner_of(r, key):
+    """The holder's owner as bytes, or None."""
+    fields = info(r, key)
+    if fields is None:
+        return None
+    owner = fields["owner"]
+    return owner.encode() if isinstance(owner, str) else owner
+
+
+def ttl_ms(r, key):
+    return info(r, key)["ttl-ms"]
+
+
+def steal(r, key, owner="a"):
+    """What redis-py's tests do with SET: the lock now belongs to someone else."""
+    r.execute_command("FLOCK.FORCERELEASE", key)
+    assert r.execute_command("FLOCK.ACQUIRE", key, owner, 60000) is not None
+
+
+def calls(r, command):
+    """How often the server ran ``command`` (INFO commandstats)."""
+    stats = r.info("commandstats").get(f"cmdstat_{command}")
+    return stats["calls"] if stats else 0
+
+
+def stat(r, field):
+    """A counter of INFO flock, e.g. wait_timeouts."""
+    return int(r.info("flock")[f"flock_{field}"])
+
+
+class ReplyDropper:
+    """A TCP proxy to a server that, once armed with ``drop_reply_to(marker)``,
+    forwards the next command containing ``marker`` and then closes the
+    connection instead of forwarding its reply: a reply lost on the way."""
+
+    def __init__(self, server_port: int):
+        self.server_port = server_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.marker = None
+        self.dropped = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def drop_reply_to(self, marker: bytes) -> None:
+        self.marker = marker
+
+    def close(self) -> None:
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                downstream, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.server_port))
+            marked = threading.Event()
+            threading.Thread(target=self._up, args=(downstream, upstream, marked), daemon=True).start()
+            threading.Thread(target=self._down, args=(upstream, downstream, marked), daemon=True).start()
+
+    def _up(self, downstream, upstream, marked) -> None:
+        with _closing(downstream, upstream):
+            while data := downstream.recv(65536):
+                if self.marker is not None and self.marker in data:
+                    self.marker = None
+                    marked.set()
+                upstream.sendall(data)
+
+    def _down(self, upstream, downstream, marked) -> None:
+        with _closing(downstream, upstream):
+            while data := upstream.recv(65536):
+                if marked.is_set():
+                    self.dropped.set()
+                    return
+                downstream.sendall(data)
+
+
+@contextlib.contextmanager
+def _closing(*sockets):
+    try:
+        yield
+    except OSError:
+        pass
+    finally:
+        for s in sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()

@@ -1,0 +1,91 @@
+"""What redis_flock.asyncio.Lock adds to redis-py's asyncio Lock: FIFO waits
+on a connection of their own (cancellable), fencing tokens, the watchdog as a
+task, request IDs."""
+
+import asyncio
+import time
+
+import pytest
+import redis.asyncio
+from helpers import ReplyDropper, calls, info, until
+from redis.backoff import NoBackoff
+from redis.exceptions import LockNotOwnedError
+from redis.retry import Retry
+
+from redis_flock.asyncio import Lock
+
+
+async def test_waiters_are_granted_in_fifo_order(r, inspect):
+    holder = Lock(r, "fifo", timeout=10)
+    assert await holder.acquire(blocking=False)
+    granted = []
+
+    async def worker(i):
+        lock = Lock(r, "fifo", timeout=10)
+        assert await lock.acquire(blocking_timeout=10)
+        granted.append((i, lock.fencing_token))
+        await lock.release()
+
+    tasks = []
+    for i in range(5):
+        tasks.append(asyncio.create_task(worker(i)))
+        await until(lambda: info(inspect, "fifo")["waiters"] == i + 1, what=f"worker {i} to queue")
+    await holder.release()
+    await asyncio.gather(*tasks)
+    assert [i for i, _ in granted] == list(range(5))
+    tokens = [token for _, token in granted]
+    assert tokens == sorted(set(tokens))
+
+
+async def test_cancelled_wait_leaves_the_queue(r, inspect):
+    holder = Lock(r, "cancel", timeout=10)
+    assert await holder.acquire(blocking=False)
+    waiter = asyncio.create_task(Lock(r, "cancel", timeout=10).acquire())
+    await until(lambda: info(inspect, "cancel")["waiters"] == 1, what="the waiter to queue")
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    await until(lambda: info(inspect, "cancel")["waiters"] == 0, what="the waiter to leave")
+    await holder.release()
+    assert info(inspect, "cancel") is None
+
+
+async def test_watchdog_keeps_a_short_lease_alive(r, inspect):
+    lock = Lock(r, "wd", watchdog_timeout=0.9)
+    renewals = calls(inspect, "flock.renew")
+    assert await lock.acquire(blocking=False)
+    start = info(inspect, "wd")["token"]
+    acquired = time.monotonic()
+    # Four renewals and more than a lease: without them the lock would be gone.
+    await until(
+        lambda: calls(inspect, "flock.renew") >= renewals + 4 and time.monotonic() - acquired > 1.2,
+        what="four renewals",
+    )
+    assert await lock.owned() and not lock.lost
+    assert info(inspect, "wd")["token"] == start
+    await lock.release()
+    assert info(inspect, "wd") is None
+
+
+async def test_watchdog_reports_loss_after_forcerelease(r, inspect):
+    lock = Lock(r, "wd", watchdog_timeout=0.3)
+    assert await lock.acquire(blocking=False)
+    inspect.execute_command("FLOCK.FORCERELEASE", "wd")
+    await until(lambda: lock.lost, what="the watchdog to report the loss")
+    assert not await lock.owned()
+    with pytest.raises(LockNotOwnedError, match="NOTOWNER"):
+        await lock.release()
+
+
+async def test_lost_release_reply_is_resent_and_applied_once(server, inspect):
+    proxy = ReplyDropper(server.port)
+    client = redis.asyncio.Redis(port=proxy.port, retry=Retry(NoBackoff(), 0))
+    lock = Lock(client, "resend", timeout=10, reentrant=True)
+    assert await lock.acquire(blocking=False) and await lock.acquire(blocking=False)
+    proxy.drop_reply_to(b"FLOCK.RELEASE")
+    await lock.release()
+    assert proxy.dropped.is_set()
+    assert info(inspect, "resend")["holds"] == 1 and await lock.owned()
+    await lock.release()
+    await client.aclose()
+    proxy.close()

@@ -1,0 +1,217 @@
+"""What redis_flock.Lock adds to redis-py's Lock: FIFO waits on a connection
+of their own, fencing tokens, the watchdog, reentrancy, request IDs."""
+
+import threading
+import time
+
+import pytest
+import redis
+from helpers import ReplyDropper, calls, info, owner_of, wait_until
+from redis.backoff import NoBackoff
+from redis.exceptions import LockNotOwnedError
+from redis.retry import Retry
+
+from redis_flock import Lock
+
+
+def queue_in_thread(r, lock, waiters=1, then=lambda lock: None):
+    """Starts ``lock.acquire()`` then ``then(lock)`` in a thread, and returns
+    once it is the ``waiters``-th in the queue: (the thread, [its result])."""
+    result = []
+
+    def run():
+        result.append(lock.acquire(blocking_timeout=10))
+        then(lock)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    wait_until(lambda: info(r, lock.name)["waiters"] == waiters, what=f"waiter {waiters} to queue")
+    return thread, result
+
+
+def test_waiters_are_granted_in_fifo_order(r):
+    holder = Lock(r, "fifo", timeout=10)
+    assert holder.acquire(blocking=False)
+    granted = []
+
+    def record(lock):
+        granted.append((lock, lock.fencing_token))
+        lock.release()
+
+    locks = [Lock(r, "fifo", timeout=10) for _ in range(5)]
+    # Each one is queued before the next one starts: the queue order is known.
+    threads = [queue_in_thread(r, lock, i + 1, then=record)[0] for i, lock in enumerate(locks)]
+    holder.release()
+    for t in threads:
+        t.join()
+    assert [lock for lock, _ in granted] == locks
+    tokens = [token for _, token in granted]
+    assert tokens == sorted(set(tokens))
+
+
+def test_fencing_token_increases_with_every_grant_and_stays_on_reentry(r):
+    lock = Lock(r, "fence", timeout=10, reentrant=True)
+    assert lock.fencing_token is None
+    assert lock.acquire(blocking=False)
+    first = lock.fencing_token
+    assert isinstance(first, int) and first > 0
+    assert lock.acquire(blocking=False)
+    assert lock.fencing_token == first
+    lock.release()
+    lock.release()
+    assert lock.fencing_token is None
+    other = Lock(r, "fence", timeout=10)
+    assert other.acquire(blocking=False)
+    assert other.fencing_token > first
+    other.release()
+
+
+def test_reentrant_lock_counts_holds_per_thread(r):
+    lock = Lock(r, "re", timeout=10, reentrant=True)
+    assert lock.acquire(blocking=False)
+    assert lock.acquire(blocking=False)
+    assert info(r, "re")["holds"] == 2
+    # Another thread is another owner: it does not reenter.
+    elsewhere = []
+    t = threading.Thread(target=lambda: elsewhere.append(lock.acquire(blocking=False)))
+    t.start()
+    t.join()
+    assert elsewhere == [False]
+    lock.release()
+    assert lock.owned() and info(r, "re")["holds"] == 1
+    lock.release()
+    assert info(r, "re") is None
+
+
+def test_default_lock_does_not_reenter_as_redis_py(r):
+    lock = Lock(r, "nore", timeout=10)
+    assert lock.acquire(blocking=False)
+    token = lock.local.token
+    assert not lock.acquire(blocking=False)
+    assert lock.local.token == token and info(r, "nore")["holds"] == 1
+    lock.release()
+
+
+def test_blocking_wait_uses_a_connection_of_its_own(server, r):
+    # A pool of one connection: a wait on it would starve every other command.
+    pool = redis.BlockingConnectionPool(port=server.port, max_connections=1, timeout=2)
+    client = redis.Redis(connection_pool=pool)
+    holder = Lock(client, "own", timeout=10)
+    assert holder.acquire(blocking=False)
+    waiter = Lock(client, "own", timeout=10, thread_local=False)
+    t, result = queue_in_thread(r, waiter)
+    assert client.ping()
+    holder.release()
+    t.join()
+    assert result == [True]
+    waiter.release()
+    client.close()
+
+
+def test_watchdog_keeps_a_short_lease_alive(r):
+    lock = Lock(r, "wd", watchdog_timeout=0.9)
+    renewals = calls(r, "flock.renew")
+    assert lock.acquire(blocking=False)
+    acquired = time.monotonic()
+    # Four renewals and more than a lease: without them the lock would be gone.
+    wait_until(
+        lambda: calls(r, "flock.renew") >= renewals + 4 and time.monotonic() - acquired > 1.2, what="four renewals"
+    )
+    assert lock.owned() and not lock.lost
+    assert 0 < info(r, "wd")["ttl-ms"] <= 900
+    lock.release()
+    assert info(r, "wd") is None
+
+
+def test_watchdog_reports_loss_after_forcerelease(r):
+    lock = Lock(r, "wd", watchdog_timeout=0.3)
+    assert lock.acquire(blocking=False)
+    r.execute_command("FLOCK.FORCERELEASE", "wd")
+    wait_until(lambda: lock.lost, what="the watchdog to report the loss")
+    assert not lock.owned()
+    with pytest.raises(LockNotOwnedError, match="NOTOWNER"):
+        lock.release()
+
+
+def test_watchdog_stops_on_release(r):
+    lock = Lock(r, "wd-stop", watchdog_timeout=0.3)
+    assert lock.acquire(blocking=False)
+    name = "flock-watchdog 'wd-stop'"
+    assert any(t.name == name for t in threading.enumerate())
+    lock.release()
+    wait_until(lambda: not any(t.name == name for t in threading.enumerate()), what="the watchdog thread to end")
+
+
+def test_notowner_is_lock_not_owned_error(r):
+    lock = Lock(r, "gone", timeout=0.05)
+    assert lock.acquire(blocking=False)
+    wait_until(lambda: info(r, "gone") is None, what="the lease to end")
+    with pytest.raises(LockNotOwnedError, match="NOTOWNER") as raised:
+        lock.release()
+    assert raised.value.lock_name == "gone"
+
+
+def test_every_command_carries_a_request_id(r):
+    lock = Lock(r, "ids", timeout=10)
+    with r.monitor() as monitor:
+        lock.acquire(blocking=False)
+        lock.extend(1)
+        lock.release()
+        sent = []
+        while not sent or sent[-1][0] != "FLOCK.RELEASE":
+            words = monitor.next_command()["command"].split()
+            if words[0].startswith("FLOCK.") and words[0] != "FLOCK.INFO" and words[1] == "ids":
+                sent.append(words)
+    assert [words[0] for words in sent] == ["FLOCK.ACQUIRE", "FLOCK.RENEW", "FLOCK.RELEASE"]
+    assert all(words[-2] == "ID" for words in sent)
+    assert len({words[-1] for words in sent}) == 3
+
+
+@pytest.fixture(params=[0, 3], ids=["redis-py-no-retry", "redis-py-retry"])
+def via_proxy(request, server):
+    """A client behind a proxy that can lose a reply; with redis-py's own
+    retry off (redis_flock resends) or on (redis-py resends the same args)."""
+    proxy = ReplyDropper(server.port)
+    client = redis.Redis(port=proxy.port, retry=Retry(NoBackoff(), request.param))
+    yield proxy, client
+    client.close()
+    proxy.close()
+
+
+def test_lost_release_reply_is_resent_and_applied_once(r, via_proxy):
+    proxy, client = via_proxy
+    lock = Lock(client, "resend", timeout=10, reentrant=True)
+    assert lock.acquire(blocking=False) and lock.acquire(blocking=False)
+    proxy.drop_reply_to(b"FLOCK.RELEASE")
+    lock.release()
+    assert proxy.dropped.is_set()
+    # Applied once: one hold left, not none.
+    assert info(r, "resend")["holds"] == 1 and lock.owned()
+    lock.release()
+    assert info(r, "resend") is None
+
+
+def test_lost_release_reply_after_handoff_is_not_notowner(r, via_proxy):
+    proxy, client = via_proxy
+    lock = Lock(client, "handoff", timeout=10)
+    assert lock.acquire(blocking=False)
+    waiter = Lock(r, "handoff", timeout=10, thread_local=False)
+    t, result = queue_in_thread(r, waiter)
+    proxy.drop_reply_to(b"FLOCK.RELEASE")
+    lock.release()  # the resend answers the first reply, not NOTOWNER
+    t.join()
+    assert proxy.dropped.is_set() and result == [True]
+    assert owner_of(r, "handoff") == waiter.local.token
+    waiter.release()
+
+
+def test_lost_acquire_reply_is_resent_without_an_extra_hold(r, via_proxy):
+    proxy, client = via_proxy
+    lock = Lock(client, "acq", timeout=10, reentrant=True)
+    assert lock.acquire(blocking=False)
+    proxy.drop_reply_to(b"FLOCK.ACQUIRE")
+    assert lock.acquire(blocking=False)
+    assert proxy.dropped.is_set()
+    assert info(r, "acq")["holds"] == 2
+    lock.release()
+    lock.release()
