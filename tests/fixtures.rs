@@ -82,14 +82,8 @@ fn check(s: &Server, expected: &Expected, how: &str) {
         redis::cmd("FLOCK.RELEASE").arg("ids").arg("dave").arg("ID").arg("rel-1").query(&mut c).unwrap();
     assert_eq!(resend_release, 1, "{how}: RELEASE rel-1 answered as the first time");
     assert_eq!(holds(&mut c, "ids"), 1, "{how}: the resent RELEASE changed nothing");
-    let resend_acquire: Option<i64> = redis::cmd("FLOCK.ACQUIRE")
-        .arg("ids")
-        .arg("dave")
-        .arg(1000)
-        .arg("ID")
-        .arg("acq-1")
-        .query(&mut c)
-        .unwrap();
+    let resend_acquire: Option<i64> =
+        redis::cmd("FLOCK.ACQUIRE").arg("ids").arg("dave").arg(1000).arg("ID").arg("acq-1").query(&mut c).unwrap();
     assert_eq!(resend_acquire, Some(dave), "{how}: ACQUIRE acq-1 answered its token");
     assert_eq!(holds(&mut c, "ids"), 1, "{how}: the resent ACQUIRE changed nothing");
     let reused = redis::cmd("FLOCK.RENEW").arg("ids").arg("dave").arg(1000).arg("ID").arg("acq-2").query::<i64>(&mut c);

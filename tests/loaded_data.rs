@@ -30,7 +30,7 @@ fn crafted(c: &mut Connection, owner: &[u8], [holds, token, deadline, session]: 
     force_release(c, "model").unwrap();
     // 0x07 (module value), then the 64-bit type id as an RDB length (0x81 +
     // 8 bytes), which carries the encoding version (2: a holder flag, the
-    // holder, then the request IDs).
+    // holder, the request IDs, then 3: the limit and the shared holders).
     let mut out = real[..10].to_vec();
     out.extend([0x02, 0x01]); // unsigned opcode, 1: a holder follows
     out.push(0x05); // string opcode
@@ -44,6 +44,7 @@ fn crafted(c: &mut Connection, owner: &[u8], [holds, token, deadline, session]: 
         out.extend(n.to_be_bytes());
     }
     out.extend([0x02, 0x00]); // no request IDs
+    out.extend([0x02, 0x00, 0x02, 0x00]); // a lock (limit 0), no shared holders
     out.push(0x00); // EOF opcode
     out.extend(&real[real.len() - 10..]); // RDB version and a checksum that no longer matches
     out
