@@ -398,6 +398,62 @@ mod tests {
     }
 
     #[test]
+    fn shared_and_permits_choose_the_kind_and_exclude_each_other() {
+        assert_eq!(acq(&["me", "10"]).unwrap().want, Want::Exclusive);
+        assert_eq!(acq(&["me", "10", "shared", "WAIT", "0"]).unwrap().want, Want::Shared);
+        assert_eq!(acq(&["me", "10", "PERMITS", "2", "limit", "3"]).unwrap().want, Want::Permits { n: 2, limit: 3 });
+        let max = u32::MAX.to_string();
+        assert_eq!(
+            acq(&["me", "10", "PERMITS", &max, "LIMIT", &max]).unwrap().want,
+            Want::Permits { n: u32::MAX, limit: u32::MAX }
+        );
+        assert_eq!(acq(&["me", "10", "SHARED", "PERMITS", "1", "LIMIT", "2"]), Err(ArgError::SharedAndPermits));
+        assert_eq!(acq(&["me", "10", "PERMITS", "1", "LIMIT", "2", "SHARED"]), Err(ArgError::SharedAndPermits));
+        assert_eq!(acq(&["me", "10", "SHARED", "SHARED"]), Err(ArgError::Repeated("SHARED")));
+        assert_eq!(
+            acq(&["me", "10", "PERMITS", "1", "LIMIT", "2", "PERMITS", "1", "LIMIT", "2"]),
+            Err(ArgError::Repeated("PERMITS"))
+        );
+        assert_eq!(acq(&["me", "10", "PERMITS", "3", "LIMIT", "2"]), Err(ArgError::Permits), "n > m");
+        assert_eq!(acq(&["me", "10", "PERMITS", "0", "LIMIT", "2"]), Err(ArgError::Permits), "n = 0");
+        assert_eq!(acq(&["me", "10", "PERMITS", "1", "LIMIT", "4294967296"]), Err(ArgError::Limit), "m > 2^32-1");
+        assert_eq!(acq(&["me", "10", "PERMITS", "1", "LIMIT", "0"]), Err(ArgError::Limit));
+        assert_eq!(acq(&["me", "10", "PERMITS", "1"]), Err(ArgError::Permits), "no LIMIT");
+        assert_eq!(acq(&["me", "10", "PERMITS", "1", "WAIT", "2"]), Err(ArgError::Permits));
+        assert_eq!(acq(&["me", "10", "PERMITS"]), Err(ArgError::MissingValue("PERMITS")));
+    }
+
+    #[test]
+    fn a_member_no_command_could_have_made_is_refused() {
+        let now = 1_700_000_000_000;
+        let m = |args: &[&str]| {
+            let owned: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+            member(&owned, now).map(|(mode, m)| (mode, m.map(|(o, h)| (o.to_vec(), h.map(|h| h.permits)))))
+        };
+        assert_eq!(m(&["shared", "0"]), Ok((Mode::Lock, None)));
+        assert_eq!(m(&["semaphore", "3", "o"]), Ok((Mode::Semaphore(3), Some((b"o".to_vec(), None)))));
+        assert_eq!(
+            m(&["semaphore", "3", "o", "1", "5", "0", "0", "3"]),
+            Ok((Mode::Semaphore(3), Some((b"o".to_vec(), Some(3)))))
+        );
+        assert_eq!(m(&["shared", "0", "o", "1", "5", "0", "1", "0"]), Ok((Mode::Lock, Some((b"o".to_vec(), Some(0))))));
+        assert_eq!(
+            m(&["semaphore", "3", "o", "1", "5", "0", "0", "4"]),
+            Err(ArgError::State(PERMITS)),
+            "beyond the limit"
+        );
+        assert_eq!(m(&["semaphore", "3", "o", "1", "5", "0", "0", "0"]), Err(ArgError::State(PERMITS)));
+        assert_eq!(m(&["shared", "0", "o", "1", "5", "0", "0", "1"]), Err(ArgError::State(PERMITS)));
+        assert_eq!(m(&["shared", "1"]), Err(ArgError::State(MODE)));
+        assert_eq!(m(&["semaphore", "0"]), Err(ArgError::State(MODE)));
+        assert_eq!(m(&["semaphore", "4294967296"]), Err(ArgError::State(MODE)));
+        assert_eq!(m(&["exclusive", "0"]), Err(ArgError::State(MODE)));
+        assert_eq!(m(&["shared", "0", "o", "0", "5", "0", "0", "0"]), Err(ArgError::State(HOLDS)));
+        assert_eq!(m(&["shared", "0", "o", "1"]), Err(ArgError::Arity));
+        assert_eq!(m(&["shared"]), Err(ArgError::Arity));
+    }
+
+    #[test]
     fn id_is_the_one_option_of_release_renew_and_forcerelease() {
         assert_eq!(release(&[b"me", b"ID", b"r1"]), Ok((&b"me"[..], Some(&b"r1"[..]))));
         assert_eq!(renew(&[b"me", b"10"]), Ok((&b"me"[..], 10, None)));
@@ -444,6 +500,7 @@ mod tests {
             }
             let _ = request_args(&refs, 1_700_000_000_000);
             let _ = state(&refs, 1_700_000_000_000);
+            let _ = member(&refs, 1_700_000_000_000);
         }
     }
 }

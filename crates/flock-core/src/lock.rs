@@ -522,13 +522,24 @@ impl<P> Lock<P> {
         }
     }
 
-    /// Adds or replaces a member (the same owner's entry goes first).
-    fn insert_member(&mut self, member: Member, limit: Option<u32>) {
+    /// Adds or replaces a member (the same owner's entry goes first: with
+    /// the same token it is the same grant, which keeps its lease entry).
+    fn insert_member(&mut self, mut member: Member, limit: Option<u32>) {
         let owner = member.holder.owner.clone();
         let token = member.holder.token;
         let old = self.member_of(&owner).map(|m| m.holder.token);
-        let old_session = old.and_then(|t| self.remove_member(t, false)).and_then(|m| m.session);
+        let old = old.and_then(|t| self.remove_member(t, false));
+        let mut old_session = None;
+        let mut gone = None;
+        match old {
+            Some(old) if old.holder.token == token => {
+                member.holder.deadline_id = old.holder.deadline_id;
+                old_session = old.session;
+            }
+            old => gone = old,
+        }
         let extra = self.extra_mut();
+        extra.changes.extend(gone.map(TableChange::Gone));
         extra.limit = limit;
         let table = extra.table.get_or_insert_with(Box::default);
         table.used += u64::from(member.permits.max(1));
