@@ -184,23 +184,24 @@ struct Extra<P> {
     session: Option<u64>,
     waiting: Option<Box<Waiting<P>>>,
     requests: Requests,
-    /// The limit of a semaphore; `None` for a lock.
-    limit: Option<u32>,
-    table: Option<Box<Table>>,
-    changes: Vec<TableChange>,
+    /// Boxed once more, so that an exclusive lock's `Extra` (SESSION,
+    /// waiters, request IDs) stays as small as before.
+    shared: Option<Box<Shared>>,
 }
 
 impl<P> Default for Extra<P> {
     fn default() -> Self {
-        Self {
-            session: None,
-            waiting: None,
-            requests: Requests::default(),
-            limit: None,
-            table: None,
-            changes: Vec::new(),
-        }
+        Self { session: None, waiting: None, requests: Requests::default(), shared: None }
     }
+}
+
+/// What only shared and semaphore keys have.
+#[derive(Default)]
+struct Shared {
+    /// The limit of a semaphore; `None` for a lock.
+    limit: Option<u32>,
+    table: Option<Table>,
+    changes: Vec<TableChange>,
 }
 
 pub struct Lock<P> {
@@ -250,7 +251,7 @@ impl<P> Lock<P> {
     /// What the key is: a semaphore once an ACQUIRE with PERMITS made it,
     /// a lock otherwise.
     pub fn mode(&self) -> Mode {
-        self.extra.as_ref().and_then(|e| e.limit).map_or(Mode::Lock, Mode::Semaphore)
+        self.shared().and_then(|p| p.limit).map_or(Mode::Lock, Mode::Semaphore)
     }
 
     /// Sets the key's mode as replicated or loaded state says.
@@ -259,14 +260,30 @@ impl<P> Lock<P> {
             Mode::Lock => None,
             Mode::Semaphore(limit) => Some(limit),
         };
-        if limit.is_some() || self.extra.is_some() {
-            self.extra_mut().limit = limit;
+        if limit.is_some() || self.shared().is_some() {
+            self.shared_mut().limit = limit;
         }
         self.trim();
     }
 
+    fn shared(&self) -> Option<&Shared> {
+        self.extra.as_ref()?.shared.as_deref()
+    }
+
+    fn shared_mut(&mut self) -> &mut Shared {
+        self.extra_mut().shared.get_or_insert_with(Box::default)
+    }
+
+    fn shared_if_any(&mut self) -> Option<&mut Shared> {
+        self.extra.as_mut()?.shared.as_deref_mut()
+    }
+
     fn table(&self) -> Option<&Table> {
-        self.extra.as_ref()?.table.as_deref()
+        self.shared()?.table.as_ref()
+    }
+
+    fn table_mut(&mut self) -> Option<&mut Table> {
+        self.shared_if_any()?.table.as_mut()
     }
 
     /// Shared or semaphore holders, in no particular order.
@@ -275,12 +292,12 @@ impl<P> Lock<P> {
     }
 
     pub fn members_mut(&mut self) -> impl Iterator<Item = &mut Member> + '_ {
-        self.extra.as_mut().and_then(|e| e.table.as_mut()).into_iter().flat_map(|t| t.by_token.values_mut())
+        self.table_mut().into_iter().flat_map(|t| t.by_token.values_mut())
     }
 
     /// The exclusive holder or the members' holders.
     pub fn holders_mut(&mut self) -> impl Iterator<Item = &mut Holder> + '_ {
-        let members = self.extra.as_mut().and_then(|e| e.table.as_mut()).into_iter();
+        let members = self.extra.as_mut().and_then(|e| e.shared.as_mut()).and_then(|p| p.table.as_mut()).into_iter();
         self.holder.as_mut().into_iter().chain(members.flat_map(|t| t.by_token.values_mut().map(|m| &mut m.holder)))
     }
 
@@ -294,7 +311,7 @@ impl<P> Lock<P> {
     }
 
     pub fn member_mut(&mut self, token: u64) -> Option<&mut Member> {
-        self.extra.as_mut()?.table.as_mut()?.by_token.get_mut(&token)
+        self.table_mut()?.by_token.get_mut(&token)
     }
 
     fn member_of(&self, owner: &[u8]) -> Option<&Member> {
@@ -320,8 +337,8 @@ impl<P> Lock<P> {
 
     /// The changes to the table since the last call.
     pub fn take_changes(&mut self) -> Vec<TableChange> {
-        let Some(extra) = self.extra.as_mut() else { return Vec::new() };
-        let changes = std::mem::take(&mut extra.changes);
+        let Some(shared) = self.shared_if_any() else { return Vec::new() };
+        let changes = std::mem::take(&mut shared.changes);
         self.trim();
         changes
     }
@@ -353,14 +370,11 @@ impl<P> Lock<P> {
     }
 
     fn trim(&mut self) {
-        if self.extra.as_ref().is_some_and(|e| {
-            e.session.is_none()
-                && e.waiting.is_none()
-                && e.requests.is_empty()
-                && e.table.is_none()
-                && e.changes.is_empty()
-                && e.limit.is_none()
-        }) {
+        let Some(e) = self.extra.as_mut() else { return };
+        if e.shared.as_ref().is_some_and(|p| p.limit.is_none() && p.table.is_none() && p.changes.is_empty()) {
+            e.shared = None;
+        }
+        if e.session.is_none() && e.waiting.is_none() && e.requests.is_empty() && e.shared.is_none() {
             self.extra = None;
         }
     }
@@ -499,8 +513,8 @@ impl<P> Lock<P> {
     }
 
     fn reenter_member(&mut self, token: u64, req: &Request, now_ms: u64) -> Result<(), LockError> {
-        let Some(extra) = self.extra.as_mut() else { return Err(LockError::NotOwner) };
-        let Some(member) = extra.table.as_mut().and_then(|t| t.by_token.get_mut(&token)) else {
+        let Some(shared) = self.shared_if_any() else { return Err(LockError::NotOwner) };
+        let Some(member) = shared.table.as_mut().and_then(|t| t.by_token.get_mut(&token)) else {
             return Err(LockError::NotOwner);
         };
         member.holder.holds = member.holder.holds.checked_add(1).ok_or(LockError::TooManyHolds)?;
@@ -509,7 +523,7 @@ impl<P> Lock<P> {
         if req.session.is_some() {
             member.session = req.session;
         }
-        extra.changes.push(TableChange::Set { token, old_session });
+        shared.changes.push(TableChange::Set { token, old_session });
         Ok(())
     }
 
@@ -538,28 +552,28 @@ impl<P> Lock<P> {
             }
             old => gone = old,
         }
-        let extra = self.extra_mut();
-        extra.changes.extend(gone.map(TableChange::Gone));
-        extra.limit = limit;
-        let table = extra.table.get_or_insert_with(Box::default);
+        let shared = self.shared_mut();
+        shared.changes.extend(gone.map(TableChange::Gone));
+        shared.limit = limit;
+        let table = shared.table.get_or_insert_with(Table::default);
         table.used += u64::from(member.permits.max(1));
         table.by_owner.insert(owner, token);
         table.by_token.insert(token, member);
-        extra.changes.push(TableChange::Set { token, old_session });
+        shared.changes.push(TableChange::Set { token, old_session });
     }
 
     /// Takes a member out; logged as gone unless it is being replaced.
     fn remove_member(&mut self, token: u64, log: bool) -> Option<Member> {
-        let extra = self.extra.as_mut()?;
-        let table = extra.table.as_mut()?;
+        let shared = self.shared_if_any()?;
+        let table = shared.table.as_mut()?;
         let member = table.by_token.remove(&token)?;
         table.by_owner.remove(&member.holder.owner);
         table.used -= u64::from(member.permits.max(1));
         if table.by_token.is_empty() {
-            extra.table = None;
+            shared.table = None;
         }
         if log {
-            extra.changes.push(TableChange::Gone(member.clone()));
+            shared.changes.push(TableChange::Gone(member.clone()));
         }
         self.trim();
         Some(member)
@@ -659,12 +673,12 @@ impl<P> Lock<P> {
             return Ok((0, self.vacate(now_ms, tokens).1));
         }
         let token = self.member_of(owner).ok_or(LockError::NotOwner)?.holder.token;
-        let extra = self.extra.as_mut().ok_or(LockError::NotOwner)?;
-        let member = extra.table.as_mut().and_then(|t| t.by_token.get_mut(&token)).ok_or(LockError::NotOwner)?;
+        let shared = self.shared_if_any().ok_or(LockError::NotOwner)?;
+        let member = shared.table.as_mut().and_then(|t| t.by_token.get_mut(&token)).ok_or(LockError::NotOwner)?;
         member.holder.holds -= 1;
         let left = member.holder.holds;
         if left > 0 {
-            extra.changes.push(TableChange::Set { token, old_session: member.session });
+            shared.changes.push(TableChange::Set { token, old_session: member.session });
             return Ok((left, Vec::new()));
         }
         self.remove_member(token, true);
@@ -678,10 +692,10 @@ impl<P> Lock<P> {
             return Ok(holder.token);
         }
         let token = self.member_of(owner).ok_or(LockError::NotOwner)?.holder.token;
-        let extra = self.extra.as_mut().ok_or(LockError::NotOwner)?;
-        let member = extra.table.as_mut().and_then(|t| t.by_token.get_mut(&token)).ok_or(LockError::NotOwner)?;
+        let shared = self.shared_if_any().ok_or(LockError::NotOwner)?;
+        let member = shared.table.as_mut().and_then(|t| t.by_token.get_mut(&token)).ok_or(LockError::NotOwner)?;
         member.holder.deadline_ms = now_ms.saturating_add(lease_ms);
-        extra.changes.push(TableChange::Set { token, old_session: member.session });
+        shared.changes.push(TableChange::Set { token, old_session: member.session });
         Ok(token)
     }
 
@@ -787,6 +801,7 @@ impl<P> Lock<P> {
     /// Heap bytes owned by this lock (owner strings, queue, index, table).
     pub fn heap_size(&self) -> usize {
         let extra = self.extra.as_ref().map_or(0, |e| std::mem::size_of::<Extra<P>>() + e.requests.heap_size());
+        let shared = self.shared().map_or(0, |_| std::mem::size_of::<Shared>());
         let waiting = self.waiting().map_or(0, |w| {
             let owners: usize = w.queue.iter().map(|w| w.owner.len()).sum();
             std::mem::size_of::<Waiting<P>>()
@@ -796,12 +811,11 @@ impl<P> Lock<P> {
         });
         let table = self.table().map_or(0, |t| {
             let owners: usize = t.by_token.values().map(|m| m.holder.owner.len()).sum();
-            std::mem::size_of::<Table>()
-                + owners * 2
+            owners * 2
                 + t.by_token.capacity() * (std::mem::size_of::<(u64, Member)>() + 1)
                 + t.by_owner.capacity() * (std::mem::size_of::<(Box<[u8]>, u64)>() + 1)
         });
-        self.holder.as_ref().map_or(0, |h| h.owner.len()) + extra + waiting + table
+        self.holder.as_ref().map_or(0, |h| h.owner.len()) + extra + shared + waiting + table
     }
 }
 
