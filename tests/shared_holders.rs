@@ -390,6 +390,21 @@ fn shared_and_semaphore_holders_survive_debug_reload_and_an_rdb_restart() {
     check_state(&mut s.conn(), &before, "RDB restart");
 }
 
+#[test]
+fn dump_and_restore_carry_every_holder_mode_and_limit() {
+    let s = Server::start();
+    let mut c = s.conn();
+    make_state(&s);
+    for key in ["rw", "sem"] {
+        let payload: Vec<u8> = redis::cmd("DUMP").arg(key).query(&mut c).unwrap();
+        let copy = format!("{key}-copy");
+        let ok: String = redis::cmd("RESTORE").arg(&copy).arg(0).arg(payload).query(&mut c).unwrap();
+        assert_eq!(ok, "OK");
+        assert_eq!(info_still(&mut c, &copy), info_still(&mut c, key), "{key}: the restored copy");
+    }
+    assert_eq!(sem(&mut c, "sem-copy", "z", 1, 5), None, "the copy's permits are in use too");
+}
+
 fn aof_restart(preamble: &str) {
     let mut s = Server::start_aof(preamble);
     let before = make_state(&s);
