@@ -659,3 +659,70 @@ fn a_lapsed_shared_lease_seen_by_a_command_ends_before_the_command_runs() {
     assert_eq!(holders(&mut c, "rw").len(), 1);
     assert_eq!(holders(&mut c, "rw")[0].holds, 1, "a new grant, not a reentry of the lapsed one ({again})");
 }
+
+// ---------------------------------------------------------------- Cluster
+
+fn cluster_setslot(c: &mut Connection, slot: u16, args: &[&str]) {
+    let ok: String = redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg(args).query(c).unwrap();
+    assert_eq!(ok, "OK");
+}
+
+#[test]
+fn on_a_cluster_shared_and_semaphore_keys_are_routed_and_move_with_their_slot() {
+    use common::cluster::Cluster;
+    let cl = Cluster::start();
+    let mut cc = cl.client();
+    let (rw, pool) = ("{sh}:rw", "{sh}:pool");
+    let ta: Option<i64> = redis::cmd("FLOCK.ACQUIRE").arg(rw).arg("a").arg(LEASE).arg("SHARED").query(&mut cc).unwrap();
+    let tb: Option<i64> = redis::cmd("FLOCK.ACQUIRE").arg(rw).arg("b").arg(LEASE).arg("SHARED").query(&mut cc).unwrap();
+    assert!(ta.is_some() && tb > ta, "the cluster client routes SHARED grants");
+    let tp: Option<i64> = redis::cmd("FLOCK.ACQUIRE")
+        .arg(pool)
+        .arg("p")
+        .arg(LEASE)
+        .arg("PERMITS")
+        .arg(2)
+        .arg("LIMIT")
+        .arg(3)
+        .query(&mut cc)
+        .unwrap();
+    assert!(tp.is_some());
+
+    let slot = cl.keyslot(rw);
+    let src = cl.owner_of_slot(slot);
+    let dst = *cl.masters().iter().find(|&&m| m != src).expect("another master");
+    let (src_id, dst_id) = (cl.node_id(src), cl.node_id(dst));
+    let (mut sc, mut dc) = (cl.conn(src), cl.conn(dst));
+    let before = (info_still(&mut sc, rw), info_still(&mut sc, pool));
+    cluster_setslot(&mut dc, slot, &["IMPORTING", &src_id]);
+    cluster_setslot(&mut sc, slot, &["MIGRATING", &dst_id]);
+    let migrated: String = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(cl.nodes[dst].port)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS")
+        .arg(rw)
+        .arg(pool)
+        .query(&mut sc)
+        .unwrap();
+    assert_eq!(migrated, "OK");
+    for m in cl.masters() {
+        cluster_setslot(&mut cl.conn(m), slot, &["NODE", &dst_id]);
+    }
+    assert_eq!((info_still(&mut dc, rw), info_still(&mut dc, pool)), before, "every holder moved with the slot");
+    let full: Option<i64> = redis::cmd("FLOCK.ACQUIRE")
+        .arg(pool)
+        .arg("q")
+        .arg(LEASE)
+        .arg("PERMITS")
+        .arg(2)
+        .arg("LIMIT")
+        .arg(3)
+        .query(&mut dc)
+        .unwrap();
+    assert_eq!(full, None, "p's 2 permits are still in use on the new master");
+    assert_eq!(release_ok(&mut dc, rw, "a"), 0);
+    assert_eq!(owners(&mut dc, rw), ["b"]);
+}
