@@ -102,7 +102,7 @@ pub fn update<R>(
     let now = ffi::now_ms();
     // A replica follows its master's FLOCK.STATE and never ends a lease itself.
     let replica = ffi::is_replica();
-    let (result, changes, unused, state) = state::with(|s| {
+    let (result, changes, unused, exclusive) = state::with(|s| {
         let mut changes = Changes {
             before: Snapshot::of(value),
             lingering_before: is_lingering(value),
@@ -119,10 +119,10 @@ pub fn update<R>(
         }
         let result = op(s, value, &mut changes);
         apply(s, place, value, &mut changes);
-        let changed = Snapshot::replicated(changes.before) != Snapshot::replicated(Snapshot::of(value));
-        let changed = changed || !changes.members.is_empty();
-        (result, changes, value.lock.is_unused(), changed)
+        let exclusive = Snapshot::replicated(changes.before) != Snapshot::replicated(Snapshot::of(value));
+        (result, changes, value.lock.is_unused(), exclusive)
     });
+    let state = exclusive || !changes.members.is_empty();
     let recorded = propagate_requests(ctx, key_name, value, changes.requests_made);
     if unused {
         // Replicas never forget request IDs on their own, so a key the
@@ -135,7 +135,7 @@ pub fn update<R>(
     }
     if state {
         propagate_members(ctx, key_name, value, &changes.members);
-        if Snapshot::replicated(changes.before) != Snapshot::replicated(Snapshot::of(value)) {
+        if exclusive {
             propagate(ctx, key_name, value);
         }
     }
@@ -266,7 +266,8 @@ fn settle_members(s: &mut State, place: &Place, value: &mut LockValue, now: u64)
 fn propagate_members(ctx: &Context, key_name: &redis_module::RedisString, value: &LockValue, sent: &[MemberChange]) {
     let (mode, limit) = mode_args(value.lock.mode());
     for change in sent {
-        let mut args: Vec<Vec<u8>> = vec![key_name.as_slice().to_vec(), mode.into(), limit.to_string().into_bytes()];
+        let mut args: Vec<Vec<u8>> =
+            vec![key_name.as_slice().to_vec(), mode.to_bytes().to_vec(), limit.to_string().into_bytes()];
         match change {
             MemberChange::Set(token) => {
                 let Some(member) = value.lock.member(*token) else { continue };

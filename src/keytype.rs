@@ -68,7 +68,6 @@ impl KeyType for LockType {
             aof.emit(c"FLOCK.STATE", &holder.owner, &state_numbers(holder, value.lock.session().is_some()));
         }
         let (mode, limit) = mode_args(value.lock.mode());
-        let mode = if mode == "shared" { c"shared" } else { c"semaphore" };
         for member in value.lock.members() {
             let numbers = member_numbers(member).map(|n| n as i64);
             aof.emit_member(mode, i64::from(limit), &member.holder.owner, &numbers);
@@ -134,10 +133,20 @@ fn load_members(
     if count > 0 && lock.holder().is_some() {
         return Err("no command could have made it: an exclusive holder together with shared ones".into());
     }
+    let mut in_use = 0u64;
     for _ in 0..count {
         let owner = bytes()?;
         let h = args::holder(&owner, number()?, number()?, number()?, number()?, now).map_err(invalid)?;
         let permits = args::member_permits(mode, number()?).map_err(invalid)?;
+        in_use += u64::from(permits);
+        if lock.member(h.token).is_some() || lock.is_holder(h.owner) {
+            return Err("no command could have made it: two holders with one token or one owner".into());
+        }
+        if let Mode::Semaphore(limit) = mode {
+            if in_use > u64::from(limit) {
+                return Err(format!("no command could have made it: more than the {limit} permits in use"));
+            }
+        }
         state::with(|s| s.tokens.observe(h.token));
         let holder = Holder::new(h.owner.into(), h.holds, h.token, h.deadline_ms);
         lock.set_member(Member { holder, session: h.session.then_some(REMOTE_SESSION), permits }, mode);

@@ -1,6 +1,7 @@
 //! The value stored under a lock's key, how commands find it in a key, and
 //! the numbers it is persisted and replicated as.
 
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
@@ -32,10 +33,10 @@ pub const STATE_COMMAND: &str = "FLOCK.STATE";
 pub const HOLDER_COMMAND: &str = "FLOCK.HOLDER";
 
 /// The mode word and limit of `FLOCK.HOLDER`.
-pub fn mode_args(mode: Mode) -> (&'static str, u32) {
+pub fn mode_args(mode: Mode) -> (&'static CStr, u32) {
     match mode {
-        Mode::Lock => ("shared", 0),
-        Mode::Semaphore(limit) => ("semaphore", limit),
+        Mode::Lock => (c"shared", 0),
+        Mode::Semaphore(limit) => (c"semaphore", limit),
     }
 }
 

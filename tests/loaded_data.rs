@@ -150,6 +150,12 @@ fn restore_checks_shared_and_semaphore_holders_against_the_key_mode() {
         ("limit beyond 2^32-1", 1 << 32, [1, 5, far, 0, 1]),
         ("a token beyond i64::MAX", 0, [1, MAX_TOKEN + 1, far, 0, 0]),
     ];
+    let over = crafted_members(&mut c, 3, &[(b"a", [1, 5, far, 0, 2]), (b"b", [1, 6, far, 0, 2])]);
+    assert!(restore(&mut c, "bad", &over, &[]).is_err(), "4 permits in use of 3");
+    let twice = crafted_members(&mut c, 0, &[(b"a", [1, 5, far, 0, 0]), (b"a", [1, 6, far, 0, 0])]);
+    assert!(restore(&mut c, "bad", &twice, &[]).is_err(), "one owner twice");
+    let same = crafted_members(&mut c, 0, &[(b"a", [1, 5, far, 0, 0]), (b"b", [1, 5, far, 0, 0])]);
+    assert!(restore(&mut c, "bad", &same, &[]).is_err(), "one token twice");
     for (what, limit, numbers) in cases {
         let payload = crafted_members(&mut c, limit, &[(b"o", numbers)]);
         let e = restore(&mut c, "bad", &payload, &[]).expect_err(what);

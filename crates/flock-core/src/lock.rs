@@ -319,6 +319,11 @@ impl<P> Lock<P> {
         table.by_token.get(table.by_owner.get(owner)?)
     }
 
+    /// `owner` holds the key, exclusively or as a member.
+    pub fn is_holder(&self, owner: &[u8]) -> bool {
+        self.holder.as_ref().is_some_and(|h| *h.owner == *owner) || self.member_of(owner).is_some()
+    }
+
     /// Permits in use (semaphore).
     pub fn permits_used(&self) -> u64 {
         self.table().map_or(0, |t| t.used)
@@ -541,6 +546,11 @@ impl<P> Lock<P> {
     fn insert_member(&mut self, mut member: Member, limit: Option<u32>) {
         let owner = member.holder.owner.clone();
         let token = member.holder.token;
+        // A token names one grant: another owner's entry under it (only
+        // replicated state could bring one) goes.
+        if self.member(token).is_some_and(|m| m.holder.owner != owner) {
+            self.remove_member(token, true);
+        }
         let old = self.member_of(&owner).map(|m| m.holder.token);
         let old = old.and_then(|t| self.remove_member(t, false));
         let mut old_session = None;
