@@ -726,3 +726,72 @@ fn on_a_cluster_shared_and_semaphore_keys_are_routed_and_move_with_their_slot() 
     assert_eq!(release_ok(&mut dc, rw, "a"), 0);
     assert_eq!(owners(&mut dc, rw), ["b"]);
 }
+
+// ------------------------------------------------------- many clients at once
+
+/// One client's rounds on `key`: acquire (waiting), then, while it holds,
+/// add to a plain Redis counter and check the others (`writers`: alone;
+/// `readers`: no writer; `permits`: at most 4), take it off, release.
+/// `kind(i)` gives round i's extra ACQUIRE args, its counter and amount.
+/// Returns the tokens it was granted.
+fn rounds(
+    s: &Server,
+    key: &'static str,
+    owner: String,
+    n: usize,
+    kind: impl Fn(usize) -> (Vec<String>, &'static str, i64) + Send + 'static,
+) -> JoinHandle<Vec<i64>> {
+    let mut c = s.conn();
+    std::thread::spawn(move || {
+        let mut tokens = Vec::new();
+        for i in 0..n {
+            let (extra, counter, add) = kind(i);
+            let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+            let args = [&["WAIT", "20000"][..], &extra].concat();
+            let t = acq(&mut c, key, &owner, LEASE, &args).unwrap().unwrap_or_else(|| panic!("{owner} round {i}"));
+            tokens.push(t);
+            let now: i64 = redis::cmd("INCRBY").arg(counter).arg(add).query(&mut c).unwrap();
+            let other: Option<i64> =
+                redis::cmd("GET").arg(if counter == "writers" { "readers" } else { "writers" }).query(&mut c).unwrap();
+            match counter {
+                "writers" => {
+                    assert!(now == 1 && other.unwrap_or(0) == 0, "a writer with {now} writers, {other:?} readers")
+                }
+                "readers" => assert_eq!(other.unwrap_or(0), 0, "a reader while a writer holds the lock"),
+                _ => assert!(now <= 4, "{now} permits in use of 4"),
+            }
+            let _: i64 = redis::cmd("INCRBY").arg(counter).arg(-add).query(&mut c).unwrap();
+            assert_eq!(release(&mut c, key, &owner).unwrap(), 0);
+        }
+        tokens
+    })
+}
+
+#[test]
+fn many_clients_never_see_a_writer_with_anyone_else_or_more_permits_than_the_limit() {
+    let s = Server::start();
+    let mut threads = Vec::new();
+    for t in 0..6 {
+        threads.push(rounds(&s, "rw", format!("rw{t}"), 40, move |i| {
+            if (i + t) % 4 == 0 {
+                (vec![], "writers", 1)
+            } else {
+                (vec!["SHARED".into()], "readers", 1)
+            }
+        }));
+    }
+    for t in 0..6 {
+        threads.push(rounds(&s, "pool", format!("p{t}"), 40, move |i| {
+            let n = 1 + (i + t) % 3;
+            (vec!["PERMITS".into(), n.to_string(), "LIMIT".into(), "4".into()], "permits", n as i64)
+        }));
+    }
+    let mut tokens: Vec<i64> = threads.into_iter().flat_map(|h| h.join().expect("client thread")).collect();
+    let n = tokens.len();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), n, "every grant had its own token");
+    let mut c = s.conn();
+    assert!(!exists(&mut c, "rw") && !exists(&mut c, "pool"), "nothing is left held");
+    assert_eq!(s.stat("waiters"), 0);
+}
