@@ -795,3 +795,46 @@ fn many_clients_never_see_a_writer_with_anyone_else_or_more_permits_than_the_lim
     assert!(!exists(&mut c, "rw") && !exists(&mut c, "pool"), "nothing is left held");
     assert_eq!(s.stat("waiters"), 0);
 }
+
+// ------------------------------------------------------- FLOCK.HOLDER
+
+#[test]
+fn flock_holder_from_a_client_is_refused_and_changes_nothing() {
+    let s = Server::start();
+    let mut c = s.conn();
+    shared(&mut c, "rw", "a").unwrap();
+    let before = info_still(&mut c, "rw");
+    let far = (u64::MAX / 2).to_string();
+    for args in [
+        &["rw", "shared", "0", "a"][..],
+        &["rw", "shared", "0", "x", "1", "5", &far, "0", "0"],
+        &["new", "semaphore", "3"],
+    ] {
+        let e = expect_err(redis::cmd("FLOCK.HOLDER").arg(args).query::<Value>(&mut c), "FLOCK.HOLDER from a client");
+        assert!(e.to_string().contains("internal"), "{e}");
+    }
+    assert_eq!(info_still(&mut c, "rw"), before);
+    assert!(!exists(&mut c, "new"));
+}
+
+#[test]
+fn an_aof_holder_no_command_could_have_made_is_refused_and_the_valid_ones_load() {
+    let dir = temp_dir("aofholder");
+    let far = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64
+        + 600_000)
+        .to_string();
+    let aof = resp(&["SELECT", "0"])
+        + &resp(&["FLOCK.HOLDER", "sem", "semaphore", "3", "a", "1", "5", &far, "0", "2"])
+        + &resp(&["FLOCK.HOLDER", "sem", "semaphore", "3", "b", "1", "6", &far, "0", "4"])
+        + &resp(&["FLOCK.HOLDER", "rw", "shared", "0", "r", "2", "7", &far, "1", "0"])
+        + &resp(&["FLOCK.HOLDER", "rw", "shared", "0", "x", "1", "8", &far, "0", "1"])
+        + &resp(&["FLOCK.HOLDER", "gone", "shared", "0", "g", "1", "9", &far, "0", "0"])
+        + &resp(&["FLOCK.HOLDER", "gone", "shared", "0", "g"]);
+    std::fs::write(dir.path().join("appendonly.aof"), aof).unwrap();
+    let s = Server::start_in(dir, &["--appendonly", "yes"]);
+    let mut c = s.conn();
+    assert_eq!(holders(&mut c, "sem"), [Held { owner: "a".into(), holds: 1, token: 5, session: 0, permits: 2 }]);
+    assert_eq!(holders(&mut c, "rw"), [Held { owner: "r".into(), holds: 2, token: 7, session: 1, permits: 0 }]);
+    assert!(!exists(&mut c, "gone"), "a holder set and then unset leaves no key");
+    assert_eq!(sem(&mut c, "sem", "c", 1, 3).map(|t| t > 8), Some(true), "one permit is free; tokens rise");
+}
