@@ -321,7 +321,15 @@ impl<P> Lock<P> {
 
     /// `owner` holds the key, exclusively or as a member.
     pub fn is_holder(&self, owner: &[u8]) -> bool {
-        self.holder.as_ref().is_some_and(|h| *h.owner == *owner) || self.member_of(owner).is_some()
+        self.token_of(owner).is_some()
+    }
+
+    /// The token of `owner`'s grant, exclusive or member.
+    fn token_of(&self, owner: &[u8]) -> Option<u64> {
+        match &self.holder {
+            Some(h) if *h.owner == *owner => Some(h.token),
+            _ => self.member_of(owner).map(|m| m.holder.token),
+        }
     }
 
     /// Permits in use (semaphore).
@@ -423,8 +431,7 @@ impl<P> Lock<P> {
             None => Ok(None),
             Some(record) if record.kind != kind => Err(LockError::IdReused(record.kind)),
             Some(record) if kind == Kind::Acquire => {
-                let held = self.holders().any(|(h, _, _)| *h.owner == *owner && h.token == record.reply);
-                Ok(held.then_some(record.reply))
+                Ok((self.token_of(owner) == Some(record.reply)).then_some(record.reply))
             }
             Some(record) => Ok(Some(record.reply)),
         }
