@@ -47,9 +47,13 @@ fn leave(ctx: &Context, bc: BlockedId, outcome: Outcome) -> bool {
         return false;
     };
     // Waiter ids are never reused, so one of a deleted lock matches nothing
-    // in a lock made later under the same name.
+    // in a lock made later under the same name. The waiters behind one that
+    // held them up are granted from a timer: this may run in a callback that
+    // cannot replicate (a disconnect).
     engine::open_lock_at(ctx, &place, |_, _, value| {
-        value.lock.remove_waiter(id);
+        if value.lock.remove_waiter(id).is_some() && value.lock.head_fits() {
+            ffi::create_timer(0, grant_waiters, place.clone());
+        }
     });
     // Opening the key may have expired it (a TTL on the lock key), which
     // already answered this waiter LOCKDELETED: then `answer` is a no-op.
@@ -144,16 +148,25 @@ impl CommandFilter for UnblockFilter {
     }
 }
 
-/// Tokens are unique, so the holder still has this grant's token only if it
-/// is the same grant.
+/// Tokens are unique, so a holder still has this grant's token only if it
+/// is the same grant: it ends (an undelivered shared grant frees its share).
 fn pass_on(ctx: &Context, (place, token): (Place, u64)) {
     engine::open_lock_at(ctx, &place, |key, name, value| {
-        if value.lock.holder().is_some_and(|h| h.token == token) {
+        if value.lock.holds_token(token) {
             engine::update(ctx, key, name, &place, value, |s, value, changes| {
                 s.stats.undelivered += 1;
                 changes.event(RELEASED);
-                changes.grant(value.lock.vacate(changes.now, &mut s.tokens).1);
+                changes.grant(value.lock.end_holder(token, changes.now, &mut s.tokens).unwrap_or_default());
             });
         }
+    });
+}
+
+/// Grants the waiters that a waiter leaving from the head held up.
+fn grant_waiters(ctx: &Context, place: Place) {
+    engine::open_lock_at(ctx, &place, |key, name, value| {
+        engine::update(ctx, key, name, &place, value, |s, value, changes| {
+            changes.grant(value.lock.grant_waiters(changes.now, &mut s.tokens));
+        });
     });
 }

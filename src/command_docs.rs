@@ -9,6 +9,7 @@ use redis_module::raw::{
     RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK as BLOCK,
     RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER as INTEGER,
     RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY as KEY,
+    RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF as ONEOF,
     RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN as PURE_TOKEN,
     RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING as STRING, REDISMODULE_CMD_KEY_ACCESS as ACCESS,
     REDISMODULE_CMD_KEY_RO as RO, REDISMODULE_CMD_KEY_RW as RW, REDISMODULE_CMD_KEY_UPDATE as UPDATE,
@@ -25,10 +26,10 @@ const OWNER: ArgDoc = arg("owner", STRING);
 const LEASE: ArgDoc = arg("lease-ms", INTEGER);
 const ID: ArgDoc = ArgDoc { name: "request-id", kind: STRING, token: Some("ID"), optional: true, subargs: &[] };
 
-pub const COMMANDS: [CommandDoc; 7] = [
+pub const COMMANDS: [CommandDoc; 8] = [
     CommandDoc {
         name: "flock.acquire",
-        summary: "Takes a fair lock: granted at once if free and nobody waits, or with WAIT queued FIFO and blocked until handed over",
+        summary: "Takes a fair lock (exclusive, or SHARED for the read side) or PERMITS of a fair semaphore: granted at once if it fits and nobody waits, or with WAIT queued FIFO and blocked until granted",
         complexity: "O(1)",
         arity: -4,
         key_flags: RW | UPDATE,
@@ -40,11 +41,30 @@ pub const COMMANDS: [CommandDoc; 7] = [
             ArgDoc { name: "timeout-ms", kind: INTEGER, token: Some("WAIT"), optional: true, subargs: &[] },
             ArgDoc { name: "session", kind: PURE_TOKEN, token: Some("SESSION"), optional: true, subargs: &[] },
             ID,
+            ArgDoc {
+                name: "kind",
+                kind: ONEOF,
+                token: None,
+                optional: true,
+                subargs: &[
+                    ArgDoc { name: "shared", kind: PURE_TOKEN, token: Some("SHARED"), optional: false, subargs: &[] },
+                    ArgDoc {
+                        name: "semaphore",
+                        kind: BLOCK,
+                        token: None,
+                        optional: false,
+                        subargs: &[
+                            ArgDoc { name: "n", kind: INTEGER, token: Some("PERMITS"), optional: false, subargs: &[] },
+                            ArgDoc { name: "m", kind: INTEGER, token: Some("LIMIT"), optional: false, subargs: &[] },
+                        ],
+                    },
+                ],
+            },
         ],
     },
     CommandDoc {
         name: "flock.release",
-        summary: "Releases one hold; at zero the lock passes to the next waiter",
+        summary: "Releases one hold of the owner's grant; at zero its share passes to the next waiters in the queue",
         complexity: "O(1)",
         arity: -3,
         key_flags: RW | UPDATE,
@@ -53,7 +73,7 @@ pub const COMMANDS: [CommandDoc; 7] = [
     },
     CommandDoc {
         name: "flock.renew",
-        summary: "Resets the holder's lease; an error means the lock was lost",
+        summary: "Resets the owner's lease; an error means its grant was lost",
         complexity: "O(1)",
         arity: -4,
         key_flags: RW | UPDATE,
@@ -62,8 +82,8 @@ pub const COMMANDS: [CommandDoc; 7] = [
     },
     CommandDoc {
         name: "flock.forcerelease",
-        summary: "Removes the holder whatever its holds (administrative); the next waiter gets the lock",
-        complexity: "O(1)",
+        summary: "Removes every holder whatever its holds (administrative) and answers how many; the queue is granted",
+        complexity: "O(N) where N is the number of holders",
         arity: -2,
         key_flags: RW | UPDATE,
         acl: "write fast",
@@ -71,8 +91,8 @@ pub const COMMANDS: [CommandDoc; 7] = [
     },
     CommandDoc {
         name: "flock.info",
-        summary: "Shows owner, holds, token, ttl-ms, session, waiters and the queue of a lock",
-        complexity: "O(N) where N is the number of waiters listed",
+        summary: "Shows owner, holds, token, ttl-ms, session, waiters, queue, mode, limit and holders of a lock or semaphore",
+        complexity: "O(N + H log H) where N is the number of waiters and H of holders listed",
         arity: 2,
         key_flags: RO | ACCESS,
         acl: "read fast",
@@ -115,6 +135,41 @@ pub const COMMANDS: [CommandDoc; 7] = [
             arg("command", INTEGER),
             arg("reply", INTEGER),
             arg("expires-unix-ms", INTEGER),
+        ],
+    },
+    CommandDoc {
+        name: "flock.holder",
+        summary: "Internal: sets a key's mode and one owner's shared or semaphore grant as its master or the AOF recorded it",
+        complexity: "O(1)",
+        arity: -4,
+        key_flags: RW | UPDATE,
+        acl: "write fast admin dangerous",
+        args: &[
+            LOCK,
+            arg("mode", STRING),
+            arg("limit", INTEGER),
+            ArgDoc {
+                name: "grant",
+                kind: BLOCK,
+                token: None,
+                optional: true,
+                subargs: &[
+                    OWNER,
+                    ArgDoc {
+                        name: "holder",
+                        kind: BLOCK,
+                        token: None,
+                        optional: true,
+                        subargs: &[
+                            arg("holds", INTEGER),
+                            arg("token", INTEGER),
+                            arg("deadline-unix-ms", INTEGER),
+                            arg("session", INTEGER),
+                            arg("permits", INTEGER),
+                        ],
+                    },
+                ],
+            },
         ],
     },
 ];

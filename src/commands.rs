@@ -9,7 +9,7 @@ use crate::config;
 use crate::engine::{self, RELEASED};
 use crate::eviction;
 use crate::ffi;
-use crate::lock::{Acquired, Holder, LockError, Request, RequestId};
+use crate::lock::{Acquired, Holder, LockError, Member, Mode, Request, RequestId};
 use crate::place::Place;
 use crate::requests::Kind;
 use crate::state;
@@ -28,6 +28,22 @@ fn lock_error(e: LockError) -> RedisError {
         LockError::AlreadyQueued => ALREADYQUEUED,
         LockError::TooManyHolds => TOOMANYHOLDS,
         LockError::IdReused(kind) => return id_reused(kind),
+        LockError::WrongMode(Mode::Lock) => {
+            "WRONGMODE this key is a lock, not a semaphore: acquire it without PERMITS (with SHARED for the read side)"
+        }
+        LockError::WrongMode(Mode::Semaphore(limit)) => {
+            return RedisError::String(format!(
+                "WRONGMODE this key is a semaphore of {limit} permits: acquire it with PERMITS n LIMIT {limit}"
+            ))
+        }
+        LockError::Upgrade => {
+            "UPGRADE this owner holds the lock shared and would wait for itself: release its shared holds first, then acquire it exclusively"
+        }
+        LockError::PermitsDiffer(n) => {
+            return RedisError::String(format!(
+                "ERR this owner holds {n} permits of this semaphore: acquire again with PERMITS {n} for one more hold, or release first"
+            ))
+        }
     })
 }
 
@@ -101,10 +117,12 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         lease_ms: parsed.lease_ms,
         session: parsed.session.then(|| ffi::client_id(ctx)),
         id: with_window(parsed.id),
+        want: parsed.want,
     };
     // Inside MULTI, Lua and functions a WAIT acts as a try, as BLPOP does.
     let wait_ms = parsed.wait_ms.filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING));
     engine::update(ctx, &key, key_name, &place, value, |s, value, changes| {
+        engine::expire_owner(s, value, changes, req.owner);
         if let Some(token) = repeated(value, parsed.id, Kind::Acquire, req.owner, changes.now)? {
             return Ok(RedisValue::Integer(token as i64));
         }
@@ -159,6 +177,7 @@ fn once(
     op: impl FnOnce(&mut state::State, &mut LockValue, &mut engine::Changes) -> Result<u64, LockError>,
 ) -> Result<Option<u64>, RedisError> {
     let result = with_existing(ctx, key_name, |s, value, changes| {
+        engine::expire_owner(s, value, changes, owner);
         if let Some(reply) = repeated(value, id, kind, owner, changes.now)? {
             return Ok(reply);
         }
@@ -198,46 +217,73 @@ pub fn force_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let (key_name, rest) = split(&args, 2)?;
     let id = args::id_option(&rest).map_err(arg_error)?;
     let removed = once(ctx, key_name, id, Kind::ForceRelease, b"", |s, value, changes| {
-        let (old, grant) = value.lock.vacate(changes.now, &mut s.tokens);
-        if old.is_some() {
+        let (removed, grants) = value.lock.remove_all(changes.now, &mut s.tokens);
+        if removed > 0 {
             s.stats.force_releases += 1;
             changes.event(RELEASED);
         }
-        changes.grant(grant);
-        Ok(u64::from(old.is_some()))
+        changes.grant(grants);
+        Ok(removed as u64)
     })?;
     Ok(RedisValue::Integer(removed.unwrap_or(0) as i64))
 }
 
-pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    if args.len() != 2 {
-        return Err(RedisError::WrongArity);
-    }
-    let key = ctx.open_key(&args[1]);
-    let value = read_lock_value(&key)?;
-    let Some(holder) = value.and_then(|v| v.lock.holder().map(|h| (v, h))) else {
-        return Ok(RedisValue::Null);
-    };
-    let (value, holder) = holder;
-    let ttl = holder.deadline_ms.saturating_sub(ffi::now_ms());
-    ffi::reply_map(ctx, 7);
-    ffi::reply_bytes(ctx, b"owner");
-    ffi::reply_bytes(ctx, &holder.owner);
+/// One holder as FLOCK.INFO shows it, after its name.
+fn reply_holder_fields(ctx: &Context, holder: &Holder, session: bool, now: u64) {
     let numbers = [
         ("holds", u64::from(holder.holds)),
         ("token", holder.token),
-        ("ttl-ms", ttl),
-        ("session", u64::from(value.lock.session().is_some())),
-        ("waiters", value.lock.waiter_count() as u64),
+        ("ttl-ms", holder.deadline_ms.saturating_sub(now)),
+        ("session", u64::from(session)),
     ];
     for (name, n) in numbers {
         ffi::reply_bytes(ctx, name.as_bytes());
         ctx.reply(Ok(RedisValue::Integer(n as i64)));
     }
+}
+
+/// The seven fields of an exclusive lock (for shared or semaphore holders:
+/// those of the earliest grant among them), then `mode`, `limit` and every
+/// holder, earliest grant first.
+pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() != 2 {
+        return Err(RedisError::WrongArity);
+    }
+    let key = ctx.open_key(&args[1]);
+    let Some(value) = read_lock_value(&key)? else { return Ok(RedisValue::Null) };
+    let mut holders: Vec<_> = value.lock.holders().collect();
+    holders.sort_unstable_by_key(|(h, _, _)| h.token);
+    let Some(&(first, first_session, _)) = holders.first() else { return Ok(RedisValue::Null) };
+    let now = ffi::now_ms();
+    ffi::reply_map(ctx, 10);
+    ffi::reply_bytes(ctx, b"owner");
+    ffi::reply_bytes(ctx, &first.owner);
+    reply_holder_fields(ctx, first, first_session.is_some(), now);
+    ffi::reply_bytes(ctx, b"waiters");
+    ctx.reply(Ok(RedisValue::Integer(value.lock.waiter_count() as i64)));
     ffi::reply_bytes(ctx, b"queue");
     ffi::reply_array(ctx, value.lock.waiter_count());
     for waiter in value.lock.waiters() {
         ffi::reply_bytes(ctx, &waiter.owner);
+    }
+    let (mode, limit) = match value.lock.mode() {
+        Mode::Semaphore(limit) => ("semaphore", limit),
+        Mode::Lock if value.lock.holder().is_some() => ("exclusive", 0),
+        Mode::Lock => ("shared", 0),
+    };
+    ffi::reply_bytes(ctx, b"mode");
+    ffi::reply_bytes(ctx, mode.as_bytes());
+    ffi::reply_bytes(ctx, b"limit");
+    ctx.reply(Ok(RedisValue::Integer(i64::from(limit))));
+    ffi::reply_bytes(ctx, b"holders");
+    ffi::reply_array(ctx, holders.len());
+    for (holder, session, permits) in holders {
+        ffi::reply_map(ctx, 6);
+        ffi::reply_bytes(ctx, b"owner");
+        ffi::reply_bytes(ctx, &holder.owner);
+        reply_holder_fields(ctx, holder, session.is_some(), now);
+        ffi::reply_bytes(ctx, b"permits");
+        ctx.reply(Ok(RedisValue::Integer(i64::from(permits))));
     }
     Ok(RedisValue::NoReply)
 }
@@ -284,5 +330,35 @@ pub fn request_id(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let (id, record) = args::request_args(&rest, ffi::now_ms()).map_err(arg_error)?;
     let key = ctx.open_key_writable(key_name);
     lock_or_create(&key)?.lock.restore_request(id, record);
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// `FLOCK.HOLDER key shared|semaphore limit [owner [holds token
+/// deadline-ms session permits]]`: sets the key's mode and one owner's
+/// shared or semaphore grant (or that it holds none) as its master or the
+/// AOF recorded it.
+pub fn member(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    internal(ctx, "FLOCK.HOLDER")?;
+    let (key_name, rest) = split(&args, 4)?;
+    let (mode, member) = args::member(&rest, ffi::now_ms()).map_err(arg_error)?;
+    let key = ctx.open_key_writable(key_name);
+    let sets_holder = member.as_ref().is_some_and(|(_, m)| m.is_some());
+    if !sets_holder && lock_value(&key)?.is_none() {
+        return Ok(RedisValue::SimpleStringStatic("OK"));
+    }
+    let member = member.map(|(owner, m)| {
+        let m = m.map(|m| {
+            let h = m.holder;
+            state::with(|s| s.tokens.observe(h.token));
+            let holder = Holder::new(h.owner.into(), h.holds, h.token, h.deadline_ms);
+            Member { holder, session: h.session.then_some(REMOTE_SESSION), permits: m.permits }
+        });
+        (owner, m)
+    });
+    let value = lock_or_create(&key)?;
+    engine::replace_member(value, &place_of(ctx, key_name), mode, member);
+    if value.lock.is_unused() {
+        key.delete()?;
+    }
     Ok(RedisValue::SimpleStringStatic("OK"))
 }

@@ -9,11 +9,14 @@ use redis_module::{Context, NotifyEvent};
 
 use crate::deadlines::{DeadlineId, Pop};
 use crate::ffi::{self, BlockedId};
-use crate::lock::{Grant, Holder};
+use crate::lock::{Grant, Holder, Member, Mode, TableChange};
 use crate::place::Place;
 use crate::requests::Requests;
 use crate::state::{self, Lease, State};
-use crate::value::{lock_value, request_numbers, state_numbers, LockValue, ID_COMMAND, STATE_COMMAND};
+use crate::value::{
+    lock_value, member_numbers, mode_args, request_numbers, state_numbers, LockValue, HOLDER_COMMAND, ID_COMMAND,
+    REMOTE_SESSION, STATE_COMMAND,
+};
 use crate::waiters::Outcome;
 
 pub const ACQUIRED: &str = "flock.acquired";
@@ -30,12 +33,23 @@ pub struct Changes {
     requests_made: u64,
     grants: Vec<Grant<BlockedId>>,
     events: Vec<&'static str>,
+    /// Shared or semaphore holders changed, in order, to send on.
+    members: Vec<MemberChange>,
     pub now: u64,
 }
 
+/// A shared or semaphore holder to send to replicas and the AOF.
+enum MemberChange {
+    /// Its grant (by token) as it is now, if it still exists.
+    Set(u64),
+    /// This owner holds nothing any more.
+    Gone(Box<[u8]>),
+}
+
 impl Changes {
-    pub fn grant(&mut self, grant: Option<Grant<BlockedId>>) {
-        if let Some(grant) = grant {
+    /// Grants made to waiters: each is delivered and has its own event.
+    pub fn grant(&mut self, grants: Vec<Grant<BlockedId>>) {
+        for grant in grants {
             self.grants.push(grant);
             self.events.push(ACQUIRED);
         }
@@ -88,27 +102,27 @@ pub fn update<R>(
     let now = ffi::now_ms();
     // A replica follows its master's FLOCK.STATE and never ends a lease itself.
     let replica = ffi::is_replica();
-    let (result, changes, unused, state) = state::with(|s| {
+    let (result, changes, unused, exclusive) = state::with(|s| {
         let mut changes = Changes {
             before: Snapshot::of(value),
             lingering_before: is_lingering(value),
             requests_made: value.lock.requests().map_or(0, Requests::made),
             grants: Vec::new(),
             events: Vec::new(),
+            members: Vec::new(),
             now,
         };
         if !replica {
-            if let Some((_, grant)) = value.lock.expire_due(now, &mut s.tokens) {
-                s.stats.expiries += 1;
-                changes.event(EXPIRED);
-                changes.grant(grant);
+            if let Some((_, grants)) = value.lock.expire_due(now, &mut s.tokens) {
+                expired(s, &mut changes, grants);
             }
         }
         let result = op(s, value, &mut changes);
         apply(s, place, value, &mut changes);
-        let changed = Snapshot::replicated(changes.before) != Snapshot::replicated(Snapshot::of(value));
-        (result, changes, value.lock.is_unused(), changed)
+        let exclusive = Snapshot::replicated(changes.before) != Snapshot::replicated(Snapshot::of(value));
+        (result, changes, value.lock.is_unused(), exclusive)
     });
+    let state = exclusive || !changes.members.is_empty();
     let recorded = propagate_requests(ctx, key_name, value, changes.requests_made);
     if unused {
         // Replicas never forget request IDs on their own, so a key the
@@ -120,7 +134,10 @@ pub fn update<R>(
         return finish(ctx, key_name, changes.events, result);
     }
     if state {
-        propagate(ctx, key_name, value);
+        propagate_members(ctx, key_name, value, &changes.members);
+        if exclusive {
+            propagate(ctx, key_name, value);
+        }
     }
     if is_lingering(value) && (state || recorded) {
         linger(ctx, key, key_name, value, now);
@@ -130,6 +147,24 @@ pub fn update<R>(
         ctx.replicate("PERSIST", &[key_name.as_slice()]);
     }
     finish(ctx, key_name, changes.events, result)
+}
+
+/// Ends `owner`'s shared or semaphore lease if it has run out, before a
+/// command about that owner (the exclusive one `update` ends itself).
+pub fn expire_owner(s: &mut State, value: &mut LockValue, changes: &mut Changes, owner: &[u8]) {
+    if ffi::is_replica() {
+        return;
+    }
+    if let Some((_, grants)) = value.lock.expire_owner(owner, changes.now, &mut s.tokens) {
+        expired(s, changes, grants);
+    }
+}
+
+/// A lease ran out: counted, announced, and the grants it made delivered.
+pub fn expired(s: &mut State, changes: &mut Changes, grants: Vec<Grant<BlockedId>>) {
+    s.stats.expiries += 1;
+    changes.event(EXPIRED);
+    changes.grant(grants);
 }
 
 /// Sends the keyspace events of a change, last: the key is in its new state.
@@ -180,11 +215,11 @@ fn apply(s: &mut State, place: &Place, value: &mut LockValue, changes: &mut Chan
     let (before, after) = (changes.before, Snapshot::of(value));
     let binding = |h: Option<Snapshot>| h.map(|h| (h.token, h.session));
     if binding(before) != binding(after) {
-        if let Some(client) = before.and_then(|h| h.session) {
-            s.unbind_session(client, place);
+        if let Some((token, Some(client))) = binding(before) {
+            s.unbind_session(client, place, token);
         }
-        if let Some(client) = after.and_then(|h| h.session) {
-            s.bind_session(client, place);
+        if let Some((token, Some(client))) = binding(after) {
+            s.bind_session(client, place, token);
         }
     }
     if let Some(old) = before.filter(|h| after.is_none_or(|a| a.token != h.token)) {
@@ -193,6 +228,56 @@ fn apply(s: &mut State, place: &Place, value: &mut LockValue, changes: &mut Chan
     let lease = |h: Option<Snapshot>| h.map(|h| (h.token, h.deadline_ms));
     if lease(before) != lease(after) || after.is_some_and(|h| h.deadline_id.is_none()) {
         schedule_lease(s, value, place, changes.now);
+    }
+    changes.members.extend(settle_members(s, place, value, changes.now));
+}
+
+/// Follows the changes to the shared or semaphore holders with their
+/// leases and session bindings; what replicas and the AOF must hear.
+fn settle_members(s: &mut State, place: &Place, value: &mut LockValue, now: u64) -> Vec<MemberChange> {
+    let mut sent = Vec::new();
+    for change in value.lock.take_changes() {
+        match change {
+            TableChange::Set { token, old_session } => {
+                let Some(member) = value.lock.member_mut(token) else { continue };
+                if let Some(client) = old_session.filter(|&c| Some(c) != member.session) {
+                    s.unbind_session(client, place, token);
+                }
+                if let Some(client) = member.session.filter(|&c| c != REMOTE_SESSION) {
+                    s.bind_session(client, place, token);
+                }
+                file_lease(s, &mut member.holder, place, now);
+                sent.push(MemberChange::Set(token));
+            }
+            TableChange::Gone(member) => {
+                cancel_lease(s, member.holder.token, member.holder.deadline_id);
+                if let Some(client) = member.session {
+                    s.unbind_session(client, place, member.holder.token);
+                }
+                sent.push(MemberChange::Gone(member.holder.owner));
+            }
+        }
+    }
+    sent
+}
+
+/// Sends the shared or semaphore holders that changed (FLOCK.HOLDER), each
+/// as it is now, or gone.
+fn propagate_members(ctx: &Context, key_name: &redis_module::RedisString, value: &LockValue, sent: &[MemberChange]) {
+    let (mode, limit) = mode_args(value.lock.mode());
+    for change in sent {
+        let mut args: Vec<Vec<u8>> =
+            vec![key_name.as_slice().to_vec(), mode.to_bytes().to_vec(), limit.to_string().into_bytes()];
+        match change {
+            MemberChange::Set(token) => {
+                let Some(member) = value.lock.member(*token) else { continue };
+                args.push(member.holder.owner.to_vec());
+                args.extend(member_numbers(member).iter().map(|n| n.to_string().into_bytes()));
+            }
+            MemberChange::Gone(owner) => args.push(owner.to_vec()),
+        }
+        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        ctx.replicate(HOLDER_COMMAND, args.as_slice());
     }
 }
 
@@ -218,10 +303,16 @@ fn deliver(s: &mut State, place: &Place, grant: Grant<BlockedId>) {
 
 const REPLICA_RECHECK_MS: u64 = 50;
 
-/// Files the holder's lease deadline in the wheel, in place of the entry it
-/// had, and makes sure the timer wakes up for it.
+/// Files the exclusive holder's lease deadline in the wheel.
 fn schedule_lease(s: &mut State, value: &mut LockValue, place: &Place, now: u64) {
-    let Some(holder) = value.lock.holder_mut() else { return };
+    if let Some(holder) = value.lock.holder_mut() {
+        file_lease(s, holder, place, now);
+    }
+}
+
+/// Files a holder's lease deadline in the wheel, in place of the entry it
+/// had, and makes sure the timer wakes up for it.
+fn file_lease(s: &mut State, holder: &mut Holder, place: &Place, now: u64) {
     cancel_lease(s, holder.token, holder.deadline_id.take());
     let mut at = holder.deadline_ms;
     if at <= now && ffi::is_replica() {
@@ -279,12 +370,29 @@ fn on_tick(ctx: &Context, (): ()) {
             Pop::Idle => break,
         };
         open_lock_at(ctx, &lease.place, |key, name, value| {
-            let Some(holder) = value.lock.holder_mut() else { return };
-            if holder.token == lease.token && holder.deadline_id == Some(id) {
-                holder.deadline_id = None;
-                // Ends the lease, or files it again if it is not due here.
-                update(ctx, key, name, &lease.place, value, |_, _, _| ());
+            if let Some(holder) = value.lock.holder_mut().filter(|h| h.token == lease.token) {
+                if holder.deadline_id == Some(id) {
+                    holder.deadline_id = None;
+                    // Ends the lease, or files it again if it is not due here.
+                    update(ctx, key, name, &lease.place, value, |_, _, _| ());
+                }
+                return;
             }
+            let Some(member) = value.lock.member_mut(lease.token).filter(|m| m.holder.deadline_id == Some(id)) else {
+                return;
+            };
+            member.holder.deadline_id = None;
+            update(ctx, key, name, &lease.place, value, |s, value, changes| {
+                if !ffi::is_replica() {
+                    if let Some((_, grants)) = value.lock.expire_token(lease.token, changes.now, &mut s.tokens) {
+                        expired(s, changes, grants);
+                        return;
+                    }
+                }
+                if let Some(member) = value.lock.member_mut(lease.token) {
+                    file_lease(s, &mut member.holder, &lease.place, changes.now);
+                }
+            });
         });
     }
     state::with(|s| {
@@ -301,11 +409,13 @@ fn on_tick(ctx: &Context, (): ()) {
 /// tick, within the event loop's next pass, finds the key or drops the entry;
 /// a kept lock is expired there or filed again at its deadline.
 pub fn schedule_lease_now(value: &mut LockValue, place: &Place) {
-    let Some(holder) = value.lock.holder_mut() else { return };
+    let holders = value.lock.holders_mut();
     state::with(|s| {
         let now = ffi::now_ms();
-        holder.deadline_id = Some(s.deadlines.insert(now, Lease { token: holder.token, place: place.clone() }));
-        wake_at(s, now, now);
+        for holder in holders {
+            holder.deadline_id = Some(s.deadlines.insert(now, Lease { token: holder.token, place: place.clone() }));
+            wake_at(s, now, now);
+        }
     });
 }
 
@@ -318,7 +428,30 @@ pub fn replace_holder(value: &mut LockValue, place: &Place, holder: Option<(Hold
     }
     let (holder, session) = holder.unzip();
     value.lock.set_holder(holder, session.flatten());
-    state::with(|s| schedule_lease(s, value, place, ffi::now_ms()));
+    state::with(|s| {
+        schedule_lease(s, value, place, ffi::now_ms());
+        settle_members(s, place, value, ffi::now_ms());
+    });
+}
+
+/// Sets the key's mode and one owner's shared or semaphore grant (or that
+/// it holds none) as its master or the AOF recorded it (FLOCK.HOLDER).
+pub fn replace_member(value: &mut LockValue, place: &Place, mode: Mode, member: Option<(&[u8], Option<Member>)>) {
+    match member {
+        None => value.lock.set_mode(mode),
+        Some((owner, None)) => {
+            value.lock.set_mode(mode);
+            value.lock.unset_member(owner);
+        }
+        Some((_, Some(member))) => {
+            if let Some(old) = value.lock.holder_mut() {
+                let (token, id) = (old.token, old.deadline_id.take());
+                state::with(|s| cancel_lease(s, token, id));
+            }
+            value.lock.set_member(member, mode);
+        }
+    }
+    state::with(|s| settle_members(s, place, value, ffi::now_ms()));
 }
 
 /// Opens the lock at `place` in its current database, if there is one, and
@@ -343,7 +476,7 @@ pub fn open_lock_at(
 pub fn detach(value: &mut LockValue, db: i32, key: &[u8]) {
     let bound = value.lock.session();
     let filed = value.lock.holder_mut().and_then(|h| h.deadline_id.take().map(|id| (h.token, id)));
-    if value.lock.waiter_count() == 0 && filed.is_none() && bound.is_none() {
+    if value.lock.waiter_count() == 0 && filed.is_none() && bound.is_none() && value.lock.member_count() == 0 {
         return;
     }
     let waiters = value.lock.drain_waiters();
@@ -352,10 +485,16 @@ pub fn detach(value: &mut LockValue, db: i32, key: &[u8]) {
             cancel_lease(s, token, Some(id));
         }
         let place = s.place(db, key);
-        if let Some(client) = bound {
-            s.unbind_session(client, &place);
+        if let (Some(client), Some(holder)) = (bound, value.lock.holder()) {
+            s.unbind_session(client, &place, holder.token);
         }
-        if value.lock.holder().is_some() {
+        for member in value.lock.members_mut() {
+            cancel_lease(s, member.holder.token, member.holder.deadline_id.take());
+            if let Some(client) = member.session {
+                s.unbind_session(client, &place, member.holder.token);
+            }
+        }
+        if value.lock.holder_count() > 0 {
             s.stats.deletions += 1;
         }
         for waiter in waiters {
@@ -373,12 +512,19 @@ pub fn detach(value: &mut LockValue, db: i32, key: &[u8]) {
 pub fn attach(value: &mut LockValue, db: i32, key: &[u8]) {
     state::with(|s| {
         let place = s.place(db, key);
-        if let Some(client) = value.lock.session() {
-            s.bind_session(client, &place);
+        let now = ffi::now_ms();
+        if let (Some(client), Some(holder)) = (value.lock.session(), value.lock.holder()) {
+            s.bind_session(client, &place, holder.token);
         }
-        if value.lock.holder().is_some() {
+        for member in value.lock.members_mut() {
+            if let Some(client) = member.session.filter(|&c| c != REMOTE_SESSION) {
+                s.bind_session(client, &place, member.holder.token);
+            }
+            file_lease(s, &mut member.holder, &place, now);
+        }
+        if value.lock.holder_count() > 0 {
             s.stats.deletions = s.stats.deletions.saturating_sub(1);
         }
-        schedule_lease(s, value, &place, ffi::now_ms());
+        schedule_lease(s, value, &place, now);
     });
 }

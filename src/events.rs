@@ -26,7 +26,7 @@ impl ServerEvents for Events {
             // Their leases would only wake the timer for locks that are gone.
             s.deadlines.retain(|lease| !flushed(lease.place.ident()));
             for places in s.sessions.values_mut() {
-                places.retain(|p| !flushed(p.ident()));
+                places.retain(|(p, _)| !flushed(p.ident()));
             }
             s.sessions.retain(|_, places| !places.is_empty());
             for bc in gone {
@@ -41,18 +41,18 @@ impl ServerEvents for Events {
         state::with(|s| s.dbs.swap(first, second));
     }
 
-    /// A closed connection releases the SESSION locks it holds.
+    /// A closed connection releases the SESSION grants it holds, and only those.
     fn client_disconnected(ctx: &Context, client: u64) {
-        let Some(places) = state::with(|s| s.sessions.remove(&client)) else { return };
-        for place in places {
+        let Some(bound) = state::with(|s| s.sessions.remove(&client)) else { return };
+        for (place, token) in bound {
             engine::open_lock_at(ctx, &place, |key, name, value| {
                 engine::update(ctx, key, name, &place, value, |s, value, changes| {
                     // Checked after `update` ended a due lease: the lock may have
                     // passed on, or the binding may be stale (FLUSH, re-creation).
-                    if value.lock.session() == Some(client) {
+                    if value.lock.session_of(token) == Some(client) {
                         s.stats.session_releases += 1;
                         changes.event(RELEASED);
-                        changes.grant(value.lock.vacate(changes.now, &mut s.tokens).1);
+                        changes.grant(value.lock.end_holder(token, changes.now, &mut s.tokens).unwrap_or_default());
                     }
                 });
             });

@@ -112,6 +112,7 @@ mod module {
             ["flock.info", commands::info, "readonly fast", 1, 1, 1, ""],
             ["flock.state", commands::state, "write fast", 1, 1, 1, ""],
             ["flock.id", commands::request_id, "write fast", 1, 1, 1, ""],
+            ["flock.holder", commands::member, "write fast", 1, 1, 1, ""],
         ],
         event_handlers: [
             [@GENERIC: events::on_keyspace_event],

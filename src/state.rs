@@ -70,8 +70,9 @@ pub struct State {
     pub tokens: TokenSource,
     pub dbs: DbMap,
     pub waiters: Waiters,
-    /// client id -> places whose holder is bound to that connection.
-    pub sessions: HashMap<u64, HashSet<Place>>,
+    /// client id -> the holders bound to that connection, each as its
+    /// lock's place and its token (a token names one holder).
+    pub sessions: HashMap<u64, HashSet<(Place, u64)>>,
     /// Every holder's lease deadline, and the one Redis timer (with the time
     /// it is set for) that wakes up for the next.
     pub deadlines: Deadlines<Lease>,
@@ -85,13 +86,13 @@ impl State {
         Place::new(self.dbs.ident(db), key)
     }
 
-    pub fn bind_session(&mut self, client: u64, place: &Place) {
-        self.sessions.entry(client).or_default().insert(place.clone());
+    pub fn bind_session(&mut self, client: u64, place: &Place, token: u64) {
+        self.sessions.entry(client).or_default().insert((place.clone(), token));
     }
 
-    pub fn unbind_session(&mut self, client: u64, place: &Place) {
+    pub fn unbind_session(&mut self, client: u64, place: &Place, token: u64) {
         if let Some(places) = self.sessions.get_mut(&client) {
-            places.remove(place);
+            places.remove(&(place.clone(), token));
             if places.is_empty() {
                 self.sessions.remove(&client);
             }

@@ -1,6 +1,7 @@
 //! The value stored under a lock's key, how commands find it in a key, and
 //! the numbers it is persisted and replicated as.
 
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
@@ -8,18 +9,42 @@ use redis_module::key::RedisKeyWritable;
 use redis_module::{native_types::RedisType, RedisError};
 
 use crate::ffi::BlockedId;
-use crate::lock::{Holder, Lock};
+use crate::lock::{Holder, Lock, Member, Mode};
 use crate::requests::Record;
 
 pub const TYPE_NAME: &str = "flocklock";
-/// 2: a holder flag, then the holder, then the remembered request IDs.
+/// 3: as 2, then the key's limit (0 for a lock) and its shared or
+/// semaphore holders (a count, then per holder: owner, holds, token,
+/// deadline-unix-ms, session, permits).
+/// 2 (still loaded): a holder flag, then the exclusive holder, then the
+/// remembered request IDs.
 /// 1 (still loaded): the holder alone.
-pub const ENCODING_VERSION: i32 = 2;
+pub const ENCODING_VERSION: i32 = 3;
 
 /// The internal command that sets a lock's state as replicas and the AOF see
 /// it: `FLOCK.STATE key` (no lock) or `FLOCK.STATE key owner holds token
 /// deadline-unix-ms session`.
 pub const STATE_COMMAND: &str = "FLOCK.STATE";
+
+/// The internal command that sets the shared or semaphore holder of one
+/// owner as replicas and the AOF see it: `FLOCK.HOLDER key shared|semaphore
+/// limit [owner [holds token deadline-unix-ms session permits]]` (without
+/// the numbers: the owner holds nothing; without the owner: only the mode).
+pub const HOLDER_COMMAND: &str = "FLOCK.HOLDER";
+
+/// The mode word and limit of `FLOCK.HOLDER`.
+pub fn mode_args(mode: Mode) -> (&'static CStr, u32) {
+    match mode {
+        Mode::Lock => (c"shared", 0),
+        Mode::Semaphore(limit) => (c"semaphore", limit),
+    }
+}
+
+/// The numbers of `FLOCK.HOLDER` (and of the RDB) for `member`, in order.
+pub fn member_numbers(member: &Member) -> [u64; 5] {
+    let h = &member.holder;
+    [u64::from(h.holds), h.token, h.deadline_ms, u64::from(member.session.is_some()), u64::from(member.permits)]
+}
 
 /// The internal command that sets a remembered request ID on replicas and
 /// in the AOF: `FLOCK.ID key request-id command reply expires-unix-ms`.

@@ -95,7 +95,7 @@ const WALKTHROUGH: &str = r#"
 
 -- 4. worker-1 again: reentrant, same token, holds = 2:
 1000000000000001
--- 5. the lock: owner, holds, token, ttl-ms, session, waiters, queue:
+-- 5. the lock: owner, holds, token, ttl-ms, session, waiters, queue, then mode, limit and each holder:
 owner
 worker-1
 holds
@@ -110,6 +110,23 @@ waiters
 0
 queue
 
+mode
+exclusive
+limit
+0
+holders
+owner
+worker-1
+holds
+2
+token
+1000000000000001
+ttl-ms
+30000
+session
+0
+permits
+0
 -- 6. a renewal resets the lease and answers the current token:
 1000000000000001
 -- 7. release twice: the holds left, 1 then 0 (free; with nobody queued the key is gone):

@@ -235,11 +235,22 @@ impl Fuzzer {
             0..=44 => {
                 let mut args = vec![key, self.owner(), self.ms()];
                 for _ in 0..self.rng.gen_range(0..3) {
-                    match self.rng.gen_range(0..10) {
+                    match self.rng.gen_range(0..13) {
                         0..=4 => args.extend([b"WAIT".to_vec(), self.ms()]),
                         5..=7 => args.push(b"SESSION".to_vec()),
                         8 => args.extend([b"wait".to_vec(), self.ms()]),
                         9 if self.rng.gen_bool(0.5) => args.push(self.junk()),
+                        10 => args.push(b"SHARED".to_vec()),
+                        // Small numbers, so that keys meet both kinds, several limits and n > m.
+                        11 => {
+                            let (n, m) = (self.rng.gen_range(0..=3u32), self.rng.gen_range(1..=3u32));
+                            args.extend([
+                                b"PERMITS".to_vec(),
+                                n.to_string().into(),
+                                b"LIMIT".to_vec(),
+                                m.to_string().into(),
+                            ]);
+                        }
                         _ => args.extend(self.id_option()),
                     }
                 }
@@ -250,10 +261,15 @@ impl Fuzzer {
             80..=87 => ("FLOCK.FORCERELEASE", [vec![key], self.id_option()].concat()),
             88..=95 => ("FLOCK.INFO", vec![key]),
             // The internal commands, which refuse clients.
-            96..=97 => {
+            96 => {
                 let mut args = vec![key, self.owner()];
                 args.extend((0..4).map(|_| self.ms()));
                 ("FLOCK.STATE", args)
+            }
+            97 => {
+                let mut args = vec![key, b"semaphore".to_vec(), b"2".to_vec(), self.owner()];
+                args.extend((0..5).map(|_| self.ms()));
+                ("FLOCK.HOLDER", args)
             }
             _ => {
                 let mut args = vec![key, self.request_id()];

@@ -23,30 +23,64 @@ fn lenient_server() -> (Server, Connection) {
 }
 
 /// A lock value as DUMP writes it (type byte, module type id, fields as
-/// module opcodes, EOF, RDB version, checksum), with the given fields.
-fn crafted(c: &mut Connection, owner: &[u8], [holds, token, deadline, session]: [u64; 4]) -> Vec<u8> {
+/// module opcodes, EOF, RDB version, checksum), with the fields `body` writes.
+fn dump_with(c: &mut Connection, body: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
     acquire(c, "model", "m", 60_000).unwrap().unwrap();
     let real: Vec<u8> = redis::cmd("DUMP").arg("model").query(c).unwrap();
     force_release(c, "model").unwrap();
     // 0x07 (module value), then the 64-bit type id as an RDB length (0x81 +
-    // 8 bytes), which carries the encoding version (2: a holder flag, the
-    // holder, then the request IDs).
+    // 8 bytes), which carries the encoding version (3: a holder flag, the
+    // holder, the request IDs, the limit and the shared holders).
     let mut out = real[..10].to_vec();
-    out.extend([0x02, 0x01]); // unsigned opcode, 1: a holder follows
-    out.push(0x05); // string opcode
-    match owner.len() {
-        n if n < 64 => out.push(n as u8),
-        n => out.extend([0x40 | (n >> 8) as u8, n as u8]),
-    }
-    out.extend(owner);
-    for n in [holds, token, deadline, session] {
-        out.extend([0x02, 0x81]); // unsigned opcode, 64-bit length
-        out.extend(n.to_be_bytes());
-    }
-    out.extend([0x02, 0x00]); // no request IDs
+    body(&mut out);
     out.push(0x00); // EOF opcode
     out.extend(&real[real.len() - 10..]); // RDB version and a checksum that no longer matches
     out
+}
+
+fn number(out: &mut Vec<u8>, n: u64) {
+    out.extend([0x02, 0x81]); // unsigned opcode, 64-bit length
+    out.extend(n.to_be_bytes());
+}
+
+fn string(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.push(0x05); // string opcode
+    match bytes.len() {
+        n if n < 64 => out.push(n as u8),
+        n => out.extend([0x40 | (n >> 8) as u8, n as u8]),
+    }
+    out.extend(bytes);
+}
+
+/// An exclusive lock with the given holder.
+fn crafted(c: &mut Connection, owner: &[u8], holder: [u64; 4]) -> Vec<u8> {
+    dump_with(c, |out| {
+        number(out, 1); // a holder follows
+        string(out, owner);
+        for n in holder {
+            number(out, n);
+        }
+        number(out, 0); // no request IDs
+        number(out, 0); // a lock (limit 0)
+        number(out, 0); // no shared holders
+    })
+}
+
+/// A key of `limit` (0: a lock) with these shared or semaphore holders:
+/// owner, then holds, token, deadline, session, permits.
+fn crafted_members(c: &mut Connection, limit: u64, members: &[(&[u8], [u64; 5])]) -> Vec<u8> {
+    dump_with(c, |out| {
+        number(out, 0); // no exclusive holder
+        number(out, 0); // no request IDs
+        number(out, limit);
+        number(out, members.len() as u64);
+        for (owner, numbers) in members {
+            string(out, owner);
+            for n in numbers {
+                number(out, *n);
+            }
+        }
+    })
 }
 
 fn restore(c: &mut Connection, key: &str, payload: &[u8], ttl: &[&str]) -> RedisResult<String> {
@@ -87,6 +121,47 @@ fn restore_refuses_every_field_no_command_could_have_made_and_creates_nothing() 
     }
     let next = acquire(&mut c, "fresh", "f", 10_000).unwrap().expect("granted");
     assert!(next > 77, "the refused tokens moved nothing: the next one ({next}) still rises");
+}
+
+#[test]
+fn restore_checks_shared_and_semaphore_holders_against_the_key_mode() {
+    let (_s, mut c) = lenient_server();
+    let far = now_ms() + 600_000;
+    let good = crafted_members(&mut c, 3, &[(b"a", [1, 80, far, 0, 2]), (b"b", [2, 81, far, 1, 1])]);
+    assert_eq!(restore(&mut c, "sem", &good, &[]).unwrap(), "OK");
+    assert_eq!(owner_of(&mut c, "sem").as_deref(), Some("a"), "the earliest grant first");
+    assert_eq!(info_field(&mut c, "sem", "limit"), Some(Value::Int(3)));
+    let full: Option<i64> = redis::cmd("FLOCK.ACQUIRE")
+        .arg("sem")
+        .arg("z")
+        .arg(1000)
+        .arg("PERMITS")
+        .arg(1)
+        .arg("LIMIT")
+        .arg(3)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(full, None, "the restored holders use all 3 permits");
+
+    let cases: [(&str, u64, [u64; 5]); 5] = [
+        ("permits beyond the limit", 3, [1, 5, far, 0, 4]),
+        ("no permits on a semaphore", 3, [1, 5, far, 0, 0]),
+        ("permits on a shared holder", 0, [1, 5, far, 0, 1]),
+        ("limit beyond 2^32-1", 1 << 32, [1, 5, far, 0, 1]),
+        ("a token beyond i64::MAX", 0, [1, MAX_TOKEN + 1, far, 0, 0]),
+    ];
+    let over = crafted_members(&mut c, 3, &[(b"a", [1, 5, far, 0, 2]), (b"b", [1, 6, far, 0, 2])]);
+    assert!(restore(&mut c, "bad", &over, &[]).is_err(), "4 permits in use of 3");
+    let twice = crafted_members(&mut c, 0, &[(b"a", [1, 5, far, 0, 0]), (b"a", [1, 6, far, 0, 0])]);
+    assert!(restore(&mut c, "bad", &twice, &[]).is_err(), "one owner twice");
+    let same = crafted_members(&mut c, 0, &[(b"a", [1, 5, far, 0, 0]), (b"b", [1, 5, far, 0, 0])]);
+    assert!(restore(&mut c, "bad", &same, &[]).is_err(), "one token twice");
+    for (what, limit, numbers) in cases {
+        let payload = crafted_members(&mut c, limit, &[(b"o", numbers)]);
+        let e = restore(&mut c, "bad", &payload, &[]).expect_err(what);
+        assert!(e.to_string().contains("Bad data format"), "{what}: {e}");
+        assert_eq!(c.exists::<_, i64>("bad").unwrap(), 0, "{what}: nothing was created");
+    }
 }
 
 #[test]

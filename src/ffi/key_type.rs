@@ -119,6 +119,45 @@ impl Aof {
             _ => unreachable!("FLOCK.STATE and FLOCK.ID take four and three numbers"),
         }
     }
+
+    /// Appends `FLOCK.HOLDER key mode limit owner holds token deadline session permits`.
+    pub fn emit_member(&self, mode: &std::ffi::CStr, limit: i64, owner: &[u8], [a, b, c, d, e]: &[i64; 5]) {
+        let (ptr, len) = (owner.as_ptr().cast::<c_char>(), owner.len());
+        // SAFETY: as in `emit`; "c" is a NUL-terminated string, and
+        // "sclblllll" names exactly the arguments after it.
+        unsafe {
+            api!(RedisModule_EmitAOF)(
+                self.io,
+                c"FLOCK.HOLDER".as_ptr(),
+                c"sclblllll".as_ptr(),
+                self.key,
+                mode.as_ptr(),
+                limit,
+                ptr,
+                len,
+                *a,
+                *b,
+                *c,
+                *d,
+                *e,
+            )
+        }
+    }
+
+    /// Appends `FLOCK.HOLDER key mode limit` (the mode alone).
+    pub fn emit_mode(&self, mode: &std::ffi::CStr, limit: i64) {
+        // SAFETY: as in `emit_member`, with "scl".
+        unsafe {
+            api!(RedisModule_EmitAOF)(
+                self.io,
+                c"FLOCK.HOLDER".as_ptr(),
+                c"scl".as_ptr(),
+                self.key,
+                mode.as_ptr(),
+                limit,
+            )
+        }
+    }
 }
 
 unsafe extern "C" fn rdb_load<T: KeyType>(io: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {

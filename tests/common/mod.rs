@@ -257,16 +257,7 @@ pub fn info(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Option<Vec
     let v: Value = redis::cmd("FLOCK.INFO").arg(key.as_ref()).query(c).expect("FLOCK.INFO");
     match v {
         Value::Nil => None,
-        Value::Array(items) => Some(
-            items
-                .chunks(2)
-                .map(|p| (redis::from_redis_value::<String>(&p[0]).expect("field name"), p[1].clone()))
-                .collect(),
-        ),
-        Value::Map(pairs) => Some(
-            pairs.into_iter().map(|(k, v)| (redis::from_redis_value::<String>(&k).expect("field name"), v)).collect(),
-        ),
-        other => panic!("unexpected FLOCK.INFO reply {other:?}"),
+        v => Some(fields_of(&v)),
     }
 }
 
@@ -282,9 +273,41 @@ pub fn queue_of(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Vec<St
     info_field(c, key, "queue").map(|v| redis::from_redis_value(&v).expect("queue")).unwrap_or_default()
 }
 
-/// FLOCK.INFO without the `ttl-ms` field, which changes with time.
+/// FLOCK.INFO without the `ttl-ms` fields (also those of each holder),
+/// which change with time.
 pub fn info_still(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Option<Vec<(String, Value)>> {
-    info(c, key).map(|fields| fields.into_iter().filter(|(k, _)| k != "ttl-ms").collect())
+    let still = |holder: &Value| -> Vec<(String, Value)> {
+        fields_of(holder).into_iter().filter(|(k, _)| k != "ttl-ms").collect()
+    };
+    info(c, key).map(|fields| {
+        fields
+            .into_iter()
+            .filter(|(k, _)| k != "ttl-ms")
+            .map(|(k, v)| match (k.as_str(), &v) {
+                ("holders", Value::Array(hs)) => {
+                    let hs = hs.iter().map(|h| {
+                        Value::Array(still(h).into_iter().flat_map(|(k, v)| [Value::SimpleString(k), v]).collect())
+                    });
+                    (k, Value::Array(hs.collect()))
+                }
+                _ => (k, v),
+            })
+            .collect()
+    })
+}
+
+/// The (name, value) pairs of a map reply: a flat array on RESP2, a map on RESP3.
+pub fn fields_of(v: &Value) -> Vec<(String, Value)> {
+    match v {
+        Value::Array(items) => items
+            .chunks(2)
+            .map(|p| (redis::from_redis_value::<String>(&p[0]).expect("field name"), p[1].clone()))
+            .collect(),
+        Value::Map(pairs) => {
+            pairs.iter().map(|(k, v)| (redis::from_redis_value::<String>(k).expect("field name"), v.clone())).collect()
+        }
+        other => panic!("not a map reply: {other:?}"),
+    }
 }
 
 /// A FLOCK.INFO field that must be there, as an integer.

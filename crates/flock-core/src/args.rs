@@ -4,6 +4,7 @@
 
 use std::fmt;
 
+use crate::lock::{Mode, Want};
 use crate::requests::{Kind, Record, MAX_ID_LEN};
 
 pub const MAX_OWNER_LEN: usize = 256;
@@ -26,6 +27,12 @@ pub enum ArgError {
     UnknownIdOption(String),
     /// A holder that no command could have made; says which field.
     State(&'static str),
+    /// `PERMITS n` outside 1..=m, or without `LIMIT m`.
+    Permits,
+    /// `LIMIT m` outside 1..=2^32-1.
+    Limit,
+    /// Both `SHARED` and `PERMITS`.
+    SharedAndPermits,
 }
 
 impl fmt::Display for ArgError {
@@ -39,14 +46,30 @@ impl fmt::Display for ArgError {
                 "ERR invalid WAIT timeout-ms: it must be an integer number of milliseconds from 0 (no limit) to {MAX_MS}"
             ),
             Self::UnknownOption(o) => {
-                write!(f, "ERR unknown option '{o}': FLOCK.ACQUIRE takes only WAIT timeout-ms, SESSION and ID request-id")
+                write!(
+                    f,
+                    "ERR unknown option '{o}': FLOCK.ACQUIRE takes only WAIT timeout-ms, SESSION and ID request-id, and SHARED or PERMITS n LIMIT m"
+                )
             }
             Self::Id => write!(f, "ERR invalid request ID: it must be 1 to {MAX_ID_LEN} bytes long"),
             Self::UnknownIdOption(o) => write!(f, "ERR unknown option '{o}': the only option here is ID request-id"),
             Self::Repeated(o) => write!(f, "ERR option {o} given more than once: each option may appear once"),
             Self::MissingValue("ID") => write!(f, "ERR option ID has no value: write ID request-id"),
+            Self::MissingValue("PERMITS") => write!(f, "ERR option PERMITS has no value: write PERMITS n LIMIT m"),
             Self::MissingValue(o) => write!(f, "ERR option {o} has no value: write {o} timeout-ms (0 waits without limit)"),
             Self::State(field) => write!(f, "ERR invalid FLOCK.STATE holder: {field}"),
+            Self::Permits => write!(
+                f,
+                "ERR invalid PERMITS: write PERMITS n LIMIT m with n an integer from 1 to m (the permits this owner takes)"
+            ),
+            Self::Limit => write!(
+                f,
+                "ERR invalid LIMIT: it must be an integer from 1 to {} (the permits of the semaphore)",
+                u32::MAX
+            ),
+            Self::SharedAndPermits => {
+                write!(f, "ERR SHARED and PERMITS exclude each other: SHARED is for a read-write lock, PERMITS for a semaphore")
+            }
         }
     }
 }
@@ -59,9 +82,11 @@ pub struct AcquireArgs<'a> {
     pub wait_ms: Option<u64>,
     pub session: bool,
     pub id: Option<&'a [u8]>,
+    pub want: Want,
 }
 
-/// `owner lease-ms [WAIT timeout-ms] [SESSION] [ID request-id]` (after the key).
+/// `owner lease-ms [WAIT timeout-ms] [SESSION] [ID request-id] [SHARED |
+/// PERMITS n LIMIT m]` (after the key).
 pub fn acquire<'a>(args: &[&'a [u8]]) -> Result<AcquireArgs<'a>, ArgError> {
     let [owner, lease, options @ ..] = args else {
         return Err(ArgError::Arity);
@@ -72,6 +97,7 @@ pub fn acquire<'a>(args: &[&'a [u8]]) -> Result<AcquireArgs<'a>, ArgError> {
         wait_ms: None,
         session: false,
         id: None,
+        want: Want::Exclusive,
     };
     let mut rest = options.iter();
     while let Some(option) = rest.next() {
@@ -91,11 +117,35 @@ pub fn acquire<'a>(args: &[&'a [u8]]) -> Result<AcquireArgs<'a>, ArgError> {
                 return Err(ArgError::Repeated("ID"));
             }
             parsed.id = Some(parse_id(rest.next().ok_or(ArgError::MissingValue("ID"))?)?);
+        } else if option.eq_ignore_ascii_case(b"SHARED") {
+            parsed.want = match parsed.want {
+                Want::Exclusive => Want::Shared,
+                Want::Shared => return Err(ArgError::Repeated("SHARED")),
+                Want::Permits { .. } => return Err(ArgError::SharedAndPermits),
+            };
+        } else if option.eq_ignore_ascii_case(b"PERMITS") {
+            parsed.want = match parsed.want {
+                Want::Exclusive => permits(rest.next(), rest.next(), rest.next())?,
+                Want::Shared => return Err(ArgError::SharedAndPermits),
+                Want::Permits { .. } => return Err(ArgError::Repeated("PERMITS")),
+            };
         } else {
             return Err(ArgError::UnknownOption(printable(option)));
         }
     }
     Ok(parsed)
+}
+
+/// `n LIMIT m` after `PERMITS`: 1 <= n <= m <= 2^32-1.
+fn permits(n: Option<&&[u8]>, keyword: Option<&&[u8]>, m: Option<&&[u8]>) -> Result<Want, ArgError> {
+    let n = n.ok_or(ArgError::MissingValue("PERMITS"))?;
+    if !keyword.is_some_and(|k| k.eq_ignore_ascii_case(b"LIMIT")) {
+        return Err(ArgError::Permits);
+    }
+    let limit = m.and_then(|m| parse_u64(m)).and_then(|m| u32::try_from(m).ok()).filter(|&m| m > 0);
+    let limit = limit.ok_or(ArgError::Limit)?;
+    let n = parse_u64(n).and_then(|n| u32::try_from(n).ok()).filter(|&n| (1..=limit).contains(&n));
+    Ok(Want::Permits { n: n.ok_or(ArgError::Permits)?, limit })
 }
 
 /// `owner [ID request-id]` (RELEASE).
@@ -181,6 +231,69 @@ pub fn holder(
     check(deadline_ms <= now_ms.saturating_add(2 * MAX_MS), DEADLINE)?;
     check(session <= 1, SESSION)?;
     Ok(StateArgs { owner, holds, token, deadline_ms, session: session == 1 })
+}
+
+const MODE: &str = "mode must be shared with limit 0, or semaphore with a limit from 1 to 4294967295";
+const PERMITS: &str = "permits must be 0 for a shared holder and 1 to the limit for a semaphore holder";
+
+/// A shared or semaphore holder as FLOCK.HOLDER or an RDB file gives it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct MemberArgs<'a> {
+    pub holder: StateArgs<'a>,
+    pub permits: u32,
+}
+
+/// The mode and limit of FLOCK.HOLDER or an RDB file: `shared 0` or
+/// `semaphore m`.
+pub fn mode(shared: bool, limit: u64) -> Result<Mode, ArgError> {
+    match (shared, u32::try_from(limit)) {
+        (true, Ok(0)) => Ok(Mode::Lock),
+        (false, Ok(limit)) if limit > 0 => Ok(Mode::Semaphore(limit)),
+        _ => Err(ArgError::State(MODE)),
+    }
+}
+
+/// A member's permits, checked against the key's mode.
+pub fn member_permits(mode: Mode, permits: u64) -> Result<u32, ArgError> {
+    let ok = match mode {
+        Mode::Lock => permits == 0,
+        Mode::Semaphore(limit) => (1..=u64::from(limit)).contains(&permits),
+    };
+    ok.then_some(permits as u32).ok_or(ArgError::State(PERMITS))
+}
+
+/// What FLOCK.HOLDER sets: the key's mode and, for one owner, its grant or
+/// (`None`) that it holds nothing.
+pub type HolderArgs<'a> = (Mode, Option<(&'a [u8], Option<MemberArgs<'a>>)>);
+
+/// `shared|semaphore limit [owner [holds token deadline-ms session permits]]`
+/// (FLOCK.HOLDER).
+pub fn member<'a>(args: &[&'a [u8]], now_ms: u64) -> Result<HolderArgs<'a>, ArgError> {
+    let number = |a: &[u8], field| parse_u64(a).ok_or(ArgError::State(field));
+    let [kind, limit, rest @ ..] = args else { return Err(ArgError::Arity) };
+    let shared = match () {
+        _ if kind.eq_ignore_ascii_case(b"shared") => true,
+        _ if kind.eq_ignore_ascii_case(b"semaphore") => false,
+        _ => return Err(ArgError::State(MODE)),
+    };
+    let mode = mode(shared, number(limit, MODE)?)?;
+    match rest {
+        [] => Ok((mode, None)),
+        [owner] => Ok((mode, Some((parse_owner(owner).map_err(|_| ArgError::State(OWNER))?, None)))),
+        [owner, holds, token, deadline, session, permits] => {
+            let holder = holder(
+                owner,
+                number(holds, HOLDS)?,
+                number(token, TOKEN)?,
+                number(deadline, DEADLINE)?,
+                number(session, SESSION)?,
+                now_ms,
+            )?;
+            let permits = member_permits(mode, number(permits, PERMITS)?)?;
+            Ok((mode, Some((holder.owner, Some(MemberArgs { holder, permits })))))
+        }
+        _ => Err(ArgError::Arity),
+    }
 }
 
 const REQUEST: &str = "a request record is an ID of 1 to 64 bytes, a command code 0 to 3, a reply from 0 to \
@@ -285,6 +398,62 @@ mod tests {
     }
 
     #[test]
+    fn shared_and_permits_choose_the_kind_and_exclude_each_other() {
+        assert_eq!(acq(&["me", "10"]).unwrap().want, Want::Exclusive);
+        assert_eq!(acq(&["me", "10", "shared", "WAIT", "0"]).unwrap().want, Want::Shared);
+        assert_eq!(acq(&["me", "10", "PERMITS", "2", "limit", "3"]).unwrap().want, Want::Permits { n: 2, limit: 3 });
+        let max = u32::MAX.to_string();
+        assert_eq!(
+            acq(&["me", "10", "PERMITS", &max, "LIMIT", &max]).unwrap().want,
+            Want::Permits { n: u32::MAX, limit: u32::MAX }
+        );
+        assert_eq!(acq(&["me", "10", "SHARED", "PERMITS", "1", "LIMIT", "2"]), Err(ArgError::SharedAndPermits));
+        assert_eq!(acq(&["me", "10", "PERMITS", "1", "LIMIT", "2", "SHARED"]), Err(ArgError::SharedAndPermits));
+        assert_eq!(acq(&["me", "10", "SHARED", "SHARED"]), Err(ArgError::Repeated("SHARED")));
+        assert_eq!(
+            acq(&["me", "10", "PERMITS", "1", "LIMIT", "2", "PERMITS", "1", "LIMIT", "2"]),
+            Err(ArgError::Repeated("PERMITS"))
+        );
+        assert_eq!(acq(&["me", "10", "PERMITS", "3", "LIMIT", "2"]), Err(ArgError::Permits), "n > m");
+        assert_eq!(acq(&["me", "10", "PERMITS", "0", "LIMIT", "2"]), Err(ArgError::Permits), "n = 0");
+        assert_eq!(acq(&["me", "10", "PERMITS", "1", "LIMIT", "4294967296"]), Err(ArgError::Limit), "m > 2^32-1");
+        assert_eq!(acq(&["me", "10", "PERMITS", "1", "LIMIT", "0"]), Err(ArgError::Limit));
+        assert_eq!(acq(&["me", "10", "PERMITS", "1"]), Err(ArgError::Permits), "no LIMIT");
+        assert_eq!(acq(&["me", "10", "PERMITS", "1", "WAIT", "2"]), Err(ArgError::Permits));
+        assert_eq!(acq(&["me", "10", "PERMITS"]), Err(ArgError::MissingValue("PERMITS")));
+    }
+
+    #[test]
+    fn a_member_no_command_could_have_made_is_refused() {
+        let now = 1_700_000_000_000;
+        let m = |args: &[&str]| {
+            let owned: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+            member(&owned, now).map(|(mode, m)| (mode, m.map(|(o, h)| (o.to_vec(), h.map(|h| h.permits)))))
+        };
+        assert_eq!(m(&["shared", "0"]), Ok((Mode::Lock, None)));
+        assert_eq!(m(&["semaphore", "3", "o"]), Ok((Mode::Semaphore(3), Some((b"o".to_vec(), None)))));
+        assert_eq!(
+            m(&["semaphore", "3", "o", "1", "5", "0", "0", "3"]),
+            Ok((Mode::Semaphore(3), Some((b"o".to_vec(), Some(3)))))
+        );
+        assert_eq!(m(&["shared", "0", "o", "1", "5", "0", "1", "0"]), Ok((Mode::Lock, Some((b"o".to_vec(), Some(0))))));
+        assert_eq!(
+            m(&["semaphore", "3", "o", "1", "5", "0", "0", "4"]),
+            Err(ArgError::State(PERMITS)),
+            "beyond the limit"
+        );
+        assert_eq!(m(&["semaphore", "3", "o", "1", "5", "0", "0", "0"]), Err(ArgError::State(PERMITS)));
+        assert_eq!(m(&["shared", "0", "o", "1", "5", "0", "0", "1"]), Err(ArgError::State(PERMITS)));
+        assert_eq!(m(&["shared", "1"]), Err(ArgError::State(MODE)));
+        assert_eq!(m(&["semaphore", "0"]), Err(ArgError::State(MODE)));
+        assert_eq!(m(&["semaphore", "4294967296"]), Err(ArgError::State(MODE)));
+        assert_eq!(m(&["exclusive", "0"]), Err(ArgError::State(MODE)));
+        assert_eq!(m(&["shared", "0", "o", "0", "5", "0", "0", "0"]), Err(ArgError::State(HOLDS)));
+        assert_eq!(m(&["shared", "0", "o", "1"]), Err(ArgError::Arity));
+        assert_eq!(m(&["shared"]), Err(ArgError::Arity));
+    }
+
+    #[test]
     fn id_is_the_one_option_of_release_renew_and_forcerelease() {
         assert_eq!(release(&[b"me", b"ID", b"r1"]), Ok((&b"me"[..], Some(&b"r1"[..]))));
         assert_eq!(renew(&[b"me", b"10"]), Ok((&b"me"[..], 10, None)));
@@ -331,6 +500,7 @@ mod tests {
             }
             let _ = request_args(&refs, 1_700_000_000_000);
             let _ = state(&refs, 1_700_000_000_000);
+            let _ = member(&refs, 1_700_000_000_000);
         }
     }
 }

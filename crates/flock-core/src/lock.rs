@@ -6,7 +6,7 @@
 //! applied implicitly: the caller asks `expire_due` first, so every hand-off
 //! that an expiry causes is visible to it and can be delivered.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::args::MAX_TOKEN;
 use crate::deadlines::DeadlineId;
@@ -60,6 +60,17 @@ impl Holder {
     }
 }
 
+/// What an ACQUIRE asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Want {
+    /// The lock alone (no `SHARED`, no `PERMITS`).
+    Exclusive,
+    /// The read side of a read-write lock.
+    Shared,
+    /// `n` of the `limit` permits of a semaphore.
+    Permits { n: u32, limit: u32 },
+}
+
 #[derive(Debug)]
 pub struct Waiter<P> {
     pub owner: Box<[u8]>,
@@ -67,10 +78,11 @@ pub struct Waiter<P> {
     pub session: Option<u64>,
     /// The request ID it waits under and how long its grant is remembered.
     pub request: Option<(Box<[u8]>, u64)>,
+    pub want: Want,
     pub payload: P,
 }
 
-/// A waiter that just became the holder.
+/// A waiter that just became a holder.
 #[derive(Debug)]
 pub struct Grant<P> {
     pub token: u64,
@@ -95,6 +107,21 @@ pub enum LockError {
     TooManyHolds,
     /// The request ID was used with another command on this lock.
     IdReused(Kind),
+    /// `PERMITS` on a lock, or no `PERMITS` or another `LIMIT` on a semaphore.
+    WrongMode(Mode),
+    /// An owner holding the lock shared asked for it exclusively.
+    Upgrade,
+    /// A semaphore holder asked again for another number of permits than it holds.
+    PermitsDiffer(u32),
+}
+
+/// What a key is, once an ACQUIRE made it.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum Mode {
+    /// Exclusive and shared holders.
+    Lock,
+    /// A semaphore of this many permits.
+    Semaphore(u32),
 }
 
 pub struct Request<'a> {
@@ -102,6 +129,7 @@ pub struct Request<'a> {
     pub lease_ms: u64,
     pub session: Option<u64>,
     pub id: Option<RequestId<'a>>,
+    pub want: Want,
 }
 
 /// A command's request ID and how long what it did is remembered.
@@ -118,22 +146,66 @@ struct Waiting<P> {
     queued: HashSet<Box<[u8]>>,
 }
 
-/// What most locks never have: waiters, a SESSION binding and request IDs.
-/// Boxed, and dropped when empty, so that a plain held lock stays small.
+/// A shared or semaphore holder: a holder of its own, with its own session
+/// binding and, on a semaphore, the permits it holds (0 for a shared holder).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub holder: Holder,
+    pub session: Option<u64>,
+    pub permits: u32,
+}
+
+/// A change to the holders' table, for the caller to follow with leases,
+/// session bindings and replication.
+#[derive(Debug)]
+pub enum TableChange {
+    /// The holder with this token was granted, reentered or renewed; the
+    /// session it was bound to before, if it had one.
+    Set { token: u64, old_session: Option<u64> },
+    /// This holder is gone (released, expired, ended).
+    Gone(Member),
+}
+
+/// The holders of a read-write lock held shared, or of a semaphore: found by
+/// owner and by token in O(1) each.
+#[derive(Default)]
+struct Table {
+    by_token: HashMap<u64, Member>,
+    by_owner: HashMap<Box<[u8]>, u64>,
+    /// Permits held (semaphore), or shared holders (lock).
+    used: u64,
+}
+
+/// What most locks never have: waiters, a SESSION binding, request IDs,
+/// shared or semaphore holders. Boxed, and dropped when empty, so that a
+/// plain held lock stays small.
 struct Extra<P> {
-    /// The client id whose disconnect releases the current holder.
+    /// The client id whose disconnect releases the exclusive holder.
     session: Option<u64>,
     waiting: Option<Box<Waiting<P>>>,
     requests: Requests,
+    /// Boxed once more, so that an exclusive lock's `Extra` (SESSION,
+    /// waiters, request IDs) stays as small as before.
+    shared: Option<Box<Shared>>,
 }
 
 impl<P> Default for Extra<P> {
     fn default() -> Self {
-        Self { session: None, waiting: None, requests: Requests::default() }
+        Self { session: None, waiting: None, requests: Requests::default(), shared: None }
     }
 }
 
+/// What only shared and semaphore keys have.
+#[derive(Default)]
+struct Shared {
+    /// The limit of a semaphore; `None` for a lock.
+    limit: Option<u32>,
+    table: Option<Table>,
+    changes: Vec<TableChange>,
+}
+
 pub struct Lock<P> {
+    /// The exclusive holder. Shared and semaphore holders are in `Extra`.
     holder: Option<Holder>,
     extra: Option<Box<Extra<P>>>,
 }
@@ -151,12 +223,18 @@ impl<P> Lock<P> {
         lock
     }
 
-    /// Replaces the holder as replicated or loaded state says; waiters stay.
+    /// Replaces the exclusive holder as replicated or loaded state says;
+    /// waiters stay. A holder ends any shared holders (they cannot coexist).
     pub fn set_holder(&mut self, holder: Option<Holder>, session: Option<u64>) {
+        if holder.is_some() {
+            self.clear_table();
+            self.set_mode(Mode::Lock);
+        }
         self.holder = holder;
         self.set_session(session.filter(|_| self.holder.is_some()));
     }
 
+    /// The exclusive holder.
     pub fn holder(&self) -> Option<&Holder> {
         self.holder.as_ref()
     }
@@ -165,9 +243,130 @@ impl<P> Lock<P> {
         self.holder.as_mut()
     }
 
-    /// The client id a SESSION holder is bound to.
+    /// The client id a SESSION exclusive holder is bound to.
     pub fn session(&self) -> Option<u64> {
         self.extra.as_ref().and_then(|e| e.session)
+    }
+
+    /// What the key is: a semaphore once an ACQUIRE with PERMITS made it,
+    /// a lock otherwise.
+    pub fn mode(&self) -> Mode {
+        self.shared().and_then(|p| p.limit).map_or(Mode::Lock, Mode::Semaphore)
+    }
+
+    /// Sets the key's mode as replicated or loaded state says.
+    pub fn set_mode(&mut self, mode: Mode) {
+        let limit = match mode {
+            Mode::Lock => None,
+            Mode::Semaphore(limit) => Some(limit),
+        };
+        if limit.is_some() || self.shared().is_some() {
+            self.shared_mut().limit = limit;
+        }
+        self.trim();
+    }
+
+    fn shared(&self) -> Option<&Shared> {
+        self.extra.as_ref()?.shared.as_deref()
+    }
+
+    fn shared_mut(&mut self) -> &mut Shared {
+        self.extra_mut().shared.get_or_insert_with(Box::default)
+    }
+
+    fn shared_if_any(&mut self) -> Option<&mut Shared> {
+        self.extra.as_mut()?.shared.as_deref_mut()
+    }
+
+    fn table(&self) -> Option<&Table> {
+        self.shared()?.table.as_ref()
+    }
+
+    fn table_mut(&mut self) -> Option<&mut Table> {
+        self.shared_if_any()?.table.as_mut()
+    }
+
+    /// Shared or semaphore holders, in no particular order.
+    pub fn members(&self) -> impl Iterator<Item = &Member> + '_ {
+        self.table().into_iter().flat_map(|t| t.by_token.values())
+    }
+
+    pub fn members_mut(&mut self) -> impl Iterator<Item = &mut Member> + '_ {
+        self.table_mut().into_iter().flat_map(|t| t.by_token.values_mut())
+    }
+
+    /// The exclusive holder or the members' holders.
+    pub fn holders_mut(&mut self) -> impl Iterator<Item = &mut Holder> + '_ {
+        let members = self.extra.as_mut().and_then(|e| e.shared.as_mut()).and_then(|p| p.table.as_mut()).into_iter();
+        self.holder.as_mut().into_iter().chain(members.flat_map(|t| t.by_token.values_mut().map(|m| &mut m.holder)))
+    }
+
+    pub fn member_count(&self) -> usize {
+        self.table().map_or(0, |t| t.by_token.len())
+    }
+
+    /// The shared or semaphore holder with this token.
+    pub fn member(&self, token: u64) -> Option<&Member> {
+        self.table()?.by_token.get(&token)
+    }
+
+    pub fn member_mut(&mut self, token: u64) -> Option<&mut Member> {
+        self.table_mut()?.by_token.get_mut(&token)
+    }
+
+    fn member_of(&self, owner: &[u8]) -> Option<&Member> {
+        let table = self.table()?;
+        table.by_token.get(table.by_owner.get(owner)?)
+    }
+
+    /// `owner` holds the key, exclusively or as a member.
+    pub fn is_holder(&self, owner: &[u8]) -> bool {
+        self.token_of(owner).is_some()
+    }
+
+    /// The token of `owner`'s grant, exclusive or member.
+    fn token_of(&self, owner: &[u8]) -> Option<u64> {
+        match &self.holder {
+            Some(h) if *h.owner == *owner => Some(h.token),
+            _ => self.member_of(owner).map(|m| m.holder.token),
+        }
+    }
+
+    /// Permits in use (semaphore).
+    pub fn permits_used(&self) -> u64 {
+        self.table().map_or(0, |t| t.used)
+    }
+
+    /// Every holder: the exclusive one or the members, and its session and
+    /// permits.
+    pub fn holders(&self) -> impl Iterator<Item = (&Holder, Option<u64>, u32)> + '_ {
+        let exclusive = self.holder.as_ref().map(|h| (h, self.session(), 0));
+        exclusive.into_iter().chain(self.members().map(|m| (&m.holder, m.session, m.permits)))
+    }
+
+    pub fn holder_count(&self) -> usize {
+        usize::from(self.holder.is_some()) + self.member_count()
+    }
+
+    /// The changes to the table since the last call.
+    pub fn take_changes(&mut self) -> Vec<TableChange> {
+        let Some(shared) = self.shared_if_any() else { return Vec::new() };
+        let changes = std::mem::take(&mut shared.changes);
+        self.trim();
+        changes
+    }
+
+    /// True if the holder with this token (exclusive or member) holds it now.
+    pub fn holds_token(&self, token: u64) -> bool {
+        self.holder.as_ref().is_some_and(|h| h.token == token) || self.member(token).is_some()
+    }
+
+    /// The session the holder with this token is bound to.
+    pub fn session_of(&self, token: u64) -> Option<u64> {
+        match &self.holder {
+            Some(h) if h.token == token => self.session(),
+            _ => self.member(token)?.session,
+        }
     }
 
     fn set_session(&mut self, session: Option<u64>) {
@@ -184,7 +383,11 @@ impl<P> Lock<P> {
     }
 
     fn trim(&mut self) {
-        if self.extra.as_ref().is_some_and(|e| e.session.is_none() && e.waiting.is_none() && e.requests.is_empty()) {
+        let Some(e) = self.extra.as_mut() else { return };
+        if e.shared.as_ref().is_some_and(|p| p.limit.is_none() && p.table.is_none() && p.changes.is_empty()) {
+            e.shared = None;
+        }
+        if e.session.is_none() && e.waiting.is_none() && e.requests.is_empty() && e.shared.is_none() {
             self.extra = None;
         }
     }
@@ -203,7 +406,7 @@ impl<P> Lock<P> {
 
     /// Nobody holds it and nobody waits: it is free to grant.
     pub fn is_idle(&self) -> bool {
-        self.holder.is_none() && self.waiting().is_none()
+        self.holder.is_none() && self.table().is_none() && self.waiting().is_none()
     }
 
     /// Idle and remembering no request: the lock can disappear.
@@ -228,8 +431,7 @@ impl<P> Lock<P> {
             None => Ok(None),
             Some(record) if record.kind != kind => Err(LockError::IdReused(record.kind)),
             Some(record) if kind == Kind::Acquire => {
-                let held = self.holder.as_ref().is_some_and(|h| *h.owner == *owner && h.token == record.reply);
-                Ok(held.then_some(record.reply))
+                Ok((self.token_of(owner) == Some(record.reply)).then_some(record.reply))
             }
             Some(record) => Ok(Some(record.reply)),
         }
@@ -265,8 +467,30 @@ impl<P> Lock<P> {
         Some(waiter)
     }
 
+    /// `want` fits this key's mode: `PERMITS` with the key's limit on a
+    /// semaphore, anything else on a lock; a key nobody uses takes any.
+    fn check_mode(&self, want: Want) -> Result<(), LockError> {
+        match (want, self.mode()) {
+            _ if self.is_unused() => Ok(()),
+            (Want::Permits { limit, .. }, Mode::Semaphore(have)) if limit == have => Ok(()),
+            (Want::Exclusive | Want::Shared, Mode::Lock) => Ok(()),
+            (_, mode) => Err(LockError::WrongMode(mode)),
+        }
+    }
+
+    /// Whether `want` could be granted now, ignoring the queue.
+    fn fits(&self, want: Want) -> bool {
+        match want {
+            Want::Exclusive => self.holder.is_none() && self.table().is_none(),
+            Want::Shared => self.holder.is_none(),
+            Want::Permits { n, limit } => self.permits_used() + u64::from(n) <= u64::from(limit),
+        }
+    }
+
     pub fn acquire(&mut self, req: &Request, now_ms: u64, tokens: &mut TokenSource) -> Result<Acquired, LockError> {
+        self.check_mode(req.want)?;
         if let Some(holder) = self.holder.as_mut().filter(|h| *h.owner == *req.owner) {
+            // A writer may also read: SHARED is one more hold on its grant.
             holder.holds = holder.holds.checked_add(1).ok_or(LockError::TooManyHolds)?;
             holder.deadline_ms = now_ms.saturating_add(req.lease_ms);
             let token = holder.token;
@@ -276,17 +500,125 @@ impl<P> Lock<P> {
             self.remember(req.id, Kind::Acquire, token, now_ms);
             return Ok(Acquired::Reentered(token));
         }
+        if let Some(member) = self.member_of(req.owner) {
+            let token = member.holder.token;
+            match req.want {
+                Want::Exclusive => return Err(LockError::Upgrade),
+                Want::Permits { n, .. } if n != member.permits => return Err(LockError::PermitsDiffer(member.permits)),
+                _ => {}
+            }
+            self.reenter_member(token, req, now_ms)?;
+            self.remember(req.id, Kind::Acquire, token, now_ms);
+            return Ok(Acquired::Reentered(token));
+        }
         if self.is_queued(req.owner) {
             return Err(LockError::AlreadyQueued);
         }
-        if !self.is_idle() {
+        if self.waiting().is_some() || !self.fits(req.want) {
             return Ok(Acquired::Busy);
         }
         let token = tokens.next(now_ms);
         let holder = Holder::new(req.owner.into(), 1, token, now_ms.saturating_add(req.lease_ms));
-        self.set_holder(Some(holder), req.session);
+        self.install(holder, req.session, req.want);
         self.remember(req.id, Kind::Acquire, token, now_ms);
         Ok(Acquired::Granted(token))
+    }
+
+    fn reenter_member(&mut self, token: u64, req: &Request, now_ms: u64) -> Result<(), LockError> {
+        let Some(shared) = self.shared_if_any() else { return Err(LockError::NotOwner) };
+        let Some(member) = shared.table.as_mut().and_then(|t| t.by_token.get_mut(&token)) else {
+            return Err(LockError::NotOwner);
+        };
+        member.holder.holds = member.holder.holds.checked_add(1).ok_or(LockError::TooManyHolds)?;
+        member.holder.deadline_ms = now_ms.saturating_add(req.lease_ms);
+        let old_session = member.session;
+        if req.session.is_some() {
+            member.session = req.session;
+        }
+        shared.changes.push(TableChange::Set { token, old_session });
+        Ok(())
+    }
+
+    /// Makes `holder` the exclusive holder or a member, as `want` says.
+    fn install(&mut self, holder: Holder, session: Option<u64>, want: Want) {
+        match want {
+            Want::Exclusive => self.set_holder(Some(holder), session),
+            Want::Shared => self.insert_member(Member { holder, session, permits: 0 }, None),
+            Want::Permits { n, limit } => self.insert_member(Member { holder, session, permits: n }, Some(limit)),
+        }
+    }
+
+    /// Adds or replaces a member (the same owner's entry goes first: with
+    /// the same token it is the same grant, which keeps its lease entry).
+    fn insert_member(&mut self, mut member: Member, limit: Option<u32>) {
+        let owner = member.holder.owner.clone();
+        let token = member.holder.token;
+        // A token names one grant: another owner's entry under it (only
+        // replicated state could bring one) goes.
+        if self.member(token).is_some_and(|m| m.holder.owner != owner) {
+            self.remove_member(token, true);
+        }
+        let old = self.member_of(&owner).map(|m| m.holder.token);
+        let old = old.and_then(|t| self.remove_member(t, false));
+        let mut old_session = None;
+        let mut gone = None;
+        match old {
+            Some(old) if old.holder.token == token => {
+                member.holder.deadline_id = old.holder.deadline_id;
+                old_session = old.session;
+            }
+            old => gone = old,
+        }
+        let shared = self.shared_mut();
+        shared.changes.extend(gone.map(TableChange::Gone));
+        shared.limit = limit;
+        let table = shared.table.get_or_insert_with(Table::default);
+        table.used += u64::from(member.permits.max(1));
+        table.by_owner.insert(owner, token);
+        table.by_token.insert(token, member);
+        shared.changes.push(TableChange::Set { token, old_session });
+    }
+
+    /// Takes a member out; logged as gone unless it is being replaced.
+    fn remove_member(&mut self, token: u64, log: bool) -> Option<Member> {
+        let shared = self.shared_if_any()?;
+        let table = shared.table.as_mut()?;
+        let member = table.by_token.remove(&token)?;
+        table.by_owner.remove(&member.holder.owner);
+        table.used -= u64::from(member.permits.max(1));
+        if table.by_token.is_empty() {
+            shared.table = None;
+        }
+        if log {
+            shared.changes.push(TableChange::Gone(member.clone()));
+        }
+        self.trim();
+        Some(member)
+    }
+
+    fn clear_table(&mut self) {
+        let tokens: Vec<u64> = self.members().map(|m| m.holder.token).collect();
+        for token in tokens {
+            self.remove_member(token, true);
+        }
+    }
+
+    /// Sets a member as replicated or loaded state says; the key becomes
+    /// what `mode` says, and an exclusive holder ends.
+    pub fn set_member(&mut self, member: Member, mode: Mode) {
+        self.holder = None;
+        self.set_session(None);
+        let limit = match mode {
+            Mode::Lock => None,
+            Mode::Semaphore(limit) => Some(limit),
+        };
+        self.insert_member(member, limit);
+    }
+
+    /// Ends the member of `owner`, as replicated state says.
+    pub fn unset_member(&mut self, owner: &[u8]) -> Option<Member> {
+        let token = self.member_of(owner)?.holder.token;
+        self.remove_member(token, true)
     }
 
     /// Joins the tail of the queue; only after `acquire` answered `Busy`.
@@ -325,11 +657,14 @@ impl<P> Lock<P> {
             lease_ms: req.lease_ms,
             session: req.session,
             request: req.id.map(|id| (id.id.into(), id.window_ms)),
+            want: req.want,
             payload,
         })
     }
 
-    /// A waiter leaves (timeout, disconnect); `None` if it is no longer queued.
+    /// A waiter leaves (timeout, disconnect); `None` if it is no longer
+    /// queued. The waiters behind it may fit now (a big semaphore request
+    /// or an exclusive one at the head left): `grant_waiters` grants them.
     pub fn remove_waiter(&mut self, id: WaiterId) -> Option<Waiter<P>> {
         self.take_waiter(|queue| queue.remove(id))
     }
@@ -339,64 +674,151 @@ impl<P> Lock<P> {
         std::iter::from_fn(|| self.take_waiter(WaitQueue::pop_front)).collect()
     }
 
-    /// Releases one hold: the holds left and, at zero, the hand-off it caused.
+    /// Releases one hold of `owner`: the holds left and, at zero, the grants
+    /// it caused.
     pub fn release(
         &mut self,
         owner: &[u8],
         now_ms: u64,
         tokens: &mut TokenSource,
-    ) -> Result<(u32, Option<Grant<P>>), LockError> {
-        let holder = self.holder_of(owner)?;
-        holder.holds -= 1;
-        if holder.holds > 0 {
-            return Ok((holder.holds, None));
+    ) -> Result<(u32, Vec<Grant<P>>), LockError> {
+        if let Some(holder) = self.holder.as_mut().filter(|h| *h.owner == *owner) {
+            holder.holds -= 1;
+            if holder.holds > 0 {
+                return Ok((holder.holds, Vec::new()));
+            }
+            return Ok((0, self.vacate(now_ms, tokens).1));
         }
-        Ok((0, self.vacate(now_ms, tokens).1))
+        let token = self.member_of(owner).ok_or(LockError::NotOwner)?.holder.token;
+        let shared = self.shared_if_any().ok_or(LockError::NotOwner)?;
+        let member = shared.table.as_mut().and_then(|t| t.by_token.get_mut(&token)).ok_or(LockError::NotOwner)?;
+        member.holder.holds -= 1;
+        let left = member.holder.holds;
+        if left > 0 {
+            shared.changes.push(TableChange::Set { token, old_session: member.session });
+            return Ok((left, Vec::new()));
+        }
+        self.remove_member(token, true);
+        Ok((0, self.grant_waiters(now_ms, tokens)))
     }
 
-    /// Resets the holder's lease; the current token.
+    /// Resets the lease of `owner`'s grant; its token.
     pub fn renew(&mut self, owner: &[u8], lease_ms: u64, now_ms: u64) -> Result<u64, LockError> {
-        let holder = self.holder_of(owner)?;
-        holder.deadline_ms = now_ms.saturating_add(lease_ms);
-        Ok(holder.token)
+        if let Some(holder) = self.holder.as_mut().filter(|h| *h.owner == *owner) {
+            holder.deadline_ms = now_ms.saturating_add(lease_ms);
+            return Ok(holder.token);
+        }
+        let token = self.member_of(owner).ok_or(LockError::NotOwner)?.holder.token;
+        let shared = self.shared_if_any().ok_or(LockError::NotOwner)?;
+        let member = shared.table.as_mut().and_then(|t| t.by_token.get_mut(&token)).ok_or(LockError::NotOwner)?;
+        member.holder.deadline_ms = now_ms.saturating_add(lease_ms);
+        shared.changes.push(TableChange::Set { token, old_session: member.session });
+        Ok(token)
     }
 
+    /// True if the exclusive holder's lease has run out.
     pub fn is_expired(&self, now_ms: u64) -> bool {
         self.holder.as_ref().is_some_and(|h| h.deadline_ms <= now_ms)
     }
 
-    /// Ends a lease that has run out; `None` if it has not (or nobody holds it).
-    pub fn expire_due(&mut self, now_ms: u64, tokens: &mut TokenSource) -> Option<(Holder, Option<Grant<P>>)> {
+    /// Ends the exclusive lease if it has run out; `None` if it has not (or
+    /// nobody holds it exclusively). Members' leases end by `expire_token`
+    /// and `expire_owner`.
+    pub fn expire_due(&mut self, now_ms: u64, tokens: &mut TokenSource) -> Option<(Holder, Vec<Grant<P>>)> {
         if !self.is_expired(now_ms) {
             return None;
         }
-        let (old, grant) = self.vacate(now_ms, tokens);
-        old.map(|old| (old, grant))
+        let (old, grants) = self.vacate(now_ms, tokens);
+        old.map(|old| (old, grants))
     }
 
-    /// Removes the holder whatever its holds, and hands the lock to the head
-    /// of the queue, which gets its own lease from `now_ms`.
-    pub fn vacate(&mut self, now_ms: u64, tokens: &mut TokenSource) -> (Option<Holder>, Option<Grant<P>>) {
+    /// Ends the lease of the member with this token if it has run out.
+    pub fn expire_token(
+        &mut self,
+        token: u64,
+        now_ms: u64,
+        tokens: &mut TokenSource,
+    ) -> Option<(Holder, Vec<Grant<P>>)> {
+        if self.member(token)?.holder.deadline_ms > now_ms {
+            return None;
+        }
+        let member = self.remove_member(token, true)?;
+        Some((member.holder, self.grant_waiters(now_ms, tokens)))
+    }
+
+    /// Ends the lease of `owner`'s member grant if it has run out: a command
+    /// about that owner never sees a lease that should have ended.
+    pub fn expire_owner(
+        &mut self,
+        owner: &[u8],
+        now_ms: u64,
+        tokens: &mut TokenSource,
+    ) -> Option<(Holder, Vec<Grant<P>>)> {
+        let token = self.member_of(owner)?.holder.token;
+        self.expire_token(token, now_ms, tokens)
+    }
+
+    /// Removes the holder with this token whatever its holds (session
+    /// closed, grant undelivered); `None` if no holder has it.
+    pub fn end_holder(&mut self, token: u64, now_ms: u64, tokens: &mut TokenSource) -> Option<Vec<Grant<P>>> {
+        if self.holder.as_ref().is_some_and(|h| h.token == token) {
+            return Some(self.vacate(now_ms, tokens).1);
+        }
+        self.remove_member(token, true)?;
+        Some(self.grant_waiters(now_ms, tokens))
+    }
+
+    /// Removes every holder (FORCERELEASE): how many, and the grants.
+    pub fn remove_all(&mut self, now_ms: u64, tokens: &mut TokenSource) -> (usize, Vec<Grant<P>>) {
+        let removed = self.holder_count();
+        self.clear_table();
+        (removed, self.vacate(now_ms, tokens).1)
+    }
+
+    /// Removes the exclusive holder whatever its holds, and grants the head
+    /// of the queue (and those behind it that fit), each with its own lease
+    /// from `now_ms`.
+    pub fn vacate(&mut self, now_ms: u64, tokens: &mut TokenSource) -> (Option<Holder>, Vec<Grant<P>>) {
         let old = self.holder.take();
         self.set_session(None);
-        let grant = self.take_waiter(WaitQueue::pop_front).map(|waiter| {
+        (old, self.grant_waiters(now_ms, tokens))
+    }
+
+    /// Grants the head of the queue while it fits, in order: a head that
+    /// does not fit is never overtaken.
+    pub fn grant_waiters(&mut self, now_ms: u64, tokens: &mut TokenSource) -> Vec<Grant<P>> {
+        let mut grants = Vec::new();
+        while let Some(want) = self.grantable_head() {
+            let Some(waiter) = self.take_waiter(WaitQueue::pop_front) else { break };
             let token = tokens.next(now_ms);
             let holder = Holder::new(waiter.owner, 1, token, now_ms.saturating_add(waiter.lease_ms));
-            self.set_holder(Some(holder), waiter.session);
+            self.install(holder, waiter.session, want);
             // Remembered at the grant: if the reply never reaches the waiter,
             // the grant is passed on and its token no longer held, so a resend
             // is a new request.
             if let Some((id, window_ms)) = &waiter.request {
                 self.remember(Some(RequestId { id, window_ms: *window_ms }), Kind::Acquire, token, now_ms);
             }
-            Grant { token, payload: waiter.payload }
-        });
-        (old, grant)
+            grants.push(Grant { token, payload: waiter.payload });
+        }
+        grants
     }
 
-    /// Heap bytes owned by this lock (owner strings, queue, index).
+    /// What the head of the queue wants, if it can be granted now.
+    fn grantable_head(&self) -> Option<Want> {
+        let want = self.waiters().next()?.want;
+        self.fits(want).then_some(want)
+    }
+
+    /// The head of the queue could be granted now (a waiter that held it up left).
+    pub fn head_fits(&self) -> bool {
+        self.grantable_head().is_some()
+    }
+
+    /// Heap bytes owned by this lock (owner strings, queue, index, table).
     pub fn heap_size(&self) -> usize {
         let extra = self.extra.as_ref().map_or(0, |e| std::mem::size_of::<Extra<P>>() + e.requests.heap_size());
+        let shared = self.shared().map_or(0, |_| std::mem::size_of::<Shared>());
         let waiting = self.waiting().map_or(0, |w| {
             let owners: usize = w.queue.iter().map(|w| w.owner.len()).sum();
             std::mem::size_of::<Waiting<P>>()
@@ -404,14 +826,20 @@ impl<P> Lock<P> {
                 + owners * 2
                 + w.queued.capacity() * (std::mem::size_of::<Box<[u8]>>() + 1)
         });
-        self.holder.as_ref().map_or(0, |h| h.owner.len()) + extra + waiting
-    }
-
-    fn holder_of(&mut self, owner: &[u8]) -> Result<&mut Holder, LockError> {
-        self.holder.as_mut().filter(|h| *h.owner == *owner).ok_or(LockError::NotOwner)
+        let table = self.table().map_or(0, |t| {
+            let owners: usize = t.by_token.values().map(|m| m.holder.owner.len()).sum();
+            owners * 2
+                + t.by_token.capacity() * (std::mem::size_of::<(u64, Member)>() + 1)
+                + t.by_owner.capacity() * (std::mem::size_of::<(Box<[u8]>, u64)>() + 1)
+        });
+        self.holder.as_ref().map_or(0, |h| h.owner.len()) + extra + shared + waiting + table
     }
 }
 
 #[cfg(test)]
 #[path = "lock_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "shared_tests.rs"]
+mod shared_tests;

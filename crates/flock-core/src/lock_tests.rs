@@ -4,7 +4,13 @@ use proptest::prelude::*;
 use std::collections::{HashMap, VecDeque};
 
 fn req(owner: &str, lease_ms: u64) -> Request<'_> {
-    Request { owner: owner.as_bytes(), lease_ms, session: None, id: None }
+    Request { owner: owner.as_bytes(), lease_ms, session: None, id: None, want: Want::Exclusive }
+}
+
+/// The one grant an exclusive hand-off makes, if any.
+fn one<P>(grants: Vec<Grant<P>>) -> Option<Grant<P>> {
+    assert!(grants.len() <= 1, "an exclusive hand-off grants one waiter");
+    grants.into_iter().next()
 }
 
 fn holder_owner<P>(lock: &Lock<P>) -> Option<&[u8]> {
@@ -46,7 +52,7 @@ fn try_never_cuts_in_front_of_waiters() {
     let (mut lock, _) = held_by_a_with_b_queued(&mut tokens);
     assert_eq!(lock.acquire(&req("c", 100), 1000, &mut tokens), Ok(Acquired::Busy));
     let (_, grant) = lock.release(b"a", 1001, &mut tokens).unwrap();
-    assert_eq!(grant.unwrap().payload, "b");
+    assert_eq!(one(grant).unwrap().payload, "b");
     assert_eq!(lock.acquire(&req("c", 100), 1001, &mut tokens), Ok(Acquired::Busy));
 
     // Not reachable through the API, but the queue alone must still block a try.
@@ -71,11 +77,11 @@ fn release_counts_down_then_hands_off_with_a_fresh_lease() {
     let (mut lock, _) = held_by_a_with_b_queued(&mut tokens);
     lock.acquire(&req("a", 100), 1000, &mut tokens).unwrap();
     let old_token = lock.holder().unwrap().token;
-    assert!(matches!(lock.release(b"a", 1010, &mut tokens), Ok((1, None))));
+    assert!(matches!(lock.release(b"a", 1010, &mut tokens), Ok((1, ref g)) if g.is_empty()));
     assert_eq!(holder_owner(&lock), Some(&b"a"[..]));
 
     let (left, grant) = lock.release(b"a", 2000, &mut tokens).unwrap();
-    let grant = grant.expect("the queue head takes over");
+    let grant = one(grant).expect("the queue head takes over");
     assert_eq!((left, grant.payload), (0, "b"));
     assert!(grant.token > old_token);
     let h = lock.holder().unwrap();
@@ -160,7 +166,7 @@ fn expire_due_waits_for_the_deadline_then_hands_off() {
     assert!(lock.expire_due(1099, &mut tokens).is_none());
     let (old, grant) = lock.expire_due(1100, &mut tokens).unwrap();
     assert_eq!(&*old.owner, b"a");
-    assert_eq!(grant.unwrap().payload, "b");
+    assert_eq!(one(grant).unwrap().payload, "b");
     assert_eq!(lock.holder().unwrap().deadline_ms, 1600);
     assert_eq!(lock.release(b"a", 1100, &mut tokens).unwrap_err(), LockError::NotOwner);
 }
@@ -174,7 +180,7 @@ fn vacate_removes_the_holder_whatever_its_holds() {
     }
     let (old, grant) = lock.vacate(1010, &mut tokens);
     assert_eq!(old.unwrap().holds, 3);
-    assert!(grant.is_none());
+    assert!(grant.is_empty());
     assert!(lock.is_idle());
 }
 
@@ -186,7 +192,7 @@ fn drain_empties_the_queue_and_the_lock_is_idle_once_the_holder_goes() {
     let drained: Vec<_> = lock.drain_waiters().into_iter().map(|w| w.payload).collect();
     assert_eq!(drained, ["b", "c"]);
     assert!(!lock.is_idle(), "a still holds it");
-    assert!(matches!(lock.release(b"a", 1010, &mut tokens), Ok((0, None))));
+    assert!(matches!(lock.release(b"a", 1010, &mut tokens), Ok((0, ref g)) if g.is_empty()));
     assert!(lock.is_idle());
     // Drained owners must not stay marked as queued.
     assert!(lock.enqueue(&req("b", 100), "b").is_ok());
@@ -216,7 +222,7 @@ fn session_and_waiters_take_memory_only_while_they_exist() {
     lock.release(b"a", 1000, &mut tokens).unwrap();
     assert_eq!(lock.session(), Some(9), "the session binds the holder until its last release");
     let (_, grant) = lock.release(b"a", 1000, &mut tokens).unwrap();
-    assert!(grant.is_none() && lock.is_idle() && lock.session().is_none());
+    assert!(grant.is_empty() && lock.is_idle() && lock.session().is_none());
     lock.acquire(&req("c", 100), 1000, &mut tokens).unwrap();
     assert_eq!(lock.heap_size(), plain, "nothing is left over from the session or the queue");
 }
@@ -324,9 +330,9 @@ impl Model {
     }
 
     /// The holder is gone: the head of the queue, and only it, must be granted.
-    fn hand_off(&mut self, grant: Option<Grant<u32>>) -> Result<(), TestCaseError> {
+    fn hand_off(&mut self, grant: Vec<Grant<u32>>) -> Result<(), TestCaseError> {
         self.holder = None;
-        match (self.queue.pop_front(), grant) {
+        match (self.queue.pop_front(), one(grant)) {
             (None, None) => Ok(()),
             (Some(w), Some(g)) => {
                 prop_assert_eq!(g.payload, w.payload, "grants follow FIFO order");
@@ -357,7 +363,7 @@ impl Model {
 }
 
 fn request(who: usize, lease_ms: u64) -> Request<'static> {
-    Request { owner: OWNERS[who], lease_ms, session: None, id: None }
+    Request { owner: OWNERS[who], lease_ms, session: None, id: None, want: Want::Exclusive }
 }
 
 /// Checks one acquire against the model; whether it answered `Busy`.
@@ -404,7 +410,7 @@ proptest! {
                     }
                 }
                 Op::Release(who) => match (lock.release(OWNERS[who], m.now, &mut tokens), &mut m.holder) {
-                    (Ok((left, None)), Some(h)) if h.owner == who && h.holds > 1 => {
+                    (Ok((left, ref g)), Some(h)) if h.owner == who && h.holds > 1 && g.is_empty() => {
                         h.holds -= 1;
                         prop_assert_eq!(left, h.holds);
                     }
@@ -652,9 +658,9 @@ mod multi {
 
         /// The holder of `key` is gone: the head of its queue, and only it,
         /// must have been granted.
-        fn hand_off(&mut self, key: usize, grant: Option<Grant<u32>>) -> Result<(), TestCaseError> {
+        fn hand_off(&mut self, key: usize, grant: Vec<Grant<u32>>) -> Result<(), TestCaseError> {
             self.keys[key].holder = None;
-            match (self.keys[key].queue.pop_front(), grant) {
+            match (self.keys[key].queue.pop_front(), one(grant)) {
                 (None, None) => Ok(()),
                 (Some(w), Some(g)) => {
                     prop_assert_eq!(g.payload, w.payload, "key {}: grants follow FIFO order", key);
@@ -729,7 +735,7 @@ mod multi {
         ) -> Result<(), TestCaseError> {
             self.expire(key)?;
             let session = session.then_some(self.client[conn]);
-            let req = Request { owner: OWNERS[owner], lease_ms: lease, session, id: None };
+            let req = Request { owner: OWNERS[owner], lease_ms: lease, session, id: None, want: Want::Exclusive };
             let expect = self.expected_acquire(key, owner);
             let got = self.locks[key].acquire(&req, self.now, &mut self.tokens);
             match (expect, got) {
@@ -777,7 +783,7 @@ mod multi {
             self.expire(key)?;
             let holder = self.keys[key].holder.filter(|h| h.owner == owner);
             match (self.locks[key].release(OWNERS[owner], self.now, &mut self.tokens), holder) {
-                (Ok((left, None)), Some(h)) if h.holds > 1 => {
+                (Ok((left, ref g)), Some(h)) if h.holds > 1 && g.is_empty() => {
                     prop_assert_eq!(left, h.holds - 1);
                     self.keys[key].holder.as_mut().unwrap().holds -= 1;
                 }
@@ -1051,7 +1057,7 @@ fn a_resent_release_answers_its_first_reply_until_the_window_ends() {
     let (mut lock, _) = held_by_a_with_b_queued(&mut tokens);
     let (left, grant) = lock.release(b"a", 1010, &mut tokens).unwrap();
     lock.remember(Some(RequestId { id: b"r2", window_ms: 1000 }), Kind::Release, u64::from(left), 1010);
-    assert!(grant.is_some(), "b got the lock");
+    assert!(!grant.is_empty(), "b got the lock");
     assert_eq!(lock.repeat(b"r2", Kind::Release, b"a", 2009), Ok(Some(0)), "not NOTOWNER");
     assert_eq!(lock.repeat(b"r2", Kind::Renew, b"a", 2009), Err(LockError::IdReused(Kind::Release)));
     assert_eq!(lock.repeat(b"r2", Kind::Release, b"a", 2010), Ok(None), "forgotten after the window");
@@ -1064,7 +1070,7 @@ fn a_waiter_granted_later_remembers_its_id_with_the_grant() {
     lock.acquire(&req("a", 100), 1000, &mut tokens).unwrap();
     lock.enqueue(&with_id("b", "rb"), "b").unwrap();
     let (_, grant) = lock.release(b"a", 1050, &mut tokens).unwrap();
-    let token = grant.expect("b granted").token;
+    let token = one(grant).expect("b granted").token;
     assert_eq!(lock.repeat(b"rb", Kind::Acquire, b"b", 1100), Ok(Some(token)));
     lock.vacate(1100, &mut tokens); // the grant was not delivered and passed on
     assert_eq!(lock.repeat(b"rb", Kind::Acquire, b"b", 1100), Ok(None), "a resend is a new request");
