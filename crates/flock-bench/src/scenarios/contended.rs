@@ -143,3 +143,26 @@ pub fn out_of_order(holds_in_grant_order: &[Hold], grant_margin_ns: u64) -> usiz
         })
         .count()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(joined: u64, granted: u64) -> Hold {
+        Hold { client: 0, joined: Span { start: joined, end: joined }, granted, released: granted, requests: 2 }
+    }
+
+    #[test]
+    fn a_grant_is_out_of_order_only_when_an_earlier_join_is_granted_later_beyond_the_margins() {
+        const MS: u64 = 1_000_000;
+        // The first joined 5 ms before the second but was granted 0.5 ms after it.
+        let holds = [hold(10 * MS, 20 * MS), hold(5 * MS, 20 * MS + MS / 2)];
+        assert_eq!(out_of_order(&holds, 0), 1, "one holder: any later grant counts");
+        assert_eq!(out_of_order(&holds, MS), 0, "shared: grants within 1 ms are one turn");
+        let holds = [hold(10 * MS, 20 * MS), hold(5 * MS, 22 * MS)];
+        assert_eq!(out_of_order(&holds, MS), 1);
+        // Joins within the margin are not ordered.
+        let holds = [hold(10 * MS, 20 * MS), hold(10 * MS - MS / 2, 30 * MS)];
+        assert_eq!(out_of_order(&holds, 0), 0);
+    }
+}

@@ -20,7 +20,7 @@ pub const WAIT_MAX: Metric = Metric::worst("wait max ms");
 
 const KEY: &str = "shared";
 const LEASE_MS: u64 = 30_000;
-const HOLD_NS: u64 = 100_000;
+pub const HOLD_NS: u64 = 100_000;
 /// One acquisition in this many is a write.
 pub const WRITE_EVERY: usize = 10;
 /// The semaphore's permits.
