@@ -62,7 +62,8 @@ fn legend(scenario: &str, config: &Config) -> String {
         "rwlock" | "semaphore" => format!(
             "All clients on one key, holding it {} us each time (busy): {}. \
              handoff: from the last release sent before a grant to the grant, for a client that was waiting at that release. \
-             wait max: the longest from joining to the grant. out of order: grants to a client while one that had joined over 1 ms \
+             wait max: the longest from joining to the grant. exclusion broken: grants seen while the holds seen excluded them \
+             (a write while anyone held, anything while a writer held, a permit beyond the limit). out of order: grants to a client while one that had joined over 1 ms \
              earlier still waited and was granted over 1 ms later (holders granted in one turn see their grants in some order). \
              max/min grants, req/grant and server us/grant as in contended.",
             shared::HOLD_NS / 1000,

@@ -17,6 +17,7 @@ use crate::stats::{latency_us, us};
 
 pub const WRITES: Metric = Metric::median("writes %");
 pub const WAIT_MAX: Metric = Metric::worst("wait max ms");
+pub const BROKEN: Metric = Metric::worst("exclusion broken");
 
 const KEY: &str = "shared";
 const LEASE_MS: u64 = 30_000;
@@ -101,6 +102,7 @@ fn analyze(run: Run<Vec<Grant>>, shape: Shape, clients: usize, busy: f64) -> Vec
     let mut grants: Vec<Grant> = run.results.into_iter().flatten().filter(|g| g.hold.granted <= run.end).collect();
     grants.sort_by_key(|g| g.hold.granted);
     let writes = grants.iter().filter(|g| g.write).count() as f64;
+    let broken = exclusion_broken(&grants, shape) as f64;
     let holds: Vec<Hold> = grants.into_iter().map(|g| g.hold).collect();
     let n = holds.len() as f64;
     let mut releases: Vec<u64> = holds.iter().map(|h| h.released).collect();
@@ -128,6 +130,7 @@ fn analyze(run: Run<Vec<Grant>>, shape: Shape, clients: usize, busy: f64) -> Vec
         (contended::GAP_P99, p99),
         (contended::GAP_MAX, max),
         (WAIT_MAX, longest_wait as f64 / 1e6),
+        (BROKEN, broken),
         (contended::OUT_OF_ORDER, late),
         (contended::OUT_OF_ORDER_PCT, 100.0 * late / n),
         (contended::SPREAD, spread(&holds, clients)),
@@ -138,4 +141,29 @@ fn analyze(run: Run<Vec<Grant>>, shape: Shape, clients: usize, busy: f64) -> Vec
         metrics.retain(|&(m, _)| m.name != WRITES.name);
     }
     metrics
+}
+
+/// Grants seen while the holds already seen excluded them: a write while
+/// anyone held, anything while a writer held, a permit while all `LIMIT`
+/// were held. A client sees its hold start after the server granted it and
+/// end before it sends the release, so an overlap seen is a real one.
+fn exclusion_broken(grants_in_grant_order: &[Grant], shape: Shape) -> usize {
+    let mut ends: Vec<(u64, bool)> = grants_in_grant_order.iter().map(|g| (g.hold.released, g.write)).collect();
+    ends.sort_unstable();
+    let (mut ended, mut holders, mut writers, mut broken) = (0, 0usize, 0usize, 0);
+    for g in grants_in_grant_order {
+        while let Some(&(_, write)) = ends.get(ended).filter(|&&(end, _)| end <= g.hold.granted) {
+            holders -= 1;
+            writers -= usize::from(write);
+            ended += 1;
+        }
+        let full = match shape {
+            Shape::ReadWrite => writers > 0 || (g.write && holders > 0),
+            Shape::Semaphore => holders >= LIMIT as usize,
+        };
+        broken += usize::from(full);
+        holders += 1;
+        writers += usize::from(g.write);
+    }
+    broken
 }
