@@ -95,7 +95,11 @@ impl Config {
                 "--locks" => config.size.locks = number(&value()?)?,
                 "--waiters" => config.size.waiters = number(&value()?)?,
                 "--backlog" => config.backlog = list(&value()?, number)?,
-                "--module" => config.module = value()?.into(),
+                // Absolute: redis-server moves to its --dir before it loads modules.
+                "--module" => {
+                    let value = value()?;
+                    config.module = std::path::absolute(&value).map_err(|e| format!("--module {value}: {e}"))?
+                }
                 "--out" => config.out = value()?.into(),
                 _ => return Err(format!("unknown option {name:?}")),
             }

@@ -64,7 +64,9 @@ fn legend(scenario: &str, config: &Config) -> String {
              handoff: from the last release sent before a grant to the grant, for a client that was waiting at that release. \
              wait max: the longest from joining to the grant. exclusion broken: grants seen while the holds seen excluded them \
              (a write while anyone held, anything while a writer held, a permit beyond the limit). out of order: grants to a client while one that had joined over 1 ms \
-             earlier still waited and was granted over 1 ms later (holders granted in one turn see their grants in some order). \
+             earlier still waited and was granted over 1 ms later (holders granted in one turn see their grants in some order); \
+             the clients of overlapping holds can see a grant late by as long as the scheduler keeps them off a core. \
+             out of order by token: the same in the order of the fencing tokens, the server's grant order (flock only). \
              max/min grants, req/grant and server us/grant as in contended.",
             shared::HOLD_NS / 1000,
             if name == "rwlock" {

@@ -42,7 +42,10 @@ impl Method for Flock {
 
 /// FLOCK in the rwlock and semaphore scenarios: the same two commands,
 /// `SHARED` for a reader and `PERMITS 1 LIMIT m` for a permit.
-pub struct FlockShared;
+#[derive(Default)]
+pub struct FlockShared {
+    token: Option<u64>,
+}
 
 impl Shared for FlockShared {
     fn acquire(
@@ -60,7 +63,12 @@ impl Shared for FlockShared {
             Want::Write => &mut cmd,
             Want::Permit { limit } => cmd.arg("PERMITS").arg(1).arg("LIMIT").arg(limit),
         };
-        Ok(c.request(&cmd)? != Value::Nil)
+        self.token = redis::from_owned_redis_value(c.request(&cmd)?)?;
+        Ok(self.token.is_some())
+    }
+
+    fn last_token(&self) -> Option<u64> {
+        self.token
     }
 
     fn release(&mut self, c: &mut Client, key: &str, owner: &str, _: Want) -> RedisResult<()> {

@@ -109,6 +109,12 @@ pub trait Shared: Send {
         stop: &Stop,
     ) -> RedisResult<bool>;
 
+    /// The fencing token of the last grant, for a method that has them: the
+    /// order in which the server granted.
+    fn last_token(&self) -> Option<u64> {
+        None
+    }
+
     /// Gives back what the last acquire with `want` got.
     fn release(&mut self, c: &mut Client, key: &str, owner: &str, want: Want) -> RedisResult<()>;
 }
@@ -130,7 +136,7 @@ impl SharedKind {
     /// The methods measured for `Kind`s in the rwlock scenario (`semaphore`:
     /// in the semaphore one); `flock` only with a module that has `SHARED`.
     pub fn of(kinds: &[Kind], semaphore: bool, flock_shared: bool) -> Vec<SharedKind> {
-        let flock = SharedKind { name: "flock", make: |_| Ok(Box::new(flock::FlockShared)) };
+        let flock = SharedKind { name: "flock", make: |_| Ok(Box::<flock::FlockShared>::default()) };
         let rw = SharedKind { name: "redisson", make: |s| Ok(Box::new(redisson_rw::RedissonRw::new(s)?)) };
         let semaphore_kinds = [
             SharedKind { name: "redisson", make: |s| Ok(Box::new(redisson_semaphore::RedissonSemaphore::new(s)?)) },
