@@ -83,9 +83,13 @@ impl Target {
         Target { key: key.into(), lease, owner: None, client: None }
     }
 
+    fn owner(&self) -> String {
+        self.owner.clone().unwrap_or_else(thread_owner)
+    }
+
     /// `FLOCK.ACQUIRE` in `mode`; see [`Lock::acquire`] for `wait`.
     fn acquire<C: ConnectionLike>(&self, conn: C, wait: Option<Duration>, mode: Mode) -> RedisResult<Option<Guard<C>>> {
-        let owner = self.owner.clone().unwrap_or_else(thread_owner);
+        let owner = self.owner();
         let lease_ms = millis(self.lease);
         let mut cmd = redis::cmd("FLOCK.ACQUIRE");
         cmd.arg(&self.key).arg(&owner).arg(lease_ms);
@@ -141,7 +145,7 @@ macro_rules! target_methods {
 
         /// The owner name the calling thread acquires as.
         pub fn owner(&self) -> String {
-            self.target.owner.clone().unwrap_or_else(thread_owner)
+            self.target.owner()
         }
     };
 }
