@@ -111,8 +111,10 @@ leakcheck: build
 
 # FLOCK side by side with the setnx, listpoll and redisson recipes, on a
 # redis-server of its own: tables on stdout; CSV, the tables and an SVG chart
-# in target/bench. About 7 minutes on 2 cores; `make bench ARGS=--quick` is
-# under one, `ARGS=--help` lists the options. See docs/benchmark.md.
+# in target/bench. About 8 minutes on 2 cores; `make bench ARGS=--quick` is
+# under one, `ARGS="--scenarios rwlock,semaphore"` runs the read-write lock
+# and semaphore alone (about one), `ARGS=--help` lists the options. See
+# docs/benchmark.md.
 bench: build
 	$(with_server) cargo run --release --package flock-bench -- $(ARGS)
 

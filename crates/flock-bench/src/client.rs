@@ -35,11 +35,13 @@ pub struct Sent {
 pub struct Client {
     conn: Connection,
     sent: Sent,
+    /// Replies of `request_later` requests not read yet.
+    unread: usize,
 }
 
 impl Client {
     pub fn open(server: &Server) -> RedisResult<Client> {
-        Ok(Client { conn: server.connect()?, sent: Sent::default() })
+        Ok(Client { conn: server.connect()?, sent: Sent::default(), unread: 0 })
     }
 
     /// Starts counting afresh (one acquire, one pair, ...).
@@ -60,7 +62,24 @@ impl Client {
     /// Sends `cmd` and waits for its reply; an error reply is an `Err`.
     pub fn request(&mut self, cmd: &Cmd) -> RedisResult<Value> {
         self.send(cmd)?;
+        self.read_unread()?;
         self.conn.recv_response()?.extract_error()
+    }
+
+    fn read_unread(&mut self) -> RedisResult<()> {
+        while self.unread > 0 {
+            self.conn.recv_response()?.extract_error()?;
+            self.unread -= 1;
+        }
+        Ok(())
+    }
+
+    /// Sends `cmd` without waiting for its reply, as a client fires an
+    /// asynchronous request and goes on; the next `request` reads it first.
+    pub fn request_later(&mut self, cmd: &Cmd) -> RedisResult<()> {
+        self.send(cmd)?;
+        self.unread += 1;
+        Ok(())
     }
 
     /// Sends `cmd` and leaves its reply unread.
@@ -76,6 +95,7 @@ impl Client {
 
     /// Sends all of `pipe` at once and reads every reply.
     pub fn pipeline(&mut self, pipe: &Pipeline) -> RedisResult<()> {
+        self.read_unread()?;
         self.sent.requests += pipe.len() as u64;
         pipe.query(&mut self.conn)
     }

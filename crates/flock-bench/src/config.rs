@@ -16,7 +16,8 @@ usage: flock-bench [options]
   --duration-s SECONDS    length of each run (default 2; expiry runs at least 0.45 s)
   --repeats N             repeats of every run; tables show medians (default 3)
   --methods LIST          of flock,setnx,listpoll,redisson (default all)
-  --scenarios LIST        of ping,uncontended,contended,expiry,backlog,scale (default all)
+  --scenarios LIST        of ping,uncontended,contended,expiry,backlog,rwlock,semaphore,scale
+                          (default all)
   --hold-us LIST          contended hold times in µs (default 100,0)
   --locks N               idle locks for scale (default 1000000)
   --waiters N             waiters for scale, capped by open files (default 10000)
@@ -94,7 +95,11 @@ impl Config {
                 "--locks" => config.size.locks = number(&value()?)?,
                 "--waiters" => config.size.waiters = number(&value()?)?,
                 "--backlog" => config.backlog = list(&value()?, number)?,
-                "--module" => config.module = value()?.into(),
+                // Absolute: redis-server moves to its --dir before it loads modules.
+                "--module" => {
+                    let value = value()?;
+                    config.module = std::path::absolute(&value).map_err(|e| format!("--module {value}: {e}"))?
+                }
                 "--out" => config.out = value()?.into(),
                 _ => return Err(format!("unknown option {name:?}")),
             }

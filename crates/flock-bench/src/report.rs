@@ -10,7 +10,7 @@ use redis::RedisResult;
 
 use crate::config::Config;
 use crate::results::{combine, Sample};
-use crate::scenarios::{backlog, expiry, scale};
+use crate::scenarios::{backlog, expiry, scale, shared};
 use crate::server::{field, info, Server};
 use crate::{chart, targets};
 
@@ -59,6 +59,30 @@ fn legend(scenario: &str, config: &Config) -> String {
              max/min grants: most over fewest grants per client. req/grant: requests sent per grant, release included. \
              server us/grant: time redis-server spent in commands (INFO commandstats) per grant."
             .into(),
+        "rwlock" | "semaphore" => format!(
+            "All clients on one key, holding it {} us each time (busy): {}. \
+             handoff: from the last release sent before a grant to the grant, for a client that was waiting at that release. \
+             wait max: the longest from joining to the grant. exclusion broken: grants seen while the holds seen excluded them \
+             (a write while anyone held, anything while a writer held, a permit beyond the limit). out of order: grants to a client while one that had joined over 1 ms \
+             earlier still waited and was granted over 1 ms later (holders granted in one turn see their grants in some order); \
+             the clients of overlapping holds can see a grant late by as long as the scheduler keeps them off a core. \
+             out of order by token: the same in the order of the fencing tokens, the server's grant order (flock only). \
+             max/min grants, req/grant and server us/grant as in contended.",
+            shared::HOLD_NS / 1000,
+            if name == "rwlock" {
+                format!(
+                    "one acquisition in {} is a write, the others reads (FLOCK: SHARED); writes %: the share of grants that were writes",
+                    shared::WRITE_EVERY
+                )
+            } else {
+                format!(
+                    "a semaphore of {} permits, one per client (FLOCK: PERMITS 1 LIMIT {}); redisson is RSemaphore (no lease), \
+                     redisson-expirable RPermitExpirableSemaphore",
+                    shared::LIMIT,
+                    shared::LIMIT
+                )
+            }
+        ),
         "expiry" => format!(
             "Holders never release (lease {} ms); each client queues again under a new name. \
              delay: from a lease's end to the next grant. max req waiting: most requests a waiter sent between joining and its grant.",
@@ -119,7 +143,7 @@ pub fn render(config: &Config, machine: &Machine, samples: &[Sample], elapsed: D
     }
     let checks = targets::check(samples, &rows);
     if !checks.is_empty() {
-        out.push_str("\n#### targets (issue 4)\n\nRatios are medians of per-repeat ratios between methods run back to back.\n\n| target | FLOCK | met |\n|---|---|---|\n");
+        out.push_str("\n#### targets (issues 4 and 13)\n\nRatios are medians of per-repeat ratios between methods run back to back.\n\n| target | FLOCK | met |\n|---|---|---|\n");
         for c in checks {
             let _ = writeln!(out, "| {} | {} | {} |", c.target, c.measured, if c.met { "yes" } else { "**no**" });
         }

@@ -1,7 +1,8 @@
-//! Where FLOCK stands against the targets of issue 4, from the samples of
+//! Where FLOCK stands against the targets of issues 4 and 13, from the samples of
 //! this run. Targets whose runs were not chosen are left out.
 
 use crate::results::{Metric, Sample};
+use crate::scenarios::shared::{self, Shape};
 use crate::scenarios::{contended, contended_label, expiry, ping, scale, uncontended};
 use crate::stats::median;
 
@@ -85,6 +86,31 @@ pub fn check(samples: &[Sample], rows: &[Sample]) -> Vec<Check> {
         );
     }
 
+    for shape in [Shape::ReadWrite, Shape::Semaphore] {
+        let label = shape.label();
+        for n in clients_of(rows, &label) {
+            let at = |metric| flock(rows, &label, n, metric);
+            add(
+                format!("{label} x{n}: no grant out of FIFO order (by fencing token)"),
+                at(shared::TOKEN_ORDER),
+                &plain,
+                &|v| v == 0.0,
+            );
+            add(format!("{label} x{n}: exactly 2 requests per grant"), at(contended::REQUESTS), &plain, &|v| v == 2.0);
+            let baselines =
+                rows.iter().filter(|r| r.scenario == label && r.clients == n && r.method != "flock").map(|r| r.method);
+            for baseline in baselines {
+                let grants = |method| At(&label, method, contended::GRANTS);
+                add(
+                    format!("{label} x{n}: grants/s ahead of {baseline}"),
+                    paired(samples, n, grants("flock"), grants(baseline)),
+                    &times,
+                    &|r| r > 1.0,
+                );
+            }
+        }
+    }
+
     for n in clients_of(rows, "expiry") {
         let at = |metric| flock(rows, "expiry", n, metric);
         let ms = |v: f64| format!("{v:.2} ms");
@@ -118,4 +144,39 @@ pub fn check(samples: &[Sample], rows: &[Sample]) -> Vec<Check> {
         );
     }
     checks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(scenario: &str, method: &'static str, values: Vec<(Metric, f64)>) -> Sample {
+        Sample { scenario: scenario.into(), method, clients: 8, repeat: 0, values }
+    }
+
+    /// The flock rows of the shared scenarios, which the bench can only
+    /// measure with a module that has SHARED, turn into issue 13's checks.
+    #[test]
+    fn shared_scenarios_are_checked_against_every_baseline() {
+        let label = Shape::Semaphore.label();
+        let run = |grants, late, requests| {
+            vec![(contended::GRANTS, grants), (shared::TOKEN_ORDER, late), (contended::REQUESTS, requests)]
+        };
+        let samples = vec![
+            sample(&label, "flock", run(9000.0, 0.0, 2.0)),
+            sample(&label, "redisson", run(6000.0, f64::NAN, 9.0)),
+            sample(&label, "redisson-expirable", run(10000.0, f64::NAN, 9.0)),
+        ];
+        let checks: Vec<(String, bool)> =
+            check(&samples, &crate::results::combine(&samples)).into_iter().map(|c| (c.target, c.met)).collect();
+        assert_eq!(
+            checks,
+            [
+                (format!("{label} x8: no grant out of FIFO order (by fencing token)"), true),
+                (format!("{label} x8: exactly 2 requests per grant"), true),
+                (format!("{label} x8: grants/s ahead of redisson"), true),
+                (format!("{label} x8: grants/s ahead of redisson-expirable"), false),
+            ]
+        );
+    }
 }

@@ -19,6 +19,13 @@
 //! # }
 //! ```
 //!
+//! [`RwLock`] (`read` and `write`) and [`Semaphore`] (`acquire` of n
+//! permits) hand out the same [`Guard`], with the same watchdog, request IDs
+//! and release on drop: every holder has its own lease, token and holds.
+//! The server's refusals come back as errors whose [`redis::RedisError::code`]
+//! is `WRONGMODE` (a lock used as a semaphore, another limit, ...), `UPGRADE`
+//! (writing while reading) or `NOTOWNER`.
+//!
 //! The owner is `<process id>:<thread id>`, the process id a random UUID made
 //! once per process: the same thread acquiring the same lock again reenters
 //! it (one more hold, same token), another thread or process queues.
@@ -50,51 +57,38 @@ pub const FOREVER: Duration = Duration::MAX;
 /// same request ID.
 pub const RESENDS: usize = 3;
 
-/// A named lock and the lease each grant gets.
+/// How a grant holds its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// [`Lock`], or the write side of an [`RwLock`]: the only holder.
+    Exclusive,
+    /// The read side of an [`RwLock`] (`SHARED`): with any other readers.
+    Shared,
+    /// `permits` of the `limit` of a [`Semaphore`] (`PERMITS n LIMIT m`).
+    Permits { permits: u32, limit: u32 },
+}
+
+/// What every kind of lock keeps: the key, the lease each grant gets, the
+/// owner it acquires as and where a new connection comes from.
 #[derive(Clone, Debug)]
-pub struct Lock {
+struct Target {
     key: String,
     lease: Duration,
     owner: Option<String>,
     client: Option<Client>,
 }
 
-impl Lock {
-    /// The lock under `key`; each grant lasts `lease` (at least 1 ms) unless
-    /// renewed.
-    pub fn new(key: impl Into<String>, lease: Duration) -> Lock {
-        Lock { key: key.into(), lease, owner: None, client: None }
+impl Target {
+    fn new(key: impl Into<String>, lease: Duration) -> Target {
+        Target { key: key.into(), lease, owner: None, client: None }
     }
 
-    /// Where a new connection comes from when the one given to
-    /// [`Lock::acquire`] breaks: a command whose reply was lost is resent
-    /// over it, and the guard's later commands go over it too.
-    pub fn reconnect_with(mut self, client: &Client) -> Lock {
-        self.client = Some(client.clone());
-        self
-    }
-
-    /// Acquires as `owner` instead of `<process id>:<thread id>`.
-    pub fn with_owner(mut self, owner: impl Into<String>) -> Lock {
-        self.owner = Some(owner.into());
-        self
-    }
-
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// The owner name the calling thread acquires as.
-    pub fn owner(&self) -> String {
+    fn owner(&self) -> String {
         self.owner.clone().unwrap_or_else(thread_owner)
     }
 
-    /// `FLOCK.ACQUIRE`. `wait`: `None` (or zero) tries once and never queues;
-    /// `Some(d)` queues and blocks up to `d` (rounded up to whole
-    /// milliseconds; [`FOREVER`] or more than 2^40 ms has no limit). `None`
-    /// when the lock is busy or the wait timed out. Keep any read timeout of
-    /// `conn` longer than `wait`.
-    pub fn acquire<C: ConnectionLike>(&self, conn: C, wait: Option<Duration>) -> RedisResult<Option<Guard<C>>> {
+    /// `FLOCK.ACQUIRE` in `mode`; see [`Lock::acquire`] for `wait`.
+    fn acquire<C: ConnectionLike>(&self, conn: C, wait: Option<Duration>, mode: Mode) -> RedisResult<Option<Guard<C>>> {
         let owner = self.owner();
         let lease_ms = millis(self.lease);
         let mut cmd = redis::cmd("FLOCK.ACQUIRE");
@@ -103,18 +97,151 @@ impl Lock {
             let ms = millis(wait);
             cmd.arg("WAIT").arg(if ms > MAX_MS { 0 } else { ms });
         }
+        match mode {
+            Mode::Exclusive => {}
+            Mode::Shared => {
+                cmd.arg("SHARED");
+            }
+            Mode::Permits { permits, limit } => {
+                cmd.arg("PERMITS").arg(permits).arg("LIMIT").arg(limit);
+            }
+        }
         let mut link = Link { conn, client: self.client.clone(), spare: None, timeout: None };
         let Some(token) = link.query::<Option<u64>>(&cmd)? else { return Ok(None) };
         Ok(Some(Guard {
             link,
             key: self.key.clone(),
             owner,
+            mode,
             token,
             lease_ms,
             lost: Arc::new(AtomicBool::new(false)),
             watchdog: None,
             released: false,
         }))
+    }
+}
+
+/// The setters and getters every kind of lock has, over its `target`.
+macro_rules! target_methods {
+    () => {
+        /// Where a new connection comes from when the one given to acquire
+        /// breaks: a command whose reply was lost is resent over it, and the
+        /// guard's later commands go over it too.
+        pub fn reconnect_with(mut self, client: &Client) -> Self {
+            self.target.client = Some(client.clone());
+            self
+        }
+
+        /// Acquires as `owner` instead of `<process id>:<thread id>`.
+        pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
+            self.target.owner = Some(owner.into());
+            self
+        }
+
+        pub fn key(&self) -> &str {
+            &self.target.key
+        }
+
+        /// The owner name the calling thread acquires as.
+        pub fn owner(&self) -> String {
+            self.target.owner()
+        }
+    };
+}
+
+/// A named lock and the lease each grant gets.
+#[derive(Clone, Debug)]
+pub struct Lock {
+    target: Target,
+}
+
+impl Lock {
+    /// The lock under `key`; each grant lasts `lease` (at least 1 ms) unless
+    /// renewed.
+    pub fn new(key: impl Into<String>, lease: Duration) -> Lock {
+        Lock { target: Target::new(key, lease) }
+    }
+
+    target_methods!();
+
+    /// `FLOCK.ACQUIRE`. `wait`: `None` (or zero) tries once and never queues;
+    /// `Some(d)` queues and blocks up to `d` (rounded up to whole
+    /// milliseconds; [`FOREVER`] or more than 2^40 ms has no limit). `None`
+    /// when the lock is busy or the wait timed out. Keep any read timeout of
+    /// `conn` longer than `wait`.
+    pub fn acquire<C: ConnectionLike>(&self, conn: C, wait: Option<Duration>) -> RedisResult<Option<Guard<C>>> {
+        self.target.acquire(conn, wait, Mode::Exclusive)
+    }
+}
+
+/// A read hold of an [`RwLock`].
+pub type ReadGuard<C> = Guard<C>;
+/// The write hold of an [`RwLock`].
+pub type WriteGuard<C> = Guard<C>;
+/// Permits of a [`Semaphore`].
+pub type SemaphoreGuard<C> = Guard<C>;
+
+/// A fair read-write lock: any number of readers or one writer, granted in
+/// the order they queued (a reader never overtakes a queued writer). Each
+/// holder has its own lease, token, hold count and watchdog.
+#[derive(Clone, Debug)]
+pub struct RwLock {
+    target: Target,
+}
+
+impl RwLock {
+    /// The read-write lock under `key`; each grant lasts `lease` unless renewed.
+    pub fn new(key: impl Into<String>, lease: Duration) -> RwLock {
+        RwLock { target: Target::new(key, lease) }
+    }
+
+    target_methods!();
+
+    /// The read side (`SHARED`); `wait` as for [`Lock::acquire`]. Reading
+    /// again while holding either side adds a hold.
+    pub fn read<C: ConnectionLike>(&self, conn: C, wait: Option<Duration>) -> RedisResult<Option<ReadGuard<C>>> {
+        self.target.acquire(conn, wait, Mode::Shared)
+    }
+
+    /// The write side; `wait` as for [`Lock::acquire`]. An owner that holds
+    /// the read side gets an error with code `UPGRADE`.
+    pub fn write<C: ConnectionLike>(&self, conn: C, wait: Option<Duration>) -> RedisResult<Option<WriteGuard<C>>> {
+        self.target.acquire(conn, wait, Mode::Exclusive)
+    }
+}
+
+/// A fair counting semaphore of `limit` permits: a request is granted when
+/// its permits are free and no one queued before it.
+#[derive(Clone, Debug)]
+pub struct Semaphore {
+    target: Target,
+    limit: u32,
+}
+
+impl Semaphore {
+    /// The semaphore under `key` with `limit` permits (every client of the
+    /// key must give the same); each grant lasts `lease` unless renewed.
+    pub fn new(key: impl Into<String>, limit: u32, lease: Duration) -> Semaphore {
+        Semaphore { target: Target::new(key, lease), limit }
+    }
+
+    target_methods!();
+
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// `permits` (1 to the limit) of the semaphore; `wait` as for
+    /// [`Lock::acquire`]. The server answers `WRONGMODE` if the key is a lock
+    /// or has another limit.
+    pub fn acquire<C: ConnectionLike>(
+        &self,
+        conn: C,
+        permits: u32,
+        wait: Option<Duration>,
+    ) -> RedisResult<Option<SemaphoreGuard<C>>> {
+        self.target.acquire(conn, wait, Mode::Permits { permits, limit: self.limit })
     }
 }
 
@@ -129,12 +256,14 @@ pub enum LeaseLost {
     Unconfirmed,
 }
 
-/// One hold of a lock: released (one hold) when dropped. Errors on drop are
+/// One hold of a lock, of either side of a read-write lock or of permits of
+/// a semaphore: released (one hold) when dropped. Errors on drop are
 /// ignored; call [`Guard::release`] to see them.
 pub struct Guard<C: ConnectionLike> {
     link: Link<C>,
     key: String,
     owner: String,
+    mode: Mode,
     token: u64,
     lease_ms: u64,
     lost: Arc<AtomicBool>,
@@ -154,6 +283,10 @@ impl<C: ConnectionLike> Guard<C> {
 
     pub fn owner(&self) -> &str {
         &self.owner
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
     }
 
     /// The connection the lock was acquired on, for work in between.
@@ -240,6 +373,7 @@ impl<C: ConnectionLike> std::fmt::Debug for Guard<C> {
         f.debug_struct("Guard")
             .field("key", &self.key)
             .field("owner", &self.owner)
+            .field("mode", &self.mode)
             .field("token", &self.token)
             .field("lost", &self.lost())
             .finish()

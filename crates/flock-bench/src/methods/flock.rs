@@ -2,7 +2,7 @@
 
 use redis::{Cmd, Pipeline, RedisResult, Value};
 
-use super::Method;
+use super::{Method, Shared, Want};
 use crate::client::Client;
 use crate::runner::Stop;
 
@@ -37,5 +37,51 @@ impl Method for Flock {
 
     fn park(&mut self, c: &mut Client, key: &str, owner: &str, lease_ms: u64) -> RedisResult<()> {
         c.send(&wait_cmd(key, owner, lease_ms))
+    }
+}
+
+/// FLOCK in the rwlock and semaphore scenarios: the same two commands,
+/// `SHARED` for a reader and `PERMITS 1 LIMIT m` for a permit.
+#[derive(Default)]
+pub struct FlockShared {
+    token: Option<u64>,
+}
+
+impl Shared for FlockShared {
+    fn acquire(
+        &mut self,
+        c: &mut Client,
+        key: &str,
+        owner: &str,
+        want: Want,
+        lease_ms: u64,
+        _: &Stop,
+    ) -> RedisResult<bool> {
+        let mut cmd = wait_cmd(key, owner, lease_ms);
+        match want {
+            Want::Read => cmd.arg("SHARED"),
+            Want::Write => &mut cmd,
+            Want::Permit { limit } => cmd.arg("PERMITS").arg(1).arg("LIMIT").arg(limit),
+        };
+        self.token = redis::from_owned_redis_value(c.request(&cmd)?)?;
+        Ok(self.token.is_some())
+    }
+
+    fn last_token(&self) -> Option<u64> {
+        self.token
+    }
+
+    fn release(&mut self, c: &mut Client, key: &str, owner: &str, _: Want) -> RedisResult<()> {
+        Flock.release(c, key, owner)
+    }
+}
+
+/// Whether the module knows `SHARED` (`--module` may name one from before).
+pub fn supports_shared(c: &mut Client) -> RedisResult<bool> {
+    let key = "flock-bench:probe";
+    match c.request(acquire_cmd(key, "probe", 1000).arg("SHARED")) {
+        Ok(_) => c.request(redis::cmd("FLOCK.FORCERELEASE").arg(key)).map(|_| true),
+        Err(e) if e.kind() == redis::ErrorKind::ResponseError || e.code().is_some() => Ok(false),
+        Err(e) => Err(e),
     }
 }

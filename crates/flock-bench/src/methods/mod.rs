@@ -4,8 +4,13 @@
 
 mod flock;
 mod listpoll;
+mod pubsub;
 mod redisson;
+mod redisson_rw;
+mod redisson_semaphore;
 mod setnx;
+
+pub use flock::supports_shared;
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -74,6 +79,85 @@ pub trait Method: Send {
     fn park(&mut self, c: &mut Client, key: &str, owner: &str, lease_ms: u64) -> RedisResult<()>;
 }
 
+/// What a client of the rwlock and semaphore scenarios asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Want {
+    Read,
+    Write,
+    /// One permit of `limit`.
+    Permit {
+        limit: u32,
+    },
+}
+
+/// A read-write lock or a semaphore as a client uses it. Every acquire
+/// blocks until granted.
+pub trait Shared: Send {
+    /// Once per client before its first acquire.
+    fn prepare(&mut self, _c: &mut Client, _key: &str, _want: Want) -> RedisResult<()> {
+        Ok(())
+    }
+
+    /// Waits until `owner` holds `key` as `want` says; false if the run ended first.
+    fn acquire(
+        &mut self,
+        c: &mut Client,
+        key: &str,
+        owner: &str,
+        want: Want,
+        lease_ms: u64,
+        stop: &Stop,
+    ) -> RedisResult<bool>;
+
+    /// The fencing token of the last grant, for a method that has them: the
+    /// order in which the server granted.
+    fn last_token(&self) -> Option<u64> {
+        None
+    }
+
+    /// Gives back what the last acquire with `want` got.
+    fn release(&mut self, c: &mut Client, key: &str, owner: &str, want: Want) -> RedisResult<()>;
+}
+
+/// One way to take a read-write lock or a semaphore, by the name it is
+/// reported under.
+#[derive(Clone, Copy)]
+pub struct SharedKind {
+    pub name: &'static str,
+    make: fn(&Server) -> RedisResult<Box<dyn Shared>>,
+}
+
+impl SharedKind {
+    /// The state of one client of this method (its extra connections).
+    pub fn client(&self, server: &Server) -> RedisResult<Box<dyn Shared>> {
+        (self.make)(server)
+    }
+
+    /// The methods measured for `Kind`s in the rwlock scenario (`semaphore`:
+    /// in the semaphore one); `flock` only with a module that has `SHARED`.
+    pub fn of(kinds: &[Kind], semaphore: bool, flock_shared: bool) -> Vec<SharedKind> {
+        let flock = SharedKind { name: "flock", make: |_| Ok(Box::<flock::FlockShared>::default()) };
+        let rw = SharedKind { name: "redisson", make: |s| Ok(Box::new(redisson_rw::RedissonRw::new(s)?)) };
+        let semaphore_kinds = [
+            SharedKind { name: "redisson", make: |s| Ok(Box::new(redisson_semaphore::RedissonSemaphore::new(s)?)) },
+            SharedKind {
+                name: "redisson-expirable",
+                make: |s| Ok(Box::new(redisson_semaphore::RedissonExpirable::new(s)?)),
+            },
+        ];
+        let mut out = Vec::new();
+        for &kind in kinds {
+            match kind {
+                Kind::Flock if flock_shared => out.push(flock),
+                Kind::Redisson if semaphore => out.extend(semaphore_kinds),
+                Kind::Redisson => out.push(rw),
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
 /// A Lua script run with EVALSHA; `load_scripts` puts it in the server.
 pub struct Lua {
     source: &'static str,
@@ -94,8 +178,22 @@ impl Lua {
     }
 }
 
-static SCRIPTS: [&Lua; 5] =
-    [&setnx::RELEASE, &listpoll::POLL, &listpoll::RELEASE, &redisson::ACQUIRE, &redisson::RELEASE];
+static SCRIPTS: [&Lua; 14] = [
+    &setnx::RELEASE,
+    &listpoll::POLL,
+    &listpoll::RELEASE,
+    &redisson::ACQUIRE,
+    &redisson::RELEASE,
+    &redisson_rw::READ_LOCK,
+    &redisson_rw::READ_UNLOCK,
+    &redisson_rw::WRITE_LOCK,
+    &redisson_rw::WRITE_UNLOCK,
+    &redisson_semaphore::SET_PERMITS,
+    &redisson_semaphore::ACQUIRE,
+    &redisson_semaphore::RELEASE,
+    &redisson_semaphore::EXPIRABLE_ACQUIRE,
+    &redisson_semaphore::EXPIRABLE_RELEASE,
+];
 
 /// Loads every baseline's scripts (once per server: FLUSHALL keeps them).
 pub fn load_scripts(c: &mut Client) -> RedisResult<()> {

@@ -5,12 +5,11 @@
 //! script returned, whichever comes first, then tries again. Lease expiry
 //! publishes nothing: waiters find out when their timed wait ends.
 
-use std::io::{BufReader, Write};
-use std::net::TcpStream;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use redis::{Cmd, ErrorKind, Parser, Pipeline, RedisResult, Value};
+use redis::{Cmd, ErrorKind, Pipeline, RedisResult, Value};
 
+use super::pubsub::{acquire_as_redisson, Subscriber, Try};
 use super::{Lua, Method};
 use crate::client::Client;
 use crate::runner::Stop;
@@ -38,7 +37,7 @@ impl Redisson {
     }
 }
 
-fn unix_ms() -> u64 {
+pub fn unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
@@ -71,25 +70,12 @@ fn try_acquire(c: &mut Client, key: &str, owner: &str, lease_ms: u64) -> RedisRe
 
 impl Method for Redisson {
     fn acquire(&mut self, c: &mut Client, key: &str, owner: &str, lease_ms: u64, stop: &Stop) -> RedisResult<bool> {
-        if try_acquire(c, key, owner, lease_ms)?.is_none() {
-            return Ok(true);
-        }
-        // As Redisson: subscribe, then try again before every wait, so that
-        // a wake-up published before the subscription is not missed.
-        let channel = channel(key, owner);
-        self.wakeups.subscribe(&channel)?;
-        let held = loop {
-            let Some(ttl) = try_acquire(c, key, owner, lease_ms)? else { break true };
-            if stop.is_set() {
-                break false;
-            }
-            let wait = Duration::from_millis(ttl).min(stop.remaining()).max(Duration::from_millis(1));
-            self.wakeups.wait(wait)?;
-        };
-        // Redisson does not wait for the unsubscription either.
-        self.wakeups.unsubscribe(&channel)?;
-        c.count_elsewhere(2);
-        Ok(held)
+        acquire_as_redisson(&mut self.wakeups, c, &channel(key, owner), stop, |c| {
+            Ok(match try_acquire(c, key, owner, lease_ms)? {
+                None => Try::Granted,
+                Some(ttl) => Try::Wait(Some(ttl)),
+            })
+        })
     }
 
     fn release(&mut self, c: &mut Client, key: &str, owner: &str) -> RedisResult<()> {
@@ -107,53 +93,4 @@ impl Method for Redisson {
         try_acquire(c, key, owner, lease_ms)?;
         self.wakeups.subscribe(&channel(key, owner))
     }
-}
-
-/// The pub/sub connection on which a redisson waiter hears its wake-up.
-/// A plain socket read with the `redis` parser, so that a wait that times
-/// out leaves the connection usable.
-struct Subscriber {
-    reader: BufReader<TcpStream>,
-    parser: Parser,
-}
-
-impl Subscriber {
-    fn connect(port: u16) -> RedisResult<Subscriber> {
-        let stream = TcpStream::connect(("127.0.0.1", port))?;
-        stream.set_nodelay(true)?;
-        Ok(Subscriber { reader: BufReader::new(stream), parser: Parser::new() })
-    }
-
-    fn write(&mut self, cmd: &mut Cmd, channel: &str) -> RedisResult<()> {
-        Ok(self.reader.get_mut().write_all(&cmd.arg(channel).get_packed_command())?)
-    }
-
-    /// Subscribes to `channel` and waits for the confirmation, skipping what
-    /// earlier waits left unread (late wake-ups, unsubscribe replies).
-    fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
-        self.reader.get_ref().set_read_timeout(None)?;
-        self.write(&mut redis::cmd("SUBSCRIBE"), channel)?;
-        while !is_subscribed(&self.parser.parse_value(&mut self.reader)?, channel) {}
-        Ok(())
-    }
-
-    fn unsubscribe(&mut self, channel: &str) -> RedisResult<()> {
-        self.write(&mut redis::cmd("UNSUBSCRIBE"), channel)
-    }
-
-    /// Waits for a wake-up or `timeout`, whichever comes first.
-    fn wait(&mut self, timeout: Duration) -> RedisResult<()> {
-        self.reader.get_ref().set_read_timeout(Some(timeout))?;
-        match self.parser.parse_value(&mut self.reader) {
-            Err(e) if e.is_timeout() => Ok(()),
-            other => other.map(drop),
-        }
-    }
-}
-
-/// The reply `subscribe <channel> <count>`.
-fn is_subscribed(reply: &Value, channel: &str) -> bool {
-    let Value::Array(items) = reply else { return false };
-    matches!(items.as_slice(), [Value::BulkString(kind), Value::BulkString(name), _]
-        if kind == b"subscribe" && name == channel.as_bytes())
 }

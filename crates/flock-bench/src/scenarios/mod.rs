@@ -5,6 +5,7 @@ pub mod contended;
 pub mod expiry;
 pub mod ping;
 pub mod scale;
+pub mod shared;
 pub mod uncontended;
 
 use std::error::Error;
@@ -14,7 +15,7 @@ use redis::Connection;
 
 use crate::client::Client;
 use crate::config::Config;
-use crate::methods;
+use crate::methods::{self, SharedKind};
 use crate::results::{Metric, Sample};
 use crate::server::{flushall, Server};
 
@@ -25,16 +26,20 @@ pub enum Scenario {
     Contended,
     Expiry,
     Backlog,
+    RwLock,
+    Semaphore,
     Scale,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::Ping,
         Scenario::Uncontended,
         Scenario::Contended,
         Scenario::Expiry,
         Scenario::Backlog,
+        Scenario::RwLock,
+        Scenario::Semaphore,
         Scenario::Scale,
     ];
 
@@ -45,6 +50,8 @@ impl Scenario {
             Scenario::Contended => "contended",
             Scenario::Expiry => "expiry",
             Scenario::Backlog => "backlog",
+            Scenario::RwLock => "rwlock",
+            Scenario::Semaphore => "semaphore",
             Scenario::Scale => "scale",
         }
     }
@@ -98,7 +105,12 @@ impl Recorder {
 /// run back to back for each client count, so their ratios pair up repeat
 /// by repeat whatever else loads the machine. `scale` runs once, last.
 pub fn run_all(server: &Server, config: &Config) -> Result<Vec<Sample>, Box<dyn Error>> {
-    methods::load_scripts(&mut Client::open(server)?)?;
+    let mut client = Client::open(server)?;
+    methods::load_scripts(&mut client)?;
+    let flock_shared = methods::supports_shared(&mut client)?;
+    if !flock_shared && config.methods.contains(&methods::Kind::Flock) {
+        eprintln!("the module has no FLOCK.ACQUIRE ... SHARED: rwlock and semaphore run without flock");
+    }
     let mut rec = Recorder {
         control: server.connect()?,
         samples: Vec::new(),
@@ -114,6 +126,20 @@ pub fn run_all(server: &Server, config: &Config) -> Result<Vec<Sample>, Box<dyn 
                 for &leases in &config.backlog {
                     for &kind in config.methods.iter().filter(|&&k| backlog::covers(k)) {
                         rec.measure(&backlog::label(leases), kind.name(), 1, || backlog::run(server, kind, leases))?;
+                    }
+                }
+                continue;
+            }
+            if let Some(shape) = match scenario {
+                Scenario::RwLock => Some(shared::Shape::ReadWrite),
+                Scenario::Semaphore => Some(shared::Shape::Semaphore),
+                _ => None,
+            } {
+                let kinds = SharedKind::of(&config.methods, shape == shared::Shape::Semaphore, flock_shared);
+                // One client contends with no one.
+                for &n in config.clients.iter().filter(|&&n| n > 1) {
+                    for &kind in &kinds {
+                        rec.measure(&shape.label(), kind.name, n, || shared::run(server, kind, shape, n, d))?;
                     }
                 }
                 continue;
