@@ -223,4 +223,4 @@ async function flockOf(kind, port, settings) {
   return flock;
 }
 
-module.exports = { flockOf, onEnd, startServer, startProxy, waitUntil, CLIENTS, REPO };
+module.exports = { flockOf, freePort, onEnd, startServer, startProxy, waitUntil, CLIENTS, REPO };

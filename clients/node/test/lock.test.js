@@ -172,6 +172,29 @@ for (const kind of CLIENTS) {
       await assert.rejects(lock.release(), LockNotHeldError);
     });
 
+    it('using releases the lock when the routine throws, and rethrows its error', async () => {
+      await assert.rejects(
+        flock.using(K('usethrow'), 10000, async () => {
+          assert.ok(await server.info(K('usethrow')));
+          throw new Error('routine failed');
+        }),
+        { message: 'routine failed' },
+      );
+      assert.equal(await server.info(K('usethrow')), null);
+    });
+
+    it("using's signal aborts with signal.error when the lock is lost, and the routine's error wins", async () => {
+      const dog = await flockOf(kind, server.port, { watchdogLease: WATCHDOG_LEASE });
+      await assert.rejects(
+        dog.using(K('uselost'), async (signal) => {
+          await server.probe.call('FLOCK.FORCERELEASE', K('uselost'));
+          await new Promise((resolve) => signal.addEventListener('abort', resolve));
+          throw signal.error;
+        }),
+        LockLostError,
+      );
+    });
+
     it('re-entry is explicit: acquire with owner: lock.owner adds a hold with the same token', async () => {
       const lock = await flock.acquire(K('reent'), { lease: 10000 });
       const again = await flock.acquire(K('reent'), { lease: 10000, owner: lock.owner });
