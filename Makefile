@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MODULE := target/release/libredis_flock.so
 
-.PHONY: deps deps-python build run test test-servers layers sizes lint leakcheck bench clean example-cli example-python example-rust
+.PHONY: deps deps-python deps-node build run test test-node test-servers layers sizes lint leakcheck bench clean example-cli example-python example-rust
 
 # The server that run, test and bench start: empty for the system's
 # redis-server, or redis-7.0 (the same, checked to be 7.0), redis-8.2 or
@@ -36,6 +36,14 @@ deps:
 		esac; \
 	fi
 
+# Node and npm (Debian's nodejs and npm when missing), then the Node client's devDependencies
+# (ioredis, redis, typescript) from its package-lock.json when node_modules is missing or stale.
+deps-node:
+	@{ command -v node && command -v npm; } >/dev/null \
+	|| { $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y nodejs npm; }
+	@[ clients/node/node_modules/.package-lock.json -nt clients/node/package-lock.json ] \
+	|| npm --prefix clients/node ci --no-audit --no-fund --loglevel=error
+
 build: deps
 	cargo build --release
 
@@ -49,6 +57,10 @@ run: build
 # `make test SERVER=valkey-9.1`: on that server.
 test: build sizes layers
 	$(with_server) cargo test --workspace --release -- --test-threads=2
+
+# The Node client's suite (clients/node/test, node --test) against the module at $(MODULE).
+test-node: deps-node
+	$(with_server) cd clients/node && FLOCK_MODULE=$(abspath $(MODULE)) node --test --test-reporter=spec test/*.test.js
 
 # The whole suite on each of $(SERVERS) (about 3.5 minutes each), then one
 # line of test counts per server; logs in target/servers/<server>.log.
