@@ -23,16 +23,23 @@ function quiet(conn) {
   return conn;
 }
 
-class IoredisConnection {
+// `owned`: a connection FLOCK opened and closes; the caller's own client is never closed.
+class Connection {
   constructor(client, owned) {
     this.client = client;
     this.owned = owned;
   }
+  close() {
+    if (this.owned) this.end();
+  }
+}
+
+class IoredisConnection extends Connection {
   send(args) {
     return this.client.call(...args);
   }
-  close() {
-    if (this.owned) this.client.disconnect();
+  end() {
+    this.client.disconnect();
   }
   // Synchronous (ioredis connects in the background and queues commands meanwhile).
   duplicate() {
@@ -40,16 +47,12 @@ class IoredisConnection {
   }
 }
 
-class NodeRedisConnection {
-  constructor(client, owned) {
-    this.client = client;
-    this.owned = owned;
-  }
+class NodeRedisConnection extends Connection {
   send(args) {
     return this.client.sendCommand(args, { typeMapping: { [RESP_NUMBER]: String } });
   }
-  close() {
-    if (this.owned) this.client.destroy();
+  end() {
+    this.client.destroy();
   }
   async duplicate() {
     const dup = quiet(this.client.duplicate());

@@ -96,6 +96,18 @@ for (const kind of CLIENTS) {
       assert.deepEqual(order, [0, 1, 2]);
     });
 
+    it('a wait blocks a connection of its own, never the client it was given', async () => {
+      const client = await kind.connect(server.port);
+      const own = new Flock(client);
+      const lock = await flock.acquire(K('own'), { lease: 10000 });
+      const waiting = own.acquire(K('own'), { lease: 10000, wait: Infinity });
+      await queued(K('own'), 1);
+      assert.equal(await (client.call ? client.call('PING') : client.sendCommand(['PING'])), 'PONG');
+      await lock.release();
+      await (await waiting).release();
+      await own.quit();
+    });
+
     it('an AbortSignal cancels a wait on the server: the waiter leaves the queue', async () => {
       const lock = await flock.acquire(K('abort'), { lease: 10000 });
       const controller = new AbortController();
