@@ -146,7 +146,10 @@ class Flock {
 
   async _acquireKey(key, owner, lease, wait, signal, extra) {
     const base = ['FLOCK.ACQUIRE', key, owner, String(lease)];
-    if (wait < 1) return this._send(this._conn, [...base, ...extra]);
+    // A try first, on the shared connection: a free lock then costs one round trip and no
+    // connection of its own (a try never overtakes queued waiters, so FIFO order holds).
+    const reply = await this._send(this._conn, [...base, ...extra]);
+    if (reply !== null || wait < 1) return reply;
     return this._wait([...base, 'WAIT', wait === Infinity ? '0' : String(Math.ceil(wait)), ...extra], signal);
   }
 

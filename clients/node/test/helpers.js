@@ -139,16 +139,16 @@ const CLIENTS = [
       return client;
     },
   },
-  {
-    name: 'node-redis',
+  ...[2, 3].map((RESP) => ({
+    name: RESP === 2 ? 'node-redis' : 'node-redis-resp3',
     async connect(port) {
-      const client = createClient({ socket: { host: '127.0.0.1', port } });
+      const client = createClient({ socket: { host: '127.0.0.1', port }, RESP });
       client.on('error', () => {});
       await client.connect();
       onEnd(() => client.destroy());
       return client;
     },
-  },
+  })),
 ];
 
 /**

@@ -5,7 +5,7 @@
 const assert = require('node:assert/strict');
 const { describe, it, before } = require('node:test');
 const { Flock, LockNotHeldError, LockBusyError, LockLostError, AbortError } = require('..');
-const { flockOf, startServer, startProxy, waitUntil, CLIENTS } = require('./helpers');
+const { flockOf, onEnd, startServer, startProxy, waitUntil, CLIENTS } = require('./helpers');
 
 // Short enough that tests see several renewals quickly, long enough for a loaded CI machine.
 const WATCHDOG_LEASE = 900;
@@ -99,13 +99,13 @@ for (const kind of CLIENTS) {
     it('a wait blocks a connection of its own, never the client it was given', async () => {
       const client = await kind.connect(server.port);
       const own = new Flock(client);
+      onEnd(() => own.quit());
       const lock = await flock.acquire(K('own'), { lease: 10000 });
       const waiting = own.acquire(K('own'), { lease: 10000, wait: Infinity });
       await queued(K('own'), 1);
       assert.equal(await (client.call ? client.call('PING') : client.sendCommand(['PING'])), 'PONG');
       await lock.release();
       await (await waiting).release();
-      await own.quit();
     });
 
     it('an AbortSignal cancels a wait on the server: the waiter leaves the queue', async () => {
@@ -263,3 +263,22 @@ for (const kind of CLIENTS) {
     });
   });
 }
+
+describe('ioredis with stringNumbers', () => {
+  it('is used as it is: no connection of its own for commands, tokens exact', async () => {
+    const Redis = require('ioredis');
+    // Duplicates would inherit the connection name.
+    const client = new Redis(server.port, '127.0.0.1', { stringNumbers: true, connectionName: 'strnum' });
+    onEnd(() => client.disconnect());
+    const clients = async () => (await server.probe.client('LIST')).split('\n').filter((l) => l.includes(' name=strnum ')).length;
+    await client.ping();
+    const flock = new Flock(client);
+    onEnd(() => flock.quit());
+    const lock = await flock.acquire('strnum', { lease: 10000 });
+    assert.equal(String(lock.token), (await server.info('strnum')).token);
+    assert.equal(await clients(), 1, 'no duplicate connection');
+    await lock.release();
+    await flock.quit();
+    assert.equal(await client.ping(), 'PONG', "quit() leaves the caller's client open");
+  });
+});
