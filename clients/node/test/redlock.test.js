@@ -135,18 +135,20 @@ for (const kind of CLIENTS) {
       for (const key of [K('c1'), K('c2'), K('c3')]) assert.equal(await owner(key), null);
     });
 
-    // redlock sleeps 700 ms in the routine "to ensure that the lock is extended"; the port waits
-    // for two renewals, which take longer than the 500 ms lease.
+    // redlock's two using() tests share this routine. redlock sleeps 700 ms in it "to ensure that
+    // the lock is extended"; the port waits for two renewals, which take longer than the 500 ms lease.
+    const holdThroughRenewals = (key) => async (signal) => {
+      const lockValue = await owner(key);
+      assert.equal(typeof lockValue, 'string', 'The lock value was not correctly acquired.');
+      await renewed(2);
+      assert.equal(signal.aborted, false, 'The signal must not be aborted.');
+      assert.equal(signal.error, undefined, 'The signal must not have an error.');
+      assert.equal(await owner(key), lockValue, 'The lock value should not have changed.');
+      return lockValue;
+    };
+
     it('the `using` helper acquires, extends, and releases locks', async () => {
-      const value = await redlock.using([K('x')], 500, { automaticExtensionThreshold: 200 }, async (signal) => {
-        const lockValue = await owner(K('x'));
-        assert.equal(typeof lockValue, 'string', 'The lock value was not correctly acquired.');
-        await renewed(2);
-        assert.equal(signal.aborted, false, 'The signal must not be aborted.');
-        assert.equal(signal.error, undefined, 'The signal must not have an error.');
-        assert.equal(await owner(K('x')), lockValue, 'The lock value should not have changed.');
-        return lockValue;
-      });
+      const value = await redlock.using([K('x')], 500, { automaticExtensionThreshold: 200 }, holdThroughRenewals(K('x')));
       assert.equal(typeof value, 'string');
       assert.equal(await owner(K('x')), null, 'The lock was not released.');
     });
@@ -155,15 +157,11 @@ for (const kind of CLIENTS) {
     // after the other; the port runs them at the same time, the second queued (wait: Infinity).
     it('the `using` helper is exclusive', async () => {
       let locked = false;
+      const hold = holdThroughRenewals(K('y'));
       const routine = async (signal) => {
         assert.equal(locked, false, 'The resource must not already be locked.');
         locked = true;
-        const lockValue = await owner(K('y'));
-        assert.equal(typeof lockValue, 'string', 'The lock value was not correctly acquired.');
-        await renewed(2);
-        assert.equal(signal.error, undefined, 'The signal must not have an error.');
-        assert.equal(signal.aborted, false, 'The signal must not be aborted.');
-        assert.equal(await owner(K('y')), lockValue, 'The lock value should not have changed.');
+        const lockValue = await hold(signal);
         locked = false;
         return lockValue;
       };
