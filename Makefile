@@ -42,7 +42,7 @@ deps-node:
 	@{ command -v node && command -v npm; } >/dev/null \
 	|| { $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y nodejs npm; }
 	@[ clients/node/node_modules/.package-lock.json -nt clients/node/package-lock.json ] \
-	|| npm --prefix clients/node ci --no-audit --no-fund --loglevel=error
+	|| npm --prefix clients/node ci --no-audit --no-fund --silent
 
 build: deps
 	cargo build --release
