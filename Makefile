@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MODULE := target/release/libredis_flock.so
 
-.PHONY: deps deps-python deps-java deps-python-client build run test test-java test-python test-servers layers sizes lint leakcheck bench clean example-cli example-python example-rust
+.PHONY: deps deps-redis-py deps-clients deps-java deps-python deps-node build run test test-clients test-java test-python test-node test-servers layers sizes lint leakcheck bench clean example-cli example-python example-rust
 
 # The server that run, test and bench start: empty for the system's
 # redis-server, or redis-7.0 (the same, checked to be 7.0), redis-8.2 or
@@ -14,9 +14,9 @@ SERVERS := redis-7.0 redis-8.2 valkey-9.1
 with_server = $(if $(SERVER),server=$$(scripts/server.sh $(SERVER)) && export FLOCK_SERVER=$$server &&)
 
 # Installs redis-server, redis-cli, libclang (bindgen) and redis-py (the
-# Python example and the lost-reply tests) when missing.
-deps: deps-python
-deps-python:
+# lost-reply tests) when missing.
+deps: deps-redis-py
+deps-redis-py:
 	@python3 -c 'import redis' 2>/dev/null \
 	|| python3 -m pip install --quiet --disable-pip-version-check redis 2>/dev/null \
 	|| python3 -m pip install --quiet --disable-pip-version-check --break-system-packages redis 2>/dev/null \
@@ -36,38 +36,8 @@ deps:
 		esac; \
 	fi
 
-# JDK 17 and JUnit 5 for the Java client (clients/java), when missing.
-deps-java:
-	@missing=""; \
-	command -v javac >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
-	[ -f /usr/share/java/junit-platform-console-standalone.jar ] || missing="$$missing junit5"; \
-	if [ -n "$$missing" ]; then \
-		$(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
-	fi
-
-# The Java client's jar and its JUnit 5 suite against redis-servers with $(MODULE).
-test-java: deps-java
-	$(with_server) FLOCK_MODULE=$(abspath $(MODULE)) clients/java/build.sh
-
 build: deps
 	cargo build --release
-
-# The Python client (clients/python): a virtualenv in target/ with pytest and
-# pytest-asyncio from PyPI, made once (Debian's python3-venv when venv fails).
-PYVENV := target/python-venv
-deps-python-client:
-	@[ -x $(PYVENV)/bin/pytest ] || { \
-		python3 -m venv $(PYVENV) >/dev/null 2>&1 || { rm -rf $(PYVENV) \
-			&& $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv \
-			&& python3 -m venv $(PYVENV); } \
-		&& $(PYVENV)/bin/pip install --quiet --disable-pip-version-check pytest pytest-asyncio; }
-
-# Installs clients/python into that virtualenv (with redis-py) and runs its
-# tests (redis-py's lock tests ported, FLOCK's own, the README example) against
-# redis-servers they start with the module at $(MODULE).
-test-python: deps-python-client
-	$(PYVENV)/bin/pip install --quiet --disable-pip-version-check ./clients/python
-	$(with_server) FLOCK_MODULE=$(abspath $(MODULE)) $(PYVENV)/bin/python -m pytest clients/python -q -p no:cacheprovider
 
 # redis-server in the foreground on 127.0.0.1:6379 with the module loaded.
 run: build
@@ -79,11 +49,49 @@ run: build
 # `make test SERVER=valkey-9.1`: on that server.
 test: build sizes layers
 	$(with_server) cargo test --workspace --release -- --test-threads=2
+	$(MAKE) --no-print-directory test-clients
 
-# The whole suite on each of $(SERVERS) (about 3.5 minutes each), then one
+# The Java, Python and Node clients' suites (clients/<client>; about a minute
+# in all) against redis-servers they start with the module at $(MODULE), each
+# followed by a line of counts; `make test-java` (-python, -node) runs one.
+CLIENTS := java python node
+test-clients: build deps-clients
+	$(with_server) FLOCK_MODULE=$(abspath $(MODULE)) scripts/test-clients.sh $(CLIENTS)
+$(CLIENTS:%=test-%): test-%: build deps-%
+	$(with_server) FLOCK_MODULE=$(abspath $(MODULE)) scripts/test-clients.sh $*
+
+# What the clients' suites need, each installed only when missing: JDK 17 and
+# JUnit 5 (Debian's openjdk-17-jdk-headless and junit5: no Maven download);
+# a virtualenv in target/ with pytest and pytest-asyncio from PyPI (Debian's
+# python3-venv when venv fails); Node and npm (Debian's when missing) and the
+# Node client's devDependencies (ioredis, redis, typescript) from its
+# package-lock.json when node_modules is missing or stale.
+PYVENV := target/python-venv
+deps-clients: $(CLIENTS:%=deps-%)
+deps-java:
+	@missing=""; \
+	command -v javac >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
+	[ -f /usr/share/java/junit-platform-console-standalone.jar ] || missing="$$missing junit5"; \
+	if [ -n "$$missing" ]; then \
+		$(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+deps-python:
+	@[ -x $(PYVENV)/bin/pytest ] || { \
+		python3 -m venv $(PYVENV) >/dev/null 2>&1 || { rm -rf $(PYVENV) \
+			&& $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv \
+			&& python3 -m venv $(PYVENV); } \
+		&& $(PYVENV)/bin/pip install --quiet --disable-pip-version-check pytest pytest-asyncio; }
+deps-node:
+	@{ command -v node && command -v npm; } >/dev/null \
+	|| { $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y nodejs npm; }
+	@[ clients/node/node_modules/.package-lock.json -nt clients/node/package-lock.json ] \
+	|| npm --prefix clients/node ci --no-audit --no-fund --silent
+
+# The whole suite, clients included, on each of $(SERVERS) (about 5 minutes each), then one
 # line of test counts per server; logs in target/servers/<server>.log.
-test-servers: build sizes layers
-	scripts/test-servers.sh $(SERVERS)
+test-servers: build sizes layers deps-clients
+	CLIENTS="$(CLIENTS)" FLOCK_MODULE=$(abspath $(MODULE)) scripts/test-servers.sh $(SERVERS)
 
 # The Redis layer's modules import one another without a cycle; prints the
 # level of each (see src/lib.rs).
@@ -125,8 +133,9 @@ REDIS_URL ?= redis://127.0.0.1:6379
 example-cli:
 	redis-cli -u $(REDIS_URL) < examples/walkthrough.redis
 
-example-python:
-	python3 examples/python_lock.py $(REDIS_URL)
+example-python: deps-python
+	$(PYVENV)/bin/pip install --quiet --disable-pip-version-check ./clients/python
+	$(PYVENV)/bin/python clients/python/examples/quickstart.py $(REDIS_URL)
 
 example-rust:
 	cargo run --release --example client -- $(REDIS_URL)

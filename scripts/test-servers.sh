@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# `make test-servers`: the whole test suite on each server named in the
-# arguments (see scripts/server.sh), one after the other, then a line of
-# test counts per server and a total. Fails if any server fails a test.
+# `make test-servers`: the whole test suite (the Rust tests, then the suites
+# of the clients named in CLIENTS, see scripts/test-clients.sh) on each
+# server named in the arguments (see scripts/server.sh), one after the other,
+# then a line of test counts per server and a total. Fails if any server
+# fails a test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
@@ -18,7 +20,11 @@ for name in "$@"; do
     # --no-fail-fast: every test binary runs, so that the counts are complete.
     FLOCK_SERVER=$bin cargo test --workspace --release --no-fail-fast -- --test-threads=2 2>&1 | tee "$log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
-    # cargo prints one "test result: ... N passed; N failed; N ignored" per test binary.
+    # shellcheck disable=SC2086 # CLIENTS is a list of words.
+    FLOCK_SERVER=$bin scripts/test-clients.sh ${CLIENTS:-} 2>&1 | tee -a "$log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    # cargo prints one "test result: ... N passed; N failed; N ignored" per test
+    # binary, and scripts/test-clients.sh one per client.
     counts=$(grep -o '[0-9]* passed; [0-9]* failed; [0-9]* ignored' "$log" |
         awk '{p += $1; f += $3; i += $5} END {printf "%d passed, %d failed, %d ignored", p, f, i}')
     summary+=("$name ($("$bin" --version | grep -o 'v=[^ ]*')): $counts")

@@ -1,0 +1,118 @@
+// Types of redis-flock (hand-written; the package is plain JavaScript).
+
+/**
+ * An ioredis client (`Redis`) or a node-redis v5+ client (`createClient()`), connected or
+ * connecting. Structural, so that neither library is needed to compile against these types.
+ */
+export type RedisClient =
+  | { call(...args: any[]): Promise<unknown>; duplicate(...args: any[]): unknown; options: object }
+  | { sendCommand(...args: any[]): Promise<unknown>; duplicate(...args: any[]): unknown; withTypeMapping(...args: any[]): unknown };
+
+/** One key, or several (taken in sorted order, released in reverse). */
+export type Resources = string | readonly string[];
+
+export interface FlockSettings {
+  /** Lease when acquire() is given none; the watchdog renews it every third. Default 30000. */
+  readonly watchdogLease?: number;
+  /** Default wait of acquire() in ms (0 = try once, Infinity = no limit). Default 2000, redlock's retry window. */
+  readonly wait?: number;
+  /** redlock's settings: when `wait` is absent, acquire() waits retryCount x retryDelay ms (-1 = no limit). */
+  readonly retryCount?: number;
+  readonly retryDelay?: number;
+  /** Resends of a command (same request ID) after a lost reply. Default 3. */
+  readonly resends?: number;
+}
+
+export interface AcquireOptions {
+  /** Lease in ms. Absent: a watchdog lease (`watchdogLease`) renewed until release(). */
+  readonly lease?: number;
+  /** Renew the given lease automatically, as using() does. */
+  readonly renew?: boolean;
+  /** How long to queue, in ms: 0 = try once, Infinity = no limit. Default: the Flock's `wait`. */
+  readonly wait?: number;
+  /** Aborting it cancels the wait on the server; acquire() then rejects with AbortError. */
+  readonly signal?: AbortSignal;
+  /** Re-enter a lock this owner holds (`lock.owner`): one more hold, the same token. */
+  readonly owner?: string;
+  /** redlock's retry settings, used when `wait` is absent (wait = retryCount x retryDelay). */
+  readonly retryCount?: number;
+  readonly retryDelay?: number;
+  /** redlock's using(): renew when this many ms of the lease are left (default: every lease/3). */
+  readonly automaticExtensionThreshold?: number;
+}
+
+/** A signal that aborts when a held lock is lost; `error` (and `reason`) says why. Like redlock's RedlockAbortSignal. */
+export type LockAbortSignal = AbortSignal & { error?: LockLostError };
+
+/** A held lock. */
+export class Lock {
+  private constructor();
+  readonly flock: Flock;
+  readonly resources: readonly string[];
+  /** The owner FLOCK knows this holder by (a UUID per acquire() unless given). */
+  readonly owner: string;
+  /** Fencing token of resources[0]: a bigint, since tokens (about unix-ms x 2^20) exceed 2^53. */
+  readonly token: bigint;
+  /** Fencing token of each resource. */
+  readonly tokens: ReadonlyMap<string, bigint>;
+  /** The lease in ms (the last one given to extend(), or the watchdog's). */
+  readonly lease: number;
+  /** Local estimate (ms since the epoch) of when the lease ends; 0 once released. */
+  readonly expiration: number;
+  /** Aborts with a LockLostError when the watchdog or extend() finds the lock lost. */
+  readonly signal: LockAbortSignal;
+  /** Resets the lease of every resource to `lease` ms from now. Rejects with LockNotHeldError if lost. */
+  extend(lease: number): Promise<this>;
+  /** Releases one hold of each resource; resolves to the holds left (0 = free). Stops the watchdog. */
+  release(): Promise<number>;
+}
+
+/** A FLOCK lock service over one client. */
+export class Flock {
+  /** `client` or `[client]` (redlock's constructor takes a list; FLOCK needs exactly one server). */
+  constructor(client: RedisClient | readonly [RedisClient], settings?: FlockSettings);
+  readonly settings: Readonly<Required<Pick<FlockSettings, 'watchdogLease' | 'wait' | 'resends'>>>;
+  acquire(resources: Resources, options?: AcquireOptions): Promise<Lock>;
+  /** redlock's shape: a fixed lease of `duration` ms (no watchdog). */
+  acquire(resources: Resources, duration: number, settings?: Omit<AcquireOptions, 'lease'>): Promise<Lock>;
+  /** Runs `routine` under a watchdog lock; releases when it settles. */
+  using<T>(resources: Resources, routine: (signal: LockAbortSignal) => Promise<T>): Promise<T>;
+  /** redlock's shapes: a `duration` ms lease, renewed automatically while the routine runs. */
+  using<T>(resources: Resources, duration: number, routine: (signal: LockAbortSignal) => Promise<T>): Promise<T>;
+  using<T>(
+    resources: Resources,
+    duration: number,
+    settings: Omit<AcquireOptions, 'lease' | 'renew'>,
+    routine: (signal: LockAbortSignal) => Promise<T>,
+  ): Promise<T>;
+  /** Closes the connections the Flock opened itself (not the client it was given). */
+  quit(): Promise<void>;
+}
+
+export default Flock;
+
+export const DEFAULTS: Readonly<{ watchdogLease: number; wait: number; resends: number }>;
+
+/** NOTOWNER: this owner does not hold the lock (never acquired, released, or its lease ended). */
+export class LockNotHeldError extends Error {
+  readonly name: 'LockNotHeldError';
+  readonly key: string;
+}
+
+/** The lock stayed busy for the whole wait (or at once, for a try). */
+export class LockBusyError extends Error {
+  readonly name: 'LockBusyError';
+  readonly key: string;
+}
+
+/** A held lock was lost; the error of `lock.signal`. */
+export class LockLostError extends Error {
+  readonly name: 'LockLostError';
+  readonly key: string;
+}
+
+/** A wait cancelled by its AbortSignal; `cause` is the signal's reason. */
+export class AbortError extends Error {
+  readonly name: 'AbortError';
+  readonly code: 'ABORT_ERR';
+}

@@ -1,0 +1,30 @@
+'use strict';
+
+// Error classes callers catch by type; each names the lock key it is about and its class name.
+class KeyError extends Error {
+  constructor(message, key, options) {
+    super(message, options);
+    this.name = new.target.name;
+    this.key = key;
+  }
+}
+
+/** The server says this owner does not hold the lock (reply `NOTOWNER`): never acquired, released, or lease ended. */
+class LockNotHeldError extends KeyError {}
+
+/** The lock stayed busy: a try (`wait: 0`) or a wait that timed out on the server (nil reply). */
+class LockBusyError extends KeyError {}
+
+/** A held lock was lost (lease ended before the watchdog or `using` could renew it); set as `lock.signal.error`. */
+class LockLostError extends KeyError {}
+
+/** A wait cancelled through its AbortSignal; `cause` is the signal's reason. Same name and code as Node's own. */
+class AbortError extends Error {
+  constructor(message, options) {
+    super(message, options);
+    this.name = 'AbortError';
+    this.code = 'ABORT_ERR';
+  }
+}
+
+module.exports = { LockNotHeldError, LockBusyError, LockLostError, AbortError };

@@ -1,0 +1,328 @@
+'use strict';
+
+const { randomUUID } = require('node:crypto');
+const { setTimeout: delay } = require('node:timers/promises');
+const { adapt, isReplyError } = require('./adapter');
+const { LockNotHeldError, LockBusyError, LockLostError, AbortError } = require('./errors');
+
+const DEFAULTS = Object.freeze({
+  // Watchdog lease when no lease is given (Redisson's lockWatchdogTimeout); renewed every third.
+  watchdogLease: 30000,
+  // How long acquire() queues: redlock's default retry window (10 retries x 200 ms).
+  wait: 2000,
+  // Resends of one command (same request ID) after lost replies.
+  resends: 3,
+});
+// Blocking connections kept open for the next wait; more are closed when their wait ends.
+const IDLE_BLOCKING = 4;
+// CLIENT UNBLOCK finds nothing to unblock while the WAIT is still on its way to the server.
+const UNBLOCK_TRIES = 50;
+const UNBLOCK_PAUSE_MS = 20;
+
+function integerMs(value, what) {
+  if (!Number.isSafeInteger(value)) throw new Error(`${what} must be an integer value in milliseconds.`);
+  if (value < 0) throw new RangeError(`${what} must not be negative, got ${value}`);
+  return value;
+}
+
+/** redlock settings name a retry window as retryCount x retryDelay; FLOCK queues for that long instead. */
+function waitOf(settings, fallback) {
+  if (settings.wait !== undefined) return settings.wait === Infinity ? Infinity : integerMs(settings.wait, 'wait');
+  if (settings.retryCount === undefined) return fallback;
+  if (settings.retryCount === -1) return Infinity;
+  return integerMs(settings.retryCount * (settings.retryDelay ?? 200), 'retryCount x retryDelay');
+}
+
+function keysOf(resources) {
+  const keys = typeof resources === 'string' ? [resources] : [...resources];
+  if (keys.length === 0) throw new TypeError('acquire needs at least one resource (key)');
+  for (const key of keys) if (typeof key !== 'string') throw new TypeError('resources must be strings');
+  if (new Set(keys).size !== keys.length) throw new TypeError('resources must not repeat a key');
+  return keys;
+}
+
+function abortError(signal) {
+  return new AbortError('The lock wait was aborted', { cause: signal.reason });
+}
+
+/**
+ * A FLOCK lock service over one ioredis or node-redis client. Each acquire() gets its own owner
+ * (a UUID), so two acquires of one key exclude each other, also within one process; pass
+ * `owner: lock.owner` to re-enter on purpose.
+ */
+class Flock {
+  constructor(client, settings = {}) {
+    if (Array.isArray(client)) {
+      if (client.length !== 1) {
+        throw new Error('FLOCK locks live on one Redis server (not a Redlock quorum): give exactly one client');
+      }
+      client = client[0];
+    }
+    this.settings = Object.freeze({
+      watchdogLease: integerMs(settings.watchdogLease ?? DEFAULTS.watchdogLease, 'watchdogLease'),
+      wait: waitOf(settings, DEFAULTS.wait),
+      resends: settings.resends ?? DEFAULTS.resends,
+    });
+    this._conn = adapt(client);
+    this._idle = [];
+  }
+
+  /**
+   * Acquires `resources` (a key or keys; several are taken in sorted order so that overlapping sets
+   * cannot deadlock). Either `acquire(resources, {lease, wait, signal, owner})` or redlock's
+   * `acquire(resources, duration, settings)`. Without a lease, a watchdog keeps a
+   * `watchdogLease` lease renewed until release().
+   */
+  async acquire(resources, durationOrOptions, settings) {
+    return this._acquire(resources, durationOrOptions, settings, []);
+  }
+
+  /**
+   * Runs `routine(signal)` while holding `resources`, renewing the lease automatically; `signal`
+   * aborts (with `signal.error`) if the lock is lost. Releases when the routine settles.
+   * Shapes: using(resources, routine), using(resources, duration, routine),
+   * using(resources, duration, settings, routine).
+   */
+  async using(resources, ...rest) {
+    const routine = rest.pop();
+    if (typeof routine !== 'function') throw new TypeError('using needs a routine(signal) as its last argument');
+    const [duration, settings = {}] = rest;
+    const options = { ...settings };
+    if (duration !== undefined) {
+      options.lease = duration;
+      options.renew = true;
+    }
+    const lock = await this._acquire(resources, options, undefined, []);
+    let failed = true;
+    try {
+      const value = await routine(lock.signal);
+      failed = false;
+      return value;
+    } finally {
+      await lock.release().catch((err) => {
+        // The routine's own error matters more than a release that found the lease already gone.
+        if (!failed || !(err instanceof LockNotHeldError)) throw err;
+      });
+    }
+  }
+
+  /** Closes the connections FLOCK opened (never the client you gave it). */
+  async quit() {
+    for (const conn of this._idle.splice(0)) conn.close();
+    this._conn.close();
+  }
+
+  // The one acquire path; `extra` carries mode arguments of FLOCK.ACQUIRE (read/write, semaphore).
+  async _acquire(resources, durationOrOptions, settings, extra) {
+    const keys = keysOf(resources);
+    const opts =
+      typeof durationOrOptions === 'number'
+        ? { ...settings, lease: durationOrOptions }
+        : { ...durationOrOptions, ...settings };
+    const watchdog = opts.lease === undefined;
+    const lease = watchdog ? this.settings.watchdogLease : integerMs(opts.lease, 'Duration');
+    if (lease < 1) throw new RangeError('Duration must be at least 1 ms');
+    const wait = waitOf(opts, this.settings.wait);
+    const { signal } = opts;
+    if (signal?.aborted) throw abortError(signal);
+    const owner = opts.owner ?? randomUUID();
+    const deadline = Date.now() + wait;
+    const tokens = new Map();
+    const start = Date.now();
+    try {
+      for (const key of [...keys].sort()) {
+        const left = wait === Infinity ? Infinity : Math.max(0, deadline - Date.now());
+        const reply = await this._acquireKey(key, owner, lease, left, signal, extra);
+        if (reply === null) throw new LockBusyError(`The lock ${key} is held by another owner`, key);
+        tokens.set(key, BigInt(reply));
+      }
+    } catch (err) {
+      await Promise.all([...tokens.keys()].map((key) => this._releaseKey(key, owner).catch(() => {})));
+      throw err;
+    }
+    const renewEvery = watchdog || opts.renew ? renewPeriod(lease, opts.automaticExtensionThreshold) : 0;
+    return new Lock(this, keys, owner, new Map(keys.map((k) => [k, tokens.get(k)])), lease, start, renewEvery);
+  }
+
+  async _acquireKey(key, owner, lease, wait, signal, extra) {
+    const base = ['FLOCK.ACQUIRE', key, owner, String(lease)];
+    // A try first, on the shared connection: a free lock then costs one round trip and no
+    // connection of its own (a try never overtakes queued waiters, so FIFO order holds).
+    const reply = await this._send(this._conn, [...base, ...extra]);
+    if (reply !== null || wait < 1) return reply;
+    return this._wait([...base, 'WAIT', wait === Infinity ? '0' : String(Math.ceil(wait)), ...extra], signal);
+  }
+
+  // A WAIT blocks its connection, so it runs on one of FLOCK's own; an abort ends it on the server
+  // (CLIENT UNBLOCK answers the waiter nil, and it leaves the queue).
+  async _wait(args, signal) {
+    const conn = this._idle.pop() ?? (await this._conn.duplicate());
+    const id = await conn.send(['CLIENT', 'ID']).catch((err) => {
+      conn.close();
+      throw err;
+    });
+    if (signal?.aborted) {
+      this._park(conn);
+      throw abortError(signal);
+    }
+    let aborted = false;
+    let settled = false;
+    const onAbort = () => {
+      aborted = true;
+      this._unblock(conn, id, () => settled);
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+    let reply;
+    try {
+      reply = await this._send(conn, args, () => aborted);
+    } catch (err) {
+      conn.close();
+      throw aborted ? abortError(signal) : err;
+    } finally {
+      settled = true;
+      signal?.removeEventListener('abort', onAbort);
+    }
+    this._park(conn);
+    if (!aborted) return reply;
+    // The grant won the race with the abort: hand it back before reporting the abort.
+    if (reply !== null) await this._releaseKey(args[1], args[2]).catch(() => {});
+    throw abortError(signal);
+  }
+
+  async _unblock(conn, id, settled) {
+    for (let i = 0; i < UNBLOCK_TRIES && !settled(); i++) {
+      const unblocked = await this._conn.send(['CLIENT', 'UNBLOCK', id]).catch(() => '0');
+      if (String(unblocked) === '1') return;
+      await delay(UNBLOCK_PAUSE_MS);
+    }
+    // Last resort: a closed connection leaves the queue, and an undelivered grant passes on.
+    if (!settled()) conn.close();
+  }
+
+  _park(conn) {
+    if (this._idle.length < IDLE_BLOCKING) this._idle.push(conn);
+    else conn.close();
+  }
+
+  async _releaseKey(key, owner) {
+    return Number(await this._send(this._conn, ['FLOCK.RELEASE', key, owner]));
+  }
+
+  async _renewKey(key, owner, lease) {
+    return BigInt(await this._send(this._conn, ['FLOCK.RENEW', key, owner, String(lease)]));
+  }
+
+  // Every command carries a fresh request ID; a lost reply (I/O error, not an error reply) is
+  // resent with the same ID, which the server applies once and answers with the first reply.
+  async _send(conn, args, stop = () => false) {
+    const full = [...args, 'ID', randomUUID()];
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await conn.send(full);
+      } catch (err) {
+        if (isReplyError(err)) throw replyError(err, args);
+        if (attempt >= this.settings.resends || stop()) throw err;
+      }
+    }
+  }
+}
+
+function replyError(err, args) {
+  if (!err.message.startsWith('NOTOWNER')) return err;
+  return new LockNotHeldError(`The lock ${args[1]} is not held by this owner: ${err.message}`, args[1], { cause: err });
+}
+
+// redlock's using() extends when `automaticExtensionThreshold` ms are left; FLOCK's default is lease/3.
+function renewPeriod(lease, threshold) {
+  const period = threshold === undefined ? lease / 3 : lease - threshold;
+  return Math.max(1, Math.floor(period));
+}
+
+/**
+ * A held lock: `token` (bigint fencing token of the first resource; `tokens` for each),
+ * `release()`, `extend(lease)`, and `signal`, which aborts with `signal.error` when the lock is lost.
+ */
+class Lock {
+  constructor(flock, resources, owner, tokens, lease, start, renewEvery) {
+    this.flock = flock;
+    this.resources = resources;
+    this.owner = owner;
+    this.tokens = tokens;
+    this.lease = lease;
+    this.expiration = start + lease;
+    this._controller = new AbortController();
+    this.signal = this._controller.signal;
+    this._renewEvery = renewEvery;
+    this._renewing = null;
+    this._timer = null;
+    this._released = false;
+    this._schedule();
+  }
+
+  get token() {
+    return this.tokens.get(this.resources[0]);
+  }
+
+  /** Sets every resource's lease to `lease` ms from now; resolves to this lock (redlock resolves to a new one). */
+  async extend(lease) {
+    integerMs(lease, 'Duration');
+    const start = Date.now();
+    try {
+      await Promise.all(this.resources.map((key) => this.flock._renewKey(key, this.owner, lease)));
+    } catch (err) {
+      if (err instanceof LockNotHeldError) this._lose(err);
+      throw err;
+    }
+    this.lease = lease;
+    this.expiration = start + lease;
+    return this;
+  }
+
+  /** Releases one hold of each resource (reverse order); resolves to the holds left of the first. */
+  async release() {
+    this._released = true;
+    clearTimeout(this._timer);
+    // A renewal in flight would race the release; let it finish (its outcome no longer matters).
+    await this._renewing;
+    this.expiration = 0;
+    const results = await Promise.allSettled(
+      [...this.resources].reverse().map((key) => this.flock._releaseKey(key, this.owner)),
+    );
+    const failed = results.find((r) => r.status === 'rejected');
+    if (failed) throw failed.reason;
+    return results[results.length - 1].value;
+  }
+
+  _schedule() {
+    if (this._renewEvery === 0 || this._released) return;
+    this._timer = setTimeout(() => (this._renewing = this._renew()), this._renewEvery);
+    // A forgotten lock must not keep the process alive; its lease ends on the server.
+    this._timer.unref();
+  }
+
+  async _renew() {
+    try {
+      await this.extend(this.lease);
+    } catch (err) {
+      if (err instanceof LockNotHeldError) return;
+      // A lost reply or a dropped connection: try again until the lease would have ended.
+      if (Date.now() >= this.expiration) {
+        return this._lose(new LockLostError(`The lease of ${this.resources[0]} could not be renewed`, this.resources[0], { cause: err }));
+      }
+    } finally {
+      this._renewing = null;
+    }
+    this._schedule();
+  }
+
+  _lose(err) {
+    if (this.signal.aborted) return;
+    const lost = err instanceof LockLostError ? err : new LockLostError(err.message, err.key, { cause: err });
+    clearTimeout(this._timer);
+    this._renewEvery = 0;
+    this.signal.error = lost;
+    this._controller.abort(lost);
+  }
+}
+
+module.exports = { Flock, Lock, DEFAULTS };

@@ -1,0 +1,226 @@
+'use strict';
+
+// Test helpers: a redis-server with the FLOCK module per test file on a free loopback port, the
+// two client libraries behind one factory, a probe connection for assertions, waits with a
+// deadline, and a TCP proxy that loses or holds back replies.
+
+const { spawn } = require('node:child_process');
+const fs = require('node:fs');
+const net = require('node:net');
+const os = require('node:os');
+const path = require('node:path');
+const { setTimeout: delay } = require('node:timers/promises');
+const { after } = require('node:test');
+const Redis = require('ioredis');
+const { createClient } = require('redis');
+const { Flock } = require('..');
+
+const REPO = path.resolve(__dirname, '..', '..', '..');
+const MODULE = process.env.FLOCK_MODULE || path.join(REPO, 'target', 'release', 'libredis_flock.so');
+const SERVER = process.env.FLOCK_SERVER || 'redis-server';
+const DEADLINE_MS = 10000;
+
+// Everything a test file started, undone when it ends (also on failure). Registered here at load
+// time: after() called inside a hook would belong to that hook and run as soon as it ends.
+const cleanups = [];
+const onEnd = (fn) => cleanups.push(fn);
+after(async () => {
+  for (const fn of cleanups.splice(0).reverse()) await fn();
+});
+const servers = new Set();
+process.on('exit', () => servers.forEach((proc) => proc.kill('SIGKILL')));
+const POLL_MS = 5;
+
+/** Polls `check` until it returns a truthy value (returned) or the deadline passes (throws `what`). */
+async function waitUntil(what, check, deadlineMs = DEADLINE_MS) {
+  const end = Date.now() + deadlineMs;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > end) throw new Error(`timed out waiting until ${what}`);
+    await delay(POLL_MS);
+  }
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.unref();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+function ping(port) {
+  return new Promise((resolve) => {
+    const sock = net.connect(port, '127.0.0.1');
+    let data = '';
+    sock.on('connect', () => sock.write('PING\r\n'));
+    sock.on('data', (chunk) => {
+      data += chunk;
+      if (data.includes('\r\n')) {
+        sock.destroy();
+        resolve(data.startsWith('+PONG'));
+      }
+    });
+    sock.on('error', () => resolve(false));
+  });
+}
+
+/**
+ * Starts a redis-server with the module; stopped when the test file ends (also on failure).
+ * `server.probe` is an ioredis connection for assertions (integers as strings, tokens exact).
+ */
+async function startServer(extraArgs = []) {
+  if (!fs.existsSync(MODULE)) throw new Error(`FLOCK module not found at ${MODULE} (build it, or set FLOCK_MODULE)`);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'flock-node-'));
+  const port = await freePort();
+  const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'];
+  const proc = spawn(SERVER, [...args, '--dir', dir, '--loadmodule', MODULE, ...extraArgs], {
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  servers.add(proc);
+  const exited = new Promise((resolve) => proc.on('exit', resolve));
+  let running = true;
+  exited.then(() => {
+    running = false;
+    servers.delete(proc);
+  });
+  const stop = async () => {
+    if (running) proc.kill('SIGKILL');
+    await exited;
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+  onEnd(stop);
+  try {
+    await waitUntil(`redis-server on port ${port} answers PING`, async () => {
+      if (!running) throw new Error(`redis-server exited (port ${port} taken, or the module failed to load)`);
+      return ping(port);
+    });
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  const probe = new Redis(port, '127.0.0.1', { stringNumbers: true, lazyConnect: false });
+  onEnd(() => probe.disconnect());
+  return { port, url: `redis://127.0.0.1:${port}`, probe, info: (key) => lockInfo(probe, key), stat: (name) => stat(probe, name) };
+}
+
+/** FLOCK.INFO as an object ({owner, holds, token, 'ttl-ms', ...}, integers as strings), or null. */
+async function lockInfo(probe, key) {
+  const flat = await probe.call('FLOCK.INFO', key);
+  if (flat === null) return null;
+  const info = {};
+  for (let i = 0; i < flat.length; i += 2) info[flat[i]] = flat[i + 1];
+  return info;
+}
+
+/** One number from INFO (e.g. `cmdstat_flock.renew` calls, `errorstat_NOTOWNER` count, `flock_grants`). */
+async function stat(probe, name) {
+  const text = await probe.info('all');
+  const line = text.split('\r\n').find((l) => l.startsWith(`${name}:`));
+  if (line === undefined) return 0;
+  const value = line.slice(name.length + 1);
+  const m = /^(?:calls|count)=(\d+)/.exec(value);
+  return Number(m ? m[1] : value);
+}
+
+/** The client libraries FLOCK supports, each as a factory of a connected client closed at the end. */
+const CLIENTS = [
+  {
+    name: 'ioredis',
+    async connect(port) {
+      const client = new Redis(port, '127.0.0.1');
+      client.on('error', () => {});
+      onEnd(() => client.disconnect());
+      return client;
+    },
+  },
+  ...[2, 3].map((RESP) => ({
+    name: RESP === 2 ? 'node-redis' : 'node-redis-resp3',
+    async connect(port) {
+      const client = createClient({ socket: { host: '127.0.0.1', port }, RESP });
+      client.on('error', () => {});
+      await client.connect();
+      onEnd(() => client.destroy());
+      return client;
+    },
+  })),
+];
+
+/**
+ * A TCP proxy in front of `port`. `dropReply(word)`: the first reply to a command containing
+ * `word` is swallowed and that client connection cut once the server has answered (a lost reply
+ * of an applied command). `holdReplies(word)`: replies on the connection that sent `word` are held
+ * back until `flush()`. `sent(word)` lists the commands seen containing `word`.
+ */
+async function startProxy(port) {
+  const seen = [];
+  let drop = null;
+  let hold = null;
+  const holding = [];
+  const sockets = new Set();
+  const server = net.createServer((client) => {
+    const upstream = net.connect(port, '127.0.0.1');
+    sockets.add(client).add(upstream);
+    let dropping = false;
+    const state = { held: null, client };
+    client.on('data', (chunk) => {
+      const text = chunk.toString('latin1');
+      seen.push(text);
+      if (drop && text.includes(drop)) {
+        drop = null;
+        dropping = true;
+      }
+      if (hold && text.includes(hold)) {
+        hold = null;
+        state.held = [];
+        holding.push(state);
+      }
+      upstream.write(chunk);
+    });
+    upstream.on('data', (chunk) => {
+      if (dropping) return client.destroy();
+      if (state.held) return state.held.push(chunk);
+      client.write(chunk);
+    });
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('close', end).on('error', end);
+    upstream.on('close', end).on('error', end);
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const close = () => {
+    for (const s of sockets) s.destroy();
+    server.close();
+  };
+  onEnd(close);
+  return {
+    port: server.address().port,
+    dropReply: (word) => (drop = word),
+    holdReplies: (word) => (hold = word),
+    heldCount: () => holding.reduce((n, st) => n + st.held.length, 0),
+    flush: () => {
+      for (const st of holding.splice(0)) {
+        for (const chunk of st.held) st.client.write(chunk);
+        st.held = null;
+      }
+    },
+    sent: (word) => seen.filter((text) => text.includes(word)),
+    close,
+  };
+}
+
+/** A Flock over a new client of `kind` on `port`, its own connections closed at the end. */
+async function flockOf(kind, port, settings) {
+  const flock = new Flock(await kind.connect(port), settings);
+  onEnd(() => flock.quit());
+  return flock;
+}
+
+module.exports = { flockOf, freePort, onEnd, startServer, startProxy, waitUntil, CLIENTS, REPO };

@@ -1,0 +1,41 @@
+// Compiled (never run) by types.test.js with `tsc --noEmit`: index.d.ts accepts both client
+// libraries and types each call shape; the @ts-expect-error lines must stay errors.
+import Redis from 'ioredis';
+import { createClient } from 'redis';
+import Flock, { Flock as Named, Lock, LockAbortSignal, LockBusyError, LockNotHeldError, LockLostError, AbortError } from 'redis-flock';
+
+export async function usage(): Promise<void> {
+  const io = new Flock(new Redis());
+  const nr = new Named([createClient()], { watchdogLease: 30000, wait: Infinity, resends: 2 });
+
+  const lock: Lock = await io.acquire('key', { lease: 5000, wait: 1000, signal: AbortSignal.timeout(100) });
+  const token: bigint = lock.token;
+  const tokens: ReadonlyMap<string, bigint> = lock.tokens;
+  const same: Lock = await lock.extend(10000);
+  const left: number = await same.release();
+  const lost: boolean = lock.signal.aborted && lock.signal.error instanceof LockLostError;
+
+  const redlockShape = await nr.acquire(['a', 'b'], 5000, { retryCount: 3, retryDelay: 100 });
+  await redlockShape.release();
+  const reentered = await nr.acquire('key', { owner: lock.owner });
+
+  const n: number = await io.using('key', async (signal: LockAbortSignal) => (signal.aborted ? 0 : 1));
+  const s: string = await io.using(['a', 'b'], 5000, async () => 'done');
+  await io.using('a', 5000, { automaticExtensionThreshold: 500, wait: 0 }, async (signal) => signal.error?.key);
+
+  try {
+    await io.acquire('key');
+  } catch (err) {
+    if (err instanceof LockBusyError || err instanceof LockNotHeldError || err instanceof AbortError) console.log(err.name);
+  }
+  console.log(token, tokens, left, lost, reentered, n, s);
+  await io.quit();
+
+  // @ts-expect-error a token is a bigint, not a number
+  const wrong: number = lock.token;
+  // @ts-expect-error using needs a routine
+  await io.using('key', 5000);
+  // @ts-expect-error the client must be a redis client
+  new Flock({});
+  console.log(wrong);
+}
