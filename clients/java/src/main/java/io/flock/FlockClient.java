@@ -66,6 +66,16 @@ public final class FlockClient implements AutoCloseable {
         return new FlockLock(this, name);
     }
 
+    /** Redisson's getReadWriteLock: a read (SHARED) and a write lock on one key, in one FIFO queue. */
+    public FlockReadWriteLock getReadWriteLock(String name) {
+        return new FlockReadWriteLock(this, name);
+    }
+
+    /** A semaphore of {@code limit} permits (Redisson's getSemaphore plus trySetPermits, in one). */
+    public FlockSemaphore getSemaphore(String name, int limit) {
+        return new FlockSemaphore(this, name, limit);
+    }
+
     /** The UUID that prefixes this client's owners. */
     public String getId() {
         return id;

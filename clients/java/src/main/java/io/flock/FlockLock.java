@@ -163,19 +163,19 @@ public class FlockLock implements Lock {
         return grant != null && grant.lostReason != null;
     }
 
-    /** Asks the server (FLOCK.INFO), as Redisson does. */
+    /** Asks the server (FLOCK.INFO), as Redisson does; a shared or semaphore holder among the others counts. */
     public boolean isHeldByCurrentThread() {
-        Map<String, Object> info = info();
-        return info != null && text(info.get("owner")).equals(text(owner()));
+        return myHolder() != null;
     }
 
     public boolean isLocked() {
         return info() != null;
     }
 
-    /** The current thread's holds on the server; 0 when another owner (or nobody) holds it. */
+    /** The current thread's holds on the server; 0 when it does not hold it. */
     public int getHoldCount() {
-        return isHeldByCurrentThread() ? ((Long) info().get("holds")).intValue() : 0;
+        Map<String, Object> mine = myHolder();
+        return mine == null ? 0 : ((Long) mine.get("holds")).intValue();
     }
 
     /** The lease left in ms, or -2 when nobody holds the lock (Redisson's, from PTTL). */
@@ -184,9 +184,12 @@ public class FlockLock implements Lock {
         return info == null ? -2 : (Long) info.get("ttl-ms");
     }
 
-    /** Releases the lock whoever holds it (FLOCK.FORCERELEASE); true if someone did. Stops this lock's watchdogs. */
+    /**
+     * Releases the lock whoever holds it, every shared or semaphore holder too (FLOCK.FORCERELEASE); true if
+     * someone held it. Stops this client's watchdogs for it.
+     */
     public boolean forceUnlock() {
-        boolean released = (Long) call("FLOCK.FORCERELEASE", key, FlockClient.bytes("ID"), FlockClient.requestId()) == 1;
+        boolean released = (Long) call("FLOCK.FORCERELEASE", key, FlockClient.bytes("ID"), FlockClient.requestId()) > 0;
         client.grants.keySet().removeIf(k -> {
             if (!k.name.equals(name)) {
                 return false;
@@ -200,18 +203,49 @@ public class FlockLock implements Lock {
         return released;
     }
 
-    /** FLOCK.INFO as a map (owner as bytes, the numbers as Long), or null when nobody holds the lock. */
+    /**
+     * FLOCK.INFO as a map (owner as bytes, the numbers as Long, {@code holders} as a list of such maps, one per
+     * holder), or null when nobody holds the lock.
+     */
     public Map<String, Object> info() {
         Object reply = call("FLOCK.INFO", key);
         if (reply == null) {
             return null;
         }
-        List<?> flat = (List<?>) reply;
-        Map<String, Object> info = new HashMap<>();
-        for (int i = 0; i + 1 < flat.size(); i += 2) {
-            info.put(text(flat.get(i)), flat.get(i + 1));
+        Map<String, Object> info = fields(reply);
+        List<Map<String, Object>> holders = new ArrayList<>();
+        for (Object holder : (List<?>) info.getOrDefault("holders", List.of())) {
+            holders.add(fields(holder));
         }
+        info.put("holders", holders);
         return info;
+    }
+
+    /** The current thread's entry in {@code holders}, or null when it holds nothing. */
+    private Map<String, Object> myHolder() {
+        Map<String, Object> info = info();
+        if (info == null) {
+            return null;
+        }
+        String me = text(owner());
+        for (Object holder : (List<?>) info.get("holders")) {
+            @SuppressWarnings("unchecked")
+            Map<String, Object> fields = (Map<String, Object>) holder;
+            if (text(fields.get("owner")).equals(me)) {
+                return fields;
+            }
+        }
+        return null;
+    }
+
+    /** A RESP2 flat field/value array as a map. */
+    private static Map<String, Object> fields(Object reply) {
+        List<?> flat = (List<?>) reply;
+        Map<String, Object> fields = new HashMap<>();
+        for (int i = 0; i + 1 < flat.size(); i += 2) {
+            fields.put(text(flat.get(i)), flat.get(i + 1));
+        }
+        return fields;
     }
 
     // --- the acquire path ---
@@ -234,17 +268,20 @@ public class FlockLock implements Lock {
             throw new InterruptedException();
         }
         long lease = leaseMs > 0 ? leaseMs : client.getWatchdogTimeout();
-        Object reply = call(acquireArgs(lease, null));
+        Object reply;
         boolean interrupted = false;
-        if (reply == null && waitMs != 0) {
-            FlockClient.Reply waited;
-            try {
-                waited = client.callBlocking(acquireArgs(lease, waitMs == FOREVER ? 0 : waitMs), interruptible);
-            } catch (IOException e) {
-                throw new UncheckedIOException(e);
+        try {
+            reply = call(acquireArgs(lease, null));
+            if (reply == null && waitMs != 0) {
+                FlockClient.Reply waited = client.callBlocking(acquireArgs(lease, waitMs == FOREVER ? 0 : waitMs),
+                        interruptible);
+                reply = waited.value;
+                interrupted = waited.interrupted;
             }
-            reply = waited.value;
-            interrupted = waited.interrupted;
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        } catch (RuntimeException e) {
+            throw RedisError.specific(e);
         }
         if (interrupted) {
             if (reply != null) {

@@ -13,6 +13,34 @@ public class RedisError extends RuntimeException {
     }
 
     /**
+     * The error as the exception its code has in this client ({@link UpgradeException}, {@link WrongModeException}),
+     * the original as its cause; any other error as it is.
+     */
+    static RuntimeException specific(RuntimeException error) {
+        switch (codeOf(error)) {
+            case "UPGRADE":
+                return new UpgradeException(error);
+            case "WRONGMODE":
+                return new WrongModeException(error);
+            default:
+                return error;
+        }
+    }
+
+    RedisError(Throwable cause) {
+        super(messageOf(cause), cause);
+    }
+
+    private static String messageOf(Throwable error) {
+        for (Throwable t = error; t != null; t = t.getCause()) {
+            if (!codeOf(t.getMessage()).isEmpty()) {
+                return t.getMessage();
+            }
+        }
+        return String.valueOf(error);
+    }
+
+    /**
      * The error code of any client library's error: the first upper-case word of the message of the exception or
      * one of its causes (Spring wraps the driver's exception), or "" when none has one.
      */

@@ -12,7 +12,6 @@ import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.locks.Lock;
@@ -20,30 +19,6 @@ import org.junit.jupiter.api.Test;
 
 /** The Lock interface and FLOCK's additions (token, watchdog, lost lease) against a real server. */
 class FlockLockTest extends ServerTest {
-
-    /** Runs {@code body} on a new thread; the future ends with its result or exception. */
-    <T> CompletableFuture<T> onThread(java.util.concurrent.Callable<T> body) {
-        CompletableFuture<T> result = new CompletableFuture<>();
-        spawn(() -> {
-            try {
-                result.complete(body.call());
-            } catch (Throwable e) {
-                result.completeExceptionally(e);
-            }
-        });
-        return result;
-    }
-
-    static Throwable failure(CompletableFuture<?> f) throws InterruptedException {
-        try {
-            f.get(10, TimeUnit.SECONDS);
-            return null;
-        } catch (ExecutionException e) {
-            return e.getCause();
-        } catch (java.util.concurrent.TimeoutException e) {
-            throw new AssertionError("the thread did not finish", e);
-        }
-    }
 
     @Test
     void ownerIsClientUuidAndThreadId() {
@@ -218,15 +193,7 @@ class FlockLockTest extends ServerTest {
         FlockLock lock = client.getFairLock("k");
         lock.lock();
         // The lease left only rises when a renewal resets it; three rises span more than one lease.
-        long[] last = {(Long) info("k").get("ttl-ms")};
-        for (int renewals = 0; renewals < 3; renewals++) {
-            await("the watchdog renews", () -> {
-                long ttl = (Long) info("k").get("ttl-ms");
-                boolean rose = ttl > last[0];
-                last[0] = ttl;
-                return rose;
-            });
-        }
+        awaitRenewals("k", 3);
         assertTrue(lock.isHeldByCurrentThread());
         assertEquals(1, client.watchdogs());
         lock.unlock();

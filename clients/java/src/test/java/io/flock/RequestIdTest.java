@@ -50,15 +50,24 @@ class RequestIdTest extends ServerTest {
         renewed.lock();
         proxy.dropRepliesTo("FLOCK.RENEW", 1);
         TestServer.await("a renewal's reply is lost", () -> proxy.dropped.get() == 1);
-        long[] last = {(Long) info("k").get("ttl-ms")};
-        TestServer.await("a later renewal", () -> {
-            long ttl = (Long) info("k").get("ttl-ms");
-            boolean rose = ttl > last[0];
-            last[0] = ttl;
-            return rose;
-        });
+        awaitRenewals("k", 1);
         assertEquals(false, renewed.isLeaseLost());
         renewed.unlock();
+    }
+
+    @Test
+    void aResentSharedReleaseReleasesOnce() {
+        FlockLock read = opened(new FlockClient(RespConnection.factory("127.0.0.1", proxy.port())))
+                .getReadWriteLock("k").readLock();
+        read.lock();
+        read.lock();
+        proxy.dropRepliesTo("FLOCK.RELEASE", 1);
+        read.unlock();
+        assertEquals(1, proxy.dropped.get());
+        assertEquals(1, holds("k"), "the resend answered the first reply instead of releasing again");
+        assertEquals("shared", mode("k"));
+        read.unlock();
+        assertEquals(null, info("k"));
     }
 
     @Test

@@ -5,6 +5,9 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
@@ -78,6 +81,78 @@ abstract class ServerTest {
         return started;
     }
 
+    /** Runs {@code body} on a new thread; the future ends with its result or exception. */
+    <T> CompletableFuture<T> onThread(java.util.concurrent.Callable<T> body) {
+        CompletableFuture<T> result = new CompletableFuture<>();
+        spawn(() -> {
+            try {
+                result.complete(body.call());
+            } catch (Throwable e) {
+                result.completeExceptionally(e);
+            }
+        });
+        return result;
+    }
+
+    static Throwable failure(CompletableFuture<?> f) throws InterruptedException {
+        try {
+            f.get(10, TimeUnit.SECONDS);
+            return null;
+        } catch (ExecutionException e) {
+            return e.getCause();
+        } catch (java.util.concurrent.TimeoutException e) {
+            throw new AssertionError("the thread did not finish", e);
+        }
+    }
+
+    /** A thread that takes {@code lock} (interruptibly, so a failed test ends it) and unlocks it when told. */
+    final class Holder {
+        private final CompletableFuture<Long> granted = new CompletableFuture<>();
+        private final CompletableFuture<Void> release = new CompletableFuture<>();
+        private final CompletableFuture<Void> done;
+
+        Holder(FlockLock lock) {
+            done = onThread(() -> {
+                try {
+                    lock.lockInterruptibly();
+                    granted.complete(lock.getToken());
+                } catch (Throwable e) {
+                    granted.completeExceptionally(e);
+                    throw e;
+                }
+                release.get();
+                lock.unlock();
+                return null;
+            });
+        }
+
+        boolean isGranted() {
+            return granted.isDone();
+        }
+
+        long token() throws Exception {
+            return granted.get(10, TimeUnit.SECONDS);
+        }
+
+        void unlock() throws Exception {
+            release.complete(null);
+            done.get(10, TimeUnit.SECONDS);
+        }
+    }
+
+    /** Waits until the lease left of {@code key}'s first holder has risen {@code n} times: only a renewal raises it. */
+    void awaitRenewals(String key, int n) {
+        long[] last = {(Long) info(key).get("ttl-ms")};
+        for (int renewals = 0; renewals < n; renewals++) {
+            TestServer.await("the watchdog renews", () -> {
+                long ttl = (Long) info(key).get("ttl-ms");
+                boolean rose = ttl > last[0];
+                last[0] = ttl;
+                return rose;
+            });
+        }
+    }
+
     static void joinAll(List<Thread> threads) throws InterruptedException {
         for (Thread t : threads) {
             t.join(20_000);
@@ -97,6 +172,16 @@ abstract class ServerTest {
     long waiters(String key) {
         Map<String, Object> info = info(key);
         return info == null ? 0 : (Long) info.get("waiters");
+    }
+
+    String mode(String key) {
+        Map<String, Object> info = info(key);
+        return info == null ? null : new String((byte[]) info.get("mode"), StandardCharsets.UTF_8);
+    }
+
+    int holderCount(String key) {
+        Map<String, Object> info = info(key);
+        return info == null ? 0 : ((List<?>) info.get("holders")).size();
     }
 
     long holds(String key) {

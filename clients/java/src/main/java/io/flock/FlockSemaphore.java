@@ -1,0 +1,123 @@
+package io.flock;
+
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * A semaphore of {@code limit} permits on one FLOCK key ({@code PERMITS n LIMIT m}), with Redisson's
+ * {@code RSemaphore} / {@code RPermitExpirableSemaphore} shapes. Permits are held by an owner, as a lock is:
+ * {@code <client UUID>:<thread id>}, with a lease (the watchdog's when none is given) and a fencing token. A
+ * thread holds one grant of n permits at a time: acquiring again with the same n adds a hold (each needs a
+ * {@link #release()}), another n is an error. Requests are served in FIFO order, and a request that does not
+ * fit stops the queue: a big request at the head is not overtaken by smaller ones, nor by a try.
+ */
+public final class FlockSemaphore {
+    private final FlockClient client;
+    private final String name;
+    private final int limit;
+    /** RELEASE and INFO carry no mode, so any view of the key serves them. */
+    private final FlockLock anyView;
+
+    FlockSemaphore(FlockClient client, String name, int limit) {
+        this.client = client;
+        this.name = name;
+        this.limit = limit;
+        this.anyView = permits(1);
+    }
+
+    public String getName() {
+        return name;
+    }
+
+    /** The m of {@code PERMITS n LIMIT m}: fixed when the key is created (Redisson's trySetPermits). */
+    public int getLimit() {
+        return limit;
+    }
+
+    /**
+     * This semaphore as a {@link FlockLock} that takes {@code n} permits: the whole lock interface (lease times,
+     * tokens, interruptible waits) for a request of n.
+     */
+    public FlockLock permits(int n) {
+        return new FlockLock(client, name, FlockClient.bytes("PERMITS"), FlockClient.bytes(Integer.toString(n)),
+                FlockClient.bytes("LIMIT"), FlockClient.bytes(Integer.toString(limit)));
+    }
+
+    /** Waits in the queue for one permit; watchdog lease. */
+    public void acquire() throws InterruptedException {
+        acquire(1);
+    }
+
+    public void acquire(int permits) throws InterruptedException {
+        permits(permits).lockInterruptibly();
+    }
+
+    /** RPermitExpirableSemaphore's lease: the permits come back by themselves after {@code leaseTime}. */
+    public void acquire(int permits, long leaseTime, TimeUnit unit) throws InterruptedException {
+        permits(permits).lockInterruptibly(leaseTime, unit);
+    }
+
+    /** One permit if it is free and nobody queues (a try never overtakes the queue). */
+    public boolean tryAcquire() {
+        return tryAcquire(1);
+    }
+
+    public boolean tryAcquire(int permits) {
+        return permits(permits).tryLock();
+    }
+
+    public boolean tryAcquire(long waitTime, TimeUnit unit) throws InterruptedException {
+        return tryAcquire(1, waitTime, unit);
+    }
+
+    public boolean tryAcquire(int permits, long waitTime, TimeUnit unit) throws InterruptedException {
+        return tryAcquire(permits, waitTime, -1, unit);
+    }
+
+    /** Waits up to {@code waitTime}; {@code leaseTime} &le; 0 means the watchdog lease. */
+    public boolean tryAcquire(int permits, long waitTime, long leaseTime, TimeUnit unit) throws InterruptedException {
+        return permits(permits).tryLock(waitTime, leaseTime, unit);
+    }
+
+    /**
+     * Releases one hold of the current thread's grant; its permits return once the holds reach 0.
+     * {@link IllegalMonitorStateException} if the thread holds none.
+     */
+    public void release() {
+        anyView.unlock();
+    }
+
+    /** The permits no holder has now (waiters may already be owed them). */
+    public int availablePermits() {
+        Map<String, Object> info = anyView.info();
+        if (info == null) {
+            return limit;
+        }
+        long held = 0;
+        for (Object holder : (List<?>) info.get("holders")) {
+            held += (Long) ((Map<?, ?>) holder).get("permits");
+        }
+        return (int) (limit - held);
+    }
+
+    /** The fencing token of the current thread's grant. */
+    public long getToken() {
+        return anyView.getToken();
+    }
+
+    /** True once the watchdog found the current thread's grant gone. */
+    public boolean isLeaseLost() {
+        return anyView.isLeaseLost();
+    }
+
+    /** Takes every permit back from every holder (FLOCK.FORCERELEASE); true if anyone held some. */
+    public boolean forceRelease() {
+        return anyView.forceUnlock();
+    }
+
+    /** FLOCK.INFO, as {@link FlockLock#info()}. */
+    public Map<String, Object> info() {
+        return anyView.info();
+    }
+}
