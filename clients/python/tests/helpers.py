@@ -11,7 +11,7 @@ import time
 import pytest
 import redis
 
-from redis_flock._core import parse_info
+from redis_flock._core import holder, parse_info
 
 
 # Redis.lock() passes raise_on_release_error on since redis-py 6 (5.0.8 does
@@ -48,6 +48,37 @@ def owner_of(r, key):
         return None
     owner = fields["owner"]
     return owner.encode() if isinstance(owner, str) else owner
+
+
+def holding(r, key, owner):
+    """``owner``'s entry in FLOCK.INFO's holders, or None."""
+    return holder(info(r, key), owner)
+
+
+def lock_kinds(module):
+    """The lock classes of redis_flock or redis_flock.asyncio, by the FLOCK
+    mode they acquire: the same tests run on each."""
+    return {
+        "exclusive": module.Lock,
+        "shared": module.ReadLock,
+        "semaphore": lambda r, name, **kwargs: module.Semaphore(r, name, 2, **kwargs),
+    }
+
+
+def queue_in_thread(r, lock, waiters=1, then=lambda lock: None, **acquire):
+    """Starts ``lock.acquire(**acquire)`` then ``then(lock)`` in a thread, and
+    returns once it is the ``waiters``-th in the queue: (the thread, [its
+    result])."""
+    result = []
+
+    def run():
+        result.append(lock.acquire(blocking_timeout=10, **acquire))
+        then(lock)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    wait_until(lambda: info(r, lock.name)["waiters"] == waiters, what=f"waiter {waiters} to queue")
+    return thread, result
 
 
 def ttl_ms(r, key):

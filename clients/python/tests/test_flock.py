@@ -6,27 +6,13 @@ import time
 
 import pytest
 import redis
-from helpers import ReplyDropper, calls, info, owner_of, wait_until
+import redis_flock
+from helpers import ReplyDropper, calls, holding, info, lock_kinds, owner_of, queue_in_thread, wait_until
 from redis.backoff import NoBackoff
 from redis.exceptions import LockNotOwnedError
 from redis.retry import Retry
 
 from redis_flock import Lock
-
-
-def queue_in_thread(r, lock, waiters=1, then=lambda lock: None):
-    """Starts ``lock.acquire()`` then ``then(lock)`` in a thread, and returns
-    once it is the ``waiters``-th in the queue: (the thread, [its result])."""
-    result = []
-
-    def run():
-        result.append(lock.acquire(blocking_timeout=10))
-        then(lock)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    wait_until(lambda: info(r, lock.name)["waiters"] == waiters, what=f"waiter {waiters} to queue")
-    return thread, result
 
 
 def test_waiters_are_granted_in_fifo_order(r):
@@ -108,8 +94,17 @@ def test_blocking_wait_uses_a_connection_of_its_own(server, r):
     client.close()
 
 
-def test_watchdog_keeps_a_short_lease_alive(r):
-    lock = Lock(r, "wd", watchdog_timeout=0.9)
+KINDS = lock_kinds(redis_flock)
+
+
+@pytest.fixture(params=list(KINDS))
+def kind(request):
+    """Lock, ReadLock or a Semaphore of 2: each runs the tests that take it."""
+    return KINDS[request.param]
+
+
+def test_watchdog_keeps_a_short_lease_alive(r, kind):
+    lock = kind(r, "wd", watchdog_timeout=0.9)
     renewals = calls(r, "flock.renew")
     assert lock.acquire(blocking=False)
     acquired = time.monotonic()
@@ -118,7 +113,7 @@ def test_watchdog_keeps_a_short_lease_alive(r):
         lambda: calls(r, "flock.renew") >= renewals + 4 and time.monotonic() - acquired > 1.2, what="four renewals"
     )
     assert lock.owned() and not lock.lost
-    assert 0 < info(r, "wd")["ttl-ms"] <= 900
+    assert 0 < holding(r, "wd", lock.local.token)["ttl-ms"] <= 900
     lock.release()
     assert info(r, "wd") is None
 
@@ -178,15 +173,15 @@ def via_proxy(request, server):
     proxy.close()
 
 
-def test_lost_release_reply_is_resent_and_applied_once(r, via_proxy):
+def test_lost_release_reply_is_resent_and_applied_once(r, via_proxy, kind):
     proxy, client = via_proxy
-    lock = Lock(client, "resend", timeout=10, reentrant=True)
+    lock = kind(client, "resend", timeout=10, reentrant=True)
     assert lock.acquire(blocking=False) and lock.acquire(blocking=False)
     proxy.drop_reply_to(b"FLOCK.RELEASE")
     lock.release()
     assert proxy.dropped.is_set()
     # Applied once: one hold left, not none.
-    assert info(r, "resend")["holds"] == 1 and lock.owned()
+    assert holding(r, "resend", lock.local.token)["holds"] == 1 and lock.owned()
     lock.release()
     assert info(r, "resend") is None
 

@@ -3,10 +3,12 @@
 ``redis_flock.Lock`` is a drop-in for ``redis.lock.Lock`` and
 ``redis_flock.asyncio.Lock`` for ``redis.asyncio.lock.Lock``, on a server
 with the FLOCK module loaded: FIFO waiting on the server, fencing tokens,
-server-side leases, a watchdog, request IDs. See README.md."""
+server-side leases, a watchdog, request IDs. ``ReadWriteLock`` and
+``Semaphore`` (in both modules) are the same lock with FLOCK's ``SHARED``
+and ``PERMITS n LIMIT m``. See README.md."""
 
-from ._core import WATCHDOG_TIMEOUT
-from .lock import Lock
+from ._core import WATCHDOG_TIMEOUT, UpgradeError, WrongModeError
+from .lock import Lock, ReadLock, ReadWriteLock, Semaphore
 
-__all__ = ["Lock", "WATCHDOG_TIMEOUT"]
-__version__ = "0.1.0"
+__all__ = ["Lock", "ReadLock", "ReadWriteLock", "Semaphore", "UpgradeError", "WrongModeError", "WATCHDOG_TIMEOUT"]
+__version__ = "0.2.0"

@@ -61,21 +61,56 @@ def renewal_lost(grant: "Grant", name, error: Exception, unconfirmed_s: float, l
     return lost
 
 
-def not_owned(error: ResponseError, action: str, name) -> Exception:
-    """NOTOWNER becomes redis-py's LockNotOwnedError, as its Lock raises;
-    other error replies stay what redis-py made of them."""
-    if str(error).startswith("NOTOWNER"):
-        return LockNotOwnedError(f"Cannot {action} a lock that's no longer owned ({error})", lock_name=name)
-    return error
+class UpgradeError(LockError, ResponseError):
+    """The server's ``UPGRADE``: this owner holds the lock shared (reads) and
+    asked for it exclusively, which would wait for itself. Release the read
+    holds first. Also a ResponseError, as the reply it stands for."""
+
+
+class WrongModeError(LockError, ResponseError):
+    """The server's ``WRONGMODE``: the key is a lock and was asked for permits,
+    or a semaphore asked without permits or with another limit."""
+
+
+# Error replies that become redis-py's lock errors; the rest stay what redis-py
+# made of them (ResponseError and its subclasses).
+LOCK_ERRORS = {"NOTOWNER": LockNotOwnedError, "UPGRADE": UpgradeError, "WRONGMODE": WrongModeError}
+
+
+def lock_error(error: ResponseError, action: str, name) -> Exception:
+    """NOTOWNER becomes redis-py's LockNotOwnedError, as its Lock raises,
+    UPGRADE and WRONGMODE the errors above; others stay as they are."""
+    kind = LOCK_ERRORS.get(str(error).split(" ", 1)[0])
+    if kind is None:
+        return error
+    what = "a lock that's no longer owned" if kind is LockNotOwnedError else f"lock {name!r}"
+    return kind(f"Cannot {action} {what} ({error})", lock_name=name)
 
 
 def parse_info(reply) -> Optional[dict]:
     """FLOCK.INFO's reply (a RESP3 map or a RESP2 flat list, bytes or str
-    keys) as a dict with str keys, or None when nobody holds the lock."""
+    keys) as a dict with str keys, ``holders`` a list of such dicts, or None
+    when nobody holds the lock."""
     if reply is None:
         return None
+    fields = _fields(reply)
+    if "holders" in fields:
+        fields["holders"] = [_fields(holder) for holder in fields["holders"]]
+    return fields
+
+
+def _fields(reply) -> dict:
     pairs = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2])
     return {(k.decode() if isinstance(k, bytes) else k): v for k, v in pairs}
+
+
+def holder(info: Optional[dict], owner: Optional[bytes]) -> Optional[dict]:
+    """``owner``'s entry in FLOCK.INFO (owner, holds, token, ttl-ms, ...), or
+    None when it holds nothing. Every holder, exclusive, shared or semaphore,
+    is in ``holders``."""
+    if info is None or owner is None:
+        return None
+    return next((h for h in info["holders"] if _as_bytes(h["owner"]) == owner), None)
 
 
 class Grant:
@@ -88,6 +123,9 @@ class Grant:
         self.owner = owner
         self.token = token
         self.mutex = mutex
+        # The holds taken through this Lock object: the server's count also has
+        # those of the other side of a read-write lock sharing the owner.
+        self.holds = 1
         self.lost = False
         self.stopped = False
         # The RELEASE (with its request ID) an asyncio release() sent and did
@@ -224,13 +262,13 @@ class LockBase:
     def _extended_lease(self, info, owner: bytes, additional_ms: int) -> int:
         """The lease that adds ``additional_ms`` to what is left of this
         owner's lease, or NOTOWNER when the lock is no longer its."""
-        if info is None or _as_bytes(info["owner"]) != owner:
-            raise not_owned(ResponseError("NOTOWNER not the holder"), "extend", self.name)
-        return info["ttl-ms"] + additional_ms
+        mine = holder(info, owner)
+        if mine is None:
+            raise lock_error(ResponseError("NOTOWNER not the holder"), "extend", self.name)
+        return mine["ttl-ms"] + additional_ms
 
     def _is_owner(self, info) -> bool:
-        token = self.local.token
-        return token is not None and info is not None and _as_bytes(info["owner"]) == token
+        return holder(info, self.local.token) is not None
 
     def _new_grant(self, owner: bytes, token: int, mutex):
         """(the Grant to start a watchdog for, the one it replaces): (None,
@@ -238,10 +276,19 @@ class LockBase:
         replaced grant was lost: this thread could not have acquired again."""
         current = self.local.grant
         if current is not None and current.owner == owner and current.token == token:
+            current.holds += 1
             return None, None
         self.local.token = owner
         self.local.grant = Grant(owner, token, mutex)
         return self.local.grant, current
+
+    def _released_one(self, left: int) -> None:
+        """After a RELEASE answered ``left`` holds (0 too when it failed):
+        forgets the grant once this object's holds are all released."""
+        grant = self.local.grant
+        grant.holds -= 1
+        if left == 0 or grant.holds <= 0:
+            self._dropped()
 
     def _dropped(self) -> Optional[Grant]:
         """Forgets this thread's grant (released or lost); returns it so that
@@ -254,6 +301,52 @@ class LockBase:
 
     def _unlocked_error(self) -> LockError:
         return LockError("Unable to acquire lock within the time specified", lock_name=self.name)
+
+
+class ReadSide:
+    """Makes a lock class the read side of a read-write lock: FLOCK's
+    ``SHARED``. Readers hold it together; a writer waits for them all, and
+    readers arriving behind a waiting writer wait for it (FIFO)."""
+
+    acquire_options = ("SHARED",)
+
+
+class SemaphoreBase:
+    """Makes a lock class a semaphore of ``limit`` permits, of which each
+    acquire takes ``permits``: FLOCK's ``PERMITS n LIMIT m``. The lock's
+    other arguments follow ``limit``."""
+
+    def __init__(self, redis, name, limit: int, *args, permits: int = 1, **kwargs):
+        super().__init__(redis, name, *args, **kwargs)
+        self.limit = limit
+        self.permits = permits
+        self.acquire_options = ("PERMITS", permits, "LIMIT", limit)
+
+
+class ReadWriteLockBase:
+    """A read-write lock: ``read_lock()`` and ``write_lock()`` are two lock
+    objects on the same key (the flavour's ``read_class`` and
+    ``lock_class``), made with the same arguments. Reentrant by default, as
+    Redisson's: both sides use one owner per thread, so a writer may also
+    read (one more hold on its exclusive grant); a reader asking to write
+    gets UpgradeError."""
+
+    lock_class: type
+    read_class: type
+
+    def __init__(self, redis, name, *args, reentrant: bool = True, **kwargs):
+        self.name = name
+        self._write = self.lock_class(redis, name, *args, reentrant=reentrant, **kwargs)
+        self._read = self.read_class(redis, name, *args, reentrant=reentrant, **kwargs)
+        self._read._object_id = self._write._object_id
+
+    def read_lock(self):
+        """The shared side (``SHARED``)."""
+        return self._read
+
+    def write_lock(self):
+        """The exclusive side."""
+        return self._write
 
 
 def _as_bytes(value) -> bytes:

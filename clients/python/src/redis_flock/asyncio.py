@@ -10,15 +10,18 @@ from ._core import (
     RENEWAL_ERRORS,
     RESEND_DELAYS,
     LockBase,
+    ReadSide,
+    ReadWriteLockBase,
+    SemaphoreBase,
     Number,
+    lock_error,
     logger,
-    not_owned,
     parse_info,
     renewal_lost,
     to_ms,
 )
 
-__all__ = ["Lock"]
+__all__ = ["Lock", "ReadLock", "ReadWriteLock", "Semaphore"]
 
 
 async def send(call, args):
@@ -88,10 +91,13 @@ class Lock(LockBase):
         closes that connection, which leaves the queue."""
         owner = self._owner(token, self._encoder())
         wait_ms = self._wait_ms(blocking, blocking_timeout)
-        granted = await send(self.redis.execute_command, self._acquire_command(owner, None))
-        if granted is None and wait_ms is not None:
-            async with Dedicated(self.redis, self._wait_socket_timeout(wait_ms)) as connection:
-                granted = await send(connection.call, self._acquire_command(owner, wait_ms))
+        try:
+            granted = await send(self.redis.execute_command, self._acquire_command(owner, None))
+            if granted is None and wait_ms is not None:
+                async with Dedicated(self.redis, self._wait_socket_timeout(wait_ms)) as connection:
+                    granted = await send(connection.call, self._acquire_command(owner, wait_ms))
+        except ResponseError as e:
+            raise lock_error(e, "acquire", self.name) from e
         if granted is None:
             return False
         grant, replaced = self._new_grant(owner, granted, asyncio.Lock())
@@ -145,13 +151,12 @@ class Lock(LockBase):
             try:
                 left = await send(self.redis.execute_command, grant.pending_release)
             except ResponseError as e:
-                error = not_owned(e, "release", self.name)
+                error = lock_error(e, "release", self.name)
                 if isinstance(error, LockNotOwnedError):
                     self._dropped()
                 raise error from e
             grant.pending_release = None
-            if left == 0:
-                self._dropped()
+            self._released_one(left)
 
     def extend(self, additional_time: Number, replace_ttl: bool = False) -> Awaitable[Literal[True]]:
         """Adds ``additional_time`` seconds to the lease left (or makes it the
@@ -173,5 +178,23 @@ class Lock(LockBase):
         try:
             await send(self.redis.execute_command, self._renew_command(owner, lease_ms))
         except ResponseError as e:
-            raise not_owned(e, action, self.name) from e
+            raise lock_error(e, action, self.name) from e
         return True
+
+
+class ReadLock(ReadSide, Lock):
+    """The read side of a read-write lock (FLOCK's ``SHARED``), with Lock's
+    arguments and methods; usually taken from ``ReadWriteLock.read_lock()``."""
+
+
+class ReadWriteLock(ReadWriteLockBase):
+    """``read_lock()`` and ``write_lock()`` on one key, made with Lock's
+    arguments: ``ReadWriteLock(r, "report", timeout=10)``. See README.md."""
+
+    lock_class = Lock
+    read_class = ReadLock
+
+
+class Semaphore(SemaphoreBase, Lock):
+    """At most ``limit`` permits held at once, ``permits`` per acquire, with
+    Lock's other arguments and methods: ``Semaphore(r, "pool", 3)``."""

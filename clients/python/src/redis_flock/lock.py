@@ -12,9 +12,12 @@ from ._core import (
     RENEWAL_ERRORS,
     RESEND_DELAYS,
     LockBase,
+    ReadSide,
+    ReadWriteLockBase,
+    SemaphoreBase,
     Number,
+    lock_error,
     logger,
-    not_owned,
     parse_info,
     renewal_lost,
     to_ms,
@@ -88,10 +91,13 @@ class Lock(LockBase):
         (None: no limit), on a connection of its own. ``sleep`` is unused."""
         owner = self._owner(token, self.redis.get_encoder())
         wait_ms = self._wait_ms(blocking, blocking_timeout)
-        granted = send(self.redis.execute_command, self._acquire_command(owner, None))
-        if granted is None and wait_ms is not None:
-            with Dedicated(self.redis, self._wait_socket_timeout(wait_ms)) as connection:
-                granted = send(connection.call, self._acquire_command(owner, wait_ms))
+        try:
+            granted = send(self.redis.execute_command, self._acquire_command(owner, None))
+            if granted is None and wait_ms is not None:
+                with Dedicated(self.redis, self._wait_socket_timeout(wait_ms)) as connection:
+                    granted = send(connection.call, self._acquire_command(owner, wait_ms))
+        except ResponseError as e:
+            raise lock_error(e, "acquire", self.name) from e
         if granted is None:
             return False
         grant, replaced = self._new_grant(owner, granted, threading.Lock())
@@ -145,10 +151,9 @@ class Lock(LockBase):
             try:
                 left = send(self.redis.execute_command, command)
             except ResponseError as e:
-                raise not_owned(e, "release", self.name) from e
+                raise lock_error(e, "release", self.name) from e
             finally:
-                if left == 0:
-                    self._dropped()
+                self._released_one(left)
 
     def extend(self, additional_time: Number, replace_ttl: bool = False) -> Literal[True]:
         """Adds ``additional_time`` seconds to the lease left (or makes it the
@@ -168,5 +173,23 @@ class Lock(LockBase):
         try:
             send(self.redis.execute_command, self._renew_command(owner, lease_ms))
         except ResponseError as e:
-            raise not_owned(e, action, self.name) from e
+            raise lock_error(e, action, self.name) from e
         return True
+
+
+class ReadLock(ReadSide, Lock):
+    """The read side of a read-write lock (FLOCK's ``SHARED``), with Lock's
+    arguments and methods; usually taken from ``ReadWriteLock.read_lock()``."""
+
+
+class ReadWriteLock(ReadWriteLockBase):
+    """``read_lock()`` and ``write_lock()`` on one key, made with Lock's
+    arguments: ``ReadWriteLock(r, "report", timeout=10)``. See README.md."""
+
+    lock_class = Lock
+    read_class = ReadLock
+
+
+class Semaphore(SemaphoreBase, Lock):
+    """At most ``limit`` permits held at once, ``permits`` per acquire, with
+    Lock's other arguments and methods: ``Semaphore(r, "pool", 3)``."""

@@ -27,4 +27,5 @@ async def r_decoded(server, protocol):
 def inspect(server):
     c = redis.Redis(port=server.port)
     yield c
+    c.flushall()
     c.close()

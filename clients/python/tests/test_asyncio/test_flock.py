@@ -7,7 +7,8 @@ import time
 
 import pytest
 import redis.asyncio
-from helpers import ReplyDropper, calls, info, until
+import redis_flock.asyncio
+from helpers import ReplyDropper, calls, holding, info, lock_kinds, until
 from redis.backoff import NoBackoff
 from redis.exceptions import LockNotOwnedError
 from redis.retry import Retry
@@ -50,8 +51,17 @@ async def test_cancelled_wait_leaves_the_queue(r, inspect):
     assert info(inspect, "cancel") is None
 
 
-async def test_watchdog_keeps_a_short_lease_alive(r, inspect):
-    lock = Lock(r, "wd", watchdog_timeout=0.9)
+KINDS = lock_kinds(redis_flock.asyncio)
+
+
+@pytest.fixture(params=list(KINDS))
+def kind(request):
+    """Lock, ReadLock or a Semaphore of 2: each runs the tests that take it."""
+    return KINDS[request.param]
+
+
+async def test_watchdog_keeps_a_short_lease_alive(r, inspect, kind):
+    lock = kind(r, "wd", watchdog_timeout=0.9)
     renewals = calls(inspect, "flock.renew")
     assert await lock.acquire(blocking=False)
     start = info(inspect, "wd")["token"]
@@ -62,7 +72,7 @@ async def test_watchdog_keeps_a_short_lease_alive(r, inspect):
         what="four renewals",
     )
     assert await lock.owned() and not lock.lost
-    assert info(inspect, "wd")["token"] == start
+    assert holding(inspect, "wd", lock.local.token)["token"] == start
     await lock.release()
     assert info(inspect, "wd") is None
 
@@ -77,15 +87,15 @@ async def test_watchdog_reports_loss_after_forcerelease(r, inspect):
         await lock.release()
 
 
-async def test_lost_release_reply_is_resent_and_applied_once(server, inspect):
+async def test_lost_release_reply_is_resent_and_applied_once(server, inspect, kind):
     proxy = ReplyDropper(server.port)
     client = redis.asyncio.Redis(port=proxy.port, retry=Retry(NoBackoff(), 0))
-    lock = Lock(client, "resend", timeout=10, reentrant=True)
+    lock = kind(client, "resend", timeout=10, reentrant=True)
     assert await lock.acquire(blocking=False) and await lock.acquire(blocking=False)
     proxy.drop_reply_to(b"FLOCK.RELEASE")
     await lock.release()
     assert proxy.dropped.is_set()
-    assert info(inspect, "resend")["holds"] == 1 and await lock.owned()
+    assert holding(inspect, "resend", lock.local.token)["holds"] == 1 and await lock.owned()
     await lock.release()
     await client.aclose()
     proxy.close()
