@@ -36,6 +36,8 @@ pub struct Changes {
     /// Shared or semaphore holders changed, in order, to send on.
     members: Vec<MemberChange>,
     pub now: u64,
+    /// A replica follows its master and never ends a lease itself.
+    pub replica: bool,
 }
 
 /// A shared or semaphore holder to send to replicas and the AOF.
@@ -100,7 +102,6 @@ pub fn update<R>(
     op: impl FnOnce(&mut State, &mut LockValue, &mut Changes) -> R,
 ) -> R {
     let now = ffi::now_ms();
-    // A replica follows its master's FLOCK.STATE and never ends a lease itself.
     let replica = ffi::is_replica();
     let (result, changes, unused, exclusive) = state::with(|s| {
         let mut changes = Changes {
@@ -111,6 +112,7 @@ pub fn update<R>(
             events: Vec::new(),
             members: Vec::new(),
             now,
+            replica,
         };
         if !replica {
             if let Some((_, grants)) = value.lock.expire_due(now, &mut s.tokens) {
@@ -152,7 +154,7 @@ pub fn update<R>(
 /// Ends `owner`'s shared or semaphore lease if it has run out, before a
 /// command about that owner (the exclusive one `update` ends itself).
 pub fn expire_owner(s: &mut State, value: &mut LockValue, changes: &mut Changes, owner: &[u8]) {
-    if ffi::is_replica() {
+    if changes.replica {
         return;
     }
     if let Some((_, grants)) = value.lock.expire_owner(owner, changes.now, &mut s.tokens) {

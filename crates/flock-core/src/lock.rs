@@ -226,7 +226,8 @@ impl<P> Lock<P> {
     /// Replaces the exclusive holder as replicated or loaded state says;
     /// waiters stay. A holder ends any shared holders (they cannot coexist).
     pub fn set_holder(&mut self, holder: Option<Holder>, session: Option<u64>) {
-        if holder.is_some() {
+        // The exclusive hot path (no shared state at all) skips the table.
+        if holder.is_some() && self.shared().is_some() {
             self.clear_table();
             self.set_mode(Mode::Lock);
         }
