@@ -72,7 +72,8 @@ function ping(port) {
 
 /**
  * Starts a redis-server with the module; stopped when the test file ends (also on failure).
- * `server.probe` is an ioredis connection for assertions (integers as strings, tokens exact).
+ * `server.probe` is an ioredis connection for assertions (integers as strings, tokens exact);
+ * `server.queued(key, n)` waits until n waiters queue on key.
  */
 async function startServer(extraArgs = []) {
   if (!fs.existsSync(MODULE)) throw new Error(`FLOCK module not found at ${MODULE} (build it, or set FLOCK_MODULE)`);
@@ -106,15 +107,26 @@ async function startServer(extraArgs = []) {
   }
   const probe = new Redis(port, '127.0.0.1', { stringNumbers: true, lazyConnect: false });
   onEnd(() => probe.disconnect());
-  return { port, url: `redis://127.0.0.1:${port}`, probe, info: (key) => lockInfo(probe, key), stat: (name) => stat(probe, name) };
+  const info = (key) => lockInfo(probe, key);
+  const queued = (key, n) => waitUntil(`${n} waiter(s) queue on ${key}`, async () => (await info(key))?.waiters === String(n));
+  return { port, url: `redis://127.0.0.1:${port}`, probe, info, queued, stat: (name) => stat(probe, name) };
 }
 
-/** FLOCK.INFO as an object ({owner, holds, token, 'ttl-ms', ...}, integers as strings), or null. */
+function fields(flat) {
+  const object = {};
+  for (let i = 0; i < flat.length; i += 2) object[flat[i]] = flat[i + 1];
+  return object;
+}
+
+/**
+ * FLOCK.INFO as an object ({owner, holds, token, 'ttl-ms', ..., holders: [{owner, ...}]}, integers
+ * as strings), or null.
+ */
 async function lockInfo(probe, key) {
   const flat = await probe.call('FLOCK.INFO', key);
   if (flat === null) return null;
-  const info = {};
-  for (let i = 0; i < flat.length; i += 2) info[flat[i]] = flat[i + 1];
+  const info = fields(flat);
+  info.holders = info.holders.map(fields);
   return info;
 }
 
@@ -216,6 +228,9 @@ async function startProxy(port) {
   };
 }
 
+/** The request ID of a command as the proxy saw it (RESP). */
+const requestId = (text) => /ID\r\n\$\d+\r\n([^\r]+)/.exec(text)[1];
+
 /** A Flock over a new client of `kind` on `port`, its own connections closed at the end. */
 async function flockOf(kind, port, settings) {
   const flock = new Flock(await kind.connect(port), settings);
@@ -223,4 +238,4 @@ async function flockOf(kind, port, settings) {
   return flock;
 }
 
-module.exports = { flockOf, freePort, onEnd, startServer, startProxy, waitUntil, CLIENTS, REPO };
+module.exports = { flockOf, freePort, onEnd, requestId, startServer, startProxy, waitUntil, CLIENTS, REPO };

@@ -5,7 +5,7 @@
 const assert = require('node:assert/strict');
 const { describe, it, before } = require('node:test');
 const { Flock, LockNotHeldError, LockBusyError, LockLostError, AbortError } = require('..');
-const { flockOf, onEnd, startServer, startProxy, waitUntil, CLIENTS } = require('./helpers');
+const { flockOf, onEnd, requestId, startServer, startProxy, waitUntil, CLIENTS } = require('./helpers');
 
 // Short enough that tests see several renewals quickly, long enough for a loaded CI machine.
 const WATCHDOG_LEASE = 900;
@@ -26,7 +26,7 @@ for (const kind of CLIENTS) {
       other = await flockOf(kind, server.port, { wait: 0 });
     });
 
-    const queued = (key, n) => waitUntil(`${n} waiter(s) queue on ${key}`, async () => (await server.info(key))?.waiters === String(n));
+    const queued = (key, n) => server.queued(key, n);
 
     it('acquire answers the exact fencing token as a bigint (above 2^53)', async () => {
       const lock = await flock.acquire(K('tok'), { lease: 10000 });
@@ -227,8 +227,7 @@ for (const kind of CLIENTS) {
       assert.equal((await server.info(K('lost'))).holds, '1', 'one hold released, not two');
       const sent = proxy.sent('FLOCK.RELEASE');
       assert.equal(sent.length, 2, 'sent twice');
-      const id = (text) => /ID\r\n\$\d+\r\n([^\r]+)/.exec(text)[1];
-      assert.equal(id(sent[0]), id(sent[1]), 'with the same request ID');
+      assert.equal(requestId(sent[0]), requestId(sent[1]), 'with the same request ID');
       assert.equal(await lock.release(), 0);
     });
 
