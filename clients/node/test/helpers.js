@@ -10,7 +10,7 @@ const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const { setTimeout: delay } = require('node:timers/promises');
-const { after } = require('node:test');
+const { after, describe } = require('node:test');
 const Redis = require('ioredis');
 const { createClient } = require('redis');
 const { Flock } = require('..');
@@ -19,6 +19,8 @@ const REPO = path.resolve(__dirname, '..', '..', '..');
 const MODULE = process.env.FLOCK_MODULE || path.join(REPO, 'target', 'release', 'libredis_flock.so');
 const SERVER = process.env.FLOCK_SERVER || 'redis-server';
 const DEADLINE_MS = 10000;
+// A watchdog lease short enough that tests see several renewals quickly, long enough for a loaded CI machine.
+const WATCHDOG_LEASE = 900;
 
 // Everything a test file started, undone when it ends (also on failure). Registered here at load
 // time: after() called inside a hook would belong to that hook and run as soon as it ends.
@@ -164,6 +166,14 @@ const CLIENTS = [
 ];
 
 /**
+ * Runs `suite(kind, K)` in a describe per client library; `K(name)` names a key of that library's
+ * own, since the suites of a file share one server.
+ */
+function eachClient(suite) {
+  for (const kind of CLIENTS) describe(kind.name, () => suite(kind, (name) => `${kind.name}:${name}`));
+}
+
+/**
  * A TCP proxy in front of `port`. `dropReply(word)`: the first reply to a command containing
  * `word` is swallowed and that client connection cut once the server has answered (a lost reply
  * of an applied command). `holdReplies(word)`: replies on the connection that sent `word` are held
@@ -238,4 +248,4 @@ async function flockOf(kind, port, settings) {
   return flock;
 }
 
-module.exports = { flockOf, freePort, onEnd, requestId, startServer, startProxy, waitUntil, CLIENTS, REPO };
+module.exports = { eachClient, flockOf, freePort, onEnd, requestId, startServer, startProxy, waitUntil, CLIENTS, REPO, WATCHDOG_LEASE };
