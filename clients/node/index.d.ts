@@ -23,7 +23,21 @@ export interface FlockSettings {
   readonly resends?: number;
 }
 
-export interface AcquireOptions {
+/**
+ * The mode of a grant: exclusive (neither option), the read side of a read-write lock
+ * (`shared: true`), or `permits` (default 1) of a semaphore of `limit` permits. Reentry: a writer
+ * may also read; a reader asking to write gets LockUpgradeError.
+ */
+export type ModeOptions =
+  | { readonly shared?: false; readonly permits?: undefined; readonly limit?: undefined }
+  | { readonly shared: true; readonly permits?: undefined; readonly limit?: undefined }
+  | { readonly shared?: false; readonly permits?: number; readonly limit: number };
+
+export type LockMode = 'exclusive' | 'shared' | 'semaphore';
+
+export type AcquireOptions = ModeOptions & BaseAcquireOptions;
+
+export interface BaseAcquireOptions {
   /** Lease in ms. Absent: a watchdog lease (`watchdogLease`) renewed until release(). */
   readonly lease?: number;
   /** Renew the given lease automatically, as using() does. */
@@ -51,6 +65,10 @@ export class Lock {
   readonly resources: readonly string[];
   /** The owner FLOCK knows this holder by (a UUID per acquire() unless given). */
   readonly owner: string;
+  /** How it was acquired: exclusive, shared (a reader) or semaphore (`permits` of it). */
+  readonly mode: LockMode;
+  /** The semaphore permits held (0 for a lock). */
+  readonly permits: number;
   /** Fencing token of resources[0]: a bigint, since tokens (about unix-ms x 2^20) exceed 2^53. */
   readonly token: bigint;
   /** Fencing token of each resource. */
@@ -74,15 +92,21 @@ export class Flock {
   readonly settings: Readonly<Required<Pick<FlockSettings, 'watchdogLease' | 'wait' | 'resends'>>>;
   acquire(resources: Resources, options?: AcquireOptions): Promise<Lock>;
   /** redlock's shape: a fixed lease of `duration` ms (no watchdog). */
-  acquire(resources: Resources, duration: number, settings?: Omit<AcquireOptions, 'lease'>): Promise<Lock>;
+  acquire(resources: Resources, duration: number, settings?: ModeOptions & Omit<BaseAcquireOptions, 'lease'>): Promise<Lock>;
   /** Runs `routine` under a watchdog lock; releases when it settles. */
   using<T>(resources: Resources, routine: (signal: LockAbortSignal) => Promise<T>): Promise<T>;
+  /** A watchdog lock with options (a mode, `wait`, `signal`, ...). */
+  using<T>(
+    resources: Resources,
+    options: ModeOptions & Omit<BaseAcquireOptions, 'lease' | 'renew'>,
+    routine: (signal: LockAbortSignal) => Promise<T>,
+  ): Promise<T>;
   /** redlock's shapes: a `duration` ms lease, renewed automatically while the routine runs. */
   using<T>(resources: Resources, duration: number, routine: (signal: LockAbortSignal) => Promise<T>): Promise<T>;
   using<T>(
     resources: Resources,
     duration: number,
-    settings: Omit<AcquireOptions, 'lease' | 'renew'>,
+    settings: ModeOptions & Omit<BaseAcquireOptions, 'lease' | 'renew'>,
     routine: (signal: LockAbortSignal) => Promise<T>,
   ): Promise<T>;
   /** Closes the connections the Flock opened itself (not the client it was given). */
@@ -108,6 +132,18 @@ export class LockBusyError extends Error {
 /** A held lock was lost; the error of `lock.signal`. */
 export class LockLostError extends Error {
   readonly name: 'LockLostError';
+  readonly key: string;
+}
+
+/** UPGRADE: this owner holds the lock shared and asked for it exclusively; release the read holds first. */
+export class LockUpgradeError extends Error {
+  readonly name: 'LockUpgradeError';
+  readonly key: string;
+}
+
+/** WRONGMODE: permits on a lock, or no permits or another limit on a semaphore. */
+export class LockModeError extends Error {
+  readonly name: 'LockModeError';
   readonly key: string;
 }
 

@@ -18,6 +18,12 @@ class LockBusyError extends KeyError {}
 /** A held lock was lost (lease ended before the watchdog or `using` could renew it); set as `lock.signal.error`. */
 class LockLostError extends KeyError {}
 
+/** The owner holds the lock shared and asked for it exclusively (reply `UPGRADE`): release the read holds first. */
+class LockUpgradeError extends KeyError {}
+
+/** The key exists in another mode (reply `WRONGMODE`): permits on a lock, or no permits or another limit on a semaphore. */
+class LockModeError extends KeyError {}
+
 /** A wait cancelled through its AbortSignal; `cause` is the signal's reason. Same name and code as Node's own. */
 class AbortError extends Error {
   constructor(message, options) {
@@ -27,4 +33,4 @@ class AbortError extends Error {
   }
 }
 
-module.exports = { LockNotHeldError, LockBusyError, LockLostError, AbortError };
+module.exports = { LockNotHeldError, LockBusyError, LockLostError, LockUpgradeError, LockModeError, AbortError };

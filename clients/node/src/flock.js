@@ -3,7 +3,7 @@
 const { randomUUID } = require('node:crypto');
 const { setTimeout: delay } = require('node:timers/promises');
 const { adapt, isReplyError } = require('./adapter');
-const { LockNotHeldError, LockBusyError, LockLostError, AbortError } = require('./errors');
+const { LockNotHeldError, LockBusyError, LockLostError, AbortError, LockUpgradeError, LockModeError } = require('./errors');
 
 const DEFAULTS = Object.freeze({
   // Watchdog lease when no lease is given (Redisson's lockWatchdogTimeout); renewed every third.
@@ -31,6 +31,32 @@ function waitOf(settings, fallback) {
   if (settings.retryCount === undefined) return fallback;
   if (settings.retryCount === -1) return Infinity;
   return integerMs(settings.retryCount * (settings.retryDelay ?? 200), 'retryCount x retryDelay');
+}
+
+// FLOCK's limit on a semaphore's m (and so on n).
+const MAX_PERMITS = 2 ** 32 - 1;
+
+function permitCount(value, what) {
+  if (!Number.isSafeInteger(value) || value < 1 || value > MAX_PERMITS) {
+    throw new RangeError(`${what} must be an integer in 1..${MAX_PERMITS}, got ${value}`);
+  }
+  return value;
+}
+
+/**
+ * The mode of a grant and the FLOCK.ACQUIRE arguments that ask for it: exclusive (none), the read
+ * side of a read-write lock (`shared: true`: SHARED) or `permits` of a semaphore of `limit`.
+ */
+function modeOf(opts) {
+  const semaphore = opts.permits !== undefined || opts.limit !== undefined;
+  if (opts.shared && semaphore) throw new TypeError('shared and permits/limit exclude each other');
+  if (opts.shared) return { mode: 'shared', permits: 0, args: ['SHARED'] };
+  if (!semaphore) return { mode: 'exclusive', permits: 0, args: [] };
+  if (opts.limit === undefined) throw new TypeError('permits needs the semaphore\'s limit');
+  const limit = permitCount(opts.limit, 'limit');
+  const permits = permitCount(opts.permits ?? 1, 'permits');
+  if (permits > limit) throw new RangeError(`permits (${permits}) must not exceed limit (${limit})`);
+  return { mode: 'semaphore', permits, args: ['PERMITS', String(permits), 'LIMIT', String(limit)] };
 }
 
 function keysOf(resources) {
@@ -74,25 +100,25 @@ class Flock {
    * `watchdogLease` lease renewed until release().
    */
   async acquire(resources, durationOrOptions, settings) {
-    return this._acquire(resources, durationOrOptions, settings, []);
+    return this._acquire(resources, durationOrOptions, settings);
   }
 
   /**
    * Runs `routine(signal)` while holding `resources`, renewing the lease automatically; `signal`
    * aborts (with `signal.error`) if the lock is lost. Releases when the routine settles.
-   * Shapes: using(resources, routine), using(resources, duration, routine),
-   * using(resources, duration, settings, routine).
+   * Shapes: using(resources, routine), using(resources, options, routine) (a watchdog lease),
+   * using(resources, duration, routine), using(resources, duration, settings, routine).
    */
   async using(resources, ...rest) {
     const routine = rest.pop();
     if (typeof routine !== 'function') throw new TypeError('using needs a routine(signal) as its last argument');
-    const [duration, settings = {}] = rest;
+    const [duration, settings = {}] = typeof rest[0] === 'object' ? [undefined, ...rest] : rest;
     const options = { ...settings };
     if (duration !== undefined) {
       options.lease = duration;
       options.renew = true;
     }
-    const lock = await this._acquire(resources, options, undefined, []);
+    const lock = await this._acquire(resources, options);
     let failed = true;
     try {
       const value = await routine(lock.signal);
@@ -112,13 +138,14 @@ class Flock {
     this._conn.close();
   }
 
-  // The one acquire path; `extra` carries mode arguments of FLOCK.ACQUIRE (read/write, semaphore).
-  async _acquire(resources, durationOrOptions, settings, extra) {
+  // The one acquire path for every mode: they differ only in the FLOCK.ACQUIRE arguments.
+  async _acquire(resources, durationOrOptions, settings) {
     const keys = keysOf(resources);
     const opts =
       typeof durationOrOptions === 'number'
         ? { ...settings, lease: durationOrOptions }
         : { ...durationOrOptions, ...settings };
+    const mode = modeOf(opts);
     const watchdog = opts.lease === undefined;
     const lease = watchdog ? this.settings.watchdogLease : integerMs(opts.lease, 'Duration');
     if (lease < 1) throw new RangeError('Duration must be at least 1 ms');
@@ -132,7 +159,7 @@ class Flock {
     try {
       for (const key of [...keys].sort()) {
         const left = wait === Infinity ? Infinity : Math.max(0, deadline - Date.now());
-        const reply = await this._acquireKey(key, owner, lease, left, signal, extra);
+        const reply = await this._acquireKey(key, owner, lease, left, signal, mode.args);
         if (reply === null) throw new LockBusyError(`The lock ${key} is held by another owner`, key);
         tokens.set(key, BigInt(reply));
       }
@@ -141,7 +168,8 @@ class Flock {
       throw err;
     }
     const renewEvery = watchdog || opts.renew ? renewPeriod(lease, opts.automaticExtensionThreshold) : 0;
-    return new Lock(this, keys, owner, new Map(keys.map((k) => [k, tokens.get(k)])), lease, start, renewEvery);
+    const ordered = new Map(keys.map((k) => [k, tokens.get(k)]));
+    return new Lock(this, keys, owner, ordered, lease, start, renewEvery, mode);
   }
 
   async _acquireKey(key, owner, lease, wait, signal, extra) {
@@ -227,9 +255,18 @@ class Flock {
   }
 }
 
+// The server's error codes that callers catch by type; the rest reach them unchanged.
+const REPLY_ERRORS = [
+  ['NOTOWNER', LockNotHeldError, 'is not held by this owner'],
+  ['UPGRADE', LockUpgradeError, 'is held shared by this owner, which cannot upgrade'],
+  ['WRONGMODE', LockModeError, 'exists in another mode'],
+];
+
 function replyError(err, args) {
-  if (!err.message.startsWith('NOTOWNER')) return err;
-  return new LockNotHeldError(`The lock ${args[1]} is not held by this owner: ${err.message}`, args[1], { cause: err });
+  const known = REPLY_ERRORS.find(([code]) => err.message.startsWith(`${code} `));
+  if (!known) return err;
+  const [, Type, what] = known;
+  return new Type(`The lock ${args[1]} ${what}: ${err.message}`, args[1], { cause: err });
 }
 
 // redlock's using() extends when `automaticExtensionThreshold` ms are left; FLOCK's default is lease/3.
@@ -241,12 +278,15 @@ function renewPeriod(lease, threshold) {
 /**
  * A held lock: `token` (bigint fencing token of the first resource; `tokens` for each),
  * `release()`, `extend(lease)`, and `signal`, which aborts with `signal.error` when the lock is lost.
+ * `mode` is how it was asked for: 'exclusive', 'shared' or 'semaphore' (`permits` of it).
  */
 class Lock {
-  constructor(flock, resources, owner, tokens, lease, start, renewEvery) {
+  constructor(flock, resources, owner, tokens, lease, start, renewEvery, { mode, permits }) {
     this.flock = flock;
     this.resources = resources;
     this.owner = owner;
+    this.mode = mode;
+    this.permits = permits;
     this.tokens = tokens;
     this.lease = lease;
     this.expiration = start + lease;

@@ -1,7 +1,7 @@
 'use strict';
 
 const { Flock, Lock, DEFAULTS } = require('./flock');
-const { LockNotHeldError, LockBusyError, LockLostError, AbortError } = require('./errors');
+const { LockNotHeldError, LockBusyError, LockLostError, LockUpgradeError, LockModeError, AbortError } = require('./errors');
 
 // Static assignments, so that `import { Flock } from 'redis-flock'` finds the names in this CommonJS file.
 module.exports = Flock;
@@ -12,4 +12,6 @@ module.exports.DEFAULTS = DEFAULTS;
 module.exports.LockNotHeldError = LockNotHeldError;
 module.exports.LockBusyError = LockBusyError;
 module.exports.LockLostError = LockLostError;
+module.exports.LockUpgradeError = LockUpgradeError;
+module.exports.LockModeError = LockModeError;
 module.exports.AbortError = AbortError;

@@ -10,7 +10,7 @@ const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const { setTimeout: delay } = require('node:timers/promises');
-const { after } = require('node:test');
+const { after, describe } = require('node:test');
 const Redis = require('ioredis');
 const { createClient } = require('redis');
 const { Flock } = require('..');
@@ -19,6 +19,8 @@ const REPO = path.resolve(__dirname, '..', '..', '..');
 const MODULE = process.env.FLOCK_MODULE || path.join(REPO, 'target', 'release', 'libredis_flock.so');
 const SERVER = process.env.FLOCK_SERVER || 'redis-server';
 const DEADLINE_MS = 10000;
+// A watchdog lease short enough that tests see several renewals quickly, long enough for a loaded CI machine.
+const WATCHDOG_LEASE = 900;
 
 // Everything a test file started, undone when it ends (also on failure). Registered here at load
 // time: after() called inside a hook would belong to that hook and run as soon as it ends.
@@ -72,7 +74,8 @@ function ping(port) {
 
 /**
  * Starts a redis-server with the module; stopped when the test file ends (also on failure).
- * `server.probe` is an ioredis connection for assertions (integers as strings, tokens exact).
+ * `server.probe` is an ioredis connection for assertions (integers as strings, tokens exact);
+ * `server.queued(key, n)` waits until n waiters queue on key.
  */
 async function startServer(extraArgs = []) {
   if (!fs.existsSync(MODULE)) throw new Error(`FLOCK module not found at ${MODULE} (build it, or set FLOCK_MODULE)`);
@@ -106,15 +109,26 @@ async function startServer(extraArgs = []) {
   }
   const probe = new Redis(port, '127.0.0.1', { stringNumbers: true, lazyConnect: false });
   onEnd(() => probe.disconnect());
-  return { port, url: `redis://127.0.0.1:${port}`, probe, info: (key) => lockInfo(probe, key), stat: (name) => stat(probe, name) };
+  const info = (key) => lockInfo(probe, key);
+  const queued = (key, n) => waitUntil(`${n} waiter(s) queue on ${key}`, async () => (await info(key))?.waiters === String(n));
+  return { port, url: `redis://127.0.0.1:${port}`, probe, info, queued, stat: (name) => stat(probe, name) };
 }
 
-/** FLOCK.INFO as an object ({owner, holds, token, 'ttl-ms', ...}, integers as strings), or null. */
+function fields(flat) {
+  const object = {};
+  for (let i = 0; i < flat.length; i += 2) object[flat[i]] = flat[i + 1];
+  return object;
+}
+
+/**
+ * FLOCK.INFO as an object ({owner, holds, token, 'ttl-ms', ..., holders: [{owner, ...}]}, integers
+ * as strings), or null.
+ */
 async function lockInfo(probe, key) {
   const flat = await probe.call('FLOCK.INFO', key);
   if (flat === null) return null;
-  const info = {};
-  for (let i = 0; i < flat.length; i += 2) info[flat[i]] = flat[i + 1];
+  const info = fields(flat);
+  info.holders = info.holders.map(fields);
   return info;
 }
 
@@ -150,6 +164,14 @@ const CLIENTS = [
     },
   })),
 ];
+
+/**
+ * Runs `suite(kind, K)` in a describe per client library; `K(name)` names a key of that library's
+ * own, since the suites of a file share one server.
+ */
+function eachClient(suite) {
+  for (const kind of CLIENTS) describe(kind.name, () => suite(kind, (name) => `${kind.name}:${name}`));
+}
 
 /**
  * A TCP proxy in front of `port`. `dropReply(word)`: the first reply to a command containing
@@ -216,6 +238,9 @@ async function startProxy(port) {
   };
 }
 
+/** The request ID of a command as the proxy saw it (RESP). */
+const requestId = (text) => /ID\r\n\$\d+\r\n([^\r]+)/.exec(text)[1];
+
 /** A Flock over a new client of `kind` on `port`, its own connections closed at the end. */
 async function flockOf(kind, port, settings) {
   const flock = new Flock(await kind.connect(port), settings);
@@ -223,4 +248,4 @@ async function flockOf(kind, port, settings) {
   return flock;
 }
 
-module.exports = { flockOf, freePort, onEnd, startServer, startProxy, waitUntil, CLIENTS, REPO };
+module.exports = { eachClient, flockOf, freePort, onEnd, requestId, startServer, startProxy, waitUntil, CLIENTS, REPO, WATCHDOG_LEASE };

@@ -2,7 +2,7 @@
 // libraries and types each call shape; the @ts-expect-error lines must stay errors.
 import Redis from 'ioredis';
 import { createClient } from 'redis';
-import Flock, { Flock as Named, Lock, LockAbortSignal, LockBusyError, LockNotHeldError, LockLostError, AbortError } from 'redis-flock';
+import Flock, { Flock as Named, Lock, LockAbortSignal, LockBusyError, LockNotHeldError, LockLostError, LockUpgradeError, LockModeError, AbortError, LockMode } from 'redis-flock';
 
 export async function usage(): Promise<void> {
   const io = new Flock(new Redis());
@@ -23,10 +23,19 @@ export async function usage(): Promise<void> {
   const s: string = await io.using(['a', 'b'], 5000, async () => 'done');
   await io.using('a', 5000, { automaticExtensionThreshold: 500, wait: 0 }, async (signal) => signal.error?.key);
 
+  const reader = await io.acquire('rw', { shared: true, wait: 1000 });
+  const mode: LockMode = reader.mode;
+  const slots = await nr.acquire('pool', 5000, { permits: 2, limit: 3 });
+  const permits: number = slots.permits;
+  await io.using('rw', { shared: true }, async (signal) => signal.aborted);
+  await io.using('pool', 5000, { limit: 3 }, async () => 'one permit');
+  console.log(mode, permits);
+
   try {
     await io.acquire('key');
   } catch (err) {
     if (err instanceof LockBusyError || err instanceof LockNotHeldError || err instanceof AbortError) console.log(err.name);
+    if (err instanceof LockUpgradeError || err instanceof LockModeError) console.log(err.key);
   }
   console.log(token, tokens, left, lost, reentered, n, s);
   await io.quit();
@@ -35,6 +44,10 @@ export async function usage(): Promise<void> {
   const wrong: number = lock.token;
   // @ts-expect-error using needs a routine
   await io.using('key', 5000);
+  // @ts-expect-error shared and permits exclude each other
+  await io.acquire('key', { shared: true, permits: 1, limit: 2 });
+  // @ts-expect-error permits need the semaphore's limit
+  await io.acquire('key', { permits: 1 });
   // @ts-expect-error the client must be a redis client
   new Flock({});
   console.log(wrong);
