@@ -3,12 +3,14 @@
 //! crate (`redis-flock`) only translates between it and the server.
 //!
 //! `queue` (the waiters of one lock, in order), `lock` (holder, reentrancy,
-//! fencing tokens, handoff), `requests` (request IDs a resend is answered
+//! fencing tokens, handoff), `holders` (the shared or semaphore holders of
+//! one key), `requests` (request IDs a resend is answered
 //! from), `deadlines` (lease and wait expiries, soonest first) and `args`
 //! (command arguments and their limits).
 
 pub mod args;
 pub mod deadlines;
+pub mod holders;
 pub mod lock;
 pub mod queue;
 pub mod requests;

@@ -6,10 +6,12 @@
 //! applied implicitly: the caller asks `expire_due` first, so every hand-off
 //! that an expiry causes is visible to it and can be delivered.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use crate::args::MAX_TOKEN;
 use crate::deadlines::DeadlineId;
+use crate::holders::Shared;
+pub use crate::holders::{Member, TableChange};
 use crate::queue::{WaitQueue, WaiterId};
 use crate::requests::{Kind, Record, Requests};
 
@@ -146,36 +148,6 @@ struct Waiting<P> {
     queued: HashSet<Box<[u8]>>,
 }
 
-/// A shared or semaphore holder: a holder of its own, with its own session
-/// binding and, on a semaphore, the permits it holds (0 for a shared holder).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Member {
-    pub holder: Holder,
-    pub session: Option<u64>,
-    pub permits: u32,
-}
-
-/// A change to the holders' table, for the caller to follow with leases,
-/// session bindings and replication.
-#[derive(Debug)]
-pub enum TableChange {
-    /// The holder with this token was granted, reentered or renewed; the
-    /// session it was bound to before, if it had one.
-    Set { token: u64, old_session: Option<u64> },
-    /// This holder is gone (released, expired, ended).
-    Gone(Member),
-}
-
-/// The holders of a read-write lock held shared, or of a semaphore: found by
-/// owner and by token in O(1) each.
-#[derive(Default)]
-struct Table {
-    by_token: HashMap<u64, Member>,
-    by_owner: HashMap<Box<[u8]>, u64>,
-    /// Permits held (semaphore), or shared holders (lock).
-    used: u64,
-}
-
 /// What most locks never have: waiters, a SESSION binding, request IDs,
 /// shared or semaphore holders. Boxed, and dropped when empty, so that a
 /// plain held lock stays small.
@@ -193,15 +165,6 @@ impl<P> Default for Extra<P> {
     fn default() -> Self {
         Self { session: None, waiting: None, requests: Requests::default(), shared: None }
     }
-}
-
-/// What only shared and semaphore keys have.
-#[derive(Default)]
-struct Shared {
-    /// The limit of a semaphore; `None` for a lock.
-    limit: Option<u32>,
-    table: Option<Table>,
-    changes: Vec<TableChange>,
 }
 
 pub struct Lock<P> {
@@ -279,45 +242,36 @@ impl<P> Lock<P> {
         self.extra.as_mut()?.shared.as_deref_mut()
     }
 
-    fn table(&self) -> Option<&Table> {
-        self.shared()?.table.as_ref()
-    }
-
-    fn table_mut(&mut self) -> Option<&mut Table> {
-        self.shared_if_any()?.table.as_mut()
-    }
-
     /// Shared or semaphore holders, in no particular order.
     pub fn members(&self) -> impl Iterator<Item = &Member> + '_ {
-        self.table().into_iter().flat_map(|t| t.by_token.values())
+        self.shared().into_iter().flat_map(Shared::members)
     }
 
     pub fn members_mut(&mut self) -> impl Iterator<Item = &mut Member> + '_ {
-        self.table_mut().into_iter().flat_map(|t| t.by_token.values_mut())
+        self.shared_if_any().into_iter().flat_map(Shared::members_mut)
     }
 
     /// The exclusive holder or the members' holders.
     pub fn holders_mut(&mut self) -> impl Iterator<Item = &mut Holder> + '_ {
-        let members = self.extra.as_mut().and_then(|e| e.shared.as_mut()).and_then(|p| p.table.as_mut()).into_iter();
-        self.holder.as_mut().into_iter().chain(members.flat_map(|t| t.by_token.values_mut().map(|m| &mut m.holder)))
+        let shared = self.extra.as_mut().and_then(|e| e.shared.as_deref_mut()).into_iter();
+        self.holder.as_mut().into_iter().chain(shared.flat_map(|s| s.members_mut().map(|m| &mut m.holder)))
     }
 
     pub fn member_count(&self) -> usize {
-        self.table().map_or(0, |t| t.by_token.len())
+        self.shared().map_or(0, Shared::len)
     }
 
     /// The shared or semaphore holder with this token.
     pub fn member(&self, token: u64) -> Option<&Member> {
-        self.table()?.by_token.get(&token)
+        self.shared()?.get(token)
     }
 
     pub fn member_mut(&mut self, token: u64) -> Option<&mut Member> {
-        self.table_mut()?.by_token.get_mut(&token)
+        self.shared_if_any()?.get_mut(token)
     }
 
     fn member_of(&self, owner: &[u8]) -> Option<&Member> {
-        let table = self.table()?;
-        table.by_token.get(table.by_owner.get(owner)?)
+        self.shared()?.of_owner(owner)
     }
 
     /// `owner` holds the key, exclusively or as a member.
@@ -335,7 +289,7 @@ impl<P> Lock<P> {
 
     /// Permits in use (semaphore).
     pub fn permits_used(&self) -> u64 {
-        self.table().map_or(0, |t| t.used)
+        self.shared().map_or(0, Shared::used)
     }
 
     /// Every holder: the exclusive one or the members, and its session and
@@ -352,7 +306,7 @@ impl<P> Lock<P> {
     /// The changes to the table since the last call.
     pub fn take_changes(&mut self) -> Vec<TableChange> {
         let Some(shared) = self.shared_if_any() else { return Vec::new() };
-        let changes = std::mem::take(&mut shared.changes);
+        let changes = shared.take_changes();
         self.trim();
         changes
     }
@@ -385,7 +339,7 @@ impl<P> Lock<P> {
 
     fn trim(&mut self) {
         let Some(e) = self.extra.as_mut() else { return };
-        if e.shared.as_ref().is_some_and(|p| p.limit.is_none() && p.table.is_none() && p.changes.is_empty()) {
+        if e.shared.as_ref().is_some_and(|p| p.is_empty()) {
             e.shared = None;
         }
         if e.session.is_none() && e.waiting.is_none() && e.requests.is_empty() && e.shared.is_none() {
@@ -407,7 +361,7 @@ impl<P> Lock<P> {
 
     /// Nobody holds it and nobody waits: it is free to grant.
     pub fn is_idle(&self) -> bool {
-        self.holder.is_none() && self.table().is_none() && self.waiting().is_none()
+        self.holder.is_none() && self.member_count() == 0 && self.waiting().is_none()
     }
 
     /// Idle and remembering no request: the lock can disappear.
@@ -482,7 +436,7 @@ impl<P> Lock<P> {
     /// Whether `want` could be granted now, ignoring the queue.
     fn fits(&self, want: Want) -> bool {
         match want {
-            Want::Exclusive => self.holder.is_none() && self.table().is_none(),
+            Want::Exclusive => self.holder.is_none() && self.member_count() == 0,
             Want::Shared => self.holder.is_none(),
             Want::Permits { n, limit } => self.permits_used() + u64::from(n) <= u64::from(limit),
         }
@@ -526,17 +480,15 @@ impl<P> Lock<P> {
     }
 
     fn reenter_member(&mut self, token: u64, req: &Request, now_ms: u64) -> Result<(), LockError> {
-        let Some(shared) = self.shared_if_any() else { return Err(LockError::NotOwner) };
-        let Some(member) = shared.table.as_mut().and_then(|t| t.by_token.get_mut(&token)) else {
-            return Err(LockError::NotOwner);
-        };
+        let shared = self.shared_if_any().ok_or(LockError::NotOwner)?;
+        let member = shared.get_mut(token).ok_or(LockError::NotOwner)?;
         member.holder.holds = member.holder.holds.checked_add(1).ok_or(LockError::TooManyHolds)?;
         member.holder.deadline_ms = now_ms.saturating_add(req.lease_ms);
         let old_session = member.session;
         if req.session.is_some() {
             member.session = req.session;
         }
-        shared.changes.push(TableChange::Set { token, old_session });
+        shared.touched(token, old_session);
         Ok(())
     }
 
@@ -549,59 +501,24 @@ impl<P> Lock<P> {
         }
     }
 
-    /// Adds or replaces a member (the same owner's entry goes first: with
-    /// the same token it is the same grant, which keeps its lease entry).
-    fn insert_member(&mut self, mut member: Member, limit: Option<u32>) {
-        let owner = member.holder.owner.clone();
-        let token = member.holder.token;
-        // A token names one grant: another owner's entry under it (only
-        // replicated state could bring one) goes.
-        if self.member(token).is_some_and(|m| m.holder.owner != owner) {
-            self.remove_member(token, true);
-        }
-        let old = self.member_of(&owner).map(|m| m.holder.token);
-        let old = old.and_then(|t| self.remove_member(t, false));
-        let mut old_session = None;
-        let mut gone = None;
-        match old {
-            Some(old) if old.holder.token == token => {
-                member.holder.deadline_id = old.holder.deadline_id;
-                old_session = old.session;
-            }
-            old => gone = old,
-        }
+    fn insert_member(&mut self, member: Member, limit: Option<u32>) {
         let shared = self.shared_mut();
-        shared.changes.extend(gone.map(TableChange::Gone));
         shared.limit = limit;
-        let table = shared.table.get_or_insert_with(Table::default);
-        table.used += u64::from(member.permits.max(1));
-        table.by_owner.insert(owner, token);
-        table.by_token.insert(token, member);
-        shared.changes.push(TableChange::Set { token, old_session });
+        shared.insert(member);
     }
 
     /// Takes a member out; logged as gone unless it is being replaced.
     fn remove_member(&mut self, token: u64, log: bool) -> Option<Member> {
-        let shared = self.shared_if_any()?;
-        let table = shared.table.as_mut()?;
-        let member = table.by_token.remove(&token)?;
-        table.by_owner.remove(&member.holder.owner);
-        table.used -= u64::from(member.permits.max(1));
-        if table.by_token.is_empty() {
-            shared.table = None;
-        }
-        if log {
-            shared.changes.push(TableChange::Gone(member.clone()));
-        }
+        let member = self.shared_if_any()?.remove(token, log);
         self.trim();
-        Some(member)
+        member
     }
 
     fn clear_table(&mut self) {
-        let tokens: Vec<u64> = self.members().map(|m| m.holder.token).collect();
-        for token in tokens {
-            self.remove_member(token, true);
+        if let Some(shared) = self.shared_if_any() {
+            shared.clear();
         }
+        self.trim();
     }
 
     /// Sets a member as replicated or loaded state says; the key becomes
@@ -692,11 +609,11 @@ impl<P> Lock<P> {
         }
         let token = self.member_of(owner).ok_or(LockError::NotOwner)?.holder.token;
         let shared = self.shared_if_any().ok_or(LockError::NotOwner)?;
-        let member = shared.table.as_mut().and_then(|t| t.by_token.get_mut(&token)).ok_or(LockError::NotOwner)?;
+        let member = shared.get_mut(token).ok_or(LockError::NotOwner)?;
         member.holder.holds -= 1;
-        let left = member.holder.holds;
+        let (left, session) = (member.holder.holds, member.session);
         if left > 0 {
-            shared.changes.push(TableChange::Set { token, old_session: member.session });
+            shared.touched(token, session);
             return Ok((left, Vec::new()));
         }
         self.remove_member(token, true);
@@ -711,9 +628,10 @@ impl<P> Lock<P> {
         }
         let token = self.member_of(owner).ok_or(LockError::NotOwner)?.holder.token;
         let shared = self.shared_if_any().ok_or(LockError::NotOwner)?;
-        let member = shared.table.as_mut().and_then(|t| t.by_token.get_mut(&token)).ok_or(LockError::NotOwner)?;
+        let member = shared.get_mut(token).ok_or(LockError::NotOwner)?;
         member.holder.deadline_ms = now_ms.saturating_add(lease_ms);
-        shared.changes.push(TableChange::Set { token, old_session: member.session });
+        let session = member.session;
+        shared.touched(token, session);
         Ok(token)
     }
 
@@ -819,7 +737,7 @@ impl<P> Lock<P> {
     /// Heap bytes owned by this lock (owner strings, queue, index, table).
     pub fn heap_size(&self) -> usize {
         let extra = self.extra.as_ref().map_or(0, |e| std::mem::size_of::<Extra<P>>() + e.requests.heap_size());
-        let shared = self.shared().map_or(0, |_| std::mem::size_of::<Shared>());
+        let shared = self.shared().map_or(0, Shared::heap_size);
         let waiting = self.waiting().map_or(0, |w| {
             let owners: usize = w.queue.iter().map(|w| w.owner.len()).sum();
             std::mem::size_of::<Waiting<P>>()
@@ -827,13 +745,7 @@ impl<P> Lock<P> {
                 + owners * 2
                 + w.queued.capacity() * (std::mem::size_of::<Box<[u8]>>() + 1)
         });
-        let table = self.table().map_or(0, |t| {
-            let owners: usize = t.by_token.values().map(|m| m.holder.owner.len()).sum();
-            owners * 2
-                + t.by_token.capacity() * (std::mem::size_of::<(u64, Member)>() + 1)
-                + t.by_owner.capacity() * (std::mem::size_of::<(Box<[u8]>, u64)>() + 1)
-        });
-        self.holder.as_ref().map_or(0, |h| h.owner.len()) + extra + shared + waiting + table
+        self.holder.as_ref().map_or(0, |h| h.owner.len()) + extra + shared + waiting
     }
 }
 
