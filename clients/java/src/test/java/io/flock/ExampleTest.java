@@ -9,29 +9,46 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Paths;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
-/** The README shows examples/QuickStart.java as it is, and that file runs against a test server. */
+/** The README shows each file of examples/ as it is, and each runs against a test server. */
 class ExampleTest extends ServerTest {
 
-    @Test
-    void theReadmeShowsTheExampleFile() throws Exception {
-        String example = Files.readString(Paths.get("examples/QuickStart.java"));
+    @ParameterizedTest
+    @ValueSource(strings = {"QuickStart", "ReadersAndPermits"})
+    void theReadmeShowsTheExampleFile(String example) throws Exception {
+        String code = Files.readString(Paths.get("examples", example + ".java"));
         String readme = Files.readString(Paths.get("README.md"));
-        assertTrue(readme.contains("```java\n" + example + "```"), "README.md must show examples/QuickStart.java verbatim");
+        assertTrue(readme.contains("```java\n" + code + "```"), "README.md must show examples/" + example + ".java verbatim");
     }
 
-    @Test
-    void theExampleRuns() throws Exception {
+    /** Runs examples/{@code example}.java's main against the test server; returns what it printed. */
+    private static String run(String example) throws Exception {
         ByteArrayOutputStream captured = new ByteArrayOutputStream();
         PrintStream stdout = System.out;
         System.setOut(new PrintStream(captured, true, StandardCharsets.UTF_8));
         try {
-            Class.forName("QuickStart").getMethod("main", String[].class)
+            Class.forName(example).getMethod("main", String[].class)
                     .invoke(null, (Object) new String[] {"127.0.0.1", Integer.toString(server.port)});
         } finally {
             System.setOut(stdout);
         }
-        assertTrue(captured.toString(StandardCharsets.UTF_8).startsWith("holding orders:42 with token "));
+        return captured.toString(StandardCharsets.UTF_8);
+    }
+
+    @Test
+    void theExampleRuns() throws Exception {
+        assertTrue(run("QuickStart").startsWith("holding orders:42 with token "));
         assertEquals(null, info("orders:42"), "the example released its lock");
+    }
+
+    @Test
+    void theReadWriteAndSemaphoreExampleRuns() throws Exception {
+        String printed = run("ReadersAndPermits");
+        assertTrue(printed.startsWith("reading report with token "), printed);
+        assertTrue(printed.contains("\n2 of 3 api-slots held, 1 free\n"), printed);
+        assertEquals(null, info("report"), "the example released its read lock");
+        assertEquals(null, info("api-slots"), "the example released its permits");
     }
 }

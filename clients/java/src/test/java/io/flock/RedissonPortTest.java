@@ -10,7 +10,6 @@ import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.locks.Lock;
@@ -27,31 +26,6 @@ import org.junit.jupiter.api.Test;
  * (FLOCK has only the fair lock).
  */
 class RedissonPortTest extends ServerTest {
-
-    /** Runs {@code body} on a new thread and waits for it, rethrowing what it threw. */
-    void onOtherThread(ThrowingRunnable body) throws Exception {
-        CompletableFuture<Void> done = new CompletableFuture<>();
-        spawn(() -> {
-            try {
-                body.run();
-                done.complete(null);
-            } catch (Throwable e) {
-                done.completeExceptionally(e);
-            }
-        });
-        try {
-            done.get(20, TimeUnit.SECONDS);
-        } catch (ExecutionException e) {
-            if (e.getCause() instanceof Exception) {
-                throw (Exception) e.getCause();
-            }
-            throw e;
-        }
-    }
-
-    interface ThrowingRunnable {
-        void run() throws Exception;
-    }
 
     @Test
     void testLockUnlock() {

@@ -94,6 +94,49 @@ abstract class ServerTest {
         return result;
     }
 
+    /** Runs {@code body} on a new thread and waits for it, rethrowing what it threw. */
+    void onOtherThread(ThrowingRunnable body) throws Exception {
+        CompletableFuture<Void> done = onThread(() -> {
+            body.run();
+            return null;
+        });
+        try {
+            done.get(20, TimeUnit.SECONDS);
+        } catch (ExecutionException e) {
+            if (e.getCause() instanceof Exception) {
+                throw (Exception) e.getCause();
+            }
+            throw e;
+        }
+    }
+
+    interface ThrowingRunnable {
+        void run() throws Exception;
+    }
+
+    interface ClientTask {
+        void run(FlockClient client) throws Exception;
+    }
+
+    /**
+     * Upstream's testSingleInstanceConcurrency/testMultiInstanceConcurrency: {@code tasks} threads at once, task
+     * i running {@code body} with {@code clientFor.apply(i)}; waits for all, rethrowing the first failure.
+     */
+    void concurrently(int tasks, java.util.function.IntFunction<FlockClient> clientFor,
+            ClientTask body) throws Exception {
+        List<CompletableFuture<Void>> running = new ArrayList<>();
+        for (int i = 0; i < tasks; i++) {
+            FlockClient client = clientFor.apply(i);
+            running.add(onThread(() -> {
+                body.run(client);
+                return null;
+            }));
+        }
+        for (CompletableFuture<Void> task : running) {
+            task.get(60, TimeUnit.SECONDS);
+        }
+    }
+
     static Throwable failure(CompletableFuture<?> f) throws InterruptedException {
         try {
             f.get(10, TimeUnit.SECONDS);
