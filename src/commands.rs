@@ -306,16 +306,28 @@ pub fn state(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     internal(ctx, "FLOCK.STATE")?;
     let (key_name, rest) = split(&args, 2)?;
     let parsed = args::state(&rest, ffi::now_ms()).map_err(arg_error)?;
-    let key = ctx.open_key_writable(key_name);
     let holder = parsed.map(|p| {
         state::with(|s| s.tokens.observe(p.token));
         (Holder::new(p.owner.into(), p.holds, p.token, p.deadline_ms), p.session.then_some(REMOTE_SESSION))
     });
-    if holder.is_none() && lock_value(&key)?.is_none() {
+    set_replicated(ctx, key_name, holder.is_some(), |value, place| engine::replace_holder(value, place, holder))
+}
+
+/// Applies state a master or the AOF recorded (FLOCK.STATE, FLOCK.HOLDER) to
+/// the lock at `key_name`: made only if `sets` gives it a holder, removed if
+/// left unused.
+fn set_replicated(
+    ctx: &Context,
+    key_name: &RedisString,
+    sets: bool,
+    set: impl FnOnce(&mut LockValue, &Place),
+) -> RedisResult {
+    let key = ctx.open_key_writable(key_name);
+    if !sets && lock_value(&key)?.is_none() {
         return Ok(RedisValue::SimpleStringStatic("OK"));
     }
     let value = lock_or_create(&key)?;
-    engine::replace_holder(value, &place_of(ctx, key_name), holder);
+    set(value, &place_of(ctx, key_name));
     if value.lock.is_unused() {
         key.delete()?;
     }
@@ -341,11 +353,7 @@ pub fn member(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     internal(ctx, "FLOCK.HOLDER")?;
     let (key_name, rest) = split(&args, 4)?;
     let (mode, member) = args::member(&rest, ffi::now_ms()).map_err(arg_error)?;
-    let key = ctx.open_key_writable(key_name);
     let sets_holder = member.as_ref().is_some_and(|(_, m)| m.is_some());
-    if !sets_holder && lock_value(&key)?.is_none() {
-        return Ok(RedisValue::SimpleStringStatic("OK"));
-    }
     let member = member.map(|(owner, m)| {
         let m = m.map(|m| {
             let h = m.holder;
@@ -355,10 +363,5 @@ pub fn member(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         });
         (owner, m)
     });
-    let value = lock_or_create(&key)?;
-    engine::replace_member(value, &place_of(ctx, key_name), mode, member);
-    if value.lock.is_unused() {
-        key.delete()?;
-    }
-    Ok(RedisValue::SimpleStringStatic("OK"))
+    set_replicated(ctx, key_name, sets_holder, |value, place| engine::replace_member(value, place, mode, member))
 }

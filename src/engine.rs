@@ -196,15 +196,23 @@ fn linger(ctx: &Context, key: &RedisKeyWritable, key_name: &redis_module::RedisS
 fn propagate_requests(ctx: &Context, key_name: &redis_module::RedisString, value: &LockValue, since: u64) -> bool {
     let Some(requests) = value.lock.requests().filter(|r| r.made() > since) else { return false };
     for (id, record) in requests.made_since(since) {
-        replicate(ctx, ID_COMMAND, key_name, id, &request_numbers(record));
+        replicate(ctx, ID_COMMAND, key_name, &[id], &request_numbers(record));
     }
     true
 }
 
-/// Sends `cmd key bytes numbers...` (FLOCK.STATE, FLOCK.ID) to replicas and the AOF.
-fn replicate(ctx: &Context, cmd: &str, key_name: &redis_module::RedisString, bytes: &[u8], numbers: &[impl ToString]) {
+/// Sends `cmd key words... numbers...` (FLOCK.STATE, FLOCK.ID, FLOCK.HOLDER)
+/// to replicas and the AOF.
+fn replicate(
+    ctx: &Context,
+    cmd: &str,
+    key_name: &redis_module::RedisString,
+    words: &[&[u8]],
+    numbers: &[impl ToString],
+) {
     let numbers: Vec<String> = numbers.iter().map(ToString::to_string).collect();
-    let mut args: Vec<&[u8]> = vec![key_name.as_slice(), bytes];
+    let mut args: Vec<&[u8]> = vec![key_name.as_slice()];
+    args.extend(words);
     args.extend(numbers.iter().map(String::as_bytes));
     ctx.replicate(cmd, args.as_slice());
 }
@@ -267,19 +275,18 @@ fn settle_members(s: &mut State, place: &Place, value: &mut LockValue, now: u64)
 /// as it is now, or gone.
 fn propagate_members(ctx: &Context, key_name: &redis_module::RedisString, value: &LockValue, sent: &[MemberChange]) {
     let (mode, limit) = mode_args(value.lock.mode());
+    let (mode, limit) = (mode.to_bytes(), limit.to_string());
     for change in sent {
-        let mut args: Vec<Vec<u8>> =
-            vec![key_name.as_slice().to_vec(), mode.to_bytes().to_vec(), limit.to_string().into_bytes()];
         match change {
             MemberChange::Set(token) => {
                 let Some(member) = value.lock.member(*token) else { continue };
-                args.push(member.holder.owner.to_vec());
-                args.extend(member_numbers(member).iter().map(|n| n.to_string().into_bytes()));
+                let words = [mode, limit.as_bytes(), &member.holder.owner];
+                replicate(ctx, HOLDER_COMMAND, key_name, &words, &member_numbers(member));
             }
-            MemberChange::Gone(owner) => args.push(owner.to_vec()),
+            MemberChange::Gone(owner) => {
+                replicate(ctx, HOLDER_COMMAND, key_name, &[mode, limit.as_bytes(), owner], &[] as &[u64])
+            }
         }
-        let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
-        ctx.replicate(HOLDER_COMMAND, args.as_slice());
     }
 }
 
@@ -291,7 +298,7 @@ fn propagate(ctx: &Context, key_name: &redis_module::RedisString, value: &LockVa
         None => ctx.replicate(STATE_COMMAND, &[key_name.as_slice()]),
         Some(holder) => {
             let numbers = state_numbers(holder, value.lock.session().is_some());
-            replicate(ctx, STATE_COMMAND, key_name, &holder.owner, &numbers)
+            replicate(ctx, STATE_COMMAND, key_name, &[&holder.owner], &numbers)
         }
     };
 }
@@ -385,7 +392,7 @@ fn on_tick(ctx: &Context, (): ()) {
             };
             member.holder.deadline_id = None;
             update(ctx, key, name, &lease.place, value, |s, value, changes| {
-                if !ffi::is_replica() {
+                if !changes.replica {
                     if let Some((_, grants)) = value.lock.expire_token(lease.token, changes.now, &mut s.tokens) {
                         expired(s, changes, grants);
                         return;
