@@ -14,6 +14,7 @@
 //! Such a slot can hold every entry (after a long pause, all deadlines of
 //! the last 4 s share a level-2 slot), so they move a bounded step per call.
 
+use std::mem::ManuallyDrop;
 use std::num::NonZeroU32;
 
 const SLOT_BITS: u32 = 6;
@@ -58,7 +59,11 @@ struct Entry<T> {
     prev: u32,
     /// Also links free entries.
     next: u32,
-    item: Option<T>,
+    /// Dropped where it is taken out (`take`) or in `Drop for Deadlines`,
+    /// never by the slab: so an emptied slab is freed without a pass over
+    /// it (a million entries are 40 MB: a pass was a 4 ms stall at the end
+    /// of a backlog of due leases).
+    item: Option<ManuallyDrop<T>>,
 }
 
 #[derive(Clone, Copy)]
@@ -74,6 +79,14 @@ pub struct Deadlines<T> {
     /// The wheel's time: nothing is due before it.
     elapsed: u64,
     len: usize,
+}
+
+impl<T> Drop for Deadlines<T> {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            self.entries.iter_mut().filter_map(|e| e.item.take()).for_each(|item| drop(ManuallyDrop::into_inner(item)));
+        }
+    }
 }
 
 impl<T> Default for Deadlines<T> {
@@ -116,7 +129,7 @@ impl<T> Deadlines<T> {
 
     pub fn insert(&mut self, deadline: u64, item: T) -> DeadlineId {
         let when = self.placeable(deadline);
-        let entry = Entry { when, prev: NIL, next: NIL, item: Some(item) };
+        let entry = Entry { when, prev: NIL, next: NIL, item: Some(ManuallyDrop::new(item)) };
         let index = match self.free {
             NIL => {
                 let index =
@@ -136,7 +149,7 @@ impl<T> Deadlines<T> {
     }
 
     pub fn get(&self, id: DeadlineId) -> Option<&T> {
-        self.entries.get(id.index() as usize)?.item.as_ref()
+        self.entries.get(id.index() as usize)?.item.as_deref()
     }
 
     /// Takes the entry out; `None` if `id` is not in use.
@@ -150,7 +163,7 @@ impl<T> Deadlines<T> {
     pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
         let mut index = 0;
         while index < self.entries.len() {
-            if self.entries[index].item.as_ref().is_some_and(|item| !keep(item)) {
+            if self.entries[index].item.as_deref().is_some_and(|item| !keep(item)) {
                 self.take(index as u32);
             }
             index += 1;
@@ -280,6 +293,7 @@ impl<T> Deadlines<T> {
             self.entries[next as usize].prev = prev;
         }
         let item = self.entries[index as usize].item.take().expect("a linked entry holds its item");
+        let item = ManuallyDrop::into_inner(item);
         self.len -= 1;
         if self.len == 0 {
             // Ids cannot move, so the slab only shrinks when it is empty.
@@ -372,6 +386,22 @@ mod tests {
         wheel.retain(|n| n % 3 != 0);
         assert_eq!(wheel.len, 66);
         assert_eq!(drain(&mut wheel, 10_000), (0..100).filter(|n| n % 3 != 0).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn every_item_is_dropped_once_whether_taken_out_retained_away_or_left_in_the_wheel() {
+        let item = std::rc::Rc::new(());
+        let mut wheel = Deadlines::default();
+        let ids: Vec<_> = (0..300u64).map(|n| wheel.insert(n * 1000, item.clone())).collect();
+        drop(wheel.remove(ids[7]));
+        wheel.retain(|_| false);
+        assert_eq!(std::rc::Rc::strong_count(&item), 1, "emptied: every item dropped");
+        for n in 0..300u64 {
+            wheel.insert(n, item.clone());
+        }
+        while let Pop::Due(..) | Pop::Moved = wheel.pop_due(100) {}
+        drop(wheel);
+        assert_eq!(std::rc::Rc::strong_count(&item), 1, "the items left in a dropped wheel are dropped with it");
     }
 
     #[test]
