@@ -7,7 +7,9 @@
 //! given; records leave in the order they came, so pruning is O(1) per
 //! record and a lookup is one hash probe.
 
-use std::collections::{HashMap, VecDeque};
+use hashbrown::HashTable;
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, RandomState};
 
 /// The longest request ID, in bytes.
 pub const MAX_ID_LEN: usize = 64;
@@ -52,13 +54,29 @@ pub struct Record {
     pub expires_ms: u64,
 }
 
+/// A record in arrival order. `live` is false once its id was recorded
+/// again: the table then points at the newer record.
+#[derive(Debug)]
+struct Entry {
+    id: Box<[u8]>,
+    record: Record,
+    live: bool,
+}
+
+/// Each id is stored once, in `order`; the table holds only the sequence
+/// number of an id's live record (8 bytes and a control byte), so a
+/// remembered UUID costs about half of what a map from id to record plus a
+/// queue of ids did.
 #[derive(Debug, Default)]
 pub struct Requests {
-    by_id: HashMap<Box<[u8]>, Record>,
-    /// Ids in the order they were recorded, with the expiry each was given.
-    order: VecDeque<(u64, Box<[u8]>)>,
-    /// Records made so far, for telling which ones an operation added.
-    made: u64,
+    /// Every record not yet pruned, oldest first.
+    order: VecDeque<Entry>,
+    /// The sequence number of `order[0]`: how many records were pruned.
+    first: u64,
+    /// The sequence numbers of the live records, found by their id.
+    by_id: HashTable<u64>,
+    /// Keyed (SipHash): request IDs are chosen by clients.
+    hasher: RandomState,
     /// No record expires later than this.
     latest_ms: u64,
 }
@@ -72,14 +90,29 @@ impl Requests {
         self.by_id.len()
     }
 
+    fn at(&self, seq: u64) -> &Entry {
+        &self.order[(seq - self.first) as usize]
+    }
+
     pub fn get(&self, id: &[u8]) -> Option<&Record> {
-        self.by_id.get(id)
+        let seq = self.by_id.find(self.hasher.hash_one(id), |&seq| *self.at(seq).id == *id)?;
+        Some(&self.at(*seq).record)
     }
 
     pub fn record(&mut self, id: &[u8], record: Record) {
-        self.by_id.insert(id.into(), record);
-        self.order.push_back((record.expires_ms, id.into()));
-        self.made += 1;
+        let seq = self.made();
+        let hash = self.hasher.hash_one(id);
+        let (order, first, hasher) = (&mut self.order, self.first, &self.hasher);
+        match self.by_id.find_mut(hash, |&s| *order[(s - first) as usize].id == *id) {
+            Some(live) => {
+                order[(*live - first) as usize].live = false;
+                *live = seq;
+            }
+            None => {
+                self.by_id.insert_unique(hash, seq, |&s| hasher.hash_one(&*order[(s - first) as usize].id));
+            }
+        }
+        order.push_back(Entry { id: id.into(), record, live: true });
         self.latest_ms = self.latest_ms.max(record.expires_ms);
     }
 
@@ -87,17 +120,20 @@ impl Requests {
     /// they came in order (a record given a later expiry before a shorter
     /// window was set may keep the ones behind it a little longer).
     pub fn prune(&mut self, now_ms: u64) {
-        while let Some((expires_ms, _)) = self.order.front().filter(|(e, _)| *e <= now_ms) {
-            let expires_ms = *expires_ms;
-            let Some((_, id)) = self.order.pop_front() else { break };
-            // The id may have been recorded again since, with a later expiry.
-            if self.by_id.get(&id).is_some_and(|r| r.expires_ms == expires_ms) {
-                self.by_id.remove(&id);
+        while let Some(oldest) = self.order.front().filter(|e| e.record.expires_ms <= now_ms) {
+            if oldest.live {
+                let first = self.first;
+                if let Ok(found) = self.by_id.find_entry(self.hasher.hash_one(&*oldest.id), |&s| s == first) {
+                    found.remove();
+                }
             }
+            self.order.pop_front();
+            self.first += 1;
         }
         if self.by_id.is_empty() {
+            self.first += self.order.len() as u64;
             self.order = VecDeque::new();
-            self.by_id = HashMap::new();
+            self.by_id = HashTable::new();
         }
     }
 
@@ -108,27 +144,31 @@ impl Requests {
 
     /// Records, oldest first, each once.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Record)> + '_ {
-        self.order.iter().filter_map(|(e, id)| self.by_id.get(id).filter(|r| r.expires_ms == *e).map(|r| (&**id, r)))
+        Self::live(self.order.iter())
     }
 
     /// The records made since `made()` answered `since`, oldest first.
     pub fn made_since(&self, since: u64) -> impl Iterator<Item = (&[u8], &Record)> + '_ {
-        let n = usize::try_from(self.made - since).unwrap_or(usize::MAX);
-        let skip = self.order.len().saturating_sub(n);
-        self.order.iter().skip(skip).filter_map(|(_, id)| self.by_id.get(id).map(|r| (&**id, r)))
+        let skip = usize::try_from(since.saturating_sub(self.first)).unwrap_or(usize::MAX);
+        Self::live(self.order.iter().skip(skip))
     }
 
+    fn live<'a>(entries: impl Iterator<Item = &'a Entry>) -> impl Iterator<Item = (&'a [u8], &'a Record)> {
+        entries.filter(|e| e.live).map(|e| (&*e.id, &e.record))
+    }
+
+    /// Records made so far, for telling which ones an operation added.
     pub fn made(&self) -> u64 {
-        self.made
+        self.first + self.order.len() as u64
     }
 
-    /// Heap bytes: each record's id twice (table and order), its entry and
-    /// its place in the order.
+    /// Heap bytes: each record's id, its entry in the order and its place
+    /// in the table.
     pub fn heap_size(&self) -> usize {
-        let ids: usize = self.order.iter().map(|(_, id)| id.len()).sum();
-        let table = self.by_id.capacity() * (std::mem::size_of::<Box<[u8]>>() + std::mem::size_of::<Record>() + 1);
-        let order = self.order.capacity() * std::mem::size_of::<(u64, Box<[u8]>)>();
-        2 * ids + table + order
+        let ids: usize = self.order.iter().map(|e| e.id.len()).sum();
+        let order = self.order.capacity() * std::mem::size_of::<Entry>();
+        let table = self.by_id.capacity() * (std::mem::size_of::<u64>() + 1);
+        ids + order + table
     }
 }
 
@@ -175,6 +215,46 @@ mod tests {
         r.record(b"c", rec(Kind::Renew, 3, 100));
         let added: Vec<&[u8]> = r.made_since(before).map(|(id, _)| id).collect();
         assert_eq!(added, [&b"b"[..], &b"c"[..]]);
+    }
+
+    proptest::proptest! {
+        /// Against a model (every record kept in a Vec, looked up by
+        /// scanning): lookups, counts and the listing agree after any mix
+        /// of records (ids re-recorded too) and prunes.
+        #[test]
+        fn agrees_with_a_list_of_records(ops in proptest::collection::vec((0u8..12, 0u64..40, proptest::bool::ANY), 1..200)) {
+            let mut r = Requests::default();
+            let mut model: Vec<(u8, Record)> = Vec::new();
+            let mut now = 0;
+            for (n, (id, window, prune)) in ops.into_iter().enumerate() {
+                if prune {
+                    now += window;
+                    r.prune(now);
+                    // Forgotten in arrival order too, up to the first record not due.
+                    let due = model.iter().take_while(|(_, rec)| rec.expires_ms <= now).count();
+                    model.drain(..due);
+                } else {
+                    let rec = rec(Kind::Renew, n as u64, now + window);
+                    let before = r.made();
+                    r.record(&[id], rec);
+                    let made: Vec<_> = r.made_since(before).map(|(id, rec)| (id.to_vec(), *rec)).collect();
+                    proptest::prop_assert_eq!(made, vec![(vec![id], rec)]);
+                    model.push((id, rec));
+                }
+                // An id's record is the last one made for it.
+                let live: Vec<(u8, Record)> = model
+                    .iter()
+                    .enumerate()
+                    .filter(|(p, (i, _))| model.iter().rposition(|(j, _)| j == i) == Some(*p))
+                    .map(|(_, e)| *e)
+                    .collect();
+                for id in 0u8..12 {
+                    proptest::prop_assert_eq!(r.get(&[id]), live.iter().find(|(i, _)| *i == id).map(|(_, rec)| rec));
+                }
+                proptest::prop_assert_eq!(r.len(), live.len());
+                proptest::prop_assert_eq!(r.iter().map(|(id, rec)| (id[0], *rec)).collect::<Vec<_>>(), live);
+            }
+        }
     }
 
     #[test]
