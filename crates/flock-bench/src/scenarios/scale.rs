@@ -1,4 +1,5 @@
-//! `scale`: memory per idle held lock and per waiter, and whether the
+//! `scale`: memory per idle held lock, per waiter and (FLOCK) per
+//! remembered request ID, and whether the
 //! server's cost of an acquire+release pair stays flat with many other
 //! locks held or many waiters queued.
 //!
@@ -24,6 +25,7 @@ pub const LOCK_BYTES: Metric = Metric::median("bytes/lock");
 pub const KEY_BYTES: Metric = Metric::median("key bytes");
 pub const WAITERS: Metric = Metric::median("waiters");
 pub const WAITER_BYTES: Metric = Metric::median("bytes/waiter");
+pub const ID_BYTES: Metric = Metric::median("bytes/request ID");
 pub const PAIR: Metric = Metric::median("pair p50 us");
 pub const SERVER: Metric = Metric::median("server us/pair");
 pub const WITH_LOCKS: Metric = Metric::worst("server x with locks");
@@ -35,6 +37,9 @@ const BATCH: usize = 1000;
 const CROWDED: &str = "crowded";
 /// Files kept for everything but the waiters (runner, INFO, probes).
 const SPARE_FILES: usize = 256;
+/// Request IDs remembered on one lock for their cost, each a UUID's 36
+/// bytes, as the clients send them.
+const REQUEST_IDS: usize = 100_000;
 /// Probes alternate between the servers this many times each.
 pub const PROBE_ROUNDS: u32 = 9;
 
@@ -72,6 +77,7 @@ pub fn run(module: &Path, kind: Kind, size: Size) -> Result<Vec<(Metric, f64)>, 
     hold_idle_locks(&locks, kind, size.locks)?;
     let lock_bytes = (used_memory(&mut info)? - before) / size.locks as f64;
     let with_locks = compare(&empty, &locks, kind, size.probe)?;
+    let id_bytes = if kind == Kind::Flock { request_id_bytes(&locks)? } else { f64::NAN };
 
     let mut info = crowd.connect()?;
     let before = settled_memory(&mut info, opened)?;
@@ -87,6 +93,7 @@ pub fn run(module: &Path, kind: Kind, size: Size) -> Result<Vec<(Metric, f64)>, 
         (KEY_BYTES, idle_key(0).len() as f64),
         (WAITERS, waiters.len() as f64),
         (WAITER_BYTES, waiter_bytes),
+        (ID_BYTES, id_bytes),
         (PAIR, with_locks.empty.p50_us),
         (SERVER, with_locks.empty.server_us),
         (WITH_LOCKS, with_locks.ratio),
@@ -145,6 +152,24 @@ fn hold_idle_locks(server: &Server, kind: Kind, count: usize) -> RedisResult<()>
         client.pipeline(&pipe)?;
     }
     Ok(())
+}
+
+/// used_memory per request ID that a held lock remembers (`FLOCK.RENEW
+/// ... ID <uuid>`, pipelined).
+fn request_id_bytes(server: &Server) -> RedisResult<f64> {
+    let mut client = Client::open(server)?;
+    let mut info = server.connect()?;
+    client.request(redis::cmd("FLOCK.ACQUIRE").arg("ids").arg("o").arg(LEASE_MS))?;
+    let before = used_memory(&mut info)?;
+    for _ in (0..REQUEST_IDS).step_by(BATCH) {
+        let mut pipe = redis::pipe();
+        for _ in 0..BATCH {
+            let id = uuid::Uuid::new_v4().to_string();
+            pipe.cmd("FLOCK.RENEW").arg("ids").arg("o").arg(LEASE_MS).arg("ID").arg(id).ignore();
+        }
+        client.pipeline(&pipe)?;
+    }
+    Ok((used_memory(&mut info)? - before) / REQUEST_IDS as f64)
 }
 
 /// Clients for as many of `count` waiters as open files allow.
