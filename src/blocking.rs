@@ -17,9 +17,11 @@ pub const LOCKDELETED: &str = "LOCKDELETED the lock was deleted while waiting fo
 /// `UNBLOCKED` is the code Redis itself answers blocked clients with when a
 /// master becomes a replica, so clients already treat it as "retry".
 pub const DEMOTED: &str = "UNBLOCKED this node is no longer a master: retry on the new master";
+pub const RESENT: &str = "RESENT this request was sent again on another connection, which now waits in its place";
 
 /// Queues the calling client on `value` and blocks it; false (nothing
-/// queued) if the server would not block it.
+/// queued) if the server would not block it. A resend of a queued request
+/// takes over its place, and the client that waited there is answered.
 pub fn wait(
     ctx: &Context,
     s: &mut State,
@@ -34,7 +36,11 @@ pub fn wait(
         blocked = ffi::block::<Waiting>(ctx);
         blocked.as_ref().map(ffi::BlockedClient::id)
     })?;
-    let (Some(id), Some(bc)) = (id, blocked) else { return Ok(false) };
+    let (Some((id, first)), Some(bc)) = (id, blocked) else { return Ok(false) };
+    if let Some(first) = first {
+        s.stats.waiters_resent += 1;
+        s.waiters.answer(first, Outcome::Resent);
+    }
     let timer = (timeout_ms > 0).then(|| ffi::create_timer(timeout_ms, on_wait_timeout, bc.id()));
     s.waiters.insert(bc, place.clone(), id, timer, client);
     Ok(true)
@@ -96,6 +102,7 @@ impl BlockHandlers for Waiting {
             }
             Some(Outcome::Deleted) => Err(RedisError::Str(LOCKDELETED)),
             Some(Outcome::Demoted) => Err(RedisError::Str(DEMOTED)),
+            Some(Outcome::Resent) => Err(RedisError::Str(RESENT)),
             _ => Ok(RedisValue::Null),
         }
     }

@@ -137,9 +137,10 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 s.stats.reentrant += 1;
                 Ok(RedisValue::Integer(token as i64))
             }
-            Acquired::Busy => match wait_ms {
+            acquired @ (Acquired::Busy | Acquired::Resent) => match wait_ms {
                 None => Ok(RedisValue::Null),
-                Some(_) if value.lock.waiter_count() >= config::max_waiters() => Err(RedisError::String(format!(
+                // A resend takes over its request's place: no waiter more.
+                Some(_) if acquired == Acquired::Busy && value.lock.waiter_count() >= config::max_waiters() => Err(RedisError::String(format!(
                     "MAXWAITERS this lock already has {} waiters, the most flock.max-waiters allows: retry later or try without WAIT",
                     value.lock.waiter_count()
                 ))),

@@ -16,7 +16,7 @@ fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     let (stats, waiters, leases, unsafe_policy) =
         state::try_with(|s| (s.stats, s.waiters.len(), s.deadlines.len(), s.eviction.policy.is_some()))
             .unwrap_or_default();
-    let fields: [(&str, u64); 21] = [
+    let fields: [(&str, u64); 22] = [
         ("locks", LIVE_LOCKS.load(Ordering::Relaxed)),
         ("waiters", waiters as u64),
         ("leases", leases as u64),
@@ -34,6 +34,7 @@ fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         ("wait_disconnects", stats.wait_disconnects),
         ("waiters_deleted", stats.waiters_deleted),
         ("waiters_demoted", stats.waiters_demoted),
+        ("waiters_resent", stats.waiters_resent),
         ("handoff_latency_mean_us", stats.handoff_us_mean()),
         ("handoff_latency_max_us", stats.handoff_us_max),
         ("eviction_unsafe", u64::from(unsafe_policy)),

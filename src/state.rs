@@ -47,6 +47,7 @@ pub struct Stats {
     /// ACQUIREs refused because the maxmemory policy can evict locks.
     pub eviction_refused: u64,
     pub waiters_demoted: u64,
+    pub waiters_resent: u64,
     /// From a hand-off to its reply being written, in microseconds.
     pub handoff_us_total: u64,
     pub handoff_us_max: u64,

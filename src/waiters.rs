@@ -3,7 +3,8 @@
 //! it exactly once, with the `Outcome` its reply is made from.
 //!
 //! Every way out of the queue (grant, WAIT timeout, deletion of the lock,
-//! disconnect, CLIENT UNBLOCK, demotion to replica) ends in `Waiters::answer`.
+//! disconnect, CLIENT UNBLOCK, demotion to replica, a resend taking the
+//! place) ends in `Waiters::answer`.
 //! Redis itself never times a waiter out (see `ffi::block`): its own timeout
 //! races with a hand-off in the same event-loop turn and can lose the reply.
 
@@ -25,6 +26,8 @@ pub enum Outcome {
     Deleted,
     /// This node became a replica.
     Demoted,
+    /// The request was resent on another connection, which took its place.
+    Resent,
     /// The client is gone or was already answered.
     Silent,
 }

@@ -159,6 +159,7 @@ flock_wait_timeouts:1
 flock_wait_disconnects:0
 flock_waiters_deleted:0
 flock_waiters_demoted:0
+flock_waiters_resent:0
 flock_handoff_latency_mean_us:0
 flock_handoff_latency_max_us:0
 flock_eviction_unsafe:0

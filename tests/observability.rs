@@ -14,7 +14,7 @@ const MS: Duration = Duration::from_millis(1);
 // ---------------------------------------------------------------- INFO flock
 
 /// Every field of `INFO flock`, in order (Redis adds the `flock_` prefix).
-const INFO_FIELDS: [&str; 21] = [
+const INFO_FIELDS: [&str; 22] = [
     "locks",
     "waiters",
     "leases",
@@ -32,6 +32,7 @@ const INFO_FIELDS: [&str; 21] = [
     "wait_disconnects",
     "waiters_deleted",
     "waiters_demoted",
+    "waiters_resent",
     "handoff_latency_mean_us",
     "handoff_latency_max_us",
     "eviction_unsafe",

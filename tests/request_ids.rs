@@ -280,6 +280,44 @@ fn a_wait_whose_waiter_disconnected_before_its_grant_was_not_applied_and_its_rep
     assert_eq!(holds_or_zero(&mut c, "L"), 1);
 }
 
+/// A half-open connection: the client gave up on it (a network fault) and
+/// resends on a new one, while the server still has it waiting.
+#[test]
+fn a_wait_resent_on_another_connection_takes_over_its_place_and_the_first_is_answered_resent() {
+    use std::io::{BufRead, BufReader, Write};
+    let s = Server::start();
+    let mut c = s.conn();
+    config_set(&mut c, &[("flock.max-waiters", "2")]);
+    let ta = acquire(&mut c, "L", "a", 60_000).unwrap().expect("granted");
+    let mut first = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    first.write_all(b"FLOCK.ACQUIRE L b 60000 WAIT 0 ID w1\r\n").unwrap();
+    wait_queue(&mut c, "L", &["b"]);
+    let mut behind = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    behind.write_all(b"FLOCK.ACQUIRE L c 60000 WAIT 0\r\n").unwrap();
+    wait_queue(&mut c, "L", &["b", "c"]);
+
+    // The queue is full, but the resend is no new waiter.
+    let mut again = s.conn();
+    let resend = std::thread::spawn(move || -> RedisResult<Option<i64>> {
+        with_id("FLOCK.ACQUIRE", &["L", "b", "60000", "WAIT", "0"], "w1").query(&mut again)
+    });
+    first.set_read_timeout(Some(5 * SECOND)).unwrap();
+    let mut answer = String::new();
+    BufReader::new(&first).read_line(&mut answer).unwrap();
+    assert!(answer.starts_with("-RESENT "), "the first connection is told: {answer:?}");
+    assert_eq!(s.stat("waiters_resent"), 1);
+    assert_eq!(queue_of(&mut c, "L"), ["b", "c"], "b keeps its place before c");
+    assert_eq!(s.blocked_clients(), 2, "the resend and c wait");
+
+    assert_eq!(release(&mut c, "L", "a").unwrap(), 0);
+    let tb = resend.join().unwrap().unwrap().expect("the resend is granted in b's place");
+    assert!(tb > ta);
+    assert_eq!((owner_of(&mut c, "L").as_deref(), queue_of(&mut c, "L")), (Some("b"), vec!["c".to_string()]));
+    // A grant made under the ID: one more resend answers it and adds no hold.
+    assert_eq!(acquire_id(&mut c, "L", "b", "w1").unwrap(), Some(tb));
+    assert_eq!(holds_or_zero(&mut c, "L"), 1);
+}
+
 #[test]
 fn an_id_reused_with_another_command_is_an_idreused_error_and_changes_nothing() {
     let s = Server::start();

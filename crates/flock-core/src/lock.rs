@@ -6,7 +6,7 @@
 //! applied implicitly: the caller asks `expire_due` first, so every hand-off
 //! that an expiry causes is visible to it and can be delivered.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 
 use crate::args::MAX_TOKEN;
 use crate::deadlines::DeadlineId;
@@ -99,6 +99,9 @@ pub enum Acquired {
     Reentered(u64),
     /// Someone else holds it or is queued first.
     Busy,
+    /// A resend of the owner's queued request (same request ID and mode):
+    /// its WAIT takes over that place in the queue (`enqueue_with`).
+    Resent,
 }
 
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
@@ -144,8 +147,9 @@ pub struct RequestId<'a> {
 /// The waiters of a contended lock.
 struct Waiting<P> {
     queue: WaitQueue<Waiter<P>>,
-    /// Owners in the queue, to refuse an owner queueing twice in O(1).
-    queued: HashSet<Box<[u8]>>,
+    /// Where each owner waits: an owner queues once, and a resend of its
+    /// request takes its place, both found in O(1).
+    queued: HashMap<Box<[u8]>, WaiterId>,
 }
 
 /// What most locks never have: waiters, a SESSION binding, request IDs,
@@ -406,7 +410,19 @@ impl<P> Lock<P> {
     }
 
     fn is_queued(&self, owner: &[u8]) -> bool {
-        self.waiting().is_some_and(|w| w.queued.contains(owner))
+        self.waiting().is_some_and(|w| w.queued.contains_key(owner))
+    }
+
+    /// The queued waiter that `req` resends: the same owner, request ID and
+    /// mode. Its first connection may be gone without the server knowing
+    /// yet (a half-open TCP connection), so the resend takes over its place.
+    fn resent(&mut self, req: &Request) -> Option<(WaiterId, &mut Waiter<P>)> {
+        let id = req.id?;
+        let waiting = self.extra.as_mut()?.waiting.as_mut()?;
+        let &place = waiting.queued.get(req.owner)?;
+        let waiter = waiting.queue.get_mut(place)?;
+        let same = waiter.request.as_ref().is_some_and(|(first, _)| **first == *id.id) && waiter.want == req.want;
+        same.then_some((place, waiter))
     }
 
     /// Takes a waiter out with `take` and drops the queue once it is empty.
@@ -467,7 +483,7 @@ impl<P> Lock<P> {
             return Ok(Acquired::Reentered(token));
         }
         if self.is_queued(req.owner) {
-            return Err(LockError::AlreadyQueued);
+            return self.resent(req).map(|_| Acquired::Resent).ok_or(LockError::AlreadyQueued);
         }
         if self.waiting().is_some() || !self.fits(req.want) {
             return Ok(Acquired::Busy);
@@ -547,14 +563,24 @@ impl<P> Lock<P> {
 
     /// As `enqueue`, but `payload` is made only once the owner is known not
     /// to be queued: a caller can block a client there with nothing to undo.
-    /// `Ok(None)` (and nothing queued) if `payload` makes none.
+    /// A resend of a queued request (`Acquired::Resent`) takes over its
+    /// place instead, with its lease and session, and gives back the payload
+    /// it had. `Ok(None)` (and nothing changed) if `payload` makes none.
     pub fn enqueue_with(
         &mut self,
         req: &Request,
         payload: impl FnOnce() -> Option<P>,
-    ) -> Result<Option<WaiterId>, LockError> {
-        self.check_not_queued(req)?;
-        Ok(payload().map(|payload| self.push_waiter(req, payload)))
+    ) -> Result<Option<(WaiterId, Option<P>)>, LockError> {
+        if self.resent(req).is_none() {
+            self.check_not_queued(req)?;
+        }
+        let Some(payload) = payload() else { return Ok(None) };
+        if let Some((place, waiter)) = self.resent(req) {
+            waiter.lease_ms = req.lease_ms;
+            waiter.session = req.session;
+            return Ok(Some((place, Some(std::mem::replace(&mut waiter.payload, payload)))));
+        }
+        Ok(Some((self.push_waiter(req, payload), None)))
     }
 
     fn check_not_queued(&self, req: &Request) -> Result<(), LockError> {
@@ -568,16 +594,17 @@ impl<P> Lock<P> {
         let waiting = self
             .extra_mut()
             .waiting
-            .get_or_insert_with(|| Box::new(Waiting { queue: WaitQueue::default(), queued: HashSet::new() }));
-        waiting.queued.insert(req.owner.into());
-        waiting.queue.push_back(Waiter {
+            .get_or_insert_with(|| Box::new(Waiting { queue: WaitQueue::default(), queued: HashMap::new() }));
+        let id = waiting.queue.push_back(Waiter {
             owner: req.owner.into(),
             lease_ms: req.lease_ms,
             session: req.session,
             request: req.id.map(|id| (id.id.into(), id.window_ms)),
             want: req.want,
             payload,
-        })
+        });
+        waiting.queued.insert(req.owner.into(), id);
+        id
     }
 
     /// A waiter leaves (timeout, disconnect); `None` if it is no longer
@@ -743,7 +770,7 @@ impl<P> Lock<P> {
             std::mem::size_of::<Waiting<P>>()
                 + w.queue.heap_size()
                 + owners * 2
-                + w.queued.capacity() * (std::mem::size_of::<Box<[u8]>>() + 1)
+                + w.queued.capacity() * (std::mem::size_of::<(Box<[u8]>, WaiterId)>() + 1)
         });
         self.holder.as_ref().map_or(0, |h| h.owner.len()) + extra + shared + waiting
     }

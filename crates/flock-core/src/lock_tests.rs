@@ -1087,3 +1087,40 @@ fn remembered_ids_keep_a_free_lock_in_use_until_they_expire() {
     assert!(lock.is_unused(), "the window passed: nothing left");
     assert_eq!(lock.heap_size(), 0);
 }
+
+#[test]
+fn a_resent_wait_takes_over_its_place_in_the_queue_and_gives_back_the_first_payload() {
+    let mut tokens = TokenSource::default();
+    let mut lock = Lock::default();
+    lock.acquire(&req("a", 100), 1000, &mut tokens).unwrap();
+    let first = lock.enqueue_with(&with_id("b", "w1"), || Some("b-first")).unwrap().unwrap();
+    assert_eq!(first.1, None, "a new waiter replaces nobody");
+    lock.enqueue(&req("c", 100), "c").unwrap();
+
+    let resend = Request { lease_ms: 700, session: Some(9), ..with_id("b", "w1") };
+    assert_eq!(lock.acquire(&resend, 1000, &mut tokens), Ok(Acquired::Resent));
+    let taken = lock.enqueue_with(&resend, || Some("b-again")).unwrap().unwrap();
+    assert_eq!(taken, (first.0, Some("b-first")), "the same place; the first payload comes back");
+    let queue: Vec<_> = lock.waiters().map(|w| (w.payload, w.lease_ms, w.session)).collect();
+    assert_eq!(
+        queue,
+        [("b-again", 700, Some(9)), ("c", 100, None)],
+        "b keeps its place before c, with the resend's lease and session"
+    );
+    let (_, grants) = lock.release(b"a", 1001, &mut tokens).unwrap();
+    assert_eq!(one(grants).unwrap().payload, "b-again");
+}
+
+#[test]
+fn only_the_same_id_and_mode_resend_a_queued_wait() {
+    let mut tokens = TokenSource::default();
+    let mut lock = Lock::default();
+    lock.acquire(&req("a", 100), 1000, &mut tokens).unwrap();
+    lock.enqueue_with(&with_id("b", "w1"), || Some("b")).unwrap();
+    for other in [req("b", 100), with_id("b", "w2"), Request { want: Want::Shared, ..with_id("b", "w1") }] {
+        assert_eq!(lock.acquire(&other, 1000, &mut tokens), Err(LockError::AlreadyQueued));
+        assert_eq!(lock.enqueue_with(&other, || Some("x")), Err(LockError::AlreadyQueued));
+    }
+    assert_eq!(lock.enqueue_with(&with_id("b", "w1"), || None), Ok(None), "no payload: nothing changes");
+    assert_eq!(lock.waiters().map(|w| w.payload).collect::<Vec<_>>(), ["b"]);
+}

@@ -88,11 +88,15 @@ impl<T> WaitQueue<T> {
 
     /// Removes the waiter behind `id`; `None` if it already left.
     pub fn remove(&mut self, id: WaiterId) -> Option<T> {
-        let slot = self.slots.get(id.index as usize)?;
-        if slot.generation != id.generation || slot.node.is_none() {
-            return None;
-        }
+        let slot = self.slots.get(id.index as usize).filter(|slot| slot.generation == id.generation)?;
+        slot.node.as_ref()?;
         self.unlink(id.index)
+    }
+
+    /// The waiter behind `id`, where it is in the queue; `None` if it left.
+    pub fn get_mut(&mut self, id: WaiterId) -> Option<&mut T> {
+        let slot = self.slots.get_mut(id.index as usize).filter(|slot| slot.generation == id.generation)?;
+        slot.node.as_mut().map(|node| &mut node.value)
     }
 
     /// Head first.
