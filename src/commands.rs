@@ -220,7 +220,7 @@ pub fn force_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let removed = once(ctx, key_name, id, Kind::ForceRelease, b"", |s, value, changes| {
         let (removed, grants) = value.lock.remove_all(changes.now, &mut s.tokens);
         if removed > 0 {
-            s.stats.force_releases += 1;
+            s.stats.force_releases += removed as u64;
             changes.event(RELEASED);
         }
         changes.grant(grants);

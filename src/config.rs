@@ -56,7 +56,9 @@ pub fn check_load_args(args: &[&[u8]]) -> Result<(), String> {
             "allow-eviction" => return Err("module argument allow-eviction must be yes or no".into()),
             _ => return Err(format!("unknown module argument '{name}': known are {USAGE}")),
         };
-        let value = std::str::from_utf8(pair[1]).ok().and_then(|v| v.parse::<i64>().ok());
+        // Plain digits, as commands take numbers (Rust's parse takes a sign).
+        let digits = !pair[1].is_empty() && pair[1].iter().all(u8::is_ascii_digit);
+        let value = std::str::from_utf8(pair[1]).ok().filter(|_| digits).and_then(|v| v.parse::<i64>().ok());
         if !value.is_some_and(|v| (min..=max).contains(&v)) {
             return Err(format!("module argument {name} must be an integer from {min} to {max}"));
         }

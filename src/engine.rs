@@ -503,9 +503,7 @@ pub fn detach(value: &mut LockValue, db: i32, key: &[u8]) {
                 s.unbind_session(client, &place, member.holder.token);
             }
         }
-        if value.lock.holder_count() > 0 {
-            s.stats.deletions += 1;
-        }
+        s.stats.deletions += value.lock.holder_count() as u64;
         for waiter in waiters {
             // A waiter missing from the registry is leaving right now (its
             // removal opened the key, which expired it): its leaver answers it.
@@ -531,9 +529,7 @@ pub fn attach(value: &mut LockValue, db: i32, key: &[u8]) {
             }
             file_lease(s, &mut member.holder, &place, now);
         }
-        if value.lock.holder_count() > 0 {
-            s.stats.deletions = s.stats.deletions.saturating_sub(1);
-        }
+        s.stats.deletions = s.stats.deletions.saturating_sub(value.lock.holder_count() as u64);
         schedule_lease(s, value, &place, now);
     });
 }

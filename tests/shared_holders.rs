@@ -303,6 +303,30 @@ fn forcerelease_removes_every_holder_and_answers_how_many() {
     granted(w, "w");
     assert_eq!(force_release(&mut c, "rw").unwrap(), 1, "an exclusive lock: 1, as before");
     assert_eq!(force_release(&mut c, "rw").unwrap(), 0);
+    assert_eq!(s.stat("force_releases"), 4, "counted per holder removed");
+}
+
+/// Every grant ends once in the counters (release, expiry, force release,
+/// session, deletion, undelivered), one per holder, also for shared holders.
+#[test]
+fn counters_end_each_shared_holder_once() {
+    let s = Server::start();
+    let mut c = s.conn();
+    for r in ["a", "b"] {
+        shared(&mut c, "gone", r).unwrap();
+    }
+    let _: () = redis::cmd("RENAME").arg("gone").arg("moved").query(&mut c).unwrap();
+    assert_eq!(s.stat("deletions"), 0, "a rename ends no holder");
+    let _: i64 = redis::cmd("DEL").arg("moved").query(&mut c).unwrap();
+    assert_eq!(s.stat("deletions"), 2, "a deleted key ends each of its holders");
+    for r in ["a", "b", "c"] {
+        shared(&mut c, "rw", r).unwrap();
+    }
+    assert_eq!(release(&mut c, "rw", "a").unwrap(), 0);
+    assert_eq!(force_release(&mut c, "rw").unwrap(), 2);
+    let st = s.stats();
+    let ended = st["releases"] + st["lease_expiries"] + st["force_releases"] + st["session_releases"] + st["deletions"];
+    assert_eq!((st["grants"], ended), (5, 5));
 }
 
 // ---------------------------------------------------------------- FLOCK.INFO
