@@ -195,7 +195,6 @@ fn slot_migration_keeps_locks(cl: &Cluster) {
     assert_eq!(slot, cl.keyslot(short));
     let src = cl.owner_of_slot(slot);
     let dst = *cl.masters().iter().find(|&&m| m != src).expect("another master");
-    let (src_id, dst_id) = (cl.node_id(src), cl.node_id(dst));
     let mut sc = cl.conn(src);
 
     // alice holds `held` twice with a long lease; carol holds `short` for 2.5 s.
@@ -218,20 +217,7 @@ fn slot_migration_keeps_locks(cl: &Cluster) {
     let measured = Instant::now();
 
     let mut dc = cl.conn(dst);
-    assert_eq!(cluster_cmd(&mut dc, &["SETSLOT", &slot.to_string(), "IMPORTING", &src_id]), "OK");
-    assert_eq!(cluster_cmd(&mut sc, &["SETSLOT", &slot.to_string(), "MIGRATING", &dst_id]), "OK");
-    let migrated: String = redis::cmd("MIGRATE")
-        .arg("127.0.0.1")
-        .arg(cl.nodes[dst].port)
-        .arg("")
-        .arg(0)
-        .arg(5000)
-        .arg("KEYS")
-        .arg(held)
-        .arg(short)
-        .query(&mut sc)
-        .expect("MIGRATE of the lock keys");
-    assert_eq!(migrated, "OK");
+    cl.migrate_keys(slot, src, dst, &[held, short]);
 
     // While the slot is migrating: the source redirects with ASK, the target
     // serves the key to an ASKING client.
@@ -246,12 +232,7 @@ fn slot_migration_keeps_locks(cl: &Cluster) {
     let _: () = redis::cmd("ASKING").query(&mut dc).expect("ASKING");
     assert_eq!(owner_of(&mut dc, held).as_deref(), Some("alice"), "the importing target serves the lock after ASKING");
 
-    for node in [dst, src] {
-        assert_eq!(cluster_cmd(&mut cl.conn(node), &["SETSLOT", &slot.to_string(), "NODE", &dst_id]), "OK");
-    }
-    for &m in cl.masters().iter().filter(|&&m| m != src && m != dst) {
-        assert_eq!(cluster_cmd(&mut cl.conn(m), &["SETSLOT", &slot.to_string(), "NODE", &dst_id]), "OK");
-    }
+    cl.assign_slot(slot, src, dst);
 
     // The queued waiter got an answer (its key left the node), not a hang.
     let w = waiter.join().expect("waiter thread");

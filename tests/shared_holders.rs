@@ -686,11 +686,6 @@ fn a_lapsed_shared_lease_seen_by_a_command_ends_before_the_command_runs() {
 
 // ---------------------------------------------------------------- Cluster
 
-fn cluster_setslot(c: &mut Connection, slot: u16, args: &[&str]) {
-    let ok: String = redis::cmd("CLUSTER").arg("SETSLOT").arg(slot).arg(args).query(c).unwrap();
-    assert_eq!(ok, "OK");
-}
-
 #[test]
 fn on_a_cluster_shared_and_semaphore_keys_are_routed_and_move_with_their_slot() {
     use common::cluster::Cluster;
@@ -715,26 +710,10 @@ fn on_a_cluster_shared_and_semaphore_keys_are_routed_and_move_with_their_slot() 
     let slot = cl.keyslot(rw);
     let src = cl.owner_of_slot(slot);
     let dst = *cl.masters().iter().find(|&&m| m != src).expect("another master");
-    let (src_id, dst_id) = (cl.node_id(src), cl.node_id(dst));
     let (mut sc, mut dc) = (cl.conn(src), cl.conn(dst));
     let before = (info_still(&mut sc, rw), info_still(&mut sc, pool));
-    cluster_setslot(&mut dc, slot, &["IMPORTING", &src_id]);
-    cluster_setslot(&mut sc, slot, &["MIGRATING", &dst_id]);
-    let migrated: String = redis::cmd("MIGRATE")
-        .arg("127.0.0.1")
-        .arg(cl.nodes[dst].port)
-        .arg("")
-        .arg(0)
-        .arg(5000)
-        .arg("KEYS")
-        .arg(rw)
-        .arg(pool)
-        .query(&mut sc)
-        .unwrap();
-    assert_eq!(migrated, "OK");
-    for m in cl.masters() {
-        cluster_setslot(&mut cl.conn(m), slot, &["NODE", &dst_id]);
-    }
+    cl.migrate_keys(slot, src, dst, &[rw, pool]);
+    cl.assign_slot(slot, src, dst);
     assert_eq!((info_still(&mut dc, rw), info_still(&mut dc, pool)), before, "every holder moved with the slot");
     let full: Option<i64> = redis::cmd("FLOCK.ACQUIRE")
         .arg(pool)

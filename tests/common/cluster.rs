@@ -268,6 +268,36 @@ impl Cluster {
         });
     }
 
+    /// The first half of moving `slot` from master `src` to master `dst`,
+    /// as `redis-cli --cluster reshard` does it: SETSLOT IMPORTING on the
+    /// target, MIGRATING on the source, then MIGRATE of `keys` (all of
+    /// the slot's). `assign_slot` ends the move.
+    pub fn migrate_keys(&self, slot: u16, src: usize, dst: usize, keys: &[&str]) {
+        let (src_id, dst_id) = (self.node_id(src), self.node_id(dst));
+        setslot(&mut self.conn(dst), slot, &["IMPORTING", &src_id]);
+        setslot(&mut self.conn(src), slot, &["MIGRATING", &dst_id]);
+        let migrated: String = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(self.nodes[dst].port)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(keys)
+            .query(&mut self.conn(src))
+            .unwrap_or_else(|e| panic!("MIGRATE {keys:?}: {e}"));
+        assert_eq!(migrated, "OK", "MIGRATE {keys:?}");
+    }
+
+    /// SETSLOT NODE on every master, the target and the source first.
+    pub fn assign_slot(&self, slot: u16, src: usize, dst: usize) {
+        let dst_id = self.node_id(dst);
+        let others = self.masters().into_iter().filter(|&m| m != src && m != dst);
+        for node in [dst, src].into_iter().chain(others) {
+            setslot(&mut self.conn(node), slot, &["NODE", &dst_id]);
+        }
+    }
+
     /// A plain (not cluster-aware) connection to node `i`.
     pub fn conn(&self, i: usize) -> Connection {
         self.nodes[i].conn()
@@ -289,6 +319,16 @@ impl Cluster {
     pub fn dbsize(&self, i: usize) -> i64 {
         redis::cmd("DBSIZE").query(&mut self.conn(i)).expect("DBSIZE")
     }
+}
+
+fn setslot(c: &mut Connection, slot: u16, args: &[&str]) {
+    let ok: String = redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg(args)
+        .query(c)
+        .unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} {args:?}: {e}"));
+    assert_eq!(ok, "OK", "CLUSTER SETSLOT {slot} {args:?}");
 }
 
 /// Polls `cond` every 50 ms until it holds or `timeout` passes; panics with
