@@ -188,20 +188,34 @@ fn parse_id(id: &[u8]) -> Result<&[u8], ArgError> {
 
 /// `owner holds token deadline-ms session` (FLOCK.STATE), or nothing.
 pub fn state<'a>(args: &[&'a [u8]], now_ms: u64) -> Result<Option<StateArgs<'a>>, ArgError> {
-    let number = |a: &[u8], field| parse_u64(a).ok_or(ArgError::State(field));
-    match args {
+    match *args {
         [] => Ok(None),
-        [owner, holds, token, deadline, session] => holder(
-            owner,
-            number(holds, HOLDS)?,
-            number(token, TOKEN)?,
-            number(deadline, DEADLINE)?,
-            number(session, SESSION)?,
-            now_ms,
-        )
-        .map(Some),
+        [owner, holds, token, deadline, session] => {
+            holder_words([owner, holds, token, deadline, session], now_ms).map(Some)
+        }
         _ => Err(ArgError::Arity),
     }
+}
+
+/// A replicated or loaded number; `field` says what it must be.
+fn state_number(word: &[u8], field: &'static str) -> Result<u64, ArgError> {
+    parse_u64(word).ok_or(ArgError::State(field))
+}
+
+/// `owner holds token deadline-ms session` as FLOCK.STATE and FLOCK.HOLDER
+/// send them, checked by `holder`.
+fn holder_words<'a>(
+    [owner, holds, token, deadline, session]: [&'a [u8]; 5],
+    now_ms: u64,
+) -> Result<StateArgs<'a>, ArgError> {
+    holder(
+        owner,
+        state_number(holds, HOLDS)?,
+        state_number(token, TOKEN)?,
+        state_number(deadline, DEADLINE)?,
+        state_number(session, SESSION)?,
+        now_ms,
+    )
 }
 
 const OWNER: &str = "owner must be 1 to 256 bytes";
@@ -269,27 +283,19 @@ pub type HolderArgs<'a> = (Mode, Option<(&'a [u8], Option<MemberArgs<'a>>)>);
 /// `shared|semaphore limit [owner [holds token deadline-ms session permits]]`
 /// (FLOCK.HOLDER).
 pub fn member<'a>(args: &[&'a [u8]], now_ms: u64) -> Result<HolderArgs<'a>, ArgError> {
-    let number = |a: &[u8], field| parse_u64(a).ok_or(ArgError::State(field));
     let [kind, limit, rest @ ..] = args else { return Err(ArgError::Arity) };
     let shared = match () {
         _ if kind.eq_ignore_ascii_case(b"shared") => true,
         _ if kind.eq_ignore_ascii_case(b"semaphore") => false,
         _ => return Err(ArgError::State(MODE)),
     };
-    let mode = mode(shared, number(limit, MODE)?)?;
-    match rest {
+    let mode = mode(shared, state_number(limit, MODE)?)?;
+    match *rest {
         [] => Ok((mode, None)),
         [owner] => Ok((mode, Some((parse_owner(owner).map_err(|_| ArgError::State(OWNER))?, None)))),
         [owner, holds, token, deadline, session, permits] => {
-            let holder = holder(
-                owner,
-                number(holds, HOLDS)?,
-                number(token, TOKEN)?,
-                number(deadline, DEADLINE)?,
-                number(session, SESSION)?,
-                now_ms,
-            )?;
-            let permits = member_permits(mode, number(permits, PERMITS)?)?;
+            let holder = holder_words([owner, holds, token, deadline, session], now_ms)?;
+            let permits = member_permits(mode, state_number(permits, PERMITS)?)?;
             Ok((mode, Some((holder.owner, Some(MemberArgs { holder, permits })))))
         }
         _ => Err(ArgError::Arity),
@@ -310,8 +316,8 @@ pub fn request(id: &[u8], kind: u64, reply: u64, expires_ms: u64, now_ms: u64) -
 
 /// `id kind reply expires-unix-ms` (FLOCK.ID).
 pub fn request_args<'a>(args: &[&'a [u8]], now_ms: u64) -> Result<(&'a [u8], Record), ArgError> {
-    let number = |a: &[u8]| parse_u64(a).ok_or(ArgError::State(REQUEST));
-    match args {
+    let number = |word| state_number(word, REQUEST);
+    match *args {
         [id, kind, reply, expires] => Ok((id, request(id, number(kind)?, number(reply)?, number(expires)?, now_ms)?)),
         _ => Err(ArgError::Arity),
     }
