@@ -15,6 +15,7 @@ use std::sync::atomic::Ordering;
 use redis_module::{Context, RedisError};
 
 use crate::config;
+use crate::ffi;
 use crate::state::{self, Risk};
 use crate::value::LIVE_LOCKS;
 
@@ -23,9 +24,7 @@ use crate::value::LIVE_LOCKS;
 pub fn refresh(ctx: &Context) {
     // INFO memory rather than CONFIG GET: it bypasses the command table, so
     // a renamed or disabled CONFIG command cannot hide the policy.
-    let info = ctx.server_info("memory");
-    let maxmemory = info.field("maxmemory").and_then(|v| v.parse_unsigned_integer().ok()).unwrap_or(0);
-    let policy = info.field("maxmemory_policy").map(|v| v.to_string_lossy()).unwrap_or_default();
+    let (maxmemory, policy) = ffi::memory_settings(ctx);
     let risk = Risk {
         policy: (maxmemory > 0 && policy.starts_with("allkeys-")).then_some(policy),
         allowed: config::allow_eviction(),

@@ -72,6 +72,10 @@ required_apis!(
     RedisModule_LogIOError,
     RedisModule_InfoAddSection,
     RedisModule_InfoAddFieldLongLong,
+    RedisModule_GetServerInfo,
+    RedisModule_ServerInfoGetFieldUnsigned,
+    RedisModule_ServerInfoGetFieldC,
+    RedisModule_FreeServerInfo,
 );
 
 /// A raw API function; `missing_api` refused to load the module without it.
@@ -144,6 +148,39 @@ pub fn with_db<R>(ctx: &Context, db: i32, f: impl FnOnce() -> R) -> R {
     // SAFETY: as above, with the index Redis gave.
     unsafe { api!(RedisModule_SelectDb)(ctx.ctx, previous) };
     result
+}
+
+/// `maxmemory` and `maxmemory-policy` as INFO memory shows them (0 and ""
+/// when a field is missing or unreadable).
+///
+/// Not the crate's `ServerInfo::field`: it retains the string Redis hands
+/// over, which the caller already owns, so every call leaked it.
+/// `GetFieldC` returns a pointer into the snapshot instead, nothing to free.
+pub fn memory_settings(ctx: &Context) -> (u64, String) {
+    // SAFETY: `ctx` is the context of the running load, command or event
+    // callback; the section name is NUL-terminated.
+    let info = unsafe { api!(RedisModule_GetServerInfo)(ctx.ctx, c"memory".as_ptr()) };
+    if info.is_null() {
+        return (0, String::new());
+    }
+    let mut err: c_int = 0;
+    // SAFETY: `info` is the live snapshot above; the name is NUL-terminated
+    // and `err` outlives the call.
+    let maxmemory = unsafe { api!(RedisModule_ServerInfoGetFieldUnsigned)(info, c"maxmemory".as_ptr(), &mut err) };
+    let maxmemory = if err == 0 { maxmemory } else { 0 };
+    // SAFETY: as above.
+    let policy = unsafe { api!(RedisModule_ServerInfoGetFieldC)(info, c"maxmemory_policy".as_ptr()) };
+    let policy = if policy.is_null() {
+        String::new()
+    } else {
+        // SAFETY: a NUL-terminated value inside `info`, copied out before
+        // `info` is freed below.
+        unsafe { std::ffi::CStr::from_ptr(policy) }.to_string_lossy().into_owned()
+    };
+    // SAFETY: `info` came from GetServerInfo on this `ctx` and is freed
+    // once; nothing read from it is used after this.
+    unsafe { api!(RedisModule_FreeServerInfo)(ctx.ctx, info) };
+    (maxmemory, policy)
 }
 
 /// A key name made from any bytes: key names are binary, and the crate's
