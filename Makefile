@@ -112,7 +112,8 @@ lint: sizes layers
 # module that leaks on purpose must be caught), then the randomized, memory
 # and hostile tests at small scale. Fails on any invalid access or on a
 # definite leak in the module. About 1.5 minutes on 2 cores; not part of
-# `make test`. Logs in target/leakcheck. See scripts/leakcheck.sh.
+# `make test`, but CI runs it (.ci/run, after `make lint`). Logs in
+# target/leakcheck. See scripts/leakcheck.sh.
 leakcheck: build
 	@command -v valgrind >/dev/null || { $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y valgrind; }
 	scripts/leakcheck.sh
