@@ -94,9 +94,11 @@ test-servers: build sizes layers deps-clients
 	CLIENTS="$(CLIENTS)" FLOCK_MODULE=$(abspath $(MODULE)) scripts/test-servers.sh $(SERVERS)
 
 # The Redis layer's modules import one another without a cycle; prints the
-# level of each (see src/lib.rs).
+# level of each (see src/lib.rs). And the Redis layer borrows its state once
+# per callback (scripts/check-state-borrow.sh).
 layers:
 	scripts/check-layers.sh
+	scripts/check-state-borrow.sh
 
 # No tracked file over 1 MB (generated data belongs in target/).
 sizes:

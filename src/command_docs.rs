@@ -100,7 +100,7 @@ pub const COMMANDS: [CommandDoc; 8] = [
     },
     CommandDoc {
         name: "flock.state",
-        summary: "Internal: sets a lock's state as its master or the AOF recorded it",
+        summary: "Internal, kept for AOFs written before FLOCK.HOLDER carried every holder: sets a lock's exclusive holder",
         complexity: "O(1)",
         arity: -2,
         key_flags: RW | UPDATE,
@@ -139,7 +139,7 @@ pub const COMMANDS: [CommandDoc; 8] = [
     },
     CommandDoc {
         name: "flock.holder",
-        summary: "Internal: sets a key's mode and one owner's shared or semaphore grant as its master or the AOF recorded it",
+        summary: "Internal: sets a key's mode and one owner's grant of any kind (or that it holds none) as its master or the AOF recorded it",
         complexity: "O(1)",
         arity: -4,
         key_flags: RW | UPDATE,

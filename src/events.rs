@@ -5,12 +5,11 @@
 
 use redis_module::{Context, NotifyEvent};
 
-use crate::engine::{self, RELEASED};
+use crate::effects::{End, Leave};
 use crate::ffi::{self, ServerEvents};
 use crate::state;
 use crate::value::lock_value;
-use crate::waiters::Outcome;
-use crate::{blocking, eviction};
+use crate::{blocking, engine, eviction};
 
 pub struct Events;
 
@@ -30,9 +29,7 @@ impl ServerEvents for Events {
             }
             s.sessions.retain(|_, places| !places.is_empty());
             for bc in gone {
-                if s.waiters.answer(bc, Outcome::Deleted) {
-                    s.stats.waiters_deleted += 1;
-                }
+                engine::answer_left(s, bc, Leave::Deleted);
             }
         });
     }
@@ -43,35 +40,35 @@ impl ServerEvents for Events {
 
     /// A closed connection releases the SESSION grants it holds, and only those.
     fn client_disconnected(ctx: &Context, client: u64) {
-        let Some(bound) = state::with(|s| s.sessions.remove(&client)) else { return };
-        for (place, token) in bound {
-            engine::open_lock_at(ctx, &place, |key, name, value| {
-                engine::update(ctx, key, name, &place, value, |s, value, changes| {
-                    // Checked after `update` ended a due lease: the lock may have
-                    // passed on, or the binding may be stale (FLUSH, re-creation).
-                    if value.lock.session_of(token) == Some(client) {
-                        s.stats.session_releases += 1;
-                        changes.event(RELEASED);
-                        changes.grant(value.lock.end_holder(token, changes.now, &mut s.tokens).unwrap_or_default());
-                    }
+        state::with(|s| {
+            let Some(bound) = s.sessions.remove(&client) else { return };
+            for (place, token) in bound {
+                engine::open_lock_at(ctx, s, &place, |s, k, value| {
+                    engine::update(s, k, value, None, |s, lock, out, now| {
+                        // Checked after `update` ended a due lease: the lock may have
+                        // passed on, or the binding may be stale (FLUSH, re-creation).
+                        if lock.session_of(token) == Some(client) {
+                            lock.end(token, End::SessionClosed, now, &mut s.tokens, out);
+                        }
+                    });
                 });
-            });
-        }
+            }
+        });
     }
 
     /// REPLICAOF or a failover made this master a replica: grants can only
     /// come from the new master, so no waiter may stay blocked here.
     fn now_replica(ctx: &Context) {
-        blocking::demote_all(ctx);
+        state::with(|s| blocking::demote_all(ctx, s));
     }
 
     fn config_changed(ctx: &Context) {
-        eviction::refresh(ctx);
+        state::with(|s| eviction::refresh(ctx, s));
     }
 }
 
 /// RENAME and MOVE fire the type's unlink callback on the source, which
-/// stops the lease timer; re-arm it where the lock arrived.
+/// takes its leases and session bindings; they follow the lock here.
 pub fn on_keyspace_event(ctx: &Context, _: NotifyEvent, event: &str, key: &[u8]) {
     if event != "rename_to" && event != "move_to" {
         return;
@@ -79,6 +76,6 @@ pub fn on_keyspace_event(ctx: &Context, _: NotifyEvent, event: &str, key: &[u8])
     let name = ffi::key_name(ctx, key);
     let handle = ctx.open_key_writable(&name);
     if let Ok(Some(value)) = lock_value(&handle) {
-        engine::attach(value, ffi::selected_db(ctx), key);
+        state::with(|s| engine::attach(s, value, ffi::selected_db(ctx), key));
     }
 }

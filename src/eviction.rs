@@ -15,13 +15,14 @@ use std::sync::atomic::Ordering;
 use redis_module::{Context, RedisError};
 
 use crate::config;
+use crate::errors;
 use crate::ffi;
-use crate::state::{self, Risk};
+use crate::state::{Risk, State};
 use crate::value::LIVE_LOCKS;
 
 /// Reads the memory settings again (at load and after every CONFIG SET)
 /// and logs when the risk changed.
-pub fn refresh(ctx: &Context) {
+pub fn refresh(ctx: &Context, s: &mut State) {
     // INFO memory rather than CONFIG GET: it bypasses the command table, so
     // a renamed or disabled CONFIG command cannot hide the policy.
     let (maxmemory, policy) = ffi::memory_settings(ctx);
@@ -29,7 +30,7 @@ pub fn refresh(ctx: &Context) {
         policy: (maxmemory > 0 && policy.starts_with("allkeys-")).then_some(policy),
         allowed: config::allow_eviction(),
     };
-    let (before, waiters) = state::with(|s| (std::mem::replace(&mut s.eviction, risk.clone()), s.waiters.len()));
+    let (before, waiters) = (std::mem::replace(&mut s.eviction, risk.clone()), s.waiters.len());
     if before == risk || (before.policy.is_none() && risk.policy.is_none()) {
         return;
     }
@@ -57,18 +58,11 @@ pub fn refresh(ctx: &Context) {
 }
 
 /// Refuses an ACQUIRE while the policy can evict the lock it would grant.
-pub fn check_acquire() -> Result<(), RedisError> {
+pub fn check_acquire(s: &mut State) -> Result<(), RedisError> {
     if config::allow_eviction() {
         return Ok(());
     }
-    state::with(|s| {
-        let Some(policy) = &s.eviction.policy else { return Ok(()) };
-        s.stats.eviction_refused += 1;
-        let safe = policy.replacen("allkeys-", "volatile-", 1);
-        Err(RedisError::String(format!(
-            "EVICTION maxmemory-policy {policy} with maxmemory set can evict a held lock, so FLOCK grants none: \
-             lock keys have no TTL, which volatile-* policies never evict (CONFIG SET maxmemory-policy {safe}), \
-             or accept the risk with CONFIG SET flock.allow-eviction yes"
-        )))
-    })
+    let Some(policy) = &s.eviction.policy else { return Ok(()) };
+    s.eviction_refused += 1;
+    Err(errors::eviction(policy))
 }

@@ -1,31 +1,60 @@
 //! The `flocklock` key type's callbacks: persistence (RDB, AOF rewrite and
-//! the module's aux data), memory usage, and a key leaving its name.
+//! the module's aux data), memory usage, and a key leaving its name. Every
+//! lock is written and read as `record`'s words, as replication sends them.
 
 use redis_module::native_types::RedisType;
 
-use crate::args;
 use crate::deadlines::Deadlines;
 use crate::engine;
-use crate::ffi::{self, Aof, Io, KeyType};
-use crate::lock::{Holder, Lock, Member, Mode};
+use crate::errors;
+use crate::ffi::{self, Aof, BlockedId, Io, KeyType};
+use crate::holders::{Mode, Terms};
+use crate::limits::MAX_TOKEN;
+use crate::lock::Lock;
+use crate::record::{self, Field, HolderRecord, Word, Words};
 use crate::state::{self, Lease};
-use crate::value::{
-    member_numbers, mode_args, request_numbers, state_numbers, LockValue, ENCODING_VERSION, REMOTE_SESSION, TYPE_NAME,
-};
+use crate::value::{with_args, LockValue, ENCODING_VERSION, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION, TYPE_NAME};
 
 pub static FLOCK_TYPE: RedisType = RedisType::new(TYPE_NAME, ENCODING_VERSION, ffi::type_methods::<LockType>());
 
 struct LockType;
 
+/// An RDB stream as `record`'s words.
+struct Rdb<'a>(&'a Io);
+
+impl Words for Rdb<'_> {
+    fn bytes(&mut self) -> Result<Box<[u8]>, Field> {
+        self.0.load_bytes().map(|b| b.as_ref().into()).ok_or(Field::Length)
+    }
+
+    fn number(&mut self, _: Field) -> Result<u64, Field> {
+        self.0.load_unsigned().ok_or(Field::Length)
+    }
+}
+
+fn save_words(io: &Io, words: &[Word]) {
+    for word in words {
+        match *word {
+            Word::Bytes(b) => io.save_bytes(b),
+            Word::Number(n) => io.save_unsigned(n),
+        }
+    }
+}
+
 impl KeyType for LockType {
     type Value = LockValue;
 
     fn load(io: &Io, encver: i32) -> Option<LockValue> {
-        match load_lock(io, encver, ffi::now_ms()) {
+        match load_lock(&mut Rdb(io), encver, ffi::now_ms()) {
             Ok(mut value) => {
                 let (db, key) = io.key();
-                let place = state::with(|s| s.place(db, &key));
-                engine::schedule_lease_now(&mut value, &place);
+                state::with(|s| {
+                    for (holder, _) in value.lock.holders().iter() {
+                        s.tokens.observe(holder.token);
+                    }
+                    let place = s.place(db, &key);
+                    engine::file_leases_now(s, &mut value, &place);
+                });
                 Some(value)
             }
             Err(e) => {
@@ -36,53 +65,41 @@ impl KeyType for LockType {
     }
 
     fn save(io: &Io, value: &LockValue) {
-        let holder = value.lock.holder();
-        io.save_unsigned(u64::from(holder.is_some()));
-        if let Some(holder) = holder {
-            io.save_bytes(&holder.owner);
-            for n in state_numbers(holder, value.lock.session().is_some()) {
-                io.save_unsigned(n as u64);
-            }
+        let lock = &value.lock;
+        save_words(io, &record::mode_words(lock.mode()));
+        io.save_unsigned(lock.holders().len() as u64);
+        for (holder, terms) in lock.holders().iter() {
+            save_words(io, &record::holder_words(holder, terms.session.is_some(), terms.permits));
         }
-        let requests = value.lock.requests();
-        io.save_unsigned(requests.map_or(0, |r| r.iter().count()) as u64);
+        let requests = lock.requests();
+        io.save_unsigned(requests.map_or(0, |r| r.len()) as u64);
         for (id, record) in requests.into_iter().flat_map(|r| r.iter()) {
-            io.save_bytes(id);
-            for n in request_numbers(record) {
-                io.save_unsigned(n);
-            }
-        }
-        let (_, limit) = mode_args(value.lock.mode());
-        io.save_unsigned(u64::from(limit));
-        io.save_unsigned(value.lock.member_count() as u64);
-        for member in value.lock.members() {
-            io.save_bytes(&member.holder.owner);
-            for n in member_numbers(member) {
-                io.save_unsigned(n);
-            }
+            save_words(io, &record::request_words(id, record));
         }
     }
 
     fn rewrite_aof(aof: &Aof, value: &LockValue) {
-        if let Some(holder) = value.lock.holder() {
-            aof.emit(c"FLOCK.STATE", &holder.owner, &state_numbers(holder, value.lock.session().is_some()));
+        let lock = &value.lock;
+        let mode = record::mode_words(lock.mode());
+        for (holder, terms) in lock.holders().iter() {
+            let words = [mode[0], mode[1]].into_iter().chain(record::holder_words(
+                holder,
+                terms.session.is_some(),
+                terms.permits,
+            ));
+            with_args(&words.collect::<Vec<_>>(), |args| aof.emit(HOLDER_COMMAND, args));
         }
-        let (mode, limit) = mode_args(value.lock.mode());
-        for member in value.lock.members() {
-            let numbers = member_numbers(member).map(|n| n as i64);
-            aof.emit_member(mode, i64::from(limit), &member.holder.owner, &numbers);
-        }
-        for (id, record) in value.lock.requests().into_iter().flat_map(|r| r.iter()) {
-            aof.emit(c"FLOCK.ID", id, &request_numbers(record).map(|n| n as i64));
+        for (id, record) in lock.requests().into_iter().flat_map(|r| r.iter()) {
+            with_args(&record::request_words(id, record), |args| aof.emit(ID_COMMAND, args));
         }
         // A semaphore kept only by its request IDs is still one.
-        if value.lock.holder_count() == 0 && limit > 0 {
-            aof.emit_mode(mode, i64::from(limit));
+        if lock.holders().is_empty() && lock.mode().limit().is_some() {
+            with_args(&mode, |args| aof.emit(HOLDER_COMMAND, args));
         }
     }
 
     fn mem_usage(value: &LockValue, key: &dyn Fn() -> (i32, Vec<u8>)) -> usize {
-        let filed = value.lock.holders().filter(|(h, _, _)| h.deadline_id.is_some()).count();
+        let filed = value.lock.holders().iter().filter(|(h, _)| h.deadline_id.is_some()).count();
         // A filed lease is a wheel entry plus its place: the key name and 4 bytes.
         let lease = if filed > 0 { filed * (Deadlines::<Lease>::entry_size() + 4 + key().1.len()) } else { 0 };
         std::mem::size_of::<LockValue>() + value.lock.heap_size() + lease
@@ -100,15 +117,12 @@ impl KeyType for LockType {
         // The aux data (the highest token) is the same in every version.
         let known = (1..=ENCODING_VERSION).contains(&encver);
         match io.load_unsigned() {
-            Some(last) if known && last <= args::MAX_TOKEN => {
+            Some(last) if known && last <= MAX_TOKEN => {
                 state::with(|s| s.tokens.observe(last));
                 true
             }
             Some(last) if known => {
-                io.log_error(&format!(
-                    "FLOCK refuses a highest token of {last}: tokens are at most {}",
-                    args::MAX_TOKEN
-                ));
+                io.log_error(&format!("FLOCK refuses a highest token of {last}: tokens are at most {MAX_TOKEN}"));
                 false
             }
             _ => {
@@ -119,77 +133,79 @@ impl KeyType for LockType {
     }
 }
 
-/// Reads the mode and shared or semaphore holders of encoding version 3.
-fn load_members(
-    lock: &mut Lock<crate::ffi::BlockedId>,
-    limit: u64,
-    count: u64,
-    bytes: impl Fn() -> Result<Vec<u8>, String>,
-    number: impl Fn() -> Result<u64, String>,
-    now: u64,
-) -> Result<(), String> {
-    let invalid = |e: args::ArgError| format!("no command could have made it: {e}");
-    let mode = args::mode(limit == 0, limit).map_err(invalid)?;
-    if count > 0 && lock.holder().is_some() {
-        return Err("no command could have made it: an exclusive holder together with shared ones".into());
+/// Adds a loaded holder, refusing what no command could have made beside
+/// the holders already there.
+fn load_holder(lock: &mut Lock<BlockedId>, mode: Mode, r: HolderRecord) -> Result<(), Field> {
+    let holders = lock.holders();
+    let taken = holders.get(r.holder.token).is_some() || holders.token_of(&r.holder.owner).is_some();
+    if taken || (!holders.is_empty() && (mode == Mode::Exclusive || holders.mode() != mode)) {
+        return Err(Field::Holders);
     }
-    let mut in_use = 0u64;
-    for _ in 0..count {
-        let owner = bytes()?;
-        let h = args::holder(&owner, number()?, number()?, number()?, number()?, now).map_err(invalid)?;
-        let permits = args::member_permits(mode, number()?).map_err(invalid)?;
-        in_use += u64::from(permits);
-        if lock.member(h.token).is_some() || lock.is_holder(h.owner) {
-            return Err("no command could have made it: two holders with one token or one owner".into());
-        }
-        if let Mode::Semaphore(limit) = mode {
-            if in_use > u64::from(limit) {
-                return Err(format!("no command could have made it: more than the {limit} permits in use"));
-            }
-        }
-        state::with(|s| s.tokens.observe(h.token));
-        let holder = Holder::new(h.owner.into(), h.holds, h.token, h.deadline_ms);
-        lock.set_member(Member { holder, session: h.session.then_some(REMOTE_SESSION), permits }, mode);
+    if mode.limit().is_some_and(|limit| holders.used() + u64::from(r.permits) > u64::from(limit)) {
+        return Err(Field::Limit);
     }
-    if mode != Mode::Lock {
-        lock.set_mode(mode);
-    }
-    // Loading is not a change to follow: the caller files the leases.
-    lock.take_changes();
+    let terms = Terms { session: r.session.then_some(REMOTE_SESSION), permits: r.permits };
+    lock.restore(r.holder, terms, mode, &mut Vec::new());
     Ok(())
 }
 
-/// Reads one lock, checking every field against what a command could have
-/// made: a crafted RESTORE payload or a corrupt file is refused whole.
-fn load_lock(io: &Io, encver: i32, now: u64) -> Result<LockValue, String> {
-    let short = || "the data ends early".to_string();
-    let number = || io.load_unsigned().ok_or_else(short);
-    let bytes = || io.load_bytes().ok_or_else(short);
-    let has_holder = match encver {
-        1 => true,
-        2 | 3 => number()? == 1,
-        _ => return Err(format!("encoding version {encver} is unknown: this FLOCK knows 1 to {ENCODING_VERSION}")),
-    };
+/// Makes the key what `mode` says (a semaphore stays one without holders).
+fn load_kind(lock: &mut Lock<BlockedId>, mode: Mode) -> Result<(), Field> {
+    if !lock.holders().is_empty() && !lock.mode().same_key_kind(mode) {
+        return Err(Field::Holders);
+    }
+    lock.restore_absent(None, mode, &mut Vec::new());
+    Ok(())
+}
+
+fn load_holders(words: &mut Rdb, lock: &mut Lock<BlockedId>, mode: Mode, permits: bool, now: u64) -> Result<(), Field> {
+    for _ in 0..words.number(Field::Length)? {
+        let r = record::read_holder(words, mode, permits, now)?;
+        load_holder(lock, mode, r)?;
+    }
+    Ok(())
+}
+
+fn load_requests(words: &mut Rdb, lock: &mut Lock<BlockedId>, now: u64) -> Result<(), Field> {
+    for _ in 0..words.number(Field::Length)? {
+        let (id, record) = record::read_request(words, now)?;
+        lock.restore_request(&id, record);
+    }
+    Ok(())
+}
+
+/// Reads one lock of encoding `encver`, every field checked against what a
+/// command could have made: a crafted RESTORE payload or a corrupt file is
+/// refused whole.
+fn load_lock(words: &mut Rdb, encver: i32, now: u64) -> Result<LockValue, String> {
     let mut lock = Lock::default();
-    if has_holder {
-        let owner = bytes()?;
-        let h = args::holder(owner.as_ref(), number()?, number()?, number()?, number()?, now)
-            .map_err(|e| format!("no command could have made it: {e}"))?;
-        state::with(|s| s.tokens.observe(h.token));
-        // The connection a SESSION lock was bound to is not on this server;
-        // the flag stays visible and the lease still bounds the lock.
-        let holder = Holder::new(h.owner.into(), h.holds, h.token, h.deadline_ms);
-        lock.set_holder(Some(holder), h.session.then_some(REMOTE_SESSION));
+    let read = |words: &mut Rdb, lock: &mut Lock<BlockedId>| -> Result<(), Field> {
+        match encver {
+            1 => load_holder(lock, Mode::Exclusive, record::read_holder(words, Mode::Exclusive, false, now)?),
+            2 | 3 => {
+                if words.number(Field::Length)? == 1 {
+                    load_holder(lock, Mode::Exclusive, record::read_holder(words, Mode::Exclusive, false, now)?)?;
+                }
+                load_requests(words, lock, now)?;
+                if encver == 3 {
+                    let limit = words.number(Field::Mode)?;
+                    let mode = record::mode(if limit == 0 { b"shared" } else { b"semaphore" }, limit)?;
+                    load_holders(words, lock, mode, true, now)?;
+                    load_kind(lock, mode)?;
+                }
+                Ok(())
+            }
+            _ => {
+                let mode = record::read_mode(words)?;
+                load_holders(words, lock, mode, true, now)?;
+                load_kind(lock, mode)?;
+                load_requests(words, lock, now)
+            }
+        }
+    };
+    if !(1..=ENCODING_VERSION).contains(&encver) {
+        return Err(format!("encoding version {encver} is unknown: this FLOCK knows 1 to {ENCODING_VERSION}"));
     }
-    let records = if encver == 1 { 0 } else { number()? };
-    for _ in 0..records {
-        let id = bytes()?;
-        let record = args::request(id.as_ref(), number()?, number()?, number()?, now)
-            .map_err(|e| format!("no command could have made it: {e}"))?;
-        lock.restore_request(id.as_ref(), record);
-    }
-    if encver >= 3 {
-        load_members(&mut lock, number()?, number()?, || bytes().map(|b| b.as_ref().to_vec()), number, now)?;
-    }
+    read(words, &mut lock).map_err(errors::refused_load)?;
     Ok(LockValue::new(lock))
 }

@@ -1,16 +1,20 @@
 //! FLOCK: a fair, reentrant, fenced distributed lock inside Redis.
 //!
-//! `queue`, `lock`, `requests`, `deadlines` and `args` are the pure core (no
-//! Redis API), in the crate `flock-core` (crates/flock-core) with its tests,
-//! re-exported here. This crate is the Redis layer, in levels; a module imports only
-//! from lower levels (`scripts/check-layers.sh` checks it and prints them):
+//! The pure core (no Redis API: the lock, its holders and queue, the outcomes
+//! of its operations and the table of their effects, the record format,
+//! argument parsing) is the crate `flock-core` (crates/flock-core) with its
+//! tests, re-exported here. This crate is the Redis layer, in levels; a
+//! module imports only from lower levels (`make layers` checks it and
+//! prints them). docs/internals.md follows a command through them.
 //! 0. `ffi`: the raw module API behind typed helpers, and thin trampolines
 //!    for every callback Redis calls; `place` (where a lock lives); `config`.
-//! 1. `value` (the stored lock value), `waiters` (the registry of blocked
-//!    clients, each unblocked exactly once), `command_docs`.
-//! 2. `state` (connection state: waiters, sessions, lease deadlines, counters).
-//! 3. `engine` (effects of a change: hand-offs, leases and their timer,
-//!    session bindings, replication, key removal), `eviction`, `info`.
+//! 1. `errors` (every error code and text), `waiters` (the registry of
+//!    blocked clients, each unblocked exactly once), `command_docs`.
+//! 2. `value` (the stored lock value), `state` (connection state: waiters,
+//!    sessions, lease deadlines, counters; borrowed once per callback).
+//! 3. `engine` (outcomes to effects: hand-offs, leases and their timer,
+//!    session bindings, counters, events, replication, key removal),
+//!    `eviction`, `info`.
 //! 4. Callbacks: `blocking` (WAIT), `keytype` (the key type's callbacks).
 //! 5. Callbacks: `commands` (the FLOCK.* handlers), `events` (server and
 //!    keyspace events).
@@ -19,13 +23,14 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 // Re-exported so that the Redis layer names the core as `crate::lock` etc.
-pub use flock_core::{args, deadlines, lock, queue, requests};
+pub use flock_core::{args, deadlines, effects, holders, limits, lock, queue, record, requests, tokens};
 
 mod blocking;
 mod command_docs;
 mod commands;
 mod config;
 mod engine;
+mod errors;
 mod events;
 mod eviction;
 mod ffi;
@@ -40,10 +45,10 @@ mod module {
     use redis_module::configuration::ConfigurationFlags;
     use redis_module::{redis_module, Context, RedisString, Status};
 
-    use crate::args::MAX_MS;
     use crate::config::{
         ALLOW_EVICTION, DEFAULT_MAX_WAITERS, DEFAULT_RETRY_WINDOW_MS, MAX_LEASE_MS, MAX_WAITERS, RETRY_WINDOW_MS,
     };
+    use crate::limits::MAX_MS;
 
     use crate::keytype::FLOCK_TYPE;
 
@@ -68,7 +73,7 @@ mod module {
         }
         log_panics();
         ffi::subscribe::<events::Events>(ctx);
-        eviction::refresh(ctx);
+        crate::state::with(|s| eviction::refresh(ctx, s));
         ffi::register_filter::<blocking::UnblockFilter>(ctx);
         // `-@flock` needs Redis 8.0's AddACLCategory; `-@write` and the like
         // need 7.2's SetCommandACLCategories. Either missing: rules name the
@@ -112,7 +117,7 @@ mod module {
             ["flock.info", commands::info, "readonly fast", 1, 1, 1, ""],
             ["flock.state", commands::state, "write fast", 1, 1, 1, ""],
             ["flock.id", commands::request_id, "write fast", 1, 1, 1, ""],
-            ["flock.holder", commands::member, "write fast", 1, 1, 1, ""],
+            ["flock.holder", commands::holder, "write fast", 1, 1, 1, ""],
         ],
         event_handlers: [
             [@GENERIC: events::on_keyspace_event],

@@ -1,14 +1,24 @@
 //! Module-wide state that is connection state, not data: blocked waiters,
 //! session bindings, lease deadlines, counters, the token source, and where
 //! each database went after SWAPDB. Only the Redis main thread touches it.
+//!
+//! The rule: every callback Redis makes into FLOCK borrows the state once,
+//! with `with` at its entry, and passes `&mut State` down; nothing below an
+//! entry borrows it again, so a second borrow cannot be written. The one
+//! callback Redis makes from inside FLOCK's own calls is a key type's
+//! `unlink` (a key FLOCK deletes, or one whose TTL ends as FLOCK opens it):
+//! it hands its work to `after` when the state is borrowed, and the entry
+//! that holds the borrow does that work before it returns.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
 use crate::deadlines::Deadlines;
-use crate::ffi::Timer;
-use crate::lock::TokenSource;
+use crate::effects::{Counters, Event};
+use crate::ffi::{BlockedId, Timer};
+use crate::lock::Outcomes;
 use crate::place::{DbMap, Place};
+use crate::tokens::TokenSource;
 use crate::waiters::Waiters;
 
 /// A lease filed in the deadline wheel: the token tells a stale entry (the
@@ -29,41 +39,41 @@ pub struct Risk {
     pub allowed: bool,
 }
 
+/// From a hand-off to its reply being written, in microseconds.
 #[derive(Default, Debug, Clone, Copy)]
-pub struct Stats {
-    pub grants: u64,
-    pub immediate_grants: u64,
-    pub handoffs: u64,
-    pub reentrant: u64,
-    pub releases: u64,
-    pub expiries: u64,
-    pub force_releases: u64,
-    pub session_releases: u64,
-    pub deletions: u64,
-    pub undelivered: u64,
-    pub wait_timeouts: u64,
-    pub wait_disconnects: u64,
-    pub waiters_deleted: u64,
-    /// ACQUIREs refused because the maxmemory policy can evict locks.
-    pub eviction_refused: u64,
-    pub waiters_demoted: u64,
-    pub waiters_resent: u64,
-    /// From a hand-off to its reply being written, in microseconds.
-    pub handoff_us_total: u64,
-    pub handoff_us_max: u64,
-    pub handoffs_replied: u64,
+pub struct Latency {
+    total_us: u64,
+    pub max_us: u64,
+    replied: u64,
 }
 
-impl Stats {
-    pub fn record_handoff(&mut self, micros: u64) {
-        self.handoff_us_total = self.handoff_us_total.saturating_add(micros);
-        self.handoff_us_max = self.handoff_us_max.max(micros);
-        self.handoffs_replied += 1;
+impl Latency {
+    pub fn record(&mut self, micros: u64) {
+        self.total_us = self.total_us.saturating_add(micros);
+        self.max_us = self.max_us.max(micros);
+        self.replied += 1;
     }
 
-    pub fn handoff_us_mean(&self) -> u64 {
-        self.handoff_us_total.checked_div(self.handoffs_replied).unwrap_or(0)
+    pub fn mean_us(&self) -> u64 {
+        self.total_us.checked_div(self.replied).unwrap_or(0)
     }
+}
+
+/// What replicas and the AOF must hear after an operation.
+pub enum Send {
+    /// The holder with this token as it is now, if it still holds.
+    Holder(u64),
+    /// This owner holds nothing any more.
+    Gone(Box<[u8]>),
+}
+
+/// What an operation reported, and the effects of it that wait for the end
+/// of the operation. Kept between commands so that one allocates nothing.
+#[derive(Default)]
+pub struct Scratch {
+    pub outcomes: Outcomes<BlockedId>,
+    pub sends: Vec<Send>,
+    pub events: Vec<Event>,
 }
 
 #[derive(Default)]
@@ -78,8 +88,12 @@ pub struct State {
     /// it is set for) that wakes up for the next.
     pub deadlines: Deadlines<Lease>,
     pub tick: Option<(Timer<()>, u64)>,
-    pub stats: Stats,
+    pub counters: Counters,
+    pub handoff_latency: Latency,
+    /// ACQUIREs refused because the maxmemory policy can evict locks.
+    pub eviction_refused: u64,
     pub eviction: Risk,
+    pub scratch: Scratch,
 }
 
 impl State {
@@ -101,18 +115,39 @@ impl State {
     }
 }
 
+/// Work handed over while the state was borrowed.
+type After = Box<dyn FnOnce(&mut State)>;
+
 thread_local! {
     static STATE: RefCell<State> = RefCell::new(State::default());
+    static AFTER: RefCell<Vec<After>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Borrows the state; `f` must not call back into Redis APIs that can run
-/// module callbacks synchronously (deleting a key runs `unlink2`).
+/// Borrows the state for one callback. Only callback entries call this.
 pub fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
-    STATE.with(|s| f(&mut s.borrow_mut()))
+    STATE.with(|s| {
+        let mut s = s.borrow_mut();
+        let result = f(&mut s);
+        while let Some(work) = AFTER.with(|a| a.borrow_mut().pop()) {
+            work(&mut s);
+        }
+        result
+    })
 }
 
-/// As `with`, or `None` if the state is borrowed already: for Redis's crash
-/// report, which can run in the middle of any module code.
+/// As `with`, or `None` if the state is borrowed already: a command that
+/// another module called from a keyspace event FLOCK sent, or Redis's
+/// crash report, which can run in the middle of any module code.
 pub fn try_with<R>(f: impl FnOnce(&mut State) -> R) -> Option<R> {
-    STATE.with(|s| s.try_borrow_mut().ok().map(|mut s| f(&mut s)))
+    STATE.with(|s| s.try_borrow_mut().is_ok()).then(|| with(f))
+}
+
+/// Runs `work` now, or, if the state is borrowed (Redis called back from
+/// inside a FLOCK call), when that borrow ends.
+pub fn now_or_after(work: impl FnOnce(&mut State) + 'static) {
+    if STATE.with(|s| s.try_borrow_mut().is_ok()) {
+        with(work);
+    } else {
+        AFTER.with(|a| a.borrow_mut().push(Box::new(work)));
+    }
 }

@@ -1,5 +1,5 @@
 //! The value stored under a lock's key, how commands find it in a key, and
-//! the numbers it is persisted and replicated as.
+//! the names of its persisted and replicated forms.
 
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,63 +8,35 @@ use std::sync::OnceLock;
 use redis_module::key::RedisKeyWritable;
 use redis_module::{native_types::RedisType, RedisError};
 
-use crate::ffi::BlockedId;
-use crate::lock::{Holder, Lock, Member, Mode};
-use crate::requests::Record;
+use crate::errors::{NOT_CREATED, NOT_REGISTERED, WRONGTYPE};
+use crate::ffi::{BlockedId, MAX_ARGS};
+use crate::lock::Lock;
+use crate::record::Word;
 
 pub const TYPE_NAME: &str = "flocklock";
-/// 3: as 2, then the key's limit (0 for a lock) and its shared or
-/// semaphore holders (a count, then per holder: owner, holds, token,
-/// deadline-unix-ms, session, permits).
-/// 2 (still loaded): a holder flag, then the exclusive holder, then the
-/// remembered request IDs.
-/// 1 (still loaded): the holder alone.
-pub const ENCODING_VERSION: i32 = 3;
+/// 4: the key's mode (`record::mode_words`), its holders (a count, then
+/// each as `record::holder_words`), its remembered request IDs (a count,
+/// then each as `record::request_words`).
+/// 3 (still loaded): as 2, then the limit (0 for a lock) and the shared or
+/// semaphore holders (a count, then each as `holder_words`).
+/// 2 (still loaded): a holder flag, then the exclusive holder (its
+/// `holder_words` without permits), then the request IDs.
+/// 1 (still loaded): the exclusive holder alone.
+pub const ENCODING_VERSION: i32 = 4;
 
-/// The internal command that sets a lock's state as replicas and the AOF see
-/// it: `FLOCK.STATE key` (no lock) or `FLOCK.STATE key owner holds token
-/// deadline-unix-ms session`.
-pub const STATE_COMMAND: &str = "FLOCK.STATE";
-
-/// The internal command that sets the shared or semaphore holder of one
-/// owner as replicas and the AOF see it: `FLOCK.HOLDER key shared|semaphore
-/// limit [owner [holds token deadline-unix-ms session permits]]` (without
-/// the numbers: the owner holds nothing; without the owner: only the mode).
-pub const HOLDER_COMMAND: &str = "FLOCK.HOLDER";
-
-/// The mode word and limit of `FLOCK.HOLDER`.
-pub fn mode_args(mode: Mode) -> (&'static CStr, u32) {
-    match mode {
-        Mode::Lock => (c"shared", 0),
-        Mode::Semaphore(limit) => (c"semaphore", limit),
-    }
-}
-
-/// The numbers of `FLOCK.HOLDER` (and of the RDB) for `member`, in order.
-pub fn member_numbers(member: &Member) -> [u64; 5] {
-    let h = &member.holder;
-    [u64::from(h.holds), h.token, h.deadline_ms, u64::from(member.session.is_some()), u64::from(member.permits)]
-}
+/// The internal command that sets one holder of any kind, or the key's
+/// mode, as replicas and the AOF see it: `FLOCK.HOLDER key mode limit
+/// [owner [holds token deadline-unix-ms session permits]]` (without the
+/// numbers: the owner holds nothing; without the owner: only the mode).
+pub const HOLDER_COMMAND: &CStr = c"FLOCK.HOLDER";
 
 /// The internal command that sets a remembered request ID on replicas and
 /// in the AOF: `FLOCK.ID key request-id command reply expires-unix-ms`.
-pub const ID_COMMAND: &str = "FLOCK.ID";
-
-/// The numbers of `FLOCK.ID` (and of the RDB) for `record`, in order.
-pub fn request_numbers(record: &Record) -> [u64; 3] {
-    [record.kind.code(), record.reply, record.expires_ms]
-}
-
-/// The numbers of `FLOCK.STATE` for `holder`, in order.
-pub fn state_numbers(holder: &Holder, session: bool) -> [i64; 4] {
-    [u64::from(holder.holds), holder.token, holder.deadline_ms, u64::from(session)].map(|n| n as i64)
-}
+pub const ID_COMMAND: &CStr = c"FLOCK.ID";
 
 /// A SESSION lock whose connection is not on this server (loaded or
 /// replicated): client ids start at 1, so this one never disconnects.
 pub const REMOTE_SESSION: u64 = 0;
-
-pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 /// Live lock values, counted where they are made and freed: `free` may run
 /// on a background thread (FLUSHALL ASYNC), so this is the one shared datum.
@@ -103,7 +75,7 @@ pub fn register_type(lock_type: &'static RedisType) {
 }
 
 fn lock_type() -> Result<&'static RedisType, RedisError> {
-    LOCK_TYPE.get().copied().ok_or(RedisError::Str("ERR the flocklock type is not registered (internal error)"))
+    LOCK_TYPE.get().copied().ok_or(RedisError::Str(NOT_REGISTERED))
 }
 
 /// The lock stored under `key`, `None` if the key is empty, `WRONGTYPE` if
@@ -122,6 +94,31 @@ pub fn lock_or_create<'a>(key: &RedisKeyWritable) -> Result<&'a mut LockValue, R
     if lock_value(key)?.is_none() {
         key.set_value(lock_type()?, LockValue::new(Lock::default()))?;
     }
-    lock_value(key)?
-        .ok_or(RedisError::Str("ERR could not create the lock: the new key holds no lock value (internal error)"))
+    lock_value(key)?.ok_or(RedisError::Str(NOT_CREATED))
+}
+
+/// Runs `f` on `words` as a command's arguments: numbers in decimal,
+/// written on the stack, so that sending a record allocates nothing.
+pub fn with_args<R>(words: &[Word], f: impl FnOnce(&[&[u8]]) -> R) -> R {
+    let mut digits = [[0u8; 20]; MAX_ARGS];
+    let mut args: [&[u8]; MAX_ARGS] = [&[]; MAX_ARGS];
+    for ((arg, word), buf) in args.iter_mut().zip(words).zip(digits.iter_mut()) {
+        *arg = match *word {
+            Word::Bytes(b) => b,
+            Word::Number(n) => decimal(n, buf),
+        };
+    }
+    f(&args[..words.len().min(MAX_ARGS)])
+}
+
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[at..];
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! The registry of clients blocked in `FLOCK.ACQUIRE ... WAIT`: it owns
 //! each blocked client (a lock's queue names it by `BlockedId`) and unblocks
-//! it exactly once, with the `Outcome` its reply is made from.
+//! it exactly once, with the reply it is answered.
 //!
 //! Every way out of the queue (grant, WAIT timeout, deletion of the lock,
 //! disconnect, CLIENT UNBLOCK, demotion to replica, a resend taking the
@@ -11,23 +11,20 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
+use crate::effects::Leave;
 use crate::ffi::{self, BlockedClient, BlockedId, Timer};
 use crate::place::Place;
 use crate::queue::WaiterId;
 
-pub enum Outcome {
+pub enum Reply {
     Granted {
         token: u64,
         place: Place,
         delivered: bool,
         at: Instant,
     },
-    TimedOut,
-    Deleted,
-    /// This node became a replica.
-    Demoted,
-    /// The request was resent on another connection, which took its place.
-    Resent,
+    Nil,
+    Error(Leave),
     /// The client is gone or was already answered.
     Silent,
 }
@@ -35,7 +32,7 @@ pub enum Outcome {
 /// What a blocked client is unblocked with.
 pub struct Answer {
     pub client: u64,
-    pub outcome: Outcome,
+    pub reply: Reply,
 }
 
 /// A blocked client and where it waits.
@@ -82,17 +79,17 @@ impl Waiters {
         self.blocked.iter().filter(|(_, w)| matches(w.place.ident())).map(|(&id, _)| id).collect()
     }
 
-    /// Ends the wait of a registered waiter with `outcome`; false if it is
+    /// Ends the wait of a registered waiter with `reply`; false if it is
     /// no longer registered (already answered). The one place that unblocks.
-    pub fn answer(&mut self, id: BlockedId, outcome: Outcome) -> bool {
+    pub fn answer(&mut self, id: BlockedId, reply: Reply) -> bool {
         let Some(waiter) = self.blocked.remove(&id) else { return false };
         if let Some(timer) = waiter.timer {
             ffi::stop_timer(timer);
         }
-        if !matches!(outcome, Outcome::Silent) {
+        if !matches!(reply, Reply::Silent) {
             self.answered.insert(waiter.client);
         }
-        waiter.bc.unblock(Answer { client: waiter.client, outcome });
+        waiter.bc.unblock(Answer { client: waiter.client, reply });
         true
     }
 

@@ -224,3 +224,45 @@ fn the_checker_sees_what_github_shows() {
     assert!(check(&root().join("README.md"), "docs/no-such-file.md").is_some());
     assert!(check(&root().join("README.md"), "#no-such-heading").is_some());
 }
+
+/// The codes of the errors in `text` (Rust source): the first word of each
+/// string literal that starts with an upper-case word and a space.
+fn error_codes(text: &str) -> HashSet<String> {
+    text.split('"')
+        .skip(1)
+        .step_by(2)
+        .filter_map(|literal| literal.split_once(' ').map(|(code, _)| code))
+        .filter(|code| code.len() >= 3 && code.chars().all(|c| c.is_ascii_uppercase()))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_command_reference_lists_every_error_code_the_module_answers() {
+    let errors = std::fs::read_to_string(root().join("src/errors.rs")).expect("src/errors.rs");
+    let reference = std::fs::read_to_string(root().join("docs/commands.md")).expect("docs/commands.md");
+    let codes = error_codes(&errors);
+    for code in ["NOTOWNER", "LOCKDELETED", "ERR", "WRONGTYPE"] {
+        assert!(codes.contains(code), "the scan finds {code} in src/errors.rs: {codes:?}");
+    }
+    let missing: Vec<&String> = codes.iter().filter(|code| !reference.contains(&format!("`{code} "))).collect();
+    assert!(missing.is_empty(), "docs/commands.md does not list the error codes {missing:?}");
+}
+
+#[test]
+fn only_the_errors_module_writes_error_texts() {
+    for entry in std::fs::read_dir(root().join("src")).expect("src/") {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "rs") || path.ends_with("errors.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for made in ["RedisError::Str(\"", "RedisError::String(format!(\"", "RedisError::String(\""] {
+            assert!(
+                !text.contains(made),
+                "{} writes an error text ({made}...): it belongs in src/errors.rs",
+                path.display()
+            );
+        }
+    }
+}

@@ -29,9 +29,12 @@ fn dump_with(c: &mut Connection, body: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
     let real: Vec<u8> = redis::cmd("DUMP").arg("model").query(c).unwrap();
     force_release(c, "model").unwrap();
     // 0x07 (module value), then the 64-bit type id as an RDB length (0x81 +
-    // 8 bytes), which carries the encoding version (3: a holder flag, the
-    // holder, the request IDs, the limit and the shared holders).
+    // 8 bytes), whose low 10 bits are the encoding version: set to 3 (a
+    // holder flag, the holder, the request IDs, the limit and the shared
+    // holders), the layout these tests write, which the module still reads.
     let mut out = real[..10].to_vec();
+    let id = u64::from_be_bytes(real[2..10].try_into().unwrap());
+    out[2..10].copy_from_slice(&((id & !0x3ff) | 3).to_be_bytes());
     body(&mut out);
     out.push(0x00); // EOF opcode
     out.extend(&real[real.len() - 10..]); // RDB version and a checksum that no longer matches

@@ -1,11 +1,11 @@
 //! A module key type: its callbacks, and the RDB and AOF streams they use.
 
 use std::ffi::c_void;
-use std::os::raw::{c_char, c_int};
+use std::os::raw::c_int;
 
 use redis_module::{raw, RedisBuffer};
 
-use super::{c_message, string_bytes};
+use super::{c_message, string_bytes, with_strings};
 
 /// What the module does when Redis calls a key type's callbacks. Values are
 /// boxed `Self::Value`s: `free` drops them (possibly on a background thread,
@@ -101,62 +101,15 @@ pub struct Aof {
 }
 
 impl Aof {
-    /// Appends `cmd key bytes n...`: FLOCK.STATE (owner and 4 numbers) or
-    /// FLOCK.ID (request ID and 3 numbers).
-    pub fn emit(&self, cmd: &std::ffi::CStr, bytes: &[u8], n: &[i64]) {
-        let (ptr, len) = (bytes.as_ptr().cast::<c_char>(), bytes.len());
-        let (aof, key, cmd) = (self.io, self.key, cmd.as_ptr());
-        // The stream and key are valid during the rewrite callback, the only
-        // time an `Aof` exists; in the format, "s" is a string, "b" a pointer
-        // and a length, "l" a long long.
-        match *n {
-            // SAFETY: see above; "sbllll" names exactly the arguments after it.
-            [a, b, c, d] => unsafe {
-                api!(RedisModule_EmitAOF)(aof, cmd, c"sbllll".as_ptr(), key, ptr, len, a, b, c, d)
-            },
-            // SAFETY: see above; "sblll" names exactly the arguments after it.
-            [a, b, c] => unsafe { api!(RedisModule_EmitAOF)(aof, cmd, c"sblll".as_ptr(), key, ptr, len, a, b, c) },
-            _ => unreachable!("FLOCK.STATE and FLOCK.ID take four and three numbers"),
-        }
-    }
-
-    /// Appends `FLOCK.HOLDER key mode limit owner holds token deadline session permits`.
-    pub fn emit_member(&self, mode: &std::ffi::CStr, limit: i64, owner: &[u8], [a, b, c, d, e]: &[i64; 5]) {
-        let (ptr, len) = (owner.as_ptr().cast::<c_char>(), owner.len());
-        // SAFETY: as in `emit`; "c" is a NUL-terminated string, and
-        // "sclblllll" names exactly the arguments after it.
-        unsafe {
-            api!(RedisModule_EmitAOF)(
-                self.io,
-                c"FLOCK.HOLDER".as_ptr(),
-                c"sclblllll".as_ptr(),
-                self.key,
-                mode.as_ptr(),
-                limit,
-                ptr,
-                len,
-                *a,
-                *b,
-                *c,
-                *d,
-                *e,
-            )
-        }
-    }
-
-    /// Appends `FLOCK.HOLDER key mode limit` (the mode alone).
-    pub fn emit_mode(&self, mode: &std::ffi::CStr, limit: i64) {
-        // SAFETY: as in `emit_member`, with "scl".
-        unsafe {
-            api!(RedisModule_EmitAOF)(
-                self.io,
-                c"FLOCK.HOLDER".as_ptr(),
-                c"scl".as_ptr(),
-                self.key,
-                mode.as_ptr(),
-                limit,
-            )
-        }
+    /// Appends `cmd key args...`, each argument any bytes: the one way
+    /// every record reaches the AOF, whatever its length.
+    pub fn emit(&self, cmd: &std::ffi::CStr, args: &[&[u8]]) {
+        with_strings(args, |argv, argc| {
+            // SAFETY: the stream and key are valid during the rewrite callback,
+            // the only time an `Aof` exists; in the format, "s" is the key and
+            // "v" an array of strings and its length, exactly the arguments given.
+            unsafe { api!(RedisModule_EmitAOF)(self.io, cmd.as_ptr(), c"sv".as_ptr(), self.key, argv, argc) };
+        });
     }
 }
 

@@ -60,12 +60,14 @@ required_apis!(
     RedisModule_GetKeyNameFromIO,
     RedisModule_StringPtrLen,
     RedisModule_CreateString,
+    RedisModule_FreeString,
     RedisModule_SubscribeToServerEvent,
     RedisModule_CommandFilterArgsCount,
     RedisModule_CommandFilterArgGet,
     RedisModule_CommandFilterArgReplace,
     RedisModule_RegisterCommandFilter,
     RedisModule_EmitAOF,
+    RedisModule_Replicate,
     RedisModule_GetCommand,
     RedisModule_SetCommandInfo,
     RedisModule_Log,
@@ -202,6 +204,39 @@ pub fn log(level: &std::ffi::CStr, message: &str) {
     // SAFETY: both strings are NUL-terminated and outlive the call; the
     // format "%s" consumes exactly the one string argument given.
     unsafe { api!(RedisModule_Log)(module_ctx(), level.as_ptr(), c"%s".as_ptr(), message.as_ptr()) };
+}
+
+/// The most arguments a replicated or AOF command of the module has.
+pub const MAX_ARGS: usize = 10;
+
+/// Runs `f` on `args` as Redis strings (an array and its length), made on
+/// the stack and freed after: the argument vector of a command the module
+/// sends, with no allocation of its own.
+fn with_strings<R>(args: &[&[u8]], f: impl FnOnce(*mut *mut raw::RedisModuleString, usize) -> R) -> R {
+    assert!(args.len() <= MAX_ARGS, "a command of the module has at most {MAX_ARGS} arguments");
+    let mut strings = [std::ptr::null_mut(); MAX_ARGS];
+    for (string, arg) in strings.iter_mut().zip(args) {
+        // SAFETY: Redis copies `len` bytes from the pointer; a string made
+        // without a context is the caller's to free, below.
+        *string = unsafe { api!(RedisModule_CreateString)(std::ptr::null_mut(), arg.as_ptr().cast(), arg.len()) };
+    }
+    let result = f(strings.as_mut_ptr(), args.len());
+    for &string in &strings[..args.len()] {
+        // SAFETY: made above without a context, freed once here; Redis took
+        // its own reference to any it keeps.
+        unsafe { api!(RedisModule_FreeString)(std::ptr::null_mut(), string) };
+    }
+    result
+}
+
+/// Sends `cmd args...` to replicas and the AOF after the running command
+/// (or callback), as Redis's `alsoPropagate` does for its own commands.
+pub fn replicate(ctx: &Context, cmd: &std::ffi::CStr, args: &[&[u8]]) {
+    with_strings(args, |argv, argc| {
+        // SAFETY: `ctx` is the running callback's context; in the format, "v"
+        // is an array of strings and its length, exactly the arguments given.
+        unsafe { api!(RedisModule_Replicate)(ctx.ctx, cmd.as_ptr(), c"v".as_ptr(), argv, argc) };
+    });
 }
 
 /// The bytes of a Redis string; empty for a null pointer.

@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Client, Cmd, Connection, ConnectionLike, FromRedisValue, RedisResult};
 
-use flock_core::args::MAX_MS;
+use flock_core::limits::MAX_MS;
 
 /// As `wait`: queue without a time limit (`WAIT 0` on the server).
 pub const FOREVER: Duration = Duration::MAX;

@@ -1,162 +1,342 @@
-//! The holders of a read-write lock held shared, or of a semaphore: each
-//! with its own holds, lease, session binding and permits, found by owner
-//! and by token in O(1), with a log of what changed for the Redis layer to
-//! follow (leases, sessions, replication).
+//! Who holds a key: one table for every kind of holder (exclusive, shared,
+//! semaphore), each holder found by owner and by token in O(1).
 //!
-//! An exclusive lock never has any of this: `Lock` keeps its one holder
-//! inline and boxes `Shared` only while a key needs it.
+//! Most keys are plain exclusive locks, held by one owner without SESSION:
+//! that holder is kept inline (`Holders::One`), so such a key costs no
+//! allocation beyond its owner string. Every other case (shared holders, a
+//! semaphore's, an exclusive holder bound to a session) is the boxed table.
+//! Callers see one kind of holder either way.
 
 use std::collections::HashMap;
 
-use crate::lock::Holder;
+use crate::deadlines::DeadlineId;
 
-/// A shared or semaphore holder: a holder of its own, with its own session
-/// binding and, on a semaphore, the permits it holds (0 for a shared holder).
+/// A grant: who holds it, how often, under which fencing token, until when.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Member {
-    pub holder: Holder,
+pub struct Holder {
+    pub owner: Box<[u8]>,
+    pub token: u64,
+    /// Absolute unix milliseconds.
+    pub deadline_ms: u64,
+    pub holds: u32,
+    /// Where the Redis layer filed this lease's deadline to be woken at it;
+    /// a new holder has none. Kept here because it costs no extra bytes.
+    pub deadline_id: Option<DeadlineId>,
+}
+
+impl Holder {
+    pub fn new(owner: Box<[u8]>, holds: u32, token: u64, deadline_ms: u64) -> Self {
+        Self { owner, token, deadline_ms, holds, deadline_id: None }
+    }
+}
+
+/// What a holder holds beyond its lease.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Terms {
+    /// The client id whose disconnect ends the grant (SESSION).
     pub session: Option<u64>,
+    /// A semaphore holder's permits; 0 for a lock's holders.
     pub permits: u32,
 }
 
-impl Member {
-    /// What it takes from the key: its permits, or one reader's share.
-    fn weight(&self) -> u64 {
-        u64::from(self.permits.max(1))
+/// How a key is held. All of a key's holders hold it in one mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Exclusive,
+    /// The read side of a read-write lock.
+    Shared,
+    /// A semaphore of this many permits.
+    Semaphore(u32),
+}
+
+impl Mode {
+    /// The semaphore's limit; `None` for a lock (exclusive or shared).
+    pub fn limit(self) -> Option<u32> {
+        match self {
+            Mode::Semaphore(limit) => Some(limit),
+            Mode::Exclusive | Mode::Shared => None,
+        }
+    }
+
+    /// Both are modes of one kind of key: a lock, or the same semaphore.
+    pub fn same_key_kind(self, other: Mode) -> bool {
+        self.limit() == other.limit()
     }
 }
 
-/// A change to the holders' table, for the caller to follow with leases,
-/// session bindings and replication.
-#[derive(Debug)]
-pub enum TableChange {
-    /// The holder with this token was granted, reentered or renewed; the
-    /// session it was bound to before, if it had one.
-    Set { token: u64, old_session: Option<u64> },
-    /// This holder is gone (released, expired, ended).
-    Gone(Member),
+/// What an ACQUIRE asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Want {
+    /// The lock alone (no `SHARED`, no `PERMITS`).
+    Exclusive,
+    /// The read side of a read-write lock.
+    Shared,
+    /// `n` of the `limit` permits of a semaphore.
+    Permits { n: u32, limit: u32 },
 }
 
-#[derive(Default)]
-struct Table {
-    by_token: HashMap<u64, Member>,
+impl Want {
+    pub fn mode(self) -> Mode {
+        match self {
+            Want::Exclusive => Mode::Exclusive,
+            Want::Shared => Mode::Shared,
+            Want::Permits { limit, .. } => Mode::Semaphore(limit),
+        }
+    }
+
+    pub fn permits(self) -> u32 {
+        match self {
+            Want::Permits { n, .. } => n,
+            Want::Exclusive | Want::Shared => 0,
+        }
+    }
+}
+
+pub enum Holders {
+    /// One exclusive holder without a session: a plain lock.
+    One(Holder),
+    /// Any other holders; `None` when nobody holds a lock.
+    Table(Option<Box<Table>>),
+}
+
+pub struct Table {
+    mode: Mode,
+    by_token: HashMap<u64, (Holder, Terms)>,
     by_owner: HashMap<Box<[u8]>, u64>,
-    /// Permits held (semaphore), or shared holders (lock).
+    /// Permits held (semaphore), or holders (lock).
     used: u64,
 }
 
-/// What only shared and semaphore keys have.
-#[derive(Default)]
-pub struct Shared {
-    /// The limit of a semaphore; `None` for a lock.
-    pub limit: Option<u32>,
-    /// Dropped with its last member.
-    table: Option<Table>,
-    changes: Vec<TableChange>,
+impl Table {
+    fn new(mode: Mode) -> Box<Self> {
+        Box::new(Table { mode, by_token: HashMap::new(), by_owner: HashMap::new(), used: 0 })
+    }
 }
 
-impl Shared {
-    /// Nothing left to keep: the key is a lock again with no members.
-    pub fn is_empty(&self) -> bool {
-        self.limit.is_none() && self.table.is_none() && self.changes.is_empty()
-    }
+/// What a holder takes from the key: its permits, or one reader's share.
+fn weight(terms: Terms) -> u64 {
+    u64::from(terms.permits.max(1))
+}
 
-    /// In no particular order.
-    pub fn members(&self) -> impl Iterator<Item = &Member> + '_ {
-        self.table.iter().flat_map(|t| t.by_token.values())
+impl Default for Holders {
+    fn default() -> Self {
+        Holders::Table(None)
     }
+}
 
-    pub fn members_mut(&mut self) -> impl Iterator<Item = &mut Member> + '_ {
-        self.table.iter_mut().flat_map(|t| t.by_token.values_mut())
+impl Holders {
+    fn table(&self) -> Option<&Table> {
+        match self {
+            Holders::Table(table) => table.as_deref(),
+            Holders::One(_) => None,
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.table.as_ref().map_or(0, |t| t.by_token.len())
+        match self {
+            Holders::One(_) => 1,
+            Holders::Table(table) => table.as_ref().map_or(0, |t| t.by_token.len()),
+        }
     }
 
-    /// Permits in use (semaphore), or readers (lock).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How the key is held; a key nobody holds is an exclusive lock unless
+    /// it stays a semaphore.
+    pub fn mode(&self) -> Mode {
+        self.table().map_or(Mode::Exclusive, |t| t.mode)
+    }
+
+    /// Permits in use (semaphore), or holders (lock).
     pub fn used(&self) -> u64 {
-        self.table.as_ref().map_or(0, |t| t.used)
-    }
-
-    pub fn get(&self, token: u64) -> Option<&Member> {
-        self.table.as_ref()?.by_token.get(&token)
-    }
-
-    pub fn get_mut(&mut self, token: u64) -> Option<&mut Member> {
-        self.table.as_mut()?.by_token.get_mut(&token)
-    }
-
-    pub fn of_owner(&self, owner: &[u8]) -> Option<&Member> {
-        let table = self.table.as_ref()?;
-        table.by_token.get(table.by_owner.get(owner)?)
-    }
-
-    /// Logs that the member with this token changed (holds, lease, session).
-    pub fn touched(&mut self, token: u64, old_session: Option<u64>) {
-        self.changes.push(TableChange::Set { token, old_session });
-    }
-
-    pub fn take_changes(&mut self) -> Vec<TableChange> {
-        std::mem::take(&mut self.changes)
-    }
-
-    /// Adds or replaces a member (the same owner's entry goes first: with
-    /// the same token it is the same grant, which keeps its lease entry).
-    pub fn insert(&mut self, mut member: Member) {
-        let owner = member.holder.owner.clone();
-        let token = member.holder.token;
-        // A token names one grant: another owner's entry under it (only
-        // replicated state could bring one) goes.
-        if self.get(token).is_some_and(|m| m.holder.owner != owner) {
-            self.remove(token, true);
+        match self {
+            Holders::One(_) => 1,
+            Holders::Table(table) => table.as_ref().map_or(0, |t| t.used),
         }
-        let old = self.of_owner(&owner).map(|m| m.holder.token);
-        let mut old_session = None;
-        match old.and_then(|t| self.remove(t, false)) {
-            Some(old) if old.holder.token == token => {
-                member.holder.deadline_id = old.holder.deadline_id;
-                old_session = old.session;
+    }
+
+    pub fn get(&self, token: u64) -> Option<(&Holder, Terms)> {
+        match self {
+            Holders::One(h) if h.token == token => Some((h, Terms::default())),
+            Holders::One(_) => None,
+            Holders::Table(table) => table.as_ref()?.by_token.get(&token).map(|(h, t)| (h, *t)),
+        }
+    }
+
+    pub fn get_mut(&mut self, token: u64) -> Option<&mut Holder> {
+        match self {
+            Holders::One(h) if h.token == token => Some(h),
+            Holders::One(_) => None,
+            Holders::Table(table) => table.as_mut()?.by_token.get_mut(&token).map(|(h, _)| h),
+        }
+    }
+
+    /// The token of `owner`'s grant.
+    pub fn token_of(&self, owner: &[u8]) -> Option<u64> {
+        match self {
+            Holders::One(h) => (*h.owner == *owner).then_some(h.token),
+            Holders::Table(table) => table.as_ref()?.by_owner.get(owner).copied(),
+        }
+    }
+
+    /// In no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Holder, Terms)> + '_ {
+        let (one, table) = match self {
+            Holders::One(h) => (Some((h, Terms::default())), None),
+            Holders::Table(table) => (None, table.as_deref()),
+        };
+        one.into_iter().chain(table.into_iter().flat_map(|t| t.by_token.values().map(|(h, t)| (h, *t))))
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Holder> + '_ {
+        let (one, table) = match self {
+            Holders::One(h) => (Some(h), None),
+            Holders::Table(table) => (None, table.as_deref_mut()),
+        };
+        one.into_iter().chain(table.into_iter().flat_map(|t| t.by_token.values_mut().map(|(h, _)| h)))
+    }
+
+    /// Adds a holder that fits beside the others (same mode, a new owner
+    /// and token): the caller checked.
+    pub fn insert(&mut self, holder: Holder, terms: Terms, mode: Mode) {
+        if matches!(self, Holders::Table(None)) && mode == Mode::Exclusive && terms == Terms::default() {
+            *self = Holders::One(holder);
+            return;
+        }
+        let table = self.make_table(mode);
+        table.used += weight(terms);
+        table.by_owner.insert(holder.owner.clone(), holder.token);
+        table.by_token.insert(holder.token, (holder, terms));
+    }
+
+    /// The table, made from the inline holder or from nothing.
+    fn make_table(&mut self, mode: Mode) -> &mut Table {
+        if let Holders::One(_) = self {
+            let Holders::One(one) = std::mem::take(self) else { unreachable!("matched above") };
+            let mut table = Table::new(Mode::Exclusive);
+            table.used = 1;
+            table.by_owner.insert(one.owner.clone(), one.token);
+            table.by_token.insert(one.token, (one, Terms::default()));
+            *self = Holders::Table(Some(table));
+        }
+        let Holders::Table(table) = self else { unreachable!("made a table above") };
+        table.get_or_insert_with(|| Table::new(mode))
+    }
+
+    pub fn remove(&mut self, token: u64) -> Option<(Holder, Terms)> {
+        match self {
+            Holders::One(h) if h.token == token => {
+                let Holders::One(h) = std::mem::take(self) else { unreachable!("matched above") };
+                Some((h, Terms::default()))
             }
-            old => self.changes.extend(old.map(TableChange::Gone)),
-        }
-        let table = self.table.get_or_insert_with(Table::default);
-        table.used += member.weight();
-        table.by_owner.insert(owner, token);
-        table.by_token.insert(token, member);
-        self.touched(token, old_session);
-    }
-
-    /// Takes a member out; logged as gone unless it is being replaced.
-    pub fn remove(&mut self, token: u64, log: bool) -> Option<Member> {
-        let table = self.table.as_mut()?;
-        let member = table.by_token.remove(&token)?;
-        table.by_owner.remove(&member.holder.owner);
-        table.used -= member.weight();
-        if table.by_token.is_empty() {
-            self.table = None;
-        }
-        if log {
-            self.changes.push(TableChange::Gone(member.clone()));
-        }
-        Some(member)
-    }
-
-    /// Takes every member out, each logged as gone.
-    pub fn clear(&mut self) {
-        if let Some(table) = self.table.take() {
-            self.changes.extend(table.by_token.into_values().map(TableChange::Gone));
+            Holders::One(_) => None,
+            Holders::Table(slot) => {
+                let table = slot.as_mut()?;
+                let (holder, terms) = table.by_token.remove(&token)?;
+                table.by_owner.remove(&holder.owner);
+                table.used -= weight(terms);
+                // A semaphore stays one while its key exists.
+                if table.by_token.is_empty() && table.mode.limit().is_none() {
+                    *slot = None;
+                }
+                Some((holder, terms))
+            }
         }
     }
 
-    /// Heap bytes: this, and the table with its owner strings.
+    /// Binds the holder with this token to `session` (or unbinds it).
+    pub fn set_session(&mut self, token: u64, session: Option<u64>) {
+        if session.is_some() && matches!(self, Holders::One(h) if h.token == token) {
+            self.make_table(Mode::Exclusive);
+        }
+        if let Some((_, terms)) = match self {
+            Holders::Table(Some(table)) => table.by_token.get_mut(&token),
+            _ => None,
+        } {
+            terms.session = session;
+        }
+    }
+
+    /// Takes every holder out; a semaphore stays one.
+    pub fn drain(&mut self) -> Vec<(Holder, Terms)> {
+        match std::mem::take(self) {
+            Holders::One(h) => vec![(h, Terms::default())],
+            Holders::Table(None) => Vec::new(),
+            Holders::Table(Some(mut table)) => {
+                let drained = table.by_token.drain().map(|(_, entry)| entry).collect();
+                if let Some(limit) = table.mode.limit() {
+                    *self = Holders::Table(Some(Table::new(Mode::Semaphore(limit))));
+                }
+                drained
+            }
+        }
+    }
+
+    /// Makes the key a lock or a semaphore as `mode` says; false if it was
+    /// not one already (then the caller ends its holders first).
+    pub fn set_kind(&mut self, mode: Mode) -> bool {
+        if self.mode().same_key_kind(mode) {
+            return true;
+        }
+        if self.is_empty() {
+            *self = Holders::Table(mode.limit().map(|limit| Table::new(Mode::Semaphore(limit))));
+            return true;
+        }
+        false
+    }
+
+    /// Heap bytes: owner strings, and the table with its owner copies.
     pub fn heap_size(&self) -> usize {
-        std::mem::size_of::<Self>()
-            + self.table.as_ref().map_or(0, |t| {
-                let owners: usize = t.by_token.values().map(|m| m.holder.owner.len()).sum();
-                owners * 2
-                    + t.by_token.capacity() * (std::mem::size_of::<(u64, Member)>() + 1)
+        match self {
+            Holders::One(h) => h.owner.len(),
+            Holders::Table(None) => 0,
+            Holders::Table(Some(t)) => {
+                let owners: usize = t.by_token.values().map(|(h, _)| h.owner.len()).sum();
+                std::mem::size_of::<Table>()
+                    + owners * 2
+                    + t.by_token.capacity() * (std::mem::size_of::<(u64, (Holder, Terms))>() + 1)
                     + t.by_owner.capacity() * (std::mem::size_of::<(Box<[u8]>, u64)>() + 1)
-            })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(owner: &str, token: u64) -> Holder {
+        Holder::new(owner.as_bytes().into(), 1, token, 100)
+    }
+
+    #[test]
+    fn a_plain_exclusive_holder_is_inline_and_anything_else_is_the_table() {
+        assert_eq!(std::mem::size_of::<Holders>(), 40, "one enum, the inline holder's size");
+        let mut h = Holders::default();
+        h.insert(holder("a", 1), Terms::default(), Mode::Exclusive);
+        assert!(matches!(h, Holders::One(_)));
+        h.set_session(1, Some(7));
+        assert!(matches!(h, Holders::Table(Some(_))), "a session moves it into the table");
+        assert_eq!(h.get(1).map(|(h, t)| (&*h.owner, t.session)), Some((&b"a"[..], Some(7))));
+        assert_eq!(h.token_of(b"a"), Some(1));
+        assert!(h.remove(1).is_some());
+        assert!(matches!(h, Holders::Table(None)), "an empty lock table goes");
+    }
+
+    #[test]
+    fn shared_and_semaphore_holders_are_counted_by_weight() {
+        let mut h = Holders::default();
+        h.insert(holder("a", 1), Terms::default(), Mode::Shared);
+        h.insert(holder("b", 2), Terms::default(), Mode::Shared);
+        assert_eq!((h.len(), h.used(), h.mode()), (2, 2, Mode::Shared));
+        let mut s = Holders::default();
+        s.insert(holder("a", 1), Terms { session: None, permits: 3 }, Mode::Semaphore(5));
+        assert_eq!((s.used(), s.token_of(b"a")), (3, Some(1)));
+        s.remove(1);
+        assert_eq!((s.used(), s.mode()), (0, Mode::Semaphore(5)), "a semaphore stays one");
+        assert!(s.set_kind(Mode::Exclusive), "an empty semaphore may become a lock");
+        assert_eq!((s.mode(), s.len(), s.used()), (Mode::Exclusive, 0, 0), "an exclusive lock nobody holds");
     }
 }

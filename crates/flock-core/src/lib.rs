@@ -2,15 +2,24 @@
 //! so that it is tested on its own (unit and property tests) and the module
 //! crate (`redis-flock`) only translates between it and the server.
 //!
-//! `queue` (the waiters of one lock, in order), `lock` (holder, reentrancy,
-//! fencing tokens, handoff), `holders` (the shared or semaphore holders of
-//! one key), `requests` (request IDs a resend is answered
-//! from), `deadlines` (lease and wait expiries, soonest first) and `args`
-//! (command arguments and their limits).
+//! In levels (`make layers` checks that no module imports one above it):
+//! 0. `limits`, `queue` (the waiters of one lock, in order), `deadlines`
+//!    (lease expiries, soonest first), `requests` (request IDs a resend is
+//!    answered from).
+//! 1. `holders` (who holds a key: one table, a plain lock's holder inline),
+//!    `tokens` (fencing tokens), `args` (command arguments).
+//! 2. `effects` (what operations report, and the one table of what each
+//!    report means outside the lock), `record` (the one persisted and
+//!    replicated format).
+//! 3. `lock` (holders, reentrancy, the queue and hand-off).
 
 pub mod args;
 pub mod deadlines;
+pub mod effects;
 pub mod holders;
+pub mod limits;
 pub mod lock;
 pub mod queue;
+pub mod record;
 pub mod requests;
+pub mod tokens;

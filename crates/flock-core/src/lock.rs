@@ -3,75 +3,20 @@
 //!
 //! Time is passed in as unix milliseconds, so the Redis layer decides what
 //! "now" is and tests can drive the clock by hand. Lease expiry is never
-//! applied implicitly: the caller asks `expire_due` first, so every hand-off
-//! that an expiry causes is visible to it and can be delivered.
+//! applied implicitly: the caller asks `expire` first. Every operation
+//! pushes what it did to `out` (see `effects`), so the caller follows each
+//! change the same way, whichever kind of holder it concerns.
 
 use std::collections::HashMap;
 
-use crate::args::MAX_TOKEN;
-use crate::deadlines::DeadlineId;
-use crate::holders::Shared;
-pub use crate::holders::{Member, TableChange};
+use crate::effects::{Change, End, Leave, Outcome};
+use crate::holders::{Holder, Holders, Mode, Terms, Want};
 use crate::queue::{WaitQueue, WaiterId};
 use crate::requests::{Kind, Record, Requests};
+use crate::tokens::TokenSource;
 
-/// Fencing tokens: strictly increasing for every grant this process makes.
-///
-/// A token is `max(last + 1, now_ms << 20)`, so tokens also keep rising
-/// across restarts, failovers and slot migrations where `last` is lost, as
-/// long as clocks do not step back by more than the time between grants.
-#[derive(Debug, Default)]
-pub struct TokenSource {
-    last: u64,
-}
-
-impl TokenSource {
-    /// Saturates at `MAX_TOKEN`: loaded tokens are at most that, and only a
-    /// crafted one could bring `last` there (the clock part stays below half).
-    pub fn next(&mut self, now_ms: u64) -> u64 {
-        let clock = now_ms.saturating_mul(1 << 20).min(MAX_TOKEN / 2);
-        self.last = self.last.saturating_add(1).max(clock).min(MAX_TOKEN);
-        self.last
-    }
-
-    pub fn last(&self) -> u64 {
-        self.last
-    }
-
-    /// Tokens seen elsewhere (loaded, replicated) are never handed out again.
-    pub fn observe(&mut self, token: u64) {
-        self.last = self.last.max(token);
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Holder {
-    pub owner: Box<[u8]>,
-    pub token: u64,
-    /// Absolute unix milliseconds.
-    pub deadline_ms: u64,
-    pub holds: u32,
-    /// Where the caller filed this lease's deadline to be woken at it; a
-    /// new holder has none. Kept here because it costs no extra bytes.
-    pub deadline_id: Option<DeadlineId>,
-}
-
-impl Holder {
-    pub fn new(owner: Box<[u8]>, holds: u32, token: u64, deadline_ms: u64) -> Self {
-        Self { owner, token, deadline_ms, holds, deadline_id: None }
-    }
-}
-
-/// What an ACQUIRE asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Want {
-    /// The lock alone (no `SHARED`, no `PERMITS`).
-    Exclusive,
-    /// The read side of a read-write lock.
-    Shared,
-    /// `n` of the `limit` permits of a semaphore.
-    Permits { n: u32, limit: u32 },
-}
+/// Where operations report what they did.
+pub type Outcomes<P> = Vec<Outcome<P>>;
 
 #[derive(Debug)]
 pub struct Waiter<P> {
@@ -81,13 +26,6 @@ pub struct Waiter<P> {
     /// The request ID it waits under and how long its grant is remembered.
     pub request: Option<(Box<[u8]>, u64)>,
     pub want: Want,
-    pub payload: P,
-}
-
-/// A waiter that just became a holder.
-#[derive(Debug)]
-pub struct Grant<P> {
-    pub token: u64,
     pub payload: P,
 }
 
@@ -112,21 +50,13 @@ pub enum LockError {
     TooManyHolds,
     /// The request ID was used with another command on this lock.
     IdReused(Kind),
-    /// `PERMITS` on a lock, or no `PERMITS` or another `LIMIT` on a semaphore.
+    /// `PERMITS` on a lock, or no `PERMITS` or another `LIMIT` on a
+    /// semaphore; the key's mode.
     WrongMode(Mode),
     /// An owner holding the lock shared asked for it exclusively.
     Upgrade,
     /// A semaphore holder asked again for another number of permits than it holds.
     PermitsDiffer(u32),
-}
-
-/// What a key is, once an ACQUIRE made it.
-#[derive(Debug, PartialEq, Eq, Clone, Copy)]
-pub enum Mode {
-    /// Exclusive and shared holders.
-    Lock,
-    /// A semaphore of this many permits.
-    Semaphore(u32),
 }
 
 pub struct Request<'a> {
@@ -152,201 +82,49 @@ struct Waiting<P> {
     queued: HashMap<Box<[u8]>, WaiterId>,
 }
 
-/// What most locks never have: waiters, a SESSION binding, request IDs,
-/// shared or semaphore holders. Boxed, and dropped when empty, so that a
-/// plain held lock stays small.
+/// What most locks never have: waiters and request IDs. Boxed, and dropped
+/// when empty, so that a plain held lock stays small.
 struct Extra<P> {
-    /// The client id whose disconnect releases the exclusive holder.
-    session: Option<u64>,
     waiting: Option<Box<Waiting<P>>>,
     requests: Requests,
-    /// Boxed once more, so that an exclusive lock's `Extra` (SESSION,
-    /// waiters, request IDs) stays as small as before.
-    shared: Option<Box<Shared>>,
-}
-
-impl<P> Default for Extra<P> {
-    fn default() -> Self {
-        Self { session: None, waiting: None, requests: Requests::default(), shared: None }
-    }
 }
 
 pub struct Lock<P> {
-    /// The exclusive holder. Shared and semaphore holders are in `Extra`.
-    holder: Option<Holder>,
+    holders: Holders,
     extra: Option<Box<Extra<P>>>,
 }
 
 impl<P> Default for Lock<P> {
     fn default() -> Self {
-        Self { holder: None, extra: None }
+        Self { holders: Holders::default(), extra: None }
     }
 }
 
 impl<P> Lock<P> {
-    pub fn with_holder(holder: Holder, session: Option<u64>) -> Self {
-        let mut lock = Self::default();
-        lock.set_holder(Some(holder), session);
-        lock
+    pub fn holders(&self) -> &Holders {
+        &self.holders
     }
 
-    /// Replaces the exclusive holder as replicated or loaded state says;
-    /// waiters stay. A holder ends any shared holders (they cannot coexist).
-    pub fn set_holder(&mut self, holder: Option<Holder>, session: Option<u64>) {
-        // The exclusive hot path (no shared state at all) skips the table.
-        if holder.is_some() && self.shared().is_some() {
-            self.clear_table();
-            self.set_mode(Mode::Lock);
-        }
-        self.holder = holder;
-        self.set_session(session.filter(|_| self.holder.is_some()));
+    /// A holder's lease, for the caller to note where it filed it.
+    pub fn holder_mut(&mut self, token: u64) -> Option<&mut Holder> {
+        self.holders.get_mut(token)
     }
 
-    /// The exclusive holder.
-    pub fn holder(&self) -> Option<&Holder> {
-        self.holder.as_ref()
-    }
-
-    pub fn holder_mut(&mut self) -> Option<&mut Holder> {
-        self.holder.as_mut()
-    }
-
-    /// The client id a SESSION exclusive holder is bound to.
-    pub fn session(&self) -> Option<u64> {
-        self.extra.as_ref().and_then(|e| e.session)
-    }
-
-    /// What the key is: a semaphore once an ACQUIRE with PERMITS made it,
-    /// a lock otherwise.
-    pub fn mode(&self) -> Mode {
-        self.shared().and_then(|p| p.limit).map_or(Mode::Lock, Mode::Semaphore)
-    }
-
-    /// Sets the key's mode as replicated or loaded state says.
-    pub fn set_mode(&mut self, mode: Mode) {
-        let limit = match mode {
-            Mode::Lock => None,
-            Mode::Semaphore(limit) => Some(limit),
-        };
-        if limit.is_some() || self.shared().is_some() {
-            self.shared_mut().limit = limit;
-        }
-        self.trim();
-    }
-
-    fn shared(&self) -> Option<&Shared> {
-        self.extra.as_ref()?.shared.as_deref()
-    }
-
-    fn shared_mut(&mut self) -> &mut Shared {
-        self.extra_mut().shared.get_or_insert_with(Box::default)
-    }
-
-    fn shared_if_any(&mut self) -> Option<&mut Shared> {
-        self.extra.as_mut()?.shared.as_deref_mut()
-    }
-
-    /// Shared or semaphore holders, in no particular order.
-    pub fn members(&self) -> impl Iterator<Item = &Member> + '_ {
-        self.shared().into_iter().flat_map(Shared::members)
-    }
-
-    pub fn members_mut(&mut self) -> impl Iterator<Item = &mut Member> + '_ {
-        self.shared_if_any().into_iter().flat_map(Shared::members_mut)
-    }
-
-    /// The exclusive holder or the members' holders.
     pub fn holders_mut(&mut self) -> impl Iterator<Item = &mut Holder> + '_ {
-        let shared = self.extra.as_mut().and_then(|e| e.shared.as_deref_mut()).into_iter();
-        self.holder.as_mut().into_iter().chain(shared.flat_map(|s| s.members_mut().map(|m| &mut m.holder)))
+        self.holders.iter_mut()
     }
 
-    pub fn member_count(&self) -> usize {
-        self.shared().map_or(0, Shared::len)
-    }
-
-    /// The shared or semaphore holder with this token.
-    pub fn member(&self, token: u64) -> Option<&Member> {
-        self.shared()?.get(token)
-    }
-
-    pub fn member_mut(&mut self, token: u64) -> Option<&mut Member> {
-        self.shared_if_any()?.get_mut(token)
-    }
-
-    fn member_of(&self, owner: &[u8]) -> Option<&Member> {
-        self.shared()?.of_owner(owner)
-    }
-
-    /// `owner` holds the key, exclusively or as a member.
-    pub fn is_holder(&self, owner: &[u8]) -> bool {
-        self.token_of(owner).is_some()
-    }
-
-    /// The token of `owner`'s grant, exclusive or member.
-    fn token_of(&self, owner: &[u8]) -> Option<u64> {
-        match &self.holder {
-            Some(h) if *h.owner == *owner => Some(h.token),
-            _ => self.member_of(owner).map(|m| m.holder.token),
-        }
-    }
-
-    /// Permits in use (semaphore).
-    pub fn permits_used(&self) -> u64 {
-        self.shared().map_or(0, Shared::used)
-    }
-
-    /// Every holder: the exclusive one or the members, and its session and
-    /// permits.
-    pub fn holders(&self) -> impl Iterator<Item = (&Holder, Option<u64>, u32)> + '_ {
-        let exclusive = self.holder.as_ref().map(|h| (h, self.session(), 0));
-        exclusive.into_iter().chain(self.members().map(|m| (&m.holder, m.session, m.permits)))
-    }
-
-    pub fn holder_count(&self) -> usize {
-        usize::from(self.holder.is_some()) + self.member_count()
-    }
-
-    /// The changes to the table since the last call.
-    pub fn take_changes(&mut self) -> Vec<TableChange> {
-        let Some(shared) = self.shared_if_any() else { return Vec::new() };
-        let changes = shared.take_changes();
-        self.trim();
-        changes
-    }
-
-    /// True if the holder with this token (exclusive or member) holds it now.
-    pub fn holds_token(&self, token: u64) -> bool {
-        self.holder.as_ref().is_some_and(|h| h.token == token) || self.member(token).is_some()
-    }
-
-    /// The session the holder with this token is bound to.
-    pub fn session_of(&self, token: u64) -> Option<u64> {
-        match &self.holder {
-            Some(h) if h.token == token => self.session(),
-            _ => self.member(token)?.session,
-        }
-    }
-
-    fn set_session(&mut self, session: Option<u64>) {
-        match (&mut self.extra, session) {
-            (Some(extra), _) => extra.session = session,
-            (None, None) => {}
-            (None, Some(_)) => self.extra_mut().session = session,
-        }
-        self.trim();
+    /// How the key is held now (exclusive when free, unless a semaphore).
+    pub fn mode(&self) -> Mode {
+        self.holders.mode()
     }
 
     fn extra_mut(&mut self) -> &mut Extra<P> {
-        self.extra.get_or_insert_with(Box::default)
+        self.extra.get_or_insert_with(|| Box::new(Extra { waiting: None, requests: Requests::default() }))
     }
 
     fn trim(&mut self) {
-        let Some(e) = self.extra.as_mut() else { return };
-        if e.shared.as_ref().is_some_and(|p| p.is_empty()) {
-            e.shared = None;
-        }
-        if e.session.is_none() && e.waiting.is_none() && e.requests.is_empty() && e.shared.is_none() {
+        if self.extra.as_ref().is_some_and(|e| e.waiting.is_none() && e.requests.is_empty()) {
             self.extra = None;
         }
     }
@@ -365,7 +143,7 @@ impl<P> Lock<P> {
 
     /// Nobody holds it and nobody waits: it is free to grant.
     pub fn is_idle(&self) -> bool {
-        self.holder.is_none() && self.member_count() == 0 && self.waiting().is_none()
+        self.holders.is_empty() && self.waiting().is_none()
     }
 
     /// Idle and remembering no request: the lock can disappear.
@@ -390,7 +168,7 @@ impl<P> Lock<P> {
             None => Ok(None),
             Some(record) if record.kind != kind => Err(LockError::IdReused(record.kind)),
             Some(record) if kind == Kind::Acquire => {
-                Ok((self.token_of(owner) == Some(record.reply)).then_some(record.reply))
+                Ok((self.holders.token_of(owner) == Some(record.reply)).then_some(record.reply))
             }
             Some(record) => Ok(Some(record.reply)),
         }
@@ -441,44 +219,37 @@ impl<P> Lock<P> {
     /// `want` fits this key's mode: `PERMITS` with the key's limit on a
     /// semaphore, anything else on a lock; a key nobody uses takes any.
     fn check_mode(&self, want: Want) -> Result<(), LockError> {
-        match (want, self.mode()) {
-            _ if self.is_unused() => Ok(()),
-            (Want::Permits { limit, .. }, Mode::Semaphore(have)) if limit == have => Ok(()),
-            (Want::Exclusive | Want::Shared, Mode::Lock) => Ok(()),
-            (_, mode) => Err(LockError::WrongMode(mode)),
+        let mode = self.mode();
+        if self.is_unused() || mode.same_key_kind(want.mode()) {
+            return Ok(());
         }
+        Err(LockError::WrongMode(mode))
     }
 
     /// Whether `want` could be granted now, ignoring the queue.
     fn fits(&self, want: Want) -> bool {
+        let free = self.holders.is_empty();
         match want {
-            Want::Exclusive => self.holder.is_none() && self.member_count() == 0,
-            Want::Shared => self.holder.is_none(),
-            Want::Permits { n, limit } => self.permits_used() + u64::from(n) <= u64::from(limit),
+            Want::Exclusive => free,
+            Want::Shared => free || self.mode() == Mode::Shared,
+            Want::Permits { n, limit } => self.holders.used() + u64::from(n) <= u64::from(limit),
         }
     }
 
-    pub fn acquire(&mut self, req: &Request, now_ms: u64, tokens: &mut TokenSource) -> Result<Acquired, LockError> {
+    pub fn acquire(
+        &mut self,
+        req: &Request,
+        now_ms: u64,
+        tokens: &mut TokenSource,
+        out: &mut Outcomes<P>,
+    ) -> Result<Acquired, LockError> {
         self.check_mode(req.want)?;
-        if let Some(holder) = self.holder.as_mut().filter(|h| *h.owner == *req.owner) {
-            // A writer may also read: SHARED is one more hold on its grant.
-            holder.holds = holder.holds.checked_add(1).ok_or(LockError::TooManyHolds)?;
-            holder.deadline_ms = now_ms.saturating_add(req.lease_ms);
-            let token = holder.token;
-            if req.session.is_some() {
-                self.set_session(req.session);
-            }
-            self.remember(req.id, Kind::Acquire, token, now_ms);
-            return Ok(Acquired::Reentered(token));
+        if self.is_unused() {
+            // A key nobody uses becomes what this request makes it.
+            self.holders.set_kind(req.want.mode());
         }
-        if let Some(member) = self.member_of(req.owner) {
-            let token = member.holder.token;
-            match req.want {
-                Want::Exclusive => return Err(LockError::Upgrade),
-                Want::Permits { n, .. } if n != member.permits => return Err(LockError::PermitsDiffer(member.permits)),
-                _ => {}
-            }
-            self.reenter_member(token, req, now_ms)?;
+        if let Some(token) = self.holders.token_of(req.owner) {
+            self.reenter(token, req, now_ms, out)?;
             self.remember(req.id, Kind::Acquire, token, now_ms);
             return Ok(Acquired::Reentered(token));
         }
@@ -490,69 +261,32 @@ impl<P> Lock<P> {
         }
         let token = tokens.next(now_ms);
         let holder = Holder::new(req.owner.into(), 1, token, now_ms.saturating_add(req.lease_ms));
-        self.install(holder, req.session, req.want);
+        self.holders.insert(holder, Terms { session: req.session, permits: req.want.permits() }, req.want.mode());
+        out.push(Outcome::Granted { token, waiter: None });
         self.remember(req.id, Kind::Acquire, token, now_ms);
         Ok(Acquired::Granted(token))
     }
 
-    fn reenter_member(&mut self, token: u64, req: &Request, now_ms: u64) -> Result<(), LockError> {
-        let shared = self.shared_if_any().ok_or(LockError::NotOwner)?;
-        let member = shared.get_mut(token).ok_or(LockError::NotOwner)?;
-        member.holder.holds = member.holder.holds.checked_add(1).ok_or(LockError::TooManyHolds)?;
-        member.holder.deadline_ms = now_ms.saturating_add(req.lease_ms);
-        let old_session = member.session;
+    /// One more hold of `token`'s grant for its owner: a writer may also
+    /// read (SHARED is one more hold on its grant), a reader may not write.
+    fn reenter(&mut self, token: u64, req: &Request, now_ms: u64, out: &mut Outcomes<P>) -> Result<(), LockError> {
+        let (holder, terms) = self.holders.get(token).ok_or(LockError::NotOwner)?;
+        match (self.holders.mode(), req.want) {
+            (Mode::Shared, Want::Exclusive) => return Err(LockError::Upgrade),
+            (Mode::Semaphore(_), Want::Permits { n, .. }) if n != terms.permits => {
+                return Err(LockError::PermitsDiffer(terms.permits))
+            }
+            _ => {}
+        }
+        let holds = holder.holds.checked_add(1).ok_or(LockError::TooManyHolds)?;
+        let holder = self.holders.get_mut(token).ok_or(LockError::NotOwner)?;
+        holder.holds = holds;
+        holder.deadline_ms = now_ms.saturating_add(req.lease_ms);
         if req.session.is_some() {
-            member.session = req.session;
+            self.holders.set_session(token, req.session);
         }
-        shared.touched(token, old_session);
+        out.push(Outcome::Changed { token, why: Change::Reentered, old_session: terms.session });
         Ok(())
-    }
-
-    /// Makes `holder` the exclusive holder or a member, as `want` says.
-    fn install(&mut self, holder: Holder, session: Option<u64>, want: Want) {
-        match want {
-            Want::Exclusive => self.set_holder(Some(holder), session),
-            Want::Shared => self.insert_member(Member { holder, session, permits: 0 }, None),
-            Want::Permits { n, limit } => self.insert_member(Member { holder, session, permits: n }, Some(limit)),
-        }
-    }
-
-    fn insert_member(&mut self, member: Member, limit: Option<u32>) {
-        let shared = self.shared_mut();
-        shared.limit = limit;
-        shared.insert(member);
-    }
-
-    /// Takes a member out; logged as gone unless it is being replaced.
-    fn remove_member(&mut self, token: u64, log: bool) -> Option<Member> {
-        let member = self.shared_if_any()?.remove(token, log);
-        self.trim();
-        member
-    }
-
-    fn clear_table(&mut self) {
-        if let Some(shared) = self.shared_if_any() {
-            shared.clear();
-        }
-        self.trim();
-    }
-
-    /// Sets a member as replicated or loaded state says; the key becomes
-    /// what `mode` says, and an exclusive holder ends.
-    pub fn set_member(&mut self, member: Member, mode: Mode) {
-        self.holder = None;
-        self.set_session(None);
-        let limit = match mode {
-            Mode::Lock => None,
-            Mode::Semaphore(limit) => Some(limit),
-        };
-        self.insert_member(member, limit);
-    }
-
-    /// Ends the member of `owner`, as replicated state says.
-    pub fn unset_member(&mut self, owner: &[u8]) -> Option<Member> {
-        let token = self.member_of(owner)?.holder.token;
-        self.remove_member(token, true)
     }
 
     /// Joins the tail of the queue; only after `acquire` answered `Busy`.
@@ -564,13 +298,15 @@ impl<P> Lock<P> {
     /// As `enqueue`, but `payload` is made only once the owner is known not
     /// to be queued: a caller can block a client there with nothing to undo.
     /// A resend of a queued request (`Acquired::Resent`) takes over its
-    /// place instead, with its lease and session, and gives back the payload
-    /// it had. `Ok(None)` (and nothing changed) if `payload` makes none.
+    /// place instead, with its lease and session, and the waiter it
+    /// replaces leaves (`Leave::Resent`). `Ok(None)` (and nothing changed)
+    /// if `payload` makes none.
     pub fn enqueue_with(
         &mut self,
         req: &Request,
         payload: impl FnOnce() -> Option<P>,
-    ) -> Result<Option<(WaiterId, Option<P>)>, LockError> {
+        out: &mut Outcomes<P>,
+    ) -> Result<Option<WaiterId>, LockError> {
         if self.resent(req).is_none() {
             self.check_not_queued(req)?;
         }
@@ -578,9 +314,11 @@ impl<P> Lock<P> {
         if let Some((place, waiter)) = self.resent(req) {
             waiter.lease_ms = req.lease_ms;
             waiter.session = req.session;
-            return Ok(Some((place, Some(std::mem::replace(&mut waiter.payload, payload)))));
+            let first = std::mem::replace(&mut waiter.payload, payload);
+            out.push(Outcome::Left { waiter: first, why: Leave::Resent });
+            return Ok(Some(place));
         }
-        Ok(Some((self.push_waiter(req, payload), None)))
+        Ok(Some(self.push_waiter(req, payload)))
     }
 
     fn check_not_queued(&self, req: &Request) -> Result<(), LockError> {
@@ -607,147 +345,116 @@ impl<P> Lock<P> {
         id
     }
 
-    /// A waiter leaves (timeout, disconnect); `None` if it is no longer
+    /// A waiter leaves (timeout, disconnect, ...); false if it is no longer
     /// queued. The waiters behind it may fit now (a big semaphore request
     /// or an exclusive one at the head left): `grant_waiters` grants them.
-    pub fn remove_waiter(&mut self, id: WaiterId) -> Option<Waiter<P>> {
-        self.take_waiter(|queue| queue.remove(id))
+    pub fn remove_waiter(&mut self, id: WaiterId, why: Leave, out: &mut Outcomes<P>) -> bool {
+        let Some(waiter) = self.take_waiter(|queue| queue.remove(id)) else { return false };
+        out.push(Outcome::Left { waiter: waiter.payload, why });
+        true
     }
 
-    /// Empties the queue (the lock is being deleted).
-    pub fn drain_waiters(&mut self) -> Vec<Waiter<P>> {
-        std::iter::from_fn(|| self.take_waiter(WaitQueue::pop_front)).collect()
+    /// Empties the queue: every waiter leaves for `why`.
+    pub fn drain_waiters(&mut self, why: Leave, out: &mut Outcomes<P>) {
+        while let Some(waiter) = self.take_waiter(WaitQueue::pop_front) {
+            out.push(Outcome::Left { waiter: waiter.payload, why });
+        }
     }
 
-    /// Releases one hold of `owner`: the holds left and, at zero, the grants
-    /// it caused.
+    /// Releases one hold of `owner`'s grant: the holds left.
     pub fn release(
         &mut self,
         owner: &[u8],
         now_ms: u64,
         tokens: &mut TokenSource,
-    ) -> Result<(u32, Vec<Grant<P>>), LockError> {
-        if let Some(holder) = self.holder.as_mut().filter(|h| *h.owner == *owner) {
-            holder.holds -= 1;
-            if holder.holds > 0 {
-                return Ok((holder.holds, Vec::new()));
-            }
-            return Ok((0, self.vacate(now_ms, tokens).1));
-        }
-        let token = self.member_of(owner).ok_or(LockError::NotOwner)?.holder.token;
-        let shared = self.shared_if_any().ok_or(LockError::NotOwner)?;
-        let member = shared.get_mut(token).ok_or(LockError::NotOwner)?;
-        member.holder.holds -= 1;
-        let (left, session) = (member.holder.holds, member.session);
+        out: &mut Outcomes<P>,
+    ) -> Result<u32, LockError> {
+        let token = self.holders.token_of(owner).ok_or(LockError::NotOwner)?;
+        let session = self.session_of(token);
+        let holder = self.holders.get_mut(token).ok_or(LockError::NotOwner)?;
+        holder.holds -= 1;
+        let left = holder.holds;
         if left > 0 {
-            shared.touched(token, session);
-            return Ok((left, Vec::new()));
+            out.push(Outcome::Changed { token, why: Change::HoldReleased, old_session: session });
+        } else {
+            self.end(token, End::Released, now_ms, tokens, out);
         }
-        self.remove_member(token, true);
-        Ok((0, self.grant_waiters(now_ms, tokens)))
+        Ok(left)
+    }
+
+    /// The session the grant with this token is bound to.
+    pub fn session_of(&self, token: u64) -> Option<u64> {
+        self.holders.get(token).and_then(|(_, terms)| terms.session)
     }
 
     /// Resets the lease of `owner`'s grant; its token.
-    pub fn renew(&mut self, owner: &[u8], lease_ms: u64, now_ms: u64) -> Result<u64, LockError> {
-        if let Some(holder) = self.holder.as_mut().filter(|h| *h.owner == *owner) {
-            holder.deadline_ms = now_ms.saturating_add(lease_ms);
-            return Ok(holder.token);
-        }
-        let token = self.member_of(owner).ok_or(LockError::NotOwner)?.holder.token;
-        let shared = self.shared_if_any().ok_or(LockError::NotOwner)?;
-        let member = shared.get_mut(token).ok_or(LockError::NotOwner)?;
-        member.holder.deadline_ms = now_ms.saturating_add(lease_ms);
-        let session = member.session;
-        shared.touched(token, session);
+    pub fn renew(&mut self, owner: &[u8], lease_ms: u64, now_ms: u64, out: &mut Outcomes<P>) -> Result<u64, LockError> {
+        let token = self.holders.token_of(owner).ok_or(LockError::NotOwner)?;
+        let session = self.session_of(token);
+        let holder = self.holders.get_mut(token).ok_or(LockError::NotOwner)?;
+        holder.deadline_ms = now_ms.saturating_add(lease_ms);
+        out.push(Outcome::Changed { token, why: Change::Renewed, old_session: session });
         Ok(token)
     }
 
-    /// True if the exclusive holder's lease has run out.
-    pub fn is_expired(&self, now_ms: u64) -> bool {
-        self.holder.as_ref().is_some_and(|h| h.deadline_ms <= now_ms)
-    }
-
-    /// Ends the exclusive lease if it has run out; `None` if it has not (or
-    /// nobody holds it exclusively). Members' leases end by `expire_token`
-    /// and `expire_owner`.
-    pub fn expire_due(&mut self, now_ms: u64, tokens: &mut TokenSource) -> Option<(Holder, Vec<Grant<P>>)> {
-        if !self.is_expired(now_ms) {
-            return None;
+    /// Ends the leases that a command must not see past their end: the
+    /// exclusive holder's (it keeps everyone out) and `owner`'s own.
+    /// Others end on their timers: a command stays O(1) in holders.
+    pub fn expire(&mut self, owner: Option<&[u8]>, now_ms: u64, tokens: &mut TokenSource, out: &mut Outcomes<P>) {
+        let exclusive = match self.mode() {
+            Mode::Exclusive => self.holders.iter().next().map(|(h, _)| h.token),
+            _ => None,
+        };
+        let own = owner.and_then(|owner| self.holders.token_of(owner)).filter(|&t| Some(t) != exclusive);
+        for token in exclusive.into_iter().chain(own) {
+            self.expire_token(token, now_ms, tokens, out);
         }
-        let (old, grants) = self.vacate(now_ms, tokens);
-        old.map(|old| (old, grants))
     }
 
-    /// Ends the lease of the member with this token if it has run out.
-    pub fn expire_token(
-        &mut self,
-        token: u64,
-        now_ms: u64,
-        tokens: &mut TokenSource,
-    ) -> Option<(Holder, Vec<Grant<P>>)> {
-        if self.member(token)?.holder.deadline_ms > now_ms {
-            return None;
+    /// Ends the lease with this token if it has run out; false if it has
+    /// not, or no holder has it.
+    pub fn expire_token(&mut self, token: u64, now_ms: u64, tokens: &mut TokenSource, out: &mut Outcomes<P>) -> bool {
+        if self.holders.get(token).is_none_or(|(h, _)| h.deadline_ms > now_ms) {
+            return false;
         }
-        let member = self.remove_member(token, true)?;
-        Some((member.holder, self.grant_waiters(now_ms, tokens)))
+        self.end(token, End::LeaseEnded, now_ms, tokens, out)
     }
 
-    /// Ends the lease of `owner`'s member grant if it has run out: a command
-    /// about that owner never sees a lease that should have ended.
-    pub fn expire_owner(
-        &mut self,
-        owner: &[u8],
-        now_ms: u64,
-        tokens: &mut TokenSource,
-    ) -> Option<(Holder, Vec<Grant<P>>)> {
-        let token = self.member_of(owner)?.holder.token;
-        self.expire_token(token, now_ms, tokens)
+    /// Ends the grant with this token whatever its holds, and grants the
+    /// waiters that fit now; false if no holder has it.
+    pub fn end(&mut self, token: u64, why: End, now_ms: u64, tokens: &mut TokenSource, out: &mut Outcomes<P>) -> bool {
+        let Some((holder, terms)) = self.holders.remove(token) else { return false };
+        out.push(Outcome::Ended { holder, terms, why });
+        self.grant_waiters(now_ms, tokens, out);
+        true
     }
 
-    /// Removes the holder with this token whatever its holds (session
-    /// closed, grant undelivered); `None` if no holder has it.
-    pub fn end_holder(&mut self, token: u64, now_ms: u64, tokens: &mut TokenSource) -> Option<Vec<Grant<P>>> {
-        if self.holder.as_ref().is_some_and(|h| h.token == token) {
-            return Some(self.vacate(now_ms, tokens).1);
-        }
-        self.remove_member(token, true)?;
-        Some(self.grant_waiters(now_ms, tokens))
-    }
-
-    /// Removes every holder (FORCERELEASE): how many, and the grants.
-    pub fn remove_all(&mut self, now_ms: u64, tokens: &mut TokenSource) -> (usize, Vec<Grant<P>>) {
-        let removed = self.holder_count();
-        self.clear_table();
-        (removed, self.vacate(now_ms, tokens).1)
-    }
-
-    /// Removes the exclusive holder whatever its holds, and grants the head
-    /// of the queue (and those behind it that fit), each with its own lease
-    /// from `now_ms`.
-    pub fn vacate(&mut self, now_ms: u64, tokens: &mut TokenSource) -> (Option<Holder>, Vec<Grant<P>>) {
-        let old = self.holder.take();
-        self.set_session(None);
-        (old, self.grant_waiters(now_ms, tokens))
+    /// Ends every grant (FORCERELEASE): how many.
+    pub fn end_all(&mut self, why: End, now_ms: u64, tokens: &mut TokenSource, out: &mut Outcomes<P>) -> usize {
+        let ended = self.holders.drain();
+        let count = ended.len();
+        out.extend(ended.into_iter().map(|(holder, terms)| Outcome::Ended { holder, terms, why }));
+        self.grant_waiters(now_ms, tokens, out);
+        count
     }
 
     /// Grants the head of the queue while it fits, in order: a head that
-    /// does not fit is never overtaken.
-    pub fn grant_waiters(&mut self, now_ms: u64, tokens: &mut TokenSource) -> Vec<Grant<P>> {
-        let mut grants = Vec::new();
+    /// does not fit is never overtaken. Each grant has its own lease from
+    /// `now_ms`.
+    pub fn grant_waiters(&mut self, now_ms: u64, tokens: &mut TokenSource, out: &mut Outcomes<P>) {
         while let Some(want) = self.grantable_head() {
             let Some(waiter) = self.take_waiter(WaitQueue::pop_front) else { break };
             let token = tokens.next(now_ms);
             let holder = Holder::new(waiter.owner, 1, token, now_ms.saturating_add(waiter.lease_ms));
-            self.install(holder, waiter.session, want);
+            self.holders.insert(holder, Terms { session: waiter.session, permits: want.permits() }, want.mode());
             // Remembered at the grant: if the reply never reaches the waiter,
             // the grant is passed on and its token no longer held, so a resend
             // is a new request.
             if let Some((id, window_ms)) = &waiter.request {
                 self.remember(Some(RequestId { id, window_ms: *window_ms }), Kind::Acquire, token, now_ms);
             }
-            grants.push(Grant { token, payload: waiter.payload });
+            out.push(Outcome::Granted { token, waiter: Some(waiter.payload) });
         }
-        grants
     }
 
     /// What the head of the queue wants, if it can be granted now.
@@ -761,10 +468,62 @@ impl<P> Lock<P> {
         self.grantable_head().is_some()
     }
 
+    /// Sets one holder as replicated or loaded state says: holders of
+    /// another mode, the owner's other grant, another owner's grant under
+    /// the same token go (only such state could bring them); waiters stay.
+    pub fn restore(&mut self, holder: Holder, terms: Terms, mode: Mode, out: &mut Outcomes<P>) {
+        let same_mode = self.holders.mode() == mode || self.holders.is_empty();
+        if !same_mode || !self.holders.set_kind(mode) {
+            self.replace_all(out);
+            self.holders.set_kind(mode);
+        }
+        let mut holder = holder;
+        let mut old_session = None;
+        let stale = [self.holders.token_of(&holder.owner), Some(holder.token)];
+        for token in stale.into_iter().flatten() {
+            let Some((old, old_terms)) = self.holders.remove(token) else { continue };
+            if old.token == holder.token && old.owner == holder.owner {
+                // The same grant, set again: it keeps its filed lease.
+                holder.deadline_id = old.deadline_id;
+                old_session = old_terms.session;
+            } else {
+                out.push(Outcome::Ended { holder: old, terms: old_terms, why: End::Replaced });
+            }
+        }
+        let token = holder.token;
+        self.holders.insert(holder, terms, mode);
+        out.push(Outcome::Changed { token, why: Change::Restored, old_session });
+    }
+
+    /// Makes the key what `mode` says and ends `owner`'s grant, if any, as
+    /// replicated or loaded state says.
+    pub fn restore_absent(&mut self, owner: Option<&[u8]>, mode: Mode, out: &mut Outcomes<P>) {
+        if !self.holders.set_kind(mode) {
+            self.replace_all(out);
+            self.holders.set_kind(mode);
+        }
+        let gone = owner.and_then(|owner| self.holders.token_of(owner)).and_then(|t| self.holders.remove(t));
+        if let Some((holder, terms)) = gone {
+            out.push(Outcome::Ended { holder, terms, why: End::Replaced });
+        }
+    }
+
+    /// Nobody holds the key exclusively, as an AOF written before
+    /// FLOCK.HOLDER carried every holder says (`FLOCK.STATE key`).
+    pub fn restore_vacant(&mut self, out: &mut Outcomes<P>) {
+        if self.mode() == Mode::Exclusive {
+            self.replace_all(out);
+        }
+    }
+
+    fn replace_all(&mut self, out: &mut Outcomes<P>) {
+        let gone = self.holders.drain();
+        out.extend(gone.into_iter().map(|(holder, terms)| Outcome::Ended { holder, terms, why: End::Replaced }));
+    }
+
     /// Heap bytes owned by this lock (owner strings, queue, index, table).
     pub fn heap_size(&self) -> usize {
         let extra = self.extra.as_ref().map_or(0, |e| std::mem::size_of::<Extra<P>>() + e.requests.heap_size());
-        let shared = self.shared().map_or(0, Shared::heap_size);
         let waiting = self.waiting().map_or(0, |w| {
             let owners: usize = w.queue.iter().map(|w| w.owner.len()).sum();
             std::mem::size_of::<Waiting<P>>()
@@ -772,7 +531,7 @@ impl<P> Lock<P> {
                 + owners * 2
                 + w.queued.capacity() * (std::mem::size_of::<(Box<[u8]>, WaiterId)>() + 1)
         });
-        self.holder.as_ref().map_or(0, |h| h.owner.len()) + extra + shared + waiting
+        self.holders.heap_size() + extra + waiting
     }
 }
 

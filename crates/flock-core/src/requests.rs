@@ -11,9 +11,6 @@ use hashbrown::HashTable;
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, RandomState};
 
-/// The longest request ID, in bytes.
-pub const MAX_ID_LEN: usize = 64;
-
 /// Which command a request ID was used with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -32,15 +29,6 @@ impl Kind {
 
     pub fn from_code(code: u64) -> Option<Kind> {
         Self::ALL.into_iter().find(|k| k.code() == code)
-    }
-
-    pub fn command(self) -> &'static str {
-        match self {
-            Kind::Acquire => "FLOCK.ACQUIRE",
-            Kind::Release => "FLOCK.RELEASE",
-            Kind::Renew => "FLOCK.RENEW",
-            Kind::ForceRelease => "FLOCK.FORCERELEASE",
-        }
     }
 }
 

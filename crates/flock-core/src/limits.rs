@@ -1,0 +1,11 @@
+//! The limits every layer checks against: what a command may ask for, and
+//! so what a loaded or replicated record may hold.
+
+/// The longest owner, in bytes.
+pub const MAX_OWNER_LEN: usize = 256;
+/// The longest lease or WAIT timeout, in milliseconds.
+pub const MAX_MS: u64 = 1 << 40;
+/// Replies carry tokens as signed 64-bit integers.
+pub const MAX_TOKEN: u64 = i64::MAX as u64;
+/// The longest request ID, in bytes.
+pub const MAX_ID_LEN: usize = 64;

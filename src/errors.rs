@@ -1,0 +1,171 @@
+//! Every error FLOCK answers, code and text, in one place: the core reports
+//! plain variants, this turns them into replies. docs/commands.md lists
+//! every code here (tests/docs.rs checks it).
+//!
+//! Texts are ASCII: the crate sends an error's text char by char as bytes.
+
+use std::ffi::CStr;
+
+use redis_module::RedisError;
+
+use crate::args::ArgError;
+use crate::effects::Leave;
+use crate::holders::Mode;
+use crate::limits::{MAX_ID_LEN, MAX_MS, MAX_OWNER_LEN};
+use crate::lock::LockError;
+use crate::record::Field;
+use crate::requests::Kind;
+
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+const NOTOWNER: &str = "NOTOWNER the lock is not held by this owner (never acquired, released, or its lease expired): only its holder may release or renew it";
+const QUEUED: &str =
+    "QUEUED this owner is already waiting for this lock on another connection: an owner may wait once per lock, use a distinct owner per waiter";
+const LOCKDELETED: &str = "LOCKDELETED the lock was deleted while waiting for it";
+/// `UNBLOCKED` is the code Redis itself answers blocked clients with when a
+/// master becomes a replica, so clients already treat it as "retry".
+const UNBLOCKED: &str = "UNBLOCKED this node is no longer a master: retry on the new master";
+const RESENT: &str = "RESENT this request was sent again on another connection, which now waits in its place";
+pub const NOT_BLOCKED: &str = "ERR the server refused to block this client: retry without WAIT";
+pub const NOT_REGISTERED: &str = "ERR the flocklock type is not registered (internal error)";
+pub const NOT_CREATED: &str = "ERR could not create the lock: the new key holds no lock value (internal error)";
+pub const NESTED: &str =
+    "ERR a FLOCK command cannot run inside another FLOCK command (called from a keyspace event handler?)";
+
+pub fn lock_error(e: LockError) -> RedisError {
+    RedisError::String(match e {
+        LockError::NotOwner => NOTOWNER.into(),
+        LockError::AlreadyQueued => QUEUED.into(),
+        LockError::TooManyHolds => {
+            "ERR this owner already holds the lock 4294967295 times, the most there can be: release it first".into()
+        }
+        LockError::IdReused(kind) => format!(
+            "IDREUSED this request ID was used with {} on this lock: use a new ID for every command you send",
+            command(kind)
+        ),
+        LockError::WrongMode(Mode::Semaphore(limit)) => {
+            format!("WRONGMODE this key is a semaphore of {limit} permits: acquire it with PERMITS n LIMIT {limit}")
+        }
+        LockError::WrongMode(Mode::Exclusive | Mode::Shared) => {
+            "WRONGMODE this key is a lock, not a semaphore: acquire it without PERMITS (with SHARED for the read side)"
+                .into()
+        }
+        LockError::Upgrade => "UPGRADE this owner holds the lock shared and would wait for itself: release its shared holds first, then acquire it exclusively".into(),
+        LockError::PermitsDiffer(n) => format!(
+            "ERR this owner holds {n} permits of this semaphore: acquire again with PERMITS {n} for one more hold, or release first"
+        ),
+    })
+}
+
+/// The command a request ID was used with.
+fn command(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Acquire => "FLOCK.ACQUIRE",
+        Kind::Release => "FLOCK.RELEASE",
+        Kind::Renew => "FLOCK.RENEW",
+        Kind::ForceRelease => "FLOCK.FORCERELEASE",
+    }
+}
+
+pub fn arg_error(e: ArgError) -> RedisError {
+    RedisError::String(match e {
+        ArgError::Arity => return RedisError::WrongArity,
+        ArgError::Owner => format!("ERR invalid owner: it must be 1 to {MAX_OWNER_LEN} bytes long"),
+        ArgError::Lease => {
+            format!("ERR invalid lease-ms: it must be an integer number of milliseconds from 1 to {MAX_MS}")
+        }
+        ArgError::Timeout => format!(
+            "ERR invalid WAIT timeout-ms: it must be an integer number of milliseconds from 0 (no limit) to {MAX_MS}"
+        ),
+        ArgError::UnknownOption(o) => format!(
+            "ERR unknown option '{o}': FLOCK.ACQUIRE takes only WAIT timeout-ms, SESSION and ID request-id, and SHARED or PERMITS n LIMIT m"
+        ),
+        ArgError::Id => format!("ERR invalid request ID: it must be 1 to {MAX_ID_LEN} bytes long"),
+        ArgError::UnknownIdOption(o) => format!("ERR unknown option '{o}': the only option here is ID request-id"),
+        ArgError::Repeated(o) => format!("ERR option {o} given more than once: each option may appear once"),
+        ArgError::MissingValue("ID") => "ERR option ID has no value: write ID request-id".into(),
+        ArgError::MissingValue("PERMITS") => "ERR option PERMITS has no value: write PERMITS n LIMIT m".into(),
+        ArgError::MissingValue(o) => format!("ERR option {o} has no value: write {o} timeout-ms (0 waits without limit)"),
+        ArgError::Permits => {
+            "ERR invalid PERMITS: write PERMITS n LIMIT m with n an integer from 1 to m (the permits this owner takes)"
+                .into()
+        }
+        ArgError::Limit => {
+            format!("ERR invalid LIMIT: it must be an integer from 1 to {} (the permits of the semaphore)", u32::MAX)
+        }
+        ArgError::SharedAndPermits => {
+            "ERR SHARED and PERMITS exclude each other: SHARED is for a read-write lock, PERMITS for a semaphore".into()
+        }
+    })
+}
+
+pub fn above_max_lease(what: &str, ms: u64, max: u64) -> RedisError {
+    RedisError::String(format!("ERR {what} {ms} is above flock.max-lease-ms: it must be at most {max}"))
+}
+
+pub fn max_waiters(waiters: usize) -> RedisError {
+    RedisError::String(format!(
+        "MAXWAITERS this lock already has {waiters} waiters, the most flock.max-waiters allows: retry later or try without WAIT"
+    ))
+}
+
+pub fn eviction(policy: &str) -> RedisError {
+    let safe = policy.replacen("allkeys-", "volatile-", 1);
+    RedisError::String(format!(
+        "EVICTION maxmemory-policy {policy} with maxmemory set can evict a held lock, so FLOCK grants none: \
+         lock keys have no TTL, which volatile-* policies never evict (CONFIG SET maxmemory-policy {safe}), \
+         or accept the risk with CONFIG SET flock.allow-eviction yes"
+    ))
+}
+
+pub fn internal(command: &CStr) -> RedisError {
+    let command = command.to_string_lossy();
+    RedisError::String(format!("ERR {command} is internal: only a master's replication stream and the AOF send it"))
+}
+
+/// A waiter that leaves without a grant and is told why.
+pub fn left(why: Leave) -> RedisError {
+    RedisError::Str(match why {
+        Leave::Deleted => LOCKDELETED,
+        Leave::Demoted => UNBLOCKED,
+        Leave::Resent => RESENT,
+        Leave::TimedOut | Leave::Unblocked | Leave::Disconnected => "ERR the wait ended (internal error)",
+    })
+}
+
+/// What a record must hold, for the error that refuses it.
+pub fn field(field: Field) -> &'static str {
+    match field {
+        Field::Owner => "owner must be 1 to 256 bytes",
+        Field::Holds => "holds must be an integer from 1 to 4294967295",
+        Field::Token => "token must be an integer from 1 to 9223372036854775807",
+        Field::Deadline => {
+            "deadline-unix-ms must be an integer no later than 2^41 ms after this server's clock (a lease is at most 2^40 ms)"
+        }
+        Field::Session => "session must be 0 or 1",
+        Field::Mode => "mode must be exclusive or shared with limit 0, or semaphore with a limit from 1 to 4294967295",
+        Field::Permits => "permits must be 0 for a lock's holder and 1 to the limit for a semaphore holder",
+        Field::Request => {
+            "a request record is an ID of 1 to 64 bytes, a command code 0 to 3, a reply from 0 to \
+             9223372036854775807 and an expiry no later than 2^41 ms after this server's clock"
+        }
+        Field::Length => "the record has too few or too many fields",
+        Field::Holders => "two holders with one token or one owner, or an exclusive holder beside others",
+        Field::Limit => "more permits in use than the semaphore's limit",
+    }
+}
+
+/// A replicated or AOF record refused.
+pub fn record(command: &CStr, f: Field) -> RedisError {
+    match f {
+        Field::Length => RedisError::WrongArity,
+        f => RedisError::String(format!("ERR invalid {} record: {}", command.to_string_lossy(), field(f))),
+    }
+}
+
+/// Why a lock in an RDB payload is refused (the server's log says it).
+pub fn refused_load(f: Field) -> String {
+    match f {
+        Field::Length => "the data ends early".into(),
+        f => format!("no command could have made it: {}", field(f)),
+    }
+}
