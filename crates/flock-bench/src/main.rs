@@ -15,6 +15,7 @@ mod runner;
 mod scenarios;
 mod server;
 mod stats;
+mod stop;
 mod targets;
 
 use std::error::Error;
