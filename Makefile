@@ -93,9 +93,11 @@ deps-node:
 test-servers: build sizes layers deps-clients
 	CLIENTS="$(CLIENTS)" FLOCK_MODULE=$(abspath $(MODULE)) scripts/test-servers.sh $(SERVERS)
 
-# The Redis layer's modules import one another without a cycle; prints the
-# level of each (see src/lib.rs). And the Redis layer borrows its state once
-# per callback (scripts/check-state-borrow.sh).
+# In each of the three crates with modules in levels, the Redis layer (src/,
+# see src/lib.rs), the core (crates/flock-core/src) and the benchmark
+# (crates/flock-bench/src), the modules import one another without a cycle;
+# prints the level of each, per crate, and the modules of any cycle. And the
+# Redis layer borrows its state once per callback (scripts/check-state-borrow.sh).
 layers:
 	scripts/check-layers.sh
 	scripts/check-state-borrow.sh

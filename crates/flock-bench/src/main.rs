@@ -13,8 +13,10 @@ mod report;
 mod results;
 mod runner;
 mod scenarios;
+mod schedule;
 mod server;
 mod stats;
+mod stop;
 mod targets;
 
 use std::error::Error;
@@ -49,7 +51,7 @@ fn main() -> ExitCode {
 fn run(config: &Config) -> Result<(), Box<dyn Error>> {
     let server = Server::start(&config.module)?;
     let started = Instant::now();
-    let samples = scenarios::run_all(&server, config)?;
+    let samples = schedule::run_all(&server, config)?;
     let machine = Machine::describe(&server)?;
     let report = report::render(config, &machine, &samples, started.elapsed());
     print!("{report}");

@@ -1,7 +1,7 @@
 //! Runs N clients at once, one thread and one connection each, from a
 //! common start for a fixed time.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::time::Duration;
 
@@ -10,26 +10,7 @@ use redis::RedisResult;
 use crate::client::{now_ns, Client};
 use crate::methods::{Kind, Method};
 use crate::server::Server;
-
-/// The end of a run, as the clients see it.
-#[derive(Default)]
-pub struct Stop {
-    end_ns: AtomicU64,
-    flag: AtomicBool,
-}
-
-impl Stop {
-    /// The run is over: start nothing new.
-    pub fn is_set(&self) -> bool {
-        self.flag.load(Ordering::Relaxed)
-    }
-
-    /// Time left until the planned end; a client waiting on its own clock
-    /// waits no longer than this.
-    pub fn remaining(&self) -> Duration {
-        Duration::from_nanos(self.end_ns.load(Ordering::Relaxed).saturating_sub(now_ns()))
-    }
-}
+use crate::stop::Stop;
 
 /// What the clients of one run returned, and when the run was timed.
 pub struct Run<T> {
@@ -86,11 +67,11 @@ pub fn run_clients<S, T: Send>(
                 })
             })
             .collect();
-        stop.end_ns.store(now_ns() + duration.as_nanos() as u64, Ordering::Relaxed);
+        stop.plan(duration);
         barrier.wait();
         let start = now_ns();
         std::thread::sleep(duration);
-        stop.flag.store(true, Ordering::Relaxed);
+        stop.set();
         let end = now_ns();
         // A client blocked in the server (FLOCK.ACQUIRE ... WAIT 0) only
         // returns when answered: CLIENT UNBLOCK answers nil. Repeat until all

@@ -4,7 +4,7 @@ use redis::{Cmd, Pipeline, RedisResult, Value};
 
 use super::{Method, Shared, Want};
 use crate::client::Client;
-use crate::runner::Stop;
+use crate::stop::Stop;
 
 pub struct Flock;
 

@@ -10,7 +10,7 @@ use redis::{Cmd, Pipeline, RedisResult, Value};
 
 use super::{poll, Lua, Method};
 use crate::client::Client;
-use crate::runner::Stop;
+use crate::stop::Stop;
 
 pub static POLL: Lua = Lua::new(include_str!("listpoll_poll.lua"));
 pub static RELEASE: Lua = Lua::new(include_str!("listpoll_release.lua"));

@@ -18,8 +18,8 @@ use std::time::Duration;
 use redis::{Cmd, Pipeline, RedisResult, Script};
 
 use crate::client::Client;
-use crate::runner::Stop;
 use crate::server::Server;
+use crate::stop::Stop;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {

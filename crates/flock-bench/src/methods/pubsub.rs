@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis::{Cmd, Parser, RedisResult, Value};
 
 use crate::client::Client;
-use crate::runner::Stop;
+use crate::stop::Stop;
 
 pub struct Subscriber {
     reader: BufReader<TcpStream>,

@@ -12,8 +12,8 @@ use redis::{Cmd, ErrorKind, Pipeline, RedisResult, Value};
 use super::pubsub::{acquire_as_redisson, Subscriber, Try};
 use super::{Lua, Method};
 use crate::client::Client;
-use crate::runner::Stop;
 use crate::server::Server;
+use crate::stop::Stop;
 
 pub static ACQUIRE: Lua =
     Lua::new(concat!(include_str!("redisson_drop_stale.lua"), include_str!("redisson_acquire.lua")));

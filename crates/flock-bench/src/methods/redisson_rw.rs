@@ -12,8 +12,8 @@ use redis::{Cmd, ErrorKind, RedisResult, Value};
 use super::pubsub::{acquire_as_redisson, Subscriber, Try};
 use super::{Lua, Shared, Want};
 use crate::client::Client;
-use crate::runner::Stop;
 use crate::server::Server;
+use crate::stop::Stop;
 
 pub static READ_LOCK: Lua = Lua::new(include_str!("redisson_read_lock.lua"));
 pub static READ_UNLOCK: Lua = Lua::new(include_str!("redisson_read_unlock.lua"));

@@ -13,8 +13,8 @@ use super::pubsub::{acquire_as_redisson, Subscriber, Try};
 use super::redisson::unix_ms;
 use super::{Lua, Shared, Want};
 use crate::client::Client;
-use crate::runner::Stop;
 use crate::server::Server;
+use crate::stop::Stop;
 
 pub static SET_PERMITS: Lua = Lua::new(include_str!("redisson_semaphore_set.lua"));
 pub static ACQUIRE: Lua = Lua::new(include_str!("redisson_semaphore_acquire.lua"));

@@ -8,7 +8,7 @@ use redis::{Cmd, Pipeline, RedisResult, Value};
 
 use super::{poll, Lua, Method};
 use crate::client::Client;
-use crate::runner::Stop;
+use crate::stop::Stop;
 
 pub static RELEASE: Lua = Lua::new(include_str!("setnx_release.lua"));
 

@@ -8,9 +8,10 @@ use redis::RedisResult;
 use crate::client::{now_ns, Client, Span};
 use crate::methods::{Kind, Method};
 use crate::results::Metric;
-use crate::runner::{run_method, Run, Stop};
+use crate::runner::{run_method, Run};
 use crate::server::{measure_busy, Server};
 use crate::stats::{latency_us, us};
+use crate::stop::Stop;
 
 pub const GRANTS: Metric = Metric::median("grants/s");
 pub const HOLD: Metric = Metric::median("hold us");

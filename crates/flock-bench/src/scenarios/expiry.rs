@@ -9,9 +9,10 @@ use redis::RedisResult;
 use crate::client::{now_ns, Client};
 use crate::methods::{Kind, Method};
 use crate::results::Metric;
-use crate::runner::{run_method, Stop};
+use crate::runner::run_method;
 use crate::server::Server;
 use crate::stats::latency_us;
+use crate::stop::Stop;
 
 pub const HANDOFFS: Metric = Metric::median("hand-offs");
 pub const DELAY_P50: Metric = Metric::median("delay p50 ms");

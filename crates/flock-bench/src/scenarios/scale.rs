@@ -16,10 +16,10 @@ use redis::{Connection, RedisResult};
 use crate::client::Client;
 use crate::methods::{self, Kind, Method};
 use crate::results::Metric;
-use crate::runner::Stop;
 use crate::scenarios::uncontended;
 use crate::server::{info_number, measure_busy, open_files_limit, Server};
 use crate::stats::{latency_us, median};
+use crate::stop::Stop;
 
 pub const LOCK_BYTES: Metric = Metric::median("bytes/lock");
 pub const KEY_BYTES: Metric = Metric::median("key bytes");

@@ -11,9 +11,10 @@ use super::contended::{self, hold_for, out_of_order, spread, Hold, ORDER_MARGIN_
 use crate::client::Client;
 use crate::methods::{Shared, SharedKind, Want};
 use crate::results::Metric;
-use crate::runner::{run_clients, Run, Stop};
+use crate::runner::{run_clients, Run};
 use crate::server::{measure_busy, Server};
 use crate::stats::{latency_us, us};
+use crate::stop::Stop;
 
 pub const WRITES: Metric = Metric::median("writes %");
 pub const WAIT_MAX: Metric = Metric::worst("wait max ms");

@@ -7,9 +7,10 @@ use redis::RedisResult;
 use crate::client::{now_ns, Client};
 use crate::methods::{Kind, Method};
 use crate::results::Metric;
-use crate::runner::{run_method, Run, Stop};
+use crate::runner::{run_method, Run};
 use crate::server::{measure_busy, Server};
 use crate::stats::latency_us;
+use crate::stop::Stop;
 
 pub const PAIRS: Metric = Metric::median("pairs/s");
 pub const ACQUIRE_P50: Metric = Metric::median("acquire p50 us");
