@@ -11,9 +11,8 @@
 # into that module. The crate root (lib.rs, main.rs), which declares
 # everything, is left out. An import is any `crate::name` path in a module's
 # code (`use` lines and inline paths, `crate::{a, b}` groups too) that names
-# another module of the same tree; other names are not imports of the tree:
-# the core's modules that src/lib.rs re-exports (`pub use flock_core::{...}`)
-# are another crate, which cannot import the layer.
+# another module of the same tree (the Redis layer names the core's modules
+# `flock_core::...`: another crate, which cannot import the layer).
 # On a cycle, prints the modules that import one another in a circle (their
 # level is then the one they share) and, after all three trees, exits 1.
 set -u

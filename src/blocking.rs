@@ -5,14 +5,14 @@
 
 use redis_module::{Context, RedisResult, RedisValue};
 
-use crate::effects::{End, Leave};
 use crate::engine;
 use crate::errors;
 use crate::ffi::{self, BlockHandlers, BlockedClient, BlockedId, CommandFilter, FilterArgs};
-use crate::lock::{Lock, LockError, Outcomes, Request};
 use crate::place::Place;
 use crate::state::{self, State};
 use crate::waiters::{Answer, Reply};
+use flock_core::effects::{End, Leave};
+use flock_core::lock::{Lock, LockError, Outcomes, Request};
 
 /// Queues the calling client on `lock` and blocks it; false (nothing
 /// queued) if the server would not block it. A resend of a queued request

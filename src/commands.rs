@@ -3,22 +3,22 @@
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
-use crate::args;
 use crate::blocking;
 use crate::config;
-use crate::effects::End;
 use crate::engine::{self, Key};
 use crate::errors::{self, arg_error, lock_error};
 use crate::eviction;
 use crate::ffi::{self, BlockedId};
-use crate::holders::{Holder, Mode, Terms};
-use crate::lock::{Acquired, Lock, LockError, Outcomes, Request, RequestId};
-use crate::record::{self, Set};
-use crate::requests::Kind;
 use crate::state::{self, State};
 use crate::value::{
     lock_or_create, lock_value, read_lock_value, LockValue, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION,
 };
+use flock_core::args;
+use flock_core::effects::End;
+use flock_core::holders::{Holder, Mode, Terms};
+use flock_core::lock::{Acquired, Lock, LockError, Outcomes, Request, RequestId};
+use flock_core::record::{self, Set};
+use flock_core::requests::Kind;
 
 /// Splits `CMD key rest...`, checking the arity the command needs.
 fn split(args: &[RedisString], min: usize) -> Result<(&RedisString, Vec<&[u8]>), RedisError> {

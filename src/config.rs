@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
-use crate::limits::MAX_MS;
+use flock_core::limits::MAX_MS;
 
 pub const DEFAULT_MAX_WAITERS: i64 = 100_000;
 

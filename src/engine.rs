@@ -9,17 +9,17 @@ use std::time::{Duration, Instant};
 use redis_module::key::RedisKeyWritable;
 use redis_module::{Context, NotifyEvent, RedisString};
 
-use crate::deadlines::{DeadlineId, Pop};
-use crate::effects::{effects, Counter, End, Leave, Outcome, Reply, Sent};
 use crate::ffi::{self, BlockedId, MAX_ARGS};
-use crate::holders::{Holder, Terms};
-use crate::lock::{Lock, Outcomes};
 use crate::place::Place;
-use crate::record::{holder_words, mode_words, request_words, Word};
-use crate::requests::Requests;
 use crate::state::{self, Lease, Scratch, Send, State};
 use crate::value::{lock_value, with_args, LockValue, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION};
 use crate::waiters;
+use flock_core::deadlines::{DeadlineId, Pop};
+use flock_core::effects::{effects, Counter, End, Leave, Outcome, Reply, Sent};
+use flock_core::holders::{Holder, Terms};
+use flock_core::lock::{Lock, Outcomes};
+use flock_core::record::{holder_words, mode_words, request_words, Word};
+use flock_core::requests::Requests;
 
 /// Applies each outcome's effects (the table) to the state: counters, the
 /// lease timer, session bindings, replies; gathers in `scratch` what to

@@ -8,13 +8,13 @@ use std::ffi::CStr;
 
 use redis_module::RedisError;
 
-use crate::args::ArgError;
-use crate::effects::Leave;
-use crate::holders::Mode;
-use crate::limits::{MAX_ID_LEN, MAX_MS, MAX_OWNER_LEN};
-use crate::lock::LockError;
-use crate::record::Field;
-use crate::requests::Kind;
+use flock_core::args::ArgError;
+use flock_core::effects::Leave;
+use flock_core::holders::Mode;
+use flock_core::limits::{MAX_ID_LEN, MAX_MS, MAX_OWNER_LEN};
+use flock_core::lock::LockError;
+use flock_core::record::Field;
+use flock_core::requests::Kind;
 
 pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 const NOTOWNER: &str = "NOTOWNER the lock is not held by this owner (never acquired, released, or its lease expired): only its holder may release or renew it";

@@ -5,11 +5,11 @@
 
 use redis_module::{Context, NotifyEvent};
 
-use crate::effects::{End, Leave};
 use crate::ffi::{self, ServerEvents};
 use crate::state;
 use crate::value::lock_value;
 use crate::{blocking, engine, eviction};
+use flock_core::effects::{End, Leave};
 
 pub struct Events;
 

@@ -5,10 +5,10 @@ use std::sync::atomic::Ordering;
 use redis_module::{InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
 
-use crate::effects::Counter;
 use crate::ffi;
 use crate::state;
 use crate::value::LIVE_LOCKS;
+use flock_core::effects::Counter;
 
 #[info_command_handler]
 fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {

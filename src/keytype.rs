@@ -4,16 +4,16 @@
 
 use redis_module::native_types::RedisType;
 
-use crate::deadlines::Deadlines;
 use crate::engine;
 use crate::errors;
 use crate::ffi::{self, Aof, BlockedId, Io, KeyType};
-use crate::holders::{Mode, Terms};
-use crate::limits::MAX_TOKEN;
-use crate::lock::Lock;
-use crate::record::{self, Field, HolderRecord, Word, Words};
 use crate::state::{self, Lease};
 use crate::value::{with_args, LockValue, ENCODING_VERSION, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION, TYPE_NAME};
+use flock_core::deadlines::Deadlines;
+use flock_core::holders::{Mode, Terms};
+use flock_core::limits::MAX_TOKEN;
+use flock_core::lock::Lock;
+use flock_core::record::{self, Field, HolderRecord, Word, Words};
 
 pub static FLOCK_TYPE: RedisType = RedisType::new(TYPE_NAME, ENCODING_VERSION, ffi::type_methods::<LockType>());
 

@@ -3,7 +3,7 @@
 //! The pure core (no Redis API: the lock, its holders and queue, the outcomes
 //! of its operations and the table of their effects, the record format,
 //! argument parsing) is the crate `flock-core` (crates/flock-core) with its
-//! tests, re-exported here. This crate is the Redis layer, in levels; a
+//! tests, named `flock_core::...` here. This crate is the Redis layer, in levels; a
 //! module imports only from lower levels (`make layers` checks it and
 //! prints them). docs/internals.md follows a command through them.
 //! 0. `ffi`: the raw module API behind typed helpers, and thin trampolines
@@ -21,9 +21,6 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
-
-// Re-exported so that the Redis layer names the core as `crate::lock` etc.
-pub use flock_core::{args, deadlines, effects, holders, limits, lock, queue, record, requests, tokens};
 
 mod blocking;
 mod command_docs;
@@ -48,7 +45,7 @@ mod module {
     use crate::config::{
         ALLOW_EVICTION, DEFAULT_MAX_WAITERS, DEFAULT_RETRY_WINDOW_MS, MAX_LEASE_MS, MAX_WAITERS, RETRY_WINDOW_MS,
     };
-    use crate::limits::MAX_MS;
+    use flock_core::limits::MAX_MS;
 
     use crate::keytype::FLOCK_TYPE;
 

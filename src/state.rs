@@ -13,13 +13,13 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
-use crate::deadlines::Deadlines;
-use crate::effects::{Counters, Event};
 use crate::ffi::{BlockedId, Timer};
-use crate::lock::Outcomes;
 use crate::place::{DbMap, Place};
-use crate::tokens::TokenSource;
 use crate::waiters::Waiters;
+use flock_core::deadlines::Deadlines;
+use flock_core::effects::{Counters, Event};
+use flock_core::lock::Outcomes;
+use flock_core::tokens::TokenSource;
 
 /// A lease filed in the deadline wheel: the token tells a stale entry (the
 /// lock changed hands, moved or was deleted since) from a live one.

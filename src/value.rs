@@ -10,8 +10,8 @@ use redis_module::{native_types::RedisType, RedisError};
 
 use crate::errors::{NOT_CREATED, NOT_REGISTERED, WRONGTYPE};
 use crate::ffi::{BlockedId, MAX_ARGS};
-use crate::lock::Lock;
-use crate::record::Word;
+use flock_core::lock::Lock;
+use flock_core::record::Word;
 
 pub const TYPE_NAME: &str = "flocklock";
 /// 4: the key's mode (`record::mode_words`), its holders (a count, then

@@ -11,10 +11,10 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use crate::effects::Leave;
 use crate::ffi::{self, BlockedClient, BlockedId, Timer};
 use crate::place::Place;
-use crate::queue::WaiterId;
+use flock_core::effects::Leave;
+use flock_core::queue::WaiterId;
 
 pub enum Reply {
     Granted {
