@@ -18,29 +18,22 @@ use flock_core::deadlines::{DeadlineId, Pop};
 use flock_core::effects::{effects, Counter, End, Leave, Outcome, Reply, Sent};
 use flock_core::holders::{Holder, Terms};
 use flock_core::lock::{Lock, Outcomes};
-use flock_core::record::{holder_words, mode_words, request_words, Word};
+use flock_core::record::{holder_set_words, mode_words, request_words, Word};
 use flock_core::requests::Requests;
 
 /// Applies each outcome's effects (the table) to the state: counters, the
 /// lease timer, session bindings, replies; gathers in `scratch` what to
-/// send and notify when the operation is done. Takes the outcomes out of `out`.
-fn follow(
-    s: &mut State,
-    place: &Place,
-    lock: &mut Lock<BlockedId>,
-    out: &mut Outcomes<BlockedId>,
-    now: u64,
-    scratch: &mut Scratch,
-) {
-    for outcome in out.drain(..) {
+/// send and notify when the operation is done. Takes the outcomes out of
+/// `scratch.outcomes`.
+fn follow(s: &mut State, place: &Place, lock: &mut Lock<BlockedId>, now: u64, scratch: &mut Scratch) {
+    for outcome in scratch.outcomes.drain(..) {
         let e = effects(&outcome);
-        for &counter in e.counters.iter().filter(|_| !matches!(outcome, Outcome::Left { .. })) {
-            s.counters.bump(counter, 1);
-        }
-        if let Some(event) = e.event.filter(|ev| !(e.event_once && scratch.events.contains(ev))) {
-            scratch.events.push(event);
-        }
-        match outcome {
+        let send = match outcome {
+            // Counted only if it was still waiting (`answer_left`).
+            Outcome::Left { waiter, why } => {
+                answer_left(s, waiter, why);
+                continue;
+            }
             Outcome::Granted { token, waiter } => {
                 file(s, place, lock, token, None, now);
                 if let Some(bc) = waiter {
@@ -48,29 +41,31 @@ fn follow(
                         waiters::Reply::Granted { token, place: place.clone(), delivered: false, at: Instant::now() };
                     s.waiters.answer(bc, reply);
                 }
-                scratch.sends.push(Send::Holder(token));
+                Send::Holder(token)
             }
             Outcome::Changed { token, old_session, .. } => {
                 file(s, place, lock, token, old_session, now);
-                if e.sent == Sent::Holder {
-                    scratch.sends.push(Send::Holder(token));
-                }
+                Send::Holder(token)
             }
             Outcome::Ended { holder, terms, .. } => {
                 unfile(s, place, &holder, terms);
-                if e.sent == Sent::Gone {
-                    scratch.sends.push(Send::Gone(holder.owner));
-                }
+                Send::Gone(holder.owner)
             }
-            Outcome::Left { waiter, why } => answer_left(s, waiter, why),
+        };
+        e.counters.iter().for_each(|&c| s.counters.bump(c, 1));
+        if let Some(event) = e.event.filter(|ev| !(e.event_once && scratch.events.contains(ev))) {
+            scratch.events.push(event);
+        }
+        if e.sent != Sent::Nothing {
+            scratch.sends.push(send);
         }
     }
 }
 
 /// Follows `out` on its own: what it would send or notify is dropped (only
 /// restored, deleted or replaced holders and leaving waiters come here).
-fn follow_quietly(s: &mut State, place: &Place, lock: &mut Lock<BlockedId>, mut out: Outcomes<BlockedId>) {
-    follow(s, place, lock, &mut out, ffi::now_ms(), &mut Scratch::default());
+fn follow_quietly(s: &mut State, place: &Place, lock: &mut Lock<BlockedId>, out: Outcomes<BlockedId>) {
+    follow(s, place, lock, ffi::now_ms(), &mut Scratch { outcomes: out, ..Scratch::default() });
 }
 
 /// Answers a waiter that leaves without a grant, and counts it if it was
@@ -139,9 +134,7 @@ pub fn update<R>(
         value.lock.expire(owner, now, &mut s.tokens, &mut scratch.outcomes);
     }
     let result = op(s, &mut value.lock, &mut scratch.outcomes, now);
-    let mut out = std::mem::take(&mut scratch.outcomes);
-    follow(s, k.place, &mut value.lock, &mut out, now, &mut scratch);
-    scratch.outcomes = out;
+    follow(s, k.place, &mut value.lock, now, &mut scratch);
     let recorded = propagate_requests(k, value, requests_made);
     if value.lock.is_unused() {
         // Replicas never forget request IDs on their own, so a key the
@@ -214,14 +207,19 @@ fn propagate_requests(k: &Key, value: &LockValue, since: u64) -> bool {
 /// Sends one holder as it is now, or that its owner holds nothing, as one
 /// deterministic command with absolute times (never the blocking ACQUIRE).
 fn propagate(k: &Key, lock: &Lock<BlockedId>, send: &Send) {
-    let [mode, limit] = mode_words(lock.mode());
     match send {
         Send::Holder(token) => {
             let Some((holder, terms)) = lock.holders().get(*token) else { return };
-            let [o, h, t, d, s, p] = holder_words(holder, terms.session.is_some(), terms.permits);
-            replicate(k, HOLDER_COMMAND, &[mode, limit, o, h, t, d, s, p]);
+            replicate(
+                k,
+                HOLDER_COMMAND,
+                &holder_set_words(lock.mode(), holder, terms.session.is_some(), terms.permits),
+            );
         }
-        Send::Gone(owner) => replicate(k, HOLDER_COMMAND, &[mode, limit, Word::Bytes(owner)]),
+        Send::Gone(owner) => {
+            let [mode, limit] = mode_words(lock.mode());
+            replicate(k, HOLDER_COMMAND, &[mode, limit, Word::Bytes(owner)]);
+        }
     }
 }
 

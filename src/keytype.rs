@@ -80,21 +80,16 @@ impl KeyType for LockType {
 
     fn rewrite_aof(aof: &Aof, value: &LockValue) {
         let lock = &value.lock;
-        let mode = record::mode_words(lock.mode());
         for (holder, terms) in lock.holders().iter() {
-            let words = [mode[0], mode[1]].into_iter().chain(record::holder_words(
-                holder,
-                terms.session.is_some(),
-                terms.permits,
-            ));
-            with_args(&words.collect::<Vec<_>>(), |args| aof.emit(HOLDER_COMMAND, args));
+            let words = record::holder_set_words(lock.mode(), holder, terms.session.is_some(), terms.permits);
+            with_args(&words, |args| aof.emit(HOLDER_COMMAND, args));
         }
         for (id, record) in lock.requests().into_iter().flat_map(|r| r.iter()) {
             with_args(&record::request_words(id, record), |args| aof.emit(ID_COMMAND, args));
         }
         // A semaphore kept only by its request IDs is still one.
         if lock.holders().is_empty() && lock.mode().limit().is_some() {
-            with_args(&mode, |args| aof.emit(HOLDER_COMMAND, args));
+            with_args(&record::mode_words(lock.mode()), |args| aof.emit(HOLDER_COMMAND, args));
         }
     }
 

@@ -7,8 +7,8 @@
 //! entry borrows it again, so a second borrow cannot be written. The one
 //! callback Redis makes from inside FLOCK's own calls is a key type's
 //! `unlink` (a key FLOCK deletes, or one whose TTL ends as FLOCK opens it):
-//! it hands its work to `after` when the state is borrowed, and the entry
-//! that holds the borrow does that work before it returns.
+//! it hands its work to `now_or_after`, which runs it once the entry that
+//! holds the borrow has done its own, before that entry returns.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -139,15 +139,20 @@ pub fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
 /// another module called from a keyspace event FLOCK sent, or Redis's
 /// crash report, which can run in the middle of any module code.
 pub fn try_with<R>(f: impl FnOnce(&mut State) -> R) -> Option<R> {
-    STATE.with(|s| s.try_borrow_mut().is_ok()).then(|| with(f))
+    is_free().then(|| with(f))
 }
 
 /// Runs `work` now, or, if the state is borrowed (Redis called back from
 /// inside a FLOCK call), when that borrow ends.
 pub fn now_or_after(work: impl FnOnce(&mut State) + 'static) {
-    if STATE.with(|s| s.try_borrow_mut().is_ok()) {
+    if is_free() {
         with(work);
     } else {
         AFTER.with(|a| a.borrow_mut().push(Box::new(work)));
     }
+}
+
+/// Nothing borrows the state now.
+fn is_free() -> bool {
+    STATE.with(|s| s.try_borrow_mut().is_ok())
 }

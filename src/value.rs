@@ -100,6 +100,7 @@ pub fn lock_or_create<'a>(key: &RedisKeyWritable) -> Result<&'a mut LockValue, R
 /// Runs `f` on `words` as a command's arguments: numbers in decimal,
 /// written on the stack, so that sending a record allocates nothing.
 pub fn with_args<R>(words: &[Word], f: impl FnOnce(&[&[u8]]) -> R) -> R {
+    assert!(words.len() <= MAX_ARGS, "a command of the module has at most {MAX_ARGS} arguments");
     let mut digits = [[0u8; 20]; MAX_ARGS];
     let mut args: [&[u8]; MAX_ARGS] = [&[]; MAX_ARGS];
     for ((arg, word), buf) in args.iter_mut().zip(words).zip(digits.iter_mut()) {
@@ -108,7 +109,7 @@ pub fn with_args<R>(words: &[Word], f: impl FnOnce(&[&[u8]]) -> R) -> R {
             Word::Number(n) => decimal(n, buf),
         };
     }
-    f(&args[..words.len().min(MAX_ARGS)])
+    f(&args[..words.len()])
 }
 
 fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {

@@ -186,19 +186,17 @@ pub struct Effects {
     /// Sent once per command however many holders it ends (FORCERELEASE).
     pub event_once: bool,
     pub sent: Sent,
-    /// The lease is filed (granted, changed) or taken out (ended).
-    pub leased: bool,
     pub reply: Reply,
 }
 
 const NONE: Effects =
-    Effects { counters: &[], event: None, event_once: false, sent: Sent::Nothing, leased: false, reply: Reply::None };
+    Effects { counters: &[], event: None, event_once: false, sent: Sent::Nothing, reply: Reply::None };
 
 /// The table: each outcome's counters, event, replication and reply.
 pub fn effects<P>(outcome: &Outcome<P>) -> Effects {
     use Counter::*;
-    let granted = Effects { event: Some(Event::Acquired), sent: Sent::Holder, leased: true, ..NONE };
-    let changed = Effects { sent: Sent::Holder, leased: true, ..NONE };
+    let granted = Effects { event: Some(Event::Acquired), sent: Sent::Holder, ..NONE };
+    let changed = Effects { sent: Sent::Holder, ..NONE };
     let ended = |counters, event| Effects { counters, event, sent: Sent::Gone, ..NONE };
     let left = |counters, reply| Effects { counters, reply, ..NONE };
     match outcome {
@@ -245,7 +243,7 @@ mod tests {
         assert_eq!(now.counters, [Counter::Grants, Counter::ImmediateGrants]);
         assert_eq!(waited.counters, [Counter::Grants, Counter::Handoffs]);
         for e in [now, waited] {
-            assert_eq!((e.event, e.sent, e.leased), (Some(Event::Acquired), Sent::Holder, true));
+            assert_eq!((e.event, e.sent), (Some(Event::Acquired), Sent::Holder));
         }
     }
 

@@ -111,6 +111,12 @@ impl Table {
     fn new(mode: Mode) -> Box<Self> {
         Box::new(Table { mode, by_token: HashMap::new(), by_owner: HashMap::new(), used: 0 })
     }
+
+    fn add(&mut self, holder: Holder, terms: Terms) {
+        self.used += weight(terms);
+        self.by_owner.insert(holder.owner.clone(), holder.token);
+        self.by_token.insert(holder.token, (holder, terms));
+    }
 }
 
 /// What a holder takes from the key: its permits, or one reader's share.
@@ -205,10 +211,7 @@ impl Holders {
             *self = Holders::One(holder);
             return;
         }
-        let table = self.make_table(mode);
-        table.used += weight(terms);
-        table.by_owner.insert(holder.owner.clone(), holder.token);
-        table.by_token.insert(holder.token, (holder, terms));
+        self.make_table(mode).add(holder, terms);
     }
 
     /// The table, made from the inline holder or from nothing.
@@ -216,9 +219,7 @@ impl Holders {
         if let Holders::One(_) = self {
             let Holders::One(one) = std::mem::take(self) else { unreachable!("matched above") };
             let mut table = Table::new(Mode::Exclusive);
-            table.used = 1;
-            table.by_owner.insert(one.owner.clone(), one.token);
-            table.by_token.insert(one.token, (one, Terms::default()));
+            table.add(one, Terms::default());
             *self = Holders::Table(Some(table));
         }
         let Holders::Table(table) = self else { unreachable!("made a table above") };

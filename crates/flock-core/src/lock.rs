@@ -472,11 +472,10 @@ impl<P> Lock<P> {
     /// another mode, the owner's other grant, another owner's grant under
     /// the same token go (only such state could bring them); waiters stay.
     pub fn restore(&mut self, holder: Holder, terms: Terms, mode: Mode, out: &mut Outcomes<P>) {
-        let same_mode = self.holders.mode() == mode || self.holders.is_empty();
-        if !same_mode || !self.holders.set_kind(mode) {
+        if !self.holders.is_empty() && self.holders.mode() != mode {
             self.replace_all(out);
-            self.holders.set_kind(mode);
         }
+        self.holders.set_kind(mode);
         let mut holder = holder;
         let mut old_session = None;
         let stale = [self.holders.token_of(&holder.owner), Some(holder.token)];

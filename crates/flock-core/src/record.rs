@@ -121,6 +121,14 @@ pub fn holder_words<'a>(holder: &'a Holder, session: bool, permits: u32) -> [Wor
     ]
 }
 
+/// The words after the key of `FLOCK.HOLDER` that set a holder in `mode`:
+/// `mode_words`, then `holder_words`.
+pub fn holder_set_words(mode: Mode, holder: &Holder, session: bool, permits: u32) -> [Word<'_>; 8] {
+    let [m, l] = mode_words(mode);
+    let [o, h, t, d, s, p] = holder_words(holder, session, permits);
+    [m, l, o, h, t, d, s, p]
+}
+
 /// Reads `holder_words` of a holder in `mode`; without `permits` (the
 /// exclusive holder of encodings before this one, FLOCK.STATE), it holds
 /// none. Deadlines get 2^40 ms of slack beyond the longest lease, for
@@ -240,7 +248,11 @@ mod tests {
         let words = text(&holder_words(&h, true, 2));
         let refs: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
         let read = read_holder(&mut Args(refs.iter()), Mode::Semaphore(2), true, NOW).unwrap();
-        assert_eq!(read, HolderRecord { holder: h, session: true, permits: 2 });
+        assert_eq!(read, HolderRecord { holder: h.clone(), session: true, permits: 2 });
+        let words = text(&holder_set_words(Mode::Semaphore(2), &h, true, 2));
+        let refs: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
+        let set = holder_command(&refs, NOW);
+        assert_eq!(set, Ok(Set::Holder(Mode::Semaphore(2), HolderRecord { holder: h, session: true, permits: 2 })));
         for m in [Mode::Exclusive, Mode::Shared, Mode::Semaphore(7)] {
             let words = text(&mode_words(m));
             let refs: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
