@@ -1,52 +1,69 @@
-//! The Redis side of `FLOCK.ACQUIRE ... WAIT`: blocking a client, and the
-//! callbacks that end its wait (WAIT timeout, disconnect, CLIENT UNBLOCK,
-//! demotion) and reply from its answer. The registry of waiters and the
-//! one unblock are in `waiters`.
+//! The Redis side of `FLOCK.ACQUIRE ... WAIT`: queueing a waiter (a client
+//! blocked on its own connection, or a session's wait), and the callbacks
+//! that end its wait (WAIT timeout, disconnect, CLIENT UNBLOCK, demotion)
+//! and reply from its answer. The registry of waiters and the one answer
+//! are in `waiters`.
 
 use redis_module::{Context, RedisResult, RedisValue};
 
 use crate::engine;
 use crate::errors;
-use crate::ffi::{self, BlockHandlers, BlockedClient, BlockedId, CommandFilter, FilterArgs};
+use crate::ffi::{self, BlockHandlers, BlockedId, CommandFilter, FilterArgs};
 use crate::place::Place;
 use crate::state::{self, State};
-use crate::waiters::{Answer, Reply};
+use crate::waiters::{Answer, Reply, Via, WaitId};
 use flock_core::effects::{End, Leave};
 use flock_core::lock::{Lock, LockError, Outcomes, Request};
 
-/// Queues the calling client on `lock` and blocks it; false (nothing
-/// queued) if the server would not block it. A resend of a queued request
-/// takes over its place, and the client that waited there leaves (`out`).
+/// Queues a waiter on `lock`: the calling client, blocked (`session`
+/// `None`), or a wait of the session of connection `session`. False
+/// (nothing queued) if the server would not block the client. A resend of
+/// a queued request takes over its place, and the waiter there leaves
+/// (`out`).
+#[allow(clippy::too_many_arguments)]
 pub fn wait(
     ctx: &Context,
     s: &mut State,
-    lock: &mut Lock<BlockedId>,
+    lock: &mut Lock<WaitId>,
     place: &Place,
     req: &Request,
     timeout_ms: u64,
-    out: &mut Outcomes<BlockedId>,
+    session: Option<u64>,
+    out: &mut Outcomes<WaitId>,
 ) -> Result<bool, LockError> {
-    let client = ffi::client_id(ctx);
-    let mut blocked = None;
+    let mut via = None;
     let id = lock.enqueue_with(
         req,
         || {
-            blocked = ffi::block::<Waiting>(ctx);
-            blocked.as_ref().map(BlockedClient::id)
+            let (wait, v) = match session {
+                Some(client) => {
+                    let number = s.waiters.number();
+                    (WaitId::Session(number), Via::Session { client, number, owner: req.owner.into() })
+                }
+                None => {
+                    let bc = ffi::block::<Waiting>(ctx)?;
+                    (WaitId::Blocked(bc.id()), Via::Blocked { bc, client: ffi::client_id(ctx) })
+                }
+            };
+            via = Some((wait, v));
+            Some(wait)
         },
         out,
     )?;
-    let (Some(id), Some(bc)) = (id, blocked) else { return Ok(false) };
-    let timer = (timeout_ms > 0).then(|| ffi::create_timer(timeout_ms, on_wait_timeout, bc.id()));
-    s.waiters.insert(bc, place.clone(), id, timer, client);
+    let (Some(id), Some((wait, via))) = (id, via) else { return Ok(false) };
+    if let (Some(client), WaitId::Session(number)) = (session, wait) {
+        s.sessions.add_wait(client, number);
+    }
+    let timer = (timeout_ms > 0).then(|| ffi::create_timer(timeout_ms, on_wait_timeout, wait));
+    s.waiters.insert(wait, via, place.clone(), id, timer);
     Ok(true)
 }
 
-/// Takes waiter `bc` out of its lock's queue and answers it, if it is still
+/// Takes a waiter out of its lock's queue and answers it, if it is still
 /// waiting. The waiters behind one that held them up are granted from a
 /// timer: this may run in a callback that cannot replicate (a disconnect).
-fn leave(ctx: &Context, s: &mut State, bc: BlockedId, why: Leave) {
-    let Some((place, id)) = s.waiters.get(bc).map(|w| (w.place.clone(), w.id)) else { return };
+pub fn leave(ctx: &Context, s: &mut State, wait: WaitId, why: Leave) {
+    let Some((place, id)) = s.waiters.get(wait).map(|w| (w.place.clone(), w.id)) else { return };
     // Waiter ids are never reused, so one of a deleted lock matches nothing
     // in a lock made later under the same name.
     engine::open_lock_at(ctx, s, &place, |_, _, value| {
@@ -56,7 +73,7 @@ fn leave(ctx: &Context, s: &mut State, bc: BlockedId, why: Leave) {
             ffi::create_timer(0, grant_waiters, place.clone());
         }
     });
-    engine::answer_left(s, bc, why);
+    engine::answer_left(s, wait, why);
 }
 
 /// This node stopped being a master: every waiter leaves its queue and is
@@ -65,13 +82,13 @@ fn leave(ctx: &Context, s: &mut State, bc: BlockedId, why: Leave) {
 /// CLUSTER FAILOVER blocked, and a stale queue entry would outlive a later
 /// promotion.
 pub fn demote_all(ctx: &Context, s: &mut State) {
-    for bc in s.waiters.in_dbs(|_| true) {
-        leave(ctx, s, bc, Leave::Demoted);
+    for wait in s.waiters.in_dbs(|_| true) {
+        leave(ctx, s, wait, Leave::Demoted);
     }
 }
 
-fn on_wait_timeout(ctx: &Context, bc: BlockedId) {
-    state::with(|s| leave(ctx, s, bc, Leave::TimedOut));
+fn on_wait_timeout(ctx: &Context, wait: WaitId) {
+    state::with(|s| leave(ctx, s, wait, Leave::TimedOut));
 }
 
 /// The callbacks of a client blocked in WAIT.
@@ -89,7 +106,7 @@ impl BlockHandlers for Waiting {
                 Ok(RedisValue::Integer(*token as i64))
             }
             Some(Reply::Error(why)) => Err(errors::left(*why)),
-            Some(Reply::Nil | Reply::Silent) | None => Ok(RedisValue::Null),
+            Some(Reply::Nil | Reply::Cancelled | Reply::Silent) | None => Ok(RedisValue::Null),
         }
     }
 
@@ -105,14 +122,14 @@ impl BlockHandlers for Waiting {
     /// Also called for a client closed after it was answered: `leave`
     /// ignores it, as a second unblock of the same handle would corrupt memory.
     fn disconnect(ctx: &Context, bc: BlockedId) {
-        state::with(|s| leave(ctx, s, bc, Leave::Disconnected));
+        state::with(|s| leave(ctx, s, WaitId::Blocked(bc), Leave::Disconnected));
     }
 
     /// Redis calls this only for CLIENT UNBLOCK (its own timeout is never
     /// set); it counts as the WAIT timeout.
     fn unblock_command(ctx: &Context, bc: Option<BlockedId>) -> RedisResult {
         if let Some(bc) = bc {
-            state::with(|s| leave(ctx, s, bc, Leave::Unblocked));
+            state::with(|s| leave(ctx, s, WaitId::Blocked(bc), Leave::Unblocked));
         }
         Ok(RedisValue::Null)
     }
@@ -135,23 +152,27 @@ impl CommandFilter for UnblockFilter {
         let Some(id) = std::str::from_utf8(args.get(2)).ok().and_then(|a| a.parse::<u64>().ok()) else { return };
         // Borrowed: a command another module runs from inside FLOCK's own
         // (a keyspace event handler); FLOCK answers no one meanwhile.
-        if state::try_with(|s| s.waiters.is_answered(id)).unwrap_or(false) {
+        if state::try_with(|s| s.waiters.is_answered(id) || s.sessions.is_answered(id)).unwrap_or(false) {
             args.replace(2, b"0");
         }
     }
 }
 
+/// From a timer: the free callback that finds a grant undelivered has no
+/// client to open the key with.
+pub fn pass_on(ctx: &Context, (place, token): (Place, u64)) {
+    state::with(|s| pass_on_now(ctx, s, &place, token));
+}
+
 /// Tokens are unique, so a holder still has this grant's token only if it
 /// is the same grant: it ends (an undelivered shared grant frees its share).
-fn pass_on(ctx: &Context, (place, token): (Place, u64)) {
-    state::with(|s| {
-        engine::open_lock_at(ctx, s, &place, |s, k, value| {
-            if value.lock.holders().get(token).is_some() {
-                engine::update(s, k, value, None, |s, lock, out, now| {
-                    lock.end(token, End::Undelivered, now, &mut s.tokens, out);
-                });
-            }
-        });
+pub fn pass_on_now(ctx: &Context, s: &mut State, place: &Place, token: u64) {
+    engine::open_lock_at(ctx, s, place, |s, k, value| {
+        if value.lock.holders().get(token).is_some() {
+            engine::update(s, k, value, None, |s, lock, out, now| {
+                lock.end(token, End::Undelivered, now, &mut s.tokens, out);
+            });
+        }
     });
 }
 

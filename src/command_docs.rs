@@ -26,7 +26,7 @@ const OWNER: ArgDoc = arg("owner", STRING);
 const LEASE: ArgDoc = arg("lease-ms", INTEGER);
 const ID: ArgDoc = ArgDoc { name: "request-id", kind: STRING, token: Some("ID"), optional: true, subargs: &[] };
 
-pub const COMMANDS: [CommandDoc; 8] = [
+pub const COMMANDS: [CommandDoc; 11] = [
     CommandDoc {
         name: "flock.acquire",
         summary: "Takes a fair lock (exclusive, or SHARED for the read side) or PERMITS of a fair semaphore: granted at once if it fits and nobody waits, or with WAIT queued FIFO and blocked until granted",
@@ -40,6 +40,7 @@ pub const COMMANDS: [CommandDoc; 8] = [
             LEASE,
             ArgDoc { name: "timeout-ms", kind: INTEGER, token: Some("WAIT"), optional: true, subargs: &[] },
             ArgDoc { name: "session", kind: PURE_TOKEN, token: Some("SESSION"), optional: true, subargs: &[] },
+            ArgDoc { name: "session-id", kind: STRING, token: Some("INBOX"), optional: true, subargs: &[] },
             ID,
             ArgDoc {
                 name: "kind",
@@ -97,6 +98,33 @@ pub const COMMANDS: [CommandDoc; 8] = [
         key_flags: RO | ACCESS,
         acl: "read fast",
         args: &[LOCK],
+    },
+    CommandDoc {
+        name: "flock.cancel",
+        summary: "Ends the owner's wait for the lock, from any connection: 1 if it was waiting, 0 if not",
+        complexity: "O(1)",
+        arity: 3,
+        key_flags: RW | UPDATE,
+        acl: "write fast",
+        args: &[LOCK, OWNER],
+    },
+    CommandDoc {
+        name: "flock.session",
+        summary: "Opens the connection's session (or names it): waits sent with INBOX session-id from any connection are answered in its inbox",
+        complexity: "O(1)",
+        arity: 1,
+        key_flags: 0,
+        acl: "connection fast",
+        args: &[],
+    },
+    CommandDoc {
+        name: "flock.inbox",
+        summary: "Reads the connection's session inbox: grants, timeouts, cancellations, errors and losses, blocking until one comes",
+        complexity: "O(N) where N is the number of events answered",
+        arity: 2,
+        key_flags: 0,
+        acl: "connection slow blocking",
+        args: &[arg("timeout-ms", INTEGER)],
     },
     CommandDoc {
         name: "flock.state",

@@ -8,11 +8,14 @@ use crate::config;
 use crate::engine::{self, Key};
 use crate::errors::{self, arg_error, lock_error};
 use crate::eviction;
-use crate::ffi::{self, BlockedId};
+use crate::ffi;
+use crate::inbox;
+use crate::place::Place;
 use crate::state::{self, State};
 use crate::value::{
     lock_or_create, lock_value, read_lock_value, LockValue, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION,
 };
+use crate::waiters::WaitId;
 use flock_core::args;
 use flock_core::effects::End;
 use flock_core::holders::{Holder, Mode, Terms};
@@ -78,16 +81,22 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let parsed = args::acquire(&rest).map_err(arg_error)?;
     check_max_lease(parsed.lease_ms, "lease-ms")?;
     check_max_lease(parsed.wait_ms.unwrap_or(0), "timeout-ms")?;
-    let req = Request {
-        owner: parsed.owner,
-        lease_ms: parsed.lease_ms,
-        session: parsed.session.then(|| ffi::client_id(ctx)),
-        id: with_window(parsed.id),
-        want: parsed.want,
-    };
     // Inside MULTI, Lua and functions a WAIT acts as a try, as BLPOP does.
     let wait_ms = parsed.wait_ms.filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING));
     entered(|s| {
+        // The connection of the session the command is sent for, if any: its
+        // SESSION binding, its inbox for the outcome and any loss.
+        let inbox = match parsed.inbox {
+            Some(id) => Some(s.sessions.client_of(id).ok_or(RedisError::Str(errors::NO_SESSION))?),
+            None => None,
+        };
+        let req = Request {
+            owner: parsed.owner,
+            lease_ms: parsed.lease_ms,
+            session: parsed.session.then(|| inbox.unwrap_or_else(|| ffi::client_id(ctx))),
+            id: with_window(parsed.id),
+            want: parsed.want,
+        };
         eviction::check_acquire(s)?;
         let acquired = with_key(ctx, s, key_name, true, |s, k, value| {
             engine::update(s, k, value, Some(req.owner), |s, lock, out, now| {
@@ -95,14 +104,20 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                     return Ok(token_reply(token));
                 }
                 match lock.acquire(&req, now, &mut s.tokens, out).map_err(lock_error)? {
-                    Acquired::Granted(token) | Acquired::Reentered(token) => Ok(token_reply(token)),
+                    Acquired::Granted(token) | Acquired::Reentered(token) => {
+                        if let Some(client) = inbox {
+                            s.sessions.watch(client, token, k.place, req.owner);
+                        }
+                        Ok(token_reply(token))
+                    }
                     acquired @ (Acquired::Busy | Acquired::Resent) => match wait_ms {
                         None => Ok(RedisValue::Null),
                         // A resend takes over its request's place: no waiter more.
                         Some(_) if acquired == Acquired::Busy && lock.waiter_count() >= config::max_waiters() => {
                             Err(errors::max_waiters(lock.waiter_count()))
                         }
-                        Some(timeout) => match blocking::wait(ctx, s, lock, k.place, &req, timeout, out) {
+                        Some(timeout) => match blocking::wait(ctx, s, lock, k.place, &req, timeout, inbox, out) {
+                            Ok(true) if inbox.is_some() => Ok(RedisValue::SimpleStringStatic("WAITING")),
                             Ok(true) => Ok(RedisValue::NoReply),
                             Ok(false) => Err(RedisError::Str(errors::NOT_BLOCKED)),
                             Err(e) => Err(lock_error(e)),
@@ -115,10 +130,55 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     })
 }
 
+/// `FLOCK.CANCEL key owner`: ends `owner`'s wait, from any connection.
+pub fn cancel(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let (key_name, rest) = split(&args, 3)?;
+    let owner = args::cancel(&rest).map_err(arg_error)?;
+    let cancelled = entered(|s| {
+        with_key(ctx, s, key_name, false, |s, k, value| {
+            engine::update(s, k, value, None, |s, lock, out, now| lock.cancel(owner, now, &mut s.tokens, out))
+        })
+    })?;
+    Ok(RedisValue::Integer(i64::from(cancelled.unwrap_or(false))))
+}
+
+/// `FLOCK.SESSION`: the calling connection's session ID, opened now if
+/// it has none.
+pub fn session(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() != 1 {
+        return Err(RedisError::WrongArity);
+    }
+    let id = entered(|s| Ok(s.sessions.open(ffi::client_id(ctx))))?;
+    ffi::reply_bytes(ctx, &id);
+    Ok(RedisValue::NoReply)
+}
+
+/// `FLOCK.INBOX timeout-ms`: the events of the calling connection's
+/// session, blocking until there is one.
+pub fn inbox(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let rest: Vec<&[u8]> = args.iter().skip(1).map(RedisString::as_slice).collect();
+    let timeout_ms = args::inbox(&rest).map_err(arg_error)?;
+    check_max_lease(timeout_ms, "timeout-ms")?;
+    let client = ffi::client_id(ctx);
+    entered(|s| {
+        if !s.sessions.has(client) {
+            return Err(RedisError::Str(errors::NO_SESSION_HERE));
+        }
+        if let Some(events) = s.sessions.take(client) {
+            return inbox::reply_events(ctx, &events);
+        }
+        // Inside MULTI it answers at once, as BLPOP does.
+        if ctx.get_flags().contains(ContextFlags::DENY_BLOCKING) || !inbox::block(ctx, s, client, timeout_ms) {
+            return Ok(RedisValue::Null);
+        }
+        Ok(RedisValue::NoReply)
+    })
+}
+
 /// The first reply of a command resent with request ID `id`, if that
 /// command was applied; `None` for a new request.
 fn repeated(
-    lock: &mut Lock<BlockedId>,
+    lock: &mut Lock<WaitId>,
     id: Option<&[u8]>,
     kind: Kind,
     owner: &[u8],
@@ -131,28 +191,44 @@ fn repeated(
 /// Runs `op` on the lock under `key` unless the command is a resend of one
 /// already applied (its first reply, unchanged); `op` answers a number, and
 /// that answer is remembered under the command's request ID. `None` when
-/// there is no lock under `key`.
+/// there is no lock under `key` and the command is about no owner; about an
+/// owner, that is NOTOWNER.
 fn once(
     ctx: &Context,
     key_name: &RedisString,
     id: Option<&[u8]>,
     kind: Kind,
     owner: Option<&[u8]>,
-    op: impl FnOnce(&mut State, &mut Lock<BlockedId>, &mut Outcomes<BlockedId>, u64) -> Result<u64, LockError>,
+    op: impl FnOnce(&mut State, &mut Lock<WaitId>, &mut Outcomes<WaitId>, u64) -> Result<u64, LockError>,
 ) -> Result<Option<u64>, RedisError> {
     entered(|s| {
-        with_key(ctx, s, key_name, false, |s, k, value| {
+        let done = with_key(ctx, s, key_name, false, |s, k, value| {
             engine::update(s, k, value, owner, |s, lock, out, now| {
                 if let Some(reply) = repeated(lock, id, kind, owner.unwrap_or_default(), now)? {
                     return Ok(reply);
                 }
-                let reply = op(s, lock, out, now).map_err(lock_error)?;
+                let reply = op(s, lock, out, now).map_err(|e| match (e, owner) {
+                    (LockError::NotOwner, Some(owner)) => not_owner(s, k.place.clone(), owner),
+                    (e, _) => lock_error(e),
+                })?;
                 lock.remember(with_window(id), kind, reply, now);
                 Ok(reply)
             })
-        })?
-        .transpose()
+        })?;
+        match (done, owner) {
+            (Some(reply), _) => reply.map(Some),
+            (None, Some(owner)) => {
+                let place = s.place(ffi::selected_db(ctx), key_name.as_slice());
+                Err(not_owner(s, place, owner))
+            }
+            (None, None) => Ok(None),
+        }
     })
+}
+
+/// NOTOWNER, with why if the server ended `owner`'s grant on this lock lately.
+fn not_owner(s: &State, place: Place, owner: &[u8]) -> RedisError {
+    errors::not_owner(s.losses.get(&(place, owner.into()), ffi::now_ms()))
 }
 
 pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -161,7 +237,7 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let left = once(ctx, key_name, id, Kind::Release, Some(owner), |s, lock, out, now| {
         lock.release(owner, now, &mut s.tokens, out).map(u64::from)
     })?;
-    Ok(RedisValue::Integer(left.ok_or_else(|| lock_error(LockError::NotOwner))? as i64))
+    Ok(RedisValue::Integer(left.unwrap_or_default() as i64))
 }
 
 pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -170,7 +246,7 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     check_max_lease(lease_ms, "lease-ms")?;
     let token =
         once(ctx, key_name, id, Kind::Renew, Some(owner), |_, lock, out, now| lock.renew(owner, lease_ms, now, out))?;
-    Ok(token_reply(token.ok_or_else(|| lock_error(LockError::NotOwner))?))
+    Ok(token_reply(token.unwrap_or_default()))
 }
 
 pub fn force_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {

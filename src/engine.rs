@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 use redis_module::key::RedisKeyWritable;
 use redis_module::{Context, NotifyEvent, RedisString};
 
-use crate::ffi::{self, BlockedId, MAX_ARGS};
+use crate::config;
+use crate::ffi::{self, MAX_ARGS};
 use crate::place::Place;
 use crate::state::{self, Lease, Scratch, Send, State};
 use crate::value::{lock_value, with_args, LockValue, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION};
-use crate::waiters;
+use crate::waiters::{self, WaitId};
 use flock_core::deadlines::{DeadlineId, Pop};
 use flock_core::effects::{effects, Counter, End, Leave, Outcome, Reply, Sent};
 use flock_core::holders::{Holder, Terms};
@@ -25,7 +26,7 @@ use flock_core::requests::Requests;
 /// lease timer, session bindings, replies; gathers in `scratch` what to
 /// send and notify when the operation is done. Takes the outcomes out of
 /// `scratch.outcomes`.
-fn follow(s: &mut State, place: &Place, lock: &mut Lock<BlockedId>, now: u64, scratch: &mut Scratch) {
+fn follow(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, now: u64, scratch: &mut Scratch) {
     for outcome in scratch.outcomes.drain(..) {
         let e = effects(&outcome);
         let send = match outcome {
@@ -36,10 +37,13 @@ fn follow(s: &mut State, place: &Place, lock: &mut Lock<BlockedId>, now: u64, sc
             }
             Outcome::Granted { token, waiter } => {
                 file(s, place, lock, token, None, now);
-                if let Some(bc) = waiter {
+                if let Some((holder, _)) = lock.holders().get(token) {
+                    s.losses.forget(&(place.clone(), holder.owner.clone()));
+                }
+                if let Some(wait) = waiter {
                     let reply =
                         waiters::Reply::Granted { token, place: place.clone(), delivered: false, at: Instant::now() };
-                    s.waiters.answer(bc, reply);
+                    s.waiters.answer(&mut s.sessions, wait, reply);
                 }
                 Send::Holder(token)
             }
@@ -49,6 +53,10 @@ fn follow(s: &mut State, place: &Place, lock: &mut Lock<BlockedId>, now: u64, sc
             }
             Outcome::Ended { holder, terms, .. } => {
                 unfile(s, place, &holder, terms);
+                s.sessions.ended(holder.token, e.lost);
+                if let Some(loss) = e.lost {
+                    s.losses.record((place.clone(), holder.owner.clone()), loss, now, config::retry_window_ms());
+                }
                 Send::Gone(holder.owner)
             }
         };
@@ -64,27 +72,28 @@ fn follow(s: &mut State, place: &Place, lock: &mut Lock<BlockedId>, now: u64, sc
 
 /// Follows `out` on its own: what it would send or notify is dropped (only
 /// restored, deleted or replaced holders and leaving waiters come here).
-fn follow_quietly(s: &mut State, place: &Place, lock: &mut Lock<BlockedId>, out: Outcomes<BlockedId>) {
+fn follow_quietly(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, out: Outcomes<WaitId>) {
     follow(s, place, lock, ffi::now_ms(), &mut Scratch { outcomes: out, ..Scratch::default() });
 }
 
 /// Answers a waiter that leaves without a grant, and counts it if it was
 /// still waiting.
-pub fn answer_left(s: &mut State, waiter: BlockedId, why: Leave) {
+pub fn answer_left(s: &mut State, waiter: WaitId, why: Leave) {
     let e = effects(&Outcome::Left { waiter, why });
     let reply = match e.reply {
         Reply::Nil => waiters::Reply::Nil,
+        Reply::Cancelled => waiters::Reply::Cancelled,
         Reply::Error(why) => waiters::Reply::Error(why),
         Reply::None => waiters::Reply::Silent,
     };
-    if s.waiters.answer(waiter, reply) {
+    if s.waiters.answer(&mut s.sessions, waiter, reply) {
         e.counters.iter().for_each(|&c| s.counters.bump(c, 1));
     }
 }
 
 /// Files the lease of the holder with `token` (again) and binds its
 /// session, unbinding the one it had before.
-fn file(s: &mut State, place: &Place, lock: &mut Lock<BlockedId>, token: u64, old_session: Option<u64>, now: u64) {
+fn file(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, token: u64, old_session: Option<u64>, now: u64) {
     let Some((_, terms)) = lock.holders().get(token) else { return };
     if terms.session != old_session {
         if let Some(client) = old_session.filter(|&c| c != REMOTE_SESSION) {
@@ -123,7 +132,7 @@ pub fn update<R>(
     k: &Key,
     value: &mut LockValue,
     owner: Option<&[u8]>,
-    op: impl FnOnce(&mut State, &mut Lock<BlockedId>, &mut Outcomes<BlockedId>, u64) -> R,
+    op: impl FnOnce(&mut State, &mut Lock<WaitId>, &mut Outcomes<WaitId>, u64) -> R,
 ) -> R {
     let now = ffi::now_ms();
     let lingering_before = is_lingering(value);
@@ -170,7 +179,7 @@ pub fn restore(
     s: &mut State,
     k: &Key,
     value: &mut LockValue,
-    op: impl FnOnce(&mut Lock<BlockedId>, &mut Outcomes<BlockedId>),
+    op: impl FnOnce(&mut Lock<WaitId>, &mut Outcomes<WaitId>),
 ) {
     let mut out = Vec::new();
     op(&mut value.lock, &mut out);
@@ -206,7 +215,7 @@ fn propagate_requests(k: &Key, value: &LockValue, since: u64) -> bool {
 
 /// Sends one holder as it is now, or that its owner holds nothing, as one
 /// deterministic command with absolute times (never the blocking ACQUIRE).
-fn propagate(k: &Key, lock: &Lock<BlockedId>, send: &Send) {
+fn propagate(k: &Key, lock: &Lock<WaitId>, send: &Send) {
     match send {
         Send::Holder(token) => {
             let Some((holder, terms)) = lock.holders().get(*token) else { return };

@@ -9,7 +9,7 @@ use std::ffi::CStr;
 use redis_module::RedisError;
 
 use flock_core::args::ArgError;
-use flock_core::effects::Leave;
+use flock_core::effects::{Leave, Loss};
 use flock_core::holders::Mode;
 use flock_core::limits::{MAX_ID_LEN, MAX_MS, MAX_OWNER_LEN};
 use flock_core::lock::LockError;
@@ -33,7 +33,7 @@ pub const NESTED: &str =
 
 pub fn lock_error(e: LockError) -> RedisError {
     RedisError::String(match e {
-        LockError::NotOwner => NOTOWNER.into(),
+        LockError::NotOwner => return not_owner(None),
         LockError::AlreadyQueued => QUEUED.into(),
         LockError::TooManyHolds => {
             "ERR this owner already holds the lock 4294967295 times, the most there can be: release it first".into()
@@ -77,13 +77,14 @@ pub fn arg_error(e: ArgError) -> RedisError {
             "ERR invalid WAIT timeout-ms: it must be an integer number of milliseconds from 0 (no limit) to {MAX_MS}"
         ),
         ArgError::UnknownOption(o) => format!(
-            "ERR unknown option '{o}': FLOCK.ACQUIRE takes only WAIT timeout-ms, SESSION and ID request-id, and SHARED or PERMITS n LIMIT m"
+            "ERR unknown option '{o}': FLOCK.ACQUIRE takes only WAIT timeout-ms, SESSION, INBOX session-id and ID request-id, and SHARED or PERMITS n LIMIT m"
         ),
         ArgError::Id => format!("ERR invalid request ID: it must be 1 to {MAX_ID_LEN} bytes long"),
         ArgError::UnknownIdOption(o) => format!("ERR unknown option '{o}': the only option here is ID request-id"),
         ArgError::Repeated(o) => format!("ERR option {o} given more than once: each option may appear once"),
         ArgError::MissingValue("ID") => "ERR option ID has no value: write ID request-id".into(),
         ArgError::MissingValue("PERMITS") => "ERR option PERMITS has no value: write PERMITS n LIMIT m".into(),
+        ArgError::MissingValue("INBOX") => "ERR option INBOX has no value: write INBOX session-id".into(),
         ArgError::MissingValue(o) => format!("ERR option {o} has no value: write {o} timeout-ms (0 waits without limit)"),
         ArgError::Permits => {
             "ERR invalid PERMITS: write PERMITS n LIMIT m with n an integer from 1 to m (the permits this owner takes)"
@@ -92,6 +93,10 @@ pub fn arg_error(e: ArgError) -> RedisError {
         ArgError::Limit => {
             format!("ERR invalid LIMIT: it must be an integer from 1 to {} (the permits of the semaphore)", u32::MAX)
         }
+        ArgError::SessionId => "ERR invalid session ID: it is 32 lowercase hex digits, as FLOCK.SESSION answered".into(),
+        ArgError::InboxTimeout => format!(
+            "ERR invalid timeout-ms: it must be an integer number of milliseconds from 0 (no limit) to {MAX_MS}"
+        ),
         ArgError::SharedAndPermits => {
             "ERR SHARED and PERMITS exclude each other: SHARED is for a read-write lock, PERMITS for a semaphore".into()
         }
@@ -124,13 +129,42 @@ pub fn internal(command: &CStr) -> RedisError {
 
 /// A waiter that leaves without a grant and is told why.
 pub fn left(why: Leave) -> RedisError {
-    RedisError::Str(match why {
+    RedisError::Str(left_text(why))
+}
+
+/// The error line of `left`, also the detail of a session's `error` event.
+pub fn left_text(why: Leave) -> &'static str {
+    match why {
         Leave::Deleted => LOCKDELETED,
         Leave::Demoted => UNBLOCKED,
         Leave::Resent => RESENT,
-        Leave::TimedOut | Leave::Unblocked | Leave::Disconnected => "ERR the wait ended (internal error)",
+        Leave::TimedOut | Leave::Unblocked | Leave::Disconnected | Leave::Cancelled => {
+            "ERR the wait ended (internal error)"
+        }
+    }
+}
+
+/// NOTOWNER, saying why when the server ended the owner's grant lately.
+pub fn not_owner(loss: Option<Loss>) -> RedisError {
+    RedisError::Str(match loss {
+        None => NOTOWNER,
+        Some(Loss::Expired) => {
+            "NOTOWNER the lease of this owner ended before this command: the lock may be another owner's now; acquire it again"
+        }
+        Some(Loss::ForceReleased) => {
+            "NOTOWNER this owner's grant was force-released (FLOCK.FORCERELEASE): the lock may be another owner's now"
+        }
+        Some(Loss::Deleted) => {
+            "NOTOWNER the lock was deleted while this owner held it (DEL, FLUSH, an overwrite, eviction, RENAME or MOVE)"
+        }
+        Some(Loss::Demoted) => NOTOWNER,
     })
 }
+
+/// `INBOX session-id` names no open session.
+pub const NO_SESSION: &str = "NOSESSION no open session of this server has that ID (its connection closed, or it is another node's): open one with FLOCK.SESSION and send the wait again";
+/// FLOCK.INBOX on a connection without a session.
+pub const NO_SESSION_HERE: &str = "NOSESSION this connection has no session: call FLOCK.SESSION on it first";
 
 /// What a record must hold, for the error that refuses it.
 pub fn field(field: Field) -> &'static str {

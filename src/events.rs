@@ -8,8 +8,8 @@ use redis_module::{Context, NotifyEvent};
 use crate::ffi::{self, ServerEvents};
 use crate::state;
 use crate::value::lock_value;
-use crate::{blocking, engine, eviction};
-use flock_core::effects::{End, Leave};
+use crate::{blocking, engine, eviction, inbox};
+use flock_core::effects::{End, Leave, Loss};
 
 pub struct Events;
 
@@ -22,14 +22,18 @@ impl ServerEvents for Events {
             let dbs = &s.dbs;
             let flushed = |ident: u32| dbnum == -1 || dbs.db(ident) == dbnum;
             let gone = s.waiters.in_dbs(flushed);
+            let lost = s.sessions.watched_in(flushed);
             // Their leases would only wake the timer for locks that are gone.
             s.deadlines.retain(|lease| !flushed(lease.place.ident()));
-            for places in s.sessions.values_mut() {
+            for places in s.bindings.values_mut() {
                 places.retain(|(p, _)| !flushed(p.ident()));
             }
-            s.sessions.retain(|_, places| !places.is_empty());
-            for bc in gone {
-                engine::answer_left(s, bc, Leave::Deleted);
+            s.bindings.retain(|_, places| !places.is_empty());
+            for wait in gone {
+                engine::answer_left(s, wait, Leave::Deleted);
+            }
+            for token in lost {
+                s.sessions.ended(token, Some(Loss::Deleted));
             }
         });
     }
@@ -38,10 +42,12 @@ impl ServerEvents for Events {
         state::with(|s| s.dbs.swap(first, second));
     }
 
-    /// A closed connection releases the SESSION grants it holds, and only those.
+    /// A closed connection ends its session, and releases the SESSION grants
+    /// it holds, and only those.
     fn client_disconnected(ctx: &Context, client: u64) {
         state::with(|s| {
-            let Some(bound) = s.sessions.remove(&client) else { return };
+            inbox::close(ctx, s, client);
+            let Some(bound) = s.bindings.remove(&client) else { return };
             for (place, token) in bound {
                 engine::open_lock_at(ctx, s, &place, |s, k, value| {
                     engine::update(s, k, value, None, |s, lock, out, now| {
@@ -59,7 +65,14 @@ impl ServerEvents for Events {
     /// REPLICAOF or a failover made this master a replica: grants can only
     /// come from the new master, so no waiter may stay blocked here.
     fn now_replica(ctx: &Context) {
-        state::with(|s| blocking::demote_all(ctx, s));
+        state::with(|s| {
+            blocking::demote_all(ctx, s);
+            // The grants stay, as replicated state: the new master keeps or
+            // ends them. Their sessions hear that this node no longer can.
+            for token in s.sessions.watched_in(|_| true) {
+                s.sessions.ended(token, Some(Loss::Demoted));
+            }
+        });
     }
 
     fn config_changed(ctx: &Context) {

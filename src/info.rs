@@ -14,7 +14,7 @@ use flock_core::effects::Counter;
 fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     // The crash report may call this while FLOCK's own code holds the state:
     // it then shows the counters as zero rather than panic in the handler.
-    let (counters, waiters, leases, latency, unsafe_policy, refused) = state::try_with(|s| {
+    let (counters, waiters, leases, latency, unsafe_policy, refused, sessions) = state::try_with(|s| {
         (
             s.counters,
             s.waiters.len(),
@@ -22,6 +22,7 @@ fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
             s.handoff_latency,
             s.eviction.policy.is_some(),
             s.eviction_refused,
+            s.sessions.len(),
         )
     })
     .unwrap_or_default();
@@ -33,6 +34,7 @@ fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         ("handoff_latency_max_us", latency.max_us),
         ("eviction_unsafe", u64::from(unsafe_policy)),
         ("eviction_refused_acquires", refused),
+        ("sessions", sessions as u64),
     ]);
     ffi::info_section(ctx, &fields);
     Ok(())

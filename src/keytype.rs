@@ -6,9 +6,10 @@ use redis_module::native_types::RedisType;
 
 use crate::engine;
 use crate::errors;
-use crate::ffi::{self, Aof, BlockedId, Io, KeyType};
+use crate::ffi::{self, Aof, Io, KeyType};
 use crate::state::{self, Lease};
 use crate::value::{with_args, LockValue, ENCODING_VERSION, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION, TYPE_NAME};
+use crate::waiters::WaitId;
 use flock_core::deadlines::Deadlines;
 use flock_core::holders::{Mode, Terms};
 use flock_core::limits::MAX_TOKEN;
@@ -130,7 +131,7 @@ impl KeyType for LockType {
 
 /// Adds a loaded holder, refusing what no command could have made beside
 /// the holders already there.
-fn load_holder(lock: &mut Lock<BlockedId>, mode: Mode, r: HolderRecord) -> Result<(), Field> {
+fn load_holder(lock: &mut Lock<WaitId>, mode: Mode, r: HolderRecord) -> Result<(), Field> {
     let holders = lock.holders();
     let taken = holders.get(r.holder.token).is_some() || holders.token_of(&r.holder.owner).is_some();
     if taken || (!holders.is_empty() && (mode == Mode::Exclusive || holders.mode() != mode)) {
@@ -145,7 +146,7 @@ fn load_holder(lock: &mut Lock<BlockedId>, mode: Mode, r: HolderRecord) -> Resul
 }
 
 /// Makes the key what `mode` says (a semaphore stays one without holders).
-fn load_kind(lock: &mut Lock<BlockedId>, mode: Mode) -> Result<(), Field> {
+fn load_kind(lock: &mut Lock<WaitId>, mode: Mode) -> Result<(), Field> {
     if !lock.holders().is_empty() && !lock.mode().same_key_kind(mode) {
         return Err(Field::Holders);
     }
@@ -153,7 +154,7 @@ fn load_kind(lock: &mut Lock<BlockedId>, mode: Mode) -> Result<(), Field> {
     Ok(())
 }
 
-fn load_holders(words: &mut Rdb, lock: &mut Lock<BlockedId>, mode: Mode, permits: bool, now: u64) -> Result<(), Field> {
+fn load_holders(words: &mut Rdb, lock: &mut Lock<WaitId>, mode: Mode, permits: bool, now: u64) -> Result<(), Field> {
     for _ in 0..words.number(Field::Length)? {
         let r = record::read_holder(words, mode, permits, now)?;
         load_holder(lock, mode, r)?;
@@ -161,7 +162,7 @@ fn load_holders(words: &mut Rdb, lock: &mut Lock<BlockedId>, mode: Mode, permits
     Ok(())
 }
 
-fn load_requests(words: &mut Rdb, lock: &mut Lock<BlockedId>, now: u64) -> Result<(), Field> {
+fn load_requests(words: &mut Rdb, lock: &mut Lock<WaitId>, now: u64) -> Result<(), Field> {
     for _ in 0..words.number(Field::Length)? {
         let (id, record) = record::read_request(words, now)?;
         lock.restore_request(&id, record);
@@ -174,7 +175,7 @@ fn load_requests(words: &mut Rdb, lock: &mut Lock<BlockedId>, now: u64) -> Resul
 /// refused whole.
 fn load_lock(words: &mut Rdb, encver: i32, now: u64) -> Result<LockValue, String> {
     let mut lock = Lock::default();
-    let read = |words: &mut Rdb, lock: &mut Lock<BlockedId>| -> Result<(), Field> {
+    let read = |words: &mut Rdb, lock: &mut Lock<WaitId>| -> Result<(), Field> {
         match encver {
             1 => load_holder(lock, Mode::Exclusive, record::read_holder(words, Mode::Exclusive, false, now)?),
             2 | 3 => {

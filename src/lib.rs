@@ -7,16 +7,20 @@
 //! module imports only from lower levels (`make layers` checks it and
 //! prints them). docs/internals.md follows a command through them.
 //! 0. `ffi`: the raw module API behind typed helpers, and thin trampolines
-//!    for every callback Redis calls; `place` (where a lock lives); `config`.
-//! 1. `errors` (every error code and text), `waiters` (the registry of
-//!    blocked clients, each unblocked exactly once), `command_docs`.
-//! 2. `value` (the stored lock value), `state` (connection state: waiters,
+//!    for every callback Redis calls; `place` (where a lock lives); `config`;
+//!    `errors` (every error code and text).
+//! 1. `sessions` (each session's inbox, reader and watched grants),
+//!    `command_docs`.
+//! 2. `waiters` (the registry of waiters, each answered exactly once: a
+//!    blocked client, or an event in its session's inbox).
+//! 3. `value` (the stored lock value), `state` (connection state: waiters,
 //!    sessions, lease deadlines, counters; borrowed once per callback).
-//! 3. `engine` (outcomes to effects: hand-offs, leases and their timer,
-//!    session bindings, counters, events, replication, key removal),
-//!    `eviction`, `info`.
-//! 4. Callbacks: `blocking` (WAIT), `keytype` (the key type's callbacks).
-//! 5. Callbacks: `commands` (the FLOCK.* handlers), `events` (server and
+//! 4. `engine` (outcomes to effects: hand-offs, leases and their timer,
+//!    session bindings and watches, counters, events, replication, key
+//!    removal), `eviction`, `info`.
+//! 5. Callbacks: `blocking` (WAIT), `keytype` (the key type's callbacks).
+//! 6. `inbox` (a session's blocked read, and its end).
+//! 7. Callbacks: `commands` (the FLOCK.* handlers), `events` (server and
 //!    keyspace events).
 
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -31,9 +35,11 @@ mod errors;
 mod events;
 mod eviction;
 mod ffi;
+mod inbox;
 mod info;
 mod keytype;
 mod place;
+mod sessions;
 mod state;
 mod value;
 mod waiters;
@@ -112,6 +118,9 @@ mod module {
             // (`-flock.forcerelease`), on every server.
             ["flock.forcerelease", commands::force_release, "write fast", 1, 1, 1, ""],
             ["flock.info", commands::info, "readonly fast", 1, 1, 1, ""],
+            ["flock.cancel", commands::cancel, "write fast", 1, 1, 1, ""],
+            ["flock.session", commands::session, "fast deny-script", 0, 0, 0, ""],
+            ["flock.inbox", commands::inbox, "blocking deny-script", 0, 0, 0, ""],
             ["flock.state", commands::state, "write fast", 1, 1, 1, ""],
             ["flock.id", commands::request_id, "write fast", 1, 1, 1, ""],
             ["flock.holder", commands::holder, "write fast", 1, 1, 1, ""],

@@ -1,5 +1,5 @@
-//! Module-wide state that is connection state, not data: blocked waiters,
-//! session bindings, lease deadlines, counters, the token source, and where
+//! Module-wide state that is connection state, not data: waiters,
+//! sessions, SESSION bindings, recent losses, lease deadlines, counters, the token source, and where
 //! each database went after SWAPDB. Only the Redis main thread touches it.
 //!
 //! The rule: every callback Redis makes into FLOCK borrows the state once,
@@ -13,12 +13,14 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
-use crate::ffi::{BlockedId, Timer};
+use crate::ffi::Timer;
 use crate::place::{DbMap, Place};
-use crate::waiters::Waiters;
+use crate::sessions::Sessions;
+use crate::waiters::{WaitId, Waiters};
 use flock_core::deadlines::Deadlines;
 use flock_core::effects::{Counters, Event};
 use flock_core::lock::Outcomes;
+use flock_core::losses::Losses;
 use flock_core::tokens::TokenSource;
 
 /// A lease filed in the deadline wheel: the token tells a stale entry (the
@@ -71,7 +73,7 @@ pub enum Send {
 /// of the operation. Kept between commands so that one allocates nothing.
 #[derive(Default)]
 pub struct Scratch {
-    pub outcomes: Outcomes<BlockedId>,
+    pub outcomes: Outcomes<WaitId>,
     pub sends: Vec<Send>,
     pub events: Vec<Event>,
 }
@@ -81,9 +83,12 @@ pub struct State {
     pub tokens: TokenSource,
     pub dbs: DbMap,
     pub waiters: Waiters,
-    /// client id -> the holders bound to that connection, each as its
-    /// lock's place and its token (a token names one holder).
-    pub sessions: HashMap<u64, HashSet<(Place, u64)>>,
+    pub sessions: Sessions,
+    /// Why recent grants ended, by lock and owner, for NOTOWNER.
+    pub losses: Losses<(Place, Box<[u8]>)>,
+    /// client id -> the holders bound to that connection (SESSION), each as
+    /// its lock's place and its token (a token names one holder).
+    pub bindings: HashMap<u64, HashSet<(Place, u64)>>,
     /// Every holder's lease deadline, and the one Redis timer (with the time
     /// it is set for) that wakes up for the next.
     pub deadlines: Deadlines<Lease>,
@@ -102,14 +107,14 @@ impl State {
     }
 
     pub fn bind_session(&mut self, client: u64, place: &Place, token: u64) {
-        self.sessions.entry(client).or_default().insert((place.clone(), token));
+        self.bindings.entry(client).or_default().insert((place.clone(), token));
     }
 
     pub fn unbind_session(&mut self, client: u64, place: &Place, token: u64) {
-        if let Some(places) = self.sessions.get_mut(&client) {
+        if let Some(places) = self.bindings.get_mut(&client) {
             places.remove(&(place.clone(), token));
             if places.is_empty() {
-                self.sessions.remove(&client);
+                self.bindings.remove(&client);
             }
         }
     }

@@ -9,7 +9,8 @@ use redis_module::key::RedisKeyWritable;
 use redis_module::{native_types::RedisType, RedisError};
 
 use crate::errors::{NOT_CREATED, NOT_REGISTERED, WRONGTYPE};
-use crate::ffi::{BlockedId, MAX_ARGS};
+use crate::ffi::MAX_ARGS;
+use crate::waiters::WaitId;
 use flock_core::lock::Lock;
 use flock_core::record::Word;
 
@@ -44,15 +45,15 @@ pub static LIVE_LOCKS: AtomicU64 = AtomicU64::new(0);
 
 /// The value under a lock's key. 48 bytes: what a lock without waiters or
 /// SESSION needs beyond its owner string and its entry in the deadline wheel.
-/// Its queue names waiters by `BlockedId`: `waiters` owns the clients.
+/// Its queue names waiters by `WaitId`: `waiters` answers them.
 pub struct LockValue {
-    pub lock: Lock<BlockedId>,
+    pub lock: Lock<WaitId>,
 }
 
 const _: () = assert!(std::mem::size_of::<LockValue>() == 48, "a held lock's value should stay in the 48-byte class");
 
 impl LockValue {
-    pub fn new(lock: Lock<BlockedId>) -> Self {
+    pub fn new(lock: Lock<WaitId>) -> Self {
         LIVE_LOCKS.fetch_add(1, Ordering::Relaxed);
         Self { lock }
     }

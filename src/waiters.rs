@@ -1,10 +1,11 @@
-//! The registry of clients blocked in `FLOCK.ACQUIRE ... WAIT`: it owns
-//! each blocked client (a lock's queue names it by `BlockedId`) and unblocks
-//! it exactly once, with the reply it is answered.
+//! The registry of waiters: clients blocked in `FLOCK.ACQUIRE ... WAIT`,
+//! and the waits sessions sent (`... INBOX session-id`). A lock's queue
+//! names each by its `WaitId`; the registry answers each exactly once, by
+//! unblocking the client or by an event in its session's inbox.
 //!
 //! Every way out of the queue (grant, WAIT timeout, deletion of the lock,
-//! disconnect, CLIENT UNBLOCK, demotion to replica, a resend taking the
-//! place) ends in `Waiters::answer`.
+//! disconnect, CLIENT UNBLOCK, FLOCK.CANCEL, demotion to replica, a resend
+//! taking the place) ends in `Waiters::answer`.
 //! Redis itself never times a waiter out (see `ffi::block`): its own timeout
 //! races with a hand-off in the same event-loop turn and can lose the reply.
 
@@ -13,8 +14,16 @@ use std::time::Instant;
 
 use crate::ffi::{self, BlockedClient, BlockedId, Timer};
 use crate::place::Place;
+use crate::sessions::{Event, Kind, Sessions};
 use flock_core::effects::Leave;
 use flock_core::queue::WaiterId;
+
+/// Which waiter: a blocked client, or a session's wait by its number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WaitId {
+    Blocked(BlockedId),
+    Session(u64),
+}
 
 pub enum Reply {
     Granted {
@@ -24,6 +33,8 @@ pub enum Reply {
         at: Instant,
     },
     Nil,
+    /// FLOCK.CANCEL: nil to a blocked client, `cancelled` to a session.
+    Cancelled,
     Error(Leave),
     /// The client is gone or was already answered.
     Silent,
@@ -35,61 +46,93 @@ pub struct Answer {
     pub reply: Reply,
 }
 
-/// A blocked client and where it waits.
+/// Who is answered, and how.
+pub enum Via {
+    /// A client blocked on its own connection (`client` is its id).
+    Blocked { bc: BlockedClient<Answer>, client: u64 },
+    /// Wait `number` of the session of connection `client`, for `owner`.
+    Session { client: u64, number: u64, owner: Box<[u8]> },
+}
+
+/// A waiter and where it waits.
 pub struct Waiter {
-    bc: BlockedClient<Answer>,
+    via: Via,
     pub place: Place,
     /// Its entry in the lock's queue.
     pub id: WaiterId,
     /// Its WAIT timeout, if it has one.
-    timer: Option<Timer<BlockedId>>,
-    /// The waiting connection's client id.
-    client: u64,
+    timer: Option<Timer<WaitId>>,
 }
 
 #[derive(Default)]
 pub struct Waiters {
-    blocked: HashMap<BlockedId, Waiter>,
+    waiting: HashMap<WaitId, Waiter>,
     /// Client ids unblocked by the module whose reply is not written yet.
     answered: HashSet<u64>,
+    /// The last number given to a session's wait.
+    numbered: u64,
 }
 
 impl Waiters {
-    pub fn insert(
-        &mut self,
-        bc: BlockedClient<Answer>,
-        place: Place,
-        id: WaiterId,
-        timer: Option<Timer<BlockedId>>,
-        client: u64,
-    ) {
-        self.blocked.insert(bc.id(), Waiter { bc, place, id, timer, client });
+    pub fn insert(&mut self, wait: WaitId, via: Via, place: Place, id: WaiterId, timer: Option<Timer<WaitId>>) {
+        self.waiting.insert(wait, Waiter { via, place, id, timer });
     }
 
-    pub fn get(&self, id: BlockedId) -> Option<&Waiter> {
-        self.blocked.get(&id)
+    /// A number for a session's wait, never given before.
+    pub fn number(&mut self) -> u64 {
+        self.numbered += 1;
+        self.numbered
+    }
+
+    pub fn get(&self, id: WaitId) -> Option<&Waiter> {
+        self.waiting.get(&id)
     }
 
     pub fn len(&self) -> usize {
-        self.blocked.len()
+        self.waiting.len()
     }
 
     /// Every waiter whose lock is in a database identity `matches` accepts.
-    pub fn in_dbs(&self, matches: impl Fn(u32) -> bool) -> Vec<BlockedId> {
-        self.blocked.iter().filter(|(_, w)| matches(w.place.ident())).map(|(&id, _)| id).collect()
+    pub fn in_dbs(&self, matches: impl Fn(u32) -> bool) -> Vec<WaitId> {
+        self.waiting.iter().filter(|(_, w)| matches(w.place.ident())).map(|(&id, _)| id).collect()
     }
 
     /// Ends the wait of a registered waiter with `reply`; false if it is
-    /// no longer registered (already answered). The one place that unblocks.
-    pub fn answer(&mut self, id: BlockedId, reply: Reply) -> bool {
-        let Some(waiter) = self.blocked.remove(&id) else { return false };
+    /// no longer registered (already answered). The one place that answers:
+    /// it unblocks a blocked client, or files an event in a session's
+    /// inbox (whose grant the session then watches).
+    pub fn answer(&mut self, sessions: &mut Sessions, id: WaitId, reply: Reply) -> bool {
+        let Some(waiter) = self.waiting.remove(&id) else { return false };
         if let Some(timer) = waiter.timer {
             ffi::stop_timer(timer);
         }
-        if !matches!(reply, Reply::Silent) {
-            self.answered.insert(waiter.client);
+        match waiter.via {
+            Via::Blocked { bc, client } => {
+                if !matches!(reply, Reply::Silent) {
+                    self.answered.insert(client);
+                }
+                bc.unblock(Answer { client, reply });
+            }
+            Via::Session { client, number, owner } => {
+                let (kind, token) = match reply {
+                    Reply::Granted { token, .. } => (Kind::Granted, token),
+                    Reply::Nil => (Kind::TimedOut, 0),
+                    Reply::Cancelled => (Kind::Cancelled, 0),
+                    // A resend took its place: its outcome is the one the
+                    // session hears.
+                    Reply::Error(Leave::Resent) | Reply::Silent => {
+                        sessions.drop_wait(client, number);
+                        return true;
+                    }
+                    Reply::Error(why) => (Kind::Error(why), 0),
+                };
+                if kind == Kind::Granted {
+                    sessions.watch(client, token, &waiter.place, &owner);
+                }
+                let event = Event { kind, place: waiter.place, owner, token };
+                sessions.push(client, Some(number), event);
+            }
         }
-        waiter.bc.unblock(Answer { client: waiter.client, reply });
         true
     }
 

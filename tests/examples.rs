@@ -160,10 +160,12 @@ flock_wait_disconnects:0
 flock_waiters_deleted:0
 flock_waiters_demoted:0
 flock_waiters_resent:0
+flock_wait_cancels:0
 flock_handoff_latency_mean_us:0
 flock_handoff_latency_max_us:0
 flock_eviction_unsafe:0
-flock_eviction_refused_acquires:0"#;
+flock_eviction_refused_acquires:0
+flock_sessions:0"#;
 
 /// A command typed at the prompt (none: output of an earlier command) and
 /// the lines printed after it.

@@ -14,7 +14,7 @@ const MS: Duration = Duration::from_millis(1);
 // ---------------------------------------------------------------- INFO flock
 
 /// Every field of `INFO flock`, in order (Redis adds the `flock_` prefix).
-const INFO_FIELDS: [&str; 22] = [
+const INFO_FIELDS: [&str; 24] = [
     "locks",
     "waiters",
     "leases",
@@ -33,10 +33,12 @@ const INFO_FIELDS: [&str; 22] = [
     "waiters_deleted",
     "waiters_demoted",
     "waiters_resent",
+    "wait_cancels",
     "handoff_latency_mean_us",
     "handoff_latency_max_us",
     "eviction_unsafe",
     "eviction_refused_acquires",
+    "sessions",
 ];
 
 #[test]
@@ -308,6 +310,7 @@ fn command_docs_describe_every_command() {
                 lease.clone(),
                 arg("timeout-ms", "integer", Some("WAIT"), true),
                 arg("session", "pure-token", Some("SESSION"), true),
+                arg("session-id", "string", Some("INBOX"), true),
                 id.clone(),
                 arg("kind", "oneof", None, true),
                 arg("shared", "pure-token", Some("SHARED"), false),
@@ -320,6 +323,9 @@ fn command_docs_describe_every_command() {
         ("flock.renew", "lease", vec![key.clone(), owner.clone(), lease.clone(), id.clone()]),
         ("flock.forcerelease", "administrative", vec![key.clone(), id.clone()]),
         ("flock.info", "queue", vec![key.clone()]),
+        ("flock.cancel", "wait", vec![key.clone(), owner.clone()]),
+        ("flock.session", "session", vec![]),
+        ("flock.inbox", "inbox", vec![arg("timeout-ms", "integer", None, false)]),
         (
             "flock.state",
             "Internal",
@@ -638,7 +644,7 @@ fn error_messages_say_what_was_wrong_and_what_is_allowed() {
         (
             &["FLOCK.ACQUIRE", "L", "a", "1000", "NX"],
             "ERR",
-            &["unknown option 'NX'", "only WAIT timeout-ms, SESSION and ID request-id"],
+            &["unknown option 'NX'", "only WAIT timeout-ms, SESSION, INBOX session-id and ID request-id"],
         ),
         (&["FLOCK.ACQUIRE", "L", "a", "1000", "wait", "1", "WAIT", "1"], "ERR", &["WAIT given more than once", "once"]),
         (&["FLOCK.ACQUIRE", "L", "a", "1000", "WAIT"], "ERR", &["WAIT has no value", "WAIT timeout-ms"]),

@@ -19,6 +19,7 @@ pub struct CommandDoc {
     pub summary: &'static str,
     pub complexity: &'static str,
     pub arity: i32,
+    /// The flags of its key spec (the first argument), or 0: no key.
     pub key_flags: u32,
     /// ACL categories (space-separated) on servers that let modules set them.
     pub acl: &'static str,
@@ -89,7 +90,8 @@ pub fn set_command_info(ctx: &Context, doc: &CommandDoc, since: &str) -> bool {
         history: std::ptr::null_mut(),
         tips: std::ptr::null(),
         arity: doc.arity,
-        key_specs: key_specs.as_mut_ptr(),
+        // A command without a key (flags 0) has no key spec.
+        key_specs: if doc.key_flags == 0 { std::ptr::null_mut() } else { key_specs.as_mut_ptr() },
         args: args_ptr,
     };
     let name = std::ffi::CString::new(doc.name).unwrap_or_default();

@@ -26,7 +26,14 @@ pub enum ArgError {
     Limit,
     /// Both `SHARED` and `PERMITS`.
     SharedAndPermits,
+    /// A session ID other than 32 lowercase hex digits.
+    SessionId,
+    /// FLOCK.INBOX's timeout-ms.
+    InboxTimeout,
 }
+
+/// Session IDs are 32 lowercase hex digits (128 random bits).
+pub const SESSION_ID_LEN: usize = 32;
 
 #[derive(Debug, PartialEq, Eq)]
 pub struct AcquireArgs<'a> {
@@ -37,10 +44,12 @@ pub struct AcquireArgs<'a> {
     pub session: bool,
     pub id: Option<&'a [u8]>,
     pub want: Want,
+    /// `INBOX session-id`: sent on behalf of that session.
+    pub inbox: Option<&'a [u8]>,
 }
 
-/// `owner lease-ms [WAIT timeout-ms] [SESSION] [ID request-id] [SHARED |
-/// PERMITS n LIMIT m]` (after the key).
+/// `owner lease-ms [WAIT timeout-ms] [SESSION] [INBOX session-id] [ID
+/// request-id] [SHARED | PERMITS n LIMIT m]` (after the key).
 pub fn acquire<'a>(args: &[&'a [u8]]) -> Result<AcquireArgs<'a>, ArgError> {
     let [owner, lease, options @ ..] = args else {
         return Err(ArgError::Arity);
@@ -52,6 +61,7 @@ pub fn acquire<'a>(args: &[&'a [u8]]) -> Result<AcquireArgs<'a>, ArgError> {
         session: false,
         id: None,
         want: Want::Exclusive,
+        inbox: None,
     };
     let mut rest = options.iter();
     while let Some(option) = rest.next() {
@@ -71,6 +81,11 @@ pub fn acquire<'a>(args: &[&'a [u8]]) -> Result<AcquireArgs<'a>, ArgError> {
                 return Err(ArgError::Repeated("ID"));
             }
             parsed.id = Some(parse_id(rest.next().ok_or(ArgError::MissingValue("ID"))?)?);
+        } else if option.eq_ignore_ascii_case(b"INBOX") {
+            if parsed.inbox.is_some() {
+                return Err(ArgError::Repeated("INBOX"));
+            }
+            parsed.inbox = Some(parse_session_id(rest.next().ok_or(ArgError::MissingValue("INBOX"))?)?);
         } else if option.eq_ignore_ascii_case(b"SHARED") {
             parsed.want = match parsed.want {
                 Want::Exclusive => Want::Shared,
@@ -100,6 +115,30 @@ fn permits(n: Option<&&[u8]>, keyword: Option<&&[u8]>, m: Option<&&[u8]>) -> Res
     let limit = limit.ok_or(ArgError::Limit)?;
     let n = parse_u64(n).and_then(|n| u32::try_from(n).ok()).filter(|&n| (1..=limit).contains(&n));
     Ok(Want::Permits { n: n.ok_or(ArgError::Permits)?, limit })
+}
+
+fn parse_session_id(id: &[u8]) -> Result<&[u8], ArgError> {
+    let hex = |b: &u8| b.is_ascii_digit() || (b'a'..=b'f').contains(b);
+    match id.len() == SESSION_ID_LEN && id.iter().all(hex) {
+        true => Ok(id),
+        false => Err(ArgError::SessionId),
+    }
+}
+
+/// `owner` (CANCEL).
+pub fn cancel<'a>(args: &[&'a [u8]]) -> Result<&'a [u8], ArgError> {
+    match args {
+        [owner] => parse_owner(owner),
+        _ => Err(ArgError::Arity),
+    }
+}
+
+/// `timeout-ms` (INBOX): 0 waits without limit.
+pub fn inbox(args: &[&[u8]]) -> Result<u64, ArgError> {
+    match args {
+        [timeout] => parse_ms(timeout, 0).ok_or(ArgError::InboxTimeout),
+        _ => Err(ArgError::Arity),
+    }
 }
 
 /// `owner [ID request-id]` (RELEASE).
@@ -201,6 +240,29 @@ mod tests {
         assert_eq!(acq(&["me", "10", "ID", &"i".repeat(65)]), Err(ArgError::Id));
         assert_eq!(acq(&["me", "10", "ID", "a", "id", "b"]), Err(ArgError::Repeated("ID")));
         assert_eq!(acq(&["me", "10", "id", &"i".repeat(64)]).unwrap().id, Some("i".repeat(64).as_bytes()));
+    }
+
+    #[test]
+    fn inbox_takes_a_session_id_of_32_lowercase_hex_digits() {
+        let id = "0123456789abcdef0123456789abcdef";
+        assert_eq!(acq(&["me", "10", "WAIT", "0", "inbox", id]).unwrap().inbox, Some(id.as_bytes()));
+        for bad in ["", "0123456789ABCDEF0123456789ABCDEF", &id[1..], &format!("{id}0"), "g".repeat(32).as_str()] {
+            assert_eq!(acq(&["me", "10", "INBOX", bad]), Err(ArgError::SessionId), "{bad}");
+        }
+        assert_eq!(acq(&["me", "10", "INBOX"]), Err(ArgError::MissingValue("INBOX")));
+        assert_eq!(acq(&["me", "10", "INBOX", id, "INBOX", id]), Err(ArgError::Repeated("INBOX")));
+    }
+
+    #[test]
+    fn cancel_and_inbox_take_one_argument() {
+        let b = |s: &'static str| s.as_bytes();
+        assert_eq!(cancel(&[b("me")]), Ok(&b"me"[..]));
+        assert_eq!(cancel(&[]), Err(ArgError::Arity));
+        assert_eq!(cancel(&[b("me"), b("x")]), Err(ArgError::Arity));
+        assert_eq!(cancel(&[b("")]), Err(ArgError::Owner));
+        assert_eq!(inbox(&[b("0")]), Ok(0));
+        assert_eq!(inbox(&[b("-1")]), Err(ArgError::InboxTimeout));
+        assert_eq!(inbox(&[]), Err(ArgError::Arity));
     }
 
     #[test]

@@ -58,6 +58,31 @@ pub enum Leave {
     Demoted,
     /// A resend of its request took its place.
     Resent,
+    /// `FLOCK.CANCEL`.
+    Cancelled,
+}
+
+/// Why the server ended a grant its holder did not give back: what the
+/// holder's session hears, and what a later NOTOWNER says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loss {
+    Expired,
+    ForceReleased,
+    Deleted,
+    /// This node became a replica (sessions only: the grant itself stays).
+    Demoted,
+}
+
+impl Loss {
+    /// The word a session's `lost` event carries.
+    pub fn name(self) -> &'static str {
+        match self {
+            Loss::Expired => "expired",
+            Loss::ForceReleased => "forcereleased",
+            Loss::Deleted => "deleted",
+            Loss::Demoted => "demoted",
+        }
+    }
 }
 
 /// The counters of `INFO flock` that outcomes bump, in its order.
@@ -78,10 +103,11 @@ pub enum Counter {
     WaitersDeleted,
     WaitersDemoted,
     WaitersResent,
+    WaitCancels,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 15] = [
+    pub const ALL: [Counter; 16] = [
         Counter::Grants,
         Counter::ImmediateGrants,
         Counter::Handoffs,
@@ -97,6 +123,7 @@ impl Counter {
         Counter::WaitersDeleted,
         Counter::WaitersDemoted,
         Counter::WaitersResent,
+        Counter::WaitCancels,
     ];
 
     /// Its field in `INFO flock`, after the `flock_` prefix.
@@ -117,6 +144,7 @@ impl Counter {
             Counter::WaitersDeleted => "waiters_deleted",
             Counter::WaitersDemoted => "waiters_demoted",
             Counter::WaitersResent => "waiters_resent",
+            Counter::WaitCancels => "wait_cancels",
         }
     }
 }
@@ -172,6 +200,8 @@ pub enum Sent {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reply {
     Nil,
+    /// Nil to a blocked client; `cancelled` in a session's inbox.
+    Cancelled,
     /// The error whose code the Redis layer's `errors` names.
     Error(Leave),
     /// Nothing: the client is gone.
@@ -187,10 +217,13 @@ pub struct Effects {
     pub event_once: bool,
     pub sent: Sent,
     pub reply: Reply,
+    /// A grant the server ended: its session hears this, and so does a
+    /// later NOTOWNER of its owner.
+    pub lost: Option<Loss>,
 }
 
 const NONE: Effects =
-    Effects { counters: &[], event: None, event_once: false, sent: Sent::Nothing, reply: Reply::None };
+    Effects { counters: &[], event: None, event_once: false, sent: Sent::Nothing, reply: Reply::None, lost: None };
 
 /// The table: each outcome's counters, event, replication and reply.
 pub fn effects<P>(outcome: &Outcome<P>) -> Effects {
@@ -198,6 +231,7 @@ pub fn effects<P>(outcome: &Outcome<P>) -> Effects {
     let granted = Effects { event: Some(Event::Acquired), sent: Sent::Holder, ..NONE };
     let changed = Effects { sent: Sent::Holder, ..NONE };
     let ended = |counters, event| Effects { counters, event, sent: Sent::Gone, ..NONE };
+    let lost = |loss, e: Effects| Effects { lost: Some(loss), ..e };
     let left = |counters, reply| Effects { counters, reply, ..NONE };
     match outcome {
         Outcome::Granted { waiter: None, .. } => Effects { counters: &[Grants, ImmediateGrants], ..granted },
@@ -208,13 +242,16 @@ pub fn effects<P>(outcome: &Outcome<P>) -> Effects {
         Outcome::Changed { why: Change::Restored, .. } => Effects { sent: Sent::Nothing, ..changed },
         Outcome::Ended { why, .. } => match why {
             End::Released => ended(&[Releases], Some(Event::Released)),
-            End::LeaseEnded => ended(&[LeaseExpiries], Some(Event::Expired)),
-            End::ForceReleased => Effects { event_once: true, ..ended(&[ForceReleases], Some(Event::Released)) },
+            End::LeaseEnded => lost(Loss::Expired, ended(&[LeaseExpiries], Some(Event::Expired))),
+            End::ForceReleased => lost(
+                Loss::ForceReleased,
+                Effects { event_once: true, ..ended(&[ForceReleases], Some(Event::Released)) },
+            ),
             End::SessionClosed => ended(&[SessionReleases], Some(Event::Released)),
             End::Undelivered => ended(&[UndeliveredGrants], Some(Event::Released)),
             // Redis sends the key's own event (del, expired, evicted) and
             // replicates the deletion.
-            End::Deleted => Effects { sent: Sent::Nothing, ..ended(&[Deletions], None) },
+            End::Deleted => lost(Loss::Deleted, Effects { sent: Sent::Nothing, ..ended(&[Deletions], None) }),
             End::Replaced => Effects { sent: Sent::Nothing, ..ended(&[], None) },
         },
         Outcome::Left { why, .. } => match why {
@@ -224,6 +261,7 @@ pub fn effects<P>(outcome: &Outcome<P>) -> Effects {
             Leave::Deleted => left(&[WaitersDeleted], Reply::Error(Leave::Deleted)),
             Leave::Demoted => left(&[WaitersDemoted], Reply::Error(Leave::Demoted)),
             Leave::Resent => left(&[WaitersResent], Reply::Error(Leave::Resent)),
+            Leave::Cancelled => left(&[WaitCancels], Reply::Cancelled),
         },
     }
 }
@@ -281,6 +319,19 @@ mod tests {
             assert_eq!(left(why).reply, Reply::Error(why));
         }
         assert!([Leave::TimedOut, Leave::Disconnected].iter().all(|&w| left(w).sent == Sent::Nothing));
+        assert_eq!(left(Leave::Cancelled).counters, [Counter::WaitCancels]);
+        assert_eq!(left(Leave::Cancelled).reply, Reply::Cancelled);
+    }
+
+    #[test]
+    fn only_what_the_server_ends_is_a_loss() {
+        let loss = |why| effects(&ended(why)).lost;
+        assert_eq!(loss(End::LeaseEnded), Some(Loss::Expired));
+        assert_eq!(loss(End::ForceReleased), Some(Loss::ForceReleased));
+        assert_eq!(loss(End::Deleted), Some(Loss::Deleted));
+        for why in [End::Released, End::SessionClosed, End::Undelivered, End::Replaced] {
+            assert_eq!(loss(why), None, "{why:?}: the holder gave it up, or nobody holds it here");
+        }
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //!    `tokens` (fencing tokens), `args` (command arguments).
 //! 2. `effects` (what operations report, and the one table of what each
 //!    report means outside the lock), `record` (the one persisted and
-//!    replicated format).
+//!    replicated format), `losses` (why recent grants ended, for NOTOWNER).
 //! 3. `lock` (holders, reentrancy, the queue and hand-off).
 
 pub mod args;
@@ -19,6 +19,7 @@ pub mod effects;
 pub mod holders;
 pub mod limits;
 pub mod lock;
+pub mod losses;
 pub mod queue;
 pub mod record;
 pub mod requests;

@@ -354,6 +354,15 @@ impl<P> Lock<P> {
         true
     }
 
+    /// `FLOCK.CANCEL`: `owner`'s wait ends, wherever it is in the queue;
+    /// false if it does not wait. Those behind it that fit now are granted.
+    pub fn cancel(&mut self, owner: &[u8], now_ms: u64, tokens: &mut TokenSource, out: &mut Outcomes<P>) -> bool {
+        let Some(&id) = self.waiting().and_then(|w| w.queued.get(owner)) else { return false };
+        self.remove_waiter(id, Leave::Cancelled, out);
+        self.grant_waiters(now_ms, tokens, out);
+        true
+    }
+
     /// Empties the queue: every waiter leaves for `why`.
     pub fn drain_waiters(&mut self, why: Leave, out: &mut Outcomes<P>) {
         while let Some(waiter) = self.take_waiter(WaitQueue::pop_front) {

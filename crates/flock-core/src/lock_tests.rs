@@ -423,6 +423,8 @@ enum Op {
     ForceRelease,
     AdvanceTime(u64),
     RemoveWaiter(usize),
+    /// FLOCK.CANCEL of an owner, waiting or not.
+    Cancel(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -435,6 +437,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::ForceRelease),
         2 => (0u64..60).prop_map(Op::AdvanceTime),
         2 => any::<usize>().prop_map(Op::RemoveWaiter),
+        1 => (0..OWNERS.len()).prop_map(Op::Cancel),
     ]
 }
 
@@ -628,6 +631,16 @@ proptest! {
                     prop_assert_eq!(m.fate.insert(w.payload, Fate::Removed), Some(Fate::Queued));
                 }
                 Op::RemoveWaiter(_) => {}
+                Op::Cancel(who) => {
+                    let at = m.queue.iter().position(|w| w.owner == who);
+                    prop_assert_eq!(lock.cancel(OWNERS[who], m.now, &mut tokens, &mut out), at.is_some());
+                    if let Some(at) = at {
+                        let w = m.queue.remove(at).unwrap();
+                        let left = vec![Outcome::Left { waiter: w.payload, why: Leave::Cancelled }];
+                        prop_assert_eq!(std::mem::take(&mut out), left, "a waiter only leaves: the holder stays");
+                        prop_assert_eq!(m.fate.insert(w.payload, Fate::Removed), Some(Fate::Queued));
+                    }
+                }
             }
             prop_assert!(out.is_empty(), "outcomes of a refused operation: {:?}", out);
             m.check(&lock)?;
@@ -787,6 +800,7 @@ mod multi {
             Leave::Deleted => Counter::WaitersDeleted,
             Leave::Demoted => Counter::WaitersDemoted,
             Leave::Resent => Counter::WaitersResent,
+            Leave::Cancelled => Counter::WaitCancels,
         }
     }
 

@@ -1,0 +1,247 @@
+//! Sessions: one connection per client process that reads, with
+//! `FLOCK.INBOX`, the outcomes of the waits it sent from any connection
+//! (`ACQUIRE ... INBOX session-id`) and the losses of the grants it holds.
+//!
+//! A session is its connection's state, named by the connection's client id;
+//! its random ID is what other connections name it by. Events wait in its
+//! inbox until its connection reads them; the one blocked read, if any, is
+//! unblocked the moment an event arrives, so a grant or a loss reaches the
+//! process in the event-loop turn that made it (docs/internals.md,
+//! "Sessions", says why this and not pub/sub or RESP3 pushes).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use crate::ffi::{self, BlockedClient, BlockedId, Timer};
+use crate::place::Place;
+use flock_core::args::SESSION_ID_LEN;
+use flock_core::effects::{Leave, Loss};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Granted,
+    TimedOut,
+    Cancelled,
+    Error(Leave),
+    Lost(Loss),
+}
+
+/// One event of an inbox: `kind key owner token detail` to the reader.
+#[derive(Debug)]
+pub struct Event {
+    pub kind: Kind,
+    pub place: Place,
+    pub owner: Box<[u8]>,
+    pub token: u64,
+}
+
+/// What a blocked `FLOCK.INBOX` is answered with.
+pub struct Batch {
+    pub events: Vec<Event>,
+    /// Set once the reply is written: grants in a batch that never reached
+    /// its reader pass on.
+    pub delivered: bool,
+    pub client: u64,
+}
+
+/// The blocked `FLOCK.INBOX` of a session, with its timeout.
+struct Reader {
+    bc: BlockedClient<Batch>,
+    timer: Option<Timer<u64>>,
+}
+
+pub struct Session {
+    pub id: [u8; SESSION_ID_LEN],
+    pub inbox: VecDeque<Event>,
+    reader: Option<Reader>,
+    /// Its waits, each named in `Waiters`.
+    pub waits: HashSet<u64>,
+    /// The tokens of the grants it watches.
+    watched: HashSet<u64>,
+}
+
+/// A grant a session watches, with what its `lost` event names.
+struct Watch {
+    client: u64,
+    place: Place,
+    owner: Box<[u8]>,
+}
+
+#[derive(Default)]
+pub struct Sessions {
+    /// By the client id of the session's connection.
+    open: HashMap<u64, Session>,
+    by_id: HashMap<[u8; SESSION_ID_LEN], u64>,
+    watchers: HashMap<u64, Watch>,
+    /// Readers unblocked whose reply is not written yet.
+    answered: HashSet<u64>,
+}
+
+impl Sessions {
+    /// The session of connection `client`, opened now if it has none.
+    pub fn open(&mut self, client: u64) -> [u8; SESSION_ID_LEN] {
+        if let Some(session) = self.open.get(&client) {
+            return session.id;
+        }
+        let id = loop {
+            let id = random_id();
+            if !self.by_id.contains_key(&id) {
+                break id;
+            }
+        };
+        self.by_id.insert(id, client);
+        let session =
+            Session { id, inbox: VecDeque::new(), reader: None, waits: HashSet::new(), watched: HashSet::new() };
+        self.open.insert(client, session);
+        id
+    }
+
+    /// The connection of the session named `id`.
+    pub fn client_of(&self, id: &[u8]) -> Option<u64> {
+        self.by_id.get(id).copied()
+    }
+
+    pub fn has(&self, client: u64) -> bool {
+        self.open.contains_key(&client)
+    }
+
+    pub fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    pub fn add_wait(&mut self, client: u64, wait: u64) {
+        if let Some(session) = self.open.get_mut(&client) {
+            session.waits.insert(wait);
+        }
+    }
+
+    /// A wait of `client`'s session ended without an event.
+    pub fn drop_wait(&mut self, client: u64, wait: u64) {
+        if let Some(session) = self.open.get_mut(&client) {
+            session.waits.remove(&wait);
+        }
+    }
+
+    /// Files `event` in the inbox of `client`'s session (if it is still
+    /// open), ending the wait it answers, and wakes its reader.
+    pub fn push(&mut self, client: u64, wait: Option<u64>, event: Event) {
+        let Some(session) = self.open.get_mut(&client) else { return };
+        if let Some(wait) = wait {
+            session.waits.remove(&wait);
+        }
+        session.inbox.push_back(event);
+        if let Some(reader) = session.reader.take() {
+            let events = session.inbox.drain(..).collect();
+            self.answer(client, reader, events);
+        }
+    }
+
+    /// The events waiting in `client`'s inbox, taken out; `None` if there is
+    /// no session or nothing waits.
+    pub fn take(&mut self, client: u64) -> Option<Vec<Event>> {
+        let session = self.open.get_mut(&client)?;
+        (!session.inbox.is_empty()).then(|| session.inbox.drain(..).collect())
+    }
+
+    /// `client`'s `FLOCK.INBOX` blocks until an event comes or `timer` fires.
+    pub fn block_reader(&mut self, client: u64, bc: BlockedClient<Batch>, timer: Option<Timer<u64>>) {
+        if let Some(session) = self.open.get_mut(&client) {
+            session.reader = Some(Reader { bc, timer });
+        }
+    }
+
+    /// Ends the blocked read of `client` with nothing (its timeout), if it
+    /// still blocks.
+    pub fn end_read(&mut self, client: u64) {
+        if let Some(reader) = self.open.get_mut(&client).and_then(|s| s.reader.take()) {
+            self.answer(client, reader, Vec::new());
+        }
+    }
+
+    /// The blocked client `bc` went (closed, CLIENT UNBLOCK, demotion): if
+    /// it is a session's reader, its read ends with nothing; the events stay
+    /// for the next read.
+    pub fn reader_gone(&mut self, bc: BlockedId) {
+        let found = self.open.iter().find(|(_, s)| s.reader.as_ref().is_some_and(|r| r.bc.id() == bc));
+        if let Some(&client) = found.map(|(c, _)| c) {
+            self.end_read(client);
+        }
+    }
+
+    fn answer(&mut self, client: u64, reader: Reader, events: Vec<Event>) {
+        if let Some(timer) = reader.timer {
+            ffi::stop_timer(timer);
+        }
+        self.answered.insert(client);
+        reader.bc.unblock(Batch { events, delivered: false, client });
+    }
+
+    /// True while `client`'s read was answered and the reply is not written.
+    pub fn is_answered(&self, client: u64) -> bool {
+        self.answered.contains(&client)
+    }
+
+    pub fn answer_done(&mut self, client: u64) {
+        self.answered.remove(&client);
+    }
+
+    /// `client`'s session watches the grant with `token` (in place of any
+    /// session that watched it before).
+    pub fn watch(&mut self, client: u64, token: u64, place: &Place, owner: &[u8]) {
+        self.unwatch(token);
+        if let Some(session) = self.open.get_mut(&client) {
+            session.watched.insert(token);
+            self.watchers.insert(token, Watch { client, place: place.clone(), owner: owner.into() });
+        }
+    }
+
+    /// The grant with `token` ended: nobody watches it any more, and if the
+    /// server ended it (`loss`), its session hears why.
+    pub fn ended(&mut self, token: u64, loss: Option<Loss>) {
+        let Some(watch) = self.unwatch(token) else { return };
+        if let Some(loss) = loss {
+            let event = Event { kind: Kind::Lost(loss), place: watch.place, owner: watch.owner, token };
+            self.push(watch.client, None, event);
+        }
+    }
+
+    fn unwatch(&mut self, token: u64) -> Option<Watch> {
+        let watch = self.watchers.remove(&token)?;
+        if let Some(session) = self.open.get_mut(&watch.client) {
+            session.watched.remove(&token);
+        }
+        Some(watch)
+    }
+
+    /// The tokens of every watched grant whose lock is in a database
+    /// identity `matches` accepts.
+    pub fn watched_in(&self, matches: impl Fn(u32) -> bool) -> Vec<u64> {
+        self.watchers.iter().filter(|(_, w)| matches(w.place.ident())).map(|(&t, _)| t).collect()
+    }
+
+    /// Closes `client`'s session: it watches nothing any more and its reader
+    /// (if it still blocks) is answered with nothing. The caller ends what
+    /// is left: its waits and the grants in its inbox.
+    pub fn close(&mut self, client: u64) -> Option<Session> {
+        let mut session = self.open.remove(&client)?;
+        self.by_id.remove(&session.id);
+        for token in session.watched.drain() {
+            self.watchers.remove(&token);
+        }
+        if let Some(reader) = session.reader.take() {
+            self.answer(client, reader, Vec::new());
+        }
+        Some(session)
+    }
+}
+
+/// 128 random bits as 32 lowercase hex digits: an ID that cannot be derived
+/// from another one, so only those a session's process gave it name it.
+fn random_id() -> [u8; SESSION_ID_LEN] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bits: u128 = rand::random();
+    let mut id = [0; SESSION_ID_LEN];
+    for (i, digit) in id.iter_mut().enumerate() {
+        *digit = HEX[((bits >> (4 * i)) & 0xf) as usize];
+    }
+    id
+}
