@@ -100,6 +100,8 @@ struct Fuzzer {
     /// A second connection of the same thread, to kill or unblock `conn`.
     ctl: Connection,
     counts: BTreeMap<&'static str, u64>,
+    /// The session `conn` opened, if it did: its waits name it.
+    session: Option<Vec<u8>>,
 }
 
 /// A connection to database `db`, speaking RESP3 if `resp3`.
@@ -128,7 +130,7 @@ impl Fuzzer {
         let (ctl, _) = connect_with_id(&url, 0, false)?;
         shared.ids[n].store(id, Ordering::Relaxed);
         let rng = StdRng::seed_from_u64(seed ^ (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-        Ok(Fuzzer { n, rng, url, keys, shared, conn, id, ctl, counts: BTreeMap::new() })
+        Ok(Fuzzer { n, rng, url, keys, shared, conn, id, ctl, counts: BTreeMap::new(), session: None })
     }
 
     fn fail(&self, what: String) {
@@ -141,7 +143,7 @@ impl Fuzzer {
         let (db, resp3) = (self.rng.gen_range(0..2), self.rng.gen_bool(0.3));
         match connect_with_id(&self.url, db, resp3) {
             Ok((conn, id)) => {
-                (self.conn, self.id) = (conn, id);
+                (self.conn, self.id, self.session) = (conn, id, None);
                 self.shared.ids[self.n].store(id, Ordering::Relaxed);
             }
             Err(e) => self.fail(format!("cannot reconnect: {e}")),
@@ -163,6 +165,7 @@ impl Fuzzer {
             Ok(reply) if what == "FLOCK.STATE" || what == "FLOCK.ID" => {
                 self.fail(format!("{what} from a client was accepted ({reply:?}): {}", sent()))
             }
+            Ok(Value::BulkString(id)) if what == "FLOCK.SESSION" => self.session = Some(id),
             Ok(_) => {}
         }
     }
@@ -231,7 +234,7 @@ impl Fuzzer {
     /// A FLOCK command with its arguments, well-formed most of the time.
     fn flock_args(&mut self) -> (&'static str, Args) {
         let key = self.key();
-        let (name, mut args) = match self.rng.gen_range(0..100) {
+        let (name, mut args) = match self.rng.gen_range(0..110) {
             0..=44 => {
                 let mut args = vec![key, self.owner(), self.ms()];
                 for _ in 0..self.rng.gen_range(0..3) {
@@ -240,7 +243,12 @@ impl Fuzzer {
                         5..=7 => args.push(b"SESSION".to_vec()),
                         8 => args.extend([b"wait".to_vec(), self.ms()]),
                         9 if self.rng.gen_bool(0.5) => args.push(self.junk()),
-                        10 => args.push(b"SHARED".to_vec()),
+                        10 if self.rng.gen_bool(0.5) => args.push(b"SHARED".to_vec()),
+                        // Its own session (when it opened one), or one that is not there.
+                        10 => args.extend([
+                            b"INBOX".to_vec(),
+                            self.session.clone().unwrap_or_else(|| b"0123456789abcdef0123456789abcdef".to_vec()),
+                        ]),
                         // Small numbers, so that keys meet both kinds, several limits and n > m.
                         11 => {
                             let (n, m) = (self.rng.gen_range(0..=3u32), self.rng.gen_range(1..=3u32));
@@ -271,14 +279,18 @@ impl Fuzzer {
                 args.extend((0..5).map(|_| self.ms()));
                 ("FLOCK.HOLDER", args)
             }
-            _ => {
+            98..=99 => {
                 let mut args = vec![key, self.request_id()];
                 args.extend((0..3).map(|_| self.ms()));
                 ("FLOCK.ID", args)
             }
+            100..=103 => ("FLOCK.CANCEL", vec![key, self.owner()]),
+            // Read with a limit: an INBOX without one could outwait the reply limit.
+            104..=106 => ("FLOCK.INBOX", vec![self.rng.gen_range(1..=200u32).to_string().into_bytes()]),
+            _ => ("FLOCK.SESSION", Vec::new()),
         };
         match self.rng.gen_range(0..30) {
-            0 => args.truncate(self.rng.gen_range(0..args.len())),
+            0 if !args.is_empty() => args.truncate(self.rng.gen_range(0..args.len())),
             1 => args.extend((0..self.rng.gen_range(1..6)).map(|_| self.junk())),
             _ => {}
         }

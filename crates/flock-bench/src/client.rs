@@ -82,6 +82,11 @@ impl Client {
         Ok(())
     }
 
+    /// Reads the reply of a command `send` left unread.
+    pub fn reply(&mut self) -> RedisResult<Value> {
+        self.conn.recv_response()?.extract_error()
+    }
+
     /// Sends `cmd` and leaves its reply unread.
     pub fn send(&mut self, cmd: &Cmd) -> RedisResult<()> {
         let packed = cmd.get_packed_command();

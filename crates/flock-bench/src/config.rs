@@ -16,11 +16,11 @@ usage: flock-bench [options]
   --duration-s SECONDS    length of each run (default 2; expiry runs at least 0.45 s)
   --repeats N             repeats of every run; tables show medians (default 3)
   --methods LIST          of flock,setnx,listpoll,redisson (default all)
-  --scenarios LIST        of ping,uncontended,contended,expiry,backlog,rwlock,semaphore,scale
+  --scenarios LIST        of ping,uncontended,contended,expiry,backlog,rwlock,semaphore,scale,waiters
                           (default all)
   --hold-us LIST          contended hold times in µs (default 100,0)
   --locks N               idle locks for scale (default 1000000)
-  --waiters N             waiters for scale, capped by open files (default 10000)
+  --waiters N             waiters for scale and waiters, capped by open files (default 10000)
   --backlog LIST          due leases for backlog (default 100000,1000000)
   --module PATH           the module (default target/release/libredis_flock.so)
   --out DIR               where CSV, SVG and the tables go (default target/bench)";

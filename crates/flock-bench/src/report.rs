@@ -10,7 +10,7 @@ use redis::RedisResult;
 
 use crate::config::Config;
 use crate::results::{combine, Sample};
-use crate::scenarios::{backlog, expiry, scale, shared};
+use crate::scenarios::{backlog, expiry, scale, shared, waiters};
 use crate::server::{field, info, Server};
 use crate::{chart, targets};
 
@@ -95,6 +95,17 @@ fn legend(scenario: &str, config: &Config) -> String {
              pings: how many were answered.",
             backlog::LEASE_MS,
             backlog::SLEEP_MS
+        ),
+        "waiters" => format!(
+            "One process with {} waiters on one held lock, on a fresh server each: flock-blocking, a connection per waiter in \
+             FLOCK.ACQUIRE ... WAIT (open files permitting); flock-session, every wait sent on one connection with INBOX session-id, \
+             read on the session's; redisson-shared, the Redisson port's tries on one connection and every waiter's channel \
+             subscribed on one shared pub/sub connection, as Redisson waits. connections added: INFO connected_clients after parking \
+             minus before. bytes/waiter: INFO used_memory after minus before, over the waiters, once idle buffers shrank. \
+             Through the session, the first {} waiters are then granted one by one: grants out of order, hand-off p50 from a \
+             RELEASE sent to the grant read from the inbox (a blocked FLOCK.INBOX), and PING p50 on the same server.",
+            config.size.waiters,
+            waiters::HANDOFFS
         ),
         _ => format!(
             "{} idle held locks, then up to {} waiters on one lock (open files permitting). bytes: INFO used_memory before and after, \

@@ -10,7 +10,9 @@ use crate::client::Client;
 use crate::config::Config;
 use crate::methods::{self, SharedKind};
 use crate::results::{Metric, Sample};
-use crate::scenarios::{backlog, contended, contended_label, expiry, ping, scale, shared, uncontended, Scenario};
+use crate::scenarios::{
+    backlog, contended, contended_label, expiry, ping, scale, shared, uncontended, waiters, Scenario,
+};
 use crate::server::{flushall, Server};
 
 /// Enough for two hand-offs at expiry's lease.
@@ -50,7 +52,8 @@ impl Recorder {
 
 /// Runs the chosen scenarios `repeats` times. Within a repeat the methods
 /// run back to back for each client count, so their ratios pair up repeat
-/// by repeat whatever else loads the machine. `scale` runs once, last.
+/// by repeat whatever else loads the machine. `scale` and `waiters` run
+/// once, last, each on servers of its own.
 pub fn run_all(server: &Server, config: &Config) -> Result<Vec<Sample>, Box<dyn Error>> {
     let mut client = Client::open(server)?;
     methods::load_scripts(&mut client)?;
@@ -68,7 +71,7 @@ pub fn run_all(server: &Server, config: &Config) -> Result<Vec<Sample>, Box<dyn 
     let d = config.duration;
     for repeat in 0..config.repeats {
         rec.repeat = repeat;
-        for &scenario in config.scenarios.iter().filter(|&&s| s != Scenario::Scale) {
+        for &scenario in config.scenarios.iter().filter(|&&s| s != Scenario::Scale && s != Scenario::Waiters) {
             if scenario == Scenario::Backlog {
                 for &leases in &config.backlog {
                     for &kind in config.methods.iter().filter(|&&k| backlog::covers(k)) {
@@ -121,6 +124,13 @@ pub fn run_all(server: &Server, config: &Config) -> Result<Vec<Sample>, Box<dyn 
             // count for the next (Redis frees the clients it pooled for
             // blocked module commands at 500 a second).
             rec.measure("scale", kind.name(), 1, || scale::run(&config.module, kind, config.size))?;
+        }
+    }
+    if config.scenarios.contains(&Scenario::Waiters) {
+        rec.repeat = 0;
+        rec.repeats = 1;
+        for way in waiters::Way::ALL {
+            rec.measure("waiters", way.name(), 1, || waiters::run(&config.module, way, config.size.waiters))?;
         }
     }
     Ok(rec.samples)

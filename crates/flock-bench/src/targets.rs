@@ -3,7 +3,7 @@
 
 use crate::results::{Metric, Sample};
 use crate::scenarios::shared::{self, Shape};
-use crate::scenarios::{contended, contended_label, expiry, ping, scale, uncontended};
+use crate::scenarios::{contended, contended_label, expiry, ping, scale, uncontended, waiters};
 use crate::stats::median;
 
 pub struct Check {
@@ -142,6 +142,27 @@ pub fn check(samples: &[Sample], rows: &[Sample]) -> Vec<Check> {
             &times,
             &|v| v <= 1.1,
         );
+    }
+
+    if let Some(row) = rows.iter().find(|r| r.scenario == "waiters" && r.method == waiters::Way::Session.name()) {
+        let get = |metric| row.get(metric);
+        add(
+            "waiters: one process's waiters add at most 4 connections through a session".into(),
+            get(waiters::CONNECTIONS),
+            &plain,
+            &|v| v <= 4.0,
+        );
+        add(
+            "waiters: at most 2 KB of server memory per waiter through a session".into(),
+            get(waiters::WAITER_BYTES),
+            &|v: f64| format!("{v:.0} B"),
+            &|v| v <= 2048.0,
+        );
+        add("waiters: grants through a session in queue order".into(), get(waiters::OUT_OF_ORDER), &plain, &|v| {
+            v == 0.0
+        });
+        let ratio = get(waiters::HANDOFF).zip(get(waiters::PING)).map(|(h, p)| h / p);
+        add("waiters: hand-off p50 through a session at most 1.0x PING p50".into(), ratio, &times, &|v| v <= 1.0);
     }
     checks
 }

@@ -7,6 +7,7 @@ pub mod ping;
 pub mod scale;
 pub mod shared;
 pub mod uncontended;
+pub mod waiters;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scenario {
@@ -18,10 +19,11 @@ pub enum Scenario {
     RwLock,
     Semaphore,
     Scale,
+    Waiters,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 9] = [
         Scenario::Ping,
         Scenario::Uncontended,
         Scenario::Contended,
@@ -30,6 +32,7 @@ impl Scenario {
         Scenario::RwLock,
         Scenario::Semaphore,
         Scenario::Scale,
+        Scenario::Waiters,
     ];
 
     pub fn name(self) -> &'static str {
@@ -42,6 +45,7 @@ impl Scenario {
             Scenario::RwLock => "rwlock",
             Scenario::Semaphore => "semaphore",
             Scenario::Scale => "scale",
+            Scenario::Waiters => "waiters",
         }
     }
 

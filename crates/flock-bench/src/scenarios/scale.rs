@@ -186,7 +186,7 @@ fn used_memory(info: &mut Connection) -> RedisResult<f64> {
 /// `last_activity` hold bigger buffers until clientsCron shrinks them: when
 /// they have been idle for over 2 s by its clock in whole seconds, at its
 /// next visit (every client at least once a second).
-fn settled_memory(info: &mut Connection, last_activity: Instant) -> RedisResult<f64> {
+pub fn settled_memory(info: &mut Connection, last_activity: Instant) -> RedisResult<f64> {
     std::thread::sleep((last_activity + Duration::from_secs(4)).saturating_duration_since(Instant::now()));
     let mut last = used_memory(info)?;
     for _ in 0..30 {
