@@ -18,7 +18,13 @@ import java.util.concurrent.TimeoutException;
 /**
  * What {@code RedissonClient} is to {@code RLock}: one per application and server. It owns a UUID (the
  * first half of every owner it uses, {@code <uuid>:<thread id>}), a command connection shared by its locks,
- * a watchdog thread with a connection of its own, and the connections blocking waits run on.
+ * a watchdog thread with a connection of its own, and a FLOCK session: one more connection, opened on the
+ * first acquire, on which a daemon thread reads the outcome of every thread's wait and the losses of its
+ * grants ({@code FLOCK.INBOX}). So any number of waiting threads costs three connections in all.
+ *
+ * <p>With {@code sessions} false (the constructor's option) waits block a connection each instead
+ * ({@code FLOCK.ACQUIRE ... WAIT} on a connection of its own, as BLPOP), and losses are only found by the
+ * watchdog's renewals and by unlock.
  */
 public final class FlockClient implements AutoCloseable {
     /** The lease of a lock taken without a lease time, renewed every third of it: Redisson's lockWatchdogTimeout. */
@@ -37,12 +43,32 @@ public final class FlockClient implements AutoCloseable {
     private final ExecutorService waiters = Executors.newCachedThreadPool(daemon("flock-wait"));
     final Map<Grant.Key, Grant> grants = new ConcurrentHashMap<>();
     private volatile LeaseLostListener leaseLostListener = (name, thread, token, reason) -> {};
+    private final boolean sessions;
+    final Session session;
+    /** Losses pushed before their grant was known here (the grant's reply still on its way): key -> reason. */
+    private final Map<String, String> earlyLosses = new java.util.LinkedHashMap<>() {
+        private static final long serialVersionUID = 1L;
+
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<String, String> eldest) {
+            return size() > 1024;
+        }
+    };
 
     public FlockClient(ConnectionFactory factory) {
         this(factory, DEFAULT_WATCHDOG_TIMEOUT_MS);
     }
 
     public FlockClient(ConnectionFactory factory, long watchdogTimeoutMs) {
+        this(factory, watchdogTimeoutMs, true);
+    }
+
+    /**
+     * {@code sessions}: true (the default) waits through the client's FLOCK session (one connection for all
+     * waiting threads, losses pushed at once); false waits with a blocking {@code FLOCK.ACQUIRE ... WAIT} on a
+     * connection per waiting thread, as before sessions.
+     */
+    public FlockClient(ConnectionFactory factory, long watchdogTimeoutMs, boolean sessions) {
         if (watchdogTimeoutMs < 3) {
             throw new IllegalArgumentException("watchdog timeout must be at least 3 ms");
         }
@@ -50,6 +76,8 @@ public final class FlockClient implements AutoCloseable {
         this.watchdogTimeoutMs = watchdogTimeoutMs;
         this.commands = new Link(factory, false);
         this.renewals = new Link(factory, false);
+        this.sessions = sessions;
+        this.session = new Session(this, factory);
     }
 
     /** A client on the built-in {@link RespConnection}. */
@@ -85,6 +113,16 @@ public final class FlockClient implements AutoCloseable {
         return watchdogTimeoutMs;
     }
 
+    /** Whether waits go through the client's session (the default) or block a connection each. */
+    public boolean usesSessions() {
+        return sessions;
+    }
+
+    /**
+     * Told once per grant found lost: at once when the server pushes the loss (reason {@code expired},
+     * {@code forcereleased}, {@code deleted} or {@code demoted}; on the session's reader thread), or when a
+     * watchdog renewal finds it gone ({@code NOTOWNER}, {@code UNCONFIRMED}; on the watchdog thread).
+     */
     public void setLeaseLostListener(LeaseLostListener listener) {
         this.leaseLostListener = listener == null ? (name, thread, token, reason) -> {} : listener;
     }
@@ -96,6 +134,7 @@ public final class FlockClient implements AutoCloseable {
 
     @Override
     public void close() {
+        session.close();
         watchdog.shutdownNow();
         waiters.shutdownNow();
         commands.close();
@@ -132,6 +171,11 @@ public final class FlockClient implements AutoCloseable {
      * and then takes the blocked call's reply as it is (nil, or a grant that won the race) and the interrupt
      * together, for the caller to settle. Otherwise it runs on the calling thread.
      */
+    /** Sends on the shared command connection, resending a lost reply. */
+    Object command(byte[][] args) throws IOException {
+        return callResending(commands, args);
+    }
+
     Reply callBlocking(byte[][] args, boolean interruptible) throws IOException {
         Link link = idleWaitLinks.poll();
         if (link == null) {
@@ -200,25 +244,103 @@ public final class FlockClient implements AutoCloseable {
     }
 
     private void renew(Grant grant) {
+        if (grant.lostReason != null) {
+            return;
+        }
         try {
             callResending(renewals, grant.renewArgs(watchdogTimeoutMs));
             grant.confirmedNanos = System.nanoTime();
         } catch (IOException | RuntimeException e) {
             if ("NOTOWNER".equals(RedisError.codeOf(e))) {
-                leaseLost(grant, "NOTOWNER");
+                leaseLost(grant, "NOTOWNER", "the watchdog's renewal was refused: " + new RedisError(e).getMessage());
             } else if (System.nanoTime() - grant.confirmedNanos > TimeUnit.MILLISECONDS.toNanos(watchdogTimeoutMs)) {
-                leaseLost(grant, "UNCONFIRMED");
+                leaseLost(grant, "UNCONFIRMED", "no renewal was confirmed for a whole lease ("
+                        + watchdogTimeoutMs + " ms): the lease may have ended");
             }
         }
     }
 
-    private void leaseLost(Grant grant, String reason) {
+    private void leaseLost(Grant grant, String reason, String message) {
         if (grants.get(grant.key) != grant) {
             return; // released meanwhile: the renewal raced the unlock
         }
-        grant.lostReason = reason;
+        synchronized (grant) {
+            if (grant.lostReason != null) {
+                return; // told once: a push and a renewal both found it
+            }
+            grant.lostMessage = message;
+            grant.lostReason = reason;
+        }
         grant.stopWatchdog();
         leaseLostListener.onLeaseLost(grant.key.name, grant.key.threadId, grant.token, reason);
+    }
+
+    /** What a pushed loss's reason means, for the exception of a later unlock. */
+    static String lossMessage(String reason) {
+        switch (reason) {
+            case "expired":
+                return "the lease ended (expired) before unlock";
+            case "forcereleased":
+                return "the lock was force-released (FLOCK.FORCERELEASE) while held";
+            case "deleted":
+                return "the lock key was deleted while held";
+            case "demoted":
+                return "the server stopped being a master while the lock was held";
+            default:
+                return "the server ended the grant (" + reason + ")";
+        }
+    }
+
+    /** The session's reader: the server ended grant {@code token} of {@code owner} on {@code name}. */
+    void pushedLoss(String name, String owner, long token, String reason) {
+        String prefix = id + ":";
+        if (!owner.startsWith(prefix)) {
+            return;
+        }
+        long threadId;
+        try {
+            threadId = Long.parseLong(owner.substring(prefix.length()));
+        } catch (NumberFormatException notOurs) {
+            return;
+        }
+        Grant grant = grants.get(new Grant.Key(name, threadId));
+        if (grant != null && grant.token == token) {
+            leaseLost(grant, reason, lossMessage(reason));
+        } else {
+            synchronized (earlyLosses) {
+                earlyLosses.put(lossKey(name, threadId, token), reason);
+            }
+        }
+    }
+
+    /** A grant just became known: if its loss was pushed already, it is lost now. */
+    void checkEarlyLoss(Grant grant) {
+        String reason;
+        synchronized (earlyLosses) {
+            reason = earlyLosses.remove(lossKey(grant.key.name, grant.key.threadId, grant.token));
+        }
+        if (reason != null) {
+            leaseLost(grant, reason, lossMessage(reason));
+        }
+    }
+
+    private static String lossKey(String name, long threadId, long token) {
+        return threadId + ":" + token + ":" + name;
+    }
+
+    /** Gives back, off the reader thread, a grant that came for a wait its thread gave up. */
+    void releaseLater(byte[] key, byte[] owner) {
+        try {
+            watchdog.execute(() -> {
+                try {
+                    callResending(commands, new byte[][] {bytes("FLOCK.RELEASE"), key, owner, bytes("ID"), requestId()});
+                } catch (IOException | RuntimeException ignored) {
+                    // its lease ends it anyway
+                }
+            });
+        } catch (java.util.concurrent.RejectedExecutionException closed) {
+            // the client is closing: the lease ends it
+        }
     }
 
     /** How many watchdogs run (tests: a release stops its watchdog). */

@@ -76,14 +76,20 @@ public class FlockLock implements Lock {
         return tryLock(time, WATCHDOG, unit);
     }
 
+    /**
+     * Releases one hold. {@link IllegalMonitorStateException} when the thread does not hold the lock: Redisson's
+     * "attempt to unlock lock ..., not locked by current thread" message, followed by why when it is known (the
+     * loss the server pushed or the watchdog found, or the server's NOTOWNER text: the lease ended, it was
+     * force-released, the key was deleted).
+     */
     @Override
     public void unlock() {
         Grant.Key mine = mine();
         Grant grant = client.grants.get(mine);
         if (grant != null && grant.lostReason != null) {
             forget(mine);
-            throw new IllegalMonitorStateException("the lease of lock '" + name + "' was lost (" + grant.lostReason
-                    + ") while held by thread " + mine.threadId + ": another owner may have held it since");
+            throw new IllegalMonitorStateException(notLocked(mine) + ": " + grant.lostMessage + " (token "
+                    + grant.token + "; another owner may have held it since)");
         }
         long left;
         try {
@@ -91,15 +97,18 @@ public class FlockLock implements Lock {
         } catch (RuntimeException e) {
             if ("NOTOWNER".equals(RedisError.codeOf(e))) {
                 forget(mine);
-                throw new IllegalMonitorStateException("attempt to unlock lock '" + name
-                        + "', not locked by current thread by node id: " + client.getId() + " thread-id: "
-                        + mine.threadId);
+                throw new IllegalMonitorStateException(notLocked(mine) + ": " + new RedisError(e).getMessage());
             }
             throw e;
         }
         if (left == 0) {
             forget(mine);
         }
+    }
+
+    private String notLocked(Grant.Key mine) {
+        return "attempt to unlock lock '" + name + "', not locked by current thread by node id: " + client.getId()
+                + " thread-id: " + mine.threadId;
     }
 
     /** Not supported: FLOCK has no condition variables (Redisson's RLock does not have them either). */
@@ -157,7 +166,11 @@ public class FlockLock implements Lock {
         return grant.token;
     }
 
-    /** True once the watchdog found the current thread's grant gone; the next unlock() then throws. */
+    /**
+     * True once the current thread's grant is known gone: at once when the server pushes the loss through the
+     * session (lease ended, force-released, key deleted, demoted; with or without a watchdog), or when a
+     * watchdog renewal finds it gone. The next unlock() then throws.
+     */
     public boolean isLeaseLost() {
         Grant grant = client.grants.get(mine());
         return grant != null && grant.lostReason != null;
@@ -259,22 +272,31 @@ public class FlockLock implements Lock {
     }
 
     /**
-     * A try on the shared connection first (free or reentry: no wait connection needed; a try never overtakes
-     * the queue, so this keeps FIFO), then, if busy and allowed to wait, a WAIT on a connection of its own.
-     * waitMs: 0 tries only, FOREVER queues without limit. Returns the token, or null if not granted.
+     * waitMs: 0 tries only, FOREVER queues without limit. Returns the token, or null if not granted. Through the
+     * session (the default) or, without sessions, a try on the shared connection and then a blocking WAIT on a
+     * connection of its own.
      */
     private Long acquire(long waitMs, long leaseMs, boolean interruptible) throws InterruptedException {
         if (interruptible && Thread.interrupted()) {
             throw new InterruptedException();
         }
         long lease = leaseMs > 0 ? leaseMs : client.getWatchdogTimeout();
+        Long token = client.usesSessions() ? acquireInSession(waitMs, lease, interruptible)
+                : acquireBlocking(waitMs, lease, interruptible);
+        if (token != null) {
+            remember(token, leaseMs == WATCHDOG);
+        }
+        return token;
+    }
+
+    private Long acquireBlocking(long waitMs, long lease, boolean interruptible) throws InterruptedException {
         Object reply;
         boolean interrupted = false;
         try {
-            reply = call(acquireArgs(lease, null));
+            reply = call(acquireArgs(lease, null, null, FlockClient.requestId()));
             if (reply == null && waitMs != 0) {
-                FlockClient.Reply waited = client.callBlocking(acquireArgs(lease, waitMs == FOREVER ? 0 : waitMs),
-                        interruptible);
+                FlockClient.Reply waited = client.callBlocking(
+                        acquireArgs(lease, waitMs == FOREVER ? 0 : waitMs, null, FlockClient.requestId()), interruptible);
                 reply = waited.value;
                 interrupted = waited.interrupted;
             }
@@ -291,15 +313,206 @@ public class FlockLock implements Lock {
             }
             throw new InterruptedException("interrupted while waiting for lock '" + name + "'");
         }
-        if (reply == null) {
-            return null;
+        return (Long) reply;
+    }
+
+    /** How long past its WAIT timeout a wait waits for the server's event before it cancels the wait itself. */
+    static final long LOCAL_DEADLINE_MARGIN_MS = 2_000;
+    /** How long a cancelled wait waits for its final event before giving up on it (a late grant is released). */
+    static final long CANCEL_GRACE_MS = 10_000;
+    /** Between attempts to open a new session while the server cannot be reached. */
+    static final long REOPEN_PAUSE_MS = 100;
+
+    /**
+     * One {@code FLOCK.ACQUIRE ... [WAIT t] INBOX sid ID rid} on the shared command connection. A try (waitMs 0)
+     * ends with its reply. A wait registers with the session first, then the reply is a token, nil or
+     * {@code WAITING}; after {@code WAITING} the session's reader hands over the outcome. An interrupt (or the
+     * local deadline, the WAIT timeout plus a margin) sends FLOCK.CANCEL and the wait's event then decides: a
+     * grant that won the race with an interrupt is released. A broken session: the wait is sent again, same
+     * request ID, to a new one (retrying, while the server cannot be reached, until its own deadline).
+     */
+    private Long acquireInSession(long waitMs, long lease, boolean interruptible) throws InterruptedException {
+        Session session = client.session;
+        byte[] rid = FlockClient.requestId();
+        if (waitMs == 0) {
+            for (int attempt = 0; ; attempt++) {
+                String sid = null;
+                try {
+                    sid = session.id();
+                    return (Long) client.command(acquireArgs(lease, null, sid, rid));
+                } catch (IOException e) {
+                    throw new UncheckedIOException(e);
+                } catch (RuntimeException e) {
+                    if (sid != null && "NOSESSION".equals(RedisError.codeOf(e)) && attempt < FlockClient.RESENDS) {
+                        session.broken(sid);
+                        continue;
+                    }
+                    throw RedisError.specific(e);
+                }
+            }
         }
-        long token = (Long) reply;
-        remember(token, leaseMs == WATCHDOG);
+        Session.Wait wait = new Session.Wait(key, owner());
+        long now = System.nanoTime();
+        long deadline = waitMs == FOREVER ? 0 : now + TimeUnit.MILLISECONDS.toNanos(waitMs);
+        long localDeadline = deadline == 0 ? 0 : deadline + TimeUnit.MILLISECONDS.toNanos(LOCAL_DEADLINE_MARGIN_MS);
+        boolean queuedOnce = false;     // a WAITING came back: from then on failures retry
+        boolean mayBeQueued = false;    // a send's reply was lost: the server may hold a wait
+        boolean sendNow = true;
+        long sendAt = now;              // nanoTime of the next attempt to send, when sendNow waits for it
+        boolean firstSend = true;
+        int noSession = 0;
+        boolean interruptedQuietly = false;
+        String cancelledFor = null;     // "interrupt" or "deadline" once FLOCK.CANCEL went out
+        long giveUpAt = 0;
+        try {
+            while (true) {
+                now = System.nanoTime();
+                if (sendNow && now - sendAt >= 0 && cancelledFor == null) {
+                    sendNow = false;
+                    long remainingMs = 0;
+                    if (firstSend) {
+                        remainingMs = waitMs == FOREVER ? 0 : waitMs;
+                        firstSend = false;
+                    } else if (deadline != 0) {
+                        remainingMs = TimeUnit.NANOSECONDS.toMillis(deadline - now);
+                        if (remainingMs <= 0) {
+                            if (mayBeQueued) {
+                                session.abandon(wait);
+                            }
+                            return null; // the wait ran out while its session was being replaced
+                        }
+                    }
+                    String sid = null;
+                    Object reply;
+                    try {
+                        sid = session.register(wait);
+                        reply = client.command(acquireArgs(lease, remainingMs, sid, rid));
+                    } catch (IOException e) {
+                        if (!queuedOnce) {
+                            if (sid != null) {
+                                session.abandon(wait);
+                            }
+                            throw new UncheckedIOException(e);
+                        }
+                        mayBeQueued |= sid != null;
+                        sendNow = true;
+                        sendAt = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(REOPEN_PAUSE_MS);
+                        continue;
+                    } catch (RuntimeException e) {
+                        if (sid != null && "NOSESSION".equals(RedisError.codeOf(e)) && noSession++ < FlockClient.RESENDS) {
+                            session.broken(sid);
+                            sendNow = true;
+                            continue;
+                        }
+                        throw RedisError.specific(e);
+                    }
+                    if (!"WAITING".equals(reply)) {
+                        return (Long) reply; // granted at once (a token) or not (nil)
+                    }
+                    queuedOnce = true;
+                    noSession = 0;
+                }
+                long until = sendNow ? sendAt : cancelledFor != null ? giveUpAt : localDeadline;
+                Session.Event event;
+                try {
+                    if (until == 0) {
+                        event = wait.events.take();
+                    } else {
+                        event = wait.events.poll(Math.max(0, until - System.nanoTime()), TimeUnit.NANOSECONDS);
+                    }
+                } catch (InterruptedException e) {
+                    if (!interruptible) {
+                        interruptedQuietly = true; // lock(): as ReentrantLock, keep waiting and keep the flag
+                    } else if (!"interrupt".equals(cancelledFor)) {
+                        boolean wasCancelling = cancelledFor != null;
+                        cancelledFor = "interrupt";
+                        if (!wasCancelling) {
+                            giveUpAt = cancel(wait, sendNow, mayBeQueued);
+                        }
+                    }
+                    continue;
+                }
+                if (event == null) {
+                    now = System.nanoTime();
+                    if (cancelledFor != null && now - giveUpAt >= 0) {
+                        session.abandon(wait); // the event never came: a grant that still comes is released
+                        return outcome(cancelledFor, null);
+                    }
+                    if (cancelledFor == null && localDeadline != 0 && now - localDeadline >= 0) {
+                        cancelledFor = "deadline";
+                        giveUpAt = cancel(wait, sendNow, mayBeQueued);
+                    }
+                    continue;
+                }
+                switch (event.kind()) {
+                    case Session.Event.GRANTED:
+                        if ("interrupt".equals(cancelledFor)) {
+                            // The grant won the race with FLOCK.CANCEL: give it back whole (a wait's grant is
+                            // never a reentry), then report the interrupt.
+                            call("FLOCK.RELEASE", key, owner(), FlockClient.bytes("ID"), FlockClient.requestId());
+                            return outcome(cancelledFor, null);
+                        }
+                        return event.token(); // a grant just past the local deadline is still a grant
+                    case Session.Event.TIMEOUT:
+                    case Session.Event.CANCELLED:
+                        return outcome(cancelledFor, null);
+                    case Session.Event.ERROR:
+                        if (cancelledFor != null) {
+                            return outcome(cancelledFor, null);
+                        }
+                        throw RedisError.specific(new RedisError(event.detail()));
+                    case Session.Event.BROKEN:
+                        if (!event.sessionId().equals(wait.sessionId)) {
+                            continue; // about a session this wait already left
+                        }
+                        if (cancelledFor != null) {
+                            return outcome(cancelledFor, null); // the server dropped the wait with its session
+                        }
+                        sendNow = true;
+                        sendAt = System.nanoTime();
+                        continue;
+                    case Session.Event.CLOSED:
+                    default:
+                        throw new IllegalStateException("the FlockClient was closed while waiting for lock '" + name + "'");
+                }
+            }
+        } finally {
+            session.unregister(wait);
+            if (interruptedQuietly) {
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+
+    /** A cancelled wait's end: an interrupt throws, a local deadline is a wait that ran out. */
+    private Long outcome(String cancelledFor, Long token) throws InterruptedException {
+        if ("interrupt".equals(cancelledFor)) {
+            throw new InterruptedException("interrupted while waiting for lock '" + name + "'");
+        }
         return token;
     }
 
-    private byte[][] acquireArgs(long leaseMs, Long waitMs) {
+    /**
+     * FLOCK.CANCEL for this thread's wait; between sessions (nothing waits on the server then, unless a lost
+     * reply queued it) the wait ends as cancelled at once. Returns when to stop waiting for its final event.
+     */
+    private long cancel(Session.Wait wait, boolean betweenSessions, boolean mayBeQueued) {
+        try {
+            client.command(new byte[][] {FlockClient.bytes("FLOCK.CANCEL"), key, wait.owner});
+        } catch (IOException | RuntimeException e) {
+            // the final event (or the session's end) still comes; a late grant is released
+        }
+        if (betweenSessions) {
+            if (mayBeQueued) {
+                client.session.abandon(wait); // a send whose reply was lost may have queued it
+            }
+            wait.events.add(new Session.Event(Session.Event.CANCELLED, 0, "", wait.sessionId));
+        }
+        return System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(CANCEL_GRACE_MS);
+    }
+
+    /** waitMs: null for a try, 0 for no limit; sessionId: null without a session. */
+    private byte[][] acquireArgs(long leaseMs, Long waitMs, String sessionId, byte[] requestId) {
         List<byte[]> args = new ArrayList<>(List.of(FlockClient.bytes("FLOCK.ACQUIRE"), key, owner(),
                 FlockClient.bytes(Long.toString(leaseMs))));
         args.addAll(acquireOptions);
@@ -307,8 +520,12 @@ public class FlockLock implements Lock {
             args.add(FlockClient.bytes("WAIT"));
             args.add(FlockClient.bytes(Long.toString(waitMs)));
         }
+        if (sessionId != null) {
+            args.add(FlockClient.bytes("INBOX"));
+            args.add(FlockClient.bytes(sessionId));
+        }
         args.add(FlockClient.bytes("ID"));
-        args.add(FlockClient.requestId());
+        args.add(requestId);
         return args.toArray(new byte[0][]);
     }
 
@@ -322,8 +539,9 @@ public class FlockLock implements Lock {
             }
             grant = new Grant(mine, key, owner(), token);
             client.grants.put(mine, grant);
+            client.checkEarlyLoss(grant);
         }
-        if (watchdog && grant.watchdog == null) {
+        if (watchdog && grant.watchdog == null && grant.lostReason == null) {
             client.startWatchdog(grant);
         }
     }
@@ -359,7 +577,7 @@ public class FlockLock implements Lock {
         }
     }
 
-    private static String text(Object reply) {
+    static String text(Object reply) {
         return reply instanceof byte[] ? new String((byte[]) reply, StandardCharsets.UTF_8) : String.valueOf(reply);
     }
 }

@@ -3,7 +3,7 @@ package io.flock;
 import java.util.Objects;
 import java.util.concurrent.ScheduledFuture;
 
-/** What this client knows of one thread's grant of one lock: its token, and its watchdog and whether it lost it. */
+/** What this client knows of one thread's grant of one lock: its token, its watchdog and whether it was lost. */
 final class Grant {
     final Key key;
     final byte[] lockKey;
@@ -11,8 +11,13 @@ final class Grant {
     final long token;
     volatile ScheduledFuture<?> watchdog;
     volatile long confirmedNanos = System.nanoTime();
-    /** Null while the lease is believed held; else why the watchdog found it gone. */
+    /**
+     * Null while the lease is believed held; else why it is gone: the server's pushed reason (expired,
+     * forcereleased, deleted, demoted) or the watchdog's (NOTOWNER, UNCONFIRMED).
+     */
     volatile String lostReason;
+    /** The loss in words, for the exception of a later unlock. */
+    volatile String lostMessage;
 
     Grant(Key key, byte[] lockKey, byte[] owner, long token) {
         this.key = key;

@@ -1,0 +1,366 @@
+package io.flock;
+
+import static io.flock.TestServer.await;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
+import org.junit.jupiter.api.Test;
+
+/** Waits through the client's FLOCK session (the default): multiplexed, resent, cancelled; losses pushed. */
+class SessionTest extends ServerTest {
+
+    long connectedClients() throws IOException {
+        String info = new String((byte[]) admin.call("INFO", "clients"), StandardCharsets.UTF_8);
+        for (String line : info.split("\r\n")) {
+            if (line.startsWith("connected_clients:")) {
+                return Long.parseLong(line.substring("connected_clients:".length()).trim());
+            }
+        }
+        throw new AssertionError("no connected_clients in INFO clients");
+    }
+
+    /** The server's ids of the connections blocked in FLOCK.INBOX (the session readers). */
+    List<Long> sessionConnections() throws IOException {
+        String list = new String((byte[]) admin.call("CLIENT", "LIST"), StandardCharsets.UTF_8);
+        List<Long> ids = new ArrayList<>();
+        for (String line : list.split("\n")) {
+            if (line.contains(" cmd=flock.inbox")) {
+                ids.add(Long.parseLong(line.substring(3, line.indexOf(' '))));
+            }
+        }
+        return ids;
+    }
+
+    @Test
+    void twoHundredWaitingThreadsAddAtMostFourConnections() throws Exception {
+        int threads = 200;
+        FlockClient client = client();
+        FlockLock lock = client.getFairLock("k");
+        long before = connectedClients();
+        admin.call("CONFIG", "SET", "maxclients", "40");
+        try {
+            lock.lock();
+            AtomicInteger granted = new AtomicInteger();
+            List<Thread> waiting = new ArrayList<>();
+            for (int i = 0; i < threads; i++) {
+                waiting.add(spawn(() -> {
+                    lock.lock();
+                    granted.incrementAndGet();
+                    lock.unlock();
+                }));
+            }
+            await(threads + " waiters queue", () -> waiters("k") == threads);
+            long added = connectedClients() - before;
+            assertTrue(added <= 4, "the client added " + added + " connections for " + threads + " waiters");
+            lock.unlock();
+            joinAll(waiting);
+            assertEquals(threads, granted.get());
+            await("the lock is free", () -> info("k") == null);
+        } finally {
+            admin.call("CONFIG", "SET", "maxclients", "10000");
+        }
+    }
+
+    @Test
+    void waitersOfOneProcessAreGrantedInQueueOrderThroughTheSession() throws Exception {
+        FlockClient client = client();
+        FlockLock lock = client.getFairLock("k");
+        lock.lock();
+        List<Integer> order = Collections.synchronizedList(new ArrayList<>());
+        List<Thread> waiting = queueInTurn("k", 12, n -> () -> {
+            lock.lock();
+            order.add(n);
+            lock.unlock();
+        });
+        assertEquals(1, sessionConnections().size(), "one session for every waiting thread");
+        lock.unlock();
+        joinAll(waiting);
+        List<Integer> expected = new ArrayList<>();
+        for (int i = 0; i < 12; i++) {
+            expected.add(i);
+        }
+        assertEquals(expected, order);
+    }
+
+    @Test
+    void aForceReleaseIsPushedAtOnceWithTheWatchdog() throws Exception {
+        FlockClient client = client(60_000); // no renewal in the test's time: the push tells
+        CompletableFuture<String> reported = new CompletableFuture<>();
+        client.setLeaseLostListener((name, thread, token, reason) -> reported.complete(name + " " + reason));
+        FlockLock lock = client.getFairLock("k");
+        lock.lock();
+        assertFalse(lock.isLeaseLost());
+        assertEquals(1L, admin.call("FLOCK.FORCERELEASE", "k"));
+        assertEquals("k forcereleased", reported.get(10, TimeUnit.SECONDS));
+        assertTrue(lock.isLeaseLost());
+        assertEquals(0, client.watchdogs());
+        IllegalMonitorStateException e = assertThrows(IllegalMonitorStateException.class, lock::unlock);
+        assertTrue(e.getMessage().contains("not locked by current thread"), e.getMessage());
+        assertTrue(e.getMessage().contains("force-released"), e.getMessage());
+    }
+
+    @Test
+    void aFixedLeaseThatRunsOutIsPushed() throws Exception {
+        FlockClient client = client();
+        CompletableFuture<String> reported = new CompletableFuture<>();
+        client.setLeaseLostListener((name, thread, token, reason) -> reported.complete(name + " " + reason));
+        FlockLock lock = client.getFairLock("k");
+        long token = lock.lockAndGetToken(300, TimeUnit.MILLISECONDS);
+        assertEquals(0, client.watchdogs());
+        await("the loss is known", lock::isLeaseLost);
+        assertEquals("k expired", reported.get(10, TimeUnit.SECONDS));
+        assertEquals(token, lock.getToken());
+        IllegalMonitorStateException e = assertThrows(IllegalMonitorStateException.class, lock::unlock);
+        assertTrue(e.getMessage().contains("lease ended"), e.getMessage());
+        assertFalse(lock.isLeaseLost());
+    }
+
+    @Test
+    void aDeletedKeyIsPushedToEveryHolder() throws Exception {
+        FlockClient client = client();
+        List<String> reasons = Collections.synchronizedList(new ArrayList<>());
+        client.setLeaseLostListener((name, thread, token, reason) -> reasons.add(reason));
+        FlockReadWriteLock rw = client.getReadWriteLock("k");
+        rw.readLock().lock();
+        onThread(() -> {
+            rw.readLock().lock();
+            return null;
+        }).get(10, TimeUnit.SECONDS);
+        assertEquals(2, holderCount("k"));
+        admin.call("DEL", "k");
+        await("both losses are known", () -> reasons.size() == 2);
+        assertEquals(List.of("deleted", "deleted"), reasons);
+        assertTrue(rw.readLock().isLeaseLost());
+    }
+
+    /** The server pushes the loss before the grant to the next waiter, and the reader keeps that order. */
+    @Test
+    void aLossIsKnownBeforeALaterGrantOfTheSameProcess() throws Exception {
+        FlockClient client = client();
+        List<String> seen = Collections.synchronizedList(new ArrayList<>());
+        client.setLeaseLostListener((name, thread, token, reason) -> seen.add("lost " + reason));
+        FlockLock lock = client.getFairLock("k");
+        onThread(() -> lock.lockAndGetToken(400, TimeUnit.MILLISECONDS)).get(10, TimeUnit.SECONDS);
+        CompletableFuture<Void> next = onThread(() -> {
+            lock.lock();
+            seen.add("granted");
+            lock.unlock();
+            return null;
+        });
+        next.get(10, TimeUnit.SECONDS);
+        assertEquals(List.of("lost expired", "granted"), seen);
+    }
+
+    @Test
+    void anInterruptCancelsTheSessionWait() throws Exception {
+        FlockClient client = client();
+        FlockLock lock = client.getFairLock("k");
+        lock.lock();
+        AtomicReference<Thread> waiter = new AtomicReference<>();
+        CompletableFuture<Boolean> tried = onThread(() -> {
+            waiter.set(Thread.currentThread());
+            return lock.tryLock(30, -1, TimeUnit.SECONDS);
+        });
+        await("the waiter queues", () -> waiters("k") == 1);
+        waiter.get().interrupt();
+        assertTrue(failure(tried) instanceof InterruptedException);
+        assertEquals(0, waiters("k"));
+        lock.unlock();
+        assertNull(info("k"));
+        // lock() is not interruptible: it keeps waiting, is granted, and keeps the flag.
+        lock.lock();
+        CompletableFuture<Boolean> uninterruptible = onThread(() -> {
+            waiter.set(Thread.currentThread());
+            lock.lock();
+            boolean flag = Thread.interrupted();
+            lock.unlock();
+            return flag;
+        });
+        await("the waiter queues", () -> waiters("k") == 1);
+        waiter.get().interrupt();
+        Thread.sleep(100); // nothing to observe: the point is that nothing changes
+        assertEquals(1, waiters("k"));
+        lock.unlock();
+        assertTrue(uninterruptible.get(10, TimeUnit.SECONDS));
+    }
+
+    @Test
+    void aKilledSessionConnectionResendsTheWaits() throws Exception {
+        FlockClient client = client();
+        FlockLock lock = client.getFairLock("k");
+        lock.lock();
+        int n = 5;
+        AtomicInteger granted = new AtomicInteger();
+        CountDownLatch done = new CountDownLatch(n);
+        for (int i = 0; i < n; i++) {
+            spawn(() -> {
+                lock.lock();
+                granted.incrementAndGet();
+                lock.unlock();
+                done.countDown();
+            });
+        }
+        await(n + " waiters queue", () -> waiters("k") == n);
+        List<Long> sessions = sessionConnections();
+        assertEquals(1, sessions.size());
+        long killed = sessions.get(0);
+        assertEquals(1L, admin.call("CLIENT", "KILL", "ID", Long.toString(killed)));
+        await("a new session reads", () -> {
+            try {
+                List<Long> now = sessionConnections();
+                return now.size() == 1 && now.get(0) != killed;
+            } catch (IOException e) {
+                throw new AssertionError(e);
+            }
+        });
+        await("the waits are sent again", () -> waiters("k") == n);
+        assertEquals(2, client.session.opened());
+        assertTrue(lock.isHeldByCurrentThread(), "a grant outlives its session (not SESSION-flagged)");
+        lock.unlock();
+        assertTrue(done.await(10, TimeUnit.SECONDS));
+        assertEquals(n, granted.get());
+        assertNotEquals(null, client.session.id());
+    }
+
+    @Test
+    void reentryThroughTheSessionAddsAHoldWhileOthersWait() throws Exception {
+        FlockLock lock = client().getFairLock("k");
+        long token = lock.lockAndGetToken();
+        Holder waiter = new Holder(lock);
+        await("the waiter queues", () -> waiters("k") == 1);
+        assertEquals(token, lock.lockAndGetToken());
+        assertEquals(2, holds("k"));
+        lock.unlock();
+        assertFalse(waiter.isGranted());
+        lock.unlock();
+        assertTrue(waiter.token() > token);
+        waiter.unlock();
+    }
+
+    @Test
+    void wrongModeAndUpgradeThroughTheSession() throws Exception {
+        FlockClient client = client();
+        client.getSemaphore("s", 2).acquire();
+        assertThrows(WrongModeException.class, () -> client.getFairLock("s").tryLock(1, TimeUnit.SECONDS));
+        assertThrows(WrongModeException.class, () -> client.getSemaphore("s", 3).tryAcquire(1, TimeUnit.SECONDS));
+        FlockReadWriteLock rw = client.getReadWriteLock("k");
+        rw.readLock().lock();
+        assertThrows(UpgradeException.class, () -> rw.writeLock().tryLock(1, TimeUnit.SECONDS));
+        assertThrows(UpgradeException.class, rw.writeLock()::lock);
+        rw.readLock().unlock();
+        client.getSemaphore("s", 2).release();
+    }
+
+    @Test
+    void aSemaphoreGrantsNoMoreThanItsLimitThroughTheSession() throws Exception {
+        FlockClient client = client();
+        FlockSemaphore slots = client.getSemaphore("s", 3);
+        AtomicInteger inside = new AtomicInteger();
+        AtomicInteger most = new AtomicInteger();
+        CountDownLatch release = new CountDownLatch(1);
+        List<Thread> workers = new ArrayList<>();
+        for (int i = 0; i < 8; i++) {
+            workers.add(spawn(() -> {
+                try {
+                    slots.acquire();
+                    most.accumulateAndGet(inside.incrementAndGet(), Math::max);
+                    release.await();
+                    inside.decrementAndGet();
+                    slots.release();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }));
+        }
+        await("3 hold and 5 wait", () -> holderCount("s") == 3 && waiters("s") == 5);
+        assertEquals(0, slots.availablePermits());
+        release.countDown();
+        joinAll(workers);
+        assertEquals(3, most.get());
+        await("all permits are back", () -> info("s") == null);
+    }
+
+    @Test
+    void closeEndsTheSessionConnectionAndItsReader() throws Exception {
+        FlockClient client = client();
+        FlockLock lock = client.getFairLock("k");
+        lock.lock();
+        lock.unlock();
+        assertEquals(1, sessionConnections().size());
+        client.close();
+        await("the session connection closes", () -> {
+            try {
+                return sessionConnections().isEmpty();
+            } catch (IOException e) {
+                throw new AssertionError(e);
+            }
+        });
+        await("the reader thread ends", () -> Thread.getAllStackTraces().keySet().stream()
+                .noneMatch(t -> t.getName().equals("flock-session-reader")));
+    }
+
+    @Test
+    void closeEndsAWaitingThread() throws Exception {
+        FlockClient client = client();
+        FlockLock lock = client.getFairLock("k");
+        lock.lock();
+        CompletableFuture<Void> waiting = onThread(() -> {
+            client.getFairLock("k").lock();
+            return null;
+        });
+        await("the waiter queues", () -> waiters("k") == 1);
+        client.close();
+        assertTrue(failure(waiting) instanceof IllegalStateException);
+    }
+
+    @Test
+    void theSessionReaderIsADaemonThread() throws Exception {
+        FlockLock lock = client().getFairLock("k");
+        lock.lock();
+        lock.unlock();
+        assertTrue(Thread.getAllStackTraces().keySet().stream()
+                .filter(t -> t.getName().equals("flock-session-reader"))
+                .allMatch(Thread::isDaemon));
+    }
+
+    @Test
+    void blockingWaitsStayAnOption() throws Exception {
+        FlockClient client = opened(new FlockClient(server.factory(), FlockClient.DEFAULT_WATCHDOG_TIMEOUT_MS, false));
+        assertFalse(client.usesSessions());
+        FlockLock lock = client.getFairLock("k");
+        lock.lock();
+        Holder waiter = new Holder(lock);
+        await("the waiter queues", () -> waiters("k") == 1);
+        assertTrue(sessionConnections().isEmpty());
+        lock.unlock();
+        waiter.token();
+        waiter.unlock();
+        assertNull(info("k"));
+    }
+
+    /** Without a session nothing is pushed: the NOTOWNER text of the unlock says why. */
+    @Test
+    void anUnlockAfterTheLeaseRanOutSaysSoWithoutSessions() {
+        FlockClient client = opened(new FlockClient(server.factory(), FlockClient.DEFAULT_WATCHDOG_TIMEOUT_MS, false));
+        FlockLock lock = client.getFairLock("k");
+        lock.lock(100, TimeUnit.MILLISECONDS);
+        await("the lease ends", () -> info("k") == null);
+        IllegalMonitorStateException e = assertThrows(IllegalMonitorStateException.class, lock::unlock);
+        assertTrue(e.getMessage().contains("not locked by current thread"), e.getMessage());
+        assertTrue(e.getMessage().contains("lease"), e.getMessage());
+    }
+}
