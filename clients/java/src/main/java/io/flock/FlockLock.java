@@ -412,7 +412,7 @@ public class FlockLock implements Lock {
                     queuedOnce = true;
                     noSession = 0;
                 }
-                long until = sendNow ? sendAt : cancelledFor != null ? giveUpAt : localDeadline;
+                long until = cancelledFor != null ? giveUpAt : sendNow ? sendAt : localDeadline;
                 Session.Event event;
                 try {
                     if (until == 0) {
