@@ -43,6 +43,32 @@ class RequestIdTest extends ServerTest {
         assertEquals(null, info("k"));
     }
 
+    /** A session wait whose WAITING reply is lost: the resend takes over its own place, one grant comes. */
+    @Test
+    void aResentSessionWaitKeepsItsPlace() throws Exception {
+        FlockLock direct = client().getFairLock("k");
+        direct.lock();
+        FlockLock before = client().getFairLock("k");
+        ServerTest.Holder first = new Holder(before);
+        TestServer.await("the first waiter queues", () -> waiters("k") == 1);
+        proxy.dropRepliesTo("FLOCK.ACQUIRE", 1);
+        Holder resent = new Holder(lock);
+        TestServer.await("a WAITING reply is lost", () -> proxy.dropped.get() == 1);
+        FlockLock after = client().getFairLock("k");
+        TestServer.await("the resend queued once", () -> waiters("k") == 2);
+        Holder last = new Holder(after);
+        TestServer.await("the last waiter queues", () -> waiters("k") == 3);
+        direct.unlock();
+        long t1 = first.token();
+        first.unlock();
+        long t2 = resent.token();
+        resent.unlock();
+        long t3 = last.token();
+        last.unlock();
+        assertEquals(true, t1 < t2 && t2 < t3, "granted in queue order");
+        TestServer.await("the lock is free", () -> info("k") == null);
+    }
+
     @Test
     void aResentRenewalKeepsTheLease() throws Exception {
         FlockClient client = opened(new FlockClient(RespConnection.factory("127.0.0.1", proxy.port()), 600));

@@ -4,6 +4,7 @@ import static io.flock.TestServer.await;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -234,6 +235,33 @@ class SessionTest extends ServerTest {
         assertTrue(done.await(10, TimeUnit.SECONDS));
         assertEquals(n, granted.get());
         assertNotEquals(null, client.session.id());
+    }
+
+    /** The documented behaviour for a server restart mid-wait: the wait retries until its own deadline. */
+    @Test
+    void aWaitOutlivesAServerRestartUntilItsDeadline() throws Exception {
+        TestServer[] own = {TestServer.start()};
+        try {
+            int port = own[0].port;
+            FlockClient holder = opened(new FlockClient(own[0].factory()));
+            FlockClient client = opened(new FlockClient(own[0].factory()));
+            holder.getFairLock("k").lock();
+            CompletableFuture<Long> waiter = onThread(() -> client.getFairLock("k").tryLockAndGetToken(30, -1,
+                    TimeUnit.SECONDS));
+            FlockLock inspect = opened(new FlockClient(own[0].factory())).getFairLock("k");
+            await("the waiter queues", () -> {
+                java.util.Map<String, Object> info = inspect.info();
+                return info != null && (Long) info.get("waiters") == 1;
+            });
+            own[0].close();
+            Thread.sleep(300); // the server is down for a while: the wait retries meanwhile
+            own[0] = TestServer.start(port);
+            Long token = waiter.get(20, TimeUnit.SECONDS);
+            assertNotNull(token, "granted by the restarted server");
+            assertEquals(2, client.session.opened());
+        } finally {
+            own[0].close();
+        }
     }
 
     @Test

@@ -27,9 +27,14 @@ final class TestServer implements AutoCloseable {
     }
 
     static TestServer start() throws IOException {
+        return start(0);
+    }
+
+    /** A server on {@code port} (0: a free one), as after a restart on the same address. */
+    static TestServer start(int fixedPort) throws IOException {
         for (int attempt = 0; ; attempt++) {
             Path dir = Files.createTempDirectory("flock-java");
-            int port = freePort();
+            int port = fixedPort != 0 ? fixedPort : freePort();
             Process process = new ProcessBuilder(List.of(program(), "--port", Integer.toString(port), "--bind",
                             "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir.toString(),
                             "--loadmodule", module()))
