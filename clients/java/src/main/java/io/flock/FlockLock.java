@@ -406,8 +406,11 @@ public class FlockLock implements Lock {
                         }
                         throw RedisError.specific(e);
                     }
-                    if (!"WAITING".equals(reply)) {
+                    if (reply == null || reply instanceof Long) {
                         return (Long) reply; // granted at once (a token) or not (nil)
+                    }
+                    if (!"WAITING".equals(text(reply))) { // a status reply; some libraries give it as bytes
+                        throw new IllegalStateException("FLOCK.ACQUIRE answered " + text(reply));
                     }
                     queuedOnce = true;
                     noSession = 0;

@@ -34,6 +34,57 @@ class AdapterTest extends ServerTest {
         return opened(new FlockClient(factory));
     }
 
+    /** The built-in connection with its commands rewritten by {@code args} and its replies by {@code reply}. */
+    FlockClient clientRewriting(java.util.function.UnaryOperator<byte[][]> args,
+            java.util.function.UnaryOperator<Object> reply) {
+        ConnectionFactory factory = () -> {
+            RespConnection resp = server.connect();
+            return FlockConnection.of(a -> reply.apply(resp.call(args.apply(a))), resp);
+        };
+        return opened(new FlockClient(factory));
+    }
+
+    /** Jedis gives status replies as bytes: a session wait's WAITING is understood so too. */
+    @Test
+    void aStatusReplyAsBytesIsUnderstood() throws Exception {
+        FlockClient client = clientRewriting(a -> a,
+                r -> r instanceof String ? ((String) r).getBytes(java.nio.charset.StandardCharsets.UTF_8) : r);
+        FlockLock lock = client.getFairLock("k");
+        lock.lock();
+        CompletableFuture<Boolean> waiter = onThread(() -> {
+            boolean got = lock.tryLock(10, TimeUnit.SECONDS);
+            lock.unlock();
+            return got;
+        });
+        TestServer.await("the waiter queues", () -> waiters("k") == 1);
+        lock.unlock();
+        assertTrue(waiter.get(10, TimeUnit.SECONDS));
+    }
+
+    /**
+     * The client's own deadline: here the server is asked to wait a minute (the adapter stretches WAIT), so
+     * only the local deadline (the wait plus a margin) ends the wait: FLOCK.CANCEL, then the cancelled event.
+     */
+    @Test
+    void theLocalDeadlineCancelsAWaitTheServerDidNotEnd() throws Exception {
+        FlockClient client = clientRewriting(a -> {
+            for (int i = 0; i + 1 < a.length; i++) {
+                if (new String(a[i], java.nio.charset.StandardCharsets.UTF_8).equals("WAIT")) {
+                    a[i + 1] = FlockClient.bytes("60000");
+                }
+            }
+            return a;
+        }, r -> r);
+        FlockLock lock = client.getFairLock("k");
+        lock.lock();
+        CompletableFuture<Boolean> waiter = onThread(() -> lock.tryLock(100, TimeUnit.MILLISECONDS));
+        TestServer.await("the waiter queues", () -> waiters("k") == 1);
+        assertEquals(false, waiter.get(FlockLock.LOCAL_DEADLINE_MARGIN_MS + 8_000, TimeUnit.MILLISECONDS));
+        assertEquals(0, waiters("k"));
+        lock.unlock();
+        assertNull(info("k"));
+    }
+
     @Test
     void aDriverStyleErrorIsUnderstood() {
         lockWorksThrough(clientThrowing(e -> new IllegalStateException(e.getMessage())));
