@@ -264,6 +264,34 @@ class SessionTest extends ServerTest {
         }
     }
 
+    /**
+     * A demotion: the waits end with an error, not a hang. Redis 7.0 closes the blocked FLOCK.INBOX connection
+     * itself (its disconnectAllBlockedClients), so the session's events are lost with it: the waiter, resent to
+     * a new session, gets the replica's READONLY, or UNBLOCKED where the server keeps the session.
+     */
+    @Test
+    void aDemotionEndsTheWaitsWithAnError() throws Exception {
+        try (TestServer own = TestServer.start(); RespConnection ownAdmin = own.connect()) {
+            FlockClient client = opened(new FlockClient(own.factory()));
+            FlockLock lock = client.getFairLock("k");
+            lock.lock();
+            CompletableFuture<Void> waiter = onThread(() -> {
+                lock.lock();
+                return null;
+            });
+            FlockLock inspect = opened(new FlockClient(own.factory())).getFairLock("k");
+            await("the waiter queues", () -> (Long) inspect.info().get("waiters") == 1);
+            ownAdmin.call("REPLICAOF", "127.0.0.1", "1"); // a master that is never reached
+            try {
+                Throwable ended = failure(waiter);
+                String code = RedisError.codeOf(ended);
+                assertTrue(code.equals("UNBLOCKED") || code.equals("READONLY"), String.valueOf(ended));
+            } finally {
+                ownAdmin.call("REPLICAOF", "NO", "ONE");
+            }
+        }
+    }
+
     @Test
     void reentryThroughTheSessionAddsAHoldWhileOthersWait() throws Exception {
         FlockLock lock = client().getFairLock("k");
