@@ -328,6 +328,92 @@ public final class FlockClient implements AutoCloseable {
         return threadId + ":" + token + ":" + name;
     }
 
+    /** How long a re-watch waits before it tries again to open a session, while the server cannot be reached. */
+    static final long REWATCH_RETRY_MS = 1_000;
+    /** Grants whose watch moved to a new session (tests). */
+    final java.util.concurrent.atomic.AtomicInteger rewatched = new java.util.concurrent.atomic.AtomicInteger();
+
+    /**
+     * After the session broke: moves the watch of every grant the watchdog keeps to a new session, so that
+     * their losses are still pushed (on the watchdog thread, at once or after {@code delayMs}).
+     */
+    void rewatchLater(long delayMs) {
+        if (!sessions) {
+            return;
+        }
+        try {
+            watchdog.schedule((Runnable) this::rewatch, delayMs, TimeUnit.MILLISECONDS);
+        } catch (java.util.concurrent.RejectedExecutionException closed) {
+            // the client is closing
+        }
+    }
+
+    private void rewatch() {
+        java.util.List<Grant> held = new java.util.ArrayList<>();
+        for (Grant grant : grants.values()) {
+            if (grant.watchdog != null && grant.lostReason == null) {
+                held.add(grant);
+            }
+        }
+        if (held.isEmpty()) {
+            return;
+        }
+        String sid;
+        try {
+            sid = session.id();
+        } catch (IOException | RuntimeException unreachable) {
+            if (!(unreachable instanceof IllegalStateException)) { // not closed: try again later
+                rewatchLater(REWATCH_RETRY_MS);
+            }
+            return;
+        }
+        for (Grant grant : held) {
+            rewatch(grant, sid);
+        }
+    }
+
+    /**
+     * A RENEW (NOTOWNER: the grant is gone, reported lost), then a reentrant ACQUIRE ... INBOX sid (the same
+     * token, one more hold, the lease reset to the watchdog's as a renewal does) and a RELEASE of that hold;
+     * the thread's own unlock() waits meanwhile. Anything but the same token means the grant ended in
+     * between: it is reported lost (and a new grant so made is given back).
+     */
+    private void rewatch(Grant grant, String sid) {
+        synchronized (grant.holdsLock) {
+            if (grants.get(grant.key) != grant || grant.lostReason != null) {
+                return;
+            }
+            Object reply;
+            try {
+                callResending(commands, grant.renewArgs(watchdogTimeoutMs)); // still ours? (no new grant if not)
+            } catch (IOException | RuntimeException e) {
+                if ("NOTOWNER".equals(RedisError.codeOf(e))) {
+                    leaseLost(grant, "NOTOWNER", "the server ended the grant: " + new RedisError(e).getMessage());
+                }
+                return;
+            }
+            try {
+                reply = callResending(commands, grant.rewatchArgs(watchdogTimeoutMs, sid));
+            } catch (IOException | RuntimeException e) {
+                return; // NOSESSION: that session's end re-watches again; anything else: the watchdog tells
+            }
+            if (reply instanceof Long) {
+                try {
+                    callResending(commands, grant.releaseArgs());
+                } catch (IOException | RuntimeException e) {
+                    // the extra hold stays until the thread's last unlock finds it: its lease ends it
+                }
+                if ((Long) reply != grant.token) {
+                    leaseLost(grant, "NOTOWNER", "the grant ended while the client's session was being replaced");
+                } else {
+                    rewatched.incrementAndGet();
+                }
+            } else if (reply == null) {
+                leaseLost(grant, "NOTOWNER", "the grant ended while the client's session was being replaced");
+            }
+        }
+    }
+
     /** Gives back, off the reader thread, a grant that came for a wait its thread gave up. */
     void releaseLater(byte[] key, byte[] owner) {
         try {

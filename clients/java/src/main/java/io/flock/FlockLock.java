@@ -91,18 +91,20 @@ public class FlockLock implements Lock {
             throw new IllegalMonitorStateException(notLocked(mine) + ": " + grant.lostMessage + " (token "
                     + grant.token + "; another owner may have held it since)");
         }
-        long left;
-        try {
-            left = (Long) call("FLOCK.RELEASE", key, owner(), FlockClient.bytes("ID"), FlockClient.requestId());
-        } catch (RuntimeException e) {
-            if ("NOTOWNER".equals(RedisError.codeOf(e))) {
-                forget(mine);
-                throw new IllegalMonitorStateException(notLocked(mine) + ": " + new RedisError(e).getMessage());
+        synchronized (grant != null ? grant.holdsLock : new Object()) {
+            long left;
+            try {
+                left = (Long) call("FLOCK.RELEASE", key, owner(), FlockClient.bytes("ID"), FlockClient.requestId());
+            } catch (RuntimeException e) {
+                if ("NOTOWNER".equals(RedisError.codeOf(e))) {
+                    forget(mine);
+                    throw new IllegalMonitorStateException(notLocked(mine) + ": " + new RedisError(e).getMessage());
+                }
+                throw e;
             }
-            throw e;
-        }
-        if (left == 0) {
-            forget(mine);
+            if (left == 0) {
+                forget(mine);
+            }
         }
     }
 
@@ -540,7 +542,7 @@ public class FlockLock implements Lock {
             if (grant != null) {
                 grant.stopWatchdog();
             }
-            grant = new Grant(mine, key, owner(), token);
+            grant = new Grant(mine, key, owner(), token, acquireOptions);
             client.grants.put(mine, grant);
             client.checkEarlyLoss(grant);
         }

@@ -1,5 +1,7 @@
 package io.flock;
 
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.ScheduledFuture;
 
@@ -9,6 +11,10 @@ final class Grant {
     final byte[] lockKey;
     final byte[] owner;
     final long token;
+    /** The mode options of the ACQUIRE that took it (SHARED, PERMITS n LIMIT m), for a reentry. */
+    final List<byte[]> acquireOptions;
+    /** Held by unlock() and by a re-watch (a hold added and released): they never interleave. */
+    final Object holdsLock = new Object();
     volatile ScheduledFuture<?> watchdog;
     volatile long confirmedNanos = System.nanoTime();
     /**
@@ -19,11 +25,27 @@ final class Grant {
     /** The loss in words, for the exception of a later unlock. */
     volatile String lostMessage;
 
-    Grant(Key key, byte[] lockKey, byte[] owner, long token) {
+    Grant(Key key, byte[] lockKey, byte[] owner, long token, List<byte[]> acquireOptions) {
         this.key = key;
         this.lockKey = lockKey;
         this.owner = owner;
         this.token = token;
+        this.acquireOptions = acquireOptions;
+    }
+
+    /** A reentry (one more hold, the lease reset) that moves the grant's watch to session {@code sessionId}. */
+    byte[][] rewatchArgs(long leaseMs, String sessionId) {
+        List<byte[]> args = new ArrayList<>(List.of(FlockClient.bytes("FLOCK.ACQUIRE"), lockKey, owner,
+                FlockClient.bytes(Long.toString(leaseMs))));
+        args.addAll(acquireOptions);
+        args.addAll(List.of(FlockClient.bytes("INBOX"), FlockClient.bytes(sessionId), FlockClient.bytes("ID"),
+                FlockClient.requestId()));
+        return args.toArray(new byte[0][]);
+    }
+
+    byte[][] releaseArgs() {
+        return new byte[][] {FlockClient.bytes("FLOCK.RELEASE"), lockKey, owner, FlockClient.bytes("ID"),
+            FlockClient.requestId()};
     }
 
     byte[][] renewArgs(long leaseMs) {

@@ -159,6 +159,7 @@ final class Session implements AutoCloseable {
         }
         if (conn != null) {
             closeQuietly(conn);
+            client.rewatchLater(0); // the grants it watched: to the next session
         }
         for (Wait wait : pending.values()) {
             if (sid.equals(wait.sessionId)) {

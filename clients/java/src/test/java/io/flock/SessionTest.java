@@ -35,8 +35,13 @@ class SessionTest extends ServerTest {
     }
 
     /** The server's ids of the connections blocked in FLOCK.INBOX (the session readers). */
-    List<Long> sessionConnections() throws IOException {
-        String list = new String((byte[]) admin.call("CLIENT", "LIST"), StandardCharsets.UTF_8);
+    List<Long> sessionConnections() {
+        String list;
+        try {
+            list = new String((byte[]) admin.call("CLIENT", "LIST"), StandardCharsets.UTF_8);
+        } catch (IOException e) {
+            throw new java.io.UncheckedIOException(e);
+        }
         List<Long> ids = new ArrayList<>();
         for (String line : list.split("\n")) {
             if (line.contains(" cmd=flock.inbox")) {
@@ -221,12 +226,8 @@ class SessionTest extends ServerTest {
         long killed = sessions.get(0);
         assertEquals(1L, admin.call("CLIENT", "KILL", "ID", Long.toString(killed)));
         await("a new session reads", () -> {
-            try {
-                List<Long> now = sessionConnections();
-                return now.size() == 1 && now.get(0) != killed;
-            } catch (IOException e) {
-                throw new AssertionError(e);
-            }
+            List<Long> now = sessionConnections();
+            return now.size() == 1 && now.get(0) != killed;
         });
         await("the waits are sent again", () -> waiters("k") == n);
         assertEquals(2, client.session.opened());
@@ -235,6 +236,25 @@ class SessionTest extends ServerTest {
         assertTrue(done.await(10, TimeUnit.SECONDS));
         assertEquals(n, granted.get());
         assertNotEquals(null, client.session.id());
+    }
+
+    /** A held grant's watch moves to the new session: its loss is still pushed. */
+    @Test
+    void aGrantHeldWhenTheSessionBreaksIsStillWatched() throws Exception {
+        FlockClient client = client(60_000);
+        CompletableFuture<String> reported = new CompletableFuture<>();
+        client.setLeaseLostListener((name, thread, token, reason) -> reported.complete(reason));
+        FlockLock lock = client.getFairLock("k");
+        long token = lock.lockAndGetToken();
+        long killed = sessionConnections().get(0);
+        assertEquals(1L, admin.call("CLIENT", "KILL", "ID", Long.toString(killed)));
+        await("a new session watches the grant", () -> client.rewatched.get() == 1);
+        assertEquals(2, client.session.opened());
+        assertEquals(1, holds("k"), "the re-watch's hold was given back");
+        assertEquals(token, lock.getToken());
+        assertEquals(1L, admin.call("FLOCK.FORCERELEASE", "k"));
+        assertEquals("forcereleased", reported.get(10, TimeUnit.SECONDS));
+        assertTrue(lock.isLeaseLost());
     }
 
     /** The documented behaviour for a server restart mid-wait: the wait retries until its own deadline. */
@@ -358,13 +378,7 @@ class SessionTest extends ServerTest {
         lock.unlock();
         assertEquals(1, sessionConnections().size());
         client.close();
-        await("the session connection closes", () -> {
-            try {
-                return sessionConnections().isEmpty();
-            } catch (IOException e) {
-                throw new AssertionError(e);
-            }
-        });
+        await("the session connection closes", () -> sessionConnections().isEmpty());
         await("the reader thread ends", () -> Thread.getAllStackTraces().keySet().stream()
                 .noneMatch(t -> t.getName().equals("flock-session-reader")));
     }
