@@ -165,17 +165,17 @@ public final class FlockClient implements AutoCloseable {
         }
     }
 
+    /** Sends on the shared command connection, resending a lost reply. */
+    Object command(byte[][] args) throws IOException {
+        return callResending(commands, args);
+    }
+
     /**
      * A blocking command on a connection of its own. {@code interruptible}: it runs on a wait thread while the
      * caller waits for it; an interrupt sends CLIENT UNBLOCK for that connection from the command connection
      * and then takes the blocked call's reply as it is (nil, or a grant that won the race) and the interrupt
      * together, for the caller to settle. Otherwise it runs on the calling thread.
      */
-    /** Sends on the shared command connection, resending a lost reply. */
-    Object command(byte[][] args) throws IOException {
-        return callResending(commands, args);
-    }
-
     Reply callBlocking(byte[][] args, boolean interruptible) throws IOException {
         Link link = idleWaitLinks.poll();
         if (link == null) {

@@ -238,6 +238,72 @@ class SessionTest extends ServerTest {
         assertNotEquals(null, client.session.id());
     }
 
+    /**
+     * Threads lock, try with short waits and are interrupted at random while the session connection is killed
+     * now and then: never two holders, no thread left hanging, nothing held or queued at the end.
+     */
+    @Test
+    void interruptsTimeoutsAndSessionKillsLeaveNothingBehind() throws Exception {
+        FlockClient client = client();
+        FlockLock lock = client.getFairLock("k");
+        int n = 20;
+        AtomicInteger inside = new AtomicInteger();
+        AtomicInteger grants = new AtomicInteger();
+        AtomicReference<Throwable> failed = new AtomicReference<>();
+        long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(3);
+        List<Thread> threads = new ArrayList<>();
+        for (int i = 0; i < n; i++) {
+            threads.add(spawn(() -> {
+                java.util.Random random = new java.util.Random();
+                while (System.nanoTime() < end) {
+                    try {
+                        boolean got = random.nextBoolean() ? lock.tryLock(random.nextInt(30), -1, TimeUnit.MILLISECONDS)
+                                : lockInterruptibly(lock);
+                        if (got) {
+                            if (inside.incrementAndGet() != 1) {
+                                failed.compareAndSet(null, new AssertionError("two threads hold the lock"));
+                            }
+                            grants.incrementAndGet();
+                            inside.decrementAndGet();
+                            lock.unlock();
+                        }
+                    } catch (InterruptedException e) {
+                        // one of the interrupts below
+                    } catch (Throwable e) {
+                        failed.compareAndSet(null, e);
+                    }
+                }
+            }));
+        }
+        java.util.Random random = new java.util.Random();
+        for (int i = 0; System.nanoTime() < end; i++) {
+            threads.get(random.nextInt(n)).interrupt();
+            Thread.sleep(2);
+            if (i % 150 == 149) {
+                for (long id : sessionConnections()) {
+                    admin.call("CLIENT", "KILL", "ID", Long.toString(id));
+                }
+            }
+        }
+        for (Thread t : threads) {
+            t.join(20_000);
+            assertFalse(t.isAlive(), "a thread hangs");
+        }
+        if (failed.get() != null) {
+            throw new AssertionError(failed.get());
+        }
+        assertTrue(grants.get() > 0);
+        assertTrue(client.session.opened() > 1, "the session was replaced");
+        await("the lock is free", () -> info("k") == null);
+        assertEquals(0, client.watchdogs());
+        assertTrue(client.grants.isEmpty());
+    }
+
+    private static boolean lockInterruptibly(FlockLock lock) throws InterruptedException {
+        lock.lockInterruptibly();
+        return true;
+    }
+
     /** A held grant's watch moves to the new session: its loss is still pushed. */
     @Test
     void aGrantHeldWhenTheSessionBreaksIsStillWatched() throws Exception {
