@@ -43,7 +43,7 @@ public final class FlockClient implements AutoCloseable {
     private final ExecutorService waiters = Executors.newCachedThreadPool(daemon("flock-wait"));
     final Map<Grant.Key, Grant> grants = new ConcurrentHashMap<>();
     private volatile LeaseLostListener leaseLostListener = (name, thread, token, reason) -> {};
-    private final boolean sessions;
+    private volatile boolean sessions;
     final Session session;
     /** Losses pushed before their grant was known here (the grant's reply still on its way): key -> reason. */
     private final Map<String, String> earlyLosses = new java.util.LinkedHashMap<>() {
@@ -113,9 +113,22 @@ public final class FlockClient implements AutoCloseable {
         return watchdogTimeoutMs;
     }
 
-    /** Whether waits go through the client's session (the default) or block a connection each. */
+    /**
+     * Whether waits go through the client's session (the default) or block a connection each (asked for, or
+     * the server's module has no sessions: an older FLOCK).
+     */
     public boolean usesSessions() {
         return sessions;
+    }
+
+    /** True, and sessions off from now on, when {@code error} says the server has no FLOCK.SESSION. */
+    boolean sessionsUnsupported(RuntimeException error) {
+        String message = String.valueOf(new RedisError(error).getMessage()).toLowerCase(java.util.Locale.ROOT);
+        if (message.contains("unknown command") && message.contains("flock.session")) {
+            sessions = false;
+            return true;
+        }
+        return false;
     }
 
     /**

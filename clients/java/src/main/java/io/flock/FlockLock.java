@@ -283,8 +283,19 @@ public class FlockLock implements Lock {
             throw new InterruptedException();
         }
         long lease = leaseMs > 0 ? leaseMs : client.getWatchdogTimeout();
-        Long token = client.usesSessions() ? acquireInSession(waitMs, lease, interruptible)
-                : acquireBlocking(waitMs, lease, interruptible);
+        Long token;
+        if (client.usesSessions()) {
+            try {
+                token = acquireInSession(waitMs, lease, interruptible);
+            } catch (RuntimeException e) {
+                if (!client.sessionsUnsupported(e)) {
+                    throw e;
+                }
+                token = acquireBlocking(waitMs, lease, interruptible); // an older module: wait as it allows
+            }
+        } else {
+            token = acquireBlocking(waitMs, lease, interruptible);
+        }
         if (token != null) {
             remember(token, leaseMs == WATCHDOG);
         }

@@ -85,6 +85,32 @@ class AdapterTest extends ServerTest {
         assertNull(info("k"));
     }
 
+    /** A module without sessions (an older FLOCK): the client falls back to blocking waits. */
+    @Test
+    void aServerWithoutSessionsGetsBlockingWaits() throws Exception {
+        ConnectionFactory factory = () -> {
+            RespConnection resp = server.connect();
+            return FlockConnection.of(a -> {
+                if (new String(a[0], java.nio.charset.StandardCharsets.UTF_8).equalsIgnoreCase("FLOCK.SESSION")) {
+                    throw new RedisError("ERR unknown command 'FLOCK.SESSION', with args beginning with: ");
+                }
+                return resp.call(a);
+            }, resp);
+        };
+        FlockClient client = opened(new FlockClient(factory));
+        FlockLock lock = client.getFairLock("k");
+        lock.lock();
+        assertEquals(false, client.usesSessions());
+        CompletableFuture<Boolean> waiter = onThread(() -> {
+            boolean got = lock.tryLock(10, TimeUnit.SECONDS);
+            lock.unlock();
+            return got;
+        });
+        TestServer.await("the waiter queues", () -> waiters("k") == 1);
+        lock.unlock();
+        assertTrue(waiter.get(10, TimeUnit.SECONDS));
+    }
+
     @Test
     void aDriverStyleErrorIsUnderstood() {
         lockWorksThrough(clientThrowing(e -> new IllegalStateException(e.getMessage())));
