@@ -19,7 +19,9 @@ import java.util.concurrent.locks.Lock;
  * hold, the same token, the lease reset); another thread, or another client, waits its turn. Each
  * {@code lock}/{@code tryLock} that returned true needs one {@link #unlock}. Without a lease time the lease is
  * the client's watchdog timeout (30 s by default) and a watchdog renews it every third of that until the
- * last unlock; with a lease time the lock ends by itself after it. I/O failures that outlast
+ * last unlock; with a lease time the lock ends by itself after it. A wait is one {@code FLOCK.ACQUIRE ... WAIT}
+ * through the client's session (no connection of its own); the server pushes the loss of a grant at once
+ * ({@link #isLeaseLost()}, the client's {@link LeaseLostListener}). I/O failures that outlast
  * {@link FlockClient#RESENDS} resends surface as {@link UncheckedIOException}; other error replies as
  * {@link RedisError} (or the adapter's exception).
  */
@@ -59,7 +61,10 @@ public class FlockLock implements Lock {
         lockUninterruptibly(WATCHDOG);
     }
 
-    /** Waits in the queue; an interrupt takes the wait off the server's queue and throws. */
+    /**
+     * Waits in the queue; an interrupt takes the wait off the server's queue (FLOCK.CANCEL) and throws, after
+     * giving back a grant that won the race.
+     */
     @Override
     public void lockInterruptibly() throws InterruptedException {
         acquire(FOREVER, WATCHDOG, true);
