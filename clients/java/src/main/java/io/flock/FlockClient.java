@@ -347,8 +347,8 @@ public final class FlockClient implements AutoCloseable {
     final java.util.concurrent.atomic.AtomicInteger rewatched = new java.util.concurrent.atomic.AtomicInteger();
 
     /**
-     * After the session broke: moves the watch of every grant the watchdog keeps to a new session, so that
-     * their losses are still pushed (on the watchdog thread, at once or after {@code delayMs}).
+     * After the session broke: moves the watch of every grant held to a new session, so that their losses are
+     * still pushed (on the watchdog thread, at once or after {@code delayMs}).
      */
     void rewatchLater(long delayMs) {
         if (!sessions) {
@@ -364,7 +364,7 @@ public final class FlockClient implements AutoCloseable {
     private void rewatch() {
         java.util.List<Grant> held = new java.util.ArrayList<>();
         for (Grant grant : grants.values()) {
-            if (grant.watchdog != null && grant.lostReason == null) {
+            if (grant.lostReason == null) {
                 held.add(grant);
             }
         }
@@ -387,7 +387,8 @@ public final class FlockClient implements AutoCloseable {
 
     /**
      * A RENEW (NOTOWNER: the grant is gone, reported lost), then a reentrant ACQUIRE ... INBOX sid (the same
-     * token, one more hold, the lease reset to the watchdog's as a renewal does) and a RELEASE of that hold;
+     * token, one more hold, the lease reset to the watchdog's as a renewal does, or for a fixed lease to the
+     * lease it has left) and a RELEASE of that hold;
      * the thread's own unlock() waits meanwhile. Anything but the same token means the grant ended in
      * between: it is reported lost (and a new grant so made is given back).
      */
@@ -396,9 +397,20 @@ public final class FlockClient implements AutoCloseable {
             if (grants.get(grant.key) != grant || grant.lostReason != null) {
                 return;
             }
+            long leaseMs = watchdogTimeoutMs;
+            long leaseEnd = grant.leaseEndNanos;
+            if (grant.watchdog == null && leaseEnd != 0) {
+                // A fixed lease keeps its end: the lease left, measured from when the grant's reply came (the
+                // server's lease began before, so this never shortens it).
+                leaseMs = TimeUnit.NANOSECONDS.toMillis(leaseEnd - System.nanoTime());
+                if (leaseMs <= 0) {
+                    leaseLost(grant, "expired", lossMessage("expired")); // its push went with the old session
+                    return;
+                }
+            }
             Object reply;
             try {
-                callResending(commands, grant.renewArgs(watchdogTimeoutMs)); // still ours? (no new grant if not)
+                callResending(commands, grant.renewArgs(leaseMs)); // still ours? (no new grant if not)
             } catch (IOException | RuntimeException e) {
                 if ("NOTOWNER".equals(RedisError.codeOf(e))) {
                     leaseLost(grant, "NOTOWNER", "the server ended the grant: " + new RedisError(e).getMessage());
@@ -406,7 +418,7 @@ public final class FlockClient implements AutoCloseable {
                 return;
             }
             try {
-                reply = callResending(commands, grant.rewatchArgs(watchdogTimeoutMs, sid));
+                reply = callResending(commands, grant.rewatchArgs(leaseMs, sid));
             } catch (IOException | RuntimeException e) {
                 return; // NOSESSION: that session's end re-watches again; anything else: the watchdog tells
             }

@@ -302,7 +302,7 @@ public class FlockLock implements Lock {
             token = acquireBlocking(waitMs, lease, interruptible);
         }
         if (token != null) {
-            remember(token, leaseMs == WATCHDOG);
+            remember(token, leaseMs == WATCHDOG, lease);
         }
         return token;
     }
@@ -551,7 +551,7 @@ public class FlockLock implements Lock {
     }
 
     /** A new token is a new grant (also after a lost lease); the same token is a reentry of the one known. */
-    private void remember(long token, boolean watchdog) {
+    private void remember(long token, boolean watchdog, long leaseMs) {
         Grant.Key mine = mine();
         Grant grant = client.grants.get(mine);
         if (grant == null || grant.token != token || grant.lostReason != null) {
@@ -565,6 +565,8 @@ public class FlockLock implements Lock {
         if (watchdog && grant.watchdog == null && grant.lostReason == null) {
             client.startWatchdog(grant);
         }
+        // The server's lease ends by then at the latest (it began before this reply came).
+        grant.leaseEndNanos = grant.watchdog != null ? 0 : System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(leaseMs);
     }
 
     private void forget(Grant.Key mine) {

@@ -16,6 +16,8 @@ final class Grant {
     /** Held by unlock() and by a re-watch (a hold added and released): they never interleave. */
     final Object holdsLock = new Object();
     volatile ScheduledFuture<?> watchdog;
+    /** Without a watchdog: when the lease ends at the latest (nanoTime); 0 while a watchdog renews it. */
+    volatile long leaseEndNanos;
     volatile long confirmedNanos = System.nanoTime();
     /**
      * Null while the lease is believed held; else why it is gone: the server's pushed reason (expired,

@@ -323,6 +323,25 @@ class SessionTest extends ServerTest {
         assertTrue(lock.isLeaseLost());
     }
 
+    /** A grant with a fixed lease is re-watched with the lease it has left, never more. */
+    @Test
+    void aFixedLeaseGrantHeldWhenTheSessionBreaksIsStillWatchedWithItsLeaseLeft() throws Exception {
+        FlockClient client = client();
+        CompletableFuture<String> reported = new CompletableFuture<>();
+        client.setLeaseLostListener((name, thread, token, reason) -> reported.complete(reason));
+        FlockLock lock = client.getFairLock("k");
+        lock.lock(5, TimeUnit.SECONDS);
+        long killed = sessionConnections().get(0);
+        assertEquals(1L, admin.call("CLIENT", "KILL", "ID", Long.toString(killed)));
+        await("a new session watches the grant", () -> client.rewatched.get() == 1);
+        assertEquals(1, holds("k"), "the re-watch's hold was given back");
+        long ttl = (Long) info("k").get("ttl-ms");
+        assertTrue(ttl <= 5_000, "the lease was not extended: " + ttl);
+        assertEquals(1L, admin.call("FLOCK.FORCERELEASE", "k"));
+        assertEquals("forcereleased", reported.get(10, TimeUnit.SECONDS));
+        assertTrue(lock.isLeaseLost());
+    }
+
     /** The documented behaviour for a server restart mid-wait: the wait retries until its own deadline. */
     @Test
     void aWaitOutlivesAServerRestartUntilItsDeadline() throws Exception {
