@@ -444,7 +444,8 @@ public final class FlockClient implements AutoCloseable {
         try {
             watchdog.execute(() -> {
                 try {
-                    callResending(commands, new byte[][] {bytes("FLOCK.RELEASE"), key, owner, bytes("ID"), requestId()});
+                    callResending(commands,
+                            new byte[][] {bytes("FLOCK.RELEASE"), key, owner, bytes("ID"), requestId()});
                 } catch (IOException | RuntimeException ignored) {
                     // its lease ends it anyway
                 }

@@ -313,8 +313,9 @@ public class FlockLock implements Lock {
         try {
             reply = call(acquireArgs(lease, null, null, FlockClient.requestId()));
             if (reply == null && waitMs != 0) {
-                FlockClient.Reply waited = client.callBlocking(
-                        acquireArgs(lease, waitMs == FOREVER ? 0 : waitMs, null, FlockClient.requestId()), interruptible);
+                long wait = waitMs == FOREVER ? 0 : waitMs;
+                FlockClient.Reply waited = client.callBlocking(acquireArgs(lease, wait, null, FlockClient.requestId()),
+                        interruptible);
                 reply = waited.value;
                 interrupted = waited.interrupted;
             }
@@ -417,7 +418,8 @@ public class FlockLock implements Lock {
                         sendAt = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(REOPEN_PAUSE_MS);
                         continue;
                     } catch (RuntimeException e) {
-                        if (sid != null && "NOSESSION".equals(RedisError.codeOf(e)) && noSession++ < FlockClient.RESENDS) {
+                        boolean noSuchSession = sid != null && "NOSESSION".equals(RedisError.codeOf(e));
+                        if (noSuchSession && noSession++ < FlockClient.RESENDS) {
                             session.broken(sid);
                             sendNow = true;
                             continue;
@@ -494,7 +496,8 @@ public class FlockLock implements Lock {
                         continue;
                     case Session.Event.CLOSED:
                     default:
-                        throw new IllegalStateException("the FlockClient was closed while waiting for lock '" + name + "'");
+                        throw new IllegalStateException(
+                                "the FlockClient was closed while waiting for lock '" + name + "'");
                 }
             }
         } finally {

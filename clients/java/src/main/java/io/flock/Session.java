@@ -30,7 +30,8 @@ final class Session implements AutoCloseable {
     /** A wait's identity on the server: key and owner, as raw bytes (ISO-8859-1 keeps them exact). */
     record WaitKey(String key, String owner) {
         static WaitKey of(byte[] key, byte[] owner) {
-            return new WaitKey(new String(key, StandardCharsets.ISO_8859_1), new String(owner, StandardCharsets.ISO_8859_1));
+            return new WaitKey(new String(key, StandardCharsets.ISO_8859_1),
+                    new String(owner, StandardCharsets.ISO_8859_1));
         }
     }
 
