@@ -111,7 +111,14 @@ final class Session implements AutoCloseable {
         wait.abandoned = true;
     }
 
-    /** Whether a session is open now and how many were opened (tests). */
+    /** The reader thread of the last session opened, or null (tests). */
+    Thread reader() {
+        synchronized (state) {
+            return reader;
+        }
+    }
+
+    /** How many sessions were opened (tests). */
     int opened() {
         synchronized (state) {
             return opened;

@@ -34,7 +34,7 @@ class SessionTest extends ServerTest {
         throw new AssertionError("no connected_clients in INFO clients");
     }
 
-    /** The server's ids of the connections blocked in FLOCK.INBOX (the session readers). */
+    /** The server's ids of the session connections (last command FLOCK.SESSION or FLOCK.INBOX). */
     List<Long> sessionConnections() {
         String list;
         try {
@@ -44,7 +44,7 @@ class SessionTest extends ServerTest {
         }
         List<Long> ids = new ArrayList<>();
         for (String line : list.split("\n")) {
-            if (line.contains(" cmd=flock.inbox")) {
+            if (line.contains(" cmd=flock.inbox") || line.contains(" cmd=flock.session")) {
                 ids.add(Long.parseLong(line.substring(3, line.indexOf(' '))));
             }
         }
@@ -312,6 +312,7 @@ class SessionTest extends ServerTest {
         client.setLeaseLostListener((name, thread, token, reason) -> reported.complete(reason));
         FlockLock lock = client.getFairLock("k");
         long token = lock.lockAndGetToken();
+        await("the session connection is open", () -> sessionConnections().size() == 1);
         long killed = sessionConnections().get(0);
         assertEquals(1L, admin.call("CLIENT", "KILL", "ID", Long.toString(killed)));
         await("a new session watches the grant", () -> client.rewatched.get() == 1);
@@ -331,6 +332,7 @@ class SessionTest extends ServerTest {
         client.setLeaseLostListener((name, thread, token, reason) -> reported.complete(reason));
         FlockLock lock = client.getFairLock("k");
         lock.lock(5, TimeUnit.SECONDS);
+        await("the session connection is open", () -> sessionConnections().size() == 1);
         long killed = sessionConnections().get(0);
         assertEquals(1L, admin.call("CLIENT", "KILL", "ID", Long.toString(killed)));
         await("a new session watches the grant", () -> client.rewatched.get() == 1);
@@ -462,10 +464,11 @@ class SessionTest extends ServerTest {
         lock.lock();
         lock.unlock();
         assertEquals(1, sessionConnections().size());
+        Thread reader = client.session.reader();
+        assertTrue(reader.isDaemon() && reader.isAlive());
         client.close();
         await("the session connection closes", () -> sessionConnections().isEmpty());
-        await("the reader thread ends", () -> Thread.getAllStackTraces().keySet().stream()
-                .noneMatch(t -> t.getName().equals("flock-session-reader")));
+        await("the reader thread ends", () -> !reader.isAlive());
     }
 
     @Test
