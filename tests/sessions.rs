@@ -303,27 +303,46 @@ fn acl_key_patterns_apply_to_session_waits() {
 }
 
 /// Demotion: the session's waiters get UNBLOCKED events, its grants `lost
-/// demoted`; the events wait in the inbox whatever happened to a blocked read.
+/// demoted`. A session whose read is blocked then is, on Redis 7.0 and 8.2,
+/// answered UNBLOCKED and closed by the server itself: the session ends
+/// (its waits leave), as the reference says.
 #[test]
 fn a_demoted_master_tells_sessions_their_waits_and_grants_are_over() {
     let m = Server::start();
     let n = Server::replica_of(&m);
-    let (mut c, mut inbox) = (m.conn(), m.conn());
-    let sid = open_session(&mut inbox);
+    let (mut c, mut idle, mut reading) = (m.conn(), m.conn(), m.conn());
+    let (sid, read_sid) = (open_session(&mut idle), open_session(&mut reading));
     let t = int(&session_acquire(&mut c, "held", "a", 60_000, 0, &sid, &[]));
     acquire(&mut c, "busy", "other", 60_000).unwrap().expect("free");
     assert!(is_waiting(&session_acquire(&mut c, "busy", "w", 60_000, 0, &sid, &[])));
+    assert!(is_waiting(&session_acquire(&mut c, "busy", "r", 60_000, 0, &read_sid, &[])));
+    let reader = std::thread::spawn(move || redis::cmd("FLOCK.INBOX").arg(0).query::<Value>(&mut reading));
+    wait_until("the read blocks", Duration::from_secs(5), || m.blocked_clients() == 1);
     let mut nc = n.conn();
     wait_until("the replica has both locks", Duration::from_secs(10), || dbsize(&mut nc) == 2);
     let ok: String = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut nc).unwrap();
     assert_eq!(ok, "OK");
     let ok: String = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(n.port).query(&mut c).unwrap();
     assert_eq!(ok, "OK");
-    let mut events = read_events(&mut inbox, 2, Duration::from_secs(10));
+
+    let mut events = read_events(&mut idle, 2, Duration::from_secs(10));
     events.sort();
     assert_eq!(events[0].0, "error");
     assert!(events[0].4.starts_with("UNBLOCKED"), "{:?}", events[0]);
     assert_eq!(events[1], ev("lost", "held", "a", t, "demoted"));
+    match reader.join().unwrap() {
+        Ok(Value::Array(events)) => {
+            let events: Vec<Event> = redis::from_redis_value(&Value::Array(events)).unwrap();
+            assert_eq!((events[0].0.as_str(), events[0].2.as_str()), ("error", "r"), "{events:?}");
+        }
+        Err(e) => {
+            assert_eq!(e.code(), Some("UNBLOCKED"), "{e}");
+            wait_until("the server closed the blocked session", Duration::from_secs(5), || {
+                flock_stats(&mut c)["sessions"] == 1
+            });
+        }
+        Ok(other) => panic!("the blocked read got {other:?}"),
+    }
 }
 
 /// In Cluster a session is per node: a wait names the session of its key's
