@@ -21,6 +21,12 @@ export interface FlockSettings {
   readonly retryDelay?: number;
   /** Resends of a command (same request ID) after a lost reply. Default 3. */
   readonly resends?: number;
+  /**
+   * Default true: every acquire goes through this Flock's session (one extra connection for all
+   * waits, losses pushed by the server to `lock.signal`). false: each wait blocks a connection of
+   * its own (the blocking `FLOCK.ACQUIRE ... WAIT`), losses found by renewals only.
+   */
+  readonly sessions?: boolean;
 }
 
 /**
@@ -44,7 +50,7 @@ export interface BaseAcquireOptions {
   readonly renew?: boolean;
   /** How long to queue, in ms: 0 = try once, Infinity = no limit. Default: the Flock's `wait`. */
   readonly wait?: number;
-  /** Aborting it cancels the wait on the server; acquire() then rejects with AbortError. */
+  /** Aborting it cancels the wait on the server (FLOCK.CANCEL); acquire() then rejects with AbortError. */
   readonly signal?: AbortSignal;
   /** Re-enter a lock this owner holds (`lock.owner`): one more hold, the same token. */
   readonly owner?: string;
@@ -65,6 +71,8 @@ export class Lock {
   readonly resources: readonly string[];
   /** The owner FLOCK knows this holder by (a UUID per acquire() unless given). */
   readonly owner: string;
+  /** redlock's `lock.value`: the same as `owner`. */
+  readonly value: string;
   /** How it was acquired: exclusive, shared (a reader) or semaphore (`permits` of it). */
   readonly mode: LockMode;
   /** The semaphore permits held (0 for a lock). */
@@ -77,7 +85,10 @@ export class Lock {
   readonly lease: number;
   /** Local estimate (ms since the epoch) of when the lease ends; 0 once released. */
   readonly expiration: number;
-  /** Aborts with a LockLostError when the watchdog or extend() finds the lock lost. */
+  /**
+   * Aborts with a LockLostError at once when the server pushes the lock's loss (lease ran out,
+   * force-released, key deleted, demoted), or when the watchdog or extend() finds it lost.
+   */
   readonly signal: LockAbortSignal;
   /** Resets the lease of every resource to `lease` ms from now. Rejects with LockNotHeldError if lost. */
   extend(lease: number): Promise<this>;
@@ -89,7 +100,7 @@ export class Lock {
 export class Flock {
   /** `client` or `[client]` (redlock's constructor takes a list; FLOCK needs exactly one server). */
   constructor(client: RedisClient | readonly [RedisClient], settings?: FlockSettings);
-  readonly settings: Readonly<Required<Pick<FlockSettings, 'watchdogLease' | 'wait' | 'resends'>>>;
+  readonly settings: Readonly<Required<Pick<FlockSettings, 'watchdogLease' | 'wait' | 'resends' | 'sessions'>>>;
   acquire(resources: Resources, options?: AcquireOptions): Promise<Lock>;
   /** redlock's shape: a fixed lease of `duration` ms (no watchdog). */
   acquire(resources: Resources, duration: number, settings?: ModeOptions & Omit<BaseAcquireOptions, 'lease'>): Promise<Lock>;
@@ -109,13 +120,20 @@ export class Flock {
     settings: ModeOptions & Omit<BaseAcquireOptions, 'lease' | 'renew'>,
     routine: (signal: LockAbortSignal) => Promise<T>,
   ): Promise<T>;
-  /** Closes the connections the Flock opened itself (not the client it was given). */
+  /** redlock's `Redlock#release(lock)`: `lock.release()`. */
+  release(lock: Lock): Promise<number>;
+  /** redlock's `Redlock#extend(lock, duration)`: `lock.extend(duration)`, resolves to the same lock. */
+  extend(lock: Lock, duration: number): Promise<Lock>;
+  /**
+   * Closes the connections the Flock opened itself (its session's, and with ioredis its command
+   * connection), never the client it was given. Optional: none of them keeps the process alive.
+   */
   quit(): Promise<void>;
 }
 
 export default Flock;
 
-export const DEFAULTS: Readonly<{ watchdogLease: number; wait: number; resends: number }>;
+export const DEFAULTS: Readonly<{ watchdogLease: number; wait: number; resends: number; sessions: boolean }>;
 
 /** NOTOWNER: this owner does not hold the lock (never acquired, released, or its lease ended). */
 export class LockNotHeldError extends Error {

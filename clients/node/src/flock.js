@@ -3,6 +3,7 @@
 const { randomUUID } = require('node:crypto');
 const { setTimeout: delay } = require('node:timers/promises');
 const { adapt, isReplyError } = require('./adapter');
+const { Session } = require('./session');
 const { LockNotHeldError, LockBusyError, LockLostError, AbortError, LockUpgradeError, LockModeError } = require('./errors');
 
 const DEFAULTS = Object.freeze({
@@ -12,6 +13,9 @@ const DEFAULTS = Object.freeze({
   wait: 2000,
   // Resends of one command (same request ID) after lost replies.
   resends: 3,
+  // Waits go through the process's session (one connection for every wait, pushed losses);
+  // false: each wait blocks a connection of its own (FLOCK.ACQUIRE ... WAIT), no pushed losses.
+  sessions: true,
 });
 // Blocking connections kept open for the next wait; more are closed when their wait ends.
 const IDLE_BLOCKING = 4;
@@ -88,9 +92,11 @@ class Flock {
       watchdogLease: integerMs(settings.watchdogLease ?? DEFAULTS.watchdogLease, 'watchdogLease'),
       wait: waitOf(settings, DEFAULTS.wait),
       resends: settings.resends ?? DEFAULTS.resends,
+      sessions: settings.sessions ?? DEFAULTS.sessions,
     });
     this._conn = adapt(client);
     this._idle = [];
+    this._session = new Session(this);
   }
 
   /**
@@ -132,8 +138,22 @@ class Flock {
     }
   }
 
-  /** Closes the connections FLOCK opened (never the client you gave it). */
+  /** redlock's `Redlock#release(lock)`: `lock.release()`. */
+  async release(lock) {
+    return lock.release();
+  }
+
+  /** redlock's `Redlock#extend(lock, duration)`: `lock.extend(duration)` (resolves to the same lock). */
+  async extend(lock, duration) {
+    return lock.extend(duration);
+  }
+
+  /**
+   * Closes the connections FLOCK opened (never the client you gave it): the session's and, with
+   * ioredis, its command connection. Not needed for the process to exit: none keeps it alive.
+   */
   async quit() {
+    this._session.close();
     for (const conn of this._idle.splice(0)) conn.close();
     this._conn.close();
   }
@@ -155,24 +175,90 @@ class Flock {
     const owner = opts.owner ?? randomUUID();
     const deadline = Date.now() + wait;
     const tokens = new Map();
+    const watches = [];
     const start = Date.now();
     try {
       for (const key of [...keys].sort()) {
         const left = wait === Infinity ? Infinity : Math.max(0, deadline - Date.now());
-        const reply = await this._acquireKey(key, owner, lease, left, signal, mode.args);
-        if (reply === null) throw new LockBusyError(`The lock ${key} is held by another owner`, key);
-        tokens.set(key, BigInt(reply));
+        const got = this.settings.sessions
+          ? await this._sessionAcquireKey(key, owner, lease, left, signal, mode.args)
+          : await this._acquireKey(key, owner, lease, left, signal, mode.args);
+        if (got === null) throw new LockBusyError(busyMessage(key, wait), key);
+        tokens.set(key, BigInt(got.token));
+        if (got.watch) watches.push(got.watch);
       }
     } catch (err) {
+      for (const watch of watches) this._session.unwatch(watch);
       await Promise.all([...tokens.keys()].map((key) => this._releaseKey(key, owner).catch(() => {})));
       throw err;
     }
     const renewEvery = watchdog || opts.renew ? renewPeriod(lease, opts.automaticExtensionThreshold) : 0;
     const ordered = new Map(keys.map((k) => [k, tokens.get(k)]));
-    return new Lock(this, keys, owner, ordered, lease, start, renewEvery, mode);
+    return new Lock(this, keys, owner, ordered, lease, start, renewEvery, mode, watches);
   }
 
+  // Through the session: a try is one ACQUIRE with INBOX (its grant is watched); a wait is one
+  // ACQUIRE ... WAIT t INBOX sid, answered at once (a token) or by an inbox event.
+  async _sessionAcquireKey(key, owner, lease, wait, signal, extra) {
+    let outcome;
+    if (wait < 1) {
+      const token = await this._try(key, owner, lease, extra);
+      outcome = token === null ? { timeout: true } : { token };
+    } else {
+      outcome = await this._session.wait(key, owner, lease, wait, extra, signal);
+    }
+    if (outcome.aborted) {
+      // The grant won the race with the abort: hand it back before reporting the abort.
+      if (outcome.token) await this._releaseKey(key, owner).catch(() => {});
+      throw abortError(signal);
+    }
+    if (outcome.token) return { token: outcome.token, watch: this._session.watch(key, owner, outcome.token) };
+    if (outcome.error) throw outcome.error;
+    return null;
+  }
+
+  async _try(key, owner, lease, extra) {
+    for (let attempt = 0; ; attempt++) {
+      const sid = await this._session.ensure();
+      try {
+        const reply = await this._send(this._conn, ['FLOCK.ACQUIRE', key, owner, String(lease), 'INBOX', sid, ...extra]);
+        return reply === null ? null : String(reply);
+      } catch (err) {
+        // The session ended under us: open a new one and send again.
+        if (!(isReplyError(err) && /^NOSESSION/.test(err.message)) || attempt >= this.settings.resends) throw err;
+        if (this._session.id === sid) this._session._broken(this._session.conn, err);
+      }
+    }
+  }
+
+  // A session was lost while these grants were watched by it: ask the server once whether each
+  // is still held, and report those that are not.
+  async _checkHeld(id, records) {
+    const [key, owner, token] = id.split('\u0000');
+    let held;
+    try {
+      held = holdersOf(await this._send(this._conn, ['FLOCK.INFO', key], { noId: true })).some(
+        (h) => String(h.owner) === owner && String(h.token) === token,
+      );
+    } catch {
+      return;
+    }
+    if (held) return;
+    this._session.watched.delete(id);
+    const lost = { key, reason: 'unknown', text: `The lock ${key} was lost: no longer held when the session reconnected` };
+    for (const record of records) {
+      record.lost = lost;
+      record.onLost?.(lost);
+    }
+  }
+
+  // The blocking form (`sessions: false`): a try, then a WAIT on a connection of FLOCK's own.
   async _acquireKey(key, owner, lease, wait, signal, extra) {
+    const reply = await this._acquireKeyBlocking(key, owner, lease, wait, signal, extra);
+    return reply === null ? null : { token: String(reply), watch: null };
+  }
+
+  async _acquireKeyBlocking(key, owner, lease, wait, signal, extra) {
     const base = ['FLOCK.ACQUIRE', key, owner, String(lease)];
     // A try first, on the shared connection: a free lock then costs one round trip and no
     // connection of its own (a try never overtakes queued waiters, so FIFO order holds).
@@ -202,7 +288,7 @@ class Flock {
     signal?.addEventListener('abort', onAbort, { once: true });
     let reply;
     try {
-      reply = await this._send(conn, args, () => aborted);
+      reply = await this._send(conn, args, { stop: () => aborted });
     } catch (err) {
       conn.close();
       throw aborted ? abortError(signal) : err;
@@ -240,10 +326,11 @@ class Flock {
     return BigInt(await this._send(this._conn, ['FLOCK.RENEW', key, owner, String(lease)]));
   }
 
-  // Every command carries a fresh request ID; a lost reply (I/O error, not an error reply) is
-  // resent with the same ID, which the server applies once and answers with the first reply.
-  async _send(conn, args, stop = () => false) {
-    const full = [...args, 'ID', randomUUID()];
+  // Every command carries a request ID (fresh unless given); a lost reply (I/O error, not an error
+  // reply) is resent at once with the same ID, which the server applies once and answers with the
+  // first reply. `noId`: commands without the ID option (CANCEL, INFO).
+  async _send(conn, args, { rid = randomUUID(), noId = false, stop = () => false } = {}) {
+    const full = noId ? args : [...args, 'ID', rid];
     for (let attempt = 0; ; attempt++) {
       try {
         return await conn.send(full);
@@ -261,6 +348,31 @@ const REPLY_ERRORS = [
   ['UPGRADE', LockUpgradeError, 'is held shared by this owner, which cannot upgrade'],
   ['WRONGMODE', LockModeError, 'exists in another mode'],
 ];
+
+function busyMessage(key, wait) {
+  if (wait < 1) return `The lock ${key} is held by another owner (tried once: wait is 0)`;
+  return (
+    `The lock ${key} is held by another owner: waited ${wait} ms in its queue (the \`wait\` option, default ` +
+    `${DEFAULTS.wait} ms); to wait longer pass { wait: ms } (or Infinity) to acquire(), or new Flock(client, { wait })`
+  );
+}
+
+// FLOCK.INFO's holders, from a RESP2 flat array or a RESP3 map (node-redis: object or Map).
+function holdersOf(info) {
+  if (info === null || info === undefined) return [];
+  const obj = asObject(info);
+  return [...(obj.holders ?? [])].map(asObject);
+}
+
+function asObject(value) {
+  if (Array.isArray(value)) {
+    const object = {};
+    for (let i = 0; i < value.length; i += 2) object[String(value[i])] = value[i + 1];
+    return object;
+  }
+  if (value instanceof Map) return Object.fromEntries(value);
+  return value;
+}
 
 function replyError(err, args) {
   const known = REPLY_ERRORS.find(([code]) => err.message.startsWith(`${code} `));
@@ -281,7 +393,7 @@ function renewPeriod(lease, threshold) {
  * `mode` is how it was asked for: 'exclusive', 'shared' or 'semaphore' (`permits` of it).
  */
 class Lock {
-  constructor(flock, resources, owner, tokens, lease, start, renewEvery, { mode, permits }) {
+  constructor(flock, resources, owner, tokens, lease, start, renewEvery, { mode, permits }, watches = []) {
     this.flock = flock;
     this.resources = resources;
     this.owner = owner;
@@ -296,11 +408,22 @@ class Lock {
     this._renewing = null;
     this._timer = null;
     this._released = false;
+    this._watches = watches;
     this._schedule();
+    // Losses the server pushes to the session abort the signal at once (with or without a watchdog).
+    for (const watch of watches) {
+      watch.onLost = (lost) => this._released || this._lose(new LockLostError(lost.text, lost.key));
+      if (watch.lost) this._lose(new LockLostError(watch.lost.text, watch.lost.key));
+    }
   }
 
   get token() {
     return this.tokens.get(this.resources[0]);
+  }
+
+  /** redlock's `lock.value`: what identifies this holder on the server (here its owner). */
+  get value() {
+    return this.owner;
   }
 
   /** Sets every resource's lease to `lease` ms from now; resolves to this lock (redlock resolves to a new one). */
@@ -328,6 +451,7 @@ class Lock {
     const results = await Promise.allSettled(
       [...this.resources].reverse().map((key) => this.flock._releaseKey(key, this.owner)),
     );
+    for (const watch of this._watches) this.flock._session.unwatch(watch);
     const failed = results.find((r) => r.status === 'rejected');
     if (failed) throw failed.reason;
     return results[results.length - 1].value;

@@ -134,7 +134,8 @@ async function lockInfo(probe, key) {
 
 /** One number from INFO (e.g. `cmdstat_flock.renew` calls, `errorstat_NOTOWNER` count, `flock_grants`). */
 async function stat(probe, name) {
-  const text = await probe.info('all');
+  // 'everything': 'all' leaves out the sections of modules (INFO flock).
+  const text = await probe.info('everything');
   const line = text.split('\r\n').find((l) => l.startsWith(`${name}:`));
   if (line === undefined) return 0;
   const value = line.slice(name.length + 1);

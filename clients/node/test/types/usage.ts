@@ -18,6 +18,11 @@ export async function usage(): Promise<void> {
   const redlockShape = await nr.acquire(['a', 'b'], 5000, { retryCount: 3, retryDelay: 100 });
   await redlockShape.release();
   const reentered = await nr.acquire('key', { owner: lock.owner });
+  const value: string = reentered.value;
+  const extended: Lock = await nr.extend(reentered, 5000);
+  const freed: number = await nr.release(extended);
+  const blocking = new Flock(new Redis(), { sessions: false });
+  console.log(value, freed, blocking.settings.sessions);
 
   const n: number = await io.using('key', async (signal: LockAbortSignal) => (signal.aborted ? 0 : 1));
   const s: string = await io.using(['a', 'b'], 5000, async () => 'done');

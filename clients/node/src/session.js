@@ -1,0 +1,332 @@
+'use strict';
+
+// A Flock's session (docs/commands.md, "Sessions"): one dedicated connection per Flock (per
+// server) that loops FLOCK.INBOX, opened on the first acquire. Every wait goes out as one
+// `FLOCK.ACQUIRE ... WAIT t INBOX sid ID rid` on the command connection and is answered by an
+// event in the inbox; every grant made with INBOX is watched, so the server pushes its loss.
+//
+// Node runs this reader on the event loop: events of one INBOX reply are handled in order and
+// synchronously, so a `lost` aborts the holder's signal before the promise of a later `granted`
+// (to a waiter of this process) resolves.
+
+const { randomUUID } = require('node:crypto');
+const { isReplyError } = require('./adapter');
+
+// The local deadline of a wait is its WAIT timeout plus this margin; then the client sends
+// FLOCK.CANCEL itself (the server's `timeout` event should have come long before).
+const DEADLINE_MARGIN_MS = 1000;
+// Pauses between attempts to open a session again while waits are pending (a server restart).
+const REOPEN_PAUSE_MS = [0, 50, 100, 250, 500, 1000];
+const RECENT_LOSSES = 1000;
+
+/** An `error` event of the inbox: what the blocking form would have answered (LOCKDELETED, UNBLOCKED, ...). */
+class FlockEventError extends Error {
+  constructor(detail) {
+    super(detail);
+    this.name = 'ReplyError';
+    this.code = String(detail).split(' ', 1)[0];
+  }
+}
+
+const LOSS_TEXT = {
+  expired: 'its lease ended on the server (expired)',
+  forcereleased: 'it was force-released (FLOCK.FORCERELEASE)',
+  deleted: 'its key was deleted (DEL, FLUSH, overwrite, eviction, RENAME away...)',
+  demoted: 'the server stopped being a master (demoted)',
+};
+
+const waitKey = (key, owner) => `${key}\u0000${owner}`;
+const grantKey = (key, owner, token) => `${key}\u0000${owner}\u0000${token}`;
+
+class Session {
+  constructor(flock) {
+    this.flock = flock;
+    this.conn = null;
+    this.id = null;
+    this._opening = null;
+    this._closed = false;
+    this._reopening = false;
+    // Pending waits by (key, owner): an owner waits once per lock.
+    this.waits = new Map();
+    // Watched grants by (key, owner, token) -> Set of watch records ({ lost, onLost }).
+    this.watched = new Map();
+    // Losses of grants nobody watches yet (a short lease lost before its reply was read), by
+    // (key, owner, token); the oldest are forgotten beyond RECENT_LOSSES.
+    this.recentLosses = new Map();
+  }
+
+  /** The open session's id, opening one (a connection of its own and FLOCK.SESSION) if none is open. */
+  ensure() {
+    if (this._closed) return Promise.reject(new Error('This Flock was quit'));
+    if (this.id !== null) return Promise.resolve(this.id);
+    if (!this._opening) {
+      this._opening = this._open().finally(() => {
+        this._opening = null;
+      });
+    }
+    return this._opening;
+  }
+
+  async _open() {
+    const conn = await this.flock._conn.session();
+    // Referenced while it connects or waits are pending: an awaited acquire keeps the process alive.
+    conn.setRef(true);
+    let id;
+    try {
+      id = await conn.send(['FLOCK.SESSION']);
+    } catch (err) {
+      conn.close();
+      throw err;
+    }
+    if (this._closed) {
+      conn.close();
+      throw new Error('This Flock was quit');
+    }
+    this.conn = conn;
+    this.id = String(id);
+    this._updateRef();
+    this._read(conn);
+    return this.id;
+  }
+
+  _updateRef() {
+    this.conn?.setRef(this.waits.size > 0);
+  }
+
+  async _read(conn) {
+    for (;;) {
+      let events;
+      try {
+        events = await conn.send(['FLOCK.INBOX', '0']);
+      } catch (err) {
+        if (this.conn !== conn) return;
+        // Demotion on Redis 7.0 / 8.2 answers a blocked INBOX with UNBLOCKED; the events stay.
+        if (isReplyError(err) && /^UNBLOCKED/.test(err.message)) continue;
+        this._broken(conn, err);
+        return;
+      }
+      if (this.conn !== conn) return;
+      if (Array.isArray(events)) for (const event of events) this._event(event);
+    }
+  }
+
+  _event(event) {
+    const [kind, key, owner, token, detail] = event.map((v) => (v === null || v === undefined ? '' : String(v)));
+    if (kind === 'lost') {
+      const id = grantKey(key, owner, token);
+      const lost = { key, reason: detail, text: `The lock ${key} was lost: ${LOSS_TEXT[detail] ?? detail}` };
+      const records = this.watched.get(id);
+      if (!records) {
+        this.recentLosses.set(id, lost);
+        if (this.recentLosses.size > RECENT_LOSSES) this.recentLosses.delete(this.recentLosses.keys().next().value);
+        return;
+      }
+      this.watched.delete(id);
+      for (const record of records) {
+        record.lost = lost;
+        record.onLost?.(lost);
+      }
+      return;
+    }
+    const wait = this.waits.get(waitKey(key, owner));
+    if (!wait) {
+      // A grant nobody waits for any more (its wait gave up): give it back.
+      if (kind === 'granted') this.flock._releaseKey(key, owner).catch(() => {});
+      return;
+    }
+    if (kind === 'granted') this._settle(wait, { token });
+    else if (kind === 'timeout') this._settle(wait, { timeout: true });
+    else if (kind === 'cancelled') this._settle(wait, { cancelled: true });
+    else if (kind === 'error') this._settle(wait, { error: new FlockEventError(detail) });
+  }
+
+  /** Watches a grant for a pushed loss; `record.onLost` is called (at once if already lost). */
+  watch(key, owner, token) {
+    const id = grantKey(key, owner, token);
+    const record = { id, lost: null, onLost: null };
+    const lost = this.recentLosses.get(id);
+    if (lost) {
+      this.recentLosses.delete(id);
+      record.lost = lost;
+      return record;
+    }
+    if (!this.watched.has(id)) this.watched.set(id, new Set());
+    this.watched.get(id).add(record);
+    return record;
+  }
+
+  unwatch(record) {
+    const records = this.watched.get(record.id);
+    if (!records) return;
+    records.delete(record);
+    if (records.size === 0) this.watched.delete(record.id);
+  }
+
+  /**
+   * Queues `owner` for `key` through the session: resolves to { token } | { timeout } |
+   * { cancelled } | { error }, and to { aborted, token? } when `signal` aborted the wait.
+   */
+  wait(key, owner, lease, waitMs, extra, signal) {
+    const id = waitKey(key, owner);
+    if (this.waits.has(id)) {
+      return Promise.resolve({ error: new Error(`QUEUED this process already waits for ${key} as this owner`) });
+    }
+    const rid = randomUUID();
+    const timeout = waitMs === Infinity ? '0' : String(Math.max(1, Math.ceil(waitMs)));
+    const wait = {
+      id,
+      key,
+      owner,
+      rid,
+      args: (sid) => ['FLOCK.ACQUIRE', key, owner, String(lease), 'WAIT', timeout, 'INBOX', sid, ...extra],
+      outcome: null,
+      cancelled: null,
+      sentTo: null,
+      timer: null,
+      resolve: null,
+    };
+    const done = new Promise((resolve) => (wait.resolve = resolve));
+    // Registered before it is sent: the event can beat the WAITING reply.
+    this.waits.set(id, wait);
+    this._updateRef();
+    if (waitMs !== Infinity) {
+      wait.timer = setTimeout(() => this._cancel(wait, 'deadline'), waitMs + DEADLINE_MARGIN_MS);
+      wait.timer.unref();
+    }
+    const onAbort = () => this._cancel(wait, 'abort');
+    signal?.addEventListener('abort', onAbort, { once: true });
+    this._submit(wait);
+    return done.then((outcome) => {
+      signal?.removeEventListener('abort', onAbort);
+      return wait.cancelled === 'abort' || signal?.aborted ? { ...outcome, aborted: true } : outcome;
+    });
+  }
+
+  async _submit(wait) {
+    let sid;
+    try {
+      sid = await this.ensure();
+    } catch (err) {
+      // No session could be opened: a first wait fails at once; one that was queued before
+      // (the session broke mid-wait) keeps retrying until its deadline.
+      if (this._closed || wait.sentTo === null) return this._settle(wait, { error: err });
+      return this._reopen(err);
+    }
+    if (wait.outcome) return;
+    if (wait.cancelled) return this._settle(wait, { cancelled: true });
+    wait.sentTo = sid;
+    let reply;
+    try {
+      reply = await this.flock._send(this.flock._conn, wait.args(sid), { rid: wait.rid, raw: true });
+    } catch (err) {
+      if (isReplyError(err) && /^NOSESSION/.test(err.message)) {
+        // The session ended (its connection closed): a new one resends every pending wait.
+        if (this.id === sid) this._broken(this.conn, err);
+        else if (this.id !== null && !wait.outcome) this._submit(wait);
+        return;
+      }
+      return this._settle(wait, { error: err });
+    }
+    if (reply === 'WAITING') {
+      // Cancelled while the ACQUIRE was on its way: CANCEL now that it queues.
+      if (wait.cancelled && !wait.outcome) this._sendCancel(wait);
+      return;
+    }
+    if (reply === null) this._settle(wait, { timeout: true });
+    else this._settle(wait, { token: String(reply) });
+  }
+
+  _settle(wait, outcome) {
+    if (wait.outcome) {
+      // A second answer for one wait (a resend answered after its event): a grant given twice is
+      // the same grant (same request ID), nothing to do.
+      return;
+    }
+    wait.outcome = outcome;
+    clearTimeout(wait.timer);
+    if (this.waits.get(wait.id) === wait) this.waits.delete(wait.id);
+    this._updateRef();
+    wait.resolve(outcome);
+  }
+
+  // An abort or the local deadline: FLOCK.CANCEL from the command connection; the event decides.
+  _cancel(wait, why) {
+    if (wait.outcome || wait.cancelled) return;
+    wait.cancelled = why;
+    if (wait.sentTo === null || this.id === null) {
+      // Nothing queued (not sent yet, or the session is being opened again): it ends here.
+      if (this.id === null && !this._opening) this._settle(wait, { cancelled: true });
+      return;
+    }
+    this._sendCancel(wait);
+  }
+
+  _sendCancel(wait) {
+    this.flock._send(this.flock._conn, ['FLOCK.CANCEL', wait.key, wait.owner], { noId: true }).catch((err) => {
+      // The command connection failed: no event will be asked for; end the wait here (a grant
+      // that still arrives for it is given back as unclaimed).
+      this._settle(wait, { cancelled: true, error: err });
+    });
+  }
+
+  // The session's connection broke (or a reply said NOSESSION): its waits left their queues on the
+  // server; open a new session and resend them (same request IDs, they queue at the tail).
+  _broken(conn, err) {
+    if (this.conn === conn) {
+      this.conn = null;
+      this.id = null;
+    }
+    conn?.close();
+    this._orphanWatches();
+    if (this.waits.size > 0) this._reopen(err);
+  }
+
+  // Grants watched by the ended session are no longer pushed to us; check each once on the
+  // server, so a loss during the gap is still reported (later losses: the watchdog's renewals).
+  _orphanWatches() {
+    for (const [id, records] of this.watched) {
+      for (const record of records) record.orphan = true;
+      this.flock._checkHeld(id, records);
+    }
+  }
+
+  async _reopen(lastErr) {
+    if (this._reopening || this._closed) return;
+    this._reopening = true;
+    try {
+      for (let attempt = 0; this.waits.size > 0 && !this._closed; attempt++) {
+        const pause = REOPEN_PAUSE_MS[Math.min(attempt, REOPEN_PAUSE_MS.length - 1)];
+        if (pause > 0) await new Promise((resolve) => setTimeout(resolve, pause));
+        try {
+          await this.ensure();
+        } catch (err) {
+          lastErr = err;
+          // Waits retry until their own deadline (a server restart mid-wait).
+          for (const wait of [...this.waits.values()]) {
+            if (wait.cancelled) this._settle(wait, { cancelled: true, error: err });
+          }
+          continue;
+        }
+        for (const wait of [...this.waits.values()]) {
+          if (wait.cancelled) this._settle(wait, { cancelled: true });
+          else this._submit(wait);
+        }
+        return;
+      }
+    } finally {
+      this._reopening = false;
+    }
+    void lastErr;
+  }
+
+  close() {
+    this._closed = true;
+    const conn = this.conn;
+    this.conn = null;
+    this.id = null;
+    conn?.close();
+    for (const wait of [...this.waits.values()]) this._settle(wait, { error: new Error('This Flock was quit while waiting') });
+  }
+}
+
+module.exports = { Session, FlockEventError };
