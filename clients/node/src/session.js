@@ -46,6 +46,7 @@ class Session {
     this._opening = null;
     this._closed = false;
     this._reopening = false;
+    this._lastError = null;
     // Pending waits by (key, owner): an owner waits once per lock.
     this.waits = new Map();
     // Watched grants by (key, owner, token) -> Set of watch records ({ lost, onLost }).
@@ -228,7 +229,8 @@ class Session {
       return this._settle(wait, { error: err });
     }
     if (reply === 'WAITING') {
-      // Cancelled while the ACQUIRE was on its way: CANCEL now that it queues.
+      // Cancelled while the ACQUIRE was on its way: its CANCEL may have overtaken a resend of it,
+      // so send another now that it queues (a second CANCEL answers 0 and changes nothing).
       if (wait.cancelled && !wait.outcome) this._sendCancel(wait);
       return;
     }
@@ -254,8 +256,9 @@ class Session {
     if (wait.outcome || wait.cancelled) return;
     wait.cancelled = why;
     if (wait.sentTo === null || this.id === null) {
-      // Nothing queued (not sent yet, or the session is being opened again): it ends here.
-      if (this.id === null && !this._opening) this._settle(wait, { cancelled: true });
+      // Nothing queued (not sent yet, or the session is being opened again): it ends here, with
+      // the error that kept the session closed, if any (a server restart that outlasted the wait).
+      if (this.id === null && !this._opening) this._settle(wait, { cancelled: true, error: this._lastError ?? undefined });
       return;
     }
     this._sendCancel(wait);
@@ -299,8 +302,10 @@ class Session {
         if (pause > 0) await new Promise((resolve) => setTimeout(resolve, pause));
         try {
           await this.ensure();
+          this._lastError = null;
         } catch (err) {
           lastErr = err;
+          this._lastError = err;
           // Waits retry until their own deadline (a server restart mid-wait).
           for (const wait of [...this.waits.values()]) {
             if (wait.cancelled) this._settle(wait, { cancelled: true, error: err });
