@@ -82,36 +82,55 @@ async function startServer(extraArgs = []) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'flock-node-'));
   const port = await freePort();
   const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'];
-  const proc = spawn(SERVER, [...args, '--dir', dir, '--loadmodule', MODULE, ...extraArgs], {
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
-  servers.add(proc);
-  const exited = new Promise((resolve) => proc.on('exit', resolve));
-  let running = true;
-  exited.then(() => {
-    running = false;
-    servers.delete(proc);
-  });
+  let current = null;
+  // Starts the process (again, for restart()) and waits until it answers PING.
+  const launch = async () => {
+    const proc = spawn(SERVER, [...args, '--dir', dir, '--loadmodule', MODULE, ...extraArgs], {
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    servers.add(proc);
+    const run = { proc, running: true, exited: new Promise((resolve) => proc.on('exit', resolve)) };
+    run.exited.then(() => {
+      run.running = false;
+      servers.delete(proc);
+    });
+    current = run;
+    await waitUntil(`redis-server on port ${port} answers PING`, async () => {
+      if (!run.running) throw new Error(`redis-server exited (port ${port} taken, or the module failed to load)`);
+      return ping(port);
+    });
+  };
+  const kill = async () => {
+    if (current.running) current.proc.kill('SIGKILL');
+    await current.exited;
+  };
   const stop = async () => {
-    if (running) proc.kill('SIGKILL');
-    await exited;
+    await kill();
     fs.rmSync(dir, { recursive: true, force: true });
   };
   onEnd(stop);
   try {
-    await waitUntil(`redis-server on port ${port} answers PING`, async () => {
-      if (!running) throw new Error(`redis-server exited (port ${port} taken, or the module failed to load)`);
-      return ping(port);
-    });
+    await launch();
   } catch (err) {
     await stop();
     throw err;
   }
   const probe = new Redis(port, '127.0.0.1', { stringNumbers: true, lazyConnect: false });
+  probe.on('error', () => {});
   onEnd(() => probe.disconnect());
   const info = (key) => lockInfo(probe, key);
   const queued = (key, n) => waitUntil(`${n} waiter(s) queue on ${key}`, async () => (await info(key))?.waiters === String(n));
-  return { port, url: `redis://127.0.0.1:${port}`, probe, info, queued, stat: (name) => stat(probe, name) };
+  return {
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    probe,
+    info,
+    queued,
+    stat: (name) => stat(probe, name),
+    // A crash: SIGKILL (nothing persisted); start() brings up an empty server on the same port.
+    kill,
+    start: launch,
+  };
 }
 
 function fields(flat) {

@@ -284,3 +284,42 @@ const port = Number(process.argv[3]);
     });
   }
 });
+
+// One documented behaviour for a server restart mid-wait: the waits retry (a new session, the
+// same request IDs) until their own deadline.
+describe('a server restart mid-wait', () => {
+  let own;
+  before(async () => {
+    own = await startServer();
+  });
+  eachClient((kind, K) => {
+    it('a wait is resent to the restarted server and granted there (its lock died with the server)', async () => {
+      const flock = await flockOf(kind, own.port);
+      const holder = await flock.acquire(K('restart'), { lease: 60000 });
+      const waiting = flock.acquire(K('restart'), { lease: LEASE, wait: 20000 });
+      await own.queued(K('restart'), 1);
+      await own.kill();
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      await own.start();
+      const lock = await within(15000, 'the resent wait is granted', waiting);
+      assert.equal((await own.info(K('restart'))).owner, lock.owner);
+      await lock.release();
+      // The holder's grant died with the server: reported when the session reconnected.
+      await within(PUSHED_MS, 'the lost holder reported', aborted(holder.signal));
+    });
+
+    it('a server that stays down past the deadline: the wait rejects with the connection error', async () => {
+      const flock = await flockOf(kind, own.port);
+      const holder = await flock.acquire(K('down'), { lease: 60000 });
+      const waiting = flock.acquire(K('down'), { lease: LEASE, wait: 300 });
+      await own.queued(K('down'), 1);
+      await own.kill();
+      try {
+        await assert.rejects(within(10000, 'the wait ends', waiting), (err) => !(err instanceof LockBusyError) && !/not within/.test(err.message));
+      } finally {
+        await own.start();
+      }
+      void holder;
+    });
+  });
+});
