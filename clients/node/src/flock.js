@@ -212,7 +212,10 @@ class Flock {
       if (outcome.token) await this._releaseKey(key, owner).catch(() => {});
       throw abortError(signal);
     }
-    if (outcome.token) return { token: outcome.token, watch: this._session.watch(key, owner, outcome.token) };
+    if (outcome.token) {
+      const mode = extra[0] === 'SHARED' ? 'shared' : extra[0] === 'PERMITS' ? 'semaphore' : 'exclusive';
+      return { token: outcome.token, watch: this._session.watch(key, owner, outcome.token, mode) };
+    }
     if (outcome.error) throw outcome.error;
     return null;
   }
@@ -244,12 +247,7 @@ class Flock {
       return;
     }
     if (held) return;
-    this._session.watched.delete(id);
-    const lost = { key, reason: 'unknown', text: `The lock ${key} was lost: no longer held when the session reconnected` };
-    for (const record of records) {
-      record.lost = lost;
-      record.onLost?.(lost);
-    }
+    this._session.lose(id, { key, reason: 'unknown', text: `The lock ${key} was lost: no longer held when the session reconnected` });
   }
 
   // The blocking form (`sessions: false`): a try, then a WAIT on a connection of FLOCK's own.

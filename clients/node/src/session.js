@@ -51,6 +51,8 @@ class Session {
     this.waits = new Map();
     // Watched grants by (key, owner, token) -> Set of watch records ({ lost, onLost }).
     this.watched = new Map();
+    // The watched grants of each key, by key.
+    this.byKey = new Map();
     // Losses of grants nobody watches yet (a short lease lost before its reply was read), by
     // (key, owner, token); the oldest are forgotten beyond RECENT_LOSSES.
     this.recentLosses = new Map();
@@ -116,17 +118,12 @@ class Session {
     if (kind === 'lost') {
       const id = grantKey(key, owner, token);
       const lost = { key, reason: detail, text: `The lock ${key} was lost: ${LOSS_TEXT[detail] ?? detail}` };
-      const records = this.watched.get(id);
-      if (!records) {
+      if (!this.watched.has(id)) {
         this.recentLosses.set(id, lost);
         if (this.recentLosses.size > RECENT_LOSSES) this.recentLosses.delete(this.recentLosses.keys().next().value);
         return;
       }
-      this.watched.delete(id);
-      for (const record of records) {
-        record.lost = lost;
-        record.onLost?.(lost);
-      }
+      this.lose(id, lost);
       return;
     }
     const wait = this.waits.get(waitKey(key, owner));
@@ -141,9 +138,39 @@ class Session {
     else if (kind === 'error') this._settle(wait, { error: new FlockEventError(detail) });
   }
 
-  /** Watches a grant for a pushed loss; `record.onLost` is called (at once if already lost). */
-  watch(key, owner, token) {
+  /** Reports the loss of a watched grant to each of its records, and stops watching it. */
+  lose(id, lost) {
+    const records = this.watched.get(id);
+    if (!records) return;
+    this._forget(id, records);
+    for (const record of records) {
+      record.lost = lost;
+      record.onLost?.(lost);
+    }
+  }
+
+  _forget(id, records) {
+    this.watched.delete(id);
+    const ids = this.byKey.get(records.key);
+    ids?.delete(id);
+    if (ids?.size === 0) this.byKey.delete(records.key);
+  }
+
+  /**
+   * Watches a grant (`mode`: exclusive, shared or semaphore) for a pushed loss; `record.onLost` is
+   * called (at once if already lost). A grant of this key to another owner that excludes a grant
+   * this process watches (either is exclusive, its token is newer) proves that one ended: it is
+   * reported lost now, before the new grant reaches its caller, even if the server's `lost`
+   * event is not read yet (the new grant came as a direct reply, not through the inbox).
+   */
+  watch(key, owner, token, mode = 'exclusive') {
     const id = grantKey(key, owner, token);
+    for (const other of [...(this.byKey.get(key) ?? [])]) {
+      const records = this.watched.get(other);
+      if (records.owner === owner || BigInt(records.token) >= BigInt(token)) continue;
+      if (records.mode !== 'exclusive' && mode !== 'exclusive') continue;
+      this.lose(other, { key, reason: 'superseded', text: `The lock ${key} was lost: another owner was granted it (token ${token})` });
+    }
     const record = { id, lost: null, onLost: null };
     const lost = this.recentLosses.get(id);
     if (lost) {
@@ -151,7 +178,11 @@ class Session {
       record.lost = lost;
       return record;
     }
-    if (!this.watched.has(id)) this.watched.set(id, new Set());
+    if (!this.watched.has(id)) {
+      this.watched.set(id, Object.assign(new Set(), { key, owner, token, mode }));
+      if (!this.byKey.has(key)) this.byKey.set(key, new Set());
+      this.byKey.get(key).add(id);
+    }
     this.watched.get(id).add(record);
     return record;
   }
@@ -160,7 +191,7 @@ class Session {
     const records = this.watched.get(record.id);
     if (!records) return;
     records.delete(record);
-    if (records.size === 0) this.watched.delete(record.id);
+    if (records.size === 0) this._forget(record.id, records);
   }
 
   /**

@@ -12,7 +12,7 @@ const path = require('node:path');
 const { promisify } = require('node:util');
 const { describe, it, before } = require('node:test');
 const { Flock, LockBusyError, LockLostError, LockNotHeldError, AbortError } = require('..');
-const { eachClient, flockOf, startServer, waitUntil } = require('./helpers');
+const { eachClient, flockOf, startServer, startProxy, waitUntil } = require('./helpers');
 
 const LEASE = 10000;
 // Pushed events arrive within milliseconds; this only bounds a broken client.
@@ -133,6 +133,23 @@ eachClient((kind, K) => {
     assert.match(holder.signal.error.message, /lease ended/);
     assert.equal(lock.signal.aborted, false);
     await lock.release();
+  });
+
+  it("a grant answered directly marks this process's excluded holder lost, even before its `lost` event is read", async () => {
+    const proxy = await startProxy(server.port);
+    const proxied = await flockOf(kind, proxy.port);
+    // Open the session, then hold back its inbox from the next FLOCK.INBOX on (an event makes
+    // the blocked one return, so that the client sends the next).
+    const opener = await proxied.acquire(K('hold-open'), { lease: 50 });
+    proxy.holdReplies('FLOCK.INBOX');
+    await within(PUSHED_MS, 'the opener expired', aborted(opener.signal));
+    const holder = await proxied.acquire(K('super'), { lease: 200 });
+    await waitUntil('the lease ended on the server', async () => (await server.info(K('super'))) === null);
+    const next = await proxied.acquire(K('super'), { lease: LEASE, wait: 0 });
+    assert.equal(holder.signal.aborted, true, 'lost before the new grant was returned');
+    assert.match(holder.signal.error.message, /another owner was granted it/);
+    proxy.flush();
+    await next.release();
   });
 
   it('an AbortSignal sends FLOCK.CANCEL: the wait leaves the queue, acquire rejects with AbortError', async () => {
