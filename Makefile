@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MODULE := target/release/libredis_flock.so
 
-.PHONY: deps deps-redis-py deps-clients deps-java deps-python deps-node build run test test-clients test-java test-python test-node test-servers layers sizes lint leakcheck bench clean example-cli example-python example-rust
+.PHONY: deps deps-redis-py deps-clients deps-java deps-python deps-node build run test test-clients test-java test-python test-node test-servers layers sizes lint leakcheck bench bench-clients clean example-cli example-python example-rust
 
 # The server that run, test and bench start: empty for the system's
 # redis-server, or redis-7.0 (the same, checked to be 7.0), redis-8.2 or
@@ -130,6 +130,11 @@ leakcheck: build
 # docs/benchmark.md.
 bench: build
 	$(with_server) cargo run --release --package flock-bench -- $(ARGS)
+
+# One process's waiters through each client (connections, server memory per
+# waiter, how soon a holder hears of FORCERELEASE): docs/benchmark.md.
+bench-clients: build deps-clients
+	$(with_server) FLOCK_MODULE=$(abspath $(MODULE)) scripts/bench-clients.sh $(WAITERS)
 
 # The examples, against a running server (start one with `make run`):
 #   make example-cli example-python example-rust [REDIS_URL=redis://host:port]
