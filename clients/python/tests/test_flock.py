@@ -13,6 +13,7 @@ from redis.exceptions import LockNotOwnedError
 from redis.retry import Retry
 
 from redis_flock import Lock
+from redis_flock.lock import WATCHDOG
 
 
 def test_waiters_are_granted_in_fifo_order(r):
@@ -129,12 +130,15 @@ def test_watchdog_reports_loss_after_forcerelease(r):
 
 
 def test_watchdog_stops_on_release(r):
+    # One watchdog thread per process renews every grant (it was a thread per
+    # grant): the released grant leaves its schedule.
     lock = Lock(r, "wd-stop", watchdog_timeout=0.3)
     assert lock.acquire(blocking=False)
-    name = "flock-watchdog 'wd-stop'"
-    assert any(t.name == name for t in threading.enumerate())
+    grant = lock.local.grant
+    assert grant in WATCHDOG.entries()
+    assert any(t.name == "flock-watchdog" for t in threading.enumerate())
     lock.release()
-    wait_until(lambda: not any(t.name == name for t in threading.enumerate()), what="the watchdog thread to end")
+    assert grant not in WATCHDOG.entries()
 
 
 def test_notowner_is_lock_not_owned_error(r):
@@ -155,7 +159,8 @@ def test_every_command_carries_a_request_id(r):
         sent = []
         while not sent or sent[-1][0] != "FLOCK.RELEASE":
             words = monitor.next_command()["command"].split()
-            if words[0].startswith("FLOCK.") and words[0] != "FLOCK.INFO" and words[1] == "ids":
+            # FLOCK.SESSION and FLOCK.INBOX (the session's) name no key.
+            if words[0].startswith("FLOCK.") and words[0] != "FLOCK.INFO" and words[1:2] == ["ids"]:
                 sent.append(words)
     assert [words[0] for words in sent] == ["FLOCK.ACQUIRE", "FLOCK.RENEW", "FLOCK.RELEASE"]
     assert all(words[-2] == "ID" for words in sent)

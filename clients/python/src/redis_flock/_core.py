@@ -1,11 +1,14 @@
 """What the blocking and the asyncio lock share: the lock's state and the FLOCK
 commands, replies and errors. No I/O here: each flavour sends the commands."""
 
+import inspect
 import logging
 import threading
+import time
 import uuid
+from collections import OrderedDict
 from types import SimpleNamespace
-from typing import Optional, Union
+from typing import Any, Callable, Optional, Union
 
 from redis.exceptions import ConnectionError, LockError, LockNotOwnedError, ResponseError, TimeoutError
 
@@ -15,19 +18,40 @@ logger = logging.getLogger("redis_flock")
 # third of it (Redisson's lockWatchdogTimeout is 30 s too).
 WATCHDOG_TIMEOUT = 30.0
 
-# A command whose reply was lost is sent again with the same request ID, after
-# each of these pauses; the server applies it once (docs/commands.md, "Request
-# IDs"). An error reply is never resent: the server answered it.
-RESEND_DELAYS = (0.05, 0.2, 0.5)
+# A command whose reply was lost is sent again at once with the same request
+# ID, up to this many times; the server applies it once (docs/commands.md,
+# "Request IDs"). An error reply is never resent: the server answered it.
+RESENDS = 3
 LOST_REPLY = (ConnectionError, TimeoutError)
 
 # A blocking wait's socket outlives the server-side WAIT by this much, so that
 # the server's own timeout (a nil reply) ends it and a dead server still does.
 WAIT_SOCKET_MARGIN = 10.0
 
-# Replies that mean the lock is no longer this holder's: the lease ended or
-# someone force-released it (NOTOWNER), or the key was overwritten (WRONGTYPE).
-LOST_PREFIXES = ("NOTOWNER", "WRONGTYPE")
+# The one reply that means the lock is no longer this holder's: the lease
+# ended, someone force-released it, the key was deleted (the text says which).
+LOST_PREFIXES = ("NOTOWNER",)
+
+# Sessions (docs/commands.md, "Sessions"). The reader blocks on FLOCK.INBOX
+# this long per call, on a socket that gives up SESSION_SOCKET_MARGIN later:
+# a dead server is noticed within their sum.
+INBOX_MS = 5000
+SESSION_SOCKET_MARGIN = 5.0
+# A session wait ends with the server's `timeout` event; the client's own
+# deadline is this much later (then it sends FLOCK.CANCEL), and after a CANCEL
+# it waits this long for the wait's event before giving up on it (a grant that
+# comes later is released by the reader).
+LOCAL_DEADLINE_MARGIN = 2.0
+CANCEL_GRACE = 5.0
+# At most this many waits of one session are being sent at once, each on a
+# pool connection: a thousand waiting threads add the session's connection
+# and at most this many pool connections.
+SEND_CONCURRENCY = 2
+# Reopening a broken session: at once, then after pauses doubling up to this.
+REOPEN_MAX_DELAY = 1.0
+# Losses pushed for grants not (yet) known to a lock object are kept this
+# many, so that a grant registered a moment after its loss still sees it.
+RECENT_LOSSES = 1024
 
 Number = Union[int, float]
 
@@ -48,17 +72,16 @@ def with_id(*args):
 RENEWAL_ERRORS = (ResponseError, *LOST_REPLY)
 
 
-def renewal_lost(grant: "Grant", name, error: Exception, unconfirmed_s: float, lease_ms: int) -> bool:
-    """Whether a failed renewal means the grant is lost (then marked so): the
-    server said it is not ours, or no renewal got through for a whole lease
-    (the server has ended it by now). Other errors are tried again."""
+def renewal_lost(error: Exception, unconfirmed_s: float, lease_ms: int) -> Optional[str]:
+    """Why a failed renewal means the grant is lost, or None: the server said
+    it is not ours (NOTOWNER, whose text says why), or no renewal got through
+    for a whole lease (the server has ended it by now). Other errors are
+    tried again."""
     if isinstance(error, ResponseError):
-        lost = str(error).startswith(LOST_PREFIXES)
-    else:
-        lost = unconfirmed_s >= lease_ms / 1000
-    if lost:
-        grant.mark_lost(name, error)
-    return lost
+        return str(error) if str(error).startswith(LOST_PREFIXES) else None
+    if unconfirmed_s >= lease_ms / 1000:
+        return f"no renewal got through for a whole lease ({error})"
+    return None
 
 
 class UpgradeError(LockError, ResponseError):
@@ -77,14 +100,29 @@ class WrongModeError(LockError, ResponseError):
 LOCK_ERRORS = {"NOTOWNER": LockNotOwnedError, "UPGRADE": UpgradeError, "WRONGMODE": WrongModeError}
 
 
-def lock_error(error: ResponseError, action: str, name) -> Exception:
+def lock_error(error: ResponseError, action: str, name, lost: Optional[str] = None) -> Exception:
     """NOTOWNER becomes redis-py's LockNotOwnedError, as its Lock raises,
-    UPGRADE and WRONGMODE the errors above; others stay as they are."""
+    UPGRADE and WRONGMODE the errors above; others stay as they are. ``lost``:
+    why this process already knew the grant was lost (a pushed loss)."""
     kind = LOCK_ERRORS.get(str(error).split(" ", 1)[0])
     if kind is None:
         return error
-    what = "a lock that's no longer owned" if kind is LockNotOwnedError else f"lock {name!r}"
+    if kind is LockNotOwnedError:
+        what = "a lock that's no longer owned"
+        if lost:
+            what += f": its grant was lost ({LOSS_TEXT.get(lost, lost)})"
+    else:
+        what = f"lock {name!r}"
     return kind(f"Cannot {action} {what} ({error})", lock_name=name)
+
+
+# The `lost` events' reasons, as a person reads them.
+LOSS_TEXT = {
+    "expired": "its lease ended",
+    "forcereleased": "it was force-released",
+    "deleted": "the lock key was deleted",
+    "demoted": "the server stopped being a master",
+}
 
 
 def parse_info(reply) -> Optional[dict]:
@@ -127,21 +165,29 @@ class Grant:
         # those of the other side of a read-write lock sharing the owner.
         self.holds = 1
         self.lost = False
+        # Why it was lost: a `lost` event's reason (expired, forcereleased,
+        # deleted, demoted) or the NOTOWNER text a renewal got.
+        self.lost_reason: Optional[str] = None
         self.stopped = False
         # The RELEASE (with its request ID) an asyncio release() sent and did
         # not see answered: sent again by the next release().
         self.pending_release = None
-        # Wakes the watchdog (set by the flavour that starts it).
-        self.on_stop = None
+        # Called on stop(): wake the watchdog, stop the session's watch.
+        self.on_stop: list = []
 
     def stop(self) -> None:
         self.stopped = True
-        if self.on_stop is not None:
-            self.on_stop()
+        for callback in self.on_stop:
+            callback()
 
-    def mark_lost(self, name, why) -> None:
+    def mark_lost(self, name, why) -> bool:
+        """Marks the grant lost; False when it already was."""
+        if self.lost:
+            return False
         self.lost = True
-        logger.warning("FLOCK lock %r lost: %s", name, why)
+        self.lost_reason = str(why)
+        logger.warning("FLOCK lock %r lost: %s", name, LOSS_TEXT.get(str(why), why))
+        return True
 
 
 class _Local(threading.local):
@@ -172,6 +218,8 @@ class LockBase:
         *,
         reentrant: bool = False,
         watchdog_timeout: Number = WATCHDOG_TIMEOUT,
+        on_lost: Optional[Callable[[Any, str], Any]] = None,
+        use_session: bool = True,
     ):
         self.redis = redis
         self.name = name
@@ -184,6 +232,14 @@ class LockBase:
         self.raise_on_release_error = raise_on_release_error
         self.reentrant = reentrant
         self.watchdog_timeout = watchdog_timeout
+        # Called as on_lost(lock, reason) when a grant of this lock is lost
+        # (pushed by the server, or a renewal answered NOTOWNER), on the
+        # session's reader (thread or task) or the watchdog; an awaitable it
+        # returns is scheduled on the loop.
+        self.on_lost = on_lost
+        # Waits go through the process's session (FLOCK.INBOX), or, False,
+        # block on a connection of their own (FLOCK.ACQUIRE ... WAIT).
+        self.use_session = use_session
         self.local = _Local() if self.thread_local else SimpleNamespace(token=None, grant=None)
         self._object_id = uuid.uuid4().hex
 
@@ -195,9 +251,32 @@ class LockBase:
 
     @property
     def lost(self) -> bool:
-        """True once the watchdog found this grant's lease gone."""
+        """True once this grant is known lost: the server pushed its end (lease
+        ended, force-released, key deleted, demoted) or a renewal answered
+        NOTOWNER. The grant is kept until release(), which then raises
+        LockNotOwnedError."""
         grant = self.local.grant
         return bool(grant and grant.lost)
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        """Why this grant was lost (``expired``, ``forcereleased``, ``deleted``,
+        ``demoted``, or the NOTOWNER text), or None."""
+        grant = self.local.grant
+        return grant.lost_reason if grant else None
+
+    def _grant_lost(self, grant: "Grant", reason: str) -> None:
+        """Marks ``grant`` lost at once and calls ``on_lost``."""
+        if not grant.mark_lost(self.name, reason) or self.on_lost is None:
+            return
+        try:
+            result = self.on_lost(self, reason)
+            if inspect.isawaitable(result):
+                import asyncio
+
+                asyncio.ensure_future(result)
+        except Exception:
+            logger.exception("FLOCK on_lost callback of lock %r failed", self.name)
 
     @property
     def watchdog(self) -> bool:
@@ -234,10 +313,18 @@ class LockBase:
         return None if wait_ms == 0 else wait_ms / 1000 + WAIT_SOCKET_MARGIN
 
     def _acquire_command(self, owner: bytes, wait_ms: Optional[int]):
-        args = ["FLOCK.ACQUIRE", self.name, owner, self._lease_ms(), *self.acquire_options]
+        args = self._acquire_base(owner)
         if wait_ms is not None:
             args += ["WAIT", wait_ms]
         return with_id(*args)
+
+    def _acquire_base(self, owner: bytes) -> list:
+        """FLOCK.ACQUIRE without WAIT, INBOX and ID."""
+        return ["FLOCK.ACQUIRE", self.name, owner, self._lease_ms(), *self.acquire_options]
+
+    def _release_error(self, error: ResponseError) -> Exception:
+        grant = self.local.grant
+        return lock_error(error, "release", self.name, grant.lost_reason if grant else None)
 
     def _renew_command(self, owner: bytes, lease_ms: int):
         return with_id("FLOCK.RENEW", self.name, owner, lease_ms)
@@ -351,3 +438,187 @@ class ReadWriteLockBase:
 
 def _as_bytes(value) -> bytes:
     return value.encode() if isinstance(value, str) else value
+
+
+# --- Sessions: the bookkeeping both flavours share (no I/O) -----------------
+
+GRANTED, TIMEOUT, CANCELLED, ERROR, LOST = "granted", "timeout", "cancelled", "error", "lost"
+
+
+def _text(value) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def parse_event(event):
+    """An INBOX event ``[kind, key, owner, token, detail]`` as (kind str, key
+    bytes, owner bytes, token int, detail str)."""
+    kind, key, owner, token, detail = event
+    return _text(kind), _as_bytes(key), _as_bytes(owner), int(token), _text(detail)
+
+
+def is_nosession(error: Exception) -> bool:
+    return isinstance(error, ResponseError) and str(error).startswith("NOSESSION")
+
+
+def is_waiting(reply) -> bool:
+    """The status reply an ``ACQUIRE ... WAIT ... INBOX`` gives when it queued."""
+    return reply is not None and not isinstance(reply, int) and _text(reply) == "WAITING"
+
+
+class Wait:
+    """One queued ``ACQUIRE ... WAIT ... INBOX`` of this process: matched to
+    its event by (key, owner). ``outcome`` is set once: (kind, token,
+    detail-or-exception). The flavour's subclass wakes the waiter."""
+
+    def __init__(self, client, key: bytes, owner: bytes, command: list, wait_ms: int):
+        self.client = client
+        self.key = key
+        self.owner = owner
+        self.ident = (key, owner)
+        self.command = command
+        self.rid = str(uuid.uuid4())
+        self.wait_ms = wait_ms
+        # The server's deadline; the client's own is LOCAL_DEADLINE_MARGIN later.
+        self.deadline = None if wait_ms == 0 else time.monotonic() + wait_ms / 1000
+        self.outcome = None
+        # Given up by its caller (cancelled, interrupted): a grant it gets is
+        # released by the reader.
+        self.abandoned = False
+        # The session ID it was last sent to (queued there).
+        self.sent_to: Optional[str] = None
+
+    def args(self, sid: str) -> tuple:
+        """The command for session ``sid``: what is left of the wait, the
+        same request ID every time."""
+        if self.deadline is None:
+            wait = 0
+        else:
+            wait = max(1, int((self.deadline - time.monotonic()) * 1000))
+        return (*self.command, "WAIT", wait, "INBOX", sid, "ID", self.rid)
+
+    def expired(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def local_deadline(self) -> Optional[float]:
+        return None if self.deadline is None else self.deadline + LOCAL_DEADLINE_MARGIN
+
+    def wake(self) -> None:
+        raise NotImplementedError
+
+
+class SessionState:
+    """What one session knows: the waits sent through it (by key and owner)
+    and the grants it watches (by key, owner and token), and what its events
+    do to them. Thread-safe; never blocks on I/O."""
+
+    def __init__(self):
+        self.mutex = threading.Lock()
+        self.waits: dict = {}
+        self.watched: dict = {}
+        self.recent_losses: OrderedDict = OrderedDict()
+
+    # Waits.
+
+    def register(self, wait: Wait) -> None:
+        """Before the wait is sent: its event may come before the reply."""
+        with self.mutex:
+            current = self.waits.get(wait.ident)
+            if current is not None and not current.abandoned:
+                raise ResponseError("QUEUED this owner already waits for this lock (in this process)")
+            self.waits[wait.ident] = wait
+
+    def settle(self, wait: Wait, outcome) -> bool:
+        """Sets the wait's outcome once (a reply or an event) and wakes it."""
+        with self.mutex:
+            if wait.outcome is not None:
+                return False
+            wait.outcome = outcome
+            if self.waits.get(wait.ident) is wait:
+                del self.waits[wait.ident]
+        wait.wake()
+        return True
+
+    def abandon(self, wait: Wait):
+        """The caller gives up on ``wait``: its outcome if it has one (the
+        caller then releases a grant), else None and a later grant is the
+        reader's to release."""
+        with self.mutex:
+            if wait.outcome is not None:
+                return wait.outcome
+            wait.abandoned = True
+            return None
+
+    def pending(self) -> list:
+        """The waits to send again on a new session."""
+        with self.mutex:
+            return [w for w in self.waits.values() if not w.abandoned]
+
+    def has_pending(self) -> bool:
+        with self.mutex:
+            return any(not w.abandoned for w in self.waits.values())
+
+    def session_ended(self) -> None:
+        """The session's connection closed: the server took its waiters out
+        of the queues, so abandoned waits get no event any more."""
+        with self.mutex:
+            gone = [w for w in self.waits.values() if w.abandoned]
+        for wait in gone:
+            self.settle(wait, (CANCELLED, 0, ""))
+
+    def fail_all(self, error: Exception) -> None:
+        """The session was closed by its client: every wait ends with ``error``."""
+        with self.mutex:
+            waits = list(self.waits.values())
+        for wait in waits:
+            self.settle(wait, (ERROR, 0, error))
+
+    # Watched grants.
+
+    def watch(self, key: bytes, owner: bytes, token: int, lock, grant: Grant) -> None:
+        """Registers a grant made with INBOX: its `lost` event marks it. A loss
+        that came first is applied at once."""
+        ident = (key, owner, token)
+        with self.mutex:
+            self.watched.setdefault(ident, []).append((lock, grant))
+            reason = self.recent_losses.pop(ident, None)
+        grant.on_stop.append(lambda: self.unwatch(ident, grant))
+        if reason is not None:
+            lock._grant_lost(grant, reason)
+
+    def unwatch(self, ident, grant: Grant) -> None:
+        with self.mutex:
+            entries = self.watched.get(ident)
+            if entries is None:
+                return
+            entries[:] = [(lock, g) for lock, g in entries if g is not grant]
+            if not entries:
+                del self.watched[ident]
+
+    def holds(self, key: bytes, owner: bytes, token: int) -> bool:
+        with self.mutex:
+            return (key, owner, token) in self.watched
+
+    # Events.
+
+    def dispatch(self, event) -> Optional[tuple]:
+        """Applies one INBOX event, in order. Returns (key, owner) when a
+        grant nobody waits for any more must be released, else None."""
+        kind, key, owner, token, detail = parse_event(event)
+        if kind == LOST:
+            with self.mutex:
+                entries = list(self.watched.pop((key, owner, token), ()))
+                if not entries:
+                    self.recent_losses[(key, owner, token)] = detail
+                    while len(self.recent_losses) > RECENT_LOSSES:
+                        self.recent_losses.popitem(last=False)
+            for lock, grant in entries:
+                lock._grant_lost(grant, detail)
+            return None
+        with self.mutex:
+            wait = self.waits.get((key, owner))
+            abandoned = wait is None or wait.abandoned
+        if wait is not None:
+            self.settle(wait, (kind, token, detail))
+        if kind == GRANTED and abandoned and not self.holds(key, owner, token):
+            return key, owner
+        return None

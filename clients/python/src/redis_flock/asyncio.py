@@ -1,14 +1,16 @@
 """``redis_flock.asyncio.Lock``: redis-py's ``redis.asyncio.lock.Lock`` on FLOCK."""
 
 import asyncio
+import time
 from typing import Awaitable, Literal, Optional
 
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
+from ._asyncio_session import send, session_of
 from ._core import (
-    LOST_REPLY,
+    ERROR,
+    GRANTED,
     RENEWAL_ERRORS,
-    RESEND_DELAYS,
     LockBase,
     ReadSide,
     ReadWriteLockBase,
@@ -24,20 +26,9 @@ from ._core import (
 __all__ = ["Lock", "ReadLock", "ReadWriteLock", "Semaphore"]
 
 
-async def send(call, args):
-    """``await call(*args)``, sent again with the same arguments (request ID
-    included) when the reply is lost."""
-    for delay in RESEND_DELAYS:
-        try:
-            return await call(*args)
-        except LOST_REPLY:
-            await asyncio.sleep(delay)
-    return await call(*args)
-
-
 class Dedicated:
     """A connection of its own, made with the client pool's settings, for a
-    blocking wait and for a watchdog (see redis_flock.lock.Dedicated)."""
+    blocking wait without a session (see redis_flock.lock.Dedicated)."""
 
     def __init__(self, client, socket_timeout: Optional[float]):
         pool = client.connection_pool
@@ -86,16 +77,20 @@ class Lock(LockBase):
         token=None,
     ) -> bool:
         """Takes the lock; True once granted. Not blocking: one try. Blocking:
-        waits in the server's FIFO queue, up to ``blocking_timeout`` seconds
-        (None: no limit), on a connection of its own; cancelling the task
-        closes that connection, which leaves the queue."""
-        owner = self._owner(token, self._encoder())
+        one ``FLOCK.ACQUIRE ... WAIT`` that queues in the server's FIFO queue,
+        up to ``blocking_timeout`` seconds (None: no limit), through the
+        session of this loop (or, ``use_session=False``, on a connection of
+        its own). Cancelling the task sends FLOCK.CANCEL; a grant that won
+        the race is released."""
+        encoder = self._encoder()
+        owner = self._owner(token, encoder)
         wait_ms = self._wait_ms(blocking, blocking_timeout)
+        session = session_of(self.redis) if self.use_session else None
         try:
-            granted = await send(self.redis.execute_command, self._acquire_command(owner, None))
-            if granted is None and wait_ms is not None:
-                async with Dedicated(self.redis, self._wait_socket_timeout(wait_ms)) as connection:
-                    granted = await send(connection.call, self._acquire_command(owner, wait_ms))
+            if session is not None:
+                granted = await self._acquire_in(session, encoder.encode(self.name), owner, wait_ms)
+            else:
+                granted = await self._acquire_blocking(owner, wait_ms)
         except ResponseError as e:
             raise lock_error(e, "acquire", self.name) from e
         if granted is None:
@@ -103,30 +98,52 @@ class Lock(LockBase):
         grant, replaced = self._new_grant(owner, granted, asyncio.Lock())
         if replaced is not None:
             replaced.stop()
-        if grant is not None and self.watchdog:
-            grant.on_stop = asyncio.create_task(self._watch(grant)).cancel
+        if grant is not None:
+            if session is not None:
+                session.state.watch(encoder.encode(self.name), owner, granted, self, grant)
+            if self.watchdog and not grant.lost:
+                grant.on_stop.append(asyncio.create_task(self._watch(grant), name=f"flock-watchdog {self.name!r}").cancel)
         return True
 
+    async def _acquire_in(self, session, key: bytes, owner: bytes, wait_ms: Optional[int]) -> Optional[int]:
+        command = self._acquire_base(owner)
+        if wait_ms is None:
+            return await session.try_acquire(self.redis, command)
+        kind, token, detail = await session.wait(self.redis, key, owner, command, wait_ms)
+        if kind == GRANTED:
+            return token
+        if kind == ERROR:
+            raise detail if isinstance(detail, Exception) else ResponseError(detail)
+        return None
+
+    async def _acquire_blocking(self, owner: bytes, wait_ms: Optional[int]) -> Optional[int]:
+        granted = await send(self.redis.execute_command, self._acquire_command(owner, None))
+        if granted is None and wait_ms is not None:
+            async with Dedicated(self.redis, self._wait_socket_timeout(wait_ms)) as connection:
+                granted = await send(connection.call, self._acquire_command(owner, wait_ms))
+        return granted
+
     async def _watch(self, grant) -> None:
-        """Renews the grant every third of its lease until released; marks it
-        lost on NOTOWNER, or when no renewal got through for a whole lease."""
+        """Renews the grant every third of its lease, through the client's
+        pool, until released; marks it lost on NOTOWNER, or when no renewal
+        got through for a whole lease."""
         lease_ms = self._lease_ms()
         interval = lease_ms / 3000
-        loop = asyncio.get_running_loop()
-        confirmed = loop.time()
-        async with Dedicated(self.redis, interval) as connection:
-            while True:
-                await asyncio.sleep(interval)
-                async with grant.mutex:
-                    if grant.stopped:
+        confirmed = time.monotonic()
+        while True:
+            await asyncio.sleep(interval)
+            async with grant.mutex:
+                if grant.stopped or grant.lost:
+                    return
+                sent = time.monotonic()
+                try:
+                    await send(self.redis.execute_command, self._renew_command(grant.owner, lease_ms))
+                    confirmed = sent
+                except RENEWAL_ERRORS as e:
+                    reason = renewal_lost(e, time.monotonic() - confirmed, lease_ms)
+                    if reason is not None:
+                        self._grant_lost(grant, reason)
                         return
-                    sent = loop.time()
-                    try:
-                        await send(connection.call, self._renew_command(grant.owner, lease_ms))
-                        confirmed = sent
-                    except RENEWAL_ERRORS as e:
-                        if renewal_lost(grant, self.name, e, loop.time() - confirmed, lease_ms):
-                            return
 
     async def locked(self) -> bool:
         """Whether anyone holds the lock."""
@@ -151,7 +168,7 @@ class Lock(LockBase):
             try:
                 left = await send(self.redis.execute_command, grant.pending_release)
             except ResponseError as e:
-                error = lock_error(e, "release", self.name)
+                error = self._release_error(e)
                 if isinstance(error, LockNotOwnedError):
                     self._dropped()
                 raise error from e

@@ -1,5 +1,7 @@
 """``redis_flock.Lock``: redis-py's ``redis.lock.Lock`` on FLOCK."""
 
+import heapq
+import itertools
 import threading
 import time
 from types import TracebackType
@@ -8,9 +10,9 @@ from typing import Literal, Optional, Type
 from redis.exceptions import LockError, ResponseError
 
 from ._core import (
-    LOST_REPLY,
+    ERROR,
+    GRANTED,
     RENEWAL_ERRORS,
-    RESEND_DELAYS,
     LockBase,
     ReadSide,
     ReadWriteLockBase,
@@ -22,23 +24,13 @@ from ._core import (
     renewal_lost,
     to_ms,
 )
-
-
-def send(call, args):
-    """``call(*args)``, sent again with the same arguments (request ID
-    included) when the reply is lost."""
-    for delay in RESEND_DELAYS:
-        try:
-            return call(*args)
-        except LOST_REPLY:
-            time.sleep(delay)
-    return call(*args)
+from ._session import send, session_of
 
 
 class Dedicated:
     """A connection of its own, made with the client pool's settings, for a
-    blocking wait (it would hold a pool connection for its whole length) and
-    for a watchdog (a busy pool must not delay renewals)."""
+    blocking wait without a session (``use_session=False``): it holds that
+    connection for its whole length, never a pool's."""
 
     def __init__(self, client, socket_timeout: Optional[float]):
         pool = client.connection_pool
@@ -54,6 +46,97 @@ class Dedicated:
     def __exit__(self, *exc):
         # Closing the connection also takes an abandoned waiter out of the queue.
         self.connection.disconnect()
+
+
+class Watchdog:
+    """The process's one watchdog thread (``flock-watchdog``): renews every
+    held grant without a timeout every third of its lease, through its lock's
+    client (the pool), and marks it lost on NOTOWNER or when no renewal got
+    through for a whole lease. The thread ends when nothing is left to renew
+    and starts again with the next grant."""
+
+    class Entry:
+        def __init__(self, lock: "Lock", grant):
+            self.lock = lock
+            self.grant = grant
+            self.lease_ms = lock._lease_ms()
+            self.interval = self.lease_ms / 3000
+            self.confirmed = time.monotonic()
+
+    def __init__(self):
+        self.condition = threading.Condition()
+        self.heap: list = []
+        self.order = itertools.count()
+        self.thread: Optional[threading.Thread] = None
+
+    def watch(self, lock: "Lock", grant) -> None:
+        entry = self.Entry(lock, grant)
+        grant.on_stop.append(self.wake)
+        self._schedule(entry)
+
+    def entries(self) -> list:
+        """The grants renewed now (for tests and debugging)."""
+        with self.condition:
+            return [entry.grant for _, _, entry in self.heap if not self._done(entry)]
+
+    def wake(self) -> None:
+        with self.condition:
+            self.condition.notify()
+
+    def _schedule(self, entry) -> None:
+        with self.condition:
+            heapq.heappush(self.heap, (time.monotonic() + entry.interval, next(self.order), entry))
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="flock-watchdog", daemon=True)
+                self.thread.start()
+            self.condition.notify()
+
+    @staticmethod
+    def _done(entry) -> bool:
+        return entry.grant.stopped or entry.grant.lost
+
+    def _run(self) -> None:
+        while True:
+            with self.condition:
+                while True:
+                    if not self.heap:
+                        self.thread = None
+                        return
+                    due, _, entry = self.heap[0]
+                    if self._done(entry):
+                        heapq.heappop(self.heap)
+                        continue
+                    delay = due - time.monotonic()
+                    if delay <= 0:
+                        heapq.heappop(self.heap)
+                        break
+                    self.condition.wait(delay)
+            try:
+                again = self._renew(entry)
+            except Exception:
+                logger.exception("FLOCK watchdog of lock %r", entry.lock.name)
+                again = True
+            if again:
+                self._schedule(entry)
+
+    def _renew(self, entry) -> bool:
+        lock, grant = entry.lock, entry.grant
+        with grant.mutex:
+            if self._done(entry):
+                return False
+            sent = time.monotonic()
+            try:
+                send(lock.redis.execute_command, lock._renew_command(grant.owner, entry.lease_ms))
+                entry.confirmed = sent
+            except RENEWAL_ERRORS as e:
+                reason = renewal_lost(e, time.monotonic() - entry.confirmed, entry.lease_ms)
+                if reason is not None:
+                    lock._grant_lost(grant, reason)
+                    return False
+        return True
+
+
+WATCHDOG = Watchdog()
 
 
 class Lock(LockBase):
@@ -87,15 +170,20 @@ class Lock(LockBase):
         token=None,
     ) -> bool:
         """Takes the lock; True once granted. Not blocking: one try. Blocking:
-        waits in the server's FIFO queue, up to ``blocking_timeout`` seconds
-        (None: no limit), on a connection of its own. ``sleep`` is unused."""
-        owner = self._owner(token, self.redis.get_encoder())
+        one ``FLOCK.ACQUIRE ... WAIT`` that queues in the server's FIFO queue,
+        up to ``blocking_timeout`` seconds (None: no limit): through the
+        process's session (the reply is at once, the grant comes in the
+        session's inbox), or, with ``use_session=False``, blocking on a
+        connection of its own. ``sleep`` is unused."""
+        encoder = self.redis.get_encoder()
+        owner = self._owner(token, encoder)
         wait_ms = self._wait_ms(blocking, blocking_timeout)
+        session = session_of(self.redis) if self.use_session else None
         try:
-            granted = send(self.redis.execute_command, self._acquire_command(owner, None))
-            if granted is None and wait_ms is not None:
-                with Dedicated(self.redis, self._wait_socket_timeout(wait_ms)) as connection:
-                    granted = send(connection.call, self._acquire_command(owner, wait_ms))
+            if session is not None:
+                granted = self._acquire_in(session, encoder.encode(self.name), owner, wait_ms)
+            else:
+                granted = self._acquire_blocking(owner, wait_ms)
         except ResponseError as e:
             raise lock_error(e, "acquire", self.name) from e
         if granted is None:
@@ -103,32 +191,30 @@ class Lock(LockBase):
         grant, replaced = self._new_grant(owner, granted, threading.Lock())
         if replaced is not None:
             replaced.stop()
-        if grant is not None and self.watchdog:
-            wake = threading.Event()
-            grant.on_stop = wake.set
-            threading.Thread(
-                target=self._watch, args=(grant, wake), name=f"flock-watchdog {self.name!r}", daemon=True
-            ).start()
+        if grant is not None:
+            if session is not None:
+                session.state.watch(encoder.encode(self.name), owner, granted, self, grant)
+            if self.watchdog and not grant.lost:
+                WATCHDOG.watch(self, grant)
         return True
 
-    def _watch(self, grant, wake: threading.Event) -> None:
-        """Renews the grant every third of its lease until released; marks it
-        lost on NOTOWNER, or when no renewal got through for a whole lease."""
-        lease_ms = self._lease_ms()
-        interval = lease_ms / 3000
-        confirmed = time.monotonic()
-        with Dedicated(self.redis, interval) as connection:
-            while not wake.wait(interval):
-                with grant.mutex:
-                    if grant.stopped:
-                        return
-                    sent = time.monotonic()
-                    try:
-                        send(connection.call, self._renew_command(grant.owner, lease_ms))
-                        confirmed = sent
-                    except RENEWAL_ERRORS as e:
-                        if renewal_lost(grant, self.name, e, time.monotonic() - confirmed, lease_ms):
-                            return
+    def _acquire_in(self, session, key: bytes, owner: bytes, wait_ms: Optional[int]) -> Optional[int]:
+        command = self._acquire_base(owner)
+        if wait_ms is None:
+            return session.try_acquire(self.redis, command)
+        kind, token, detail = session.wait(self.redis, key, owner, command, wait_ms)
+        if kind == GRANTED:
+            return token
+        if kind == ERROR:
+            raise detail if isinstance(detail, Exception) else ResponseError(detail)
+        return None
+
+    def _acquire_blocking(self, owner: bytes, wait_ms: Optional[int]) -> Optional[int]:
+        granted = send(self.redis.execute_command, self._acquire_command(owner, None))
+        if granted is None and wait_ms is not None:
+            with Dedicated(self.redis, self._wait_socket_timeout(wait_ms)) as connection:
+                granted = send(connection.call, self._acquire_command(owner, wait_ms))
+        return granted
 
     def locked(self) -> bool:
         """Whether anyone holds the lock."""
@@ -151,7 +237,7 @@ class Lock(LockBase):
             try:
                 left = send(self.redis.execute_command, command)
             except ResponseError as e:
-                raise lock_error(e, "release", self.name) from e
+                raise self._release_error(e) from e
             finally:
                 self._released_one(left)
 

@@ -1,0 +1,307 @@
+"""The asyncio flavour's session: one per connection pool and event loop,
+opened on the first acquire. Its reader is a task on that loop looping
+FLOCK.INBOX on a connection of its own; every task's waits go out as one
+``FLOCK.ACQUIRE ... WAIT t INBOX sid ID rid`` on the pool's ordinary
+connections and await their event. See redis_flock._session."""
+
+import asyncio
+import time
+import uuid
+from typing import Optional
+
+import redis.asyncio
+from redis.exceptions import ConnectionError, ResponseError
+
+from ._core import (
+    CANCEL_GRACE,
+    ERROR,
+    GRANTED,
+    INBOX_MS,
+    LOST_REPLY,
+    RESENDS,
+    REOPEN_MAX_DELAY,
+    SEND_CONCURRENCY,
+    SESSION_SOCKET_MARGIN,
+    TIMEOUT,
+    SessionState,
+    Wait,
+    _text,
+    is_nosession,
+    is_waiting,
+    logger,
+)
+
+
+async def send(call, args):
+    """``await call(*args)``, sent again at once with the same arguments
+    (request ID included) when the reply is lost, up to RESENDS times."""
+    for _ in range(RESENDS):
+        try:
+            return await call(*args)
+        except LOST_REPLY:
+            pass
+    return await call(*args)
+
+
+class TaskWait(Wait):
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.future = asyncio.get_running_loop().create_future()
+        self.sending = asyncio.Lock()
+
+    def wake(self) -> None:
+        if not self.future.done():
+            self.future.set_result(self.outcome)
+
+
+def session_of(client) -> "Session":
+    """The session of ``client``'s pool on the running loop, made on first
+    use. The pool's disconnect() (what Redis.aclose() calls) also closes it."""
+    pool = client.connection_pool
+    loop = asyncio.get_running_loop()
+    sessions = pool.__dict__.get("_flock_sessions")
+    if sessions is None:
+        sessions = pool._flock_sessions = {}
+        original = pool.disconnect
+
+        async def disconnect(*args, **kwargs):
+            if args[0] if args else kwargs.get("inuse_connections", True):
+                running = asyncio.get_running_loop()
+                for loop, session in list(sessions.items()):
+                    # A session of another loop cannot be awaited here.
+                    if loop is running:
+                        await session.close()
+                    else:
+                        sessions.pop(loop, None)
+            return await original(*args, **kwargs)
+
+        pool.disconnect = disconnect
+    for other in [other for other in sessions if other.is_closed()]:
+        del sessions[other]
+    session = sessions.get(loop)
+    if session is None:
+        session = sessions[loop] = Session(pool, loop)
+    return session
+
+
+class Session:
+    def __init__(self, pool, loop):
+        self.pool = pool
+        self.loop = loop
+        self.state = SessionState()
+        self.opening = asyncio.Lock()
+        self.connection = None
+        self.sid: Optional[str] = None
+        self.reader: Optional[asyncio.Task] = None
+        self.reopening: Optional[asyncio.Task] = None
+        self.limiter = asyncio.Semaphore(SEND_CONCURRENCY)
+        self.client = redis.asyncio.Redis(connection_pool=pool)
+        # Tasks the reader started (releases): kept until done.
+        self.tasks: set = set()
+
+    async def open(self) -> str:
+        """The session ID, opening the session (connection, FLOCK.SESSION,
+        reader task) if it is not open."""
+        if self.sid is not None:
+            return self.sid
+        async with self.opening:
+            if self.sid is not None:
+                return self.sid
+            kwargs = dict(
+                self.pool.connection_kwargs,
+                socket_timeout=INBOX_MS / 1000 + SESSION_SOCKET_MARGIN,
+                decode_responses=False,
+            )
+            connection = self.pool.connection_class(**kwargs)
+            try:
+                await connection.send_command("FLOCK.SESSION")
+                sid = _text(await connection.read_response())
+            except BaseException:
+                await _disconnect(connection)
+                raise
+            self.connection, self.sid = connection, sid
+            self.reader = self.loop.create_task(self._read(connection), name="flock-session")
+            return sid
+
+    async def close(self) -> None:
+        """Closes the session's connection; waits in progress raise
+        ConnectionError. A later acquire opens a new session."""
+        connection, self.connection, self.sid = self.connection, None, None
+        for task in (self.reader, self.reopening):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        self.reader = self.reopening = None
+        if connection is not None:
+            await _disconnect(connection)
+        self.state.fail_all(ConnectionError("the FLOCK session was closed (the client was closed)"))
+
+    async def _read(self, connection) -> None:
+        """Reads the inbox of ``connection``'s session until it breaks."""
+        try:
+            while True:
+                try:
+                    await connection.send_command("FLOCK.INBOX", INBOX_MS)
+                    events = await connection.read_response()
+                except ResponseError as e:
+                    if is_nosession(e):
+                        break
+                    logger.warning("FLOCK session: FLOCK.INBOX answered %s", e)
+                    await asyncio.sleep(0.05)
+                    continue
+                for event in events or ():
+                    try:
+                        release = self.state.dispatch(event)
+                        if release is not None:
+                            self._spawn(self._release(*release))
+                    except Exception:
+                        logger.exception("FLOCK session: event %r", event)
+        except asyncio.CancelledError:
+            await _disconnect(connection)
+            raise
+        except Exception as e:
+            logger.info("FLOCK session connection lost (%s): reopening", e)
+        self._broken(connection)
+        await _disconnect(connection)
+
+    def _broken(self, connection) -> None:
+        if self.connection is not connection:
+            return
+        self.connection = self.sid = None
+        self.state.session_ended()
+        if self.state.has_pending() and (self.reopening is None or self.reopening.done()):
+            self.reopening = self.loop.create_task(self._reopen(), name="flock-session-reopen")
+
+    def _gone(self, sid: str) -> None:
+        """The server said NOSESSION for ``sid``: drop that connection and
+        reopen (the waits are sent again)."""
+        if self.sid != sid:
+            return
+        connection, reader = self.connection, self.reader
+        self.reader = None
+        if reader is not None:
+            reader.cancel()
+        self._broken(connection)
+
+    async def _reopen(self) -> None:
+        delay = 0.0
+        while self.state.has_pending():
+            await asyncio.sleep(delay)
+            try:
+                sid = await self.open()
+                for wait in self.state.pending():
+                    if wait.sent_to != sid:
+                        await self.send_wait(wait)
+                return
+            except LOST_REPLY as e:
+                logger.debug("FLOCK session: reopening failed: %s", e)
+                delay = min(max(delay * 2, 0.05), REOPEN_MAX_DELAY)
+                if self.sid is not None and self.connection is not None:
+                    # The session is up but a resend failed: start over.
+                    self._gone(self.sid)
+                    return
+
+    def _spawn(self, coroutine) -> None:
+        task = self.loop.create_task(coroutine)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _release(self, key: bytes, owner: bytes) -> None:
+        """A grant for a wait its task gave up on: give it back."""
+        try:
+            await send(self.client.execute_command, ("FLOCK.RELEASE", key, owner, "ID", str(uuid.uuid4())))
+        except Exception as e:
+            logger.warning("FLOCK: could not release an abandoned grant of %r: %s", key, e)
+
+    # Acquiring.
+
+    async def try_acquire(self, client, command: list):
+        rid = str(uuid.uuid4())
+        for attempt in range(RESENDS + 1):
+            sid = await self.open()
+            try:
+                return await send(client.execute_command, (*command, "INBOX", sid, "ID", rid))
+            except ResponseError as e:
+                if not is_nosession(e) or attempt == RESENDS:
+                    raise
+                self._gone(sid)
+
+    async def send_wait(self, wait: TaskWait) -> None:
+        async with wait.sending:
+            while True:
+                if wait.outcome is not None or wait.abandoned:
+                    return
+                sid = await self.open()
+                if wait.sent_to == sid:
+                    return
+                if wait.expired():
+                    self.state.settle(wait, (TIMEOUT, 0, ""))
+                    return
+                try:
+                    async with self.limiter:
+                        reply = await send(wait.client.execute_command, wait.args(sid))
+                except ResponseError as e:
+                    if is_nosession(e):
+                        self._gone(sid)
+                        if self.sid is not None and self.sid != sid:
+                            continue
+                        return  # reopened by _reopen, which sends it
+                    self.state.settle(wait, (ERROR, 0, e))
+                    return
+                wait.sent_to = sid
+                if isinstance(reply, int):
+                    self.state.settle(wait, (GRANTED, reply, ""))
+                elif reply is None:
+                    self.state.settle(wait, (TIMEOUT, 0, ""))
+                elif not is_waiting(reply):
+                    self.state.settle(wait, (ERROR, 0, ResponseError(f"unexpected reply {reply!r}")))
+                return
+
+    async def wait(self, client, key: bytes, owner: bytes, command: list, wait_ms: int):
+        """Queues ``command`` with WAIT ``wait_ms`` through the session and
+        awaits its outcome: (kind, token, detail). Cancelling the task sends
+        FLOCK.CANCEL; a grant that won the race is released."""
+        wait = TaskWait(client, key, owner, command, wait_ms)
+        self.state.register(wait)
+        try:
+            await self.send_wait(wait)
+            deadline = wait.local_deadline()
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                await asyncio.wait_for(asyncio.shield(wait.future), timeout)
+            except asyncio.TimeoutError:
+                # The server's timeout event is late (or the session is down).
+                await send(client.execute_command, ("FLOCK.CANCEL", key, owner))
+                try:
+                    await asyncio.wait_for(asyncio.shield(wait.future), CANCEL_GRACE)
+                except asyncio.TimeoutError:
+                    pass
+        except BaseException:
+            await self.abandon(client, wait)
+            raise
+        if wait.outcome is None:
+            await self.abandon(client, wait)
+            return (TIMEOUT, 0, "")
+        return wait.outcome
+
+    async def abandon(self, client, wait: TaskWait) -> None:
+        """The task gives up (cancelled, an error): FLOCK.CANCEL, then the
+        wait's event decides. A grant it got is released (here, or by the
+        reader when it comes later)."""
+        outcome = self.state.abandon(wait)
+        try:
+            if outcome is not None:
+                if outcome[0] == GRANTED:
+                    await self._release(wait.key, wait.owner)
+                return
+            await send(client.execute_command, ("FLOCK.CANCEL", wait.key, wait.owner))
+            # The reader releases a grant that won the race: give it the time.
+            await asyncio.wait_for(asyncio.shield(wait.future), CANCEL_GRACE)
+        except (Exception, asyncio.CancelledError) as e:
+            logger.debug("FLOCK: cancelling an abandoned wait: %r", e)
+
+
+async def _disconnect(connection) -> None:
+    try:
+        await connection.disconnect()
+    except Exception:
+        pass

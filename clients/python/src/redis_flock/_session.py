@@ -1,0 +1,319 @@
+"""The blocking flavour's session: one per connection pool (one per Redis
+client and server) in a process, opened on the first acquire. A daemon thread
+reads its inbox (FLOCK.INBOX) on a connection of its own; every thread's
+waits go out as one ``FLOCK.ACQUIRE ... WAIT t INBOX sid ID rid`` on the
+pool's ordinary connections and wait for their event. docs/commands.md,
+"Sessions"; README.md, "Sessions"."""
+
+import socket
+import threading
+import time
+import uuid
+from typing import Optional
+
+import redis
+from redis.exceptions import ConnectionError, ResponseError
+
+from ._core import (
+    CANCEL_GRACE,
+    ERROR,
+    GRANTED,
+    INBOX_MS,
+    LOST_REPLY,
+    RESENDS,
+    REOPEN_MAX_DELAY,
+    SEND_CONCURRENCY,
+    SESSION_SOCKET_MARGIN,
+    TIMEOUT,
+    SessionState,
+    Wait,
+    _text,
+    is_nosession,
+    is_waiting,
+    logger,
+)
+
+
+def send(call, args):
+    """``call(*args)``, sent again at once with the same arguments (request
+    ID included) when the reply is lost, up to RESENDS times."""
+    for _ in range(RESENDS):
+        try:
+            return call(*args)
+        except LOST_REPLY:
+            pass
+    return call(*args)
+
+
+class ThreadWait(Wait):
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.event = threading.Event()
+        # One sender at a time: the waiting thread, or the reader resending.
+        self.sending = threading.Lock()
+
+    def wake(self) -> None:
+        self.event.set()
+
+
+_REGISTRY = threading.Lock()
+
+
+def session_of(client) -> "Session":
+    """The session of ``client``'s connection pool, made on first use. The
+    pool's disconnect() (what Redis.close() calls) also closes it."""
+    pool = client.connection_pool
+    with _REGISTRY:
+        session = pool.__dict__.get("_flock_session")
+        if session is None:
+            session = Session(pool)
+            original = pool.disconnect
+
+            def disconnect(*args, **kwargs):
+                if (args[0] if args else kwargs.get("inuse_connections", True)):
+                    session.close()
+                return original(*args, **kwargs)
+
+            pool._flock_session = session
+            pool.disconnect = disconnect
+        return session
+
+
+def _shutdown(connection) -> None:
+    """Wakes a thread reading ``connection`` (its read fails): shuts the
+    socket down without touching the parser that thread is in."""
+    sock = getattr(connection, "_sock", None)
+    if sock is None:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+class Session:
+    def __init__(self, pool):
+        self.pool = pool
+        self.state = SessionState()
+        # Guards the connection, the session ID, the reader and the generation.
+        self.lock = threading.Lock()
+        self.connection = None
+        self.sid: Optional[str] = None
+        self.reader: Optional[threading.Thread] = None
+        # close() starts a new generation: the old reader ends.
+        self.generation = 0
+        self.limiter = threading.BoundedSemaphore(SEND_CONCURRENCY)
+        # For the reader's own commands (releasing a grant nobody waits for).
+        self.client = redis.Redis(connection_pool=pool)
+
+    # The session's connection and reader.
+
+    def open(self) -> str:
+        """The session ID, opening the session (connection, FLOCK.SESSION,
+        reader thread) if it is not open."""
+        with self.lock:
+            if self.sid is not None:
+                return self.sid
+            kwargs = dict(
+                self.pool.connection_kwargs,
+                socket_timeout=INBOX_MS / 1000 + SESSION_SOCKET_MARGIN,
+                decode_responses=False,
+            )
+            connection = self.pool.connection_class(**kwargs)
+            try:
+                connection.send_command("FLOCK.SESSION")
+                sid = _text(connection.read_response())
+            except BaseException:
+                connection.disconnect()
+                raise
+            self.connection, self.sid = connection, sid
+            if self.reader is None:
+                self.reader = threading.Thread(
+                    target=self._read, args=(self.generation,), name="flock-session", daemon=True
+                )
+                self.reader.start()
+            return sid
+
+    def close(self) -> None:
+        """Closes the session's connection (the server ends the session: its
+        waits leave their queues); waits in progress raise ConnectionError. A
+        later acquire opens a new session."""
+        with self.lock:
+            self.generation += 1
+            connection, self.connection, self.sid, self.reader = self.connection, None, None, None
+        if connection is not None:
+            _shutdown(connection)
+        self.state.fail_all(ConnectionError("the FLOCK session was closed (the client was closed)"))
+
+    def _read(self, generation: int) -> None:
+        delay = 0.0
+        while True:
+            with self.lock:
+                if self.generation != generation:
+                    return
+                connection = self.connection
+                if connection is None and not self.state.has_pending():
+                    # Broken with nothing waiting: the next acquire reopens.
+                    self.reader = None
+                    return
+            if connection is None:
+                time.sleep(delay)
+                try:
+                    sid = self.open()
+                except Exception as e:
+                    delay = min(max(delay * 2, 0.05), REOPEN_MAX_DELAY)
+                    logger.debug("FLOCK session: reopening failed: %s", e)
+                    continue
+                delay = 0.0
+                self._resend(sid)
+                continue
+            try:
+                connection.send_command("FLOCK.INBOX", INBOX_MS)
+                events = connection.read_response()
+            except ResponseError as e:
+                if is_nosession(e):
+                    self._broken(connection)
+                else:
+                    # UNBLOCKED (the server became a replica): the events stay.
+                    logger.warning("FLOCK session: FLOCK.INBOX answered %s", e)
+                    time.sleep(0.05)
+                continue
+            except Exception as e:
+                if self.generation == generation:
+                    logger.info("FLOCK session connection lost (%s): reopening", e)
+                self._broken(connection)
+                continue
+            for event in events or ():
+                try:
+                    release = self.state.dispatch(event)
+                    if release is not None:
+                        self._release(*release)
+                except Exception:
+                    logger.exception("FLOCK session: event %r", event)
+
+    def _broken(self, connection) -> None:
+        with self.lock:
+            if self.connection is connection:
+                self.connection = self.sid = None
+        connection.disconnect()
+        self.state.session_ended()
+
+    def _gone(self, sid: str) -> None:
+        """The server said NOSESSION for ``sid``: drop that connection, the
+        reader reopens and sends the waits again."""
+        with self.lock:
+            connection = self.connection if self.sid == sid else None
+            if connection is not None:
+                self.connection = self.sid = None
+        if connection is not None:
+            _shutdown(connection)
+
+    def _resend(self, sid: str) -> None:
+        for wait in self.state.pending():
+            if wait.sent_to == sid:
+                continue
+            try:
+                self.send_wait(wait)
+            except LOST_REPLY as e:
+                # Try again on a new session, after the reader's pause.
+                logger.info("FLOCK session: resending a wait failed (%s)", e)
+                with self.lock:
+                    connection = self.connection
+                if connection is not None:
+                    self._gone(sid)
+                return
+
+    def _release(self, key: bytes, owner: bytes) -> None:
+        """A grant for a wait its thread gave up on: give it back."""
+        try:
+            send(self.client.execute_command, ("FLOCK.RELEASE", key, owner, "ID", str(uuid.uuid4())))
+        except Exception as e:
+            logger.warning("FLOCK: could not release an abandoned grant of %r: %s", key, e)
+
+    # Acquiring.
+
+    def try_acquire(self, client, command: list):
+        """``command`` (ACQUIRE without WAIT) once, watched by this session:
+        a token or None."""
+        rid = str(uuid.uuid4())
+        for attempt in range(RESENDS + 1):
+            sid = self.open()
+            try:
+                return send(client.execute_command, (*command, "INBOX", sid, "ID", rid))
+            except ResponseError as e:
+                if not is_nosession(e) or attempt == RESENDS:
+                    raise
+                self._gone(sid)
+
+    def send_wait(self, wait: ThreadWait) -> None:
+        """Sends ``wait`` to the current session unless it is there already;
+        settles it when the reply ends it (a token, an error)."""
+        with wait.sending:
+            while True:
+                if wait.outcome is not None or wait.abandoned:
+                    return
+                sid = self.open()
+                if wait.sent_to == sid:
+                    return
+                if wait.expired():
+                    self.state.settle(wait, (TIMEOUT, 0, ""))
+                    return
+                try:
+                    with self.limiter:
+                        reply = send(wait.client.execute_command, wait.args(sid))
+                except ResponseError as e:
+                    if is_nosession(e):
+                        self._gone(sid)
+                        with self.lock:
+                            current = self.sid
+                        if current is not None and current != sid:
+                            continue
+                        return  # the reader reopens and sends it
+                    self.state.settle(wait, (ERROR, 0, e))
+                    return
+                wait.sent_to = sid
+                if isinstance(reply, int):
+                    self.state.settle(wait, (GRANTED, reply, ""))
+                elif reply is None:
+                    self.state.settle(wait, (TIMEOUT, 0, ""))
+                elif not is_waiting(reply):
+                    self.state.settle(wait, (ERROR, 0, ResponseError(f"unexpected reply {reply!r}")))
+                return
+
+    def wait(self, client, key: bytes, owner: bytes, command: list, wait_ms: int):
+        """Queues ``command`` with WAIT ``wait_ms`` through the session and
+        blocks until its outcome: (kind, token, detail)."""
+        wait = ThreadWait(client, key, owner, command, wait_ms)
+        self.state.register(wait)
+        try:
+            self.send_wait(wait)
+            deadline = wait.local_deadline()
+            if not wait.event.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
+                # The server's timeout event is late (or the session is down):
+                # cancel, and let the event decide (a ConnectionError here
+                # when the server is still unreachable).
+                send(client.execute_command, ("FLOCK.CANCEL", key, owner))
+                wait.event.wait(CANCEL_GRACE)
+        except BaseException:
+            self.abandon(client, wait)
+            raise
+        if wait.outcome is None:
+            self.abandon(client, wait)
+            return (TIMEOUT, 0, "")
+        return wait.outcome
+
+    def abandon(self, client, wait: ThreadWait) -> None:
+        """The waiting thread gives up (interrupted, an error): cancel the
+        wait; a grant it already got is released here, a later one by the
+        reader."""
+        outcome = self.state.abandon(wait)
+        try:
+            if outcome is None:
+                send(client.execute_command, ("FLOCK.CANCEL", wait.key, wait.owner))
+            elif outcome[0] == GRANTED:
+                self._release(wait.key, wait.owner)
+        except Exception as e:
+            logger.debug("FLOCK: cancelling an abandoned wait failed: %s", e)
+
+
+__all__ = ["Session", "session_of", "send"]
