@@ -247,7 +247,7 @@ class Session:
                         return  # reopened by _reopen, which sends it
                     self.state.settle(wait, (ERROR, 0, e))
                     return
-                wait.sent_to = sid
+                self.state.queued(wait, sid)
                 if isinstance(reply, int):
                     self.state.settle(wait, (GRANTED, reply, ""))
                 elif reply is None:

@@ -484,8 +484,10 @@ class Wait:
         # Given up by its caller (cancelled, interrupted): a grant it gets is
         # released by the reader.
         self.abandoned = False
-        # The session ID it was last sent to (queued there).
+        # The session ID it was last sent to (queued there), and when: waits
+        # sent again on a new session go in the order they had queued.
         self.sent_to: Optional[str] = None
+        self.queued = 0
 
     def args(self, sid: str) -> tuple:
         """The command for session ``sid``: what is left of the wait, the
@@ -516,6 +518,7 @@ class SessionState:
         self.waits: dict = {}
         self.watched: dict = {}
         self.recent_losses: OrderedDict = OrderedDict()
+        self.sends = 0
 
     # Waits.
 
@@ -549,9 +552,15 @@ class SessionState:
             return None
 
     def pending(self) -> list:
-        """The waits to send again on a new session."""
+        """The waits to send again on a new session, in the order they queued."""
         with self.mutex:
-            return [w for w in self.waits.values() if not w.abandoned]
+            return sorted((w for w in self.waits.values() if not w.abandoned), key=lambda w: w.queued)
+
+    def queued(self, wait: Wait, sid: str) -> None:
+        """``wait`` was sent to session ``sid``."""
+        with self.mutex:
+            self.sends += 1
+            wait.sent_to, wait.queued = sid, self.sends
 
     def has_pending(self) -> bool:
         with self.mutex:

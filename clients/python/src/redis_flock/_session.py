@@ -271,7 +271,7 @@ class Session:
                         return  # the reader reopens and sends it
                     self.state.settle(wait, (ERROR, 0, e))
                     return
-                wait.sent_to = sid
+                self.state.queued(wait, sid)
                 if isinstance(reply, int):
                     self.state.settle(wait, (GRANTED, reply, ""))
                 elif reply is None:

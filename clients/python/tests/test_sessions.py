@@ -1,0 +1,344 @@
+"""Sessions (docs/commands.md, "Sessions") through redis_flock.Lock: every
+thread's waits share one session connection and the pool's connections,
+losses are pushed (lock.lost at once, on_lost), a killed session connection
+is reopened and its waits sent again, close() closes it."""
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import redis
+from helpers import calls, info, stat, wait_until
+from redis.exceptions import ConnectionError, LockNotOwnedError, ResponseError
+
+from redis_flock import Lock, ReadWriteLock, Semaphore, UpgradeError, WrongModeError
+from redis_flock._session import session_of
+from redis_flock.lock import WATCHDOG
+
+
+def connected(r) -> int:
+    return int(r.info("clients")["connected_clients"])
+
+
+def session_entry(r, client):
+    """CLIENT LIST's entry for ``client``'s session connection, or None."""
+    connection = session_of(client).connection
+    if connection is None or connection._sock is None:
+        return None
+    host, port = connection._sock.getsockname()[:2]
+    return next((c for c in r.client_list() if c["addr"] == f"{host}:{port}"), None)
+
+
+@pytest.fixture()
+def c(server, protocol):
+    """A client of its own for the locks (``r`` inspects)."""
+    client = redis.Redis(port=server.port, protocol=protocol)
+    yield client
+    client.close()
+
+
+def start(target, *args):
+    thread = threading.Thread(target=target, args=args, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_200_waiting_threads_add_at_most_4_connections_and_are_granted_in_queue_order(server, r, protocol):
+    # A pool that refuses a fifth connection: waits do not take one each.
+    c = redis.Redis(port=server.port, protocol=protocol, max_connections=4)
+    before = connected(r)
+    holder = Lock(c, "many", timeout=30, thread_local=False)
+    assert holder.acquire(blocking=False)
+    order, errors = [], []
+    waiters = [Lock(c, "many", timeout=30, thread_local=False) for _ in range(200)]
+
+    def run(lock):
+        try:
+            assert lock.acquire(blocking_timeout=60)
+            order.append(lock.local.token)
+            lock.release()
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [start(run, lock) for lock in waiters]
+    wait_until(lambda: info(r, "many")["waiters"] == 200, timeout=30, what="200 waiters to queue")
+    assert connected(r) <= before + 4, r.client_list()
+    assert not errors
+    queue = [owner.encode() if isinstance(owner, str) else owner for owner in info(r, "many")["queue"]]
+    holder.release()
+    for t in threads:
+        t.join(60)
+    assert not errors and order == queue
+    assert info(r, "many") is None
+    c.close()
+
+
+def test_a_free_lock_is_granted_by_the_reply_and_a_busy_one_by_the_inbox(r, c):
+    holder = Lock(c, "inbox", timeout=10, thread_local=False)
+    inboxes = calls(r, "flock.inbox")
+    assert holder.acquire()  # free: the ACQUIRE's reply is the token
+    waiter = Lock(c, "inbox", timeout=10, thread_local=False)
+    result = []
+    t = start(lambda: result.append(waiter.acquire(blocking_timeout=10)))
+    wait_until(lambda: info(r, "inbox")["waiters"] == 1, what="the waiter to queue")
+    holder.release()
+    t.join(10)
+    assert result == [True] and waiter.owned()
+    assert calls(r, "flock.inbox") > inboxes
+    waiter.release()
+
+
+def test_server_timeout_ends_a_session_wait(r, c):
+    holder = Lock(c, "late", timeout=10)
+    assert holder.acquire(blocking=False)
+    timeouts = stat(r, "wait_timeouts")
+    began = time.monotonic()
+    assert not Lock(c, "late", timeout=10).acquire(blocking_timeout=0.3)
+    assert 0.25 < time.monotonic() - began < 2
+    assert stat(r, "wait_timeouts") == timeouts + 1 and info(r, "late")["waiters"] == 0
+    holder.release()
+
+
+@pytest.mark.parametrize("watchdog", [False, True], ids=["fixed-lease", "watchdog"])
+def test_forcerelease_is_pushed_lost_at_once_with_on_lost(r, c, watchdog):
+    seen = []
+    # A 30 s watchdog lease: its renewal (10 s) is not what reports the loss.
+    kwargs = {} if watchdog else {"timeout": 30}
+    lock = Lock(c, "pushed", on_lost=lambda lock, reason: seen.append((lock, reason)), **kwargs)
+    assert lock.acquire(blocking=False) and not lock.lost
+    r.execute_command("FLOCK.FORCERELEASE", "pushed")
+    wait_until(lambda: lock.lost, timeout=3, what="the pushed loss")
+    wait_until(lambda: seen, what="on_lost (called after lost is set)")
+    assert seen == [(lock, "forcereleased")] and lock.lost_reason == "forcereleased"
+    with pytest.raises(LockNotOwnedError, match="force-released") as raised:
+        lock.release()
+    assert "NOTOWNER" in str(raised.value)
+
+
+def test_a_fixed_lease_running_out_is_pushed_lost(r, c):
+    seen = []
+    lock = Lock(c, "expires", timeout=0.2, on_lost=lambda lock, reason: seen.append(reason))
+    assert lock.acquire()
+    wait_until(lambda: lock.lost, timeout=5, what="the lease to end and its loss to be pushed")
+    wait_until(lambda: seen, what="on_lost")
+    assert seen == ["expired"] and lock.lost_reason == "expired"
+    assert info(r, "expires") is None
+    with pytest.raises(LockNotOwnedError, match="lease"):
+        lock.release()
+
+
+def test_deleted_key_is_pushed_lost_and_ends_waits_with_lockdeleted(r, c):
+    lock = Lock(c, "deleted", timeout=10)
+    assert lock.acquire(blocking=False)
+    waiter, raised = Lock(c, "deleted", timeout=10), []
+
+    def wait():
+        try:
+            waiter.acquire(blocking_timeout=10)
+        except ResponseError as e:
+            raised.append(e)
+
+    t = start(wait)
+    wait_until(lambda: info(r, "deleted")["waiters"] == 1, what="the waiter to queue")
+    r.delete("deleted")
+    t.join(5)
+    wait_until(lambda: lock.lost, what="the pushed loss")
+    assert lock.lost_reason == "deleted"
+    assert len(raised) == 1 and str(raised[0]).startswith("LOCKDELETED")
+
+
+def test_a_loss_is_known_before_the_next_waiter_of_the_process_is_granted(r, c):
+    first = Lock(c, "order", timeout=0.3, thread_local=False)
+    assert first.acquire(blocking=False)
+    second = Lock(c, "order", timeout=10, thread_local=False)
+    seen = []
+
+    def wait():
+        assert second.acquire(blocking_timeout=10)
+        seen.append(first.lost)  # the same reader read `lost` before `granted`
+        second.release()
+
+    t = start(wait)
+    t.join(10)
+    assert seen == [True] and first.lost_reason == "expired"
+
+
+def test_interrupted_wait_is_cancelled_and_leaves_the_queue(r, c):
+    holder = Lock(c, "intr", timeout=10)
+    assert holder.acquire(blocking=False)
+    cancels = calls(r, "flock.cancel")
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupt(*_):
+        raise Interrupted()
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(Interrupted):
+            Lock(c, "intr", timeout=10).acquire(blocking_timeout=10)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert calls(r, "flock.cancel") == cancels + 1
+    wait_until(lambda: info(r, "intr")["waiters"] == 0, what="the wait to be cancelled")
+    holder.release()
+    assert info(r, "intr") is None
+
+
+def test_killed_session_connection_is_reopened_and_waits_are_sent_again(r, c):
+    holder = Lock(c, "kill", timeout=30, thread_local=False)
+    assert holder.acquire(blocking=False)
+    waiters = [Lock(c, "kill", timeout=30, thread_local=False) for _ in range(5)]
+    results = []
+    threads = [start(lambda lock=lock: results.append(lock.acquire(blocking_timeout=30))) for lock in waiters]
+    wait_until(lambda: info(r, "kill")["waiters"] == 5, what="5 waiters to queue")
+    old = session_entry(r, c)
+    sid = session_of(c).sid
+    assert old is not None and old["cmd"] == "flock.inbox"
+    r.client_kill_filter(_id=old["id"])
+    wait_until(lambda: session_of(c).sid not in (None, sid), what="a new session")
+    wait_until(lambda: info(r, "kill")["waiters"] == 5, what="the waits to be sent again")
+    holder.release()
+    for _ in waiters:  # granted in the order they queued again: release each
+        wait_until(lambda: any(lock.local.token for lock in waiters), timeout=10, what="the next grant")
+        next(lock for lock in waiters if lock.local.token).release()
+    for t in threads:
+        t.join(10)
+    assert results == [True] * 5
+    assert session_entry(r, c)["id"] != old["id"]
+
+
+def test_nosession_reply_reopens_the_session(r, c):
+    lock = Lock(c, "nosession", timeout=10)
+    assert lock.acquire(blocking=False)
+    lock.release()
+    session = session_of(c)
+    sid = session.sid
+    session.sid = "0" * 32  # a session the server does not know: NOSESSION
+    assert lock.acquire(blocking=False)
+    assert session.sid not in (None, sid, "0" * 32)
+    lock.release()
+
+
+def test_blocking_reentry_goes_through_the_session_without_waiting(r, c):
+    lock = Lock(c, "reenter", timeout=10, reentrant=True)
+    assert lock.acquire()
+    other = Lock(c, "reenter", timeout=10, thread_local=False)
+    t = start(lambda: other.acquire(blocking_timeout=10))
+    wait_until(lambda: info(r, "reenter")["waiters"] == 1, what="another owner to queue")
+    token = lock.fencing_token
+    assert lock.acquire(blocking_timeout=5)  # held: one more hold at once
+    assert lock.fencing_token == token and info(r, "reenter")["holds"] == 2
+    lock.release()
+    lock.release()
+    t.join(10)
+    assert other.owned()
+    other.release()
+
+
+def test_upgrade_and_wrongmode_are_answered_through_the_session(r, c):
+    rw = ReadWriteLock(c, "modes", timeout=10)
+    assert rw.read_lock().acquire()
+    with pytest.raises(UpgradeError):
+        rw.write_lock().acquire(blocking_timeout=5)
+    with pytest.raises(WrongModeError):
+        Semaphore(c, "modes", 2, timeout=10).acquire(blocking_timeout=5)
+    assert info(r, "modes")["waiters"] == 0
+    rw.read_lock().release()
+
+
+def test_semaphore_waiters_through_the_session_respect_the_limit(r, c):
+    limit, holders = 2, []
+    blockers = [Semaphore(c, "sem", limit, timeout=30, thread_local=False) for _ in range(limit)]
+    assert all(b.acquire(blocking=False) for b in blockers)
+    waiters = [Semaphore(c, "sem", limit, timeout=30, thread_local=False) for _ in range(6)]
+    threads = [start(lambda s=s: s.acquire(blocking_timeout=30) and holders.append(s)) for s in waiters]
+    wait_until(lambda: info(r, "sem")["waiters"] == 6, what="6 waiters")
+    for b in blockers:
+        b.release()
+    wait_until(lambda: len(holders) == limit, what="two waiters to hold")
+    while holders or info(r, "sem") is not None:
+        assert len(info(r, "sem")["holders"]) <= limit
+        if holders:
+            holders.pop(0).release()
+        time.sleep(0.01)
+    for t in threads:
+        t.join(10)
+
+
+def test_watchdogs_share_one_thread_and_the_pool(server, r, protocol):
+    c = redis.Redis(port=server.port, protocol=protocol, max_connections=3)
+    before = connected(r)
+    renewals = calls(r, "flock.renew")
+    locks = [Lock(c, f"wd{i}", watchdog_timeout=0.3) for i in range(20)]
+    assert all(lock.acquire(blocking=False) for lock in locks)
+    wait_until(lambda: calls(r, "flock.renew") >= renewals + 60, what="three renewals of each")
+    assert [t.name for t in threading.enumerate()].count("flock-watchdog") == 1
+    assert connected(r) <= before + 4
+    assert all(lock.owned() and not lock.lost for lock in locks)
+    for lock in locks:
+        lock.release()
+    c.close()
+
+
+def test_close_closes_the_session_connection_and_ends_waits(server, r, protocol):
+    c = redis.Redis(port=server.port, protocol=protocol)
+    holder = Lock(r, "close", timeout=10)
+    assert holder.acquire(blocking=False)
+    raised = []
+
+    def wait():
+        try:
+            Lock(c, "close", timeout=10).acquire(blocking_timeout=10)
+        except ConnectionError as e:
+            raised.append(e)
+
+    t = start(wait)
+    wait_until(lambda: info(r, "close")["waiters"] == 1, what="the waiter to queue")
+    entry = session_entry(r, c)
+    assert entry is not None
+    c.close()
+    t.join(5)
+    assert len(raised) == 1
+    wait_until(lambda: all(e["id"] != entry["id"] for e in r.client_list()), what="the session connection to close")
+    wait_until(lambda: info(r, "close")["waiters"] == 0, what="the session's waiter to leave")
+    holder.release()
+
+
+def test_use_session_false_waits_on_a_connection_of_its_own(r, c):
+    holder = Lock(c, "own", timeout=10, use_session=False)
+    assert holder.acquire(blocking=False)
+    result = []
+    t = start(lambda: result.append(Lock(c, "own", timeout=10, use_session=False).acquire(blocking_timeout=10)))
+    wait_until(lambda: info(r, "own")["waiters"] == 1, what="the waiter to queue")
+    assert any(e["cmd"] == "flock.acquire" for e in r.client_list())  # blocked on its own connection
+    assert session_of(c).sid is None  # no session opened
+    holder.release()
+    t.join(10)
+    assert result == [True]
+
+
+SCRIPT = """
+import sys, threading, redis
+from redis_flock import Lock
+r = redis.Redis(port=int(sys.argv[1]))
+held = Lock(r, "exit")                     # watchdog
+assert held.acquire()
+waiter = Lock(r, "exit", timeout=10)
+threading.Thread(target=waiter.acquire, daemon=True).start()   # waits through the session
+print("ready", flush=True)
+"""
+
+
+def test_nothing_keeps_the_process_alive(server, r):
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(server.port)], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ready"
