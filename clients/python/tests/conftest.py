@@ -33,6 +33,9 @@ class Server:
         self.dir = tempfile.mkdtemp(prefix="flock-py-")
         self.port = free_port()
         self.log = open(Path(self.dir) / "server.log", "wb")
+        self.start()
+
+    def start(self):
         self.process = subprocess.Popen(
             [SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
              "--dir", self.dir, "--loadmodule", MODULE],
@@ -46,6 +49,11 @@ class Server:
             raise
         finally:
             client.close()
+
+    def kill(self):
+        """Kills the server (no persistence: a new one starts empty)."""
+        self.process.kill()
+        self.process.wait()
 
     def _answers(self, client) -> bool:
         if self.process.poll() is not None:

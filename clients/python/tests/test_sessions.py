@@ -11,8 +11,11 @@ import time
 
 import pytest
 import redis
+from conftest import Server
 from helpers import calls, info, stat, wait_until
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError, LockNotOwnedError, ResponseError
+from redis.retry import Retry
 
 from redis_flock import Lock, ReadWriteLock, Semaphore, UpgradeError, WrongModeError
 from redis_flock._session import session_of
@@ -342,3 +345,49 @@ def test_nothing_keeps_the_process_alive(server, r):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ready"
+
+
+@pytest.fixture()
+def own_server():
+    """A server of the test's own, to kill and start again."""
+    s = Server()
+    yield s
+    s.stop()
+
+
+def test_server_restart_mid_wait_the_wait_is_sent_again_and_granted(own_server, protocol):
+    # The documented behaviour: a waiter keeps trying until its own deadline.
+    # The new server starts empty, so the wait sent again is granted at once.
+    c = redis.Redis(port=own_server.port, protocol=protocol)
+    holder = Lock(c, "restart", timeout=30)
+    assert holder.acquire(blocking=False)
+    waiter, result = Lock(c, "restart", timeout=30, thread_local=False), []
+    t = start(lambda: result.append(waiter.acquire(blocking_timeout=30)))
+    wait_until(lambda: info(c, "restart")["waiters"] == 1, what="the waiter to queue")
+    own_server.kill()
+    own_server.start()
+    t.join(20)
+    assert result == [True] and waiter.owned()
+    c.close()
+
+
+def test_server_down_past_the_deadline_raises_connection_error(own_server, protocol):
+    # redis-py's own retry off: its backoff would lengthen the wait's end.
+    c = redis.Redis(port=own_server.port, protocol=protocol, retry=Retry(NoBackoff(), 0))
+    holder = Lock(c, "down", timeout=30)
+    assert holder.acquire(blocking=False)
+    raised = []
+
+    def wait():
+        try:
+            Lock(c, "down", timeout=30).acquire(blocking_timeout=0.5)
+        except ConnectionError as e:
+            raised.append(e)
+
+    t = start(wait)
+    wait_until(lambda: info(c, "down")["waiters"] == 1, what="the waiter to queue")
+    own_server.kill()
+    began = time.monotonic()
+    t.join(20)
+    assert len(raised) == 1 and time.monotonic() - began < 10
+    c.close()

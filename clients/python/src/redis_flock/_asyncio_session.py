@@ -270,34 +270,42 @@ class Session:
                 await asyncio.wait_for(asyncio.shield(wait.future), timeout)
             except asyncio.TimeoutError:
                 # The server's timeout event is late (or the session is down).
-                await send(client.execute_command, ("FLOCK.CANCEL", key, owner))
-                try:
-                    await asyncio.wait_for(asyncio.shield(wait.future), CANCEL_GRACE)
-                except asyncio.TimeoutError:
-                    pass
+                return await self.cancel(client, wait, keep=True)
         except BaseException:
-            await self.abandon(client, wait)
+            await self.cancel(client, wait, keep=False)
             raise
-        if wait.outcome is None:
-            await self.abandon(client, wait)
-            return (TIMEOUT, 0, "")
         return wait.outcome
 
-    async def abandon(self, client, wait: TaskWait) -> None:
-        """The task gives up (cancelled, an error): FLOCK.CANCEL, then the
-        wait's event decides. A grant it got is released (here, or by the
-        reader when it comes later)."""
-        outcome = self.state.abandon(wait)
-        try:
-            if outcome is not None:
-                if outcome[0] == GRANTED:
-                    await self._release(wait.key, wait.owner)
-                return
-            await send(client.execute_command, ("FLOCK.CANCEL", wait.key, wait.owner))
-            # The reader releases a grant that won the race: give it the time.
-            await asyncio.wait_for(asyncio.shield(wait.future), CANCEL_GRACE)
-        except (Exception, asyncio.CancelledError) as e:
-            logger.debug("FLOCK: cancelling an abandoned wait: %r", e)
+    async def cancel(self, client, wait: TaskWait, keep: bool):
+        """Sends FLOCK.CANCEL for ``wait``, and its event decides: the
+        outcome, whose grant is kept (``keep``) or released. No event within
+        CANCEL_GRACE (or cancelled again): TIMEOUT, and a grant coming later
+        is the reader's to release. With ``keep``, a failed CANCEL raises."""
+        outcome = self.state.cancelling(wait)
+        if outcome is None:
+            try:
+                await client.execute_command("FLOCK.CANCEL", wait.key, wait.owner)
+                await asyncio.wait_for(asyncio.shield(wait.future), CANCEL_GRACE)
+            except asyncio.TimeoutError:
+                pass
+            except (Exception, asyncio.CancelledError) as e:
+                if keep:
+                    self.state.abandon(wait)
+                    raise
+                logger.debug("FLOCK: cancelling a wait: %r", e)
+            outcome = self.state.abandon(wait)
+            if outcome is None:
+                return (TIMEOUT, 0, "")
+        if outcome[0] == GRANTED and not keep:
+            # In a task of its own: a second cancel does not stop it.
+            release = self.loop.create_task(self._release(wait.key, wait.owner))
+            self.tasks.add(release)
+            release.add_done_callback(self.tasks.discard)
+            try:
+                await asyncio.shield(release)
+            except asyncio.CancelledError:
+                pass
+        return outcome
 
 
 async def _disconnect(connection) -> None:

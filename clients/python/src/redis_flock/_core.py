@@ -42,7 +42,7 @@ SESSION_SOCKET_MARGIN = 5.0
 # it waits this long for the wait's event before giving up on it (a grant that
 # comes later is released by the reader).
 LOCAL_DEADLINE_MARGIN = 2.0
-CANCEL_GRACE = 5.0
+CANCEL_GRACE = 2.0
 # At most this many waits of one session are being sent at once, each on a
 # pool connection: a thousand waiting threads add the session's connection
 # and at most this many pool connections.
@@ -481,8 +481,10 @@ class Wait:
         # The server's deadline; the client's own is LOCAL_DEADLINE_MARGIN later.
         self.deadline = None if wait_ms == 0 else time.monotonic() + wait_ms / 1000
         self.outcome = None
-        # Given up by its caller (cancelled, interrupted): a grant it gets is
-        # released by the reader.
+        # Its caller sent FLOCK.CANCEL and awaits the event (not sent again
+        # on a new session); then, abandoned: the caller gave up on it, and a
+        # grant it gets is released by the reader.
+        self.cancelling = False
         self.abandoned = False
         # The session ID it was last sent to (queued there), and when: waits
         # sent again on a new session go in the order they had queued.
@@ -497,6 +499,10 @@ class Wait:
         else:
             wait = max(1, int((self.deadline - time.monotonic()) * 1000))
         return (*self.command, "WAIT", wait, "INBOX", sid, "ID", self.rid)
+
+    def live(self) -> bool:
+        """Neither cancelled nor given up: sent again on a new session."""
+        return not (self.abandoned or self.cancelling)
 
     def expired(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
@@ -526,7 +532,7 @@ class SessionState:
         """Before the wait is sent: its event may come before the reply."""
         with self.mutex:
             current = self.waits.get(wait.ident)
-            if current is not None and not current.abandoned:
+            if current is not None and not current.abandoned and not current.cancelling:
                 raise ResponseError("QUEUED this owner already waits for this lock (in this process)")
             self.waits[wait.ident] = wait
 
@@ -541,6 +547,14 @@ class SessionState:
         wait.wake()
         return True
 
+    def cancelling(self, wait: Wait):
+        """The caller is about to send FLOCK.CANCEL for ``wait``: its outcome
+        if it already has one, else None."""
+        with self.mutex:
+            if wait.outcome is None:
+                wait.cancelling = True
+            return wait.outcome
+
     def abandon(self, wait: Wait):
         """The caller gives up on ``wait``: its outcome if it has one (the
         caller then releases a grant), else None and a later grant is the
@@ -554,7 +568,7 @@ class SessionState:
     def pending(self) -> list:
         """The waits to send again on a new session, in the order they queued."""
         with self.mutex:
-            return sorted((w for w in self.waits.values() if not w.abandoned), key=lambda w: w.queued)
+            return sorted((w for w in self.waits.values() if w.live()), key=lambda w: w.queued)
 
     def queued(self, wait: Wait, sid: str) -> None:
         """``wait`` was sent to session ``sid``."""
@@ -564,13 +578,13 @@ class SessionState:
 
     def has_pending(self) -> bool:
         with self.mutex:
-            return any(not w.abandoned for w in self.waits.values())
+            return any(w.live() for w in self.waits.values())
 
     def session_ended(self) -> None:
         """The session's connection closed: the server took its waiters out
-        of the queues, so abandoned waits get no event any more."""
+        of the queues, so cancelled waits get no event any more."""
         with self.mutex:
-            gone = [w for w in self.waits.values() if w.abandoned]
+            gone = [w for w in self.waits.values() if not w.live()]
         for wait in gone:
             self.settle(wait, (CANCELLED, 0, ""))
 

@@ -282,38 +282,42 @@ class Session:
 
     def wait(self, client, key: bytes, owner: bytes, command: list, wait_ms: int):
         """Queues ``command`` with WAIT ``wait_ms`` through the session and
-        blocks until its outcome: (kind, token, detail)."""
+        blocks until its outcome: (kind, token, detail). Interrupted (an
+        exception in this thread), it cancels the wait first."""
         wait = ThreadWait(client, key, owner, command, wait_ms)
         self.state.register(wait)
         try:
             self.send_wait(wait)
             deadline = wait.local_deadline()
             if not wait.event.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
-                # The server's timeout event is late (or the session is down):
-                # cancel, and let the event decide (a ConnectionError here
-                # when the server is still unreachable).
-                send(client.execute_command, ("FLOCK.CANCEL", key, owner))
-                wait.event.wait(CANCEL_GRACE)
+                # The server's timeout event is late (or the session is down).
+                return self.cancel(client, wait, keep=True)
         except BaseException:
-            self.abandon(client, wait)
+            self.cancel(client, wait, keep=False)
             raise
-        if wait.outcome is None:
-            self.abandon(client, wait)
-            return (TIMEOUT, 0, "")
         return wait.outcome
 
-    def abandon(self, client, wait: ThreadWait) -> None:
-        """The waiting thread gives up (interrupted, an error): cancel the
-        wait; a grant it already got is released here, a later one by the
-        reader."""
-        outcome = self.state.abandon(wait)
-        try:
+    def cancel(self, client, wait: ThreadWait, keep: bool):
+        """Sends FLOCK.CANCEL for ``wait``, and its event decides: the
+        outcome, whose grant is kept (``keep``) or released. No event within
+        CANCEL_GRACE: TIMEOUT, and a grant coming later is the reader's to
+        release. With ``keep``, a failed CANCEL raises."""
+        outcome = self.state.cancelling(wait)
+        if outcome is None:
+            try:
+                client.execute_command("FLOCK.CANCEL", wait.key, wait.owner)
+                wait.event.wait(CANCEL_GRACE)
+            except BaseException as e:
+                if keep or not isinstance(e, Exception):
+                    self.state.abandon(wait)
+                    raise
+                logger.debug("FLOCK: cancelling a wait failed: %s", e)
+            outcome = self.state.abandon(wait)
             if outcome is None:
-                send(client.execute_command, ("FLOCK.CANCEL", wait.key, wait.owner))
-            elif outcome[0] == GRANTED:
-                self._release(wait.key, wait.owner)
-        except Exception as e:
-            logger.debug("FLOCK: cancelling an abandoned wait failed: %s", e)
+                return (TIMEOUT, 0, "")
+        if outcome[0] == GRANTED and not keep:
+            self._release(wait.key, wait.owner)
+        return outcome
 
 
 __all__ = ["Session", "session_of", "send"]
