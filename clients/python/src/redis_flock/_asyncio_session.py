@@ -183,22 +183,26 @@ class Session:
         self._broken(connection)
 
     async def _reopen(self) -> None:
+        """Opens a new session and sends the live waits there again, until
+        each is there (or ended); pauses doubling up to REOPEN_MAX_DELAY
+        between failed attempts."""
         delay = 0.0
         while self.state.has_pending():
-            await asyncio.sleep(delay)
             try:
                 sid = await self.open()
-                for wait in self.state.pending():
-                    if wait.sent_to != sid:
-                        await self.send_wait(wait)
-                return
-            except LOST_REPLY as e:
+                todo = [wait for wait in self.state.pending() if wait.sent_to != sid]
+                if not todo:
+                    return
+                for wait in todo:
+                    await self.send_wait(wait)
+                delay = 0.0
+                continue  # check again: the session may have broken meanwhile
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
                 logger.debug("FLOCK session: reopening failed: %s", e)
                 delay = min(max(delay * 2, 0.05), REOPEN_MAX_DELAY)
-                if self.sid is not None and self.connection is not None:
-                    # The session is up but a resend failed: start over.
-                    self._gone(self.sid)
-                    return
+            await asyncio.sleep(delay)
 
     def _spawn(self, coroutine) -> None:
         task = self.loop.create_task(coroutine)
@@ -228,7 +232,7 @@ class Session:
     async def send_wait(self, wait: TaskWait) -> None:
         async with wait.sending:
             while True:
-                if wait.outcome is not None or wait.abandoned:
+                if wait.outcome is not None or not wait.live():
                     return
                 sid = await self.open()
                 if wait.sent_to == sid:
@@ -236,10 +240,12 @@ class Session:
                 if wait.expired():
                     self.state.settle(wait, (TIMEOUT, 0, ""))
                     return
+                wait.sent_to = sid  # being sent: _reopen leaves it alone
                 try:
                     async with self.limiter:
                         reply = await send(wait.client.execute_command, wait.args(sid))
                 except ResponseError as e:
+                    wait.sent_to = None
                     if is_nosession(e):
                         self._gone(sid)
                         if self.sid is not None and self.sid != sid:

@@ -151,7 +151,7 @@ class Session:
             with self.lock:
                 if self.generation != generation:
                     return
-                connection = self.connection
+                connection, sid = self.connection, self.sid
                 if connection is None and not self.state.has_pending():
                     # Broken with nothing waiting: the next acquire reopens.
                     self.reader = None
@@ -159,14 +159,19 @@ class Session:
             if connection is None:
                 time.sleep(delay)
                 try:
-                    sid = self.open()
+                    self.open()
+                    delay = 0.0
                 except Exception as e:
                     delay = min(max(delay * 2, 0.05), REOPEN_MAX_DELAY)
                     logger.debug("FLOCK session: reopening failed: %s", e)
-                    continue
-                delay = 0.0
-                self._resend(sid)
                 continue
+            # Waits queued on a session before this one (or answered
+            # NOSESSION) are sent here again, in the order they had queued.
+            if not self._resend(sid):
+                delay = min(max(delay * 2, 0.05), REOPEN_MAX_DELAY)
+                time.sleep(delay)
+                continue
+            delay = 0.0
             try:
                 connection.send_command("FLOCK.INBOX", INBOX_MS)
                 events = connection.read_response()
@@ -208,20 +213,18 @@ class Session:
         if connection is not None:
             _shutdown(connection)
 
-    def _resend(self, sid: str) -> None:
+    def _resend(self, sid: str) -> bool:
+        """Sends the live waits not (being) sent to session ``sid`` there;
+        False when one could not be sent (tried again after a pause)."""
         for wait in self.state.pending():
             if wait.sent_to == sid:
                 continue
             try:
                 self.send_wait(wait)
-            except LOST_REPLY as e:
-                # Try again on a new session, after the reader's pause.
-                logger.info("FLOCK session: resending a wait failed (%s)", e)
-                with self.lock:
-                    connection = self.connection
-                if connection is not None:
-                    self._gone(sid)
-                return
+            except Exception as e:
+                logger.info("FLOCK session: sending a wait again failed (%s)", e)
+                return False
+        return True
 
     def _release(self, key: bytes, owner: bytes) -> None:
         """A grant for a wait its thread gave up on: give it back."""
@@ -250,7 +253,7 @@ class Session:
         settles it when the reply ends it (a token, an error)."""
         with wait.sending:
             while True:
-                if wait.outcome is not None or wait.abandoned:
+                if wait.outcome is not None or not wait.live():
                     return
                 sid = self.open()
                 if wait.sent_to == sid:
@@ -258,10 +261,12 @@ class Session:
                 if wait.expired():
                     self.state.settle(wait, (TIMEOUT, 0, ""))
                     return
+                wait.sent_to = sid  # being sent: the reader leaves it alone
                 try:
                     with self.limiter:
                         reply = send(wait.client.execute_command, wait.args(sid))
                 except ResponseError as e:
+                    wait.sent_to = None
                     if is_nosession(e):
                         self._gone(sid)
                         with self.lock:
