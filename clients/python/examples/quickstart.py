@@ -8,9 +8,10 @@ from redis_flock import Lock
 
 r = redis.Redis.from_url(sys.argv[1] if len(sys.argv) > 1 else "redis://127.0.0.1:6379")
 
-# No timeout: a 30 s lease that a watchdog thread renews until the release.
-# Waiters queue on the server in FIFO order, each on a connection of its own.
-with Lock(r, "orders:42", blocking_timeout=5) as lock:
+# No timeout: a 30 s lease that the watchdog renews until the release.
+# Waiters queue on the server in FIFO order; the process's one session
+# connection hears their grants (and pushed losses: lock.lost, on_lost).
+with Lock(r, "orders:42", blocking_timeout=5, on_lost=lambda lock, why: print(f"lost: {why}")) as lock:
     # Pass the fencing token to the storage you write to: it rejects older ones.
     print(f"holding orders:42, fencing token {lock.fencing_token}, lost: {lock.lost}")
 

@@ -1,5 +1,6 @@
-"""What redis_flock.Lock adds to redis-py's Lock: FIFO waits on a connection
-of their own, fencing tokens, the watchdog, reentrancy, request IDs."""
+"""What redis_flock.Lock adds to redis-py's Lock: FIFO waits (through the
+session: tests/test_sessions.py), fencing tokens, the watchdog, reentrancy,
+request IDs."""
 
 import threading
 import time
@@ -79,8 +80,9 @@ def test_default_lock_does_not_reenter_as_redis_py(r):
     lock.release()
 
 
-def test_blocking_wait_uses_a_connection_of_its_own(server, r):
-    # A pool of one connection: a wait on it would starve every other command.
+def test_a_wait_holds_no_pool_connection(server, r):
+    # A pool of one connection: a wait holding it would starve every other
+    # command (it is answered WAITING at once; the session hears the grant).
     pool = redis.BlockingConnectionPool(port=server.port, max_connections=1, timeout=2)
     client = redis.Redis(connection_pool=pool)
     holder = Lock(client, "own", timeout=10)

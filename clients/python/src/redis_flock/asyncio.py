@@ -85,7 +85,8 @@ class Lock(LockBase):
         encoder = self._encoder()
         owner = self._owner(token, encoder)
         wait_ms = self._wait_ms(blocking, blocking_timeout)
-        session = session_of(self.redis) if self.use_session else None
+        # A client without a pool of its own (RedisCluster) waits the blocking way.
+        session = session_of(self.redis) if self.use_session and hasattr(self.redis, "connection_pool") else None
         try:
             if session is not None:
                 granted = await self._acquire_in(session, encoder.encode(self.name), owner, wait_ms)

@@ -1,6 +1,6 @@
 """What redis_flock.asyncio.Lock adds to redis-py's asyncio Lock: FIFO waits
-on a connection of their own (cancellable), fencing tokens, the watchdog as a
-task, request IDs."""
+(through the session, cancellable), fencing tokens, the watchdog as a task,
+request IDs."""
 
 import asyncio
 import time
