@@ -3,6 +3,7 @@ thread's waits share one session connection and the pool's connections,
 losses are pushed (lock.lost at once, on_lost), a killed session connection
 is reopened and its waits sent again, close() closes it."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -391,3 +392,19 @@ def test_server_down_past_the_deadline_raises_connection_error(own_server, proto
     t.join(20)
     assert len(raised) == 1 and time.monotonic() - began < 10
     c.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_forked_child_waits_through_a_session_of_its_own(r, c):
+    held = Lock(c, "fork", timeout=10, thread_local=False)
+    assert held.acquire(blocking=False)  # the parent's session is open
+    pid = os.fork()
+    if pid == 0:
+        try:
+            code = 0 if Lock(c, "fork", timeout=10).acquire(blocking_timeout=10) else 3
+        finally:
+            os._exit(locals().get("code", 4))
+    wait_until(lambda: info(r, "fork")["waiters"] == 1, what="the child's wait")
+    held.release()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -5,6 +5,7 @@ waits go out as one ``FLOCK.ACQUIRE ... WAIT t INBOX sid ID rid`` on the
 pool's ordinary connections and wait for their event. docs/commands.md,
 "Sessions"; README.md, "Sessions"."""
 
+import os
 import socket
 import threading
 import time
@@ -60,22 +61,25 @@ _REGISTRY = threading.Lock()
 
 
 def session_of(client) -> "Session":
-    """The session of ``client``'s connection pool, made on first use. The
-    pool's disconnect() (what Redis.close() calls) also closes it."""
+    """The session of ``client``'s connection pool, made on first use (and
+    again in a forked child: the parent's is the parent's). The pool's
+    disconnect() (what Redis.close() calls) also closes it."""
     pool = client.connection_pool
     with _REGISTRY:
         session = pool.__dict__.get("_flock_session")
-        if session is None:
-            session = Session(pool)
-            original = pool.disconnect
+        if session is None or session.pid != os.getpid():
+            if session is None:
+                original = pool.disconnect
 
-            def disconnect(*args, **kwargs):
-                if (args[0] if args else kwargs.get("inuse_connections", True)):
-                    session.close()
-                return original(*args, **kwargs)
+                def disconnect(*args, **kwargs):
+                    current = pool.__dict__.get("_flock_session")
+                    if current is not None and current.pid == os.getpid():
+                        if args[0] if args else kwargs.get("inuse_connections", True):
+                            current.close()
+                    return original(*args, **kwargs)
 
-            pool._flock_session = session
-            pool.disconnect = disconnect
+                pool.disconnect = disconnect
+            session = pool._flock_session = Session(pool)
         return session
 
 
@@ -94,6 +98,7 @@ def _shutdown(connection) -> None:
 class Session:
     def __init__(self, pool):
         self.pool = pool
+        self.pid = os.getpid()
         self.state = SessionState()
         # Guards the connection, the session ID, the reader and the generation.
         self.lock = threading.Lock()
