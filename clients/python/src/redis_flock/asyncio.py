@@ -196,7 +196,7 @@ class Lock(LockBase):
         try:
             await send(self.redis.execute_command, self._renew_command(owner, lease_ms))
         except ResponseError as e:
-            raise lock_error(e, action, self.name) from e
+            raise lock_error(e, action, self.name, self.lost_reason) from e
         return True
 
 
