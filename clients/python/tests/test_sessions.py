@@ -408,3 +408,30 @@ def test_a_forked_child_waits_through_a_session_of_its_own(r, c):
     held.release()
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_demotion_marks_grants_lost_and_ends_waits_with_unblocked(own_server, protocol):
+    c = redis.Redis(port=own_server.port, protocol=protocol)
+    holder = Lock(c, "demote", timeout=30, thread_local=False)
+    assert holder.acquire(blocking=False)
+    raised = []
+
+    def wait():
+        try:
+            Lock(c, "demote", timeout=30).acquire(blocking_timeout=10)
+        except ResponseError as e:
+            raised.append(e)
+
+    t = start(wait)
+    wait_until(lambda: info(c, "demote")["waiters"] == 1, what="the waiter to queue")
+    admin = redis.Redis(port=own_server.port)
+    admin.execute_command("REPLICAOF", "127.0.0.1", "1")  # no such master: stays a replica
+    try:
+        t.join(10)
+        wait_until(lambda: holder.lost, what="the grant's loss")
+        assert holder.lost_reason == "demoted"
+        assert len(raised) == 1 and str(raised[0]).startswith("UNBLOCKED")
+    finally:
+        admin.execute_command("REPLICAOF", "NO", "ONE")
+        admin.close()
+        c.close()

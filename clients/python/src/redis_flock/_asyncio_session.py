@@ -26,6 +26,7 @@ from ._core import (
     SessionState,
     Wait,
     _text,
+    is_demotion,
     is_nosession,
     is_waiting,
     logger,
@@ -146,6 +147,8 @@ class Session:
                     if is_nosession(e):
                         break
                     logger.warning("FLOCK session: FLOCK.INBOX answered %s", e)
+                    if is_demotion(e):
+                        self.state.demoted(e)
                     await asyncio.sleep(0.05)
                     continue
                 for event in events or ():

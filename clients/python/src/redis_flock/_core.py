@@ -460,6 +460,12 @@ def is_nosession(error: Exception) -> bool:
     return isinstance(error, ResponseError) and str(error).startswith("NOSESSION")
 
 
+def is_demotion(error: Exception) -> bool:
+    """FLOCK.INBOX's UNBLOCKED when the server stopped being a master (not a
+    CLIENT UNBLOCK)."""
+    return isinstance(error, ResponseError) and str(error).startswith("UNBLOCKED") and "master" in str(error)
+
+
 def is_waiting(reply) -> bool:
     """The status reply an ``ACQUIRE ... WAIT ... INBOX`` gives when it queued."""
     return reply is not None and not isinstance(reply, int) and _text(reply) == "WAITING"
@@ -620,6 +626,21 @@ class SessionState:
     def holds(self, key: bytes, owner: bytes, token: int) -> bool:
         with self.mutex:
             return (key, owner, token) in self.watched
+
+    def demoted(self, error: ResponseError) -> None:
+        """FLOCK.INBOX itself answered UNBLOCKED because the server stopped
+        being a master (Redis 7.0 and 8.2 answer a blocked client so, then
+        close its connection, and the session's events with it): what those
+        events would have said. Every watched grant is lost (``demoted``) and
+        every live wait ends with that error."""
+        with self.mutex:
+            entries = [entry for entries in self.watched.values() for entry in entries]
+            self.watched.clear()
+            waits = [w for w in self.waits.values() if w.live()]
+        for lock, grant in entries:
+            lock._grant_lost(grant, "demoted")
+        for wait in waits:
+            self.settle(wait, (ERROR, 0, error))
 
     # Events.
 

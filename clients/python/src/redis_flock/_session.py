@@ -29,6 +29,7 @@ from ._core import (
     SessionState,
     Wait,
     _text,
+    is_demotion,
     is_nosession,
     is_waiting,
     logger,
@@ -183,10 +184,11 @@ class Session:
             except ResponseError as e:
                 if is_nosession(e):
                     self._broken(connection)
-                else:
-                    # UNBLOCKED (the server became a replica): the events stay.
-                    logger.warning("FLOCK session: FLOCK.INBOX answered %s", e)
-                    time.sleep(0.05)
+                    continue
+                logger.warning("FLOCK session: FLOCK.INBOX answered %s", e)
+                if is_demotion(e):
+                    self.state.demoted(e)
+                time.sleep(0.05)
                 continue
             except Exception as e:
                 if self.generation == generation:
