@@ -217,3 +217,20 @@ def test_lost_acquire_reply_is_resent_without_an_extra_hold(r, via_proxy):
     assert info(r, "acq")["holds"] == 2
     lock.release()
     lock.release()
+
+
+def test_lost_waiting_reply_is_resent_and_the_wait_keeps_its_place(r, via_proxy):
+    proxy, client = via_proxy
+    holder = Lock(r, "waiting", timeout=10)
+    assert holder.acquire(blocking=False)
+    waiter = Lock(client, "waiting", timeout=10, thread_local=False)
+    assert waiter.acquire(blocking=False) is False  # opens the session first
+    proxy.drop_reply_to(b"WAIT")
+    t, result = queue_in_thread(r, waiter)
+    wait_until(proxy.dropped.is_set, what="the WAITING reply to be dropped")
+    # The resend (same request ID) took the first one's place: one waiter.
+    assert info(r, "waiting")["waiters"] == 1
+    holder.release()
+    t.join(10)
+    assert result == [True] and waiter.owned()
+    waiter.release()
