@@ -2,8 +2,9 @@
 
 ``redis_flock.Lock`` is a drop-in for ``redis.lock.Lock`` and
 ``redis_flock.asyncio.Lock`` for ``redis.asyncio.lock.Lock``, on a server
-with the FLOCK module loaded: FIFO waiting on the server, fencing tokens,
-server-side leases, a watchdog, request IDs. ``ReadWriteLock`` and
+with the FLOCK module loaded: FIFO waiting on the server through one session
+per client (its waits share one connection; losses are pushed: ``lost``,
+``on_lost``), fencing tokens, server-side leases, a watchdog, request IDs. ``ReadWriteLock`` and
 ``Semaphore`` (in both modules) are the same lock with FLOCK's ``SHARED``
 and ``PERMITS n LIMIT m``. See README.md."""
 
