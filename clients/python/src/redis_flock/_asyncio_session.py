@@ -14,6 +14,7 @@ from redis.exceptions import ConnectionError, ResponseError
 
 from ._core import (
     CANCEL_GRACE,
+    CANCELLED,
     ERROR,
     GRANTED,
     INBOX_MS,
@@ -291,6 +292,10 @@ class Session:
         CANCEL_GRACE (or cancelled again): TIMEOUT, and a grant coming later
         is the reader's to release. With ``keep``, a failed CANCEL raises."""
         outcome = self.state.cancelling(wait)
+        if outcome is None and wait.sent_to is None:
+            # Never sent (the session could not be opened): nothing to cancel.
+            self.state.settle(wait, (CANCELLED, 0, ""))
+            return wait.outcome
         if outcome is None:
             try:
                 await client.execute_command("FLOCK.CANCEL", wait.key, wait.owner)
