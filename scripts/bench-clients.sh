@@ -33,3 +33,6 @@ clients/java/build.sh jar >/dev/null
 javac -d "$scratch" -cp clients/java/build/flock-client.jar clients/java/bench/Waiters.java
 with_server sh -c "java -cp clients/java/build/flock-client.jar:$scratch Waiters \$PORT $n"
 with_server sh -c "cd clients/node && node bench/waiters.js \$PORT $n"
+venv=target/python-venv
+"$venv/bin/pip" install --quiet --disable-pip-version-check ./clients/python
+with_server sh -c "$venv/bin/python clients/python/bench/waiters.py \$PORT $n"
