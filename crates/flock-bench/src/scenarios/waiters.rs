@@ -5,13 +5,14 @@
 //! with one shared pub/sub connection, as Redisson waits. FLOCK's waiters
 //! are then granted one by one: how long from a RELEASE being sent to the
 //! grant being read (from the inbox, or as the blocked ACQUIRE's reply),
-//! in the order they queued, beside PING on the same server.
+//! in the order they queued, beside a PING just before each on the same
+//! connection.
 
 use std::error::Error;
 use std::path::Path;
 use std::time::Instant;
 
-use redis::{Connection, RedisResult, Value};
+use redis::{Connection, RedisResult};
 
 use crate::client::Client;
 use crate::methods::{self, Kind, Method};
@@ -84,10 +85,7 @@ pub fn run(module: &Path, way: Way, count: usize) -> Result<Vec<(Metric, f64)>, 
         _ => None,
     };
     let timed = grants.map(|g| hand_off(&mut holder, n, g)).transpose()?;
-    let timed = match timed {
-        Some((out_of_order, handoff_us)) => [out_of_order, handoff_us, ping_p50_us(&server)?],
-        None => [f64::NAN; 3],
-    };
+    let timed = timed.unwrap_or([f64::NAN; 3]);
     out.extend([OUT_OF_ORDER, HANDOFF, PING].into_iter().zip(timed));
     Ok(out)
 }
@@ -183,12 +181,17 @@ impl Grants<'_> {
 }
 
 /// Releases `n` times, each time timing from the RELEASE being sent to the
-/// next grant being read; the grants out of queue order, and the p50 in µs.
-fn hand_off(holder: &mut Client, n: usize, mut grants: Grants) -> RedisResult<(f64, f64)> {
+/// next grant being read, and a PING on the same connection just before (so
+/// that both see the same load); the grants out of queue order, and both
+/// p50s in µs.
+fn hand_off(holder: &mut Client, n: usize, mut grants: Grants) -> RedisResult<[f64; 3]> {
     let mut out_of_order = 0;
-    let mut times = Vec::with_capacity(n);
+    let (mut times, mut pings) = (Vec::with_capacity(n), Vec::with_capacity(n));
     let mut previous = "holder".to_string();
     for i in 0..n {
+        let started = Instant::now();
+        holder.request(&redis::cmd("PING"))?;
+        pings.push(started.elapsed().as_nanos() as u64);
         grants.ready()?;
         let started = Instant::now();
         holder.request(redis::cmd("FLOCK.RELEASE").arg(KEY).arg(&previous))?;
@@ -199,16 +202,5 @@ fn hand_off(holder: &mut Client, n: usize, mut grants: Grants) -> RedisResult<(f
         }
         previous = granted;
     }
-    Ok((out_of_order as f64, latency_us(times)[0]))
-}
-
-fn ping_p50_us(server: &Server) -> RedisResult<f64> {
-    let mut c = server.connect()?;
-    let times: Vec<u64> = (0..HANDOFFS)
-        .map(|_| {
-            let started = Instant::now();
-            redis::cmd("PING").query::<Value>(&mut c).map(|_| started.elapsed().as_nanos() as u64)
-        })
-        .collect::<RedisResult<_>>()?;
-    Ok(latency_us(times)[0])
+    Ok([out_of_order as f64, latency_us(times)[0], latency_us(pings)[0]])
 }
