@@ -369,3 +369,32 @@ fn in_cluster_each_node_has_its_own_sessions() {
     );
     assert_eq!(e.code(), Some("NOSESSION"), "{e}");
 }
+
+/// A process that waits through a session and is killed (SIGKILL, no goodbye):
+/// once the server sees its connections close, none of its waiters is left
+/// and the lock is served on.
+#[test]
+fn a_killed_process_leaves_no_waiter_behind() {
+    require_redis_py();
+    let s = Server::start();
+    let mut c = s.conn();
+    acquire(&mut c, "L", "holder", 60_000).unwrap().expect("free");
+    let script = r#"
+import sys, time, redis
+port = int(sys.argv[1])
+inbox, pool = redis.Redis(port=port), redis.Redis(port=port)
+sid = inbox.execute_command("FLOCK.SESSION")
+for i in range(3):
+    pool.execute_command("FLOCK.ACQUIRE", "L", f"child-{i}", 60000, "WAIT", 0, "INBOX", sid)
+inbox.execute_command("FLOCK.INBOX", 0)
+"#;
+    let mut child =
+        std::process::Command::new("python3").args(["-c", script, &s.port.to_string()]).spawn().expect("python3");
+    wait_until("the child's three waits queue", Duration::from_secs(10), || queue_of(&mut c, "L").len() == 3);
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    wait_until("its waiters leave", Duration::from_secs(10), || queue_of(&mut c, "L").is_empty());
+    assert_eq!(flock_stats(&mut c)["sessions"], 0);
+    assert_eq!(release(&mut c, "L", "holder").unwrap(), 0);
+    assert!(!exists(&mut c, "L"), "nobody was left to hand the lock to");
+}
