@@ -151,6 +151,8 @@ export class LockBusyError extends Error {
 export class LockLostError extends Error {
   readonly name: 'LockLostError';
   readonly key: string;
+  /** How it was lost, when known: the server's reason, `superseded` (another owner was granted it) or `unknown`. */
+  readonly reason: 'expired' | 'forcereleased' | 'deleted' | 'demoted' | 'superseded' | 'unknown' | (string & {});
 }
 
 /** UPGRADE: this owner holds the lock shared and asked for it exclusively; release the read holds first. */

@@ -15,8 +15,17 @@ class LockNotHeldError extends KeyError {}
 /** The lock stayed busy: a try (`wait: 0`) or a wait that timed out on the server (nil reply). */
 class LockBusyError extends KeyError {}
 
-/** A held lock was lost (lease ended before the watchdog or `using` could renew it); set as `lock.signal.error`. */
-class LockLostError extends KeyError {}
+/**
+ * A held lock was lost (the server ended its grant, or the watchdog could not renew it in time); set
+ * as `lock.signal.error`. `reason` says how, when known: the server's `lost` reason (`expired`,
+ * `forcereleased`, `deleted`, `demoted`), `superseded` (another owner was granted it), or `unknown`.
+ */
+class LockLostError extends KeyError {
+  constructor(message, key, options = {}) {
+    super(message, key, options);
+    this.reason = options.reason ?? 'unknown';
+  }
+}
 
 /** The owner holds the lock shared and asked for it exclusively (reply `UPGRADE`): release the read holds first. */
 class LockUpgradeError extends KeyError {}

@@ -379,6 +379,19 @@ function replyError(err, args) {
   return new Type(`The lock ${args[1]} ${what}: ${err.message}`, args[1], { cause: err });
 }
 
+// A loss the session reported ({ key, reason, text }) as the error of the lock's signal.
+function lostError(lost) {
+  return new LockLostError(lost.text, lost.key, { reason: lost.reason });
+}
+
+// How a NOTOWNER reply (to a renewal) says the grant ended, when the server remembers it.
+function notOwnerReason(text) {
+  if (/lease of this owner ended/.test(text)) return 'expired';
+  if (/force-released/.test(text)) return 'forcereleased';
+  if (/lock was deleted/.test(text)) return 'deleted';
+  return 'unknown';
+}
+
 // redlock's using() extends when `automaticExtensionThreshold` ms are left; FLOCK's default is lease/3.
 function renewPeriod(lease, threshold) {
   const period = threshold === undefined ? lease / 3 : lease - threshold;
@@ -410,8 +423,8 @@ class Lock {
     this._schedule();
     // Losses the server pushes to the session abort the signal at once (with or without a watchdog).
     for (const watch of watches) {
-      watch.onLost = (lost) => this._released || this._lose(new LockLostError(lost.text, lost.key));
-      if (watch.lost) this._lose(new LockLostError(watch.lost.text, watch.lost.key));
+      watch.onLost = (lost) => this._released || this._lose(lostError(lost));
+      if (watch.lost) this._lose(lostError(watch.lost));
     }
   }
 
@@ -469,7 +482,9 @@ class Lock {
       if (err instanceof LockNotHeldError) return;
       // A lost reply or a dropped connection: try again until the lease would have ended.
       if (Date.now() >= this.expiration) {
-        return this._lose(new LockLostError(`The lease of ${this.resources[0]} could not be renewed`, this.resources[0], { cause: err }));
+        return this._lose(
+          new LockLostError(`The lease of ${this.resources[0]} could not be renewed`, this.resources[0], { cause: err, reason: 'expired' }),
+        );
       }
     } finally {
       this._renewing = null;
@@ -479,7 +494,7 @@ class Lock {
 
   _lose(err) {
     if (this.signal.aborted) return;
-    const lost = err instanceof LockLostError ? err : new LockLostError(err.message, err.key, { cause: err });
+    const lost = err instanceof LockLostError ? err : new LockLostError(err.message, err.key, { cause: err, reason: notOwnerReason(err.message) });
     clearTimeout(this._timer);
     this._renewEvery = 0;
     this.signal.error = lost;

@@ -68,6 +68,8 @@ eachClient((kind, K) => {
     await assert.rejects(lock.extend(10000), LockNotHeldError);
     assert.ok(lock.signal.aborted);
     assert.ok(lock.signal.error instanceof LockLostError);
+    // Pushed by the session or read from the NOTOWNER text, whichever came first: the same reason.
+    assert.equal(lock.signal.error.reason, 'forcereleased');
   });
 
   it('waiters are granted in arrival order (FIFO)', async () => {
@@ -175,7 +177,19 @@ eachClient((kind, K) => {
     await lost;
     assert.ok(lock.signal.error instanceof LockLostError);
     assert.equal(lock.signal.reason, lock.signal.error);
+    assert.equal(lock.signal.error.reason, 'forcereleased');
     await assert.rejects(lock.release(), LockNotHeldError);
+  });
+
+  it("without a session the watchdog's NOTOWNER says why the lock was lost", async () => {
+    const dog = await flockOf(kind, server.port, { watchdogLease: WATCHDOG_LEASE, sessions: false });
+    const lock = await dog.acquire(K('doglost-blocking'));
+    const lost = new Promise((resolve) => lock.signal.addEventListener('abort', resolve));
+    await server.probe.call('FLOCK.FORCERELEASE', K('doglost-blocking'));
+    await lost;
+    assert.ok(lock.signal.error instanceof LockLostError);
+    assert.equal(lock.signal.error.reason, 'forcereleased');
+    assert.match(lock.signal.error.message, /force-released/);
   });
 
   it('using releases the lock when the routine throws, and rethrows its error', async () => {
