@@ -197,7 +197,8 @@ function eachClient(suite) {
  * A TCP proxy in front of `port`. `dropReply(word)`: the first reply to a command containing
  * `word` is swallowed and that client connection cut once the server has answered (a lost reply
  * of an applied command). `holdReplies(word)`: replies on the connection that sent `word` are held
- * back until `flush()`. `sent(word)` lists the commands seen containing `word`.
+ * back until `flush()`. `sent(word)` lists the commands seen containing `word`; `addrs()` the
+ * proxied connections as the server sees them (CLIENT LIST addr=).
  */
 async function startProxy(port) {
   const seen = [];
@@ -205,9 +206,12 @@ async function startProxy(port) {
   let hold = null;
   const holding = [];
   const sockets = new Set();
+  const upstreams = new Set();
   const server = net.createServer((client) => {
     const upstream = net.connect(port, '127.0.0.1');
     sockets.add(client).add(upstream);
+    upstreams.add(upstream);
+    upstream.on('close', () => upstreams.delete(upstream));
     let dropping = false;
     const state = { held: null, client };
     client.on('data', (chunk) => {
@@ -245,6 +249,8 @@ async function startProxy(port) {
   return {
     port: server.address().port,
     dropReply: (word) => (drop = word),
+    // The command whose reply is still to be dropped (null once it was).
+    dropping: () => drop,
     holdReplies: (word) => (hold = word),
     heldCount: () => holding.reduce((n, st) => n + st.held.length, 0),
     flush: () => {
@@ -254,6 +260,8 @@ async function startProxy(port) {
       }
     },
     sent: (word) => seen.filter((text) => text.includes(word)),
+    // The server's view of the proxied connections ('127.0.0.1:port', as CLIENT LIST's addr=).
+    addrs: () => [...upstreams].filter((s) => s.localPort).map((s) => `${s.localAddress}:${s.localPort}`),
     close,
   };
 }
