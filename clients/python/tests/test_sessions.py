@@ -18,7 +18,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError, LockNotOwnedError, ResponseError
 from redis.retry import Retry
 
-from redis_flock import Lock, ReadWriteLock, Semaphore, UpgradeError, WrongModeError
+from redis_flock import AcquireCancelled, CancelToken, Lock, ReadWriteLock, Semaphore, UpgradeError, WrongModeError
 from redis_flock._session import session_of
 from redis_flock.lock import WATCHDOG
 
@@ -193,6 +193,62 @@ def test_interrupted_wait_is_cancelled_and_leaves_the_queue(r, c):
     wait_until(lambda: info(r, "intr")["waiters"] == 0, what="the wait to be cancelled")
     holder.release()
     assert info(r, "intr") is None
+
+
+@pytest.mark.parametrize("use_session", [True, False], ids=["session", "own-connection"])
+def test_a_cancel_token_cancels_a_waiting_thread(r, c, use_session):
+    holder = Lock(c, "ctok", timeout=10)
+    assert holder.acquire(blocking=False)
+    cancels = calls(r, "flock.cancel")
+    token, result = CancelToken(), []
+
+    def wait():
+        try:
+            result.append(Lock(c, "ctok", timeout=10, use_session=use_session).acquire(blocking_timeout=10, cancel=token))
+        except AcquireCancelled as e:
+            result.append(e)
+
+    t = start(wait)
+    wait_until(lambda: info(r, "ctok")["waiters"] == 1, what="the waiter to queue")
+    token.cancel()
+    t.join(5)
+    assert len(result) == 1 and isinstance(result[0], AcquireCancelled) and result[0].lock_name == "ctok"
+    # Through the session, FLOCK.CANCEL; on a connection of its own, closing it.
+    assert calls(r, "flock.cancel") == cancels + (1 if use_session else 0)
+    wait_until(lambda: info(r, "ctok")["waiters"] == 0, what="the wait to leave the queue")
+    holder.release()
+    assert info(r, "ctok") is None
+    # Cancelled stays cancelled: the next acquire with it raises at once, unsent.
+    acquires = calls(r, "flock.acquire")
+    with pytest.raises(AcquireCancelled):
+        Lock(c, "ctok", timeout=10, use_session=use_session).acquire(blocking_timeout=10, cancel=token)
+    assert calls(r, "flock.acquire") == acquires
+
+
+def test_a_cancel_that_loses_the_race_to_a_grant_releases_it(r, c):
+    holder = Lock(c, "ctok-race", timeout=10)
+    assert holder.acquire(blocking=False)
+    token, result = CancelToken(), []
+    waiter = Lock(c, "ctok-race", timeout=10)
+
+    def wait():
+        try:
+            result.append(waiter.acquire(blocking_timeout=10, cancel=token))
+        except AcquireCancelled as e:
+            result.append(e)
+
+    t = start(wait)
+    wait_until(lambda: info(r, "ctok-race")["waiters"] == 1, what="the waiter to queue")
+    holder.release()  # the grant is pushed while the cancel goes out
+    token.cancel()
+    t.join(5)
+    assert len(result) == 1
+    if isinstance(result[0], AcquireCancelled):
+        wait_until(lambda: info(r, "ctok-race") is None, what="the raced grant to be released")
+    else:
+        assert result[0] is True  # granted before the cancel was seen
+        waiter.release()
+    assert info(r, "ctok-race") is None
 
 
 def test_killed_session_connection_is_reopened_and_waits_are_sent_again(r, c):

@@ -8,8 +8,18 @@ per client (its waits share one connection; losses are pushed: ``lost``,
 ``Semaphore`` (in both modules) are the same lock with FLOCK's ``SHARED``
 and ``PERMITS n LIMIT m``. See README.md."""
 
-from ._core import WATCHDOG_TIMEOUT, UpgradeError, WrongModeError
+from ._core import WATCHDOG_TIMEOUT, AcquireCancelled, CancelToken, UpgradeError, WrongModeError
 from .lock import Lock, ReadLock, ReadWriteLock, Semaphore
 
-__all__ = ["Lock", "ReadLock", "ReadWriteLock", "Semaphore", "UpgradeError", "WrongModeError", "WATCHDOG_TIMEOUT"]
+__all__ = [
+    "Lock",
+    "ReadLock",
+    "ReadWriteLock",
+    "Semaphore",
+    "CancelToken",
+    "AcquireCancelled",
+    "UpgradeError",
+    "WrongModeError",
+    "WATCHDOG_TIMEOUT",
+]
 __version__ = "0.2.0"

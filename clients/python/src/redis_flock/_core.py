@@ -95,6 +95,58 @@ class WrongModeError(LockError, ResponseError):
     or a semaphore asked without permits or with another limit."""
 
 
+class AcquireCancelled(LockError):
+    """A blocking ``acquire()`` whose ``CancelToken`` was cancelled: the wait
+    left the server's queue (``FLOCK.CANCEL``), and a grant that won the race
+    was released. The threads' counterpart of asyncio's CancelledError."""
+
+
+class CancelToken:
+    """Cancels blocking ``acquire(cancel=token)`` calls from another thread,
+    as an ``AbortController`` does in Node or ``Thread.interrupt`` in Java:
+    ``token.cancel()`` makes every acquire given this token (waiting, or
+    started later) raise ``AcquireCancelled``. A waiting thread sends
+    ``FLOCK.CANCEL`` and lets the wait's event decide: a grant that won the
+    race is released first. Once cancelled, a token stays cancelled."""
+
+    def __init__(self):
+        self._mutex = threading.Lock()
+        self._cancelled = False
+        self._callbacks: list = []
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        with self._mutex:
+            if self._cancelled:
+                return
+            self._cancelled = True
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def _subscribe(self, callback: Callable[[], Any]) -> Callable[[], None]:
+        """Calls ``callback`` on cancel() (at once if cancelled already);
+        returns what unsubscribes it."""
+        with self._mutex:
+            if not self._cancelled:
+                self._callbacks.append(callback)
+                return lambda: self._unsubscribe(callback)
+        callback()
+        return lambda: None
+
+    def _unsubscribe(self, callback) -> None:
+        with self._mutex:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+    def _check(self, name) -> None:
+        if self._cancelled:
+            raise AcquireCancelled("acquire() was cancelled", lock_name=name)
+
+
 # Error replies that become redis-py's lock errors; the rest stay what redis-py
 # made of them (ResponseError and its subclasses).
 LOCK_ERRORS = {"NOTOWNER": LockNotOwnedError, "UPGRADE": UpgradeError, "WRONGMODE": WrongModeError}

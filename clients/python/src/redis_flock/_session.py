@@ -293,21 +293,34 @@ class Session:
                     self.state.settle(wait, (ERROR, 0, ResponseError(f"unexpected reply {reply!r}")))
                 return
 
-    def wait(self, client, key: bytes, owner: bytes, command: list, wait_ms: int):
+    def wait(self, client, key: bytes, owner: bytes, command: list, wait_ms: int, cancel=None):
         """Queues ``command`` with WAIT ``wait_ms`` through the session and
         blocks until its outcome: (kind, token, detail). Interrupted (an
-        exception in this thread), it cancels the wait first."""
+        exception in this thread) or cancelled (``cancel``, a CancelToken),
+        it cancels the wait first; cancelled, it returns (CANCELLED, ...)."""
         wait = ThreadWait(client, key, owner, command, wait_ms)
         self.state.register(wait)
+        # The token's cancel() wakes this thread, which sends the CANCEL.
+        unsubscribe = cancel._subscribe(wait.wake) if cancel is not None else None
         try:
-            self.send_wait(wait)
+            if not (cancel is not None and cancel.cancelled):
+                self.send_wait(wait)
             deadline = wait.local_deadline()
-            if not wait.event.wait(None if deadline is None else max(0.0, deadline - time.monotonic())):
+            woken = cancel is not None and cancel.cancelled
+            if not woken:
+                woken = wait.event.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if cancel is not None and cancel.cancelled:
+                self.cancel(client, wait, keep=False)
+                return (CANCELLED, 0, "")
+            if not woken:
                 # The server's timeout event is late (or the session is down).
                 return self.cancel(client, wait, keep=True)
         except BaseException:
             self.cancel(client, wait, keep=False)
             raise
+        finally:
+            if unsubscribe is not None:
+                unsubscribe()
         return wait.outcome
 
     def cancel(self, client, wait: ThreadWait, keep: bool):

@@ -10,7 +10,10 @@ from typing import Literal, Optional, Type
 from redis.exceptions import LockError, ResponseError
 
 from ._core import (
+    CANCELLED,
     ERROR,
+    AcquireCancelled,
+    CancelToken,
     GRANTED,
     RENEWAL_ERRORS,
     LockBase,
@@ -23,8 +26,9 @@ from ._core import (
     parse_info,
     renewal_lost,
     to_ms,
+    with_id,
 )
-from ._session import send, session_of
+from ._session import _shutdown, send, session_of
 
 
 class Dedicated:
@@ -32,18 +36,31 @@ class Dedicated:
     blocking wait without a session (``use_session=False``): it holds that
     connection for its whole length, never a pool's."""
 
-    def __init__(self, client, socket_timeout: Optional[float]):
+    def __init__(self, client, socket_timeout: Optional[float], cancel=None, name=None):
         pool = client.connection_pool
         self.connection = pool.connection_class(**dict(pool.connection_kwargs, socket_timeout=socket_timeout))
+        self.cancel, self.name = cancel, name
+        # A cancel (CancelToken) shuts the socket down: the wait's read fails
+        # and the server takes the waiter out of the queue.
+        self.unsubscribe = cancel._subscribe(lambda: _shutdown(self.connection)) if cancel is not None else None
 
     def call(self, *args):
-        self.connection.send_command(*args)
-        return self.connection.read_response()
+        if self.cancel is not None:
+            self.cancel._check(self.name)
+        try:
+            self.connection.send_command(*args)
+            return self.connection.read_response()
+        except Exception:
+            if self.cancel is not None:
+                self.cancel._check(self.name)
+            raise
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
+        if self.unsubscribe is not None:
+            self.unsubscribe()
         # Closing the connection also takes an abandoned waiter out of the queue.
         self.connection.disconnect()
 
@@ -168,13 +185,19 @@ class Lock(LockBase):
         blocking: Optional[bool] = None,
         blocking_timeout: Optional[Number] = None,
         token=None,
+        *,
+        cancel: Optional[CancelToken] = None,
     ) -> bool:
         """Takes the lock; True once granted. Not blocking: one try. Blocking:
         one ``FLOCK.ACQUIRE ... WAIT`` that queues in the server's FIFO queue,
         up to ``blocking_timeout`` seconds (None: no limit): through the
         process's session (the reply is at once, the grant comes in the
         session's inbox), or, with ``use_session=False``, blocking on a
-        connection of its own. ``sleep`` is unused."""
+        connection of its own. ``sleep`` is unused. ``cancel``: a
+        CancelToken whose cancel() (from another thread) ends the wait with
+        AcquireCancelled."""
+        if cancel is not None:
+            cancel._check(self.name)
         encoder = self.redis.get_encoder()
         owner = self._owner(token, encoder)
         wait_ms = self._wait_ms(blocking, blocking_timeout)
@@ -182,9 +205,9 @@ class Lock(LockBase):
         session = session_of(self.redis) if self.use_session and hasattr(self.redis, "connection_pool") else None
         try:
             if session is not None:
-                granted = self._acquire_in(session, encoder.encode(self.name), owner, wait_ms)
+                granted = self._acquire_in(session, encoder.encode(self.name), owner, wait_ms, cancel)
             else:
-                granted = self._acquire_blocking(owner, wait_ms)
+                granted = self._acquire_blocking(owner, wait_ms, cancel)
         except ResponseError as e:
             raise lock_error(e, "acquire", self.name) from e
         if granted is None:
@@ -199,22 +222,33 @@ class Lock(LockBase):
                 WATCHDOG.watch(self, grant)
         return True
 
-    def _acquire_in(self, session, key: bytes, owner: bytes, wait_ms: Optional[int]) -> Optional[int]:
+    def _acquire_in(self, session, key: bytes, owner: bytes, wait_ms: Optional[int], cancel) -> Optional[int]:
         command = self._acquire_base(owner)
         if wait_ms is None:
             return session.try_acquire(self.redis, command)
-        kind, token, detail = session.wait(self.redis, key, owner, command, wait_ms)
+        kind, token, detail = session.wait(self.redis, key, owner, command, wait_ms, cancel)
         if kind == GRANTED:
             return token
+        if kind == CANCELLED and cancel is not None and cancel.cancelled:
+            raise AcquireCancelled("acquire() was cancelled", lock_name=self.name)
         if kind == ERROR:
             raise detail if isinstance(detail, Exception) else ResponseError(detail)
         return None
 
-    def _acquire_blocking(self, owner: bytes, wait_ms: Optional[int]) -> Optional[int]:
+    def _acquire_blocking(self, owner: bytes, wait_ms: Optional[int], cancel) -> Optional[int]:
         granted = send(self.redis.execute_command, self._acquire_command(owner, None))
         if granted is None and wait_ms is not None:
-            with Dedicated(self.redis, self._wait_socket_timeout(wait_ms)) as connection:
-                granted = send(connection.call, self._acquire_command(owner, wait_ms))
+            try:
+                with Dedicated(self.redis, self._wait_socket_timeout(wait_ms), cancel, self.name) as connection:
+                    granted = send(connection.call, self._acquire_command(owner, wait_ms))
+            except AcquireCancelled:
+                # A grant that won the race (its reply lost with the socket)
+                # is given back: this owner held nothing before its wait.
+                try:
+                    send(self.redis.execute_command, with_id("FLOCK.RELEASE", self.name, owner))
+                except ResponseError:
+                    pass
+                raise
         return granted
 
     def locked(self) -> bool:
