@@ -105,7 +105,9 @@ def stat(r, field):
 class ReplyDropper:
     """A TCP proxy to a server that, once armed with ``drop_reply_to(marker)``,
     forwards the next command containing ``marker`` and then closes the
-    connection instead of forwarding its reply: a reply lost on the way."""
+    connection instead of forwarding its reply: a reply lost on the way.
+    ``kill()`` plays the death of the process behind it: no new connection
+    gets through, and every connection it carries is closed."""
 
     def __init__(self, server_port: int):
         self.server_port = server_port
@@ -113,7 +115,20 @@ class ReplyDropper:
         self.port = self.listener.getsockname()[1]
         self.marker = None
         self.dropped = threading.Event()
+        self.drops = 0
+        self.killed = False
+        self.sockets: list = []
+        self.mutex = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def kill(self) -> None:
+        with self.mutex:
+            self.killed = True
+            sockets, self.sockets = self.sockets, []
+        self.listener.close()
+        for s in sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
 
     def drop_reply_to(self, marker: bytes) -> None:
         self.marker = marker
@@ -127,7 +142,18 @@ class ReplyDropper:
                 downstream, _ = self.listener.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(("127.0.0.1", self.server_port))
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.server_port))
+            except OSError:
+                downstream.close()
+                continue
+            with self.mutex:
+                if not self.killed:
+                    self.sockets += [downstream, upstream]
+            if self.killed:
+                for s in (downstream, upstream):
+                    s.close()
+                continue
             marked = threading.Event()
             threading.Thread(target=self._up, args=(downstream, upstream, marked), daemon=True).start()
             threading.Thread(target=self._down, args=(upstream, downstream, marked), daemon=True).start()
@@ -144,6 +170,7 @@ class ReplyDropper:
         with _closing(downstream, upstream):
             while data := upstream.recv(65536):
                 if marked.is_set():
+                    self.drops += 1
                     self.dropped.set()
                     return
                 downstream.sendall(data)
