@@ -45,9 +45,11 @@ class Dedicated:
         self.unsubscribe = cancel._subscribe(lambda: _shutdown(self.connection)) if cancel is not None else None
 
     def call(self, *args):
-        if self.cancel is not None:
-            self.cancel._check(self.name)
         try:
+            # Connected before the check: a cancel after it finds the socket.
+            self.connection.connect()
+            if self.cancel is not None:
+                self.cancel._check(self.name)
             self.connection.send_command(*args)
             return self.connection.read_response()
         except Exception:
