@@ -40,15 +40,19 @@
 //! a new one from the client given to [`Lock::reconnect_with`] or
 //! [`Guard::watchdog`].
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use redis::{Client, Cmd, Connection, ConnectionLike, FromRedisValue, RedisResult};
+use redis::{Client, Cmd, Connection, ConnectionLike, FromRedisValue, RedisError, RedisResult, Value};
 
 use flock_core::limits::MAX_MS;
+
+mod session;
+pub use session::close_session;
+use session::{Acquire, Loss, Outcome};
 
 /// As `wait`: queue without a time limit (`WAIT 0` on the server).
 pub const FOREVER: Duration = Duration::MAX;
@@ -56,6 +60,11 @@ pub const FOREVER: Duration = Duration::MAX;
 /// How many times a command whose reply was lost is sent again, with the
 /// same request ID.
 pub const RESENDS: usize = 3;
+
+/// How long past its own time a session wait waits for the server's
+/// `timeout` before it sends `FLOCK.CANCEL`, and then for the wait's last
+/// event before it gives up.
+pub const WAIT_MARGIN: Duration = Duration::from_secs(2);
 
 /// How a grant holds its key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,18 +78,26 @@ pub enum Mode {
 }
 
 /// What every kind of lock keeps: the key, the lease each grant gets, the
-/// owner it acquires as and where a new connection comes from.
+/// owner it acquires as, where a new connection (and the session) comes
+/// from, and how it waits.
 #[derive(Clone, Debug)]
 struct Target {
     key: String,
     lease: Duration,
     owner: Option<String>,
     client: Option<Client>,
+    blocking: bool,
+    cancel: Option<CancelToken>,
+}
+
+/// The error a cancelled wait returns: code `CANCELLED`.
+fn cancelled() -> RedisError {
+    redis::make_extension_error("CANCELLED".into(), Some("the wait was cancelled".into()))
 }
 
 impl Target {
     fn new(key: impl Into<String>, lease: Duration) -> Target {
-        Target { key: key.into(), lease, owner: None, client: None }
+        Target { key: key.into(), lease, owner: None, client: None, blocking: false, cancel: None }
     }
 
     fn owner(&self) -> String {
@@ -89,47 +106,273 @@ impl Target {
 
     /// `FLOCK.ACQUIRE` in `mode`; see [`Lock::acquire`] for `wait`.
     fn acquire<C: ConnectionLike>(&self, conn: C, wait: Option<Duration>, mode: Mode) -> RedisResult<Option<Guard<C>>> {
-        let owner = self.owner();
-        let lease_ms = millis(self.lease);
-        let mut cmd = redis::cmd("FLOCK.ACQUIRE");
-        cmd.arg(&self.key).arg(&owner).arg(lease_ms);
-        if let Some(wait) = wait.filter(|w| !w.is_zero()) {
-            let ms = millis(wait);
-            cmd.arg("WAIT").arg(if ms > MAX_MS { 0 } else { ms });
+        if self.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
+            return Err(cancelled());
         }
-        match mode {
-            Mode::Exclusive => {}
-            Mode::Shared => {
-                cmd.arg("SHARED");
-            }
-            Mode::Permits { permits, limit } => {
-                cmd.arg("PERMITS").arg(permits).arg("LIMIT").arg(limit);
-            }
-        }
-        let mut link = Link { conn, client: self.client.clone(), spare: None, timeout: None };
-        let Some(token) = link.query::<Option<u64>>(&cmd)? else { return Ok(None) };
-        Ok(Some(Guard {
-            link,
+        let acquire = Acquire {
             key: self.key.clone(),
-            owner,
+            owner: self.owner(),
+            lease_ms: millis(self.lease),
             mode,
-            token,
-            lease_ms,
-            lost: Arc::new(AtomicBool::new(false)),
-            watchdog: None,
-            released: false,
-        }))
+            rid: uuid::Uuid::new_v4().to_string(),
+            wait_ms: wait.filter(|w| !w.is_zero()).map(|w| {
+                let ms = millis(w);
+                if ms > MAX_MS {
+                    0
+                } else {
+                    ms
+                }
+            }),
+            started: Instant::now(),
+        };
+        let mut link = Link { conn, client: self.client.clone(), spare: None, timeout: None };
+        match self.client.as_ref().filter(|_| !self.blocking) {
+            Some(client) => self.acquire_in_session(link, acquire, session::server(client)),
+            None => {
+                let Some(token) = link.send::<Option<u64>>(&acquire.cmd(None))? else {
+                    return match &self.cancel {
+                        Some(cancel) if cancel.is_cancelled() => Err(cancelled()),
+                        _ => Ok(None),
+                    };
+                };
+                Ok(Some(Guard::new(link, acquire, token, Arc::default(), None)))
+            }
+        }
+    }
+
+    /// The wait goes out as one `ACQUIRE ... INBOX session-id` and its
+    /// outcome comes from the session's reader.
+    fn acquire_in_session<C: ConnectionLike>(
+        &self,
+        mut link: Link<C>,
+        acquire: Acquire,
+        server: Arc<session::Server>,
+    ) -> RedisResult<Option<Guard<C>>> {
+        let loss = Arc::new(Loss::default());
+        let (tx, rx) = mpsc::channel();
+        let waits = acquire.wait_ms.is_some();
+        let mut nosession = 0;
+        loop {
+            let sid = server.session_id()?;
+            // Registered before it is sent: the event can beat the reply.
+            let registered = waits && server.register(&acquire, tx.clone(), &loss);
+            let reply = link.send::<Value>(&acquire.cmd(Some(&sid)));
+            if registered && !matches!(&reply, Ok(Value::SimpleString(s)) if s == "WAITING") {
+                server.unregister(&acquire.key, &acquire.owner);
+            }
+            match reply {
+                Ok(Value::SimpleString(s)) if s == "WAITING" && registered => break,
+                Ok(Value::Nil) => return Ok(None),
+                Ok(Value::Int(token)) => {
+                    let token = token as u64;
+                    server.watch(&acquire.key, &acquire.owner, token, &loss);
+                    return Ok(Some(Guard::new(link, acquire, token, loss, Some(server))));
+                }
+                Err(e) if e.code() == Some("NOSESSION") && nosession < RESENDS => {
+                    server.forget(&sid);
+                    nosession += 1;
+                }
+                Err(e) => return Err(e),
+                Ok(other) => {
+                    return Err(RedisError::from((
+                        redis::ErrorKind::TypeError,
+                        "unexpected reply to FLOCK.ACQUIRE",
+                        format!("{other:?}"),
+                    )))
+                }
+            }
+        }
+
+        let attached = self.cancel.as_ref().map(|cancel| (cancel, cancel.attach(tx.clone())));
+        drop(tx);
+        let mut deadline = match acquire.wait_ms {
+            None | Some(0) => None,
+            Some(ms) => Some(acquire.started + Duration::from_millis(ms) + WAIT_MARGIN),
+        };
+        let mut cancelling = false;
+        let mut by_user = false;
+        let outcome = loop {
+            let next = match deadline {
+                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(at) => rx.recv_timeout(at.saturating_duration_since(Instant::now())),
+            };
+            let cancel_now = match next {
+                Ok(Outcome::CancelRequested) => {
+                    by_user = true;
+                    true
+                }
+                Ok(outcome) => break Some(outcome),
+                Err(RecvTimeoutError::Timeout) => true,
+                Err(RecvTimeoutError::Disconnected) => break None,
+            };
+            if cancel_now {
+                if cancelling {
+                    if deadline.is_some_and(|at| at <= Instant::now()) {
+                        break None;
+                    }
+                    continue;
+                }
+                cancelling = true;
+                let _: RedisResult<i64> = server.command(redis::cmd("FLOCK.CANCEL").arg(&acquire.key).arg(&acquire.owner));
+                deadline = Some(Instant::now() + WAIT_MARGIN);
+            }
+        };
+        if let Some((cancel, id)) = attached {
+            cancel.detach(id);
+        }
+        let outcome = match outcome {
+            Some(outcome) => Some(outcome),
+            None => {
+                // Gave up: whatever comes later is released by the reader.
+                server.unregister(&acquire.key, &acquire.owner);
+                rx.try_iter().find(|o| matches!(o, Outcome::Granted(_)))
+            }
+        };
+        match outcome {
+            Some(Outcome::Granted(token)) => {
+                let guard = Guard::new(link, acquire, token, loss, Some(server));
+                if by_user {
+                    drop(guard);
+                    return Err(cancelled());
+                }
+                Ok(Some(guard))
+            }
+            Some(Outcome::Error(e)) => Err(e),
+            _ if by_user => Err(cancelled()),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// Cancels waits from another thread: give it to a lock with
+/// [`Lock::cancel_with`]; [`CancelToken::cancel`] ends every session wait
+/// of that lock (`FLOCK.CANCEL`), now and later, which then returns an error
+/// with code `CANCELLED` (a grant that won the race is released first).
+#[derive(Clone, Default)]
+pub struct CancelToken {
+    inner: Arc<CancelInner>,
+}
+
+#[derive(Default)]
+struct CancelInner {
+    cancelled: AtomicBool,
+    next: AtomicU64,
+    waiters: Mutex<Vec<(u64, Sender<Outcome>)>>,
+}
+
+impl CancelToken {
+    pub fn new() -> CancelToken {
+        CancelToken::default()
+    }
+
+    /// Cancels the waits of the locks given this token.
+    pub fn cancel(&self) {
+        self.inner.cancelled.store(true, Ordering::SeqCst);
+        for (_, waiter) in self.inner.waiters.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            let _ = waiter.send(Outcome::CancelRequested);
+        }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancelled.load(Ordering::SeqCst)
+    }
+
+    fn attach(&self, waiter: Sender<Outcome>) -> u64 {
+        let id = self.inner.next.fetch_add(1, Ordering::SeqCst);
+        let mut waiters = self.inner.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        if self.is_cancelled() {
+            let _ = waiter.send(Outcome::CancelRequested);
+        }
+        waiters.push((id, waiter));
+        id
+    }
+
+    fn detach(&self, id: u64) {
+        self.inner.waiters.lock().unwrap_or_else(|e| e.into_inner()).retain(|(i, _)| *i != id);
+    }
+}
+
+impl std::fmt::Debug for CancelToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CancelToken").field("cancelled", &self.is_cancelled()).finish()
+    }
+}
+
+/// The process's shared command connection to the server of a
+/// `redis::Client` (one per server, whatever the number of handles): a
+/// [`ConnectionLike`] for short commands from any thread, which reconnects
+/// by itself. [`Lock::acquire_on`] and its kin acquire over it, so that
+/// any number of threads wait without a connection each.
+#[derive(Clone)]
+pub struct SharedConnection {
+    server: Arc<session::Server>,
+}
+
+impl SharedConnection {
+    pub fn new(client: &Client) -> SharedConnection {
+        SharedConnection { server: session::server(client) }
+    }
+}
+
+impl std::fmt::Debug for SharedConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedConnection").field("server", &self.server.client().get_connection_info().addr).finish()
+    }
+}
+
+impl ConnectionLike for SharedConnection {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        self.server.with_conn(|c| c.req_packed_command(cmd))
+    }
+
+    fn req_packed_commands(&mut self, cmd: &[u8], offset: usize, count: usize) -> RedisResult<Vec<Value>> {
+        self.server.with_conn(|c| c.req_packed_commands(cmd, offset, count))
+    }
+
+    fn get_db(&self) -> i64 {
+        self.server.client().get_connection_info().redis.db
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.server.with_conn(|c| Ok(c.check_connection())).unwrap_or(false)
+    }
+
+    fn is_open(&self) -> bool {
+        true
     }
 }
 
 /// The setters and getters every kind of lock has, over its `target`.
 macro_rules! target_methods {
     () => {
-        /// Where a new connection comes from when the one given to acquire
-        /// breaks: a command whose reply was lost is resent over it, and the
-        /// guard's later commands go over it too.
-        pub fn reconnect_with(mut self, client: &Client) -> Self {
+        /// The server's client: waits go through this process's session
+        /// with that server (one `FLOCK.ACQUIRE ... WAIT t INBOX session-id`
+        /// each, the outcome read by the session's thread), every grant is
+        /// watched (a loss is pushed: [`Guard::lost`] at once), and a
+        /// command whose reply was lost is resent over a new connection from
+        /// it when the one given to acquire broke.
+        pub fn with_client(mut self, client: &Client) -> Self {
             self.target.client = Some(client.clone());
+            self
+        }
+
+        /// The same as [`Lock::with_client`] (its older name).
+        pub fn reconnect_with(self, client: &Client) -> Self {
+            self.with_client(client)
+        }
+
+        /// Waits block the connection given to acquire (`FLOCK.ACQUIRE ...
+        /// WAIT t` without a session) even with a client; grants are not
+        /// watched (only a watchdog or a renewal finds a loss).
+        pub fn blocking(mut self) -> Self {
+            self.target.blocking = true;
+            self
+        }
+
+        /// Waits of this lock end with an error of code `CANCELLED` once
+        /// `token` is cancelled (`FLOCK.CANCEL` on the server; session waits).
+        pub fn cancel_with(mut self, token: &CancelToken) -> Self {
+            self.target.cancel = Some(token.clone());
             self
         }
 
@@ -146,6 +389,14 @@ macro_rules! target_methods {
         /// The owner name the calling thread acquires as.
         pub fn owner(&self) -> String {
             self.target.owner()
+        }
+
+        /// This lock with `client` (see `with_client`) and the process's
+        /// shared connection to it.
+        fn on(&self, client: &Client) -> (Target, SharedConnection) {
+            let mut target = self.target.clone();
+            target.client = Some(client.clone());
+            (target, SharedConnection::new(client))
         }
     };
 }
@@ -172,6 +423,14 @@ impl Lock {
     /// `conn` longer than `wait`.
     pub fn acquire<C: ConnectionLike>(&self, conn: C, wait: Option<Duration>) -> RedisResult<Option<Guard<C>>> {
         self.target.acquire(conn, wait, Mode::Exclusive)
+    }
+
+    /// [`Lock::acquire`] through this process's session with `client`'s
+    /// server, over its shared connection: no connection of the caller's,
+    /// none per waiting thread.
+    pub fn acquire_on(&self, client: &Client, wait: Option<Duration>) -> RedisResult<Option<Guard<SharedConnection>>> {
+        let (target, conn) = self.on(client);
+        target.acquire(conn, wait, Mode::Exclusive)
     }
 }
 
@@ -209,6 +468,19 @@ impl RwLock {
     pub fn write<C: ConnectionLike>(&self, conn: C, wait: Option<Duration>) -> RedisResult<Option<WriteGuard<C>>> {
         self.target.acquire(conn, wait, Mode::Exclusive)
     }
+
+    /// [`RwLock::read`] over the session and shared connection of `client`
+    /// (see [`Lock::acquire_on`]).
+    pub fn read_on(&self, client: &Client, wait: Option<Duration>) -> RedisResult<Option<ReadGuard<SharedConnection>>> {
+        let (target, conn) = self.on(client);
+        target.acquire(conn, wait, Mode::Shared)
+    }
+
+    /// [`RwLock::write`] over the session and shared connection of `client`.
+    pub fn write_on(&self, client: &Client, wait: Option<Duration>) -> RedisResult<Option<WriteGuard<SharedConnection>>> {
+        let (target, conn) = self.on(client);
+        target.acquire(conn, wait, Mode::Exclusive)
+    }
 }
 
 /// A fair counting semaphore of `limit` permits: a request is granted when
@@ -243,9 +515,30 @@ impl Semaphore {
     ) -> RedisResult<Option<SemaphoreGuard<C>>> {
         self.target.acquire(conn, wait, Mode::Permits { permits, limit: self.limit })
     }
+
+    /// [`Semaphore::acquire`] over the session and shared connection of
+    /// `client` (see [`Lock::acquire_on`]).
+    pub fn acquire_on(
+        &self,
+        client: &Client,
+        permits: u32,
+        wait: Option<Duration>,
+    ) -> RedisResult<Option<SemaphoreGuard<SharedConnection>>> {
+        let (target, conn) = self.on(client);
+        target.acquire(conn, wait, Mode::Permits { permits, limit: self.limit })
+    }
 }
 
-/// Why a watchdog gave up a lock.
+/// Why a grant was lost: pushed by the session ([`Expired`],
+/// [`ForceReleased`], [`Deleted`], [`Demoted`]) or found by a renewal
+/// ([`NotOwner`], [`Unconfirmed`]).
+///
+/// [`Expired`]: LeaseLost::Expired
+/// [`ForceReleased`]: LeaseLost::ForceReleased
+/// [`Deleted`]: LeaseLost::Deleted
+/// [`Demoted`]: LeaseLost::Demoted
+/// [`NotOwner`]: LeaseLost::NotOwner
+/// [`Unconfirmed`]: LeaseLost::Unconfirmed
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaseLost {
     /// `FLOCK.RENEW` answered `NOTOWNER`: the lease ran out or an
@@ -254,6 +547,14 @@ pub enum LeaseLost {
     /// No renewal got through for a whole lease (server unreachable): the
     /// lock must be presumed lost.
     Unconfirmed,
+    /// The session heard that the lease ran out (no renewal in time).
+    Expired,
+    /// The session heard of a `FLOCK.FORCERELEASE`.
+    ForceReleased,
+    /// The session heard that the key was deleted (DEL, FLUSH, eviction...).
+    Deleted,
+    /// The session heard that the server became a replica.
+    Demoted,
 }
 
 /// One hold of a lock, of either side of a read-write lock or of permits of
@@ -266,12 +567,29 @@ pub struct Guard<C: ConnectionLike> {
     mode: Mode,
     token: u64,
     lease_ms: u64,
-    lost: Arc<AtomicBool>,
+    loss: Arc<Loss>,
+    /// The session watching this grant.
+    session: Option<Arc<session::Server>>,
     watchdog: Option<Watchdog>,
     released: bool,
 }
 
 impl<C: ConnectionLike> Guard<C> {
+    fn new(link: Link<C>, acquire: Acquire, token: u64, loss: Arc<Loss>, session: Option<Arc<session::Server>>) -> Self {
+        Guard {
+            link,
+            key: acquire.key,
+            owner: acquire.owner,
+            mode: acquire.mode,
+            token,
+            lease_ms: acquire.lease_ms,
+            loss,
+            session,
+            watchdog: None,
+            released: false,
+        }
+    }
+
     /// The fencing token of this grant: give it to the resource you protect.
     pub fn token(&self) -> u64 {
         self.token
@@ -294,10 +612,24 @@ impl<C: ConnectionLike> Guard<C> {
         &mut self.link.conn
     }
 
-    /// True once a renewal (the watchdog's or [`Guard::renew`]) found the
-    /// lock lost: stop acting on the protected resource.
+    /// True once the lock is known lost: the session pushed the loss (a
+    /// lock with a client), or a renewal (the watchdog's or
+    /// [`Guard::renew`]) found it. Stop acting on the protected resource.
     pub fn lost(&self) -> bool {
-        self.lost.load(Ordering::SeqCst)
+        self.loss.is_lost()
+    }
+
+    /// Why it was lost, once it is.
+    pub fn lost_reason(&self) -> Option<LeaseLost> {
+        self.loss.reason()
+    }
+
+    /// A receiver that gets one [`LeaseLost`] when the lock is lost (at
+    /// once if it already is), and disconnects without a message when the
+    /// guard is released. With a session (a lock with a client) the loss is
+    /// pushed by the server, watchdog or not.
+    pub fn lost_channel(&self) -> Receiver<LeaseLost> {
+        self.loss.subscribe()
     }
 
     /// `FLOCK.RENEW` by hand: a fresh lease from now. A `NOTOWNER` error
@@ -305,17 +637,17 @@ impl<C: ConnectionLike> Guard<C> {
     pub fn renew(&mut self) -> RedisResult<u64> {
         self.link.query(&renew_cmd(&self.key, &self.owner, self.lease_ms)).inspect_err(|e| {
             if is_notowner(e) {
-                self.lost.store(true, Ordering::SeqCst);
+                self.loss.mark(LeaseLost::NotOwner);
             }
         })
     }
 
     /// Starts a thread that renews the lease every third of it on its own
-    /// connection from `client`, until the guard is released or dropped.
-    /// The receiver gets one [`LeaseLost`] if the lock is lost (then the
-    /// watchdog stops); it disconnects without a message when the guard is
-    /// released. A watchdog already running is replaced. Unless
-    /// [`Lock::reconnect_with`] gave another, `client` also replaces the
+    /// connection from `client`, until the guard is released or dropped or
+    /// the lock is lost. The receiver (as [`Guard::lost_channel`]) gets one
+    /// [`LeaseLost`] if the lock is lost; it disconnects without a message
+    /// when the guard is released. A watchdog already running is replaced.
+    /// Unless the lock was given another, `client` also replaces the
     /// guard's connection if it breaks.
     pub fn watchdog(&mut self, client: &Client) -> RedisResult<Receiver<LeaseLost>> {
         self.stop_watchdog();
@@ -324,23 +656,24 @@ impl<C: ConnectionLike> Guard<C> {
         let io_timeout = period.max(Duration::from_millis(50));
         let conn = connect(client, io_timeout)?;
         let (stop, stopped) = mpsc::channel();
-        let (report, lost_rx) = mpsc::channel();
         let renewal = Renewal {
             link: Link { conn, client: Some(client.clone()), spare: None, timeout: Some(io_timeout) },
             cmd: renew_cmd(&self.key, &self.owner, self.lease_ms),
             period,
             lease: Duration::from_millis(self.lease_ms),
-            lost: Arc::clone(&self.lost),
+            loss: Arc::clone(&self.loss),
         };
+        let lost = self.loss.subscribe();
         let thread = std::thread::Builder::new()
             .name(format!("flock-watchdog {}", self.key))
-            .spawn(move || renewal.run(&stopped, &report))?;
+            .spawn(move || renewal.run(&stopped))?;
         self.watchdog = Some(Watchdog { stop, thread });
-        Ok(lost_rx)
+        Ok(lost)
     }
 
     /// Releases this hold; returns the holds left (`0`: the lock is free
-    /// or handed to the next waiter). `NOTOWNER` if it was lost meanwhile.
+    /// or handed to the next waiter). `NOTOWNER` if it was lost meanwhile
+    /// (its text says why: the lease ended, force-released, deleted).
     pub fn release(mut self) -> RedisResult<u64> {
         self.release_once()
     }
@@ -356,6 +689,10 @@ impl<C: ConnectionLike> Guard<C> {
     fn release_once(&mut self) -> RedisResult<u64> {
         self.stop_watchdog();
         self.released = true;
+        if let Some(session) = &self.session {
+            session.unwatch(&self.key, &self.owner, self.token, &self.loss);
+        }
+        self.loss.close();
         self.link.query(redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner))
     }
 }
@@ -392,13 +729,16 @@ struct Renewal {
     cmd: Cmd,
     period: Duration,
     lease: Duration,
-    lost: Arc<AtomicBool>,
+    loss: Arc<Loss>,
 }
 
 impl Renewal {
-    fn run(mut self, stopped: &Receiver<()>, report: &Sender<LeaseLost>) {
+    fn run(mut self, stopped: &Receiver<()>) {
         let mut confirmed = Instant::now();
         while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(self.period) {
+            if self.loss.is_lost() {
+                return; // pushed by the session
+            }
             let sent = Instant::now();
             let reason = match self.link.query::<u64>(&self.cmd) {
                 Ok(_) => {
@@ -409,8 +749,7 @@ impl Renewal {
                 Err(_) if confirmed.elapsed() >= self.lease => LeaseLost::Unconfirmed,
                 Err(_) => continue,
             };
-            self.lost.store(true, Ordering::SeqCst);
-            let _ = report.send(reason);
+            self.loss.mark(reason);
             return;
         }
     }
@@ -433,6 +772,11 @@ impl<C: ConnectionLike> Link<C> {
     fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<T> {
         let mut cmd = cmd.clone();
         cmd.arg("ID").arg(uuid::Uuid::new_v4().to_string());
+        self.send(&cmd)
+    }
+
+    /// Sends `cmd` as it is, again while its reply is lost.
+    fn send<T: FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<T> {
         let mut resends = 0;
         loop {
             match self.current().and_then(|conn| cmd.query(conn)) {
