@@ -1,0 +1,308 @@
+//! The Rust client's sessions (crate `flock-client`) against a real server:
+//! waits of many threads over one session connection, FIFO through it,
+//! losses pushed to the guard, a broken session connection, cancellation,
+//! reentry and the server's refusals through the session.
+
+mod common;
+use common::*;
+
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use flock_client::{CancelToken, LeaseLost, Lock, RwLock, Semaphore, FOREVER};
+
+const MS: Duration = Duration::from_millis(1);
+
+fn client(s: &Server) -> redis::Client {
+    redis::Client::open(s.url()).expect("client")
+}
+
+fn info_clients(c: &mut Connection, field: &str) -> i64 {
+    let text: String = redis::cmd("INFO").arg("clients").query(c).expect("INFO clients");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} in INFO clients"))
+}
+
+fn waiters(c: &mut Connection, key: &str) -> i64 {
+    info_field(c, key, "waiters").map(|v| int(&v)).unwrap_or(0)
+}
+
+/// The `CLIENT ID` of the connection that reads the session's inbox.
+fn session_client_id(c: &mut Connection) -> Option<i64> {
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(c).expect("CLIENT LIST");
+    list.lines().find(|l| l.contains("cmd=flock.inbox")).and_then(|l| {
+        l.split(' ').find_map(|f| f.strip_prefix("id=")).and_then(|id| id.parse().ok())
+    })
+}
+
+#[test]
+fn two_hundred_waiting_threads_share_one_session_and_are_granted_in_fifo_order() {
+    const N: usize = 200;
+    let s = Server::start();
+    let mut admin = s.conn();
+    let client = client(&s);
+    let lock = Lock::new("L", 10 * SECOND);
+    let holder = lock.clone().with_owner("holder").acquire(s.conn(), None).unwrap().expect("granted");
+    let before = info_clients(&mut admin, "connected_clients");
+
+    let granted = Arc::new(Mutex::new(Vec::new()));
+    let start = Arc::new(Barrier::new(N));
+    let threads: Vec<_> = (0..N)
+        .map(|_| {
+            let (lock, client, granted, start) = (lock.clone(), client.clone(), granted.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                let guard = lock.acquire_on(&client, Some(FOREVER)).unwrap().expect("handed the lock");
+                granted.lock().unwrap().push((guard.owner().to_string(), guard.token()));
+                guard.release().unwrap();
+            })
+        })
+        .collect();
+    wait_until("200 session waiters queued", 20 * SECOND, || waiters(&mut admin, "L") == N as i64);
+    let added = info_clients(&mut admin, "connected_clients") - before;
+    assert!(added <= 4, "200 waiting threads added {added} connections");
+    assert_eq!(info_clients(&mut admin, "blocked_clients"), 1, "only the session's FLOCK.INBOX blocks");
+    assert_eq!(s.stat("sessions"), 1);
+    let queue = queue_of(&mut admin, "L");
+    assert_eq!(queue.len(), N);
+
+    let first = holder.token();
+    drop(holder);
+    for t in threads {
+        t.join().expect("waiter thread");
+    }
+    let granted = granted.lock().unwrap();
+    let order: Vec<&str> = granted.iter().map(|(o, _)| o.as_str()).collect();
+    assert_eq!(order, queue.iter().map(String::as_str).collect::<Vec<_>>(), "granted in queue order");
+    let tokens: Vec<u64> = granted.iter().map(|(_, t)| *t).collect();
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]) && tokens[0] > first, "tokens grow");
+    assert!(info(&mut admin, "L").is_none());
+}
+
+#[test]
+fn a_lock_with_a_client_waits_through_the_session_and_blocking_opts_out() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let client = client(&s);
+    let lock = Lock::new("L", 10 * SECOND);
+    let holder = lock.clone().with_owner("holder").acquire(s.conn(), None).unwrap().expect("granted");
+
+    // With a client: the caller's own connection sends one ACQUIRE and is
+    // not blocked; the session is.
+    let waiting = {
+        let (lock, c) = (lock.clone().with_owner("w").with_client(&client), s.conn());
+        std::thread::spawn(move || lock.acquire(c, Some(10 * SECOND)).map(|g| g.map(|g| g.token())))
+    };
+    wait_queue(&mut admin, "L", &["w"]);
+    assert_eq!(info_clients(&mut admin, "blocked_clients"), 1, "the session's inbox only");
+    // `blocking()`: the old form, its connection blocked.
+    let blocked = {
+        let (lock, c) = (lock.clone().with_owner("b").with_client(&client).blocking(), s.conn());
+        std::thread::spawn(move || lock.acquire(c, Some(10 * SECOND)).map(|g| g.map(|g| g.token())))
+    };
+    wait_queue(&mut admin, "L", &["w", "b"]);
+    assert_eq!(info_clients(&mut admin, "blocked_clients"), 2);
+
+    drop(holder);
+    assert!(waiting.join().unwrap().unwrap().is_some(), "w granted through the session");
+    assert!(blocked.join().unwrap().unwrap().is_some(), "b granted on its own connection");
+}
+
+#[test]
+fn a_bounded_session_wait_times_out_and_leaves_no_waiter() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let client = client(&s);
+    let _holder = Lock::new("L", 10 * SECOND).with_owner("holder").acquire(s.conn(), None).unwrap();
+    let started = Instant::now();
+    assert!(Lock::new("L", SECOND).acquire_on(&client, Some(200 * MS)).unwrap().is_none());
+    let took = started.elapsed();
+    assert!(took >= 200 * MS && took < 2 * SECOND, "timed out by the server's event after {took:?}");
+    assert_eq!(waiters(&mut admin, "L"), 0);
+    // A try through the session: nil at once.
+    assert!(Lock::new("L", SECOND).acquire_on(&client, None).unwrap().is_none());
+}
+
+#[test]
+fn a_loss_is_pushed_on_forcerelease_without_a_watchdog() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let client = client(&s);
+    let guard = Lock::new("L", 60 * SECOND).acquire_on(&client, None).unwrap().expect("granted");
+    let lost = guard.lost_channel();
+    assert!(!guard.lost());
+    assert_eq!(force_release(&mut admin, "L").unwrap(), 1);
+    assert_eq!(lost.recv_timeout(5 * SECOND), Ok(LeaseLost::ForceReleased));
+    assert!(guard.lost());
+    assert_eq!(guard.lost_reason(), Some(LeaseLost::ForceReleased));
+    // A channel asked for after the loss hears it at once.
+    assert_eq!(guard.lost_channel().try_recv(), Ok(LeaseLost::ForceReleased));
+    let e = guard.release().unwrap_err();
+    assert_eq!(error_code(&e), "NOTOWNER");
+    assert!(e.to_string().contains("force-released"), "the NOTOWNER text says why: {e}");
+}
+
+#[test]
+fn a_fixed_lease_that_runs_out_is_pushed_as_expired() {
+    let s = Server::start();
+    let client = client(&s);
+    let guard = Lock::new("L", 200 * MS).acquire_on(&client, None).unwrap().expect("granted");
+    let lost = guard.lost_channel();
+    let started = Instant::now();
+    assert_eq!(lost.recv_timeout(5 * SECOND), Ok(LeaseLost::Expired));
+    assert!(started.elapsed() < 3 * SECOND);
+    assert!(guard.lost());
+    let e = guard.release().unwrap_err();
+    assert!(e.to_string().contains("lease"), "the NOTOWNER text says the lease ended: {e}");
+}
+
+#[test]
+fn a_pushed_loss_reaches_the_watchdog_channel_of_a_granted_waiter() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let client = client(&s);
+    let lock = Lock::new("L", 30 * SECOND);
+    let holder = lock.clone().with_owner("holder").acquire(s.conn(), None).unwrap().expect("granted");
+    let waiting = {
+        let (lock, client) = (lock.clone(), client.clone());
+        std::thread::spawn(move || {
+            let mut guard = lock.acquire_on(&client, Some(FOREVER)).unwrap().expect("handed the lock");
+            let lost = guard.watchdog(&client).unwrap();
+            (guard, lost)
+        })
+    };
+    wait_until("the waiter to queue", 5 * SECOND, || waiters(&mut admin, "L") == 1);
+    drop(holder);
+    let (guard, lost) = waiting.join().unwrap();
+    assert_eq!(force_release(&mut admin, "L").unwrap(), 1);
+    assert_eq!(lost.recv_timeout(5 * SECOND), Ok(LeaseLost::ForceReleased), "pushed, long before a renewal");
+    assert!(guard.lost());
+}
+
+#[test]
+fn a_released_guard_hears_nothing_and_its_channel_disconnects() {
+    let s = Server::start();
+    let client = client(&s);
+    let guard = Lock::new("L", 300 * MS).acquire_on(&client, None).unwrap().expect("granted");
+    let lost = guard.lost_channel();
+    assert_eq!(guard.release().unwrap(), 0);
+    assert_eq!(lost.recv_timeout(SECOND), Err(std::sync::mpsc::RecvTimeoutError::Disconnected));
+}
+
+#[test]
+fn killing_the_session_connection_resends_the_waits_which_are_still_granted() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let client = client(&s);
+    let lock = Lock::new("L", 10 * SECOND);
+    let holder = lock.clone().with_owner("holder").acquire(s.conn(), None).unwrap().expect("granted");
+    let threads: Vec<_> = ["a", "b", "c"]
+        .iter()
+        .map(|owner| {
+            let (lock, client) = (lock.clone().with_owner(*owner), client.clone());
+            std::thread::spawn(move || lock.acquire_on(&client, Some(30 * SECOND)).map(|g| g.map(|g| g.token())))
+        })
+        .collect();
+    wait_until("three session waiters", 5 * SECOND, || waiters(&mut admin, "L") == 3);
+    let old = session_client_id(&mut admin).expect("the session's connection");
+    let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(old).query(&mut admin).unwrap();
+    wait_until("a new session with the three waits resent", 10 * SECOND, || {
+        session_client_id(&mut admin).is_some_and(|id| id != old) && waiters(&mut admin, "L") == 3
+    });
+    assert_eq!(s.stat("sessions"), 1);
+    drop(holder);
+    for t in threads {
+        assert!(t.join().unwrap().unwrap().is_some(), "granted after the resend");
+    }
+}
+
+#[test]
+fn reentry_through_the_session_shares_the_token_and_both_guards_hear_a_loss() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let client = client(&s);
+    let lock = Lock::new("L", 60 * SECOND);
+    let first = lock.acquire_on(&client, Some(SECOND)).unwrap().expect("granted");
+    let second = lock.acquire_on(&client, Some(SECOND)).unwrap().expect("reentered");
+    assert_eq!(first.token(), second.token());
+    assert_eq!(holds(&mut admin, "L"), 2);
+    assert_eq!(force_release(&mut admin, "L").unwrap(), 1);
+    let (a, b) = (first.lost_channel(), second.lost_channel());
+    assert_eq!(a.recv_timeout(5 * SECOND), Ok(LeaseLost::ForceReleased));
+    assert_eq!(b.recv_timeout(5 * SECOND), Ok(LeaseLost::ForceReleased));
+}
+
+#[test]
+fn a_cancel_token_ends_a_session_wait() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let client = client(&s);
+    let _holder = Lock::new("L", 10 * SECOND).with_owner("holder").acquire(s.conn(), None).unwrap();
+    let token = CancelToken::new();
+    let waiting = {
+        let (lock, client) = (Lock::new("L", SECOND).with_owner("w").cancel_with(&token), client.clone());
+        std::thread::spawn(move || lock.acquire_on(&client, Some(FOREVER)).map(|g| g.is_some()))
+    };
+    wait_queue(&mut admin, "L", &["w"]);
+    token.cancel();
+    let e = waiting.join().unwrap().unwrap_err();
+    assert_eq!(error_code(&e), "CANCELLED");
+    assert_eq!(waiters(&mut admin, "L"), 0);
+    // A cancelled token refuses later waits at once.
+    let e = Lock::new("L", SECOND).cancel_with(&token).acquire_on(&client, Some(FOREVER)).unwrap_err();
+    assert_eq!(error_code(&e), "CANCELLED");
+}
+
+#[test]
+fn a_semaphore_through_the_session_keeps_its_limit() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let client = client(&s);
+    let sem = Semaphore::new("S", 2, 10 * SECOND);
+    let a = sem.clone().with_owner("a").acquire_on(&client, 1, None).unwrap().expect("1 of 2");
+    let b = sem.clone().with_owner("b").acquire_on(&client, 1, Some(SECOND)).unwrap().expect("2 of 2");
+    assert!(sem.clone().with_owner("c").acquire_on(&client, 1, None).unwrap().is_none(), "none left");
+    let waiting = {
+        let (sem, client) = (sem.clone().with_owner("c"), client.clone());
+        std::thread::spawn(move || sem.acquire_on(&client, 2, Some(10 * SECOND)).map(|g| g.map(|g| g.token())))
+    };
+    wait_queue(&mut admin, "S", &["c"]);
+    let e = expect_err(Semaphore::new("S", 3, SECOND).acquire_on(&client, 1, Some(SECOND)), "another limit");
+    assert_eq!(error_code(&e), "WRONGMODE");
+    drop(a);
+    std::thread::sleep(50 * MS);
+    assert_eq!(waiters(&mut admin, "S"), 1, "one permit free: the request for 2 still waits");
+    let last = b.token();
+    drop(b);
+    assert!(waiting.join().unwrap().unwrap().expect("handed 2 permits") > last);
+}
+
+#[test]
+fn wrongmode_and_upgrade_come_back_through_the_session() {
+    let s = Server::start();
+    let client = client(&s);
+    let _lock = Lock::new("L", 10 * SECOND).acquire_on(&client, None).unwrap().expect("lock");
+    let e = expect_err(Semaphore::new("L", 2, SECOND).acquire_on(&client, 1, Some(SECOND)), "a semaphore on a lock");
+    assert_eq!(error_code(&e), "WRONGMODE");
+    let rw = RwLock::new("RW", 10 * SECOND);
+    let _read = rw.read_on(&client, Some(SECOND)).unwrap().expect("read");
+    let e = expect_err(rw.write_on(&client, Some(SECOND)), "write while reading");
+    assert_eq!(error_code(&e), "UPGRADE");
+}
+
+#[test]
+fn closing_the_session_closes_its_connection() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let client = client(&s);
+    drop(Lock::new("L", SECOND).acquire_on(&client, None).unwrap());
+    assert_eq!(s.stat("sessions"), 1);
+    flock_client::close_session(&client).unwrap();
+    wait_until("the session to end", 5 * SECOND, || s.stat("sessions") == 0);
+    assert!(session_client_id(&mut admin).is_none());
+    // The next acquire opens a new one.
+    drop(Lock::new("L", SECOND).acquire_on(&client, Some(SECOND)).unwrap());
+    assert_eq!(s.stat("sessions"), 1);
+}
