@@ -32,9 +32,9 @@ fn waiters(c: &mut Connection, key: &str) -> i64 {
 /// The `CLIENT ID` of the connection that reads the session's inbox.
 fn session_client_id(c: &mut Connection) -> Option<i64> {
     let list: String = redis::cmd("CLIENT").arg("LIST").query(c).expect("CLIENT LIST");
-    list.lines().find(|l| l.contains("cmd=flock.inbox")).and_then(|l| {
-        l.split(' ').find_map(|f| f.strip_prefix("id=")).and_then(|id| id.parse().ok())
-    })
+    list.lines()
+        .find(|l| l.contains("cmd=flock.inbox"))
+        .and_then(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")).and_then(|id| id.parse().ok()))
 }
 
 #[test]

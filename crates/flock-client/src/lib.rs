@@ -213,7 +213,8 @@ impl Target {
                     continue;
                 }
                 cancelling = true;
-                let _: RedisResult<i64> = server.command(redis::cmd("FLOCK.CANCEL").arg(&acquire.key).arg(&acquire.owner));
+                let _: RedisResult<i64> =
+                    server.command(redis::cmd("FLOCK.CANCEL").arg(&acquire.key).arg(&acquire.owner));
                 deadline = Some(Instant::now() + WAIT_MARGIN);
             }
         };
@@ -477,7 +478,11 @@ impl RwLock {
     }
 
     /// [`RwLock::write`] over the session and shared connection of `client`.
-    pub fn write_on(&self, client: &Client, wait: Option<Duration>) -> RedisResult<Option<WriteGuard<SharedConnection>>> {
+    pub fn write_on(
+        &self,
+        client: &Client,
+        wait: Option<Duration>,
+    ) -> RedisResult<Option<WriteGuard<SharedConnection>>> {
         let (target, conn) = self.on(client);
         target.acquire(conn, wait, Mode::Exclusive)
     }
@@ -575,7 +580,13 @@ pub struct Guard<C: ConnectionLike> {
 }
 
 impl<C: ConnectionLike> Guard<C> {
-    fn new(link: Link<C>, acquire: Acquire, token: u64, loss: Arc<Loss>, session: Option<Arc<session::Server>>) -> Self {
+    fn new(
+        link: Link<C>,
+        acquire: Acquire,
+        token: u64,
+        loss: Arc<Loss>,
+        session: Option<Arc<session::Server>>,
+    ) -> Self {
         Guard {
             link,
             key: acquire.key,
