@@ -306,3 +306,26 @@ fn closing_the_session_closes_its_connection() {
     drop(Lock::new("L", SECOND).acquire_on(&client, Some(SECOND)).unwrap());
     assert_eq!(s.stat("sessions"), 1);
 }
+
+#[test]
+fn watchdogs_of_many_guards_renew_over_one_connection() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let client = client(&s);
+    let lease = 300 * MS;
+    let mut guards: Vec<_> = (0..20)
+        .map(|i| Lock::new(format!("L{i}"), lease).acquire_on(&client, None).unwrap().expect("granted"))
+        .collect();
+    let before = info_clients(&mut admin, "connected_clients");
+    let lost: Vec<_> = guards.iter_mut().map(|g| g.watchdog(&client).unwrap()).collect();
+    // Three leases: without renewals all would have ended.
+    std::thread::sleep(3 * lease);
+    assert_eq!(s.stat("lease_expiries"), 0);
+    assert!(guards.iter().all(|g| !g.lost()));
+    let added = info_clients(&mut admin, "connected_clients") - before;
+    assert!(added <= 1, "20 watchdogs added {added} connections");
+    for (guard, lost) in guards.into_iter().zip(lost) {
+        assert_eq!(guard.release().unwrap(), 0);
+        assert_eq!(lost.recv_timeout(SECOND), Err(std::sync::mpsc::RecvTimeoutError::Disconnected));
+    }
+}

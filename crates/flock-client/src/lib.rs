@@ -43,7 +43,6 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use redis::{Client, Cmd, Connection, ConnectionLike, FromRedisValue, RedisError, RedisResult, Value};
@@ -51,6 +50,7 @@ use redis::{Client, Cmd, Connection, ConnectionLike, FromRedisValue, RedisError,
 use flock_core::limits::MAX_MS;
 
 mod session;
+mod watchdog;
 pub use session::close_session;
 use session::{Acquire, Loss, Outcome};
 
@@ -125,7 +125,7 @@ impl Target {
             }),
             started: Instant::now(),
         };
-        let mut link = Link { conn, client: self.client.clone(), spare: None, timeout: None };
+        let mut link = Link { conn, client: self.client.clone(), spare: None };
         match self.client.as_ref().filter(|_| !self.blocking) {
             Some(client) => self.acquire_in_session(link, acquire, session::server(client)),
             None => {
@@ -575,7 +575,8 @@ pub struct Guard<C: ConnectionLike> {
     loss: Arc<Loss>,
     /// The session watching this grant.
     session: Option<Arc<session::Server>>,
-    watchdog: Option<Watchdog>,
+    /// The process's renewer of this grant's server, and its entry there.
+    watchdog: Option<(Arc<watchdog::Renewer>, u64)>,
     released: bool,
 }
 
@@ -663,22 +664,11 @@ impl<C: ConnectionLike> Guard<C> {
     pub fn watchdog(&mut self, client: &Client) -> RedisResult<Receiver<LeaseLost>> {
         self.stop_watchdog();
         self.link.client.get_or_insert_with(|| client.clone());
-        let period = Duration::from_millis((self.lease_ms / 3).max(1));
-        let io_timeout = period.max(Duration::from_millis(50));
-        let conn = connect(client, io_timeout)?;
-        let (stop, stopped) = mpsc::channel();
-        let renewal = Renewal {
-            link: Link { conn, client: Some(client.clone()), spare: None, timeout: Some(io_timeout) },
-            cmd: renew_cmd(&self.key, &self.owner, self.lease_ms),
-            period,
-            lease: Duration::from_millis(self.lease_ms),
-            loss: Arc::clone(&self.loss),
-        };
+        let renewer = watchdog::renewer(client)?;
         let lost = self.loss.subscribe();
-        let thread = std::thread::Builder::new()
-            .name(format!("flock-watchdog {}", self.key))
-            .spawn(move || renewal.run(&stopped))?;
-        self.watchdog = Some(Watchdog { stop, thread });
+        let cmd = renew_cmd(&self.key, &self.owner, self.lease_ms);
+        let id = renewer.start(cmd, Duration::from_millis(self.lease_ms), Arc::clone(&self.loss));
+        self.watchdog = Some((renewer, id));
         Ok(lost)
     }
 
@@ -690,10 +680,8 @@ impl<C: ConnectionLike> Guard<C> {
     }
 
     fn stop_watchdog(&mut self) {
-        if let Some(watchdog) = self.watchdog.take() {
-            // Dropping the sender wakes the thread, which then ends.
-            drop(watchdog.stop);
-            let _ = watchdog.thread.join();
+        if let Some((renewer, id)) = self.watchdog.take() {
+            renewer.stop(id);
         }
     }
 
@@ -728,44 +716,6 @@ impl<C: ConnectionLike> std::fmt::Debug for Guard<C> {
     }
 }
 
-struct Watchdog {
-    /// Dropped to stop the thread.
-    stop: Sender<()>,
-    thread: JoinHandle<()>,
-}
-
-/// The watchdog thread's state.
-struct Renewal {
-    link: Link<Connection>,
-    cmd: Cmd,
-    period: Duration,
-    lease: Duration,
-    loss: Arc<Loss>,
-}
-
-impl Renewal {
-    fn run(mut self, stopped: &Receiver<()>) {
-        let mut confirmed = Instant::now();
-        while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(self.period) {
-            if self.loss.is_lost() {
-                return; // pushed by the session
-            }
-            let sent = Instant::now();
-            let reason = match self.link.query::<u64>(&self.cmd) {
-                Ok(_) => {
-                    confirmed = sent;
-                    continue;
-                }
-                Err(e) if is_notowner(&e) => LeaseLost::NotOwner,
-                Err(_) if confirmed.elapsed() >= self.lease => LeaseLost::Unconfirmed,
-                Err(_) => continue,
-            };
-            self.loss.mark(reason);
-            return;
-        }
-    }
-}
-
 /// The connection a lock's commands go over, and where another comes from
 /// when it breaks.
 struct Link<C> {
@@ -773,8 +723,6 @@ struct Link<C> {
     client: Option<Client>,
     /// From `client`, once `conn` broke.
     spare: Option<Connection>,
-    /// The I/O timeout of `spare`.
-    timeout: Option<Duration>,
 }
 
 impl<C: ConnectionLike> Link<C> {
@@ -803,22 +751,10 @@ impl<C: ConnectionLike> Link<C> {
         let Some(client) = self.client.as_ref().filter(|_| !self.conn.is_open()) else { return Ok(&mut self.conn) };
         let spare = match self.spare.take().filter(ConnectionLike::is_open) {
             Some(spare) => spare,
-            None => match self.timeout {
-                Some(timeout) => connect(client, timeout)?,
-                None => client.get_connection()?,
-            },
+            None => client.get_connection()?,
         };
         Ok(self.spare.insert(spare))
     }
-}
-
-/// A connection whose every step gives up after `timeout`, so that a hung
-/// server cannot hold the watchdog past its stop.
-fn connect(client: &Client, timeout: Duration) -> RedisResult<Connection> {
-    let conn = client.get_connection_with_timeout(timeout)?;
-    conn.set_read_timeout(Some(timeout))?;
-    conn.set_write_timeout(Some(timeout))?;
-    Ok(conn)
 }
 
 fn renew_cmd(key: &str, owner: &str, lease_ms: u64) -> Cmd {
@@ -827,7 +763,7 @@ fn renew_cmd(key: &str, owner: &str, lease_ms: u64) -> Cmd {
     cmd
 }
 
-fn is_notowner(e: &redis::RedisError) -> bool {
+pub(crate) fn is_notowner(e: &redis::RedisError) -> bool {
     e.code() == Some("NOTOWNER")
 }
 

@@ -1,0 +1,156 @@
+//! Watchdogs: one renewal thread and one connection per server for the
+//! whole process, however many guards it keeps alive. Each guard's lease is
+//! renewed every third of it; a `NOTOWNER` or a whole lease without a
+//! confirmed renewal marks the guard lost.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use redis::{Client, Cmd, Connection, ConnectionLike, RedisResult};
+
+use crate::session::Loss;
+use crate::{is_notowner, LeaseLost, RESENDS};
+
+struct Entry {
+    cmd: Cmd,
+    period: Duration,
+    lease: Duration,
+    /// Each step of a renewal gives up after this, so that a hung server
+    /// is noticed within a lease.
+    io_timeout: Duration,
+    loss: Arc<Loss>,
+    confirmed: Instant,
+    due: Instant,
+}
+
+#[derive(Default)]
+struct Schedule {
+    next_id: u64,
+    entries: HashMap<u64, Entry>,
+    /// The renewal being sent (outside the lock).
+    in_flight: Option<u64>,
+}
+
+/// One server's renewals.
+pub(crate) struct Renewer {
+    client: Client,
+    schedule: Mutex<Schedule>,
+    changed: Condvar,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The process's renewer for `client`'s server, its thread started once.
+pub(crate) fn renewer(client: &Client) -> RedisResult<Arc<Renewer>> {
+    static RENEWERS: OnceLock<Mutex<HashMap<String, Arc<Renewer>>>> = OnceLock::new();
+    let key = format!("{:?}", client.get_connection_info());
+    let mut renewers = lock(RENEWERS.get_or_init(Default::default));
+    if let Some(renewer) = renewers.get(&key) {
+        return Ok(Arc::clone(renewer));
+    }
+    let renewer = Arc::new(Renewer { client: client.clone(), schedule: Mutex::default(), changed: Condvar::new() });
+    let thread = Arc::clone(&renewer);
+    std::thread::Builder::new().name("flock-watchdog".into()).spawn(move || thread.run())?;
+    renewers.insert(key, Arc::clone(&renewer));
+    Ok(renewer)
+}
+
+impl Renewer {
+    /// Renews `cmd` every third of `lease` until [`Renewer::stop`] or a loss.
+    pub(crate) fn start(&self, cmd: Cmd, lease: Duration, loss: Arc<Loss>) -> u64 {
+        let period = (lease / 3).max(Duration::from_millis(1));
+        let now = Instant::now();
+        let mut schedule = lock(&self.schedule);
+        let id = schedule.next_id;
+        schedule.next_id += 1;
+        let io_timeout = period.max(Duration::from_millis(50));
+        schedule.entries.insert(id, Entry { cmd, period, lease, io_timeout, loss, confirmed: now, due: now + period });
+        self.changed.notify_all();
+        id
+    }
+
+    /// Stops renewal `id`; once this returns, none of it is in flight.
+    pub(crate) fn stop(&self, id: u64) {
+        let mut schedule = lock(&self.schedule);
+        schedule.entries.remove(&id);
+        while schedule.in_flight == Some(id) {
+            schedule = self.changed.wait(schedule).unwrap_or_else(|e| e.into_inner());
+        }
+        self.changed.notify_all();
+    }
+
+    fn run(&self) {
+        let mut conn: Option<Connection> = None;
+        let mut schedule = lock(&self.schedule);
+        loop {
+            schedule.entries.retain(|_, e| !e.loss.is_lost());
+            let next = schedule.entries.iter().min_by_key(|(_, e)| e.due).map(|(id, e)| (*id, e.due));
+            let Some((id, due)) = next else {
+                schedule = self.changed.wait(schedule).unwrap_or_else(|e| e.into_inner());
+                continue;
+            };
+            let now = Instant::now();
+            if due > now {
+                schedule = self.changed.wait_timeout(schedule, due - now).unwrap_or_else(|e| e.into_inner()).0;
+                continue;
+            }
+            let entry = &schedule.entries[&id];
+            let (cmd, io_timeout) = (entry.cmd.clone(), entry.io_timeout);
+            schedule.in_flight = Some(id);
+            drop(schedule);
+
+            let sent = Instant::now();
+            let result = self.renew(&mut conn, cmd, io_timeout);
+
+            schedule = lock(&self.schedule);
+            schedule.in_flight = None;
+            self.changed.notify_all();
+            let Some(entry) = schedule.entries.get_mut(&id) else { continue };
+            let reason = match result {
+                Ok(_) => {
+                    entry.confirmed = sent;
+                    None
+                }
+                Err(e) if is_notowner(&e) => Some(LeaseLost::NotOwner),
+                Err(_) if entry.confirmed.elapsed() >= entry.lease => Some(LeaseLost::Unconfirmed),
+                Err(_) => None,
+            };
+            entry.due = sent + entry.period;
+            if let Some(reason) = reason {
+                entry.loss.mark(reason);
+                schedule.entries.remove(&id);
+            }
+        }
+    }
+
+    /// One `FLOCK.RENEW` with a fresh request ID, resent with the same ID
+    /// while its reply is lost; a connection that failed is not used again.
+    fn renew(&self, conn: &mut Option<Connection>, mut cmd: Cmd, io_timeout: Duration) -> RedisResult<u64> {
+        cmd.arg("ID").arg(uuid::Uuid::new_v4().to_string());
+        let mut resends = 0;
+        loop {
+            let result = self.once(conn, &cmd, io_timeout);
+            match result {
+                Err(e) if e.is_io_error() && resends < RESENDS => resends += 1,
+                result => return result,
+            }
+        }
+    }
+
+    fn once(&self, slot: &mut Option<Connection>, cmd: &Cmd, io_timeout: Duration) -> RedisResult<u64> {
+        let mut conn = match slot.take().filter(ConnectionLike::is_open) {
+            Some(conn) => conn,
+            None => self.client.get_connection_with_timeout(io_timeout)?,
+        };
+        conn.set_read_timeout(Some(io_timeout))?;
+        conn.set_write_timeout(Some(io_timeout))?;
+        let result = cmd.query(&mut conn);
+        if !matches!(&result, Err(e) if e.is_io_error()) {
+            *slot = Some(conn);
+        }
+        result
+    }
+}
