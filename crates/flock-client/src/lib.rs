@@ -6,11 +6,10 @@
 //!
 //! # fn main() -> redis::RedisResult<()> {
 //! let client = redis::Client::open("redis://127.0.0.1:6379/")?;
-//! let mut conn = client.get_connection()?;
 //! let lock = Lock::new("orders:42", Duration::from_secs(10));
-//! // Queue for up to 5 s; `None` would only try.
-//! if let Some(mut guard) = lock.acquire(&mut conn, Some(Duration::from_secs(5)))? {
-//!     let lost = guard.watchdog(&client)?; // renews every lease / 3 on its own connection
+//! // Queue for up to 5 s through the process's session; `None` would only try.
+//! if let Some(mut guard) = lock.acquire_on(&client, Some(Duration::from_secs(5)))? {
+//!     let lost = guard.watchdog(&client)?; // renews every lease / 3
 //!     // ... work, handing guard.token() to the protected resource;
 //!     // stop when guard.lost() is true or `lost` receives a message ...
 //!     guard.release()?; // or let it drop
@@ -19,12 +18,31 @@
 //! # }
 //! ```
 //!
+//! **Sessions.** A lock that knows its server's `redis::Client`
+//! ([`Lock::acquire_on`], or [`Lock::with_client`] and then
+//! [`Lock::acquire`] on a connection of yours) waits through the process's
+//! session with that server: one connection per server and process, opened
+//! on its first acquire, whose thread loops `FLOCK.INBOX`. A wait is one
+//! `FLOCK.ACQUIRE ... WAIT t INBOX session-id ID request-id`, answered
+//! `WAITING` at once; the session's thread hands the outcome to the waiting
+//! thread. So any number of threads wait without a connection (or a blocked
+//! server client) each: `acquire_on` sends over the process's
+//! [`SharedConnection`] to that server. Every grant made so is watched: when
+//! the server ends it (lease run out, `FLOCK.FORCERELEASE`, key deleted,
+//! demotion) the guard is marked lost at once ([`Guard::lost`],
+//! [`Guard::lost_reason`], [`Guard::lost_channel`]), watchdog or not. If the
+//! session's connection breaks, a new session is opened and the pending
+//! waits are sent again (same request IDs; they queue again at the tail).
+//! A lock without a client, or with [`Lock::blocking`], waits as before:
+//! `FLOCK.ACQUIRE ... WAIT t` blocks the connection given to acquire.
+//!
 //! [`RwLock`] (`read` and `write`) and [`Semaphore`] (`acquire` of n
 //! permits) hand out the same [`Guard`], with the same watchdog, request IDs
 //! and release on drop: every holder has its own lease, token and holds.
 //! The server's refusals come back as errors whose [`redis::RedisError::code`]
 //! is `WRONGMODE` (a lock used as a semaphore, another limit, ...), `UPGRADE`
-//! (writing while reading) or `NOTOWNER`.
+//! (writing while reading) or `NOTOWNER` (its text says why: the lease
+//! ended, force-released, deleted).
 //!
 //! The owner is `<process id>:<thread id>`, the process id a random UUID made
 //! once per process: the same thread acquiring the same lock again reenters
@@ -36,9 +54,9 @@
 //! ID, up to [`RESENDS`] times: the server answers a resend of a command it
 //! already applied with its first reply, so a lost reply never releases or
 //! acquires twice. The resend goes over the same connection if it is still
-//! open (or reconnects by itself, as a `redis::Client` does), otherwise over
-//! a new one from the client given to [`Lock::reconnect_with`] or
-//! [`Guard::watchdog`].
+//! open (or reconnects by itself, as a `redis::Client` or a
+//! [`SharedConnection`] does), otherwise over a new one from the client given
+//! to [`Lock::with_client`] or [`Guard::watchdog`].
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -420,8 +438,15 @@ impl Lock {
     /// `FLOCK.ACQUIRE`. `wait`: `None` (or zero) tries once and never queues;
     /// `Some(d)` queues and blocks up to `d` (rounded up to whole
     /// milliseconds; [`FOREVER`] or more than 2^40 ms has no limit). `None`
-    /// when the lock is busy or the wait timed out. Keep any read timeout of
-    /// `conn` longer than `wait`.
+    /// when the lock is busy or the wait timed out.
+    ///
+    /// With a client ([`Lock::with_client`]) the command goes out on `conn`
+    /// with `INBOX session-id`, `conn` is free again at once and the calling
+    /// thread waits for the session's event; if neither the server's
+    /// `timeout` nor a grant came by `wait` + [`WAIT_MARGIN`], it sends
+    /// `FLOCK.CANCEL` and returns `None` (a grant that raced the cancel is
+    /// released). Without a client (or with [`Lock::blocking`]) `conn`
+    /// blocks for the wait: keep any read timeout of it longer than `wait`.
     pub fn acquire<C: ConnectionLike>(&self, conn: C, wait: Option<Duration>) -> RedisResult<Option<Guard<C>>> {
         self.target.acquire(conn, wait, Mode::Exclusive)
     }
