@@ -63,7 +63,8 @@ fn two_hundred_waiting_threads_share_one_session_and_are_granted_in_fifo_order()
     wait_until("200 session waiters queued", 20 * SECOND, || waiters(&mut admin, "L") == N as i64);
     let added = info_clients(&mut admin, "connected_clients") - before;
     assert!(added <= 4, "200 waiting threads added {added} connections");
-    assert_eq!(info_clients(&mut admin, "blocked_clients"), 1, "only the session's FLOCK.INBOX blocks");
+    // Only the session's FLOCK.INBOX blocks (between two reads, not even it).
+    assert!(info_clients(&mut admin, "blocked_clients") <= 1);
     assert_eq!(s.stat("sessions"), 1);
     let queue = queue_of(&mut admin, "L");
     assert_eq!(queue.len(), N);
@@ -96,14 +97,15 @@ fn a_lock_with_a_client_waits_through_the_session_and_blocking_opts_out() {
         std::thread::spawn(move || lock.acquire(c, Some(10 * SECOND)).map(|g| g.map(|g| g.token())))
     };
     wait_queue(&mut admin, "L", &["w"]);
-    assert_eq!(info_clients(&mut admin, "blocked_clients"), 1, "the session's inbox only");
+    assert!(info_clients(&mut admin, "blocked_clients") <= 1, "the session's inbox only");
     // `blocking()`: the old form, its connection blocked.
     let blocked = {
         let (lock, c) = (lock.clone().with_owner("b").with_client(&client).blocking(), s.conn());
         std::thread::spawn(move || lock.acquire(c, Some(10 * SECOND)).map(|g| g.map(|g| g.token())))
     };
     wait_queue(&mut admin, "L", &["w", "b"]);
-    assert_eq!(info_clients(&mut admin, "blocked_clients"), 2);
+    wait_until("b's connection blocked", 5 * SECOND, || info_clients(&mut admin, "blocked_clients") >= 1);
+    assert!(info_clients(&mut admin, "blocked_clients") <= 2);
 
     drop(holder);
     assert!(waiting.join().unwrap().unwrap().is_some(), "w granted through the session");
@@ -300,8 +302,9 @@ fn closing_the_session_closes_its_connection() {
     drop(Lock::new("L", SECOND).acquire_on(&client, None).unwrap());
     assert_eq!(s.stat("sessions"), 1);
     flock_client::close_session(&client).unwrap();
-    wait_until("the session to end", 5 * SECOND, || s.stat("sessions") == 0);
-    assert!(session_client_id(&mut admin).is_none());
+    wait_until("the session and its connection to end", 5 * SECOND, || {
+        s.stat("sessions") == 0 && session_client_id(&mut admin).is_none()
+    });
     // The next acquire opens a new one.
     drop(Lock::new("L", SECOND).acquire_on(&client, Some(SECOND)).unwrap());
     assert_eq!(s.stat("sessions"), 1);
@@ -328,4 +331,23 @@ fn watchdogs_of_many_guards_renew_over_one_connection() {
         assert_eq!(guard.release().unwrap(), 0);
         assert_eq!(lost.recv_timeout(SECOND), Err(std::sync::mpsc::RecvTimeoutError::Disconnected));
     }
+}
+
+#[test]
+fn a_loss_is_known_before_the_next_waiter_of_the_process_is_granted() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let client = client(&s);
+    let lock = Lock::new("L", 60 * SECOND);
+    let holder = lock.clone().with_owner("holder").acquire_on(&client, None).unwrap().expect("granted");
+    let waiting = {
+        let (lock, client) = (lock.clone().with_owner("next"), client.clone());
+        std::thread::spawn(move || lock.acquire_on(&client, Some(FOREVER)).unwrap().expect("handed the lock"))
+    };
+    wait_queue(&mut admin, "L", &["next"]);
+    assert_eq!(force_release(&mut admin, "L").unwrap(), 1);
+    let next = waiting.join().unwrap();
+    assert!(holder.lost(), "the holder's loss was read before the next grant");
+    assert_eq!(holder.lost_reason(), Some(LeaseLost::ForceReleased));
+    assert!(next.token() > holder.token());
 }
