@@ -351,3 +351,29 @@ fn a_loss_is_known_before_the_next_waiter_of_the_process_is_granted() {
     assert_eq!(holder.lost_reason(), Some(LeaseLost::ForceReleased));
     assert!(next.token() > holder.token());
 }
+
+#[test]
+fn session_waiters_of_a_demoted_master_end_with_an_error() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let client = client(&s);
+    let lock = Lock::new("L", 60 * SECOND);
+    let _holder = lock.clone().with_owner("holder").acquire(s.conn(), None).unwrap().expect("granted");
+    let waiting: Vec<_> = ["a", "b"]
+        .iter()
+        .map(|owner| {
+            let (lock, client) = (lock.clone().with_owner(*owner), client.clone());
+            std::thread::spawn(move || lock.acquire_on(&client, Some(FOREVER)).map(|g| g.is_some()))
+        })
+        .collect();
+    wait_until("two session waiters", 5 * SECOND, || waiters(&mut admin, "L") == 2);
+    let port = free_port();
+    let _: String = redis::cmd("REPLICAOF").arg("127.0.0.1").arg(port).query(&mut admin).unwrap();
+    // Redis 8.2 answers the waits `error UNBLOCKED` in the inbox; Redis 7.0
+    // closes the session's connection, so the resent waits meet READONLY.
+    wait_until("both waiters answered", 10 * SECOND, || waiting.iter().all(|t| t.is_finished()));
+    for t in waiting {
+        let e = t.join().unwrap().expect_err("a waiter of a demoted master gets an error");
+        assert!(["UNBLOCKED", "READONLY"].contains(&error_code(&e).as_str()), "{e}");
+    }
+}
