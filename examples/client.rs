@@ -5,9 +5,10 @@
 //! cargo run --release --example client -- redis://127.0.0.1:6379/
 //! ```
 //!
-//! It takes a lock, lets a second thread queue for it, keeps a short lease
-//! alive with the watchdog, hands the lock over on release, and shows how a
-//! holder learns that it lost the lock. `tests/examples.rs` runs it too.
+//! It takes a lock, lets a second thread queue for it through the process's
+//! session, keeps a short lease alive with the watchdog, hands the lock over
+//! on release, and shows how a holder learns that it lost the lock (the
+//! session pushes the loss). `tests/examples.rs` runs it too.
 #![allow(dead_code)]
 
 use std::thread;
@@ -30,7 +31,9 @@ pub fn run(url: &str) -> RedisResult<()> {
     let client = redis::Client::open(url)?;
     let mut conn = client.get_connection()?;
     // A short lease, so that the watchdog's renewals matter within a second.
-    let lock = Lock::new(KEY, Duration::from_millis(300));
+    // With the client, waits go through this process's session and the
+    // server pushes a loss to the guard.
+    let lock = Lock::new(KEY, Duration::from_millis(300)).with_client(&client);
 
     let Some(mut guard) = lock.acquire(&mut conn, None)? else {
         println!("{KEY} is busy (another run still holds it?)");
@@ -39,12 +42,12 @@ pub fn run(url: &str) -> RedisResult<()> {
     println!("1. {} holds {KEY} with fencing token {}", guard.owner(), guard.token());
     let lost = guard.watchdog(&client)?;
 
-    // Another thread (so another owner) queues for the lock, up to 5 s.
+    // Another thread (so another owner) queues for the lock, up to 5 s,
+    // over the process's shared connection and session.
     let waiter = {
         let (client, lock) = (client.clone(), lock.clone());
         thread::spawn(move || -> RedisResult<u64> {
-            let mut conn = client.get_connection()?;
-            let guard = lock.acquire(&mut conn, Some(Duration::from_secs(5)))?.expect("handed the lock within 5 s");
+            let guard = lock.acquire_on(&client, Some(Duration::from_secs(5)))?.expect("handed the lock within 5 s");
             let token = guard.token();
             guard.release()?;
             Ok(token)
@@ -62,17 +65,19 @@ pub fn run(url: &str) -> RedisResult<()> {
     let second = waiter.join().expect("waiter thread")?;
     println!("3. released; the waiting thread was handed the lock with token {second} (> {first})");
 
-    // Lease loss: an administrator takes the lock away; the watchdog's next
-    // RENEW gets NOTOWNER and the holder hears of it.
+    // Lease loss: an administrator takes the lock away; the session hears
+    // of it at once (before any renewal) and the holder with it.
     let mut guard = lock.acquire(&mut conn, None)?.expect("free again");
     let lost = guard.watchdog(&client)?;
     redis::cmd("FLOCK.FORCERELEASE").arg(KEY).query::<i64>(&mut client.get_connection()?)?;
     let reason = lost.recv_timeout(Duration::from_secs(2)).ok();
-    println!("4. after FLOCK.FORCERELEASE the watchdog reports {reason:?}; lost = {}", guard.lost());
-    assert_eq!(reason, Some(LeaseLost::NotOwner));
+    println!("4. after FLOCK.FORCERELEASE the session reports {reason:?}; lost = {}", guard.lost());
+    assert_eq!(reason, Some(LeaseLost::ForceReleased));
     // Its release now fails with NOTOWNER: the lock is not ours any more.
     if let Err(e) = guard.release() {
         println!("5. release after the loss: {e}");
     }
+    // Close this process's session with the server (its thread ends).
+    flock_client::close_session(&client)?;
     Ok(())
 }
