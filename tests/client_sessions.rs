@@ -200,18 +200,22 @@ fn killing_the_session_connection_resends_the_waits_which_are_still_granted() {
     let client = client(&s);
     let lock = Lock::new("L", 10 * SECOND);
     let holder = lock.clone().with_owner("holder").acquire(s.conn(), None).unwrap().expect("granted");
-    let threads: Vec<_> = ["a", "b", "c"]
-        .iter()
-        .map(|owner| {
-            let (lock, client) = (lock.clone().with_owner(*owner), client.clone());
-            std::thread::spawn(move || lock.acquire_on(&client, Some(30 * SECOND)).map(|g| g.map(|g| g.token())))
+    let owners = ["a", "b", "c"];
+    let threads: Vec<_> = (0..owners.len())
+        .map(|i| {
+            let (lock, client) = (lock.clone().with_owner(owners[i]), client.clone());
+            let t =
+                std::thread::spawn(move || lock.acquire_on(&client, Some(30 * SECOND)).map(|g| g.map(|g| g.token())));
+            wait_queue(&mut admin, "L", &owners[..=i]);
+            t
         })
         .collect();
-    wait_until("three session waiters", 5 * SECOND, || waiters(&mut admin, "L") == 3);
     let old = session_client_id(&mut admin).expect("the session's connection");
     let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(old).query(&mut admin).unwrap();
-    wait_until("a new session with the three waits resent", 10 * SECOND, || {
-        session_client_id(&mut admin).is_some_and(|id| id != old) && waiters(&mut admin, "L") == 3
+    // The server dropped the waits with the session; the new session
+    // queues them again, in the order this process sent them.
+    wait_until("a new session with the three waits resent in order", 10 * SECOND, || {
+        session_client_id(&mut admin).is_some_and(|id| id != old) && queue_of(&mut admin, "L") == owners
     });
     assert_eq!(s.stat("sessions"), 1);
     drop(holder);

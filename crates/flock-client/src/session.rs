@@ -140,6 +140,8 @@ impl Acquire {
 }
 
 struct Pending {
+    /// The order waits were registered in, which a resend keeps.
+    seq: u64,
     tx: Sender<Outcome>,
     acquire: Acquire,
     loss: Arc<Loss>,
@@ -151,6 +153,7 @@ struct State {
     /// The `CLIENT ID` of the session's connection (to close it).
     reader_id: Option<i64>,
     closed: bool,
+    next_seq: u64,
     waits: HashMap<WaitKey, Pending>,
     watches: HashMap<GrantKey, Vec<Weak<Loss>>>,
     early_losses: VecDeque<(GrantKey, LeaseLost)>,
@@ -287,7 +290,9 @@ impl Server {
         if state.waits.contains_key(&key) {
             return false;
         }
-        state.waits.insert(key, Pending { tx, acquire: acquire.clone(), loss: Arc::clone(loss) });
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        state.waits.insert(key, Pending { seq, tx, acquire: acquire.clone(), loss: Arc::clone(loss) });
         true
     }
 
@@ -368,8 +373,10 @@ impl Server {
 
     /// Sends every pending wait again on session `sid`, same request IDs.
     fn resend(&self, sid: &str) {
-        let pending: Vec<Acquire> = lock(&self.state).waits.values().map(|p| p.acquire.clone()).collect();
-        for acquire in pending {
+        let mut pending: Vec<(u64, Acquire)> =
+            lock(&self.state).waits.values().map(|p| (p.seq, p.acquire.clone())).collect();
+        pending.sort_by_key(|(seq, _)| *seq);
+        for (_, acquire) in pending {
             let outcome = match acquire.left_ms() {
                 None => Some(Outcome::Timeout),
                 Some(_) => match self.command::<Value>(&acquire.cmd(Some(sid))) {
