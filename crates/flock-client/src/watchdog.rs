@@ -66,7 +66,9 @@ impl Renewer {
         let mut schedule = lock(&self.schedule);
         let id = schedule.next_id;
         schedule.next_id += 1;
-        let io_timeout = period.max(Duration::from_millis(50));
+        // Short enough that a hung server does not hold up the renewals of
+        // the other guards for long (one thread renews them all).
+        let io_timeout = period.clamp(Duration::from_millis(50), Duration::from_secs(2));
         schedule.entries.insert(id, Entry { cmd, period, lease, io_timeout, loss, confirmed: now, due: now + period });
         self.changed.notify_all();
         id
