@@ -18,6 +18,10 @@ struct Trigger {
     dropped: usize,
     /// Commands forwarded so far, by upper-case name.
     seen: Vec<Vec<u8>>,
+    /// Set by [`Proxy::kill`]: every connection closed, new ones refused.
+    dead: bool,
+    /// Both ends of every connection so far, to close them on a kill.
+    streams: Vec<TcpStream>,
 }
 
 pub struct Proxy {
@@ -35,6 +39,16 @@ impl Proxy {
         let shared = Arc::clone(&trigger);
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
+                {
+                    let mut t = shared.lock().expect("trigger");
+                    if t.dead {
+                        let _ = client.shutdown(Shutdown::Both);
+                        continue;
+                    }
+                    if let Ok(end) = client.try_clone() {
+                        t.streams.push(end);
+                    }
+                }
                 let trigger = Arc::clone(&shared);
                 std::thread::spawn(move || {
                     let _ = forward(client, server_port, &trigger);
@@ -55,6 +69,18 @@ impl Proxy {
         self.trigger.lock().expect("trigger").armed = Some((command.to_ascii_uppercase().into_bytes(), nth - 1));
     }
 
+    /// The process behind this proxy dies: every connection through it is
+    /// closed at both ends (the server sees its clients go, as when a
+    /// process is killed) and every new one is closed at once, so the
+    /// process cannot reconnect.
+    pub fn kill(&self) {
+        let mut t = self.trigger.lock().expect("trigger");
+        t.dead = true;
+        for end in t.streams.drain(..) {
+            let _ = end.shutdown(Shutdown::Both);
+        }
+    }
+
     /// Replies swallowed so far.
     pub fn dropped(&self) -> usize {
         self.trigger.lock().expect("trigger").dropped
@@ -72,6 +98,15 @@ impl Proxy {
 /// client socket meanwhile).
 fn forward(client: TcpStream, server_port: u16, trigger: &Mutex<Trigger>) -> io::Result<()> {
     let server = TcpStream::connect(("127.0.0.1", server_port))?;
+    {
+        let mut t = trigger.lock().expect("trigger");
+        if t.dead {
+            let _ = client.shutdown(Shutdown::Both);
+            let _ = server.shutdown(Shutdown::Both);
+            return Ok(());
+        }
+        t.streams.push(server.try_clone()?);
+    }
     let (mut to_client, mut to_server) = (client.try_clone()?, server.try_clone()?);
     let (mut from_client, mut from_server) = (BufReader::new(client), BufReader::new(server));
     loop {
