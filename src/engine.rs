@@ -37,7 +37,8 @@ fn follow(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, now: u64, scrat
             }
             Outcome::Granted { token, waiter } => {
                 file(s, place, lock, token, None, now);
-                if let Some((holder, _)) = lock.holders().get(token) {
+                // A new grant: an older loss of its owner explains nothing now.
+                if let Some((holder, _)) = lock.holders().get(token).filter(|_| !s.losses.is_empty()) {
                     s.losses.forget(&(place.clone(), holder.owner.clone()));
                 }
                 if let Some(wait) = waiter {
