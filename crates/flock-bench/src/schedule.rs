@@ -119,7 +119,8 @@ pub fn run_all(server: &Server, config: &Config) -> Result<Vec<Sample>, Box<dyn 
     if config.scenarios.contains(&Scenario::Scale) {
         rec.repeat = 0;
         rec.repeats = 1;
-        for &kind in &config.methods {
+        // A session's waiters are measured by `waiters`, beside the others.
+        for &kind in config.methods.iter().filter(|&&k| k != methods::Kind::FlockSession) {
             // On servers of its own: what one method leaves behind must not
             // count for the next (Redis frees the clients it pooled for
             // blocked module commands at 500 a second).

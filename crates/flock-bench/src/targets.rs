@@ -34,6 +34,11 @@ fn flock(rows: &[Sample], scenario: &str, clients: usize, metric: Metric) -> Opt
     rows.iter().find(|r| r.scenario == scenario && r.method == "flock" && r.clients == clients)?.get(metric)
 }
 
+/// The `flock-session` row of a scenario, if it ran.
+fn session_row<'a>(rows: &'a [Sample], scenario: &str, clients: usize) -> Option<&'a Sample> {
+    rows.iter().find(|r| r.scenario == scenario && r.method == "flock-session" && r.clients == clients)
+}
+
 fn clients_of(rows: &[Sample], scenario: &str) -> Vec<usize> {
     let mut clients: Vec<usize> =
         rows.iter().filter(|r| r.scenario == scenario && r.method == "flock").map(|r| r.clients).collect();
@@ -56,6 +61,13 @@ pub fn check(samples: &[Sample], rows: &[Sample]) -> Vec<Check> {
         let vs = |method| paired(samples, n, flock_pairs, At("uncontended", method, uncontended::PAIRS));
         add(format!("uncontended x{n}: pairs/s within 5% of setnx"), vs("setnx"), &times, &|r| r >= 0.95);
         add(format!("uncontended x{n}: pairs/s ahead of redisson"), vs("redisson"), &times, &|r| r > 1.0);
+        let session = At("uncontended", "flock-session", uncontended::PAIRS);
+        add(
+            format!("uncontended x{n}: pairs/s through a session within 5% of flock"),
+            paired(samples, n, session, flock_pairs),
+            &times,
+            &|r| r >= 0.95,
+        );
     }
 
     let hold = contended_label(100);
@@ -81,6 +93,19 @@ pub fn check(samples: &[Sample], rows: &[Sample]) -> Vec<Check> {
         add(
             format!("contended x{n}: hand-off p99 at most PING p99"),
             paired(samples, n, At(&hold, "flock", contended::GAP_P99), At("ping", "ping", ping::P99)),
+            &times,
+            &|r| r <= 1.0,
+        );
+        let session = |metric| session_row(rows, &hold, n)?.get(metric);
+        add(
+            format!("contended x{n}: through a session, no grant out of FIFO order"),
+            session(contended::OUT_OF_ORDER),
+            &plain,
+            &|v| v == 0.0,
+        );
+        add(
+            format!("contended x{n}: through a session, hand-off p50 at most PING p50"),
+            paired(samples, n, At(&hold, "flock-session", contended::GAP_P50), At("ping", "ping", ping::P50)),
             &times,
             &|r| r <= 1.0,
         );

@@ -8,13 +8,13 @@ use crate::stop::Stop;
 
 pub struct Flock;
 
-fn acquire_cmd(key: &str, owner: &str, lease_ms: u64) -> Cmd {
+pub(super) fn acquire_cmd(key: &str, owner: &str, lease_ms: u64) -> Cmd {
     let mut cmd = redis::cmd("FLOCK.ACQUIRE");
     cmd.arg(key).arg(owner).arg(lease_ms);
     cmd
 }
 
-fn wait_cmd(key: &str, owner: &str, lease_ms: u64) -> Cmd {
+pub(super) fn wait_cmd(key: &str, owner: &str, lease_ms: u64) -> Cmd {
     let mut cmd = acquire_cmd(key, owner, lease_ms);
     cmd.arg("WAIT").arg(0);
     cmd

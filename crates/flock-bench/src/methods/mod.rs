@@ -1,8 +1,10 @@
-//! The four ways to lock that are measured, behind one interface so that
-//! every scenario drives them through the same client code: FLOCK, and the
+//! The ways to lock that are measured, behind one interface so that every
+//! scenario drives them through the same client code: FLOCK (a blocked
+//! connection per waiter, or one session for the whole process), and the
 //! recipes used with plain Redis today, as Lua scripts run by EVALSHA.
 
 mod flock;
+mod flock_session;
 mod listpoll;
 mod pubsub;
 mod redisson;
@@ -24,17 +26,20 @@ use crate::stop::Stop;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Flock,
+    /// FLOCK through one session per server for every client thread.
+    FlockSession,
     SetNx,
     ListPoll,
     Redisson,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::Flock, Kind::SetNx, Kind::ListPoll, Kind::Redisson];
+    pub const ALL: [Kind; 5] = [Kind::Flock, Kind::FlockSession, Kind::SetNx, Kind::ListPoll, Kind::Redisson];
 
     pub fn name(self) -> &'static str {
         match self {
             Kind::Flock => "flock",
+            Kind::FlockSession => "flock-session",
             Kind::SetNx => "setnx",
             Kind::ListPoll => "listpoll",
             Kind::Redisson => "redisson",
@@ -57,6 +62,7 @@ impl Kind {
     pub fn client(self, server: &Server) -> RedisResult<Box<dyn Method>> {
         Ok(match self {
             Kind::Flock => Box::new(flock::Flock),
+            Kind::FlockSession => Box::new(flock_session::FlockSession::new(server)?),
             Kind::SetNx => Box::new(setnx::SetNx),
             Kind::ListPoll => Box::new(listpoll::ListPoll),
             Kind::Redisson => Box::new(redisson::Redisson::new(server)?),

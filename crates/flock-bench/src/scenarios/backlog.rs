@@ -42,7 +42,8 @@ fn fill_script(kind: Kind) -> Option<&'static str> {
     match kind {
         Kind::Flock => Some(FLOCK_FILL),
         Kind::SetNx => Some(SETNX_FILL),
-        Kind::ListPoll | Kind::Redisson => None,
+        // A session changes nothing about leases.
+        Kind::FlockSession | Kind::ListPoll | Kind::Redisson => None,
     }
 }
 
