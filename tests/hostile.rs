@@ -538,6 +538,7 @@ fn writes(key: &str, owner: &str) -> Vec<Vec<String>> {
         v(&["FLOCK.RENEW", key, owner, "1000"]),
         v(&["FLOCK.RELEASE", key, owner]),
         v(&["FLOCK.FORCERELEASE", key]),
+        v(&["FLOCK.CANCEL", key, owner]),
     ]
 }
 
@@ -674,15 +675,23 @@ fn acl_categories_write_read_flock_on_redis_8_and_valkey_9_but_none_on_redis_7_0
     // Sorted; the internal FLOCK.HOLDER, FLOCK.ID and FLOCK.STATE are in it too.
     let all = [
         "flock.acquire",
+        "flock.cancel",
         "flock.forcerelease",
         "flock.holder",
         "flock.id",
+        "flock.inbox",
         "flock.info",
         "flock.release",
         "flock.renew",
+        "flock.session",
         "flock.state",
     ];
     assert_eq!(flock, all, "ACL CAT flock");
+    // A session's commands are connection state, as CLIENT's are: not @write.
+    let mut connection: Vec<String> = redis::cmd("ACL").arg("CAT").arg("connection").query(&mut admin).unwrap();
+    connection.retain(|c| c.starts_with("flock."));
+    connection.sort();
+    assert_eq!(connection, ["flock.inbox", "flock.session"], "ACL CAT connection");
 
     // -@write: every write refused, FLOCK.INFO allowed.
     assert_refused(&s, &mut admin, &mut user, &["k", "free"], &writes("k", "me"), "-@write");
