@@ -21,9 +21,11 @@ import java.util.concurrent.locks.Lock;
  * the client's watchdog timeout (30 s by default) and a watchdog renews it every third of that until the
  * last unlock; with a lease time the lock ends by itself after it. A wait is one {@code FLOCK.ACQUIRE ... WAIT}
  * through the client's session (no connection of its own); the server pushes the loss of a grant at once
- * ({@link #isLeaseLost()}, the client's {@link LeaseLostListener}). I/O failures that outlast
- * {@link FlockClient#RESENDS} resends surface as {@link UncheckedIOException}; other error replies as
- * {@link RedisError} (or the adapter's exception).
+ * ({@link #isLeaseLost()}, the client's {@link LeaseLostListener}). A wait whose server cannot be reached
+ * retries until its own deadline and then ends as a wait that ran out ({@code tryLock} false; {@code lock()}
+ * retries without limit, {@code lockInterruptibly()} until interrupted). Other I/O failures that outlast
+ * {@link FlockClient#RESENDS} resends (a try without wait, unlock, info) surface as
+ * {@link UncheckedIOException}; error replies as {@link RedisError} (or the adapter's exception).
  */
 public class FlockLock implements Lock {
     private static final long FOREVER = -1;
@@ -348,7 +350,8 @@ public class FlockLock implements Lock {
      * {@code WAITING}; after {@code WAITING} the session's reader hands over the outcome. An interrupt (or the
      * local deadline, the WAIT timeout plus a margin) sends FLOCK.CANCEL and the wait's event then decides: a
      * grant that won the race with an interrupt is released. A broken session: the wait is sent again, same
-     * request ID, to a new one (retrying, while the server cannot be reached, until its own deadline).
+     * request ID, to a new one. While the server cannot be reached (before the first WAITING too) the wait
+     * retries every {@link #REOPEN_PAUSE_MS} until its own deadline, and then ends as one that ran out.
      */
     private Long acquireInSession(long waitMs, long lease, boolean interruptible) throws InterruptedException {
         Session session = client.session;
@@ -374,7 +377,6 @@ public class FlockLock implements Lock {
         long now = System.nanoTime();
         long deadline = waitMs == FOREVER ? 0 : now + TimeUnit.MILLISECONDS.toNanos(waitMs);
         long localDeadline = deadline == 0 ? 0 : deadline + TimeUnit.MILLISECONDS.toNanos(LOCAL_DEADLINE_MARGIN_MS);
-        boolean queuedOnce = false;     // a WAITING came back: from then on failures retry
         boolean mayBeQueued = false;    // a send's reply was lost: the server may hold a wait
         boolean sendNow = true;
         long sendAt = now;              // nanoTime of the next attempt to send, when sendNow waits for it
@@ -407,12 +409,8 @@ public class FlockLock implements Lock {
                         sid = session.register(wait);
                         reply = client.command(acquireArgs(lease, remainingMs, sid, rid));
                     } catch (IOException e) {
-                        if (!queuedOnce) {
-                            if (sid != null) {
-                                session.abandon(wait);
-                            }
-                            throw new UncheckedIOException(e);
-                        }
+                        // The server cannot be reached (before the first WAITING too): try again after a
+                        // pause, until the wait's own deadline, which then ends it as a timeout.
                         mayBeQueued |= sid != null;
                         sendNow = true;
                         sendAt = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(REOPEN_PAUSE_MS);
@@ -432,7 +430,6 @@ public class FlockLock implements Lock {
                     if (!"WAITING".equals(text(reply))) { // a status reply; some libraries give it as bytes
                         throw new IllegalStateException("FLOCK.ACQUIRE answered " + text(reply));
                     }
-                    queuedOnce = true;
                     noSession = 0;
                 }
                 long until = cancelledFor != null ? giveUpAt : sendNow ? sendAt : localDeadline;

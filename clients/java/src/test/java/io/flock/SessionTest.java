@@ -371,6 +371,114 @@ class SessionTest extends ServerTest {
         }
     }
 
+    /** A factory that refuses to connect while {@code down} (a server that cannot be reached). */
+    static final class GatedFactory implements ConnectionFactory {
+        private final ConnectionFactory inner;
+        volatile boolean down;
+
+        GatedFactory(ConnectionFactory inner) {
+            this.inner = inner;
+        }
+
+        @Override
+        public FlockConnection connect() throws IOException {
+            if (down) {
+                throw new java.net.ConnectException("the test's server is unreachable");
+            }
+            return inner.connect();
+        }
+    }
+
+    /** The server is down before the wait's first ACQUIRE: tryLock runs out, lock() retries until it is back. */
+    @Test
+    void aWaitWhoseServerIsDownFromTheStartEndsAsATimeout() throws Exception {
+        TestServer[] own = {TestServer.start()};
+        try {
+            int port = own[0].port;
+            FlockClient client = opened(new FlockClient(own[0].factory()));
+            FlockLock lock = client.getFairLock("k");
+            lock.lock(); // the session is open, then its server goes away
+            lock.unlock();
+            own[0].close();
+            long start = System.nanoTime();
+            assertFalse(onThread(() -> lock.tryLock(600, -1, TimeUnit.MILLISECONDS)).get(10, TimeUnit.SECONDS));
+            long tookMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+            assertTrue(tookMs >= 550 && tookMs < 3_000, "ran out after " + tookMs + " ms");
+            // A client that never reached its server: the same.
+            FlockLock fresh = opened(new FlockClient(RespConnection.factory("127.0.0.1", port))).getFairLock("k");
+            assertNull(onThread(() -> fresh.tryLockAndGetToken(300, -1, TimeUnit.MILLISECONDS))
+                    .get(10, TimeUnit.SECONDS));
+            // lockInterruptibly() retries until interrupted.
+            AtomicReference<Thread> waiter = new AtomicReference<>();
+            CompletableFuture<Void> interruptible = onThread(() -> {
+                waiter.set(Thread.currentThread());
+                lock.lockInterruptibly();
+                return null;
+            });
+            Thread.sleep(400);
+            assertFalse(interruptible.isDone(), String.valueOf(interruptible));
+            waiter.get().interrupt();
+            assertTrue(failure(interruptible) instanceof InterruptedException);
+            // lock() retries without limit: granted once the server is back.
+            CompletableFuture<Long> locked = onThread(() -> lock.lockAndGetToken());
+            Thread.sleep(400);
+            assertFalse(locked.isDone(), String.valueOf(locked));
+            own[0] = TestServer.start(port);
+            assertNotNull(locked.get(20, TimeUnit.SECONDS), "granted by the restarted server");
+        } finally {
+            own[0].close();
+        }
+    }
+
+    /**
+     * The I/O failure comes before the first WAITING reply on a reachable server (every ACQUIRE's reply is
+     * lost): the wait retries and runs out as a timeout, and nothing of it stays queued.
+     */
+    @Test
+    void aWaitWhoseAcquireRepliesAreLostEndsAsATimeout() throws Exception {
+        try (DroppingProxy proxy = new DroppingProxy(server.port)) {
+            FlockLock held = client().getFairLock("k");
+            held.lock();
+            FlockClient client = opened(new FlockClient(RespConnection.factory("127.0.0.1", proxy.port())));
+            FlockLock lock = client.getFairLock("k");
+            proxy.dropRepliesTo("FLOCK.ACQUIRE", Integer.MAX_VALUE);
+            long start = System.nanoTime();
+            assertFalse(onThread(() -> lock.tryLock(800, -1, TimeUnit.MILLISECONDS)).get(10, TimeUnit.SECONDS));
+            long tookMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+            assertTrue(tookMs >= 750 && tookMs < 4_000, "ran out after " + tookMs + " ms");
+            assertTrue(proxy.dropped.get() > FlockClient.RESENDS + 1, "lost replies: " + proxy.dropped.get());
+            await("the server's wait ran out too", () -> waiters("k") == 0);
+            proxy.dropRepliesTo("FLOCK.ACQUIRE", 0);
+            held.unlock();
+            await("nothing of the wait holds the lock", () -> info("k") == null);
+        }
+    }
+
+    /** Queued, then the server goes away for good: the wait ends as a timeout at its deadline. */
+    @Test
+    void aQueuedWaitWhoseServerStaysDownEndsAsATimeout() throws Exception {
+        TestServer own = TestServer.start();
+        long start;
+        CompletableFuture<Boolean> waiter;
+        try {
+            FlockClient holder = opened(new FlockClient(own.factory()));
+            FlockClient client = opened(new FlockClient(own.factory()));
+            holder.getFairLock("k").lock();
+            start = System.nanoTime();
+            waiter = onThread(() -> client.getFairLock("k").tryLock(1_500, -1, TimeUnit.MILLISECONDS));
+            FlockLock inspect = opened(new FlockClient(own.factory())).getFairLock("k");
+            await("the waiter queues", () -> {
+                java.util.Map<String, Object> info = inspect.info();
+                return info != null && (Long) info.get("waiters") == 1;
+            });
+        } finally {
+            own.close(); // for good
+        }
+        assertFalse(waiter.get(10, TimeUnit.SECONDS));
+        long tookMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+        assertTrue(tookMs >= 1_400 && tookMs < 4_000, "ran out after " + tookMs + " ms");
+    }
+
     /**
      * A demotion: the waits end with an error, not a hang. Redis 7.0 closes the blocked FLOCK.INBOX connection
      * itself (its disconnectAllBlockedClients), so the session's events are lost with it: the waiter, resent to
