@@ -389,6 +389,60 @@ class SessionTest extends ServerTest {
         }
     }
 
+    /** A grant force-released while the session was down is found lost by the re-watch's RENEW. */
+    @Test
+    void aGrantForceReleasedWhileTheSessionWasDownIsReportedLostAfterTheReconnect() throws Exception {
+        GatedFactory gate = new GatedFactory(server.factory());
+        FlockClient client = opened(new FlockClient(gate, 60_000));
+        CompletableFuture<String> reported = new CompletableFuture<>();
+        client.setLeaseLostListener((name, thread, token, reason) -> reported.complete(name + " " + reason));
+        FlockLock lock = client.getFairLock("k");
+        lock.lock();
+        await("the session connection is open", () -> sessionConnections().size() == 1);
+        gate.down = true;
+        assertEquals(1L, admin.call("CLIENT", "KILL", "ID", Long.toString(sessionConnections().get(0))));
+        await("the session is gone", () -> sessionConnections().isEmpty());
+        assertEquals(1L, admin.call("FLOCK.FORCERELEASE", "k"));
+        Thread.sleep(300); // nothing can tell the client meanwhile
+        assertFalse(lock.isLeaseLost());
+        assertFalse(reported.isDone());
+        gate.down = false;
+        assertEquals("k NOTOWNER", reported.get(10, TimeUnit.SECONDS));
+        assertTrue(lock.isLeaseLost());
+        assertEquals(0, client.rewatched.get());
+        assertEquals(2, client.session.opened());
+        IllegalMonitorStateException e = assertThrows(IllegalMonitorStateException.class, lock::unlock);
+        assertTrue(e.getMessage().contains("not locked by current thread"), e.getMessage());
+        assertTrue(e.getMessage().contains("the server ended the grant"), e.getMessage());
+        assertNull(info("k"));
+    }
+
+    /** The re-watch's extra hold is given back: a reentered fixed-lease grant keeps its two holds. */
+    @Test
+    void aReenteredFixedLeaseGrantKeepsItsHoldCountAcrossTheReWatch() throws Exception {
+        FlockClient client = client();
+        CompletableFuture<String> reported = new CompletableFuture<>();
+        client.setLeaseLostListener((name, thread, token, reason) -> reported.complete(reason));
+        FlockLock lock = client.getFairLock("k");
+        long token = lock.lockAndGetToken(20, TimeUnit.SECONDS);
+        assertEquals(token, lock.lockAndGetToken(20, TimeUnit.SECONDS));
+        assertEquals(2, holds("k"));
+        await("the session connection is open", () -> sessionConnections().size() == 1);
+        assertEquals(1L, admin.call("CLIENT", "KILL", "ID", Long.toString(sessionConnections().get(0))));
+        await("a new session watches the grant", () -> client.rewatched.get() == 1);
+        assertEquals(2, holds("k"), "the hold count is unchanged");
+        assertEquals(0, client.watchdogs());
+        assertTrue((Long) info("k").get("ttl-ms") <= 20_000);
+        lock.unlock();
+        assertEquals(1, holds("k"));
+        // Still watched by the new session, without a watchdog: a force-release is pushed at once.
+        long before = System.nanoTime();
+        assertEquals(1L, admin.call("FLOCK.FORCERELEASE", "k"));
+        assertEquals("forcereleased", reported.get(10, TimeUnit.SECONDS));
+        assertTrue(System.nanoTime() - before < TimeUnit.SECONDS.toNanos(2), "pushed, not found later");
+        assertTrue(lock.isLeaseLost());
+    }
+
     /** The server is down before the wait's first ACQUIRE: tryLock runs out, lock() retries until it is back. */
     @Test
     void aWaitWhoseServerIsDownFromTheStartEndsAsATimeout() throws Exception {
