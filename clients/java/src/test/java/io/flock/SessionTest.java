@@ -613,6 +613,7 @@ class SessionTest extends ServerTest {
         }
         await("3 hold and 5 wait", () -> holderCount("s") == 3 && waiters("s") == 5);
         assertEquals(0, slots.availablePermits());
+        await("the 3 holders' threads are inside", () -> inside.get() == 3); // granted before they count
         release.countDown();
         joinAll(workers);
         assertEquals(3, most.get());
