@@ -381,3 +381,103 @@ fn session_waiters_of_a_demoted_master_end_with_an_error() {
         assert!(["UNBLOCKED", "READONLY"].contains(&error_code(&e).as_str()), "{e}");
     }
 }
+
+/// Kills the session's connection and waits for the new session to have
+/// re-watched `grants` held grants (one reentrant ACQUIRE each).
+fn kill_session_and_wait_for_rewatch(s: &Server, admin: &mut Connection, grants: i64) {
+    let old = session_client_id(admin).expect("the session's connection");
+    let reentries = s.stat("reentrant_acquires");
+    let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(old).query(admin).unwrap();
+    wait_until("a new session that re-watched the grants", 10 * SECOND, || {
+        session_client_id(admin).is_some_and(|id| id != old) && s.stat("reentrant_acquires") == reentries + grants
+    });
+}
+
+#[test]
+fn a_fixed_lease_grant_is_rewatched_after_the_session_breaks_with_its_holds_and_lease_left() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let client = client(&s);
+    let lock = Lock::new("L", 60 * SECOND);
+    let first = lock.acquire_on(&client, None).unwrap().expect("granted");
+    let second = lock.acquire_on(&client, None).unwrap().expect("reentered");
+    assert_eq!(holds(&mut admin, "L"), 2);
+    let before = ttl_ms(&mut admin, "L");
+    kill_session_and_wait_for_rewatch(&s, &mut admin, 1);
+    // One re-watch for the grant (two guards): its extra hold given back
+    // (wait for the RELEASE), no lease longer than it had left.
+    wait_until("the extra hold released", 5 * SECOND, || holds(&mut admin, "L") == 2);
+    std::thread::sleep(100 * MS);
+    assert_eq!(holds(&mut admin, "L"), 2, "the hold count is unchanged");
+    let after = ttl_ms(&mut admin, "L");
+    assert!(after <= before && after > 50_000, "the lease left is kept: {before} ms before, {after} ms after");
+    assert_eq!(token_of(&mut admin, "L") as u64, first.token());
+    assert!(!first.lost() && !second.lost());
+    // No watchdog: only the moved watch can tell of this at once.
+    let (a, b) = (first.lost_channel(), second.lost_channel());
+    assert_eq!(force_release(&mut admin, "L").unwrap(), 1);
+    assert_eq!(a.recv_timeout(5 * SECOND), Ok(LeaseLost::ForceReleased));
+    assert_eq!(b.recv_timeout(5 * SECOND), Ok(LeaseLost::ForceReleased));
+}
+
+#[test]
+fn a_watchdog_grant_is_rewatched_with_the_watchdogs_lease_and_released_with_its_holds_right() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let client = client(&s);
+    let mut guard = Semaphore::new("S", 3, 10 * SECOND).acquire_on(&client, 2, None).unwrap().expect("granted");
+    let lost = guard.watchdog(&client).unwrap();
+    kill_session_and_wait_for_rewatch(&s, &mut admin, 1);
+    wait_until("the extra hold released", 5 * SECOND, || holds(&mut admin, "S") == 1);
+    assert!(ttl_ms(&mut admin, "S") > 5_000);
+    assert!(!guard.lost());
+    assert_eq!(guard.release().unwrap(), 0, "one hold left to release");
+    assert!(info(&mut admin, "S").is_none());
+    assert_eq!(lost.recv_timeout(SECOND), Err(std::sync::mpsc::RecvTimeoutError::Disconnected));
+}
+
+#[test]
+fn a_grant_force_released_while_the_session_was_down_is_reported_lost_after_the_reconnect() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let client = client(&s);
+    let guard = Lock::new("L", 60 * SECOND).acquire_on(&client, None).unwrap().expect("granted");
+    let lost = guard.lost_channel();
+    let old = session_client_id(&mut admin).expect("the session's connection");
+    // The session is gone before the loss: its push goes nowhere.
+    let _: (i64, i64) = redis::pipe()
+        .atomic()
+        .cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(old)
+        .cmd("FLOCK.FORCERELEASE")
+        .arg("L")
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(lost.recv_timeout(10 * SECOND), Ok(LeaseLost::NotOwner), "the RENEW after the reconnect found it");
+    assert!(guard.lost());
+    assert!(info(&mut admin, "L").is_none(), "the re-watch made no grant");
+}
+
+#[test]
+fn a_session_wait_whose_server_is_unreachable_past_its_deadline_ends_as_a_timeout() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let proxy = common::proxy::Proxy::start(s.port);
+    let client = redis::Client::open(proxy.url()).expect("client");
+    let _holder = Lock::new("L", 30 * SECOND).with_owner("holder").acquire(s.conn(), None).unwrap();
+    let waiting = {
+        let client = client.clone();
+        std::thread::spawn(move || {
+            let started = Instant::now();
+            let outcome = Lock::new("L", SECOND).with_owner("w").acquire_on(&client, Some(1500 * MS));
+            (outcome.map(|g| g.map(|g| g.token())), started.elapsed())
+        })
+    };
+    wait_queue(&mut admin, "L", &["w"]);
+    proxy.kill();
+    let (outcome, took) = waiting.join().unwrap();
+    assert!(matches!(outcome, Ok(None)), "a timeout, not an error: {outcome:?}");
+    assert!(took >= 1400 * MS && took < 2500 * MS, "ended at its deadline: {took:?}");
+}

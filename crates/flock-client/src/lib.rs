@@ -183,7 +183,7 @@ impl Target {
                 Ok(Value::Nil) => return Ok(None),
                 Ok(Value::Int(token)) => {
                     let token = token as u64;
-                    server.watch(&acquire.key, &acquire.owner, token, &loss);
+                    server.watch(&acquire, token, &loss);
                     return Ok(Some(Guard::new(link, acquire, token, loss, Some(server))));
                 }
                 Err(e) if e.code() == Some("NOSESSION") && nosession < RESENDS => {
@@ -672,11 +672,16 @@ impl<C: ConnectionLike> Guard<C> {
     /// `FLOCK.RENEW` by hand: a fresh lease from now. A `NOTOWNER` error
     /// also marks the guard lost.
     pub fn renew(&mut self) -> RedisResult<u64> {
-        self.link.query(&renew_cmd(&self.key, &self.owner, self.lease_ms)).inspect_err(|e| {
+        let sent = Instant::now();
+        let renewed = self.link.query(&renew_cmd(&self.key, &self.owner, self.lease_ms)).inspect_err(|e| {
             if is_notowner(e) {
                 self.loss.mark(LeaseLost::NotOwner);
             }
-        })
+        });
+        if renewed.is_ok() {
+            self.loss.renewed(sent);
+        }
+        renewed
     }
 
     /// Starts a thread that renews the lease every third of it on its own
@@ -694,6 +699,7 @@ impl<C: ConnectionLike> Guard<C> {
         let cmd = renew_cmd(&self.key, &self.owner, self.lease_ms);
         let id = renewer.start(cmd, Duration::from_millis(self.lease_ms), Arc::clone(&self.loss));
         self.watchdog = Some((renewer, id));
+        self.loss.set_watchdog(true);
         Ok(lost)
     }
 
@@ -713,6 +719,9 @@ impl<C: ConnectionLike> Guard<C> {
     fn release_once(&mut self) -> RedisResult<u64> {
         self.stop_watchdog();
         self.released = true;
+        // Not while a re-watch on a new session holds its extra hold.
+        let hold = self.session.as_ref().and_then(|s| s.hold_lock(&self.key, &self.owner, self.token));
+        let _hold = hold.as_ref().map(|h| h.lock().unwrap_or_else(|e| e.into_inner()));
         if let Some(session) = &self.session {
             session.unwatch(&self.key, &self.owner, self.token, &self.loss);
         }

@@ -43,9 +43,39 @@ pub(crate) struct Loss {
     reason: Mutex<Option<LeaseLost>>,
     flag: AtomicBool,
     subscribers: Mutex<Vec<Sender<LeaseLost>>>,
+    /// How the guard's lease goes on, for a re-watch on a new session.
+    lease: Mutex<Lease>,
+}
+
+/// A guard's lease: its length (ms), when it ends if nothing renews it
+/// (counted from when the grant's reply came), and whether a watchdog
+/// renews it.
+#[derive(Clone, Copy, Default)]
+struct Lease {
+    ms: u64,
+    ends: Option<Instant>,
+    watchdog: bool,
 }
 
 impl Loss {
+    /// The grant's reply (or event) came at `at`, with a lease of `ms`.
+    pub(crate) fn granted(&self, ms: u64, at: Instant) {
+        let mut lease = lock(&self.lease);
+        lease.ms = ms;
+        lease.ends = Some(at + Duration::from_millis(ms));
+    }
+
+    /// A renewal sent at `at` got through: a fresh lease from then.
+    pub(crate) fn renewed(&self, at: Instant) {
+        let mut lease = lock(&self.lease);
+        lease.ends = Some(at + Duration::from_millis(lease.ms));
+    }
+
+    /// A watchdog renews the lease from now on.
+    pub(crate) fn set_watchdog(&self, on: bool) {
+        lock(&self.lease).watchdog = on;
+    }
+
     /// Marks the grant lost (the first reason wins) and tells every subscriber.
     pub(crate) fn mark(&self, why: LeaseLost) -> bool {
         let mut reason = lock(&self.reason);
@@ -147,6 +177,50 @@ struct Pending {
     loss: Arc<Loss>,
 }
 
+/// A held grant the session watches: its guards' losses, its mode, and the
+/// lock that serializes a re-watch with its guards' releases.
+struct Watch {
+    mode: Mode,
+    losses: Vec<Weak<Loss>>,
+    hold: Arc<Mutex<()>>,
+}
+
+/// The lease a re-watch asks for.
+enum Left {
+    /// No guard holds it any more (or it is already known lost).
+    Gone,
+    /// A fixed lease that ran out while the session was down.
+    Expired,
+    Ms(u64),
+}
+
+impl Watch {
+    /// The watchdog's lease if one renews it; else the time left of the
+    /// fixed lease that ends last (never more).
+    fn left(&self) -> Left {
+        let now = Instant::now();
+        let longest = self
+            .losses
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|loss| !loss.is_lost())
+            .map(|loss| {
+                let lease = *lock(&loss.lease);
+                if lease.watchdog {
+                    return lease.ms;
+                }
+                let ends = lease.ends.unwrap_or(now);
+                u64::try_from(ends.saturating_duration_since(now).as_millis()).unwrap_or(u64::MAX)
+            })
+            .max();
+        match longest {
+            None => Left::Gone,
+            Some(0) => Left::Expired,
+            Some(ms) => Left::Ms(ms),
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     sid: Option<String>,
@@ -155,7 +229,7 @@ struct State {
     closed: bool,
     next_seq: u64,
     waits: HashMap<WaitKey, Pending>,
-    watches: HashMap<GrantKey, Vec<Weak<Loss>>>,
+    watches: HashMap<GrantKey, Watch>,
     early_losses: VecDeque<(GrantKey, LeaseLost)>,
 }
 
@@ -301,18 +375,26 @@ impl Server {
         lock(&self.state).waits.remove(&(key.to_string(), owner.to_string()));
     }
 
-    /// Watches grant `token` for `loss` (a loss that came first counts).
-    pub(crate) fn watch(&self, key: &str, owner: &str, token: u64, loss: &Arc<Loss>) {
+    /// Watches grant `token` of `acquire` for `loss`, whose reply came now
+    /// (a loss that came first counts).
+    pub(crate) fn watch(&self, acquire: &Acquire, token: u64, loss: &Arc<Loss>) {
         let mut state = lock(&self.state);
-        watch_locked(&mut state, (key.to_string(), owner.to_string(), token), loss);
+        watch_locked(&mut state, acquire, token, loss);
+    }
+
+    /// The lock a guard of grant `token` holds while it releases, so that
+    /// a re-watch (its extra hold) is not in between.
+    pub(crate) fn hold_lock(&self, key: &str, owner: &str, token: u64) -> Option<Arc<Mutex<()>>> {
+        let grant = (key.to_string(), owner.to_string(), token);
+        lock(&self.state).watches.get(&grant).map(|w| Arc::clone(&w.hold))
     }
 
     pub(crate) fn unwatch(&self, key: &str, owner: &str, token: u64, loss: &Arc<Loss>) {
         let mut state = lock(&self.state);
         let grant = (key.to_string(), owner.to_string(), token);
-        if let Some(watchers) = state.watches.get_mut(&grant) {
-            watchers.retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), Arc::as_ptr(loss)));
-            if watchers.is_empty() {
+        if let Some(watch) = state.watches.get_mut(&grant) {
+            watch.losses.retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), Arc::as_ptr(loss)));
+            if watch.losses.is_empty() {
                 state.watches.remove(&grant);
             }
         }
@@ -352,21 +434,123 @@ impl Server {
         self.reopen(&sid);
     }
 
+    /// Opens a new session (again and again while the server cannot be
+    /// reached) for the pending waits and the held grants: a wait whose
+    /// time runs out meanwhile ends as a timeout, a fixed lease that runs
+    /// out as a loss (`Expired`).
     fn reopen(self: &Arc<Self>, old: &str) {
         loop {
-            {
+            let (over, expired) = {
                 let mut state = lock(&self.state);
                 if state.sid.as_deref() == Some(old) {
                     state.sid = None;
                     state.reader_id = None;
                 }
-                if state.closed || state.waits.is_empty() {
+                if state.closed {
                     return;
                 }
-            }
+                let over: Vec<WaitKey> =
+                    state.waits.iter().filter(|(_, p)| p.acquire.left_ms().is_none()).map(|(k, _)| k.clone()).collect();
+                let mut expired = Vec::new();
+                let mut held = false;
+                for (grant, watch) in &state.watches {
+                    match watch.left() {
+                        Left::Gone => {}
+                        Left::Expired => expired.push(grant.clone()),
+                        Left::Ms(_) => held = true,
+                    }
+                }
+                if state.waits.len() == over.len() && !held {
+                    drop(state);
+                    self.end(over, expired);
+                    return;
+                }
+                (over, expired)
+            };
+            self.end(over, expired);
             match self.session_id() {
-                Ok(sid) => return self.resend(&sid),
+                Ok(sid) => {
+                    self.resend(&sid);
+                    return self.rewatch(&sid);
+                }
                 Err(_) => std::thread::sleep(REOPEN_PAUSE),
+            }
+        }
+    }
+
+    /// Waits whose time is over end as timeouts; grants whose fixed lease
+    /// ran out are lost.
+    fn end(&self, over: Vec<WaitKey>, expired: Vec<GrantKey>) {
+        for (key, owner) in over {
+            let orphan = self.deliver(&key, &owner, Outcome::Timeout);
+            self.release_orphans(orphan.into_iter().collect());
+        }
+        for grant in expired {
+            self.lost(grant, LeaseLost::Expired);
+        }
+    }
+
+    /// Checks every held grant the broken session watched and moves its
+    /// watch to session `sid`: a `FLOCK.RENEW` (`NOTOWNER`: lost), then a
+    /// reentrant `FLOCK.ACQUIRE ... INBOX sid` (the lease a renewal would
+    /// give: the watchdog's, or what is left of a fixed lease) and a
+    /// `FLOCK.RELEASE` of that extra hold, while no guard of it releases.
+    fn rewatch(&self, sid: &str) {
+        let grants: Vec<(GrantKey, Mode, Arc<Mutex<()>>)> = lock(&self.state)
+            .watches
+            .iter()
+            .map(|(grant, watch)| (grant.clone(), watch.mode, Arc::clone(&watch.hold)))
+            .collect();
+        for (grant, mode, hold) in grants {
+            let _hold = lock(&hold);
+            let left = match lock(&self.state).watches.get(&grant) {
+                Some(watch) if Arc::ptr_eq(&watch.hold, &hold) => watch.left(),
+                _ => Left::Gone,
+            };
+            let lease_ms = match left {
+                Left::Gone => continue,
+                Left::Expired => {
+                    // Its push went with the old session.
+                    self.lost(grant, LeaseLost::Expired);
+                    continue;
+                }
+                Left::Ms(ms) => ms,
+            };
+            let (key, owner, token) = &grant;
+            let mut renew = redis::cmd("FLOCK.RENEW");
+            renew.arg(key).arg(owner).arg(lease_ms).arg("ID").arg(uuid::Uuid::new_v4().to_string());
+            match self.command::<Value>(&renew) {
+                Ok(_) => {}
+                Err(e) if crate::is_notowner(&e) => {
+                    self.lost(grant, LeaseLost::NotOwner);
+                    continue;
+                }
+                // The server went away again: the next session re-watches.
+                Err(_) => continue,
+            }
+            let acquire = Acquire {
+                key: key.clone(),
+                owner: owner.clone(),
+                lease_ms,
+                mode,
+                rid: uuid::Uuid::new_v4().to_string(),
+                wait_ms: None,
+                started: Instant::now(),
+            };
+            match self.command::<Value>(&acquire.cmd(Some(sid))) {
+                Ok(Value::Int(again)) => {
+                    let mut release = redis::cmd("FLOCK.RELEASE");
+                    release.arg(key).arg(owner).arg("ID").arg(uuid::Uuid::new_v4().to_string());
+                    // If it fails, the extra hold stays until the lease ends it.
+                    let _: RedisResult<Value> = self.command(&release);
+                    if again as u64 != *token {
+                        // The grant ended in between (and that new one is given back).
+                        self.lost(grant, LeaseLost::NotOwner);
+                    }
+                }
+                Ok(Value::Nil) => self.lost(grant, LeaseLost::NotOwner),
+                // NOSESSION: that session's end re-watches again.
+                _ => {}
             }
         }
     }
@@ -426,8 +610,8 @@ impl Server {
     fn lost(&self, grant: GrantKey, why: LeaseLost) {
         let mut state = lock(&self.state);
         match state.watches.remove(&grant) {
-            Some(watchers) => {
-                for loss in watchers.iter().filter_map(Weak::upgrade) {
+            Some(watch) => {
+                for loss in watch.losses.iter().filter_map(Weak::upgrade) {
                     loss.mark(why);
                 }
             }
@@ -452,7 +636,7 @@ impl Server {
         match pending {
             Some(pending) => {
                 if let Some(token) = granted {
-                    watch_locked(&mut state, (key.to_string(), owner.to_string(), token), &pending.loss);
+                    watch_locked(&mut state, &pending.acquire, token, &pending.loss);
                 }
                 match pending.tx.send(outcome) {
                     Ok(()) => None,
@@ -472,15 +656,21 @@ impl Server {
     }
 }
 
-fn watch_locked(state: &mut State, grant: GrantKey, loss: &Arc<Loss>) {
+fn watch_locked(state: &mut State, acquire: &Acquire, token: u64, loss: &Arc<Loss>) {
+    loss.granted(acquire.lease_ms, Instant::now());
+    let grant = (acquire.key.clone(), acquire.owner.clone(), token);
     if let Some(i) = state.early_losses.iter().position(|(g, _)| *g == grant) {
         let (_, why) = state.early_losses.remove(i).expect("found");
         loss.mark(why);
         return;
     }
-    let watchers = state.watches.entry(grant).or_default();
-    watchers.retain(|w| w.strong_count() > 0);
-    watchers.push(Arc::downgrade(loss));
+    let watch = state.watches.entry(grant).or_insert_with(|| Watch {
+        mode: acquire.mode,
+        losses: Vec::new(),
+        hold: Arc::default(),
+    });
+    watch.losses.retain(|w| w.strong_count() > 0);
+    watch.losses.push(Arc::downgrade(loss));
 }
 
 /// Closes this process's session with the server of `client` (its waits
