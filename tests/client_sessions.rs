@@ -1,6 +1,7 @@
 //! The Rust client's sessions (crate `flock-client`) against a real server:
 //! waits of many threads over one session connection, FIFO through it,
-//! losses pushed to the guard, a broken session connection, cancellation,
+//! losses pushed to the guard, a broken session connection (waits resent,
+//! held grants re-watched, an unreachable server's waits time out), cancellation,
 //! reentry and the server's refusals through the session.
 
 mod common;

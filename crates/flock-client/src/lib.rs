@@ -32,7 +32,15 @@
 //! demotion) the guard is marked lost at once ([`Guard::lost`],
 //! [`Guard::lost_reason`], [`Guard::lost_channel`]), watchdog or not. If the
 //! session's connection breaks, a new session is opened and the pending
-//! waits are sent again (same request IDs; they queue again at the tail).
+//! waits are sent again (same request IDs, the time they have left; they
+//! queue again at the tail); while the server cannot be reached they retry
+//! until their own time is up, then return `None` (a timeout). The grants
+//! the old session watched are checked again and watched by the new one: a
+//! `FLOCK.RENEW` ([`LeaseLost::NotOwner`] if it is gone), then a reentrant
+//! `FLOCK.ACQUIRE ... INBOX new-session-id` (the watchdog's lease, or what
+//! is left of a fixed lease, never more; none left: [`LeaseLost::Expired`])
+//! and a `FLOCK.RELEASE` of that extra hold, serialized with the guard's own
+//! release: the holds stay as they were and later losses are still pushed.
 //! A lock without a client, or with [`Lock::blocking`], waits as before:
 //! `FLOCK.ACQUIRE ... WAIT t` blocks the connection given to acquire.
 //!
@@ -571,13 +579,15 @@ impl Semaphore {
 /// [`Unconfirmed`]: LeaseLost::Unconfirmed
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaseLost {
-    /// `FLOCK.RENEW` answered `NOTOWNER`: the lease ran out or an
+    /// `FLOCK.RENEW` answered `NOTOWNER` (a renewal, or the check of a held
+    /// grant after its session broke): the lease ran out or an
     /// administrator force-released the lock; another owner may hold it now.
     NotOwner,
     /// No renewal got through for a whole lease (server unreachable): the
     /// lock must be presumed lost.
     Unconfirmed,
-    /// The session heard that the lease ran out (no renewal in time).
+    /// The session heard that the lease ran out (no renewal in time), or a
+    /// fixed lease ran out while the session was being replaced.
     Expired,
     /// The session heard of a `FLOCK.FORCERELEASE`.
     ForceReleased,

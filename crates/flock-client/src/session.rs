@@ -2,7 +2,9 @@
 //! loops `FLOCK.INBOX` on a reader thread and hands every event to the
 //! thread that waits for it (a channel per wait) or to the guards of a grant
 //! the server ended (their [`Loss`]). Waits are sent from any connection as
-//! `FLOCK.ACQUIRE ... WAIT t INBOX session-id ID request-id`.
+//! `FLOCK.ACQUIRE ... WAIT t INBOX session-id ID request-id`. When the
+//! session breaks, its reader opens another, resends the pending waits and
+//! re-watches the held grants (RENEW, reentrant ACQUIRE ... INBOX, RELEASE).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
