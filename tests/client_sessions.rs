@@ -383,10 +383,16 @@ fn session_waiters_of_a_demoted_master_end_with_an_error() {
     }
 }
 
+/// The session connection's `CLIENT ID`, once its reader reads the inbox.
+fn wait_session_client_id(c: &mut Connection) -> i64 {
+    wait_until("the session's reader", 5 * SECOND, || session_client_id(c).is_some());
+    session_client_id(c).expect("the session's connection")
+}
+
 /// Kills the session's connection and waits for the new session to have
 /// re-watched `grants` held grants (one reentrant ACQUIRE each).
 fn kill_session_and_wait_for_rewatch(s: &Server, admin: &mut Connection, grants: i64) {
-    let old = session_client_id(admin).expect("the session's connection");
+    let old = wait_session_client_id(admin);
     let reentries = s.stat("reentrant_acquires");
     let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(old).query(admin).unwrap();
     wait_until("a new session that re-watched the grants", 10 * SECOND, || {
@@ -444,7 +450,7 @@ fn a_grant_force_released_while_the_session_was_down_is_reported_lost_after_the_
     let client = client(&s);
     let guard = Lock::new("L", 60 * SECOND).acquire_on(&client, None).unwrap().expect("granted");
     let lost = guard.lost_channel();
-    let old = session_client_id(&mut admin).expect("the session's connection");
+    let old = wait_session_client_id(&mut admin);
     // The session is gone before the loss: its push goes nowhere.
     let _: (i64, i64) = redis::pipe()
         .atomic()
