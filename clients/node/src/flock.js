@@ -3,7 +3,7 @@
 const { randomUUID } = require('node:crypto');
 const { setTimeout: delay } = require('node:timers/promises');
 const { adapt, isReplyError } = require('./adapter');
-const { Session } = require('./session');
+const { Session, notOwnerReason } = require('./session');
 const { LockNotHeldError, LockBusyError, LockLostError, AbortError, LockUpgradeError, LockModeError } = require('./errors');
 
 const DEFAULTS = Object.freeze({
@@ -177,11 +177,12 @@ class Flock {
     const tokens = new Map();
     const watches = [];
     const start = Date.now();
+    const renews = watchdog || Boolean(opts.renew);
     try {
       for (const key of [...keys].sort()) {
         const left = wait === Infinity ? Infinity : Math.max(0, deadline - Date.now());
         const got = this.settings.sessions
-          ? await this._sessionAcquireKey(key, owner, lease, left, signal, mode.args)
+          ? await this._sessionAcquireKey(key, owner, lease, left, signal, mode.args, renews)
           : await this._acquireKey(key, owner, lease, left, signal, mode.args);
         if (got === null) throw new LockBusyError(busyMessage(key, wait), key);
         tokens.set(key, BigInt(got.token));
@@ -192,14 +193,14 @@ class Flock {
       await Promise.all([...tokens.keys()].map((key) => this._releaseKey(key, owner).catch(() => {})));
       throw err;
     }
-    const renewEvery = watchdog || opts.renew ? renewPeriod(lease, opts.automaticExtensionThreshold) : 0;
+    const renewEvery = renews ? renewPeriod(lease, opts.automaticExtensionThreshold) : 0;
     const ordered = new Map(keys.map((k) => [k, tokens.get(k)]));
     return new Lock(this, keys, owner, ordered, lease, start, renewEvery, mode, watches);
   }
 
   // Through the session: a try is one ACQUIRE with INBOX (its grant is watched); a wait is one
   // ACQUIRE ... WAIT t INBOX sid, answered at once (a token) or by an inbox event.
-  async _sessionAcquireKey(key, owner, lease, wait, signal, extra) {
+  async _sessionAcquireKey(key, owner, lease, wait, signal, extra, renews = false) {
     let outcome;
     if (wait < 1) {
       const token = await this._try(key, owner, lease, extra);
@@ -214,7 +215,7 @@ class Flock {
     }
     if (outcome.token) {
       const mode = extra[0] === 'SHARED' ? 'shared' : extra[0] === 'PERMITS' ? 'semaphore' : 'exclusive';
-      return { token: outcome.token, watch: this._session.watch(key, owner, outcome.token, mode) };
+      return { token: outcome.token, watch: this._session.watch(key, owner, outcome.token, mode, { extra, lease, renews }) };
     }
     if (outcome.error) throw outcome.error;
     return null;
@@ -232,22 +233,6 @@ class Flock {
         if (this._session.id === sid) this._session._broken(this._session.conn, err);
       }
     }
-  }
-
-  // A session was lost while these grants were watched by it: ask the server once whether each
-  // is still held, and report those that are not.
-  async _checkHeld(id, records) {
-    const [key, owner, token] = id.split('\u0000');
-    let held;
-    try {
-      held = holdersOf(await this._send(this._conn, ['FLOCK.INFO', key], { noId: true })).some(
-        (h) => String(h.owner) === owner && String(h.token) === token,
-      );
-    } catch {
-      return;
-    }
-    if (held) return;
-    this._session.lose(id, { key, reason: 'unknown', text: `The lock ${key} was lost: no longer held when the session reconnected` });
   }
 
   // The blocking form (`sessions: false`): a try, then a WAIT on a connection of FLOCK's own.
@@ -355,23 +340,6 @@ function busyMessage(key, wait) {
   );
 }
 
-// FLOCK.INFO's holders, from a RESP2 flat array or a RESP3 map (node-redis: object or Map).
-function holdersOf(info) {
-  if (info === null || info === undefined) return [];
-  const obj = asObject(info);
-  return [...(obj.holders ?? [])].map(asObject);
-}
-
-function asObject(value) {
-  if (Array.isArray(value)) {
-    const object = {};
-    for (let i = 0; i < value.length; i += 2) object[String(value[i])] = value[i + 1];
-    return object;
-  }
-  if (value instanceof Map) return Object.fromEntries(value);
-  return value;
-}
-
 function replyError(err, args) {
   const known = REPLY_ERRORS.find(([code]) => err.message.startsWith(`${code} `));
   if (!known) return err;
@@ -382,14 +350,6 @@ function replyError(err, args) {
 // A loss the session reported ({ key, reason, text }) as the error of the lock's signal.
 function lostError(lost) {
   return new LockLostError(lost.text, lost.key, { reason: lost.reason });
-}
-
-// How a NOTOWNER reply (to a renewal) says the grant ended, when the server remembers it.
-function notOwnerReason(text) {
-  if (/lease of this owner ended/.test(text)) return 'expired';
-  if (/force-released/.test(text)) return 'forcereleased';
-  if (/lock was deleted/.test(text)) return 'deleted';
-  return 'unknown';
 }
 
 // redlock's using() extends when `automaticExtensionThreshold` ms are left; FLOCK's default is lease/3.
@@ -449,15 +409,25 @@ class Lock {
     }
     this.lease = lease;
     this.expiration = start + lease;
+    // The lease a re-watch gives the grant (after a session break): reset from this reply.
+    const now = Date.now();
+    for (const watch of this._watches) {
+      watch.lease = lease;
+      watch.leaseEnd = now + lease;
+    }
     return this;
   }
 
   /** Releases one hold of each resource (reverse order); resolves to the holds left of the first. */
   async release() {
     this._released = true;
+    for (const watch of this._watches) watch.released = true;
     clearTimeout(this._timer);
     // A renewal in flight would race the release; let it finish (its outcome no longer matters).
     await this._renewing;
+    // So would a re-watch's extra hold (added and released after a session break): the hold
+    // count this release answers must not count it.
+    await this.flock._session.settled(this._watches);
     this.expiration = 0;
     const results = await Promise.allSettled(
       [...this.resources].reverse().map((key) => this.flock._releaseKey(key, this.owner)),

@@ -18,6 +18,8 @@ const DEADLINE_MARGIN_MS = 1000;
 // Pauses between attempts to open a session again while waits are pending (a server restart).
 const REOPEN_PAUSE_MS = [0, 50, 100, 250, 500, 1000];
 const RECENT_LOSSES = 1000;
+// How long a re-watch waits before it tries again to open a session, while the server cannot be reached.
+const REWATCH_RETRY_MS = 1000;
 
 /** An `error` event of the inbox: what the blocking form would have answered (LOCKDELETED, UNBLOCKED, ...). */
 class FlockEventError extends Error {
@@ -56,6 +58,10 @@ class Session {
     // Losses of grants nobody watches yet (a short lease lost before its reply was read), by
     // (key, owner, token); the oldest are forgotten beyond RECENT_LOSSES.
     this.recentLosses = new Map();
+    // Re-watches under way, by grant.
+    this.rewatching = new Map();
+    // Grants whose watch moved to a new session (tests).
+    this.rewatched = 0;
   }
 
   /** The open session's id, opening one (a connection of its own and FLOCK.SESSION) if none is open. */
@@ -163,7 +169,7 @@ class Session {
    * reported lost now, before the new grant reaches its caller, even if the server's `lost`
    * event is not read yet (the new grant came as a direct reply, not through the inbox).
    */
-  watch(key, owner, token, mode = 'exclusive') {
+  watch(key, owner, token, mode = 'exclusive', { extra = [], lease = 0, renews = false } = {}) {
     const id = grantKey(key, owner, token);
     for (const other of [...(this.byKey.get(key) ?? [])]) {
       const records = this.watched.get(other);
@@ -171,7 +177,9 @@ class Session {
       if (records.mode !== 'exclusive' && mode !== 'exclusive') continue;
       this.lose(other, { key, reason: 'superseded', text: `The lock ${key} was lost: another owner was granted it (token ${token})` });
     }
-    const record = { id, lost: null, onLost: null };
+    // `lease`/`leaseEnd`: the grant's lease as this handle set it (a reentry resets it) and when it
+    // ends at the latest (counted from the reply); `renews`: a watchdog keeps it renewed.
+    const record = { id, lost: null, onLost: null, lease, leaseEnd: Date.now() + lease, renews, released: false };
     const lost = this.recentLosses.get(id);
     if (lost) {
       this.recentLosses.delete(id);
@@ -179,7 +187,7 @@ class Session {
       return record;
     }
     if (!this.watched.has(id)) {
-      this.watched.set(id, Object.assign(new Set(), { key, owner, token, mode }));
+      this.watched.set(id, Object.assign(new Set(), { key, owner, token, mode, extra }));
       if (!this.byKey.has(key)) this.byKey.set(key, new Set());
       this.byKey.get(key).add(id);
     }
@@ -311,17 +319,101 @@ class Session {
       this.id = null;
     }
     conn?.close();
-    this._orphanWatches();
+    this._rewatchAll();
     if (this.waits.size > 0) this._reopen(err);
   }
 
-  // Grants watched by the ended session are no longer pushed to us; check each once on the
-  // server, so a loss during the gap is still reported (later losses: the watchdog's renewals).
-  _orphanWatches() {
-    for (const [id, records] of this.watched) {
-      for (const record of records) record.orphan = true;
-      this.flock._checkHeld(id, records);
+  // Grants watched by the ended session are no longer pushed to us: each is checked again and
+  // re-watched on a new session (docs/client-protocol.md, "Sessions", point 4).
+  _rewatchAll() {
+    for (const id of this.watched.keys()) this._rewatchSoon(id);
+  }
+
+  // One re-watch per grant at a time (chained), registered at once, so that a release() that
+  // starts now waits for it (the holder's RELEASE never falls between its ACQUIRE and RELEASE).
+  _rewatchSoon(id) {
+    const previous = this.rewatching.get(id) ?? Promise.resolve();
+    const next = previous.then(() => this._rewatch(id)).catch(() => {});
+    this.rewatching.set(id, next);
+    next.then(() => {
+      if (this.rewatching.get(id) === next) this.rewatching.delete(id);
+    });
+    return next;
+  }
+
+  /** Resolves when no re-watch of these watch records' grants is under way. */
+  async settled(records) {
+    await Promise.all(records.map((record) => this.rewatching.get(record.id)));
+  }
+
+  /**
+   * A held grant whose watch ended with its session: a RENEW (NOTOWNER: it is lost, with the
+   * NOTOWNER text), then a reentrant `FLOCK.ACQUIRE key owner lease [mode] INBOX new-sid ID fresh`
+   * that moves the watch to the new session, and a RELEASE of that extra hold. The lease is the
+   * renewing one (a watchdog), or for a fixed lease the time it has left (counted from when its
+   * grant's reply came), never more; none left: lost (expired).
+   */
+  async _rewatch(id) {
+    let sid;
+    for (;;) {
+      if (this._closed || !this._held(id)) return;
+      try {
+        sid = await this.ensure();
+        break;
+      } catch {
+        // The server cannot be reached: try again later, while the grant is still held.
+        await new Promise((resolve) => setTimeout(resolve, REWATCH_RETRY_MS).unref());
+      }
     }
+    const records = this.watched.get(id);
+    const held = this._held(id);
+    if (!held) return;
+    const { key, owner, token, extra } = records;
+    let lease;
+    if (held.some((r) => r.renews)) {
+      lease = Math.max(...held.filter((r) => r.renews).map((r) => r.lease));
+    } else {
+      lease = Math.floor(Math.max(...held.map((r) => r.leaseEnd)) - Date.now());
+      if (lease < 1) {
+        this.lose(id, { key, reason: 'expired', text: `The lock ${key} was lost: ${LOSS_TEXT.expired}` });
+        return;
+      }
+    }
+    const flock = this.flock;
+    try {
+      await flock._send(flock._conn, ['FLOCK.RENEW', key, owner, String(lease)]);
+    } catch (err) {
+      if (/^NOTOWNER/.test(err.cause?.message ?? err.message)) {
+        const text = err.cause?.message ?? err.message;
+        this.lose(id, { key, reason: notOwnerReason(text), text: `The lock ${key} was lost: the server ended it while the session was down (${text})` });
+      }
+      // Anything else (the server unreachable again): the next session's break re-watches.
+      return;
+    }
+    let reply;
+    try {
+      reply = await flock._send(flock._conn, ['FLOCK.ACQUIRE', key, owner, String(lease), ...extra, 'INBOX', sid]);
+    } catch {
+      // NOSESSION: that session's end re-watches again; anything else: nothing more to learn.
+      return;
+    }
+    if (reply === null || reply === undefined) {
+      this.lose(id, { key, reason: 'unknown', text: `The lock ${key} was lost: it ended while the session was being replaced` });
+      return;
+    }
+    await flock._releaseKey(key, owner).catch(() => {});
+    if (String(reply) !== token) {
+      this.lose(id, { key, reason: 'unknown', text: `The lock ${key} was lost: it ended while the session was being replaced` });
+      return;
+    }
+    this.rewatched++;
+  }
+
+  // The watch records of a grant whose handles still hold it (not released), or null.
+  _held(id) {
+    const records = this.watched.get(id);
+    const held = records ? [...records].filter((r) => !r.released && !r.lost) : [];
+    return held.length > 0 ? held : null;
   }
 
   async _reopen(lastErr) {
@@ -365,4 +457,12 @@ class Session {
   }
 }
 
-module.exports = { Session, FlockEventError };
+// How a NOTOWNER reply says the grant ended, when the server remembers it.
+function notOwnerReason(text) {
+  if (/lease of this owner ended/.test(text)) return 'expired';
+  if (/force-released/.test(text)) return 'forcereleased';
+  if (/lock was deleted/.test(text)) return 'deleted';
+  return 'unknown';
+}
+
+module.exports = { Session, FlockEventError, notOwnerReason };

@@ -221,6 +221,78 @@ eachClient((kind, K) => {
     assert.deepEqual(order, [0, 1, 2]);
   });
 
+  // The session connection of a Flock whose client goes through `proxy` (its id for CLIENT KILL).
+  async function proxiedSession(proxy) {
+    const list = await server.probe.client('LIST');
+    const addrs = proxy.addrs();
+    const line = list.split('\n').find((l) => / cmd=flock\.inbox /.test(l) && addrs.some((a) => l.includes(` addr=${a} `)));
+    return line && /^id=(\d+) /.exec(line)[1];
+  }
+
+  for (const [what, options] of [
+    ['a fixed lease (no watchdog)', { lease: 60000 }],
+    ['a watchdog', {}],
+  ]) {
+    it(`a killed session connection: a held grant with ${what} is re-watched, its hold count unchanged, and FORCERELEASE still aborts lock.signal at once`, async () => {
+      const proxy = await startProxy(server.port);
+      const own = await flockOf(kind, proxy.port, { watchdogLease: 60000 });
+      const key = K(`rewatch${options.lease ? 'fixed' : 'dog'}`);
+      const lock = await own.acquire(key, options);
+      const victim = await proxiedSession(proxy);
+      assert.ok(victim, 'the Flock has a session');
+      const acquires = await server.stat('cmdstat_flock.acquire');
+      await server.probe.client('KILL', 'ID', victim);
+      await waitUntil('the grant is re-watched on a new session', () => own._session.rewatched === 1);
+      assert.ok((await server.stat('cmdstat_flock.acquire')) > acquires, 'a reentrant ACQUIRE moved the watch');
+      assert.ok(proxy.sent('FLOCK.RENEW').length >= 1, 'the grant was checked with a RENEW');
+      const info = await server.info(key);
+      assert.equal(info.holds, '1', "the re-watch's extra hold was released");
+      assert.equal(info.token, String(lock.token));
+      if (options.lease) assert.ok(Number(info['ttl-ms']) <= 60000, `a fixed lease is not lengthened (ttl ${info['ttl-ms']})`);
+      assert.equal(lock.signal.aborted, false);
+      await server.probe.call('FLOCK.FORCERELEASE', key);
+      await within(PUSHED_MS, 'the loss pushed to the new session', aborted(lock.signal));
+      assert.match(lock.signal.error.message, /force-released/);
+    });
+  }
+
+  it('a grant force-released while the session is down is reported lost after the reconnect (RENEW: NOTOWNER)', async () => {
+    const proxy = await startProxy(server.port);
+    const own = await flockOf(kind, proxy.port);
+    const lock = await own.acquire(K('rewatchgone'), { lease: 60000 });
+    const victim = await proxiedSession(proxy);
+    // The new session's FLOCK.SESSION reply is held back: the session stays down meanwhile.
+    proxy.holdReplies('FLOCK.SESSION');
+    await server.probe.client('KILL', 'ID', victim);
+    await waitUntil('a new session is asked for', () => proxy.heldCount() > 0);
+    await server.probe.call('FLOCK.FORCERELEASE', K('rewatchgone'));
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.equal(lock.signal.aborted, false, 'nobody watched the grant while the session was down');
+    proxy.flush();
+    await within(PUSHED_MS, 'the loss found by the RENEW', aborted(lock.signal));
+    assert.ok(lock.signal.error instanceof LockLostError);
+    assert.equal(lock.signal.error.reason, 'forcereleased');
+    assert.match(lock.signal.error.message, /NOTOWNER/);
+    assert.equal(await server.info(K('rewatchgone')), null, 'no grant was made by the re-watch');
+  });
+
+  it('a release during the re-watch waits for it: the hold count it answers is right', async () => {
+    const proxy = await startProxy(server.port);
+    const own = await flockOf(kind, proxy.port);
+    const lock = await own.acquire(K('rewatchrel'), { lease: 60000 });
+    const again = await own.acquire(K('rewatchrel'), { lease: 60000, owner: lock.owner });
+    const victim = await proxiedSession(proxy);
+    proxy.holdReplies('FLOCK.SESSION');
+    await server.probe.client('KILL', 'ID', victim);
+    await waitUntil('a new session is asked for', () => proxy.heldCount() > 0);
+    const released = again.release();
+    proxy.flush();
+    assert.equal(await released, 1, 'one hold left (the re-watch added and released its own)');
+    assert.equal(own._session.rewatched, 1);
+    assert.equal((await server.info(K('rewatchrel'))).holds, '1');
+    assert.equal(await lock.release(), 0);
+  });
+
   it('re-entry through the session keeps the token and watches the grant', async () => {
     const lock = await flock.acquire(K('reent'), { lease: 60000 });
     const again = await flock.acquire(K('reent'), { lease: 60000, owner: lock.owner, wait: Infinity });
