@@ -20,6 +20,8 @@ const REOPEN_PAUSE_MS = [0, 50, 100, 250, 500, 1000];
 const RECENT_LOSSES = 1000;
 // How long a re-watch waits before it tries again to open a session, while the server cannot be reached.
 const REWATCH_RETRY_MS = 1000;
+// How long a wait whose ACQUIRE got no reply (the server unreachable) pauses before it is sent again.
+const RESUBMIT_PAUSE_MS = 250;
 
 /** An `error` event of the inbox: what the blocking form would have answered (LOCKDELETED, UNBLOCKED, ...). */
 class FlockEventError extends Error {
@@ -212,13 +214,15 @@ class Session {
       return Promise.resolve({ error: new Error(`QUEUED this process already waits for ${key} as this owner`) });
     }
     const rid = randomUUID();
-    const timeout = waitMs === Infinity ? '0' : String(Math.max(1, Math.ceil(waitMs)));
+    const deadlineAt = Date.now() + waitMs;
+    // A resend (to a new session) waits for the time the wait has left, not its whole timeout.
+    const timeout = () => (waitMs === Infinity ? '0' : String(Math.max(1, Math.ceil(deadlineAt - Date.now()))));
     const wait = {
       id,
       key,
       owner,
       rid,
-      args: (sid) => ['FLOCK.ACQUIRE', key, owner, String(lease), 'WAIT', timeout, 'INBOX', sid, ...extra],
+      args: (sid) => ['FLOCK.ACQUIRE', key, owner, String(lease), 'WAIT', timeout(), 'INBOX', sid, ...extra],
       outcome: null,
       cancelled: null,
       sentTo: null,
@@ -265,6 +269,12 @@ class Session {
         else if (this.id !== null && !wait.outcome) this._submit(wait);
         return;
       }
+      if (!isReplyError(err) && !this._closed) {
+        // The server cannot be reached (no reply, even to the resends): the wait tries again
+        // until its own deadline, which ends it as a timeout.
+        setTimeout(() => wait.outcome || this._submit(wait), RESUBMIT_PAUSE_MS);
+        return;
+      }
       return this._settle(wait, { error: err });
     }
     if (reply === 'WAITING') {
@@ -297,17 +307,24 @@ class Session {
     if (wait.sentTo === null || this.id === null) {
       // Nothing queued (not sent yet, or the session is being opened again): it ends here, with
       // the error that kept the session closed, if any (a server restart that outlasted the wait).
-      if (this.id === null && !this._opening) this._settle(wait, { cancelled: true, error: this._lastError ?? undefined });
+      if (this.id === null && !this._opening) this._settle(wait, this._gaveUp(wait, this._lastError));
       return;
     }
     this._sendCancel(wait);
+  }
+
+  // How a cancelled wait ends when the server cannot be reached: its deadline is a timeout (as
+  // if the server had answered `timeout`); an abort keeps the error that kept the server away.
+  _gaveUp(wait, err) {
+    if (wait.cancelled === 'deadline') return { timeout: true };
+    return { cancelled: true, error: err ?? undefined };
   }
 
   _sendCancel(wait) {
     this.flock._send(this.flock._conn, ['FLOCK.CANCEL', wait.key, wait.owner], { noId: true }).catch((err) => {
       // The command connection failed: no event will be asked for; end the wait here (a grant
       // that still arrives for it is given back as unclaimed).
-      this._settle(wait, { cancelled: true, error: err });
+      this._settle(wait, this._gaveUp(wait, err));
     });
   }
 
@@ -431,7 +448,7 @@ class Session {
           this._lastError = err;
           // Waits retry until their own deadline (a server restart mid-wait).
           for (const wait of [...this.waits.values()]) {
-            if (wait.cancelled) this._settle(wait, { cancelled: true, error: err });
+            if (wait.cancelled) this._settle(wait, this._gaveUp(wait, err));
           }
           continue;
         }
