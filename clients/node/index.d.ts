@@ -87,7 +87,8 @@ export class Lock {
   readonly expiration: number;
   /**
    * Aborts with a LockLostError at once when the server pushes the lock's loss (lease ran out,
-   * force-released, key deleted, demoted), or when the watchdog or extend() finds it lost.
+   * force-released, key deleted, demoted), or when the watchdog, extend() or the check after a
+   * session break (a RENEW answered NOTOWNER) finds it lost.
    */
   readonly signal: LockAbortSignal;
   /** Resets the lease of every resource to `lease` ms from now. Rejects with LockNotHeldError if lost. */

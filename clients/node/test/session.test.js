@@ -229,14 +229,16 @@ eachClient((kind, K) => {
     return line && /^id=(\d+) /.exec(line)[1];
   }
 
-  for (const [what, options] of [
-    ['a fixed lease (no watchdog)', { lease: 60000 }],
-    ['a watchdog', {}],
+  for (const [name, what, options] of [
+    ['fixed', 'a fixed lease (no watchdog)', { lease: 60000 }],
+    ['dog', 'a watchdog', {}],
+    ['shared', 'a shared fixed lease', { lease: 60000, shared: true }],
+    ['sem', 'a semaphore fixed lease', { lease: 60000, permits: 2, limit: 3 }],
   ]) {
     it(`a killed session connection: a held grant with ${what} is re-watched, its hold count unchanged, and FORCERELEASE still aborts lock.signal at once`, async () => {
       const proxy = await startProxy(server.port);
       const own = await flockOf(kind, proxy.port, { watchdogLease: 60000 });
-      const key = K(`rewatch${options.lease ? 'fixed' : 'dog'}`);
+      const key = K(`rewatch${name}`);
       const lock = await own.acquire(key, options);
       const victim = await proxiedSession(proxy);
       assert.ok(victim, 'the Flock has a session');
@@ -245,9 +247,10 @@ eachClient((kind, K) => {
       await waitUntil('the grant is re-watched on a new session', () => own._session.rewatched === 1);
       assert.ok((await server.stat('cmdstat_flock.acquire')) > acquires, 'a reentrant ACQUIRE moved the watch');
       assert.ok(proxy.sent('FLOCK.RENEW').length >= 1, 'the grant was checked with a RENEW');
-      const info = await server.info(key);
+      const info = (await server.info(key)).holders.find((h) => h.owner === lock.owner);
       assert.equal(info.holds, '1', "the re-watch's extra hold was released");
       assert.equal(info.token, String(lock.token));
+      if (options.permits) assert.equal(info.permits, '2');
       if (options.lease) assert.ok(Number(info['ttl-ms']) <= 60000, `a fixed lease is not lengthened (ttl ${info['ttl-ms']})`);
       assert.equal(lock.signal.aborted, false);
       await server.probe.call('FLOCK.FORCERELEASE', key);
@@ -274,6 +277,23 @@ eachClient((kind, K) => {
     assert.equal(lock.signal.error.reason, 'forcereleased');
     assert.match(lock.signal.error.message, /NOTOWNER/);
     assert.equal(await server.info(K('rewatchgone')), null, 'no grant was made by the re-watch');
+  });
+
+  it('a fixed lease with no time left when the new session opens is reported lost (expired), not re-acquired', async () => {
+    const proxy = await startProxy(server.port);
+    const own = await flockOf(kind, proxy.port);
+    const lock = await own.acquire(K('rewatchend'), { lease: 300 });
+    const victim = await proxiedSession(proxy);
+    proxy.holdReplies('FLOCK.SESSION');
+    await server.probe.client('KILL', 'ID', victim);
+    await waitUntil('a new session is asked for', () => proxy.heldCount() > 0);
+    await waitUntil('the lease ends on the server', async () => (await server.info(K('rewatchend'))) === null);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    proxy.flush();
+    await within(PUSHED_MS, 'the loss', aborted(lock.signal));
+    assert.equal(lock.signal.error.reason, 'expired');
+    assert.equal(proxy.sent('FLOCK.RENEW').length, 0, 'nothing sent for a lease already over');
+    assert.equal(await server.info(K('rewatchend')), null, 'no grant was made by the re-watch');
   });
 
   it('a release during the re-watch waits for it: the hold count it answers is right', async () => {
