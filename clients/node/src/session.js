@@ -269,7 +269,8 @@ class Session {
         else if (this.id !== null && !wait.outcome) this._submit(wait);
         return;
       }
-      if (!isReplyError(err) && !this._closed) {
+      // (An error reply the client turned into its own error type keeps it as `cause`.)
+      if (!isReplyError(err) && !isReplyError(err.cause) && !this._closed) {
         // The server cannot be reached (no reply, even to the resends): the wait tries again
         // until its own deadline, which ends it as a timeout.
         setTimeout(() => wait.outcome || this._submit(wait), RESUBMIT_PAUSE_MS);
