@@ -424,26 +424,120 @@ def test_server_restart_mid_wait_the_wait_is_sent_again_and_granted(own_server, 
     c.close()
 
 
-def test_server_down_past_the_deadline_raises_connection_error(own_server, protocol):
+def test_server_down_past_the_deadline_ends_the_wait_as_a_timeout(own_server, protocol):
     # redis-py's own retry off: its backoff would lengthen the wait's end.
     c = redis.Redis(port=own_server.port, protocol=protocol, retry=Retry(NoBackoff(), 0))
     holder = Lock(c, "down", timeout=30)
     assert holder.acquire(blocking=False)
-    raised = []
+    result = []
 
     def wait():
         try:
-            Lock(c, "down", timeout=30).acquire(blocking_timeout=0.5)
-        except ConnectionError as e:
-            raised.append(e)
+            result.append(Lock(c, "down", timeout=30).acquire(blocking_timeout=0.5))
+        except Exception as e:
+            result.append(e)
 
     t = start(wait)
     wait_until(lambda: info(c, "down")["waiters"] == 1, what="the waiter to queue")
     own_server.kill()
     began = time.monotonic()
     t.join(20)
-    assert len(raised) == 1 and time.monotonic() - began < 10
+    # A timed-out wait: False, as when the server's timeout ends it.
+    assert result == [False] and time.monotonic() - began < 10
     c.close()
+
+
+def kill_session(r, c) -> str:
+    """CLIENT KILLs ``c``'s session connection; returns its old session ID
+    once the grants it held are re-watched on a new one."""
+    session = session_of(c)
+    old, sid = session_entry(r, c), session.sid
+    assert old is not None and old["cmd"] == "flock.inbox"
+    r.client_kill_filter(_id=old["id"])
+    wait_until(lambda: session.sid not in (None, sid) and session.rewatched == session.sid, what="a re-watch")
+    return sid
+
+
+@pytest.mark.parametrize("kind", ["lock", "read", "semaphore"])
+def test_after_a_killed_session_a_fixed_lease_grant_is_re_watched_and_its_loss_pushed(r, c, kind):
+    seen = []
+    on_lost = lambda lock, reason: seen.append(reason)  # noqa: E731
+    if kind == "lock":
+        lock = Lock(c, "rewatch", timeout=30, reentrant=True, on_lost=on_lost)
+    elif kind == "read":
+        lock = ReadWriteLock(c, "rewatch", timeout=30, on_lost=on_lost).read_lock()
+    else:
+        lock = Semaphore(c, "rewatch", 3, timeout=30, permits=2, reentrant=True, on_lost=on_lost)
+    assert lock.acquire(blocking=False) and lock.acquire(blocking=False)  # two holds
+    token = lock.fencing_token
+    lock.local.grant.lease_from -= 20  # 20 s of its 30 s lease are gone, as this process counts
+    renews, acquires, releases = calls(r, "flock.renew"), calls(r, "flock.acquire"), calls(r, "flock.release")
+    kill_session(r, c)
+    # One RENEW, one reentrant ACQUIRE ... INBOX and one RELEASE of that hold.
+    assert (calls(r, "flock.renew"), calls(r, "flock.acquire"), calls(r, "flock.release")) == (
+        renews + 1,
+        acquires + 1,
+        releases + 1,
+    )
+    (holder,) = info(r, "rewatch")["holders"]
+    assert holder["holds"] == 2 and holder["token"] == token
+    assert 5000 < holder["ttl-ms"] <= 10000  # what was left of the lease, never more
+    assert not lock.lost and not WATCHDOG.entries()  # no watchdog: only the pushed loss tells
+    r.execute_command("FLOCK.FORCERELEASE", "rewatch")
+    wait_until(lambda: lock.lost, timeout=2, what="the pushed loss, on the new session")
+    assert seen == ["forcereleased"]
+
+
+def test_a_grant_force_released_while_the_session_was_down_is_reported_lost_after_the_reconnect(r, c):
+    seen = []
+    lock = Lock(c, "gone", timeout=30, on_lost=lambda lock, reason: seen.append(reason))
+    assert lock.acquire(blocking=False)
+    session = session_of(c)
+    old = session_entry(r, c)
+
+    def unreachable():
+        raise ConnectionError("the session cannot reopen (test)")
+
+    session.open = unreachable  # the reader cannot reopen the session for now
+    try:
+        r.client_kill_filter(_id=old["id"])
+        wait_until(lambda: session.sid is None, what="the session to break")
+        r.execute_command("FLOCK.FORCERELEASE", "gone")  # its push has no session to go to
+        time.sleep(0.3)
+        assert not lock.lost
+    finally:
+        del session.open
+    wait_until(lambda: lock.lost, timeout=5, what="the RENEW after the reconnect")
+    assert len(seen) == 1 and seen[0].startswith("NOTOWNER") and lock.lost_reason == seen[0]
+    with pytest.raises(LockNotOwnedError):
+        lock.release()
+
+
+def test_a_fixed_lease_that_ran_out_while_the_session_was_down_is_lost_as_expired(r, c):
+    lock = Lock(c, "ran-out", timeout=30)
+    assert lock.acquire(blocking=False)
+    lock.local.grant.lease_from -= 31  # its lease is over, as this process counts it
+    kill_session(r, c)
+    assert lock.lost and lock.lost_reason == "expired"
+
+
+def test_a_re_watch_waits_for_the_holders_release_and_the_holds_stay_right(r, c):
+    lock = Lock(c, "serial", timeout=30, reentrant=True)
+    assert lock.acquire(blocking=False) and lock.acquire(blocking=False)
+    grant, session = lock.local.grant, session_of(c)
+    with grant.mutex:  # as the holder's release() does: the re-watch waits
+        old, sid = session_entry(r, c), session.sid
+        r.client_kill_filter(_id=old["id"])
+        wait_until(lambda: session.sid not in (None, sid), what="a new session")
+        time.sleep(0.3)
+        assert session.rewatched != session.sid
+        assert info(r, "serial")["holders"][0]["holds"] == 2
+    wait_until(lambda: session_of(c).rewatched == session_of(c).sid, what="the re-watch")
+    assert info(r, "serial")["holders"][0]["holds"] == 2
+    lock.release()
+    assert info(r, "serial")["holders"][0]["holds"] == 1
+    lock.release()
+    assert info(r, "serial") is None
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")

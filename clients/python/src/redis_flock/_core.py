@@ -226,6 +226,16 @@ class Grant:
         self.pending_release = None
         # Called on stop(): wake the watchdog, stop the session's watch.
         self.on_stop: list = []
+        # A fixed lease (ms, None under a watchdog) and when it began, as
+        # this process knows it (when the grant's reply came, or the last
+        # renewal was sent): a re-watch asks for what is left, never more.
+        self.lease_ms: Optional[int] = None
+        self.lease_from = time.monotonic()
+        # The session that watches it (its `lost` events), and the RELEASE of
+        # a re-watch's extra hold that did not get through (sent before the
+        # holder's own release).
+        self.watched_sid: Optional[str] = None
+        self.extra_release = None
 
     def stop(self) -> None:
         self.stopped = True
@@ -409,17 +419,46 @@ class LockBase:
     def _is_owner(self, info) -> bool:
         return holder(info, self.local.token) is not None
 
-    def _new_grant(self, owner: bytes, token: int, mutex):
+    def _new_grant(self, owner: bytes, token: int, mutex, at: Optional[float] = None):
         """(the Grant to start a watchdog for, the one it replaces): (None,
         None) when this is a reentry of the grant this thread already has. A
-        replaced grant was lost: this thread could not have acquired again."""
+        replaced grant was lost: this thread could not have acquired again.
+        ``at``: when the grant's reply came (its lease counts from then; a
+        reentry resets the lease)."""
+        at = time.monotonic() if at is None else at
         current = self.local.grant
         if current is not None and current.owner == owner and current.token == token:
             current.holds += 1
+            current.lease_from = at
             return None, None
         self.local.token = owner
         self.local.grant = Grant(owner, token, mutex)
+        self.local.grant.lease_ms = None if self.watchdog else self._lease_ms()
+        self.local.grant.lease_from = at
         return self.local.grant, current
+
+    def _lease_renewed(self, lease_ms: int, sent: float) -> None:
+        """A RENEW sent at ``sent`` (extend, reacquire) made the lease ``lease_ms``."""
+        grant = self.local.grant
+        if grant is not None and grant.lease_ms is not None:
+            grant.lease_ms, grant.lease_from = lease_ms, sent
+
+    def _rewatch_commands(self, grant: "Grant", sid: str):
+        """The re-watch of ``grant`` on session ``sid``: (RENEW, reentrant
+        ACQUIRE ... INBOX sid, RELEASE of that extra hold), each with a
+        request ID of its own; None when its fixed lease has run out. The
+        lease asked: the watchdog's, or what is left of the fixed one."""
+        if grant.lease_ms is None:
+            lease = self._lease_ms()
+        else:
+            lease = grant.lease_ms - int((time.monotonic() - grant.lease_from) * 1000)
+            if lease < 1:
+                return None
+        return (
+            with_id("FLOCK.RENEW", self.name, grant.owner, lease),
+            with_id("FLOCK.ACQUIRE", self.name, grant.owner, lease, *self.acquire_options, "INBOX", sid),
+            with_id("FLOCK.RELEASE", self.name, grant.owner),
+        )
 
     def _released_one(self, left: int) -> None:
         """After a RELEASE answered ``left`` holds (0 too when it failed):
@@ -548,6 +587,8 @@ class Wait:
         # sent again on a new session go in the order they had queued.
         self.sent_to: Optional[str] = None
         self.queued = 0
+        # When its outcome came (a grant's lease counts from then).
+        self.settled_at: Optional[float] = None
 
     def args(self, sid: str) -> tuple:
         """The command for session ``sid``: what is left of the wait, the
@@ -583,6 +624,10 @@ class SessionState:
         self.watched: dict = {}
         self.recent_losses: OrderedDict = OrderedDict()
         self.sends = 0
+        # The session open now, and whether a grant may be watched by
+        # another one (its grants are re-watched there).
+        self.current_sid: Optional[str] = None
+        self.stale = False
 
     # Waits.
 
@@ -600,6 +645,7 @@ class SessionState:
             if wait.outcome is not None:
                 return False
             wait.outcome = outcome
+            wait.settled_at = time.monotonic()
             if self.waits.get(wait.ident) is wait:
                 del self.waits[wait.ident]
         wait.wake()
@@ -655,12 +701,15 @@ class SessionState:
 
     # Watched grants.
 
-    def watch(self, key: bytes, owner: bytes, token: int, lock, grant: Grant) -> None:
-        """Registers a grant made with INBOX: its `lost` event marks it. A loss
-        that came first is applied at once."""
+    def watch(self, key: bytes, owner: bytes, token: int, lock, grant: Grant, sid: Optional[str] = None) -> None:
+        """Registers a grant made with INBOX (on session ``sid``): its `lost`
+        event marks it. A loss that came first is applied at once."""
         ident = (key, owner, token)
         with self.mutex:
             self.watched.setdefault(ident, []).append((lock, grant))
+            grant.watched_sid = sid
+            if sid != self.current_sid:
+                self.stale = True
             reason = self.recent_losses.pop(ident, None)
         grant.on_stop.append(lambda: self.unwatch(ident, grant))
         if reason is not None:
@@ -674,6 +723,23 @@ class SessionState:
             entries[:] = [(lock, g) for lock, g in entries if g is not grant]
             if not entries:
                 del self.watched[ident]
+
+    def to_rewatch(self, sid: str) -> list:
+        """The (lock, grant) held and watched by another session than ``sid``
+        (or with an extra hold to release): to check and re-watch there."""
+        with self.mutex:
+            self.stale = False
+            return [
+                (lock, grant)
+                for entries in self.watched.values()
+                for lock, grant in entries
+                if not (grant.stopped or grant.lost) and (grant.watched_sid != sid or grant.extra_release is not None)
+            ]
+
+    def has_watched(self) -> bool:
+        """Whether a grant held is watched: a broken session is reopened for it."""
+        with self.mutex:
+            return any(not (g.stopped or g.lost) for entries in self.watched.values() for _, g in entries)
 
     def holds(self, key: bytes, owner: bytes, token: int) -> bool:
         with self.mutex:

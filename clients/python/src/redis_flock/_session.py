@@ -21,6 +21,7 @@ from ._core import (
     ERROR,
     GRANTED,
     INBOX_MS,
+    LOST_PREFIXES,
     LOST_REPLY,
     RESENDS,
     REOPEN_MAX_DELAY,
@@ -46,6 +47,17 @@ def send(call, args):
         except LOST_REPLY:
             pass
     return call(*args)
+
+
+def release_extra(call, grant) -> None:
+    """Sends the RELEASE of a re-watch's extra hold (again, the same request
+    ID, if its reply was lost before); kept for later when the server cannot
+    be reached. A NOTOWNER: the grant ended, its holder's release says so."""
+    try:
+        send(call, grant.extra_release)
+    except ResponseError:
+        pass
+    grant.extra_release = None
 
 
 class ThreadWait(Wait):
@@ -112,6 +124,8 @@ class Session:
         self.limiter = threading.BoundedSemaphore(SEND_CONCURRENCY)
         # For the reader's own commands (releasing a grant nobody waits for).
         self.client = redis.Redis(connection_pool=pool)
+        # The session whose grants were all re-watched.
+        self.rewatched: Optional[str] = None
 
     # The session's connection and reader.
 
@@ -134,6 +148,7 @@ class Session:
                 connection.disconnect()
                 raise
             self.connection, self.sid = connection, sid
+            self.state.current_sid = sid
             if self.reader is None:
                 self.reader = threading.Thread(
                     target=self._read, args=(self.generation,), name="flock-session", daemon=True
@@ -159,8 +174,8 @@ class Session:
                 if self.generation != generation:
                     return
                 connection, sid = self.connection, self.sid
-                if connection is None and not self.state.has_pending():
-                    # Broken with nothing waiting: the next acquire reopens.
+                if connection is None and not self.state.has_pending() and not self.state.has_watched():
+                    # Broken with nothing waiting or held: the next acquire reopens.
                     self.reader = None
                     return
             if connection is None:
@@ -172,9 +187,11 @@ class Session:
                     delay = min(max(delay * 2, 0.05), REOPEN_MAX_DELAY)
                     logger.debug("FLOCK session: reopening failed: %s", e)
                 continue
-            # Waits queued on a session before this one (or answered
-            # NOSESSION) are sent here again, in the order they had queued.
-            if not self._resend(sid):
+            # Grants watched by a session before this one are checked and
+            # re-watched here; waits queued on a session before this one (or
+            # answered NOSESSION) are sent here again, in the order they had
+            # queued.
+            if not self._rewatch(sid) or not self._resend(sid):
                 delay = min(max(delay * 2, 0.05), REOPEN_MAX_DELAY)
                 time.sleep(delay)
                 continue
@@ -234,6 +251,73 @@ class Session:
                 return False
         return True
 
+    def _rewatch(self, sid: str) -> bool:
+        """Checks every grant held that another session watched, and moves
+        its watch to session ``sid``; False when the server could not be
+        reached (tried again after a pause)."""
+        if self.rewatched == sid and not self.state.stale:
+            return True
+        for lock, grant in self.state.to_rewatch(sid):
+            try:
+                if not self._rewatch_one(lock, grant, sid):
+                    self.state.stale = True
+                    return False
+            except Exception as e:
+                logger.info("FLOCK session: re-watching a grant of %r failed (%s)", lock.name, e)
+                self.state.stale = True
+                return False
+        self.rewatched = sid
+        return True
+
+    def _rewatch_one(self, lock, grant, sid: str) -> bool:
+        """A RENEW (NOTOWNER: the grant is lost, with that text), then a
+        reentrant ``ACQUIRE ... INBOX sid`` (the same token, one more hold)
+        and a RELEASE of that hold, under the grant's mutex: the holder's
+        own release waits, so the hold count is right. A fixed lease asks
+        for what is left of it; none left: lost (``expired``, the push went
+        with the old session). False on NOSESSION."""
+        call = lock.redis.execute_command
+        with grant.mutex:
+            if grant.stopped or grant.lost:
+                return True
+            if grant.extra_release is not None:
+                release_extra(call, grant)
+            if grant.watched_sid == sid:
+                return True
+            commands = lock._rewatch_commands(grant, sid)
+            if commands is None:
+                grant.watched_sid = sid
+                lock._grant_lost(grant, "expired")
+                return True
+            renew, acquire, release = commands
+            try:
+                send(call, renew)
+            except ResponseError as e:
+                grant.watched_sid = sid
+                if str(e).startswith(LOST_PREFIXES):
+                    lock._grant_lost(grant, str(e))
+                else:
+                    logger.warning("FLOCK session: checking a grant of %r answered %s", lock.name, e)
+                return True
+            try:
+                token = send(call, acquire)
+            except ResponseError as e:
+                if is_nosession(e):
+                    self._gone(sid)
+                    return False
+                grant.watched_sid = sid
+                logger.warning("FLOCK session: re-watching a grant of %r answered %s", lock.name, e)
+                return True
+            grant.watched_sid = sid
+            if token is None:
+                lock._grant_lost(grant, "NOTOWNER the grant ended while the session was replaced")
+                return True
+            grant.extra_release = release
+            release_extra(call, grant)
+            if token != grant.token:
+                lock._grant_lost(grant, "NOTOWNER the grant ended while the session was replaced")
+            return True
+
     def _release(self, key: bytes, owner: bytes) -> None:
         """A grant for a wait its thread gave up on: give it back."""
         try:
@@ -245,12 +329,13 @@ class Session:
 
     def try_acquire(self, client, command: list):
         """``command`` (ACQUIRE without WAIT) once, watched by this session:
-        a token or None."""
+        (a token or None, the session ID, when the reply came)."""
         rid = str(uuid.uuid4())
         for attempt in range(RESENDS + 1):
             sid = self.open()
             try:
-                return send(client.execute_command, (*command, "INBOX", sid, "ID", rid))
+                reply = send(client.execute_command, (*command, "INBOX", sid, "ID", rid))
+                return reply, sid, time.monotonic()
             except ResponseError as e:
                 if not is_nosession(e) or attempt == RESENDS:
                     raise
@@ -295,11 +380,16 @@ class Session:
 
     def wait(self, client, key: bytes, owner: bytes, command: list, wait_ms: int, cancel=None):
         """Queues ``command`` with WAIT ``wait_ms`` through the session and
-        blocks until its outcome: (kind, token, detail). Interrupted (an
-        exception in this thread) or cancelled (``cancel``, a CancelToken),
-        it cancels the wait first; cancelled, it returns (CANCELLED, ...)."""
+        blocks until its outcome: ((kind, token, detail), the wait, whose
+        ``sent_to`` and ``settled_at`` say which session granted it and
+        when). Interrupted (an exception in this thread) or cancelled
+        (``cancel``, a CancelToken), it cancels the wait first; cancelled,
+        its outcome is (CANCELLED, ...)."""
         wait = ThreadWait(client, key, owner, command, wait_ms)
         self.state.register(wait)
+        return self._outcome(client, wait, cancel), wait
+
+    def _outcome(self, client, wait: ThreadWait, cancel):
         # The token's cancel() wakes this thread, which sends the CANCEL.
         unsubscribe = cancel._subscribe(wait.wake) if cancel is not None else None
         try:
@@ -338,6 +428,14 @@ class Session:
                 client.execute_command("FLOCK.CANCEL", wait.key, wait.owner)
                 wait.event.wait(CANCEL_GRACE)
             except BaseException as e:
+                if keep and isinstance(e, LOST_REPLY):
+                    # The server cannot be reached past the wait's deadline: a
+                    # timeout (the session that queued it is gone, or a grant
+                    # coming later is the reader's to release).
+                    outcome = self.state.abandon(wait)
+                    if outcome is None:
+                        return (TIMEOUT, 0, "")
+                    return outcome
                 if keep or not isinstance(e, Exception):
                     self.state.abandon(wait)
                     raise

@@ -28,7 +28,7 @@ from ._core import (
     to_ms,
     with_id,
 )
-from ._session import _shutdown, send, session_of
+from ._session import _shutdown, release_extra, send, session_of
 
 
 class Dedicated:
@@ -212,30 +212,32 @@ class Lock(LockBase):
                 granted = self._acquire_blocking(owner, wait_ms, cancel)
         except ResponseError as e:
             raise lock_error(e, "acquire", self.name) from e
+        granted, sid, at = granted if session is not None else (granted, None, None)
         if granted is None:
             return False
-        grant, replaced = self._new_grant(owner, granted, threading.Lock())
+        grant, replaced = self._new_grant(owner, granted, threading.Lock(), at)
         if replaced is not None:
             replaced.stop()
         if grant is not None:
             if session is not None:
-                session.state.watch(encoder.encode(self.name), owner, granted, self, grant)
+                session.state.watch(encoder.encode(self.name), owner, granted, self, grant, sid)
             if self.watchdog and not grant.lost:
                 WATCHDOG.watch(self, grant)
         return True
 
-    def _acquire_in(self, session, key: bytes, owner: bytes, wait_ms: Optional[int], cancel) -> Optional[int]:
+    def _acquire_in(self, session, key: bytes, owner: bytes, wait_ms: Optional[int], cancel):
+        """(token or None, the session that granted it, when its reply came)."""
         command = self._acquire_base(owner)
         if wait_ms is None:
             return session.try_acquire(self.redis, command)
-        kind, token, detail = session.wait(self.redis, key, owner, command, wait_ms, cancel)
+        (kind, token, detail), wait = session.wait(self.redis, key, owner, command, wait_ms, cancel)
         if kind == GRANTED:
-            return token
+            return token, wait.sent_to, wait.settled_at
         if kind == CANCELLED and cancel is not None and cancel.cancelled:
             raise AcquireCancelled("acquire() was cancelled", lock_name=self.name)
         if kind == ERROR:
             raise detail if isinstance(detail, Exception) else ResponseError(detail)
-        return None
+        return None, None, None
 
     def _acquire_blocking(self, owner: bytes, wait_ms: Optional[int], cancel) -> Optional[int]:
         granted = send(self.redis.execute_command, self._acquire_command(owner, None))
@@ -270,8 +272,12 @@ class Lock(LockBase):
         lock keeps it while holds are left)."""
         command = self._release_command()
         left = 0
-        with self.local.grant.mutex:
+        grant = self.local.grant
+        with grant.mutex:
             try:
+                if grant.extra_release is not None:
+                    # A re-watch's extra hold whose RELEASE did not get through.
+                    release_extra(self.redis.execute_command, grant)
                 left = send(self.redis.execute_command, command)
             except ResponseError as e:
                 raise self._release_error(e) from e
@@ -293,10 +299,12 @@ class Lock(LockBase):
         return self._renew(owner, self._timed("reacquire"), "reacquire")
 
     def _renew(self, owner: bytes, lease_ms: int, action: str) -> Literal[True]:
+        sent = time.monotonic()
         try:
             send(self.redis.execute_command, self._renew_command(owner, lease_ms))
         except ResponseError as e:
             raise lock_error(e, action, self.name, self.lost_reason) from e
+        self._lease_renewed(lease_ms, sent)
         return True
 
 
