@@ -18,6 +18,7 @@ from ._core import (
     ERROR,
     GRANTED,
     INBOX_MS,
+    LOST_PREFIXES,
     LOST_REPLY,
     RESENDS,
     REOPEN_MAX_DELAY,
@@ -43,6 +44,15 @@ async def send(call, args):
         except LOST_REPLY:
             pass
     return await call(*args)
+
+
+async def release_extra(call, grant) -> None:
+    """See redis_flock._session.release_extra."""
+    try:
+        await send(call, grant.extra_release)
+    except ResponseError:
+        pass
+    grant.extra_release = None
 
 
 class TaskWait(Wait):
@@ -100,6 +110,8 @@ class Session:
         self.client = redis.asyncio.Redis(connection_pool=pool)
         # Tasks the reader started (releases): kept until done.
         self.tasks: set = set()
+        # The session whose grants were all re-watched.
+        self.rewatched: Optional[str] = None
 
     async def open(self) -> str:
         """The session ID, opening the session (connection, FLOCK.SESSION,
@@ -122,6 +134,7 @@ class Session:
                 await _disconnect(connection)
                 raise
             self.connection, self.sid = connection, sid
+            self.state.current_sid = sid
             self.reader = self.loop.create_task(self._read(connection), name="flock-session")
             return sid
 
@@ -159,6 +172,9 @@ class Session:
                             self._spawn(self._release(*release))
                     except Exception:
                         logger.exception("FLOCK session: event %r", event)
+                if self.state.stale:
+                    # A grant watched by an earlier session: re-watched here.
+                    self._start_reopening()
         except asyncio.CancelledError:
             await _disconnect(connection)
             raise
@@ -172,7 +188,11 @@ class Session:
             return
         self.connection = self.sid = None
         self.state.session_ended()
-        if self.state.has_pending() and (self.reopening is None or self.reopening.done()):
+        if self.state.has_pending() or self.state.has_watched():
+            self._start_reopening()
+
+    def _start_reopening(self) -> None:
+        if self.reopening is None or self.reopening.done():
             self.reopening = self.loop.create_task(self._reopen(), name="flock-session-reopen")
 
     def _gone(self, sid: str) -> None:
@@ -187,18 +207,22 @@ class Session:
         self._broken(connection)
 
     async def _reopen(self) -> None:
-        """Opens a new session and sends the live waits there again, until
-        each is there (or ended); pauses doubling up to REOPEN_MAX_DELAY
-        between failed attempts."""
+        """Opens a new session, checks the grants held that another session
+        watched and moves their watch there, and sends the live waits there
+        again, until each is there (or ended); pauses doubling up to
+        REOPEN_MAX_DELAY between failed attempts."""
         delay = 0.0
-        while self.state.has_pending():
+        while self.state.has_pending() or self.state.has_watched():
             try:
                 sid = await self.open()
+                rewatched = await self._rewatch(sid)
                 todo = [wait for wait in self.state.pending() if wait.sent_to != sid]
-                if not todo:
+                if rewatched and not todo:
                     return
                 for wait in todo:
                     await self.send_wait(wait)
+                if not rewatched:
+                    raise ConnectionError("a grant could not be re-watched")
                 delay = 0.0
                 continue  # check again: the session may have broken meanwhile
             except asyncio.CancelledError:
@@ -207,6 +231,69 @@ class Session:
                 logger.debug("FLOCK session: reopening failed: %s", e)
                 delay = min(max(delay * 2, 0.05), REOPEN_MAX_DELAY)
             await asyncio.sleep(delay)
+
+    async def _rewatch(self, sid: str) -> bool:
+        """Checks every grant held that another session watched and moves its
+        watch to session ``sid`` (see redis_flock._session.Session._rewatch);
+        False when that could not be done now."""
+        for lock, grant in self.state.to_rewatch(sid):
+            try:
+                if not await self._rewatch_one(lock, grant, sid):
+                    self.state.stale = True
+                    return False
+            except asyncio.CancelledError:
+                self.state.stale = True
+                raise
+            except Exception as e:
+                logger.info("FLOCK session: re-watching a grant of %r failed (%s)", lock.name, e)
+                self.state.stale = True
+                return False
+        self.rewatched = sid
+        return True
+
+    async def _rewatch_one(self, lock, grant, sid: str) -> bool:
+        """See redis_flock._session.Session._rewatch_one."""
+        call = lock.redis.execute_command
+        async with grant.mutex:
+            if grant.stopped or grant.lost:
+                return True
+            if grant.extra_release is not None:
+                await release_extra(call, grant)
+            if grant.watched_sid == sid:
+                return True
+            commands = lock._rewatch_commands(grant, sid)
+            if commands is None:
+                grant.watched_sid = sid
+                lock._grant_lost(grant, "expired")
+                return True
+            renew, acquire, release = commands
+            try:
+                await send(call, renew)
+            except ResponseError as e:
+                grant.watched_sid = sid
+                if str(e).startswith(LOST_PREFIXES):
+                    lock._grant_lost(grant, str(e))
+                else:
+                    logger.warning("FLOCK session: checking a grant of %r answered %s", lock.name, e)
+                return True
+            try:
+                token = await send(call, acquire)
+            except ResponseError as e:
+                if is_nosession(e):
+                    self._gone(sid)
+                    return False
+                grant.watched_sid = sid
+                logger.warning("FLOCK session: re-watching a grant of %r answered %s", lock.name, e)
+                return True
+            grant.watched_sid = sid
+            if token is None:
+                lock._grant_lost(grant, "NOTOWNER the grant ended while the session was replaced")
+                return True
+            grant.extra_release = release
+            await release_extra(call, grant)
+            if token != grant.token:
+                lock._grant_lost(grant, "NOTOWNER the grant ended while the session was replaced")
+            return True
 
     def _spawn(self, coroutine) -> None:
         task = self.loop.create_task(coroutine)
@@ -227,7 +314,8 @@ class Session:
         for attempt in range(RESENDS + 1):
             sid = await self.open()
             try:
-                return await send(client.execute_command, (*command, "INBOX", sid, "ID", rid))
+                reply = await send(client.execute_command, (*command, "INBOX", sid, "ID", rid))
+                return reply, sid, time.monotonic()
             except ResponseError as e:
                 if not is_nosession(e) or attempt == RESENDS:
                     raise
@@ -268,10 +356,14 @@ class Session:
 
     async def wait(self, client, key: bytes, owner: bytes, command: list, wait_ms: int):
         """Queues ``command`` with WAIT ``wait_ms`` through the session and
-        awaits its outcome: (kind, token, detail). Cancelling the task sends
+        awaits its outcome: ((kind, token, detail), the wait; see
+        redis_flock._session.Session.wait). Cancelling the task sends
         FLOCK.CANCEL; a grant that won the race is released."""
         wait = TaskWait(client, key, owner, command, wait_ms)
         self.state.register(wait)
+        return await self._outcome(client, wait), wait
+
+    async def _outcome(self, client, wait: TaskWait):
         try:
             await self.send_wait(wait)
             deadline = wait.local_deadline()
@@ -303,6 +395,13 @@ class Session:
             except asyncio.TimeoutError:
                 pass
             except (Exception, asyncio.CancelledError) as e:
+                if keep and isinstance(e, LOST_REPLY):
+                    # The server cannot be reached past the wait's deadline: a
+                    # timeout (see redis_flock._session.Session.cancel).
+                    outcome = self.state.abandon(wait)
+                    if outcome is None:
+                        return (TIMEOUT, 0, "")
+                    return outcome
                 if keep:
                     self.state.abandon(wait)
                     raise

@@ -6,7 +6,7 @@ from typing import Awaitable, Literal, Optional
 
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
-from ._asyncio_session import send, session_of
+from ._asyncio_session import release_extra, send, session_of
 from ._core import (
     ERROR,
     GRANTED,
@@ -94,28 +94,30 @@ class Lock(LockBase):
                 granted = await self._acquire_blocking(owner, wait_ms)
         except ResponseError as e:
             raise lock_error(e, "acquire", self.name) from e
+        granted, sid, at = granted if session is not None else (granted, None, None)
         if granted is None:
             return False
-        grant, replaced = self._new_grant(owner, granted, asyncio.Lock())
+        grant, replaced = self._new_grant(owner, granted, asyncio.Lock(), at)
         if replaced is not None:
             replaced.stop()
         if grant is not None:
             if session is not None:
-                session.state.watch(encoder.encode(self.name), owner, granted, self, grant)
+                session.state.watch(encoder.encode(self.name), owner, granted, self, grant, sid)
             if self.watchdog and not grant.lost:
                 grant.on_stop.append(asyncio.create_task(self._watch(grant), name=f"flock-watchdog {self.name!r}").cancel)
         return True
 
-    async def _acquire_in(self, session, key: bytes, owner: bytes, wait_ms: Optional[int]) -> Optional[int]:
+    async def _acquire_in(self, session, key: bytes, owner: bytes, wait_ms: Optional[int]):
+        """(token or None, the session that granted it, when its reply came)."""
         command = self._acquire_base(owner)
         if wait_ms is None:
             return await session.try_acquire(self.redis, command)
-        kind, token, detail = await session.wait(self.redis, key, owner, command, wait_ms)
+        (kind, token, detail), wait = await session.wait(self.redis, key, owner, command, wait_ms)
         if kind == GRANTED:
-            return token
+            return token, wait.sent_to, wait.settled_at
         if kind == ERROR:
             raise detail if isinstance(detail, Exception) else ResponseError(detail)
-        return None
+        return None, None, None
 
     async def _acquire_blocking(self, owner: bytes, wait_ms: Optional[int]) -> Optional[int]:
         granted = await send(self.redis.execute_command, self._acquire_command(owner, None))
@@ -165,6 +167,9 @@ class Lock(LockBase):
         command = self._release_command()
         grant = self.local.grant
         async with grant.mutex:
+            if grant.extra_release is not None:
+                # A re-watch's extra hold whose RELEASE did not get through.
+                await release_extra(self.redis.execute_command, grant)
             grant.pending_release = grant.pending_release or command
             try:
                 left = await send(self.redis.execute_command, grant.pending_release)
@@ -193,10 +198,12 @@ class Lock(LockBase):
         return self._renew(owner, self._timed("reacquire"), "reacquire")
 
     async def _renew(self, owner: bytes, lease_ms: int, action: str) -> Literal[True]:
+        sent = time.monotonic()
         try:
             await send(self.redis.execute_command, self._renew_command(owner, lease_ms))
         except ResponseError as e:
             raise lock_error(e, action, self.name, self.lost_reason) from e
+        self._lease_renewed(lease_ms, sent)
         return True
 
 

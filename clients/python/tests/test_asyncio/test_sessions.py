@@ -4,12 +4,15 @@ task sends FLOCK.CANCEL, losses are pushed, a killed session connection is
 reopened and its waits sent again, aclose() closes it."""
 
 import asyncio
+import time
 
 import pytest
 import pytest_asyncio
 import redis.asyncio
 from helpers import calls, info, until
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError, LockNotOwnedError
+from redis.retry import Retry
 
 from redis_flock import UpgradeError, WrongModeError
 from redis_flock._asyncio_session import session_of
@@ -176,3 +179,122 @@ async def test_aclose_closes_the_session_connection_and_ends_waits(server, inspe
     await until(lambda: all(e["id"] != entry["id"] for e in inspect.client_list()), what="the session to close")
     await until(lambda: info(inspect, "close")["waiters"] == 0, what="its waiter to leave")
     assert not any(t.get_name() == "flock-session" for t in asyncio.all_tasks())
+
+
+async def kill_session(inspect, c) -> str:
+    """CLIENT KILLs ``c``'s session connection; returns its old session ID
+    once the grants it held are re-watched on a new one."""
+    session = session_of(c)
+    old, sid = session_entry(inspect, c), session.sid
+    assert old is not None and old["cmd"] == "flock.inbox"
+    inspect.client_kill_filter(_id=old["id"])
+    await until(lambda: session.sid not in (None, sid) and session.rewatched == session.sid, what="a re-watch")
+    return sid
+
+
+@pytest.mark.parametrize("kind", ["lock", "read", "semaphore"])
+async def test_after_a_killed_session_a_fixed_lease_grant_is_re_watched_and_its_loss_pushed(c, inspect, kind):
+    seen = []
+    on_lost = lambda lock, reason: seen.append(reason)  # noqa: E731
+    if kind == "lock":
+        lock = Lock(c, "rewatch", timeout=30, reentrant=True, on_lost=on_lost)
+    elif kind == "read":
+        lock = ReadWriteLock(c, "rewatch", timeout=30, on_lost=on_lost).read_lock()
+    else:
+        lock = Semaphore(c, "rewatch", 3, timeout=30, permits=2, reentrant=True, on_lost=on_lost)
+    assert await lock.acquire(blocking=False) and await lock.acquire(blocking=False)  # two holds
+    token = lock.fencing_token
+    lock.local.grant.lease_from -= 20  # 20 s of its 30 s lease are gone, as this process counts
+    counts = [calls(inspect, f"flock.{command}") for command in ("renew", "acquire", "release")]
+    await kill_session(inspect, c)
+    # One RENEW, one reentrant ACQUIRE ... INBOX and one RELEASE of that hold.
+    assert [calls(inspect, f"flock.{command}") for command in ("renew", "acquire", "release")] == [
+        n + 1 for n in counts
+    ]
+    (holder,) = info(inspect, "rewatch")["holders"]
+    assert holder["holds"] == 2 and holder["token"] == token
+    assert 5000 < holder["ttl-ms"] <= 10000  # what was left of the lease, never more
+    assert not lock.lost
+    inspect.execute_command("FLOCK.FORCERELEASE", "rewatch")
+    await until(lambda: lock.lost, timeout=2, what="the pushed loss, on the new session")
+    assert seen == ["forcereleased"]
+
+
+async def test_a_grant_force_released_while_the_session_was_down_is_reported_lost_after_the_reconnect(c, inspect):
+    seen = []
+    lock = Lock(c, "gone", timeout=30, on_lost=lambda lock, reason: seen.append(reason))
+    assert await lock.acquire(blocking=False)
+    session = session_of(c)
+    old = session_entry(inspect, c)
+
+    async def unreachable():
+        raise ConnectionError("the session cannot reopen (test)")
+
+    session.open = unreachable  # the session cannot be reopened for now
+    try:
+        inspect.client_kill_filter(_id=old["id"])
+        await until(lambda: session.sid is None, what="the session to break")
+        inspect.execute_command("FLOCK.FORCERELEASE", "gone")  # its push has no session to go to
+        await asyncio.sleep(0.3)
+        assert not lock.lost
+    finally:
+        del session.open
+    await until(lambda: lock.lost, timeout=5, what="the RENEW after the reconnect")
+    assert len(seen) == 1 and seen[0].startswith("NOTOWNER") and lock.lost_reason == seen[0]
+    with pytest.raises(LockNotOwnedError):
+        await lock.release()
+
+
+async def test_a_fixed_lease_that_ran_out_while_the_session_was_down_is_lost_as_expired(c, inspect):
+    lock = Lock(c, "ran-out", timeout=30)
+    assert await lock.acquire(blocking=False)
+    lock.local.grant.lease_from -= 31  # its lease is over, as this process counts it
+    await kill_session(inspect, c)
+    assert lock.lost and lock.lost_reason == "expired"
+
+
+async def test_a_re_watch_waits_for_the_holders_release_and_the_holds_stay_right(c, inspect):
+    lock = Lock(c, "serial", timeout=30, reentrant=True)
+    assert await lock.acquire(blocking=False) and await lock.acquire(blocking=False)
+    grant, session = lock.local.grant, session_of(c)
+    async with grant.mutex:  # as the holder's release() does: the re-watch waits
+        old, sid = session_entry(inspect, c), session.sid
+        inspect.client_kill_filter(_id=old["id"])
+        await until(lambda: session.sid not in (None, sid), what="a new session")
+        await asyncio.sleep(0.3)
+        assert session.rewatched != session.sid
+        assert info(inspect, "serial")["holders"][0]["holds"] == 2
+    await until(lambda: session.rewatched == session.sid, what="the re-watch")
+    assert info(inspect, "serial")["holders"][0]["holds"] == 2
+    await lock.release()
+    assert info(inspect, "serial")["holders"][0]["holds"] == 1
+    await lock.release()
+    assert info(inspect, "serial") is None
+
+
+@pytest.fixture()
+def own_server():
+    """A server of the test's own, to kill."""
+    from conftest import Server
+
+    s = Server()
+    yield s
+    s.stop()
+
+
+async def test_server_down_past_the_deadline_ends_the_wait_as_a_timeout(own_server, protocol):
+    # redis-py's own retry off: its backoff would lengthen the wait's end.
+    c = redis.asyncio.Redis(port=own_server.port, protocol=protocol, retry=Retry(NoBackoff(), 0))
+    holder = Lock(c, "down", timeout=30)
+    assert await holder.acquire(blocking=False)
+    task = asyncio.create_task(Lock(c, "down", timeout=30).acquire(blocking_timeout=0.5))
+    inspect = redis.Redis(port=own_server.port)
+    await until(lambda: info(inspect, "down")["waiters"] == 1, what="the waiter to queue")
+    inspect.close()
+    loop = asyncio.get_running_loop()
+    began = time.monotonic()
+    await loop.run_in_executor(None, own_server.kill)
+    # A timed-out wait: False, as when the server's timeout ends it.
+    assert await asyncio.wait_for(task, 20) is False
+    assert time.monotonic() - began < 10
+    await c.aclose()
