@@ -485,6 +485,7 @@ def test_after_a_killed_session_a_fixed_lease_grant_is_re_watched_and_its_loss_p
     assert not lock.lost and not WATCHDOG.entries()  # no watchdog: only the pushed loss tells
     r.execute_command("FLOCK.FORCERELEASE", "rewatch")
     wait_until(lambda: lock.lost, timeout=2, what="the pushed loss, on the new session")
+    wait_until(lambda: seen, what="on_lost (called after lost is set)")
     assert seen == ["forcereleased"]
 
 
@@ -508,6 +509,7 @@ def test_a_grant_force_released_while_the_session_was_down_is_reported_lost_afte
     finally:
         del session.open
     wait_until(lambda: lock.lost, timeout=5, what="the RENEW after the reconnect")
+    wait_until(lambda: seen, what="on_lost (called after lost is set)")
     assert len(seen) == 1 and seen[0].startswith("NOTOWNER") and lock.lost_reason == seen[0]
     with pytest.raises(LockNotOwnedError):
         lock.release()
