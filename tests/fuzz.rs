@@ -545,7 +545,9 @@ fn lock_keys(s: &Server) -> String {
             let kind: String = redis::cmd("TYPE").arg(&key).query(&mut c).unwrap_or_default();
             let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut c).unwrap_or_default();
             let v: Value = redis::cmd("FLOCK.INFO").arg(&key).query(&mut c).unwrap_or(Value::Nil);
-            out += &format!("db {db} {} {kind} pttl {pttl} {v:?}; ", shown(&key));
+            // FLOCK.INFO is nil without a holder: the size tells a queue or request IDs left.
+            let bytes: i64 = redis::cmd("MEMORY").arg("USAGE").arg(&key).query(&mut c).unwrap_or_default();
+            out += &format!("db {db} {} {kind} pttl {pttl} {bytes} bytes {v:?}; ", shown(&key));
         }
     }
     out
