@@ -72,6 +72,9 @@ pub struct Sessions {
     open: HashMap<u64, Session>,
     by_id: HashMap<[u8; SESSION_ID_LEN], u64>,
     watchers: HashMap<u64, Watch>,
+    /// The connection of each blocked reader, so that its callbacks find it
+    /// in O(1) whatever the number of sessions.
+    readers: HashMap<BlockedId, u64>,
     /// Readers unblocked whose reply is not written yet.
     answered: HashSet<u64>,
 }
@@ -145,6 +148,7 @@ impl Sessions {
     /// `client`'s `FLOCK.INBOX` blocks until an event comes or `timer` fires.
     pub fn block_reader(&mut self, client: u64, bc: BlockedClient<Batch>, timer: Option<Timer<u64>>) {
         if let Some(session) = self.open.get_mut(&client) {
+            self.readers.insert(bc.id(), client);
             session.reader = Some(Reader { bc, timer });
         }
     }
@@ -161,13 +165,13 @@ impl Sessions {
     /// it is a session's reader, its read ends with nothing; the events stay
     /// for the next read.
     pub fn reader_gone(&mut self, bc: BlockedId) {
-        let found = self.open.iter().find(|(_, s)| s.reader.as_ref().is_some_and(|r| r.bc.id() == bc));
-        if let Some(&client) = found.map(|(c, _)| c) {
+        if let Some(&client) = self.readers.get(&bc) {
             self.end_read(client);
         }
     }
 
     fn answer(&mut self, client: u64, reader: Reader, events: Vec<Event>) {
+        self.readers.remove(&reader.bc.id());
         if let Some(timer) = reader.timer {
             ffi::stop_timer(timer);
         }
