@@ -204,6 +204,23 @@ fn linger(k: &Key, value: &LockValue, now: u64) {
     ffi::replicate(k.ctx, c"PEXPIREAT", &[k.name.as_slice(), until.to_string().as_bytes()]);
 }
 
+/// From a timer, after RESTORE or PERSIST of the key `key` of database
+/// `db`: a free lock there lingers again for as long as its request IDs
+/// last. A replica follows its master's TTL.
+pub fn linger_again(ctx: &Context, (db, key): (i32, Vec<u8>)) {
+    if ffi::is_replica() {
+        return;
+    }
+    state::with(|s| {
+        let place = s.place(db, &key);
+        open_lock_at(ctx, s, &place, |_, k, value| {
+            if is_lingering(value) {
+                linger(k, value, ffi::now_ms());
+            }
+        });
+    });
+}
+
 /// Sends the request IDs an operation recorded to replicas and the AOF,
 /// before the state they belong to; true if there were any.
 fn propagate_requests(k: &Key, value: &LockValue, since: u64) -> bool {

@@ -82,13 +82,21 @@ impl ServerEvents for Events {
 
 /// RENAME and MOVE fire the type's unlink callback on the source, which
 /// takes its leases and session bindings; they follow the lock here.
+/// RESTORE (with the TTL its client chose: none for 0) and PERSIST can leave
+/// a free lock, kept only by its request IDs, without the TTL that ends it:
+/// a timer gives it back (it may not change the key from inside the event).
 pub fn on_keyspace_event(ctx: &Context, _: NotifyEvent, event: &str, key: &[u8]) {
-    if event != "rename_to" && event != "move_to" {
-        return;
-    }
-    let name = ffi::key_name(ctx, key);
-    let handle = ctx.open_key_writable(&name);
-    if let Ok(Some(value)) = lock_value(&handle) {
-        state::with(|s| engine::attach(s, value, ffi::selected_db(ctx), key));
+    match event {
+        "rename_to" | "move_to" => {
+            let name = ffi::key_name(ctx, key);
+            let handle = ctx.open_key_writable(&name);
+            if let Ok(Some(value)) = lock_value(&handle) {
+                state::with(|s| engine::attach(s, value, ffi::selected_db(ctx), key));
+            }
+        }
+        "restore" | "persist" => {
+            ffi::create_timer(0, engine::linger_again, (ffi::selected_db(ctx), key.to_vec()));
+        }
+        _ => {}
     }
 }
