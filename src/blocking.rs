@@ -8,7 +8,7 @@ use redis_module::{Context, RedisResult, RedisValue};
 
 use crate::engine;
 use crate::errors;
-use crate::ffi::{self, BlockHandlers, BlockedId, CommandFilter, FilterArgs};
+use crate::ffi::{self, BlockHandlers, BlockedId};
 use crate::place::Place;
 use crate::state::{self, State};
 use crate::waiters::{Answer, Reply, Via, WaitId};
@@ -132,29 +132,6 @@ impl BlockHandlers for Waiting {
             state::with(|s| leave(ctx, s, WaitId::Blocked(bc), Leave::Unblocked));
         }
         Ok(RedisValue::Null)
-    }
-}
-
-/// Redis 7.0 loses the reply of a client that is unblocked by the module and
-/// then, in the same event-loop turn, by CLIENT UNBLOCK. Such a client is no
-/// longer waiting, so CLIENT UNBLOCK is pointed at no client (id 0) and
-/// answers 0, as for any client that is not blocked.
-pub struct UnblockFilter;
-
-impl CommandFilter for UnblockFilter {
-    fn filter(args: &mut FilterArgs) {
-        if args.len() < 3
-            || !args.get(0).eq_ignore_ascii_case(b"client")
-            || !args.get(1).eq_ignore_ascii_case(b"unblock")
-        {
-            return;
-        }
-        let Some(id) = std::str::from_utf8(args.get(2)).ok().and_then(|a| a.parse::<u64>().ok()) else { return };
-        // Borrowed: a command another module runs from inside FLOCK's own
-        // (a keyspace event handler); FLOCK answers no one meanwhile.
-        if state::try_with(|s| s.waiters.is_answered(id) || s.sessions.is_answered(id)).unwrap_or(false) {
-            args.replace(2, b"0");
-        }
     }
 }
 

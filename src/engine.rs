@@ -370,17 +370,17 @@ pub fn open_lock_at(ctx: &Context, s: &mut State, place: &Place, f: impl FnOnce(
 
 /// The lock leaves its key (deleted, overwritten, expired, renamed or moved
 /// away): its waiters get LOCKDELETED, its leases and session bindings go,
-/// its holders count as deleted (`attach` takes that back if it arrives
-/// elsewhere). Redis may call this from inside FLOCK's own calls, so the
-/// work waits for the state if it is borrowed.
-pub fn detach(value: &mut LockValue, db: i32, key: &[u8]) {
+/// its holders end for `why` (`attach` takes a deletion back if the lock
+/// arrives elsewhere here). Redis may call this from inside FLOCK's own
+/// calls, so the work waits for the state if it is borrowed.
+pub fn detach(value: &mut LockValue, db: i32, key: &[u8], why: End) {
     let mut out = Vec::new();
     value.lock.drain_waiters(Leave::Deleted, &mut out);
     let ended: Vec<(Holder, Terms)> = value.lock.holders().iter().map(|(h, t)| (h.clone(), t)).collect();
     for holder in value.lock.holders_mut() {
         holder.deadline_id = None;
     }
-    out.extend(ended.into_iter().map(|(holder, terms)| Outcome::Ended { holder, terms, why: End::Deleted }));
+    out.extend(ended.into_iter().map(|(holder, terms)| Outcome::Ended { holder, terms, why }));
     if out.is_empty() {
         return;
     }

@@ -157,6 +157,9 @@ pub fn not_owner(loss: Option<Loss>) -> RedisError {
         Some(Loss::Deleted) => {
             "NOTOWNER the lock was deleted while this owner held it (DEL, FLUSH, an overwrite, eviction, RENAME or MOVE)"
         }
+        Some(Loss::Moved) => {
+            "NOTOWNER the lock went with its key to another server (MIGRATE, a Cluster slot move) while this owner held it: send this command there"
+        }
         Some(Loss::Demoted) => NOTOWNER,
     })
 }

@@ -10,7 +10,7 @@ use crate::ffi::{self, BlockHandlers, BlockedId};
 use crate::sessions::{Batch, Event, Kind};
 use crate::state::{self, State};
 use crate::waiters::WaitId;
-use flock_core::effects::Leave;
+use flock_core::effects::{Leave, Loss};
 
 /// Blocks `client`'s `FLOCK.INBOX` until an event arrives or `timeout_ms`
 /// passes (0: no limit); false if the server would not block it.
@@ -38,6 +38,8 @@ pub fn reply_events(ctx: &Context, events: &[Event]) -> RedisResult {
             Kind::TimedOut => ("timeout", ""),
             Kind::Cancelled => ("cancelled", ""),
             Kind::Error(why) => ("error", errors::left_text(why)),
+            // Not a loss: the grant is held on the server the key went to.
+            Kind::Lost(Loss::Moved) => ("moved", ""),
             Kind::Lost(loss) => ("lost", loss.name()),
         };
         ffi::reply_array(ctx, 5);

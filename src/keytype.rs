@@ -7,10 +7,12 @@ use redis_module::native_types::RedisType;
 use crate::engine;
 use crate::errors;
 use crate::ffi::{self, Aof, Io, KeyType};
+use crate::filter;
 use crate::state::{self, Lease};
 use crate::value::{with_args, LockValue, ENCODING_VERSION, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION, TYPE_NAME};
 use crate::waiters::WaitId;
 use flock_core::deadlines::Deadlines;
+use flock_core::effects::End;
 use flock_core::holders::{Mode, Terms};
 use flock_core::limits::MAX_TOKEN;
 use flock_core::lock::Lock;
@@ -101,8 +103,11 @@ impl KeyType for LockType {
         std::mem::size_of::<LockValue>() + value.lock.heap_size() + lease
     }
 
+    /// A key that `MIGRATE` takes whole moves its grants to the other
+    /// server; any other way out of here deletes them.
     fn unlink(value: &mut LockValue, db: i32, key: &[u8]) {
-        engine::detach(value, db, key);
+        let why = if filter::is_moving(key) { End::Moved } else { End::Deleted };
+        engine::detach(value, db, key, why);
     }
 
     fn aux_save(io: &Io) {

@@ -35,6 +35,7 @@ mod errors;
 mod events;
 mod eviction;
 mod ffi;
+mod filter;
 mod inbox;
 mod info;
 mod keytype;
@@ -56,7 +57,7 @@ mod module {
     use crate::keytype::FLOCK_TYPE;
 
     // Redis's allocator, so that INFO memory and maxmemory count the locks.
-    use crate::{blocking, commands, events, eviction, ffi, value};
+    use crate::{commands, events, eviction, ffi, filter, value};
     use redis_module::alloc::RedisAlloc;
 
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
@@ -77,7 +78,7 @@ mod module {
         log_panics();
         ffi::subscribe::<events::Events>(ctx);
         crate::state::with(|s| eviction::refresh(ctx, s));
-        ffi::register_filter::<blocking::UnblockFilter>(ctx);
+        ffi::register_filter::<filter::Filter>(ctx);
         // `-@flock` needs Redis 8.0's AddACLCategory; `-@write` and the like
         // need 7.2's SetCommandACLCategories. Either missing: rules name the
         // commands (docs/commands.md, "Loading").

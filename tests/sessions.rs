@@ -178,6 +178,59 @@ fn a_session_hears_at_once_when_the_server_ends_a_grant_it_watches() {
     assert!(read_inbox(&mut inbox, 100).is_empty(), "the first session no longer watches it");
 }
 
+/// MIGRATE (a Cluster slot move sends the same) takes a lock whole to
+/// another server: the holder's session hears `moved`, not a loss, and the
+/// grant goes on there; NOTOWNER here says where it went. With COPY both
+/// servers keep it and nothing is heard.
+#[test]
+fn a_migrated_lock_is_moved_for_its_session_not_lost() {
+    let (s, target) = (Server::start(), Server::start());
+    let (mut inbox, mut c, mut far) = (s.conn(), s.conn(), target.conn());
+    let sid = open_session(&mut inbox);
+    let migrate = |c: &mut Connection, key: &str, more: &[&str]| {
+        let ok: String = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(target.port)
+            .arg(key)
+            .arg(0)
+            .arg(5_000)
+            .arg(more)
+            .query(c)
+            .unwrap_or_else(|e| panic!("MIGRATE {key} {more:?}: {e}"));
+        assert_eq!(ok, "OK");
+    };
+
+    let t = int(&session_acquire(&mut c, "one", "a", 60_000, 0, &sid, &[]));
+    migrate(&mut c, "one", &[]);
+    assert_eq!(read_events(&mut inbox, 1, Duration::from_secs(5)), [ev("moved", "one", "a", t, "")]);
+    assert_eq!(
+        (owner_of(&mut far, "one").as_deref(), token_of(&mut far, "one")),
+        (Some("a"), t),
+        "the grant goes on there"
+    );
+    let e = release(&mut c, "one", "a").expect_err("NOTOWNER here");
+    assert!(e.to_string().contains("another server"), "{e}");
+    assert_eq!(s.stat("deletions"), 0, "a move is not a deletion");
+
+    // The KEYS form, as a slot move sends it; another key of the same
+    // command stays a loss only if it is deleted another way.
+    let t2 = int(&session_acquire(&mut c, "{s}two", "a", 60_000, 0, &sid, &[]));
+    let t3 = int(&session_acquire(&mut c, "{s}three", "b", 60_000, 0, &sid, &[]));
+    migrate(&mut c, "", &["KEYS", "{s}two", "{s}three"]);
+    let mut events = read_events(&mut inbox, 2, Duration::from_secs(5));
+    events.sort();
+    assert_eq!(events, [ev("moved", "{s}three", "b", t3, ""), ev("moved", "{s}two", "a", t2, "")]);
+    let _: i64 = redis::cmd("DEL").arg("{s}two").query(&mut far).unwrap();
+    assert!(read_inbox(&mut inbox, 100).is_empty(), "the target's deletion is the target's sessions' to hear");
+
+    let t4 = int(&session_acquire(&mut c, "copied", "a", 60_000, 0, &sid, &[]));
+    migrate(&mut c, "copied", &["COPY"]);
+    assert!(read_inbox(&mut inbox, 100).is_empty(), "COPY leaves the grant here too");
+    assert_eq!(token_of(&mut c, "copied"), t4);
+    let _: i64 = redis::cmd("DEL").arg("copied").query(&mut c).unwrap();
+    assert_eq!(read_events(&mut inbox, 1, Duration::from_secs(5)), [ev("lost", "copied", "a", t4, "deleted")]);
+}
+
 /// RELEASE and RENEW after the server ended the grant say how it ended;
 /// a new grant to that owner forgets it.
 #[test]

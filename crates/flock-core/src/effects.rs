@@ -43,6 +43,9 @@ pub enum End {
     Undelivered,
     /// The key was deleted, overwritten, expired or evicted.
     Deleted,
+    /// The key went whole to another server (`MIGRATE`, a Cluster slot
+    /// move): the grant goes on there, not here.
+    Moved,
     /// Replicated or loaded state put another holder in its place.
     Replaced,
 }
@@ -62,8 +65,8 @@ pub enum Leave {
     Cancelled,
 }
 
-/// Why the server ended a grant its holder did not give back: what the
-/// holder's session hears, and what a later NOTOWNER says.
+/// Why a grant its holder did not give back is no longer held here: what
+/// the holder's session hears, and what a later NOTOWNER says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Loss {
     Expired,
@@ -71,6 +74,9 @@ pub enum Loss {
     Deleted,
     /// This node became a replica (sessions only: the grant itself stays).
     Demoted,
+    /// Not a loss: the grant went on with its key to another server, whose
+    /// sessions must watch it from now (the session hears `moved`).
+    Moved,
 }
 
 impl Loss {
@@ -81,6 +87,7 @@ impl Loss {
             Loss::ForceReleased => "forcereleased",
             Loss::Deleted => "deleted",
             Loss::Demoted => "demoted",
+            Loss::Moved => "moved",
         }
     }
 }
@@ -252,6 +259,7 @@ pub fn effects<P>(outcome: &Outcome<P>) -> Effects {
             // Redis sends the key's own event (del, expired, evicted) and
             // replicates the deletion.
             End::Deleted => lost(Loss::Deleted, Effects { sent: Sent::Nothing, ..ended(&[Deletions], None) }),
+            End::Moved => lost(Loss::Moved, Effects { sent: Sent::Nothing, ..ended(&[], None) }),
             End::Replaced => Effects { sent: Sent::Nothing, ..ended(&[], None) },
         },
         Outcome::Left { why, .. } => match why {
@@ -286,7 +294,7 @@ mod tests {
     }
 
     #[test]
-    fn every_end_has_its_own_counter_and_only_deletions_and_replacements_are_not_sent() {
+    fn every_end_has_its_own_counter_and_only_deletions_moves_and_replacements_are_not_sent() {
         let ends = [
             End::Released,
             End::LeaseEnded,
@@ -294,14 +302,16 @@ mod tests {
             End::SessionClosed,
             End::Undelivered,
             End::Deleted,
+            End::Moved,
             End::Replaced,
         ];
         let mut seen: Vec<Counter> = Vec::new();
         for why in ends {
             let e = effects(&ended(why));
             seen.extend(e.counters);
-            assert_eq!(e.sent == Sent::Gone, !matches!(why, End::Deleted | End::Replaced), "{why:?}");
-            assert_eq!(e.event.is_some(), !matches!(why, End::Deleted | End::Replaced), "{why:?}");
+            let redis_tells = matches!(why, End::Deleted | End::Moved | End::Replaced);
+            assert_eq!(e.sent == Sent::Gone, !redis_tells, "{why:?}");
+            assert_eq!(e.event.is_some(), !redis_tells, "{why:?}");
             assert_eq!(e.event_once, why == End::ForceReleased, "FORCERELEASE sends one event per command");
         }
         let unique: std::collections::HashSet<usize> = seen.iter().map(|&c| c as usize).collect();
@@ -329,6 +339,7 @@ mod tests {
         assert_eq!(loss(End::LeaseEnded), Some(Loss::Expired));
         assert_eq!(loss(End::ForceReleased), Some(Loss::ForceReleased));
         assert_eq!(loss(End::Deleted), Some(Loss::Deleted));
+        assert_eq!(loss(End::Moved), Some(Loss::Moved), "its session must watch it elsewhere");
         for why in [End::Released, End::SessionClosed, End::Undelivered, End::Replaced] {
             assert_eq!(loss(why), None, "{why:?}: the holder gave it up, or nobody holds it here");
         }

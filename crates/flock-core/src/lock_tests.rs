@@ -789,6 +789,7 @@ mod multi {
             End::Undelivered => Counter::UndeliveredGrants,
             End::Deleted => Counter::Deletions,
             End::Replaced => unreachable!("nothing is replicated here"),
+            End::Moved => unreachable!("no key leaves for another server here"),
         }
     }
 
