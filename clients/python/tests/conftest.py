@@ -1,7 +1,10 @@
 """A redis-server with the FLOCK module for the whole session, on a free
-loopback port, and redis-py clients to it (RESP2 and RESP3)."""
+loopback port, and redis-py clients to it (RESP2 and RESP3); a 3-master
+Redis Cluster and a Sentinel-watched master and replica for the topology
+tests, started by the first test that asks for them."""
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -24,21 +27,48 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Server:
-    """One redis-server process with the module; ``stop()`` kills it."""
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
 
-    def __init__(self):
+
+def cluster_port() -> int:
+    """A free port whose cluster bus port (+10000) is free too, at most 55535
+    (Valkey refuses a node whose bus port would not fit)."""
+    while True:
+        port = random.randint(20000, 45535)
+        if _bindable(port) and _bindable(port + 10000):
+            return port
+
+
+class Server:
+    """One redis-server process with the module (``module=False``: without,
+    for a sentinel); ``args`` go after the common ones, ``config`` is a
+    config file's text written to its directory and given first (a
+    sentinel's, which Sentinel rewrites). ``stop()`` kills it."""
+
+    def __init__(self, *args, port=None, module=True, config=None):
         if not Path(MODULE).is_file():
             pytest.exit(f"FLOCK module not found at {MODULE} (build it, or set FLOCK_MODULE)", 2)
         self.dir = tempfile.mkdtemp(prefix="flock-py-")
-        self.port = free_port()
+        self.port = port or free_port()
+        self.args = list(args) + (["--loadmodule", MODULE] if module else [])
+        self.config = []
+        if config is not None:
+            path = Path(self.dir) / "server.conf"
+            path.write_text(config)
+            self.config = [str(path)]
         self.log = open(Path(self.dir) / "server.log", "wb")
         self.start()
 
     def start(self):
         self.process = subprocess.Popen(
-            [SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", self.dir, "--loadmodule", MODULE],
+            [SERVER, *self.config, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", self.dir, *self.args],
             stdout=self.log, stderr=subprocess.STDOUT,
         )
         client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
@@ -100,3 +130,162 @@ def r_decoded(server, protocol):
     yield c
     c.flushall()
     c.close()
+
+
+class Cluster:
+    """Three masters (no replicas), each with every third of the slots, made
+    by hand as tests/cluster.rs does: ADDSLOTSRANGE, MEET, then waiting until
+    every node says cluster_state:ok and knows the slots of the others."""
+
+    def __init__(self):
+        self.nodes = []
+        try:
+            for _ in range(3):
+                self.nodes.append(
+                    Server("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                           "--cluster-node-timeout", "5000", port=cluster_port())
+                )
+            self.clients = [redis.Redis(port=node.port) for node in self.nodes]
+            bounds = [0, 5461, 10923, 16384]
+            for i, c in enumerate(self.clients):
+                c.execute_command("CLUSTER", "SET-CONFIG-EPOCH", i + 1)
+                c.execute_command("CLUSTER", "ADDSLOTSRANGE", bounds[i], bounds[i + 1] - 1)
+            for c in self.clients[1:]:
+                c.execute_command("CLUSTER", "MEET", "127.0.0.1", self.nodes[0].port)
+            wait_until(self._ok, timeout=20, what="the cluster to be ok on every node")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _ok(self) -> bool:
+        for c in self.clients:
+            info = c.execute_command("CLUSTER", "INFO").decode()
+            if "cluster_state:ok" not in info or "cluster_known_nodes:3" not in info:
+                return False
+            if len(c.execute_command("CLUSTER", "SLOTS")) != 3:
+                return False
+        return True
+
+    def ports(self):
+        return [node.port for node in self.nodes]
+
+    def index_of_key(self, key) -> int:
+        """Which node (0, 1, 2) serves ``key``'s slot now."""
+        slot = self.clients[0].execute_command("CLUSTER", "KEYSLOT", key)
+        for start, end, (_, port, *_), *_ in self.clients[0].execute_command("CLUSTER", "SLOTS"):
+            if start <= slot <= end:
+                return self.ports().index(port)
+        raise AssertionError(f"slot {slot} is not served")
+
+    def key_on(self, index: int, prefix: str) -> str:
+        """A key named ``prefix:<n>`` served by node ``index``."""
+        return next(f"{prefix}:{n}" for n in range(1000) if self.index_of_key(f"{prefix}:{n}") == index)
+
+    def sessions(self) -> list:
+        """FLOCK's open sessions on each node."""
+        return [c.info("flock")["flock_sessions"] for c in self.clients]
+
+    def flushall(self):
+        for c in self.clients:
+            c.flushall()
+
+    def stop(self):
+        for c in getattr(self, "clients", ()):
+            c.close()
+        for node in self.nodes:
+            node.stop()
+
+
+class SentinelSetup:
+    """A master and its replica (in sync) with the module, and three
+    sentinels watching them as ``flock`` (down after 1 s), started after the
+    replica synced so that they learn it at once."""
+
+    NAME = "flock"
+
+    def __init__(self):
+        self.servers = []
+        try:
+            self.master = Server()
+            self.servers.append(self.master)
+            self.replica = Server("--replicaof", "127.0.0.1", str(self.master.port))
+            self.servers.append(self.replica)
+            wait_until(lambda: self.master_of(self.replica) == self.master.port and self._synced(self.replica),
+                       timeout=10, what="the replica to sync")
+            config = (f"sentinel monitor {self.NAME} 127.0.0.1 {self.master.port} 2\n"
+                      f"sentinel down-after-milliseconds {self.NAME} 1000\n"
+                      f"sentinel failover-timeout {self.NAME} 10000\n")
+            self.sentinels = []
+            for _ in range(3):
+                sentinel = Server("--sentinel", module=False, config=config)
+                self.servers.append(sentinel)
+                self.sentinels.append(sentinel)
+            wait_until(self._watching, timeout=15, what="the sentinels to know the replica and each other")
+        except BaseException:
+            self.stop()
+            raise
+
+    def sentinel_addresses(self):
+        return [("127.0.0.1", s.port) for s in self.sentinels]
+
+    @staticmethod
+    def master_of(server):
+        with redis.Redis(port=server.port) as c:
+            return c.info("replication").get("master_port")
+
+    @staticmethod
+    def _synced(server) -> bool:
+        with redis.Redis(port=server.port) as c:
+            return c.info("replication").get("master_link_status") == "up"
+
+    def _watching(self) -> bool:
+        for s in self.sentinels:
+            with redis.Redis(port=s.port) as c:
+                master = c.sentinel_master(self.NAME)
+                if master["num-slaves"] < 1 or master["num-other-sentinels"] < 2:
+                    return False
+        return True
+
+    def master_port(self):
+        """The master's port as every sentinel names it now (None while they
+        disagree)."""
+        ports = set()
+        for s in self.sentinels:
+            with redis.Redis(port=s.port) as c:
+                ports.add(int(c.sentinel_get_master_addr_by_name(self.NAME)[1]))
+        return ports.pop() if len(ports) == 1 else None
+
+    def role(self, server) -> str:
+        with redis.Redis(port=server.port) as c:
+            return c.execute_command("ROLE")[0].decode()
+
+    def failover(self):
+        """SENTINEL FAILOVER, then waits until the replica is the master the
+        sentinels name and the old master is its replica (Sentinel turns it
+        into one about 10 s later, closing its clients): (new, old)."""
+        old = next(s for s in (self.master, self.replica) if s.port == self.master_port())
+        new = self.replica if old is self.master else self.master
+        with redis.Redis(port=self.sentinels[0].port) as c:
+            c.execute_command("SENTINEL", "FAILOVER", self.NAME)
+        wait_until(lambda: self.master_port() == new.port, timeout=15, what="the sentinels to name the new master")
+        wait_until(lambda: self.role(old) == "slave" and self._synced(old), timeout=30,
+                   what="the old master to become a replica")
+        return new, old
+
+    def stop(self):
+        for server in reversed(self.servers):
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    c = Cluster()
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="session")
+def sentinel_setup():
+    s = SentinelSetup()
+    yield s
+    s.stop()

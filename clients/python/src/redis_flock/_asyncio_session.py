@@ -10,9 +10,10 @@ import uuid
 from typing import Optional
 
 import redis.asyncio
-from redis.exceptions import ConnectionError, ResponseError
+from redis.exceptions import AskError, ConnectionError, MovedError, ResponseError
 
 from ._core import (
+    ASK_PAUSE,
     CANCEL_GRACE,
     CANCELLED,
     ERROR,
@@ -64,6 +65,51 @@ class TaskWait(Wait):
     def wake(self) -> None:
         if not self.future.done():
             self.future.set_result(self.outcome)
+
+
+def node_client(client, key: bytes):
+    """The client of the server that holds ``key`` (see
+    redis_flock._session.node_client). A redis.asyncio RedisCluster's nodes
+    have no Redis of their own: one is made per node, with the node's
+    connection settings, kept on the cluster client and closed by its
+    aclose()."""
+    if not hasattr(client, "get_node_from_key"):
+        return client
+    node = client.get_node_from_key(key)
+    nodes = client.__dict__.get("_flock_nodes")
+    if nodes is None:
+        nodes = client._flock_nodes = {}
+        original = client.aclose
+
+        async def aclose(*args, **kwargs):
+            for redis_client in list(nodes.values()):
+                await redis_client.aclose()
+            nodes.clear()
+            return await original(*args, **kwargs)
+
+        client.aclose = aclose
+    redis_client = nodes.get(node.name)
+    if redis_client is None:
+        pool = redis.asyncio.ConnectionPool(connection_class=node.connection_class, **node.connection_kwargs)
+        redis_client = nodes[node.name] = redis.asyncio.Redis(connection_pool=pool)
+    return redis_client
+
+
+async def redirected(client, error: AskError, attempt: int) -> None:
+    """See redis_flock._session.redirected."""
+    if isinstance(error, MovedError):
+        await client.nodes_manager.move_slot(error)
+    else:
+        await asyncio.sleep(ASK_PAUSE * attempt)
+
+
+async def moved_away(node, key: bytes) -> Optional[AskError]:
+    """See redis_flock._session.moved_away."""
+    try:
+        await node.execute_command("FLOCK.INFO", key)
+    except AskError as e:
+        return e
+    return None
 
 
 def session_of(client) -> "Session":
@@ -128,6 +174,8 @@ class Session:
             )
             connection = self.pool.connection_class(**kwargs)
             try:
+                # connect() first (see redis_flock._session.Session.open).
+                await connection.connect()
                 await connection.send_command("FLOCK.SESSION")
                 sid = _text(await connection.read_response())
             except BaseException:
@@ -277,7 +325,8 @@ class Session:
                     logger.warning("FLOCK session: checking a grant of %r answered %s", lock.name, e)
                 return True
             try:
-                token = await send(call, acquire)
+                # On the session's own server (see redis_flock._session).
+                token = await send(self.client.execute_command, acquire)
             except ResponseError as e:
                 if is_nosession(e):
                     self._gone(sid)
@@ -309,8 +358,7 @@ class Session:
 
     # Acquiring.
 
-    async def try_acquire(self, client, command: list):
-        rid = str(uuid.uuid4())
+    async def try_acquire(self, client, command: list, rid: str):
         for attempt in range(RESENDS + 1):
             sid = await self.open()
             try:
@@ -354,12 +402,12 @@ class Session:
                     self.state.settle(wait, (ERROR, 0, ResponseError(f"unexpected reply {reply!r}")))
                 return
 
-    async def wait(self, client, key: bytes, owner: bytes, command: list, wait_ms: int):
+    async def wait(self, client, key: bytes, owner: bytes, command: list, wait_ms: int, rid: str):
         """Queues ``command`` with WAIT ``wait_ms`` through the session and
         awaits its outcome: ((kind, token, detail), the wait; see
         redis_flock._session.Session.wait). Cancelling the task sends
         FLOCK.CANCEL; a grant that won the race is released."""
-        wait = TaskWait(client, key, owner, command, wait_ms)
+        wait = TaskWait(client, key, owner, command, wait_ms, rid)
         self.state.register(wait)
         return await self._outcome(client, wait), wait
 

@@ -53,6 +53,13 @@ REOPEN_MAX_DELAY = 1.0
 # many, so that a grant registered a moment after its loss still sees it.
 RECENT_LOSSES = 1024
 
+# A wait or try sent to a Cluster node's own connection (the session's
+# server) that answers MOVED or ASK is sent again to the key's node, up to this
+# many times (redis-py's RedisCluster follows redirections 16 times too); after
+# ASK (a slot being migrated) it pauses ASK_PAUSE times the attempt first.
+REDIRECTS = 16
+ASK_PAUSE = 0.01
+
 Number = Union[int, float]
 
 
@@ -371,6 +378,15 @@ class LockBase:
         return to_ms(blocking_timeout)
 
     @staticmethod
+    def _wait_left(wait_ms: Optional[int], started: float) -> Optional[int]:
+        """What is left of ``wait_ms`` (as _wait_ms gives it) begun at
+        ``started``: a wait sent again to another Cluster node keeps its
+        deadline."""
+        if not wait_ms:
+            return wait_ms
+        return max(1, wait_ms - int((time.monotonic() - started) * 1000))
+
+    @staticmethod
     def _wait_socket_timeout(wait_ms: int) -> Optional[float]:
         return None if wait_ms == 0 else wait_ms / 1000 + WAIT_SOCKET_MARGIN
 
@@ -551,6 +567,11 @@ def is_nosession(error: Exception) -> bool:
     return isinstance(error, ResponseError) and str(error).startswith("NOSESSION")
 
 
+def is_key_gone(error: Exception) -> bool:
+    """A wait's LOCKDELETED: the key was deleted, or (in a Cluster) migrated."""
+    return isinstance(error, ResponseError) and str(error).startswith("LOCKDELETED")
+
+
 def is_demotion(error: Exception) -> bool:
     """FLOCK.INBOX's UNBLOCKED when the server stopped being a master (not a
     CLIENT UNBLOCK)."""
@@ -567,13 +588,13 @@ class Wait:
     its event by (key, owner). ``outcome`` is set once: (kind, token,
     detail-or-exception). The flavour's subclass wakes the waiter."""
 
-    def __init__(self, client, key: bytes, owner: bytes, command: list, wait_ms: int):
+    def __init__(self, client, key: bytes, owner: bytes, command: list, wait_ms: int, rid: str):
         self.client = client
         self.key = key
         self.owner = owner
         self.ident = (key, owner)
         self.command = command
-        self.rid = str(uuid.uuid4())
+        self.rid = rid
         self.wait_ms = wait_ms
         # The server's deadline; the client's own is LOCAL_DEADLINE_MARGIN later.
         self.deadline = None if wait_ms == 0 else time.monotonic() + wait_ms / 1000

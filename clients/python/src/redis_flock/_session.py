@@ -13,9 +13,10 @@ import uuid
 from typing import Optional
 
 import redis
-from redis.exceptions import ConnectionError, ResponseError
+from redis.exceptions import AskError, ConnectionError, MovedError, ResponseError
 
 from ._core import (
+    ASK_PAUSE,
     CANCEL_GRACE,
     CANCELLED,
     ERROR,
@@ -72,6 +73,36 @@ class ThreadWait(Wait):
 
 
 _REGISTRY = threading.Lock()
+
+
+def node_client(client, key: bytes):
+    """The client of the server that holds ``key``: ``client`` itself, or for
+    a RedisCluster the Redis of the key's node, whose own pool gives that
+    node its own session (a session lives on one server)."""
+    if not hasattr(client, "get_node_from_key"):
+        return client
+    return client.get_redis_connection(client.get_node_from_key(key))
+
+
+def redirected(client, error: AskError, attempt: int) -> None:
+    """A command sent to a cluster node's own Redis answered MOVED (the slot
+    moved: the cluster client learns its new node) or ASK (the slot is being
+    migrated and the key is already gone: a short pause until it is done)."""
+    if isinstance(error, MovedError):
+        client.nodes_manager.move_slot(error)
+    else:
+        time.sleep(ASK_PAUSE * attempt)
+
+
+def moved_away(node, key: bytes) -> Optional[AskError]:
+    """After a wait on Cluster node ``node`` ended with LOCKDELETED: the
+    MOVED or ASK the node answers for ``key`` now (its slot is migrating or
+    migrated: MIGRATE deleted the key here), or None (the key was deleted)."""
+    try:
+        node.execute_command("FLOCK.INFO", key)
+    except AskError as e:
+        return e
+    return None
 
 
 def session_of(client) -> "Session":
@@ -142,6 +173,10 @@ class Session:
             )
             connection = self.pool.connection_class(**kwargs)
             try:
+                # connect() first: there a Sentinel-managed connection asks
+                # the sentinels for the master (send_command's own connect
+                # would go to the default address).
+                connection.connect()
                 connection.send_command("FLOCK.SESSION")
                 sid = _text(connection.read_response())
             except BaseException:
@@ -300,7 +335,9 @@ class Session:
                     logger.warning("FLOCK session: checking a grant of %r answered %s", lock.name, e)
                 return True
             try:
-                token = send(call, acquire)
+                # On the session's own server: through a RedisCluster, a slot
+                # that moved would take it to a node that knows no ``sid``.
+                token = send(self.client.execute_command, acquire)
             except ResponseError as e:
                 if is_nosession(e):
                     self._gone(sid)
@@ -327,10 +364,10 @@ class Session:
 
     # Acquiring.
 
-    def try_acquire(self, client, command: list):
-        """``command`` (ACQUIRE without WAIT) once, watched by this session:
-        (a token or None, the session ID, when the reply came)."""
-        rid = str(uuid.uuid4())
+    def try_acquire(self, client, command: list, rid: str):
+        """``command`` (ACQUIRE without WAIT) once, with request ID ``rid``,
+        watched by this session: (a token or None, the session ID, when the
+        reply came)."""
         for attempt in range(RESENDS + 1):
             sid = self.open()
             try:
@@ -378,14 +415,15 @@ class Session:
                     self.state.settle(wait, (ERROR, 0, ResponseError(f"unexpected reply {reply!r}")))
                 return
 
-    def wait(self, client, key: bytes, owner: bytes, command: list, wait_ms: int, cancel=None):
-        """Queues ``command`` with WAIT ``wait_ms`` through the session and
+    def wait(self, client, key: bytes, owner: bytes, command: list, wait_ms: int, rid: str, cancel=None):
+        """Queues ``command`` with WAIT ``wait_ms`` and request ID ``rid``
+        (the same when it is sent again) through the session and
         blocks until its outcome: ((kind, token, detail), the wait, whose
         ``sent_to`` and ``settled_at`` say which session granted it and
         when). Interrupted (an exception in this thread) or cancelled
         (``cancel``, a CancelToken), it cancels the wait first; cancelled,
         its outcome is (CANCELLED, ...)."""
-        wait = ThreadWait(client, key, owner, command, wait_ms)
+        wait = ThreadWait(client, key, owner, command, wait_ms, rid)
         self.state.register(wait)
         return self._outcome(client, wait, cancel), wait
 
@@ -448,4 +486,4 @@ class Session:
         return outcome
 
 
-__all__ = ["Session", "session_of", "send"]
+__all__ = ["Session", "moved_away", "node_client", "redirected", "session_of", "send"]

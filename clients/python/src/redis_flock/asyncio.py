@@ -2,20 +2,23 @@
 
 import asyncio
 import time
+import uuid
 from typing import Awaitable, Literal, Optional
 
-from redis.exceptions import LockError, LockNotOwnedError, ResponseError
+from redis.exceptions import AskError, LockError, LockNotOwnedError, ResponseError
 
-from ._asyncio_session import release_extra, send, session_of
+from ._asyncio_session import moved_away, node_client, redirected, release_extra, send, session_of
 from ._core import (
     ERROR,
     GRANTED,
+    REDIRECTS,
     RENEWAL_ERRORS,
     LockBase,
     ReadSide,
     ReadWriteLockBase,
     SemaphoreBase,
     Number,
+    is_key_gone,
     lock_error,
     logger,
     parse_info,
@@ -35,6 +38,8 @@ class Dedicated:
         self.connection = pool.connection_class(**dict(pool.connection_kwargs, socket_timeout=socket_timeout))
 
     async def call(self, *args):
+        # connect() first (see redis_flock._session.Session.open).
+        await self.connection.connect()
         await self.connection.send_command(*args)
         return await self.connection.read_response()
 
@@ -84,17 +89,28 @@ class Lock(LockBase):
         the race is released."""
         encoder = self._encoder()
         owner = self._owner(token, encoder)
+        key = encoder.encode(self.name)
         wait_ms = self._wait_ms(blocking, blocking_timeout)
-        # A client without a pool of its own (RedisCluster) waits the blocking way.
-        session = session_of(self.redis) if self.use_session and hasattr(self.redis, "connection_pool") else None
-        try:
-            if session is not None:
-                granted = await self._acquire_in(session, encoder.encode(self.name), owner, wait_ms)
-            else:
-                granted = await self._acquire_blocking(owner, wait_ms)
-        except ResponseError as e:
-            raise lock_error(e, "acquire", self.name) from e
-        granted, sid, at = granted if session is not None else (granted, None, None)
+        rid, started = str(uuid.uuid4()), time.monotonic()
+        for attempt in range(REDIRECTS + 1):
+            # The key's server (see redis_flock.lock.Lock.acquire).
+            node = node_client(self.redis, key)
+            session = session_of(node) if self.use_session else None
+            try:
+                if session is not None:
+                    granted, sid, at = await self._acquire_in(session, node, key, owner, wait_ms, rid)
+                else:
+                    granted, sid, at = await self._acquire_blocking(node, owner, wait_ms), None, None
+                break
+            except ResponseError as e:
+                redirect = e
+                if node is not self.redis and is_key_gone(e):
+                    # A slot migration (see redis_flock.lock.Lock.acquire).
+                    redirect, rid = await moved_away(node, key), str(uuid.uuid4())
+                if node is self.redis or not isinstance(redirect, AskError) or attempt == REDIRECTS:
+                    raise lock_error(e, "acquire", self.name) from e
+                await redirected(self.redis, redirect, attempt + 1)
+                wait_ms = self._wait_left(wait_ms, started)
         if granted is None:
             return False
         grant, replaced = self._new_grant(owner, granted, asyncio.Lock(), at)
@@ -102,27 +118,30 @@ class Lock(LockBase):
             replaced.stop()
         if grant is not None:
             if session is not None:
-                session.state.watch(encoder.encode(self.name), owner, granted, self, grant, sid)
+                session.state.watch(key, owner, granted, self, grant, sid)
             if self.watchdog and not grant.lost:
                 grant.on_stop.append(asyncio.create_task(self._watch(grant), name=f"flock-watchdog {self.name!r}").cancel)
         return True
 
-    async def _acquire_in(self, session, key: bytes, owner: bytes, wait_ms: Optional[int]):
-        """(token or None, the session that granted it, when its reply came)."""
+    async def _acquire_in(self, session, node, key: bytes, owner: bytes, wait_ms: Optional[int], rid: str):
+        """(token or None, the session that granted it, when its reply came),
+        sent on ``node``, the session's server."""
         command = self._acquire_base(owner)
         if wait_ms is None:
-            return await session.try_acquire(self.redis, command)
-        (kind, token, detail), wait = await session.wait(self.redis, key, owner, command, wait_ms)
+            return await session.try_acquire(node, command, rid)
+        (kind, token, detail), wait = await session.wait(node, key, owner, command, wait_ms, rid)
         if kind == GRANTED:
             return token, wait.sent_to, wait.settled_at
         if kind == ERROR:
             raise detail if isinstance(detail, Exception) else ResponseError(detail)
         return None, None, None
 
-    async def _acquire_blocking(self, owner: bytes, wait_ms: Optional[int]) -> Optional[int]:
+    async def _acquire_blocking(self, node, owner: bytes, wait_ms: Optional[int]) -> Optional[int]:
+        """A try through the client, then a wait blocking on a connection of
+        its own to ``node``, the key's server."""
         granted = await send(self.redis.execute_command, self._acquire_command(owner, None))
         if granted is None and wait_ms is not None:
-            async with Dedicated(self.redis, self._wait_socket_timeout(wait_ms)) as connection:
+            async with Dedicated(node, self._wait_socket_timeout(wait_ms)) as connection:
                 granted = await send(connection.call, self._acquire_command(owner, wait_ms))
         return granted
 

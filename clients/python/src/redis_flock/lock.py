@@ -4,10 +4,11 @@ import heapq
 import itertools
 import threading
 import time
+import uuid
 from types import TracebackType
 from typing import Literal, Optional, Type
 
-from redis.exceptions import LockError, ResponseError
+from redis.exceptions import AskError, LockError, ResponseError
 
 from ._core import (
     CANCELLED,
@@ -15,12 +16,14 @@ from ._core import (
     AcquireCancelled,
     CancelToken,
     GRANTED,
+    REDIRECTS,
     RENEWAL_ERRORS,
     LockBase,
     ReadSide,
     ReadWriteLockBase,
     SemaphoreBase,
     Number,
+    is_key_gone,
     lock_error,
     logger,
     parse_info,
@@ -28,7 +31,7 @@ from ._core import (
     to_ms,
     with_id,
 )
-from ._session import _shutdown, release_extra, send, session_of
+from ._session import _shutdown, moved_away, node_client, redirected, release_extra, send, session_of
 
 
 class Dedicated:
@@ -47,6 +50,8 @@ class Dedicated:
     def call(self, *args):
         try:
             # Connected before the check: a cancel after it finds the socket.
+            # (And a Sentinel-managed connection finds the master in connect(),
+            # not in send_command's own.)
             self.connection.connect()
             if self.cancel is not None:
                 self.cancel._check(self.name)
@@ -202,17 +207,31 @@ class Lock(LockBase):
             cancel._check(self.name)
         encoder = self.redis.get_encoder()
         owner = self._owner(token, encoder)
+        key = encoder.encode(self.name)
         wait_ms = self._wait_ms(blocking, blocking_timeout)
-        # A client without a pool of its own (RedisCluster) waits the blocking way.
-        session = session_of(self.redis) if self.use_session and hasattr(self.redis, "connection_pool") else None
-        try:
-            if session is not None:
-                granted = self._acquire_in(session, encoder.encode(self.name), owner, wait_ms, cancel)
-            else:
-                granted = self._acquire_blocking(owner, wait_ms, cancel)
-        except ResponseError as e:
-            raise lock_error(e, "acquire", self.name) from e
-        granted, sid, at = granted if session is not None else (granted, None, None)
+        rid, started = str(uuid.uuid4()), time.monotonic()
+        for attempt in range(REDIRECTS + 1):
+            # The key's server: a RedisCluster's node of the key, found again
+            # after a redirection; a session per server.
+            node = node_client(self.redis, key)
+            session = session_of(node) if self.use_session else None
+            try:
+                if session is not None:
+                    granted, sid, at = self._acquire_in(session, node, key, owner, wait_ms, cancel, rid)
+                else:
+                    granted, sid, at = self._acquire_blocking(node, owner, wait_ms, cancel), None, None
+                break
+            except ResponseError as e:
+                redirect = e
+                if node is not self.redis and is_key_gone(e):
+                    # A slot migration took the key (and its queue) away:
+                    # the wait follows it as a new request (the request
+                    # IDs moved with the key).
+                    redirect, rid = moved_away(node, key), str(uuid.uuid4())
+                if node is self.redis or not isinstance(redirect, AskError) or attempt == REDIRECTS:
+                    raise lock_error(e, "acquire", self.name) from e
+                redirected(self.redis, redirect, attempt + 1)
+                wait_ms = self._wait_left(wait_ms, started)
         if granted is None:
             return False
         grant, replaced = self._new_grant(owner, granted, threading.Lock(), at)
@@ -220,17 +239,18 @@ class Lock(LockBase):
             replaced.stop()
         if grant is not None:
             if session is not None:
-                session.state.watch(encoder.encode(self.name), owner, granted, self, grant, sid)
+                session.state.watch(key, owner, granted, self, grant, sid)
             if self.watchdog and not grant.lost:
                 WATCHDOG.watch(self, grant)
         return True
 
-    def _acquire_in(self, session, key: bytes, owner: bytes, wait_ms: Optional[int], cancel):
-        """(token or None, the session that granted it, when its reply came)."""
+    def _acquire_in(self, session, node, key: bytes, owner: bytes, wait_ms: Optional[int], cancel, rid: str):
+        """(token or None, the session that granted it, when its reply came),
+        sent on ``node``, the session's server."""
         command = self._acquire_base(owner)
         if wait_ms is None:
-            return session.try_acquire(self.redis, command)
-        (kind, token, detail), wait = session.wait(self.redis, key, owner, command, wait_ms, cancel)
+            return session.try_acquire(node, command, rid)
+        (kind, token, detail), wait = session.wait(node, key, owner, command, wait_ms, rid, cancel)
         if kind == GRANTED:
             return token, wait.sent_to, wait.settled_at
         if kind == CANCELLED and cancel is not None and cancel.cancelled:
@@ -239,11 +259,13 @@ class Lock(LockBase):
             raise detail if isinstance(detail, Exception) else ResponseError(detail)
         return None, None, None
 
-    def _acquire_blocking(self, owner: bytes, wait_ms: Optional[int], cancel) -> Optional[int]:
+    def _acquire_blocking(self, node, owner: bytes, wait_ms: Optional[int], cancel) -> Optional[int]:
+        """A try through the client, then a wait blocking on a connection of
+        its own to ``node``, the key's server."""
         granted = send(self.redis.execute_command, self._acquire_command(owner, None))
         if granted is None and wait_ms is not None:
             try:
-                with Dedicated(self.redis, self._wait_socket_timeout(wait_ms), cancel, self.name) as connection:
+                with Dedicated(node, self._wait_socket_timeout(wait_ms), cancel, self.name) as connection:
                     granted = send(connection.call, self._acquire_command(owner, wait_ms))
             except AcquireCancelled:
                 # A grant that won the race (its reply lost with the socket)

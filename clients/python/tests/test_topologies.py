@@ -1,0 +1,223 @@
+"""redis_flock.Lock on a 3-master Redis Cluster (redis.cluster.RedisCluster)
+and on a Sentinel-watched master (Sentinel.master_for): waits go through a
+session on the key's node, the blocking form works too, a moved slot and a
+failover are followed. The topologies are started once (conftest.py)."""
+
+import threading
+
+import pytest
+import redis
+from redis.cluster import RedisCluster
+from redis.exceptions import LockNotOwnedError
+from redis.sentinel import Sentinel
+
+from helpers import info, wait_until
+from redis_flock import Lock
+
+
+@pytest.fixture()
+def rc(cluster):
+    c = RedisCluster(host="127.0.0.1", port=cluster.ports()[0])
+    yield c
+    c.close()
+    # Sessions end with their connection: the next test starts with none.
+    wait_until(lambda: cluster.sessions() == [0, 0, 0], what="the sessions of the last test to end")
+    cluster.flushall()
+
+
+def queued(node, key) -> int:
+    fields = info(node, key)
+    return 0 if fields is None else fields["waiters"]
+
+
+def start_waiters(node, key, n, make_lock, blocking_timeout=10):
+    """``n`` threads waiting for ``key`` one after the other (each seen
+    queued on ``node`` before the next starts); each appends its index to
+    the returned list when granted, then releases."""
+    order, threads = [], []
+
+    def wait(i):
+        lock = make_lock()
+        assert lock.acquire(blocking_timeout=blocking_timeout)
+        order.append(i)
+        lock.release()
+
+    for i in range(n):
+        before = queued(node, key)
+        thread = threading.Thread(target=wait, args=(i,))
+        thread.start()
+        threads.append(thread)
+        wait_until(lambda: queued(node, key) == before + 1, what=f"waiter {i} to queue")
+    return order, threads
+
+
+def join(threads):
+    for thread in threads:
+        thread.join(15)
+        assert not thread.is_alive()
+
+
+def test_cluster_waits_are_fifo_through_the_session_of_the_key_node(cluster, rc):
+    key = cluster.key_on(1, "fifo")
+    node = cluster.clients[1]
+    holder = Lock(rc, key, timeout=10)
+    assert holder.acquire()
+    order, threads = start_waiters(node, key, 4, lambda: Lock(rc, key, timeout=10))
+    # One session, on the node of the key, for the holder and every waiter.
+    assert cluster.sessions() == [0, 1, 0]
+    holder.release()
+    join(threads)
+    assert order == [0, 1, 2, 3]
+
+
+def test_cluster_a_wait_on_each_node_at_once(cluster, rc):
+    keys = [cluster.key_on(i, "each") for i in range(3)]
+    holders = [Lock(rc, key, timeout=10) for key in keys]
+    for lock in holders:
+        assert lock.acquire()
+    waits = [start_waiters(cluster.clients[i], key, 1, lambda key=key: Lock(rc, key, timeout=10))
+             for i, key in enumerate(keys)]
+    # A session per node: each wait went to the node of its key.
+    assert cluster.sessions() == [1, 1, 1]
+    for lock in holders:
+        lock.release()
+    for order, threads in waits:
+        join(threads)
+        assert order == [0]
+
+
+def test_cluster_hash_tagged_keys_share_a_node_and_its_session(cluster, rc):
+    a, b = "{order:42}:a", "{order:42}:b"
+    home = cluster.index_of_key(a)
+    assert cluster.index_of_key(b) == home
+    node = cluster.clients[home]
+    lock_a, lock_b = Lock(rc, a, timeout=10), Lock(rc, b, timeout=10)
+    assert lock_a.acquire() and lock_b.acquire()
+    assert lock_b.fencing_token > lock_a.fencing_token
+    assert info(node, a)["token"] == lock_a.fencing_token and info(node, b)["token"] == lock_b.fencing_token
+    order, threads = start_waiters(node, b, 1, lambda: Lock(rc, b, timeout=10))
+    assert cluster.sessions() == [1 if i == home else 0 for i in range(3)]
+    lock_b.release()
+    join(threads)
+    assert order == [0]
+    lock_a.release()
+
+
+def test_cluster_watchdog_renews_on_the_key_node(cluster, rc):
+    key = cluster.key_on(2, "watchdog")
+    node = cluster.clients[2]
+
+    def renewals():
+        return node.info("commandstats").get("cmdstat_flock.renew", {}).get("calls", 0)
+
+    before = renewals()
+    lock = Lock(rc, key, watchdog_timeout=0.6)
+    assert lock.acquire()
+    token = lock.fencing_token
+    # Three renewals (every 0.2 s) outlast the 0.6 s lease.
+    wait_until(lambda: renewals() >= before + 3, what="three renewals on the key's node")
+    assert info(node, key)["token"] == token and 0 < info(node, key)["ttl-ms"] <= 600
+    assert lock.owned() and not lock.lost
+    lock.release()
+    assert info(node, key) is None
+
+
+def test_cluster_blocking_wait_without_a_session(cluster, rc):
+    key = cluster.key_on(0, "blocking")
+    node = cluster.clients[0]
+    holder = Lock(rc, key, timeout=10, use_session=False)
+    assert holder.acquire()
+    order, threads = start_waiters(node, key, 2, lambda: Lock(rc, key, timeout=10, use_session=False))
+    assert cluster.sessions() == [0, 0, 0]
+    holder.release()
+    join(threads)
+    assert order == [0, 1]
+
+
+def migrate_slot(cluster, key, to: int):
+    """Moves ``key``'s slot, with its keys, to node ``to``: IMPORTING and
+    MIGRATING, MIGRATE, then SETSLOT NODE on every node."""
+    src = cluster.clients[cluster.index_of_key(key)]
+    dst = cluster.clients[to]
+    slot = src.execute_command("CLUSTER", "KEYSLOT", key)
+    src_id, dst_id = (c.execute_command("CLUSTER", "MYID").decode() for c in (src, dst))
+    dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+    src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+    keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+    src.execute_command("MIGRATE", "127.0.0.1", cluster.ports()[to], "", 0, 5000, "KEYS", *keys)
+    for c in cluster.clients:
+        c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+
+
+def test_cluster_slot_migration_mid_wait(cluster, rc):
+    key = cluster.key_on(0, "migrating")
+    holder = Lock(rc, key, timeout=10)
+    assert holder.acquire()
+    token = holder.fencing_token
+    order, threads = start_waiters(cluster.clients[0], key, 1, lambda: Lock(rc, key, timeout=10))
+    migrate_slot(cluster, key, 1)
+    # The held lock moved with its key (owner, token) and the wait followed
+    # it: queued again on the new node, through a session there.
+    wait_until(lambda: queued(cluster.clients[1], key) == 1, what="the wait to queue on the new node")
+    assert info(cluster.clients[1], key)["token"] == token
+    assert cluster.sessions()[1] == 1
+    # The old node's session heard the key leave: the holder is told
+    # `deleted` (README: a migration reads as a loss), yet its grant moved
+    # and its release, through the cluster client, reaches the new node.
+    wait_until(lambda: holder.lost, what="the holder to hear its key leave")
+    assert holder.lost_reason == "deleted"
+    holder.release()
+    join(threads)
+    assert order == [0]
+    # The next acquire goes to the new node at once.
+    lock = Lock(rc, key, timeout=10)
+    assert lock.acquire(blocking_timeout=1)
+    assert info(cluster.clients[1], key)["token"] == lock.fencing_token > token
+    lock.release()
+
+
+def test_sentinel_wait_and_failover(sentinel_setup):
+    sentinel = Sentinel(sentinel_setup.sentinel_addresses(), socket_timeout=5)
+    r = sentinel.master_for(sentinel_setup.NAME, socket_timeout=5)
+    master = redis.Redis(port=sentinel_setup.master_port())
+    try:
+        # A wait through the session, on a master found by the sentinels.
+        holder = Lock(r, "sentinel:wait", timeout=10)
+        assert holder.acquire()
+        order, threads = start_waiters(master, "sentinel:wait", 1, lambda: Lock(r, "sentinel:wait", timeout=10))
+        assert master.info("flock")["flock_sessions"] == 1
+        holder.release()
+        join(threads)
+        assert order == [0]
+
+        # A grant held across SENTINEL FAILOVER: replicated before it, so
+        # the promoted replica has it (owner, token).
+        kept = Lock(r, "sentinel:kept", timeout=60)
+        assert kept.acquire()
+        assert r.execute_command("WAIT", 1, 5000) == 1
+        new, _ = sentinel_setup.failover()
+        promoted = redis.Redis(port=new.port)
+        try:
+            # The demotion closed the session; it was opened again on the
+            # new master, where the grant is watched again: not lost.
+            wait_until(lambda: promoted.info("flock")["flock_sessions"] == 1, timeout=10,
+                       what="the session to reopen on the new master")
+            assert not kept.lost and kept.owned()
+            assert info(promoted, "sentinel:kept")["token"] == kept.fencing_token
+            # A new acquire goes to the new master.
+            fresh = Lock(r, "sentinel:new", timeout=10)
+            assert fresh.acquire(blocking_timeout=5)
+            assert info(promoted, "sentinel:new")["token"] == fresh.fencing_token
+            fresh.release()
+            # Its losses are pushed from the new master.
+            promoted.execute_command("FLOCK.FORCERELEASE", "sentinel:kept")
+            wait_until(lambda: kept.lost, what="the loss pushed from the new master")
+            assert kept.lost_reason == "forcereleased"
+            with pytest.raises(LockNotOwnedError):
+                kept.release()
+        finally:
+            promoted.flushall()
+            promoted.close()
+    finally:
+        r.close()
+        master.close()
