@@ -67,14 +67,15 @@ class TaskWait(Wait):
             self.future.set_result(self.outcome)
 
 
-def node_client(client, key: bytes):
+async def node_client(client, key: bytes):
     """The client of the server that holds ``key`` (see
-    redis_flock._session.node_client). A redis.asyncio RedisCluster's nodes
-    have no Redis of their own: one is made per node, with the node's
-    connection settings, kept on the cluster client and closed by its
-    aclose()."""
+    redis_flock._session.node_client). A redis.asyncio RedisCluster learns
+    its slots on its first command (initialize() here), and its nodes have
+    no Redis of their own: one is made per node, with the node's connection
+    settings, kept on the cluster client and closed by its aclose()."""
     if not hasattr(client, "get_node_from_key"):
         return client
+    await client.initialize()
     node = client.get_node_from_key(key)
     nodes = client.__dict__.get("_flock_nodes")
     if nodes is None:
@@ -83,7 +84,8 @@ def node_client(client, key: bytes):
 
         async def aclose(*args, **kwargs):
             for redis_client in list(nodes.values()):
-                await redis_client.aclose()
+                # The pool's disconnect() also closes its sessions.
+                await redis_client.connection_pool.disconnect()
             nodes.clear()
             return await original(*args, **kwargs)
 

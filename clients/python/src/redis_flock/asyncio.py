@@ -94,7 +94,7 @@ class Lock(LockBase):
         rid, started = str(uuid.uuid4()), time.monotonic()
         for attempt in range(REDIRECTS + 1):
             # The key's server (see redis_flock.lock.Lock.acquire).
-            node = node_client(self.redis, key)
+            node = await node_client(self.redis, key)
             session = session_of(node) if self.use_session else None
             try:
                 if session is not None:

@@ -1,0 +1,164 @@
+"""redis_flock.asyncio.Lock on a 3-master Redis Cluster
+(redis.asyncio.cluster.RedisCluster) and on a Sentinel-watched master
+(redis.asyncio.sentinel.Sentinel.master_for): the basic cases of
+tests/test_topologies.py with tasks."""
+
+import asyncio
+
+import pytest
+import pytest_asyncio
+import redis
+from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.sentinel import Sentinel
+from redis.exceptions import LockNotOwnedError
+
+from helpers import info, until, wait_until
+from redis_flock.asyncio import Lock
+from test_topologies import migrate_slot, queued
+
+
+@pytest_asyncio.fixture()
+async def rc(cluster):
+    c = RedisCluster(host="127.0.0.1", port=cluster.ports()[0])
+    yield c
+    await c.aclose()
+    # Sessions end with their connection: the next test starts with none.
+    await until(lambda: cluster.sessions() == [0, 0, 0], what="the sessions of the last test to end")
+    cluster.flushall()
+
+
+async def start_waiters(node, key, n, make_lock, blocking_timeout=10):
+    """``n`` tasks waiting for ``key`` one after the other (each seen queued
+    on ``node`` before the next starts); each appends its index to the
+    returned list when granted, then releases."""
+    order, tasks = [], []
+
+    async def wait(i):
+        lock = make_lock()
+        assert await lock.acquire(blocking_timeout=blocking_timeout)
+        order.append(i)
+        await lock.release()
+
+    for i in range(n):
+        before = queued(node, key)
+        tasks.append(asyncio.create_task(wait(i)))
+        await until(lambda: queued(node, key) == before + 1, what=f"waiter {i} to queue")
+    return order, tasks
+
+
+async def test_cluster_waits_are_fifo_through_the_session_of_the_key_node(cluster, rc):
+    key = cluster.key_on(1, "fifo")
+    node = cluster.clients[1]
+    holder = Lock(rc, key, timeout=10)
+    assert await holder.acquire()
+    order, tasks = await start_waiters(node, key, 4, lambda: Lock(rc, key, timeout=10))
+    assert cluster.sessions() == [0, 1, 0]
+    await holder.release()
+    await asyncio.wait_for(asyncio.gather(*tasks), 15)
+    assert order == [0, 1, 2, 3]
+
+
+async def test_cluster_a_wait_on_each_node_at_once(cluster, rc):
+    keys = [cluster.key_on(i, "each") for i in range(3)]
+    holders = [Lock(rc, key, timeout=10) for key in keys]
+    for lock in holders:
+        assert await lock.acquire()
+    waits = [await start_waiters(cluster.clients[i], key, 1, lambda key=key: Lock(rc, key, timeout=10))
+             for i, key in enumerate(keys)]
+    assert cluster.sessions() == [1, 1, 1]
+    for lock in holders:
+        await lock.release()
+    for order, tasks in waits:
+        await asyncio.wait_for(asyncio.gather(*tasks), 15)
+        assert order == [0]
+
+
+async def test_cluster_watchdog_renews_on_the_key_node(cluster, rc):
+    key = cluster.key_on(2, "watchdog")
+    node = cluster.clients[2]
+
+    def renewals():
+        return node.info("commandstats").get("cmdstat_flock.renew", {}).get("calls", 0)
+
+    before = renewals()
+    lock = Lock(rc, key, watchdog_timeout=0.6)
+    assert await lock.acquire()
+    await until(lambda: renewals() >= before + 3, what="three renewals on the key's node")
+    assert info(node, key)["token"] == lock.fencing_token and 0 < info(node, key)["ttl-ms"] <= 600
+    assert await lock.owned() and not lock.lost
+    await lock.release()
+    assert info(node, key) is None
+
+
+async def test_cluster_blocking_wait_without_a_session(cluster, rc):
+    key = cluster.key_on(0, "blocking")
+    node = cluster.clients[0]
+    holder = Lock(rc, key, timeout=10, use_session=False)
+    assert await holder.acquire()
+    order, tasks = await start_waiters(node, key, 2, lambda: Lock(rc, key, timeout=10, use_session=False))
+    assert cluster.sessions() == [0, 0, 0]
+    await holder.release()
+    await asyncio.wait_for(asyncio.gather(*tasks), 15)
+    assert order == [0, 1]
+
+
+async def test_cluster_slot_migration_mid_wait(cluster, rc):
+    key = cluster.key_on(0, "migrating")
+    holder = Lock(rc, key, timeout=10)
+    assert await holder.acquire()
+    token = holder.fencing_token
+    order, tasks = await start_waiters(cluster.clients[0], key, 1, lambda: Lock(rc, key, timeout=10))
+    migrate_slot(cluster, key, 1)
+    await until(lambda: queued(cluster.clients[1], key) == 1, what="the wait to queue on the new node")
+    assert info(cluster.clients[1], key)["token"] == token
+    await until(lambda: holder.lost, what="the holder to hear its key leave")
+    assert holder.lost_reason == "deleted"
+    await holder.release()
+    await asyncio.wait_for(asyncio.gather(*tasks), 15)
+    assert order == [0]
+    lock = Lock(rc, key, timeout=10)
+    assert await lock.acquire(blocking_timeout=1)
+    assert info(cluster.clients[1], key)["token"] == lock.fencing_token > token
+    await lock.release()
+
+
+async def test_sentinel_wait_and_failover(sentinel_setup):
+    sentinel = Sentinel(sentinel_setup.sentinel_addresses(), socket_timeout=5)
+    r = sentinel.master_for(sentinel_setup.NAME, socket_timeout=5)
+    master = redis.Redis(port=sentinel_setup.master_port())
+    try:
+        holder = Lock(r, "sentinel:wait", timeout=10)
+        assert await holder.acquire()
+        order, tasks = await start_waiters(master, "sentinel:wait", 1, lambda: Lock(r, "sentinel:wait", timeout=10))
+        assert master.info("flock")["flock_sessions"] == 1
+        await holder.release()
+        await asyncio.wait_for(asyncio.gather(*tasks), 15)
+        assert order == [0]
+
+        kept = Lock(r, "sentinel:kept", timeout=60)
+        assert await kept.acquire()
+        assert await r.execute_command("WAIT", 1, 5000) == 1
+        # The failover's waits block: in a thread, so that the session's
+        # reader task runs meanwhile.
+        new, _ = await asyncio.to_thread(sentinel_setup.failover)
+        promoted = redis.Redis(port=new.port)
+        try:
+            await until(lambda: promoted.info("flock")["flock_sessions"] == 1, timeout=10,
+                        what="the session to reopen on the new master")
+            assert not kept.lost and await kept.owned()
+            assert info(promoted, "sentinel:kept")["token"] == kept.fencing_token
+            fresh = Lock(r, "sentinel:new", timeout=10)
+            assert await fresh.acquire(blocking_timeout=5)
+            assert info(promoted, "sentinel:new")["token"] == fresh.fencing_token
+            await fresh.release()
+            promoted.execute_command("FLOCK.FORCERELEASE", "sentinel:kept")
+            await until(lambda: kept.lost, what="the loss pushed from the new master")
+            assert kept.lost_reason == "forcereleased"
+            with pytest.raises(LockNotOwnedError):
+                await kept.release()
+        finally:
+            promoted.flushall()
+            promoted.close()
+    finally:
+        await r.aclose()
+        master.close()
