@@ -261,14 +261,15 @@ class SentinelSetup:
 
     def failover(self):
         """SENTINEL FAILOVER, then waits until the replica is the master the
-        sentinels name and the old master is its replica (Sentinel turns it
-        into one about 10 s later, closing its clients): (new, old)."""
+        sentinels name and the old master is its replica: (new, old).
+        Sentinel turns the old master into one once its INFO (every 10 s)
+        has shown it a master for 8 s: 10-20 s later, closing its clients."""
         old = next(s for s in (self.master, self.replica) if s.port == self.master_port())
         new = self.replica if old is self.master else self.master
         with redis.Redis(port=self.sentinels[0].port) as c:
             c.execute_command("SENTINEL", "FAILOVER", self.NAME)
         wait_until(lambda: self.master_port() == new.port, timeout=15, what="the sentinels to name the new master")
-        wait_until(lambda: self.role(old) == "slave" and self._synced(old), timeout=30,
+        wait_until(lambda: self.role(old) == "slave" and self._synced(old), timeout=45,
                    what="the old master to become a replica")
         return new, old
 
