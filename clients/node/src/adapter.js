@@ -3,15 +3,35 @@
 // One small interface over ioredis and node-redis: a connection that sends an argv and answers
 // integers as decimal strings (tokens are above 2^53, so a JS number would round them),
 // duplicate() for connections of FLOCK's own (blocking waits must never share a connection),
-// session() for the session's dedicated connection, and setRef() so that no connection FLOCK
+// session(node) for a session's dedicated connection, and setRef() so that no connection FLOCK
 // opens keeps the process alive when it has nothing to wait for.
+//
+// Topologies: nodeOf(key) names the server that holds a key, and session(node) opens a session
+// there. One server (also through Sentinel, which connects to the master of the moment) is one
+// node, ''; a Cluster has a node per master, named by address as the library's slot map has it.
+// Every keyed command goes through the library's routing (which follows MOVED and ASK).
 
 // node-redis's RESP type byte for integers (RESP_TYPES.NUMBER, ':'); mapping it to String keeps
 // tokens exact without importing the package (it is an optional peer).
 const RESP_NUMBER = 58;
+// Both libraries hash keys to slots with this package (a dependency of each, so there whenever
+// a cluster client is; required only then).
+const calculateSlot = (key) => require('cluster-key-slot')(key);
 
 function isIoredis(client) {
   return typeof client.call === 'function' && typeof client.duplicate === 'function' && client.options !== undefined;
+}
+
+function isIoredisCluster(client) {
+  return isIoredis(client) && client.isCluster === true;
+}
+
+function isNodeRedisCluster(client) {
+  return typeof client.sendCommand === 'function' && typeof client.nodeClient === 'function' && client.nodeByAddress instanceof Map;
+}
+
+function isNodeRedisSentinel(client) {
+  return typeof client.sendCommand === 'function' && typeof client.getMasterNode === 'function' && typeof client.acquire === 'function';
 }
 
 function isNodeRedis(client) {
@@ -40,6 +60,10 @@ class Connection {
       this.closed = true;
       this.end();
     }
+  }
+  // One server: one node, whatever key.
+  async nodeOf() {
+    return '';
   }
   send(args) {
     if (!this._autoRef) return this._send(args);
@@ -80,11 +104,17 @@ class IoredisConnection extends Connection {
   duplicate() {
     return new IoredisConnection(quiet(this.client.duplicate({ stringNumbers: true })), true, true);
   }
-  // The session's connection: no reconnects of its own (FLOCK opens a new session instead, and
-  // a reconnect timer must not keep the process alive), so a break rejects the pending read.
   async session() {
-    const dup = quiet(
-      this.client.duplicate({
+    return ioredisSession(this.client);
+  }
+}
+
+// The session's connection: no reconnects of its own (FLOCK opens a new session instead, and
+// a reconnect timer must not keep the process alive), so a break rejects the pending read.
+// `redis`: a single-server ioredis client (with `sentinels`, the duplicate asks them for the master).
+function ioredisSession(redis) {
+  const dup = quiet(
+    redis.duplicate({
         stringNumbers: true,
         retryStrategy: () => null,
         reconnectOnError: null,
@@ -92,10 +122,43 @@ class IoredisConnection extends Connection {
         enableOfflineQueue: true,
         enableAutoPipelining: false,
         lazyConnect: false,
-        commandTimeout: undefined,
-      }),
-    );
-    return new IoredisConnection(dup, true, false);
+      commandTimeout: undefined,
+    }),
+  );
+  return new IoredisConnection(dup, true, false);
+}
+
+// An ioredis Cluster. Owned (a duplicate with stringNumbers), it is unreferenced while idle: each
+// node has a socket of its own, made as the cluster finds the node.
+class IoredisClusterConnection extends IoredisConnection {
+  constructor(cluster, owned) {
+    super(cluster, owned, owned);
+    if (owned) {
+      cluster.on('+node', (node) => {
+        node.on('connect', () => this._apply());
+        this._apply();
+      });
+    }
+  }
+  _apply() {
+    if (!this.owned) return;
+    for (const node of this.client.nodes()) {
+      const stream = node.stream;
+      if (!stream || typeof stream.ref !== 'function') continue;
+      if (this._ref) stream.ref();
+      else stream.unref();
+    }
+  }
+  async nodeOf(key) {
+    const slot = calculateSlot(key);
+    // The slot map is there once the cluster is ready: a keyed read connects it (or fails).
+    if (!this.client.slots[slot]) await this.send(['FLOCK.INFO', key]);
+    return this.client.slots[slot][0];
+  }
+  async session(node) {
+    const redis = this.client.connectionPool.getInstanceByKey(node);
+    if (!redis) throw new Error(`The cluster node ${node} is gone from the slot map`);
+    return ioredisSession(redis);
   }
 }
 
@@ -122,10 +185,56 @@ class NodeRedisConnection extends Connection {
     return conn;
   }
   async session() {
-    const socket = { ...(this.client.options?.socket ?? {}), reconnectStrategy: false };
-    const dup = quiet(this.client.duplicate({ socket, pingInterval: undefined }));
-    const conn = new NodeRedisConnection(dup, true);
-    await dup.connect();
+    return nodeRedisSession(this.client);
+  }
+}
+
+async function nodeRedisSession(client) {
+  const socket = { ...(client.options?.socket ?? {}), reconnectStrategy: false };
+  const dup = quiet(client.duplicate({ socket, pingInterval: undefined }));
+  const conn = new NodeRedisConnection(dup, true);
+  await dup.connect();
+  return conn;
+}
+
+// A node-redis cluster (createCluster): commands routed by their key (args[1]), and a session
+// per master, duplicated from the cluster's own client of that node.
+class NodeRedisClusterConnection extends NodeRedisConnection {
+  _send(args) {
+    return this.client.sendCommand(args[1], false, args, { typeMapping: { [RESP_NUMBER]: String } });
+  }
+  async nodeOf(key) {
+    const slot = calculateSlot(key);
+    if (!this.client.slots[slot]) await this.client.connect();
+    return this.client.slots[slot].master.address;
+  }
+  async session(node) {
+    const master = this.client.nodeByAddress.get(node);
+    if (!master) throw new Error(`The cluster node ${node} is gone from the slot map`);
+    return nodeRedisSession(await this.client.nodeClient(master));
+  }
+}
+
+// A node-redis sentinel client (createSentinel): commands go to its master pool; the session is a
+// client of FLOCK's own to the master it knows now (its own options are private: `nodeOptions`
+// gives the session client what the nodes need, e.g. credentials).
+class NodeRedisSentinelConnection extends NodeRedisConnection {
+  constructor(client, nodeOptions) {
+    super(client, false);
+    this._nodeOptions = nodeOptions ?? {};
+  }
+  _send(args) {
+    return this.client.sendCommand(false, args, { typeMapping: { [RESP_NUMBER]: String } });
+  }
+  async session() {
+    const master = this.client.getMasterNode();
+    if (!master) throw new Error('The sentinel client knows no master now');
+    // node-redis is installed: the caller's client is one of its.
+    const { createClient } = require('@redis/client');
+    const socket = { ...(this._nodeOptions.socket ?? {}), host: master.host, port: master.port, reconnectStrategy: false };
+    const client = quiet(createClient({ ...this._nodeOptions, socket }));
+    const conn = new NodeRedisConnection(client, true);
+    await client.connect();
     return conn;
   }
 }
@@ -135,10 +244,18 @@ class NodeRedisConnection extends Connection {
  * so unless the caller's client already has `stringNumbers`, FLOCK uses a duplicate that has it
  * (unreferenced while idle, so that it never keeps the process alive).
  */
-function adapt(client) {
+function adapt(client, { nodeOptions } = {}) {
   if (client === null || typeof client !== 'object') {
     throw new TypeError('redis-flock needs an ioredis or node-redis (redis >= 5) client');
   }
+  if (isIoredisCluster(client)) {
+    const redisOptions = client.options.redisOptions ?? {};
+    if (redisOptions.stringNumbers) return new IoredisClusterConnection(client, false);
+    const dup = quiet(client.duplicate([], { redisOptions: { ...redisOptions, stringNumbers: true }, lazyConnect: false }));
+    return new IoredisClusterConnection(dup, true);
+  }
+  if (isNodeRedisCluster(client)) return new NodeRedisClusterConnection(client, false);
+  if (isNodeRedisSentinel(client)) return new NodeRedisSentinelConnection(client, nodeOptions);
   if (isIoredis(client)) {
     const conn = new IoredisConnection(client, false);
     return client.options.stringNumbers ? conn : conn.duplicate();

@@ -94,7 +94,10 @@ class Flock {
       resends: settings.resends ?? DEFAULTS.resends,
       sessions: settings.sessions ?? DEFAULTS.sessions,
     });
-    this._conn = adapt(client);
+    this._conn = adapt(client, { nodeOptions: settings.nodeOptions });
+    if (!this.settings.sessions && typeof this._conn.duplicate !== 'function') {
+      throw new TypeError('sessions: false (a blocked connection per wait) needs a single-server client or ioredis with sentinels');
+    }
     this._idle = [];
     this._session = new Session(this);
   }
@@ -203,8 +206,7 @@ class Flock {
   async _sessionAcquireKey(key, owner, lease, wait, signal, extra, renews = false) {
     let outcome;
     if (wait < 1) {
-      const token = await this._try(key, owner, lease, extra);
-      outcome = token === null ? { timeout: true } : { token };
+      outcome = await this._try(key, owner, lease, extra);
     } else {
       outcome = await this._session.wait(key, owner, lease, wait, extra, signal);
     }
@@ -215,22 +217,24 @@ class Flock {
     }
     if (outcome.token) {
       const mode = extra[0] === 'SHARED' ? 'shared' : extra[0] === 'PERMITS' ? 'semaphore' : 'exclusive';
-      return { token: outcome.token, watch: this._session.watch(key, owner, outcome.token, mode, { extra, lease, renews }) };
+      const watch = this._session.watch(key, owner, outcome.token, outcome.node, mode, { extra, lease, renews });
+      return { token: outcome.token, watch };
     }
     if (outcome.error) throw outcome.error;
     return null;
   }
 
+  // A try through the session of the key's node: { token, node } or { timeout }.
   async _try(key, owner, lease, extra) {
     for (let attempt = 0; ; attempt++) {
-      const sid = await this._session.ensure();
+      const { node, sid } = await this._session.sessionFor(key);
       try {
         const reply = await this._send(this._conn, ['FLOCK.ACQUIRE', key, owner, String(lease), 'INBOX', sid, ...extra]);
-        return reply === null ? null : String(reply);
+        return reply === null ? { timeout: true } : { token: String(reply), node };
       } catch (err) {
-        // The session ended under us: open a new one and send again.
+        // The session ended under us, or the key moved to another node: send again where it is.
         if (!(isReplyError(err) && /^NOSESSION/.test(err.message)) || attempt >= this.settings.resends) throw err;
-        if (this._session.id === sid) this._session._broken(this._session.conn, err);
+        await this._session.noSession(node, sid, key, err);
       }
     }
   }

@@ -1,13 +1,17 @@
 'use strict';
 
-// A Flock's session (docs/commands.md, "Sessions"): one dedicated connection per Flock (per
-// server) that loops FLOCK.INBOX, opened on the first acquire. Every wait goes out as one
+// A Flock's sessions (docs/commands.md, "Sessions"): one dedicated connection per Flock and
+// server (a Cluster node) that loops FLOCK.INBOX, opened on the first acquire there. Every wait goes out as one
 // `FLOCK.ACQUIRE ... WAIT t INBOX sid ID rid` on the command connection and is answered by an
 // event in the inbox; every grant made with INBOX is watched, so the server pushes its loss.
 //
 // Node runs this reader on the event loop: events of one INBOX reply are handled in order and
 // synchronously, so a `lost` aborts the holder's signal before the promise of a later `granted`
 // (to a waiter of this process) resolves.
+//
+// Waits and watched grants are kept here for every node; each remembers the node whose session it
+// went to, found anew (flock._conn.nodeOf) whenever it is sent again: after a session breaks (a
+// failover) or after NOSESSION from a node the key moved to (the library followed MOVED there).
 
 const { randomUUID } = require('node:crypto');
 const { isReplyError } = require('./adapter');
@@ -15,7 +19,7 @@ const { isReplyError } = require('./adapter');
 // The local deadline of a wait is its WAIT timeout plus this margin; then the client sends
 // FLOCK.CANCEL itself (the server's `timeout` event should have come long before).
 const DEADLINE_MARGIN_MS = 1000;
-// Pauses between attempts to open a session again while waits are pending (a server restart).
+// Pauses between attempts to send a wait again whose session could not be reopened (a server restart).
 const REOPEN_PAUSE_MS = [0, 50, 100, 250, 500, 1000];
 const RECENT_LOSSES = 1000;
 // How long a re-watch waits before it tries again to open a session, while the server cannot be reached.
@@ -45,12 +49,9 @@ const grantKey = (key, owner, token) => `${key}\u0000${owner}\u0000${token}`;
 class Session {
   constructor(flock) {
     this.flock = flock;
-    this.conn = null;
-    this.id = null;
-    this._opening = null;
+    // The session of each node: { conn, id, opening }.
+    this.nodes = new Map();
     this._closed = false;
-    this._reopening = false;
-    this._lastError = null;
     // Pending waits by (key, owner): an owner waits once per lock.
     this.waits = new Map();
     // Watched grants by (key, owner, token) -> Set of watch records ({ lost, onLost }).
@@ -66,20 +67,43 @@ class Session {
     this.rewatched = 0;
   }
 
-  /** The open session's id, opening one (a connection of its own and FLOCK.SESSION) if none is open. */
-  ensure() {
+  /** The id of `node`'s open session, opening one (a connection of its own and FLOCK.SESSION) if none is open. */
+  ensure(node) {
     if (this._closed) return Promise.reject(new Error('This Flock was quit'));
-    if (this.id !== null) return Promise.resolve(this.id);
-    if (!this._opening) {
-      this._opening = this._open().finally(() => {
-        this._opening = null;
+    let entry = this.nodes.get(node);
+    if (!entry) {
+      entry = { conn: null, id: null, opening: null };
+      this.nodes.set(node, entry);
+    }
+    if (entry.id !== null) return Promise.resolve(entry.id);
+    if (!entry.opening) {
+      entry.opening = this._open(node, entry).finally(() => {
+        entry.opening = null;
       });
     }
-    return this._opening;
+    return entry.opening;
   }
 
-  async _open() {
-    const conn = await this.flock._conn.session();
+  /** The node that holds `key` now and its session's id. */
+  async sessionFor(key) {
+    const node = await this.flock._conn.nodeOf(key);
+    return { node, sid: await this.ensure(node) };
+  }
+
+  /**
+   * A NOSESSION answer to a command that named `sid`, `node`'s session, for `key`: either the key
+   * moved to another node (which never knew the session; the next send finds the new node), or
+   * the session ended, which is then handled as its break.
+   */
+  async noSession(node, sid, key, err) {
+    const now = await this.flock._conn.nodeOf(key).catch(() => node);
+    if (now !== node) return;
+    const entry = this.nodes.get(node);
+    if (entry?.id === sid) this._broken(node, entry.conn, err);
+  }
+
+  async _open(node, entry) {
+    const conn = await this.flock._conn.session(node);
     // Referenced while it connects or waits are pending: an awaited acquire keeps the process alive.
     conn.setRef(true);
     let id;
@@ -93,35 +117,35 @@ class Session {
       conn.close();
       throw new Error('This Flock was quit');
     }
-    this.conn = conn;
-    this.id = String(id);
+    entry.conn = conn;
+    entry.id = String(id);
     this._updateRef();
-    this._read(conn);
-    return this.id;
+    this._read(node, entry, conn);
+    return entry.id;
   }
 
   _updateRef() {
-    this.conn?.setRef(this.waits.size > 0);
+    for (const { conn } of this.nodes.values()) conn?.setRef(this.waits.size > 0);
   }
 
-  async _read(conn) {
+  async _read(node, entry, conn) {
     for (;;) {
       let events;
       try {
         events = await conn.send(['FLOCK.INBOX', '0']);
       } catch (err) {
-        if (this.conn !== conn) return;
+        if (entry.conn !== conn) return;
         // Demotion on Redis 7.0 / 8.2 answers a blocked INBOX with UNBLOCKED; the events stay.
         if (isReplyError(err) && /^UNBLOCKED/.test(err.message)) continue;
-        this._broken(conn, err);
+        this._broken(node, conn, err);
         return;
       }
-      if (this.conn !== conn) return;
-      if (Array.isArray(events)) for (const event of events) this._event(event);
+      if (entry.conn !== conn) return;
+      if (Array.isArray(events)) for (const event of events) this._event(node, event);
     }
   }
 
-  _event(event) {
+  _event(node, event) {
     const [kind, key, owner, token, detail] = event.map((v) => (v === null || v === undefined ? '' : String(v)));
     if (kind === 'lost') {
       const id = grantKey(key, owner, token);
@@ -140,7 +164,7 @@ class Session {
       if (kind === 'granted') this.flock._releaseKey(key, owner).catch(() => {});
       return;
     }
-    if (kind === 'granted') this._settle(wait, { token });
+    if (kind === 'granted') this._settle(wait, { token, node });
     else if (kind === 'timeout') this._settle(wait, { timeout: true });
     else if (kind === 'cancelled') this._settle(wait, { cancelled: true });
     else if (kind === 'error') this._settle(wait, { error: new FlockEventError(detail) });
@@ -171,7 +195,7 @@ class Session {
    * reported lost now, before the new grant reaches its caller, even if the server's `lost`
    * event is not read yet (the new grant came as a direct reply, not through the inbox).
    */
-  watch(key, owner, token, mode = 'exclusive', { extra = [], lease = 0, renews = false } = {}) {
+  watch(key, owner, token, node, mode = 'exclusive', { extra = [], lease = 0, renews = false } = {}) {
     const id = grantKey(key, owner, token);
     for (const other of [...(this.byKey.get(key) ?? [])]) {
       const records = this.watched.get(other);
@@ -189,7 +213,8 @@ class Session {
       return record;
     }
     if (!this.watched.has(id)) {
-      this.watched.set(id, Object.assign(new Set(), { key, owner, token, mode, extra }));
+      // `node`: whose session watches it (a re-watch moves it).
+      this.watched.set(id, Object.assign(new Set(), { key, owner, token, mode, extra, node }));
       if (!this.byKey.has(key)) this.byKey.set(key, new Set());
       this.byKey.get(key).add(id);
     }
@@ -225,7 +250,13 @@ class Session {
       args: (sid) => ['FLOCK.ACQUIRE', key, owner, String(lease), 'WAIT', timeout(), 'INBOX', sid, ...extra],
       outcome: null,
       cancelled: null,
+      // The node and session it was last sent to; `retrying`: it waits to be sent again after a
+      // session break, `lastError` the error that keeps it from being sent.
+      node: null,
       sentTo: null,
+      retrying: false,
+      attempts: 0,
+      lastError: null,
       timer: null,
       resolve: null,
     };
@@ -247,26 +278,30 @@ class Session {
   }
 
   async _submit(wait) {
-    let sid;
+    let node, sid;
     try {
-      sid = await this.ensure();
+      ({ node, sid } = await this.sessionFor(wait.key));
     } catch (err) {
       // No session could be opened: a first wait fails at once; one that was queued before
       // (the session broke mid-wait) keeps retrying until its deadline.
       if (this._closed || wait.sentTo === null) return this._settle(wait, { error: err });
-      return this._reopen(err);
+      return this._retry(wait, err);
     }
     if (wait.outcome) return;
     if (wait.cancelled) return this._settle(wait, { cancelled: true });
+    wait.node = node;
     wait.sentTo = sid;
+    wait.retrying = false;
+    wait.attempts = 0;
     let reply;
     try {
       reply = await this.flock._send(this.flock._conn, wait.args(sid), { rid: wait.rid, raw: true });
     } catch (err) {
       if (isReplyError(err) && /^NOSESSION/.test(err.message)) {
-        // The session ended (its connection closed): a new one resends every pending wait.
-        if (this.id === sid) this._broken(this.conn, err);
-        else if (this.id !== null && !wait.outcome) this._submit(wait);
+        // The session ended (its connection closed; its break resends every wait it had) or the
+        // key moved to another node: sent again (same request ID) to the session of its node.
+        await this.noSession(node, sid, wait.key, err);
+        if (!wait.outcome && !wait.retrying) this._submit(wait);
         return;
       }
       // (An error reply the client turned into its own error type keeps it as `cause`.)
@@ -285,7 +320,18 @@ class Session {
       return;
     }
     if (reply === null) this._settle(wait, { timeout: true });
-    else this._settle(wait, { token: String(reply) });
+    else this._settle(wait, { token: String(reply), node });
+  }
+
+  // A wait whose session broke is sent again, after a pause that grows while no session opens.
+  _retry(wait, err) {
+    if (wait.outcome) return;
+    if (wait.cancelled) return this._settle(wait, this._gaveUp(wait, err));
+    wait.retrying = true;
+    wait.lastError = err;
+    const pause = REOPEN_PAUSE_MS[Math.min(wait.attempts++, REOPEN_PAUSE_MS.length - 1)];
+    // Referenced: an awaited acquire keeps the process alive.
+    setTimeout(() => wait.outcome || this._submit(wait), pause);
   }
 
   _settle(wait, outcome) {
@@ -305,12 +351,11 @@ class Session {
   _cancel(wait, why) {
     if (wait.outcome || wait.cancelled) return;
     wait.cancelled = why;
-    if (wait.sentTo === null || this.id === null) {
-      // Nothing queued (not sent yet, or the session is being opened again): it ends here, with
-      // the error that kept the session closed, if any (a server restart that outlasted the wait).
-      if (this.id === null && !this._opening) this._settle(wait, this._gaveUp(wait, this._lastError));
-      return;
-    }
+    // Between sessions: it ends here, with the error that kept the session closed, if any (a
+    // server restart that outlasted the wait).
+    if (wait.retrying) return this._settle(wait, this._gaveUp(wait, wait.lastError));
+    // Not sent yet: its send ends it.
+    if (wait.sentTo === null) return;
     this._sendCancel(wait);
   }
 
@@ -329,22 +374,15 @@ class Session {
     });
   }
 
-  // The session's connection broke (or a reply said NOSESSION): its waits left their queues on the
-  // server; open a new session and resend them (same request IDs, they queue at the tail).
-  _broken(conn, err) {
-    if (this.conn === conn) {
-      this.conn = null;
-      this.id = null;
-    }
-    conn?.close();
-    this._rewatchAll();
-    if (this.waits.size > 0) this._reopen(err);
-  }
-
-  // Grants watched by the ended session are no longer pushed to us: each is checked again and
+  // A node's session connection broke (or a reply said NOSESSION): its waits left their queues on
+  // the server; each is sent again to a new session where its key is now (same request IDs, they
+  // queue at the tail). Grants it watched are no longer pushed to us: each is checked again and
   // re-watched on a new session (docs/client-protocol.md, "Sessions", point 4).
-  _rewatchAll() {
-    for (const id of this.watched.keys()) this._rewatchSoon(id);
+  _broken(node, conn, err) {
+    if (this.nodes.get(node)?.conn === conn) this.nodes.delete(node);
+    conn?.close();
+    for (const [id, records] of this.watched) if (records.node === node) this._rewatchSoon(id);
+    for (const wait of [...this.waits.values()]) if (wait.node === node) this._retry(wait, err);
   }
 
   // One re-watch per grant at a time (chained), registered at once, so that a release() that
@@ -372,18 +410,18 @@ class Session {
    * grant's reply came), never more; none left: lost (expired).
    */
   async _rewatch(id) {
-    let sid;
+    const records = this.watched.get(id);
+    let node, sid;
     for (;;) {
       if (this._closed || !this._held(id)) return;
       try {
-        sid = await this.ensure();
+        ({ node, sid } = await this.sessionFor(records.key));
         break;
       } catch {
         // The server cannot be reached: try again later, while the grant is still held.
         await new Promise((resolve) => setTimeout(resolve, REWATCH_RETRY_MS).unref());
       }
     }
-    const records = this.watched.get(id);
     const held = this._held(id);
     if (!held) return;
     const { key, owner, token, extra } = records;
@@ -411,8 +449,10 @@ class Session {
     let reply;
     try {
       reply = await flock._send(flock._conn, ['FLOCK.ACQUIRE', key, owner, String(lease), ...extra, 'INBOX', sid]);
-    } catch {
-      // NOSESSION: that session's end re-watches again; anything else: nothing more to learn.
+    } catch (err) {
+      // NOSESSION: that session's end re-watches again, and so does a key moved to another node
+      // (after its old node's session breaks); anything else: nothing more to learn.
+      if (isReplyError(err) && /^NOSESSION/.test(err.message)) await this.noSession(node, sid, key, err);
       return;
     }
     if (reply === null || reply === undefined) {
@@ -424,6 +464,7 @@ class Session {
       this.lose(id, { key, reason: 'unknown', text: `The lock ${key} was lost: it ended while the session was being replaced` });
       return;
     }
+    records.node = node;
     this.rewatched++;
   }
 
@@ -434,43 +475,10 @@ class Session {
     return held.length > 0 ? held : null;
   }
 
-  async _reopen(lastErr) {
-    if (this._reopening || this._closed) return;
-    this._reopening = true;
-    try {
-      for (let attempt = 0; this.waits.size > 0 && !this._closed; attempt++) {
-        const pause = REOPEN_PAUSE_MS[Math.min(attempt, REOPEN_PAUSE_MS.length - 1)];
-        if (pause > 0) await new Promise((resolve) => setTimeout(resolve, pause));
-        try {
-          await this.ensure();
-          this._lastError = null;
-        } catch (err) {
-          lastErr = err;
-          this._lastError = err;
-          // Waits retry until their own deadline (a server restart mid-wait).
-          for (const wait of [...this.waits.values()]) {
-            if (wait.cancelled) this._settle(wait, this._gaveUp(wait, err));
-          }
-          continue;
-        }
-        for (const wait of [...this.waits.values()]) {
-          if (wait.cancelled) this._settle(wait, { cancelled: true });
-          else this._submit(wait);
-        }
-        return;
-      }
-    } finally {
-      this._reopening = false;
-    }
-    void lastErr;
-  }
-
   close() {
     this._closed = true;
-    const conn = this.conn;
-    this.conn = null;
-    this.id = null;
-    conn?.close();
+    for (const { conn } of this.nodes.values()) conn?.close();
+    this.nodes.clear();
     for (const wait of [...this.waits.values()]) this._settle(wait, { error: new Error('This Flock was quit while waiting') });
   }
 }
