@@ -9,11 +9,15 @@
 // Topologies: nodeOf(key) names the server that holds a key, and session(node) opens a session
 // there. One server (also through Sentinel, which connects to the master of the moment) is one
 // node, ''; a Cluster has a node per master, named by address as the library's slot map has it.
-// Every keyed command goes through the library's routing (which follows MOVED and ASK).
+// Keyed commands go through the library's routing (which follows MOVED and ASK), except those
+// that name a session: send(args, node) sends them on that node's own connection, so that the
+// answer is that node's (a MOVED, or NOSESSION only when the session really ended).
 
 // node-redis's RESP type byte for integers (RESP_TYPES.NUMBER, ':'); mapping it to String keeps
 // tokens exact without importing the package (it is an optional peer).
 const RESP_NUMBER = 58;
+// MOVED answers followed for one command (ioredis's default maxRedirections).
+const MAX_REDIRECTIONS = 16;
 // Both libraries hash keys to slots with this package (a dependency of each, so there whenever
 // a cluster client is; required only then).
 const calculateSlot = (key) => require('cluster-key-slot')(key);
@@ -65,10 +69,10 @@ class Connection {
   async nodeOf() {
     return '';
   }
-  send(args) {
-    if (!this._autoRef) return this._send(args);
+  send(args, node) {
+    if (!this._autoRef) return this._send(args, node);
     if (this._inflight++ === 0) this.setRef(true);
-    return this._send(args).finally(() => {
+    return this._send(args, node).finally(() => {
       if (--this._inflight === 0) this.setRef(false);
     });
   }
@@ -128,37 +132,69 @@ function ioredisSession(redis) {
   return new IoredisConnection(dup, true, false);
 }
 
-// An ioredis Cluster. Owned (a duplicate with stringNumbers), it is unreferenced while idle: each
-// node has a socket of its own, made as the cluster finds the node.
-class IoredisClusterConnection extends IoredisConnection {
-  constructor(cluster, owned) {
-    super(cluster, owned, owned);
-    if (owned) {
-      cluster.on('+node', (node) => {
-        node.on('connect', () => this._apply());
-        this._apply();
-      });
-    }
-  }
-  _apply() {
-    if (!this.owned) return;
-    for (const node of this.client.nodes()) {
-      const stream = node.stream;
-      if (!stream || typeof stream.ref !== 'function') continue;
-      if (this._ref) stream.ref();
-      else stream.unref();
-    }
+// An ioredis Cluster: the caller's, for its slot map; FLOCK's commands go on connections of its
+// own to each node (with stringNumbers, which the cluster itself cannot have: ioredis then
+// misreads CLUSTER SLOTS, whose slot numbers come as strings too).
+class IoredisClusterConnection extends Connection {
+  constructor(cluster) {
+    super(cluster, false);
+    // Node address -> IoredisConnection (a plain client of that node).
+    this._nodes = new Map();
   }
   async nodeOf(key) {
     const slot = calculateSlot(key);
-    // The slot map is there once the cluster is ready: a keyed read connects it (or fails).
-    if (!this.client.slots[slot]) await this.send(['FLOCK.INFO', key]);
-    return this.client.slots[slot][0];
+    // The slot map is there once the cluster is ready: a command connects it (or fails).
+    if (!this.client.slots[slot]) await this.client.ping();
+    const nodes = this.client.slots[slot];
+    if (!nodes) throw new Error(`No cluster node serves the slot of ${key} (${slot})`);
+    return nodes[0];
+  }
+  _node(node) {
+    let conn = this._nodes.get(node);
+    if (!conn) {
+      const known = this.client.connectionPool.getInstanceByKey(node) ?? this.client.nodes()[0];
+      if (!known) throw new Error(`The cluster knows no node (${node})`);
+      const at = node.lastIndexOf(':');
+      const dup = known.duplicate({ host: node.slice(0, at), port: Number(node.slice(at + 1)), stringNumbers: true });
+      conn = new IoredisConnection(quiet(dup), true, true);
+      this._nodes.set(node, conn);
+    }
+    return conn;
+  }
+  // ioredis does not know FLOCK's commands, so it would send them to a random node and follow
+  // the MOVED: they go to their key's node here instead; a MOVED (the slot map is refreshed on
+  // it) to the node it names, an ASK (a slot in migration) to its node after ASKING.
+  async _send(args, node) {
+    node ??= await this.nodeOf(args[1]);
+    let asking = false;
+    for (let redirections = 0; ; redirections++) {
+      const conn = this._node(node);
+      try {
+        if (!asking) return await conn.send(args);
+        const [[askErr], [err, reply]] = await conn.client.pipeline().call('ASKING').call(...args).exec();
+        if (askErr || err) throw askErr || err;
+        return reply;
+      } catch (err) {
+        const [code, , address] = err.message.split(' ');
+        if (!isReplyError(err) || (code !== 'MOVED' && code !== 'ASK') || redirections >= MAX_REDIRECTIONS) throw err;
+        if (code === 'MOVED') this.client.refreshSlotsCache();
+        asking = code === 'ASK';
+        node = address;
+      }
+    }
+  }
+  // Only the node connections are FLOCK's; each is referenced while a command is in flight on it.
+  setRef() {}
+  end() {
+    for (const conn of this._nodes.values()) conn.end();
+  }
+  close() {
+    if (this.closed) return;
+    this.closed = true;
+    this.end();
   }
   async session(node) {
-    const redis = this.client.connectionPool.getInstanceByKey(node);
-    if (!redis) throw new Error(`The cluster node ${node} is gone from the slot map`);
-    return ioredisSession(redis);
+    return ioredisSession(this._node(node).client);
   }
 }
 
@@ -200,8 +236,15 @@ async function nodeRedisSession(client) {
 // A node-redis cluster (createCluster): commands routed by their key (args[1]), and a session
 // per master, duplicated from the cluster's own client of that node.
 class NodeRedisClusterConnection extends NodeRedisConnection {
-  _send(args) {
-    return this.client.sendCommand(args[1], false, args, { typeMapping: { [RESP_NUMBER]: String } });
+  async _send(args, node) {
+    const options = { typeMapping: { [RESP_NUMBER]: String } };
+    if (node === undefined) return this.client.sendCommand(args[1], false, args, options);
+    return (await this._nodeClient(node)).sendCommand(args, options);
+  }
+  _nodeClient(node) {
+    const master = this.client.nodeByAddress.get(node);
+    if (!master) return Promise.reject(new Error(`The cluster node ${node} is gone from the slot map`));
+    return this.client.nodeClient(master);
   }
   async nodeOf(key) {
     const slot = calculateSlot(key);
@@ -209,9 +252,7 @@ class NodeRedisClusterConnection extends NodeRedisConnection {
     return this.client.slots[slot].master.address;
   }
   async session(node) {
-    const master = this.client.nodeByAddress.get(node);
-    if (!master) throw new Error(`The cluster node ${node} is gone from the slot map`);
-    return nodeRedisSession(await this.client.nodeClient(master));
+    return nodeRedisSession(await this._nodeClient(node));
   }
 }
 
@@ -248,12 +289,7 @@ function adapt(client, { nodeOptions } = {}) {
   if (client === null || typeof client !== 'object') {
     throw new TypeError('redis-flock needs an ioredis or node-redis (redis >= 5) client');
   }
-  if (isIoredisCluster(client)) {
-    const redisOptions = client.options.redisOptions ?? {};
-    if (redisOptions.stringNumbers) return new IoredisClusterConnection(client, false);
-    const dup = quiet(client.duplicate([], { redisOptions: { ...redisOptions, stringNumbers: true }, lazyConnect: false }));
-    return new IoredisClusterConnection(dup, true);
-  }
+  if (isIoredisCluster(client)) return new IoredisClusterConnection(client);
   if (isNodeRedisCluster(client)) return new NodeRedisClusterConnection(client, false);
   if (isNodeRedisSentinel(client)) return new NodeRedisSentinelConnection(client, nodeOptions);
   if (isIoredis(client)) {

@@ -3,7 +3,7 @@
 const { randomUUID } = require('node:crypto');
 const { setTimeout: delay } = require('node:timers/promises');
 const { adapt, isReplyError } = require('./adapter');
-const { Session, notOwnerReason } = require('./session');
+const { Session, notOwnerReason, movedTo } = require('./session');
 const { LockNotHeldError, LockBusyError, LockLostError, AbortError, LockUpgradeError, LockModeError } = require('./errors');
 
 const DEFAULTS = Object.freeze({
@@ -226,15 +226,21 @@ class Flock {
 
   // A try through the session of the key's node: { token, node } or { timeout }.
   async _try(key, owner, lease, extra) {
+    let to;
     for (let attempt = 0; ; attempt++) {
-      const { node, sid } = await this._session.sessionFor(key);
+      const { node, sid } = await this._session.sessionFor(key, to);
       try {
-        const reply = await this._send(this._conn, ['FLOCK.ACQUIRE', key, owner, String(lease), 'INBOX', sid, ...extra]);
+        const args = ['FLOCK.ACQUIRE', key, owner, String(lease), 'INBOX', sid, ...extra];
+        const reply = await this._send(this._conn, args, { node });
         return reply === null ? { timeout: true } : { token: String(reply), node };
       } catch (err) {
-        // The session ended under us, or the key moved to another node: send again where it is.
-        if (!(isReplyError(err) && /^NOSESSION/.test(err.message)) || attempt >= this.settings.resends) throw err;
-        await this._session.noSession(node, sid, key, err);
+        // The session ended under us, or the key is on another node: send again where it is.
+        if (attempt >= this.settings.resends) throw err;
+        to = movedTo(err);
+        if (to === undefined) {
+          if (!(isReplyError(err) && /^NOSESSION/.test(err.message))) throw err;
+          this._session.ended(node, sid, err);
+        }
       }
     }
   }
@@ -316,11 +322,12 @@ class Flock {
   // Every command carries a request ID (fresh unless given); a lost reply (I/O error, not an error
   // reply) is resent at once with the same ID, which the server applies once and answers with the
   // first reply. `noId`: commands without the ID option (CANCEL, INFO).
-  async _send(conn, args, { rid = randomUUID(), noId = false, stop = () => false } = {}) {
+  // `node`: sent on that node's own connection (a command that names its session), not routed.
+  async _send(conn, args, { rid = randomUUID(), noId = false, stop = () => false, node } = {}) {
     const full = noId ? args : [...args, 'ID', rid];
     for (let attempt = 0; ; attempt++) {
       try {
-        return await conn.send(full);
+        return await conn.send(full, node);
       } catch (err) {
         if (isReplyError(err)) throw replyError(err, args);
         if (attempt >= this.settings.resends || stop()) throw err;

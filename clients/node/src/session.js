@@ -11,7 +11,8 @@
 //
 // Waits and watched grants are kept here for every node; each remembers the node whose session it
 // went to, found anew (flock._conn.nodeOf) whenever it is sent again: after a session breaks (a
-// failover) or after NOSESSION from a node the key moved to (the library followed MOVED there).
+// failover) or when that node answers MOVED (then it goes to the node MOVED names, at once: the
+// library's slot map may still be refreshing).
 
 const { randomUUID } = require('node:crypto');
 const { isReplyError } = require('./adapter');
@@ -84,20 +85,14 @@ class Session {
     return entry.opening;
   }
 
-  /** The node that holds `key` now and its session's id. */
-  async sessionFor(key) {
-    const node = await this.flock._conn.nodeOf(key);
+  /** `node` (by default the node that holds `key` now) and its session's id. */
+  async sessionFor(key, node) {
+    node ??= await this.flock._conn.nodeOf(key);
     return { node, sid: await this.ensure(node) };
   }
 
-  /**
-   * A NOSESSION answer to a command that named `sid`, `node`'s session, for `key`: either the key
-   * moved to another node (which never knew the session; the next send finds the new node), or
-   * the session ended, which is then handled as its break.
-   */
-  async noSession(node, sid, key, err) {
-    const now = await this.flock._conn.nodeOf(key).catch(() => node);
-    if (now !== node) return;
+  /** `node` answered NOSESSION for `sid`: if that is still its session, the session broke. */
+  ended(node, sid, err) {
     const entry = this.nodes.get(node);
     if (entry?.id === sid) this._broken(node, entry.conn, err);
   }
@@ -277,10 +272,10 @@ class Session {
     });
   }
 
-  async _submit(wait) {
+  async _submit(wait, to) {
     let node, sid;
     try {
-      ({ node, sid } = await this.sessionFor(wait.key));
+      ({ node, sid } = await this.sessionFor(wait.key, to));
     } catch (err) {
       // No session could be opened: a first wait fails at once; one that was queued before
       // (the session broke mid-wait) keeps retrying until its deadline.
@@ -295,12 +290,14 @@ class Session {
     wait.attempts = 0;
     let reply;
     try {
-      reply = await this.flock._send(this.flock._conn, wait.args(sid), { rid: wait.rid, raw: true });
+      reply = await this.flock._send(this.flock._conn, wait.args(sid), { rid: wait.rid, node });
     } catch (err) {
+      const moved = movedTo(err);
+      // The key is on another node: sent again (same request ID) with that node's session.
+      if (moved !== undefined) return this._submit(wait, moved);
       if (isReplyError(err) && /^NOSESSION/.test(err.message)) {
-        // The session ended (its connection closed; its break resends every wait it had) or the
-        // key moved to another node: sent again (same request ID) to the session of its node.
-        await this.noSession(node, sid, wait.key, err);
+        // The session ended (its connection closed): its break sends every wait it had again.
+        this.ended(node, sid, err);
         if (!wait.outcome && !wait.retrying) this._submit(wait);
         return;
       }
@@ -409,13 +406,13 @@ class Session {
    * renewing one (a watchdog), or for a fixed lease the time it has left (counted from when its
    * grant's reply came), never more; none left: lost (expired).
    */
-  async _rewatch(id) {
+  async _rewatch(id, to) {
     const records = this.watched.get(id);
     let node, sid;
     for (;;) {
       if (this._closed || !this._held(id)) return;
       try {
-        ({ node, sid } = await this.sessionFor(records.key));
+        ({ node, sid } = await this.sessionFor(records.key, to));
         break;
       } catch {
         // The server cannot be reached: try again later, while the grant is still held.
@@ -448,11 +445,12 @@ class Session {
     }
     let reply;
     try {
-      reply = await flock._send(flock._conn, ['FLOCK.ACQUIRE', key, owner, String(lease), ...extra, 'INBOX', sid]);
+      reply = await flock._send(flock._conn, ['FLOCK.ACQUIRE', key, owner, String(lease), ...extra, 'INBOX', sid], { node });
     } catch (err) {
-      // NOSESSION: that session's end re-watches again, and so does a key moved to another node
-      // (after its old node's session breaks); anything else: nothing more to learn.
-      if (isReplyError(err) && /^NOSESSION/.test(err.message)) await this.noSession(node, sid, key, err);
+      // MOVED: again with the session of the node it names. NOSESSION: that session's end
+      // re-watches again; anything else: nothing more to learn.
+      const moved = movedTo(err);
+      if (moved !== undefined) return this._rewatch(id, moved);
       return;
     }
     if (reply === null || reply === undefined) {
@@ -491,4 +489,11 @@ function notOwnerReason(text) {
   return 'unknown';
 }
 
-module.exports = { Session, FlockEventError, notOwnerReason };
+// The node (address) a Cluster's `MOVED slot host:port` answer names, or undefined.
+function movedTo(err) {
+  const text = err?.cause?.message ?? err?.message;
+  const moved = isReplyError(err) && /^MOVED \d+ (\S+)/.exec(text ?? '');
+  return moved ? moved[1] : undefined;
+}
+
+module.exports = { Session, FlockEventError, notOwnerReason, movedTo };

@@ -77,15 +77,18 @@ function ping(port) {
  * `server.probe` is an ioredis connection for assertions (integers as strings, tokens exact);
  * `server.queued(key, n)` waits until n waiters queue on key.
  */
-async function startServer(extraArgs = []) {
+async function startServer(extraArgs = [], { port, sentinel = false } = {}) {
   if (!fs.existsSync(MODULE)) throw new Error(`FLOCK module not found at ${MODULE} (build it, or set FLOCK_MODULE)`);
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'flock-node-'));
-  const port = await freePort();
-  const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'];
+  port ??= await freePort();
+  // A sentinel is the same binary with its (writable) config file first and no module.
+  const args = sentinel
+    ? [sentinelConf(dir, port, ...extraArgs), '--sentinel']
+    : ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, '--loadmodule', MODULE, ...extraArgs];
   let current = null;
   // Starts the process (again, for restart()) and waits until it answers PING.
   const launch = async () => {
-    const proc = spawn(SERVER, [...args, '--dir', dir, '--loadmodule', MODULE, ...extraArgs], {
+    const proc = spawn(SERVER, args, {
       stdio: ['ignore', 'ignore', 'inherit'],
     });
     servers.add(proc);
@@ -131,6 +134,108 @@ async function startServer(extraArgs = []) {
     kill,
     start: launch,
   };
+}
+
+function sentinelConf(dir, port, masterPort) {
+  const file = path.join(dir, 'sentinel.conf');
+  const lines = [
+    `port ${port}`,
+    'bind 127.0.0.1',
+    `dir ${dir}`,
+    `sentinel monitor mymaster 127.0.0.1 ${masterPort} 2`,
+    'sentinel down-after-milliseconds mymaster 2000',
+    'sentinel failover-timeout mymaster 10000',
+  ];
+  fs.writeFileSync(file, `${lines.join('\n')}\n`);
+  return file;
+}
+
+/** A loopback port for a cluster node: it and its bus port (+10000) free, at most 55535. */
+async function clusterPort() {
+  const free = (port) =>
+    new Promise((resolve) => {
+      const srv = net.createServer().unref();
+      srv.once('error', () => resolve(false));
+      srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
+    });
+  for (;;) {
+    const port = 15000 + Math.floor(Math.random() * 30000);
+    if ((await free(port)) && (await free(port + 10000))) return port;
+  }
+}
+
+/**
+ * A 3-master cluster (redis-cli --cluster create), each node a startServer() with its probe.
+ * `cluster.nodeOf(key)` is the node serving the key's slot now; `cluster.keyOn(node, name)` a
+ * key named after `name` whose slot that node serves.
+ */
+async function startCluster() {
+  const nodes = [];
+  for (let i = 0; i < 3; i++) {
+    // Announced, or a node may list itself with an empty host in CLUSTER SLOTS (which ioredis skips).
+    const args = ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000', '--cluster-announce-ip', '127.0.0.1'];
+    nodes.push(await startServer(args, { port: await clusterPort() }));
+  }
+  const addrs = nodes.map((n) => `127.0.0.1:${n.port}`);
+  await new Promise((resolve, reject) => {
+    const cli = spawn('redis-cli', ['--cluster', 'create', ...addrs, '--cluster-replicas', '0', '--cluster-yes'], {
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    cli.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`redis-cli --cluster create exited ${code}`))));
+  });
+  await waitUntil(
+    'every node sees the others and every slot served',
+    async () => {
+      for (const node of nodes) {
+        const info = await node.probe.call('CLUSTER', 'INFO');
+        if (!info.includes('cluster_state:ok') || !info.includes('cluster_known_nodes:3')) return false;
+      }
+      return true;
+    },
+    30000,
+  );
+  const slotOf = require('cluster-key-slot');
+  const nodeOf = async (key) => {
+    const slot = slotOf(key);
+    const ranges = await nodes[0].probe.call('CLUSTER', 'SLOTS');
+    const range = ranges.find(([start, end]) => slot >= Number(start) && slot <= Number(end));
+    return nodes.find((n) => n.port === Number(range[2][1]));
+  };
+  const keyOn = async (node, name) => {
+    for (let i = 0; ; i++) if ((await nodeOf(`${name}:${i}`)) === node) return `${name}:${i}`;
+  };
+  return { nodes, nodeOf, keyOn };
+}
+
+/**
+ * 1 master + 1 replica (in sync) + 3 sentinels watching them as `mymaster` (quorum 2).
+ * `topology.master()` is the server the sentinels name master now; `topology.sentinelNodes`
+ * their addresses ({ host, port }).
+ */
+async function startSentinels() {
+  const first = await startServer(['--repl-diskless-sync-delay', '0']);
+  const replica = await startServer(['--replicaof', '127.0.0.1', String(first.port), '--repl-diskless-sync-delay', '0']);
+  await waitUntil('the replica is in sync', async () => (await replica.probe.info('replication')).includes('master_link_status:up'));
+  // Started after the sync, or the sentinels would learn the replica only at their next 10 s check.
+  const sentinels = [];
+  for (let i = 0; i < 3; i++) sentinels.push(await startServer([first.port], { sentinel: true }));
+  await waitUntil(
+    'every sentinel knows the replica and the other sentinels',
+    async () => {
+      for (const sentinel of sentinels) {
+        const master = fields(await sentinel.probe.call('SENTINEL', 'MASTER', 'mymaster'));
+        if (master['num-slaves'] !== '1' || master['num-other-sentinels'] !== '2') return false;
+      }
+      return true;
+    },
+    30000,
+  );
+  const servers = [first, replica];
+  const master = async () => {
+    const [, port] = await sentinels[0].probe.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', 'mymaster');
+    return servers.find((s) => s.port === Number(port));
+  };
+  return { servers, sentinels, master, sentinelNodes: sentinels.map((s) => ({ host: '127.0.0.1', port: s.port })) };
 }
 
 function fields(flat) {
@@ -276,4 +381,18 @@ async function flockOf(kind, port, settings) {
   return flock;
 }
 
-module.exports = { eachClient, flockOf, freePort, onEnd, requestId, startServer, startProxy, waitUntil, CLIENTS, REPO, WATCHDOG_LEASE };
+module.exports = {
+  eachClient,
+  flockOf,
+  freePort,
+  onEnd,
+  requestId,
+  startCluster,
+  startSentinels,
+  startServer,
+  startProxy,
+  waitUntil,
+  CLIENTS,
+  REPO,
+  WATCHDOG_LEASE,
+};

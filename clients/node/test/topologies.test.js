@@ -1,0 +1,238 @@
+'use strict';
+
+// The Node client on Redis Cluster (3 masters) and Sentinel (1 master, 1 replica, 3 sentinels),
+// started here on loopback: each lock goes to its key's node, waits through a session per node.
+
+const assert = require('node:assert/strict');
+const { before, describe, it } = require('node:test');
+const Redis = require('ioredis');
+const { createCluster, createSentinel } = require('redis');
+const { Flock, LockLostError } = require('..');
+const { onEnd, startCluster, startSentinels, waitUntil, WATCHDOG_LEASE } = require('./helpers');
+
+const WAIT = { wait: 10000 };
+
+/** A Flock over `client`, quit at the end (its own connections; the client is closed by its kind). */
+function flockOver(client, settings) {
+  const flock = new Flock(client, settings);
+  onEnd(() => flock.quit());
+  return flock;
+}
+
+const CLUSTER_CLIENTS = [
+  {
+    name: 'ioredis Cluster',
+    async connect(cluster) {
+      const client = new Redis.Cluster(cluster.nodes.map((n) => ({ host: '127.0.0.1', port: n.port })));
+      client.on('error', () => {});
+      onEnd(() => client.disconnect());
+      return client;
+    },
+  },
+  {
+    name: 'node-redis createCluster',
+    async connect(cluster) {
+      const client = createCluster({ rootNodes: cluster.nodes.map((n) => ({ url: n.url })) });
+      client.on('error', () => {});
+      await client.connect();
+      onEnd(() => client.destroy());
+      return client;
+    },
+  },
+];
+
+describe('Cluster (3 masters)', () => {
+  let cluster;
+  before(async () => {
+    cluster = await startCluster();
+  });
+
+  for (const kind of CLUSTER_CLIENTS) {
+    describe(kind.name, () => {
+      const K = (name) => `${kind.name}:${name}`;
+      const flockOf = async (settings) => flockOver(await kind.connect(cluster), settings);
+
+      it('grants the waits on one lock in FIFO order', async () => {
+        const flock = await flockOf();
+        const key = K('fifo');
+        const node = await cluster.nodeOf(key);
+        const holder = await flock.acquire(key, WAIT);
+        const order = [];
+        const waits = [];
+        for (let i = 0; i < 3; i++) {
+          waits.push(
+            flock.acquire(key, WAIT).then(async (lock) => {
+              order.push(i);
+              await lock.release();
+            }),
+          );
+          await node.queued(key, i + 1);
+        }
+        await holder.release();
+        await Promise.all(waits);
+        assert.deepEqual(order, [0, 1, 2]);
+      });
+
+      it('grants a wait on each of three nodes at once through a session per node', async () => {
+        const holders = await flockOf();
+        const waiter = await flockOf();
+        const keys = await Promise.all(cluster.nodes.map((node, i) => cluster.keyOn(node, K(`each${i}`))));
+        const held = await Promise.all(keys.map((key) => holders.acquire(key, WAIT)));
+        const waits = keys.map((key) => waiter.acquire(key, WAIT));
+        await Promise.all(keys.map((key, i) => cluster.nodes[i].queued(key, 1)));
+        // One session per node, each on the node of its key.
+        const ports = [...waiter._session.nodes.keys()].map((addr) => Number(addr.split(':').pop())).sort();
+        assert.deepEqual(ports, cluster.nodes.map((n) => n.port).sort());
+        await Promise.all(held.map((lock) => lock.release()));
+        const granted = await Promise.all(waits);
+        for (const [i, lock] of granted.entries()) {
+          assert.equal((await cluster.nodes[i].info(keys[i])).owner, lock.owner);
+          await lock.release();
+        }
+      });
+
+      it('takes hash-tagged keys together on their one node', async () => {
+        const flock = await flockOf();
+        const keys = [K('{order-7}:items'), K('{order-7}:total')];
+        const node = await cluster.nodeOf(keys[0]);
+        assert.equal(await cluster.nodeOf(keys[1]), node);
+        const lock = await flock.acquire(keys, WAIT);
+        for (const key of keys) assert.equal((await node.info(key)).owner, lock.owner);
+        // A second owner waits on both through the session of that node.
+        const next = flock.acquire(keys, WAIT);
+        await node.queued(keys[0], 1);
+        await lock.release();
+        const second = await next;
+        for (const key of keys) assert.equal((await node.info(key)).owner, second.owner);
+        await second.release();
+      });
+
+      it('keeps a watchdog lease renewed on the key\'s node', async () => {
+        const flock = await flockOf({ watchdogLease: WATCHDOG_LEASE });
+        const key = K('watchdog');
+        const node = await cluster.nodeOf(key);
+        const renews = await node.stat('cmdstat_flock.renew');
+        const start = Date.now();
+        const lock = await flock.acquire(key);
+        await waitUntil('two renewals on the key\'s node', async () => (await node.stat('cmdstat_flock.renew')) >= renews + 2);
+        await waitUntil('one and a half leases pass', () => Date.now() - start > 1.5 * WATCHDOG_LEASE);
+        const info = await node.info(key);
+        assert.equal(info.owner, lock.owner, 'still held past its first lease');
+        assert.ok(Number(info['ttl-ms']) > 0);
+        assert.equal(lock.signal.aborted, false);
+        await lock.release();
+      });
+
+      it('aborts lock.signal when FLOCK.FORCERELEASE on the key\'s node ends the grant', async () => {
+        const flock = await flockOf();
+        const key = K('force');
+        const lock = await flock.acquire(key, { lease: 60000 });
+        await (await cluster.nodeOf(key)).probe.call('FLOCK.FORCERELEASE', key);
+        await waitUntil('the signal aborts', () => lock.signal.aborted);
+        assert.ok(lock.signal.error instanceof LockLostError);
+        assert.equal(lock.signal.error.reason, 'forcereleased');
+      });
+
+      it('sends a wait to the new node after its slot moved', async () => {
+        const flock = await flockOf();
+        const key = K('moved');
+        const from = await cluster.nodeOf(key);
+        // The client learns the slot map (and opens a session on the old node) first.
+        await (await flock.acquire(key, WAIT)).release();
+        const to = cluster.nodes.find((n) => n !== from);
+        const slot = String(await from.probe.call('CLUSTER', 'KEYSLOT', key));
+        const [fromId, toId] = await Promise.all([from, to].map((n) => n.probe.call('CLUSTER', 'MYID')));
+        // The free lock's key (kept for its request IDs) moves with its slot: the usual resharding steps.
+        await to.probe.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', fromId);
+        await from.probe.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', toId);
+        const keys = await from.probe.call('CLUSTER', 'GETKEYSINSLOT', slot, '100');
+        if (keys.length > 0) await from.probe.call('MIGRATE', '127.0.0.1', String(to.port), '', '0', '5000', 'KEYS', ...keys);
+        for (const node of [to, from, ...cluster.nodes.filter((n) => n !== from && n !== to)]) {
+          await node.probe.call('CLUSTER', 'SETSLOT', slot, 'NODE', toId);
+        }
+        await waitUntil('every node routes the slot to its new node', async () => (await cluster.nodeOf(key)) === to);
+        const holder = await flockOf();
+        const held = await holder.acquire(key, WAIT);
+        assert.equal((await to.info(key)).owner, held.owner);
+        // This client still maps the slot to the old node: its wait goes there with the old node's
+        // session, is answered MOVED, and is sent again to the new node with a session there.
+        const moves = await from.stat('errorstat_MOVED');
+        const next = flock.acquire(key, WAIT);
+        await to.queued(key, 1);
+        assert.ok((await from.stat('errorstat_MOVED')) > moves, 'the old node answered MOVED');
+        const ports = [...flock._session.nodes.keys()].map((addr) => Number(addr.split(':').pop()));
+        assert.ok(ports.includes(to.port), 'a session on the new node');
+        await held.release();
+        const lock = await next;
+        assert.equal((await to.info(key)).owner, lock.owner);
+        await lock.release();
+      });
+    });
+  }
+});
+
+const SENTINEL_CLIENTS = [
+  {
+    name: 'ioredis sentinels',
+    async connect(topology) {
+      const client = new Redis({ sentinels: topology.sentinelNodes, name: 'mymaster' });
+      client.on('error', () => {});
+      onEnd(() => client.disconnect());
+      return client;
+    },
+  },
+  {
+    name: 'node-redis createSentinel',
+    async connect(topology) {
+      const client = createSentinel({ name: 'mymaster', sentinelRootNodes: topology.sentinelNodes });
+      client.on('error', () => {});
+      await client.connect();
+      onEnd(() => client.destroy());
+      return client;
+    },
+  },
+];
+
+describe('Sentinel (1 master, 1 replica, 3 sentinels)', () => {
+  let topology;
+  before(async () => {
+    topology = await startSentinels();
+  });
+
+  for (const kind of SENTINEL_CLIENTS) {
+    it(`${kind.name}: locks and waits through a session on the master`, async () => {
+      const flock = flockOver(await kind.connect(topology));
+      const key = `${kind.name}:wait`;
+      const master = await topology.master();
+      const lock = await flock.acquire(key, WAIT);
+      assert.equal((await master.info(key)).owner, lock.owner);
+      const next = flock.acquire(key, WAIT);
+      await master.queued(key, 1);
+      await lock.release();
+      const second = await next;
+      assert.equal((await master.info(key)).owner, second.owner);
+      await second.release();
+    });
+  }
+
+  it('after SENTINEL FAILOVER a new acquire works on the new master, and a holder at the failover keeps its grant, re-watched there', async () => {
+    const flocks = await Promise.all(SENTINEL_CLIENTS.map(async (kind) => flockOver(await kind.connect(topology))));
+    const old = await topology.master();
+    const held = await Promise.all(flocks.map((flock, i) => flock.acquire(`failover:held${i}`)));
+    await topology.sentinels[0].probe.call('SENTINEL', 'FAILOVER', 'mymaster');
+    await waitUntil('the sentinels name the replica master', async () => (await topology.master()) !== old, 30000);
+    const promoted = await topology.master();
+    for (const [i, flock] of flocks.entries()) {
+      const key = `failover:new${i}`;
+      const lock = await flock.acquire(key, WAIT);
+      assert.equal((await promoted.info(key)).owner, lock.owner, `${SENTINEL_CLIENTS[i].name}: the new grant is on the new master`);
+      await lock.release();
+    }
+    for (const [i, lock] of held.entries()) {
+      assert.equal((await promoted.info(`failover:held${i}`)).owner, lock.owner, 'the grant was replicated');
+      await waitUntil(`${SENTINEL_CLIENTS[i].name}: its grant is re-watched`, () => flocks[i]._session.rewatched >= 1, 30000);
+      assert.equal(lock.signal.aborted, false);
+      await lock.release();
+    }
+  });
+});
