@@ -106,7 +106,16 @@ class IoredisConnection extends Connection {
   }
   // Synchronous (ioredis connects in the background and queues commands meanwhile).
   duplicate() {
-    return new IoredisConnection(quiet(this.client.duplicate({ stringNumbers: true })), true, true);
+    const dup = quiet(this.client.duplicate({ stringNumbers: true, failoverDetector: false }));
+    if (this.client.options.sentinels) {
+      // Through Sentinel, a duplicate follows the caller's client to a new master: when that
+      // reconnects (ioredis's failoverDetector does at a failover), so does the duplicate. Its own
+      // failoverDetector would keep connections to the sentinels open, and the process alive.
+      // A duplicate not connected yet asks the sentinels anyway (and a disconnect then could
+      // leave it closed).
+      this.client.on('connect', () => dup.status === 'ready' && dup.disconnect(true));
+    }
+    return new IoredisConnection(dup, true, true);
   }
   async session() {
     return ioredisSession(this.client);
@@ -127,6 +136,9 @@ function ioredisSession(redis) {
         enableAutoPipelining: false,
         lazyConnect: false,
       commandTimeout: undefined,
+      // A session that a failover leaves on the old master is found out by NOSESSION (or its
+      // demotion) and reopened on the new one.
+      failoverDetector: false,
     }),
   );
   return new IoredisConnection(dup, true, false);

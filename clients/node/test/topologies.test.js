@@ -4,6 +4,11 @@
 // started here on loopback: each lock goes to its key's node, waits through a session per node.
 
 const assert = require('node:assert/strict');
+const { execFile } = require('node:child_process');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const { promisify } = require('node:util');
 const { before, describe, it } = require('node:test');
 const Redis = require('ioredis');
 const { createCluster, createSentinel } = require('redis');
@@ -17,6 +22,53 @@ function flockOver(client, settings) {
   const flock = new Flock(client, settings);
   onEnd(() => flock.quit());
   return flock;
+}
+
+// A child process: waits through sessions (a lock per key, let go 20 ms later), a forgotten
+// watchdog lock, then the caller's client quits; it prints when, and how many sessions it had.
+const EXIT_SCRIPT = `
+'use strict';
+const Redis = require(${JSON.stringify(require.resolve('ioredis'))});
+const { createCluster, createSentinel } = require(${JSON.stringify(require.resolve('redis'))});
+const { Flock } = require(${JSON.stringify(path.resolve(__dirname, '..'))});
+const [kind, ...ports] = process.argv.slice(2);
+const nodes = ports.map((port) => ({ host: '127.0.0.1', port: Number(port) }));
+const CLIENTS = {
+  'ioredis-cluster': async () => new Redis.Cluster(nodes),
+  'node-redis-cluster': () => createCluster({ rootNodes: ports.map((port) => ({ url: 'redis://127.0.0.1:' + port })) }).connect(),
+  'ioredis-sentinel': async () => new Redis({ sentinels: nodes, name: 'mymaster', failoverDetector: true }),
+  'node-redis-sentinel': () => createSentinel({ name: 'mymaster', sentinelRootNodes: nodes }).connect(),
+};
+(async () => {
+  const client = await CLIENTS[kind]();
+  const flock = new Flock(client);
+  for (let i = 0; i < 6; i++) {
+    const held = await flock.acquire('exit:' + kind + i, { lease: 10000 });
+    setTimeout(() => held.release(), 20);
+    await (await flock.acquire('exit:' + kind + i, { wait: 5000 })).release();
+  }
+  await flock.acquire('exit:' + kind + ':dog');
+  // ioredis's failoverDetector keeps its sentinel connections after quit() (seen without FLOCK
+  // too): disconnect() ends them.
+  if (kind === 'ioredis-sentinel') client.disconnect();
+  else await (client.quit ? client.quit() : client.close());
+  console.log('quit at ' + Date.now() + ' sessions ' + flock._session.nodes.size);
+})().catch((err) => {
+  console.error(err);
+  process.exit(2);
+});
+`;
+
+/** Runs EXIT_SCRIPT; asserts the process ends soon after its quit; resolves to its session count. */
+async function exitsAfterQuit(kind, ports) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'flock-exit-'));
+  onEnd(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const file = path.join(dir, 'exit.js');
+  fs.writeFileSync(file, EXIT_SCRIPT);
+  const { stdout } = await promisify(execFile)(process.execPath, [file, kind, ...ports.map(String)], { timeout: 15000 });
+  const [, quitAt, sessions] = /quit at (\d+) sessions (\d+)/.exec(stdout);
+  assert.ok(Date.now() - Number(quitAt) < 5000, `exited ${Date.now() - Number(quitAt)} ms after the quit`);
+  return Number(sessions);
 }
 
 const CLUSTER_CLIENTS = [
@@ -169,17 +221,28 @@ describe('Cluster (3 masters)', () => {
       });
     });
   }
+
+  for (const kind of ['ioredis', 'node-redis']) {
+    it(`${kind}: a process exits by itself after the cluster client quits`, async () => {
+      const sessions = await exitsAfterQuit(`${kind}-cluster`, cluster.nodes.map((n) => n.port));
+      assert.ok(sessions > 1, 'its waits went through sessions on more than one node');
+    });
+  }
 });
 
 const SENTINEL_CLIENTS = [
   {
     name: 'ioredis sentinels',
     async connect(topology) {
-      const client = new Redis({ sentinels: topology.sentinelNodes, name: 'mymaster' });
+      // failoverDetector: the client moves to the new master as the sentinels switch, not when
+      // the old one is demoted (about 11 s later, serving meanwhile).
+      const client = new Redis({ sentinels: topology.sentinelNodes, name: 'mymaster', failoverDetector: true });
       client.on('error', () => {});
       onEnd(() => client.disconnect());
       return client;
     },
+    // The client's connection is to `port` now.
+    on: (client, port) => client.status === 'ready' && client.stream?.remotePort === port,
   },
   {
     name: 'node-redis createSentinel',
@@ -190,6 +253,7 @@ const SENTINEL_CLIENTS = [
       onEnd(() => client.destroy());
       return client;
     },
+    on: (client, port) => client.getMasterNode()?.port === port,
   },
 ];
 
@@ -215,14 +279,23 @@ describe('Sentinel (1 master, 1 replica, 3 sentinels)', () => {
     });
   }
 
+  for (const kind of ['ioredis', 'node-redis']) {
+    it(`${kind}: a process exits by itself after the sentinel client quits`, async () => {
+      assert.equal(await exitsAfterQuit(`${kind}-sentinel`, topology.sentinelNodes.map((n) => n.port)), 1);
+    });
+  }
+
   it('after SENTINEL FAILOVER a new acquire works on the new master, and a holder at the failover keeps its grant, re-watched there', async () => {
-    const flocks = await Promise.all(SENTINEL_CLIENTS.map(async (kind) => flockOver(await kind.connect(topology))));
+    const clients = await Promise.all(SENTINEL_CLIENTS.map((kind) => kind.connect(topology)));
+    const flocks = clients.map((client) => flockOver(client));
     const old = await topology.master();
     const held = await Promise.all(flocks.map((flock, i) => flock.acquire(`failover:held${i}`)));
     await topology.sentinels[0].probe.call('SENTINEL', 'FAILOVER', 'mymaster');
     await waitUntil('the sentinels name the replica master', async () => (await topology.master()) !== old, 30000);
     const promoted = await topology.master();
     for (const [i, flock] of flocks.entries()) {
+      const { name, on } = SENTINEL_CLIENTS[i];
+      await waitUntil(`${name} follows the switch to the new master`, () => on(clients[i], promoted.port), 30000);
       const key = `failover:new${i}`;
       const lock = await flock.acquire(key, WAIT);
       assert.equal((await promoted.info(key)).owner, lock.owner, `${SENTINEL_CLIENTS[i].name}: the new grant is on the new master`);
@@ -236,3 +309,4 @@ describe('Sentinel (1 master, 1 replica, 3 sentinels)', () => {
     }
   });
 });
+
