@@ -1,12 +1,14 @@
 // Types of redis-flock (hand-written; the package is plain JavaScript).
 
 /**
- * An ioredis client (`Redis`) or a node-redis v5+ client (`createClient()`), connected or
- * connecting. Structural, so that neither library is needed to compile against these types.
+ * An ioredis client (`Redis`, also with `sentinels`, or `Redis.Cluster`) or a node-redis v5+
+ * client (`createClient()`, `createCluster()` or `createSentinel()`), connected or connecting.
+ * Structural, so that neither library is needed to compile against these types.
  */
 export type RedisClient =
   | { call(...args: any[]): Promise<unknown>; duplicate(...args: any[]): unknown; options: object }
-  | { sendCommand(...args: any[]): Promise<unknown>; duplicate(...args: any[]): unknown; withTypeMapping(...args: any[]): unknown };
+  | { sendCommand(...args: any[]): Promise<unknown>; duplicate(...args: any[]): unknown; withTypeMapping(...args: any[]): unknown }
+  | { sendCommand(...args: any[]): Promise<unknown>; getMasterNode(): unknown; acquire(): Promise<unknown> };
 
 /** One key, or several (taken in sorted order, released in reverse). */
 export type Resources = string | readonly string[];
@@ -27,6 +29,11 @@ export interface FlockSettings {
    * its own (the blocking `FLOCK.ACQUIRE ... WAIT`), losses found by renewals only.
    */
   readonly sessions?: boolean;
+  /**
+   * node-redis `createSentinel()` only: options of the client FLOCK opens to the master for its
+   * session (the sentinel client's own `nodeClientOptions` are private), e.g. credentials.
+   */
+  readonly nodeOptions?: Record<string, unknown>;
 }
 
 /**

@@ -1,7 +1,7 @@
 // Compiled (never run) by types.test.js with `tsc --noEmit`: index.d.ts accepts both client
 // libraries and types each call shape; the @ts-expect-error lines must stay errors.
 import Redis from 'ioredis';
-import { createClient } from 'redis';
+import { createClient, createCluster, createSentinel } from 'redis';
 import Flock, { Flock as Named, Lock, LockAbortSignal, LockBusyError, LockNotHeldError, LockLostError, LockUpgradeError, LockModeError, AbortError, LockMode } from 'redis-flock';
 
 export async function usage(): Promise<void> {
@@ -22,6 +22,11 @@ export async function usage(): Promise<void> {
   const extended: Lock = await nr.extend(reentered, 5000);
   const freed: number = await nr.release(extended);
   const blocking = new Flock(new Redis(), { sessions: false });
+  new Flock(new Redis.Cluster([{ host: '127.0.0.1', port: 7000 }]));
+  new Flock(createCluster({ rootNodes: [{ url: 'redis://127.0.0.1:7000' }] }));
+  new Flock(createSentinel({ name: 'mymaster', sentinelRootNodes: [{ host: '127.0.0.1', port: 26379 }] }), {
+    nodeOptions: { password: 'secret' },
+  });
   console.log(value, freed, blocking.settings.sessions);
 
   const n: number = await io.using('key', async (signal: LockAbortSignal) => (signal.aborted ? 0 : 1));
