@@ -69,6 +69,11 @@ class Connection {
   async nodeOf() {
     return '';
   }
+  // Whether duplicate() gives a connection a blocking wait can use (sessions: false): one to the
+  // key's server, which a cluster client cannot promise and node-redis's sentinel client has not.
+  get blocking() {
+    return true;
+  }
   send(args, node) {
     if (!this._autoRef) return this._send(args, node);
     if (this._inflight++ === 0) this.setRef(true);
@@ -148,6 +153,9 @@ function ioredisSession(redis) {
 // own to each node (with stringNumbers, which the cluster itself cannot have: ioredis then
 // misreads CLUSTER SLOTS, whose slot numbers come as strings too).
 class IoredisClusterConnection extends Connection {
+  get blocking() {
+    return false;
+  }
   constructor(cluster) {
     super(cluster, false);
     // Node address -> IoredisConnection (a plain client of that node).
@@ -248,6 +256,9 @@ async function nodeRedisSession(client) {
 // A node-redis cluster (createCluster): commands routed by their key (args[1]), and a session
 // per master, duplicated from the cluster's own client of that node.
 class NodeRedisClusterConnection extends NodeRedisConnection {
+  get blocking() {
+    return false;
+  }
   async _send(args, node) {
     const options = { typeMapping: { [RESP_NUMBER]: String } };
     if (node === undefined) return this.client.sendCommand(args[1], false, args, options);
@@ -272,6 +283,9 @@ class NodeRedisClusterConnection extends NodeRedisConnection {
 // client of FLOCK's own to the master it knows now (its own options are private: `nodeOptions`
 // gives the session client what the nodes need, e.g. credentials).
 class NodeRedisSentinelConnection extends NodeRedisConnection {
+  get blocking() {
+    return false;
+  }
   constructor(client, nodeOptions) {
     super(client, false);
     this._nodeOptions = nodeOptions ?? {};

@@ -95,7 +95,7 @@ class Flock {
       sessions: settings.sessions ?? DEFAULTS.sessions,
     });
     this._conn = adapt(client, { nodeOptions: settings.nodeOptions });
-    if (!this.settings.sessions && typeof this._conn.duplicate !== 'function') {
+    if (!this.settings.sessions && !this._conn.blocking) {
       throw new TypeError('sessions: false (a blocked connection per wait) needs a single-server client or ioredis with sentinels');
     }
     this._idle = [];

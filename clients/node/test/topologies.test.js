@@ -185,6 +185,11 @@ describe('Cluster (3 masters)', () => {
         assert.equal(lock.signal.error.reason, 'forcereleased');
       });
 
+      it('refuses sessions: false (a blocking wait cannot be routed)', async () => {
+        const client = await kind.connect(cluster);
+        assert.throws(() => new Flock(client, { sessions: false }), /sessions: false/);
+      });
+
       it('sends a wait to the new node after its slot moved', async () => {
         const flock = await flockOf();
         const key = K('moved');
