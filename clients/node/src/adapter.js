@@ -183,8 +183,10 @@ class IoredisClusterConnection extends Connection {
   }
   // ioredis does not know FLOCK's commands, so it would send them to a random node and follow
   // the MOVED: they go to their key's node here instead; a MOVED (the slot map is refreshed on
-  // it) to the node it names, an ASK (a slot in migration) to its node after ASKING.
+  // it) to the node it names, an ASK (a slot in migration) to its node after ASKING. A command
+  // for a given `node` (it names that node's session) is not redirected: the caller is.
   async _send(args, node) {
+    const follow = node === undefined;
     node ??= await this.nodeOf(args[1]);
     let asking = false;
     for (let redirections = 0; ; redirections++) {
@@ -196,8 +198,9 @@ class IoredisClusterConnection extends Connection {
         return reply;
       } catch (err) {
         const [code, , address] = err.message.split(' ');
-        if (!isReplyError(err) || (code !== 'MOVED' && code !== 'ASK') || redirections >= MAX_REDIRECTIONS) throw err;
+        if (!isReplyError(err) || (code !== 'MOVED' && code !== 'ASK')) throw err;
         if (code === 'MOVED') this.client.refreshSlotsCache();
+        if (!follow || redirections >= MAX_REDIRECTIONS) throw err;
         asking = code === 'ASK';
         node = address;
       }

@@ -3,7 +3,7 @@
 const { randomUUID } = require('node:crypto');
 const { setTimeout: delay } = require('node:timers/promises');
 const { adapt, isReplyError } = require('./adapter');
-const { Session, notOwnerReason, movedTo } = require('./session');
+const { Session, notOwnerReason, redirection } = require('./session');
 const { LockNotHeldError, LockBusyError, LockLostError, AbortError, LockUpgradeError, LockModeError } = require('./errors');
 
 const DEFAULTS = Object.freeze({
@@ -236,8 +236,10 @@ class Flock {
       } catch (err) {
         // The session ended under us, or the key is on another node: send again where it is.
         if (attempt >= this.settings.resends) throw err;
-        to = movedTo(err);
-        if (to === undefined) {
+        const redirect = redirection(err);
+        to = redirect?.to;
+        if (redirect?.pause) await delay(redirect.pause);
+        if (!redirect) {
           if (!(isReplyError(err) && /^NOSESSION/.test(err.message))) throw err;
           this._session.ended(node, sid, err);
         }

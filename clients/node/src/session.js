@@ -1,7 +1,8 @@
 'use strict';
 
 // A Flock's sessions (docs/commands.md, "Sessions"): one dedicated connection per Flock and
-// server (a Cluster node) that loops FLOCK.INBOX, opened on the first acquire there. Every wait goes out as one
+// server (a Cluster node) that loops FLOCK.INBOX, opened on the first acquire there. Every wait
+// goes out as one
 // `FLOCK.ACQUIRE ... WAIT t INBOX sid ID rid` on the command connection and is answered by an
 // event in the inbox; every grant made with INBOX is watched, so the server pushes its loss.
 //
@@ -12,7 +13,7 @@
 // Waits and watched grants are kept here for every node; each remembers the node whose session it
 // went to, found anew (flock._conn.nodeOf) whenever it is sent again: after a session breaks (a
 // failover) or when that node answers MOVED (then it goes to the node MOVED names, at once: the
-// library's slot map may still be refreshing).
+// library's slot map may still be refreshing) or ASK (a slot in migration: again a little later).
 
 const { randomUUID } = require('node:crypto');
 const { isReplyError } = require('./adapter');
@@ -292,9 +293,13 @@ class Session {
     try {
       reply = await this.flock._send(this.flock._conn, wait.args(sid), { rid: wait.rid, node });
     } catch (err) {
-      const moved = movedTo(err);
+      const redirect = redirection(err);
       // The key is on another node: sent again (same request ID) with that node's session.
-      if (moved !== undefined) return this._submit(wait, moved);
+      if (redirect) {
+        if (!redirect.pause) return this._submit(wait, redirect.to);
+        setTimeout(() => wait.outcome || this._submit(wait), redirect.pause);
+        return;
+      }
       if (isReplyError(err) && /^NOSESSION/.test(err.message)) {
         // The session ended (its connection closed): its break sends every wait it had again.
         this.ended(node, sid, err);
@@ -447,10 +452,11 @@ class Session {
     try {
       reply = await flock._send(flock._conn, ['FLOCK.ACQUIRE', key, owner, String(lease), ...extra, 'INBOX', sid], { node });
     } catch (err) {
-      // MOVED: again with the session of the node it names. NOSESSION: that session's end
+      // MOVED or ASK: again with the session of the node it names. NOSESSION: that session's end
       // re-watches again; anything else: nothing more to learn.
-      const moved = movedTo(err);
-      if (moved !== undefined) return this._rewatch(id, moved);
+      const redirect = redirection(err);
+      if (redirect?.pause) await new Promise((resolve) => setTimeout(resolve, redirect.pause).unref());
+      if (redirect) return this._rewatch(id, redirect.to);
       return;
     }
     if (reply === null || reply === undefined) {
@@ -489,11 +495,18 @@ function notOwnerReason(text) {
   return 'unknown';
 }
 
-// The node (address) a Cluster's `MOVED slot host:port` answer names, or undefined.
-function movedTo(err) {
-  const text = err?.cause?.message ?? err?.message;
-  const moved = isReplyError(err) && /^MOVED \d+ (\S+)/.exec(text ?? '');
-  return moved ? moved[1] : undefined;
+/**
+ * Where a Cluster's redirection sends a command that names a session: `MOVED slot host:port`, to
+ * that node now ({ to }); `ASK` (its slot is migrating; the node that has the key accepts it only
+ * after ASKING, for one command), to the key's node as the slot map says after a pause
+ * ({ pause }), until the migration ends in a MOVED. Undefined for any other error.
+ */
+function redirection(err) {
+  if (!isReplyError(err)) return undefined;
+  const [code, , address] = (err.cause?.message ?? err.message).split(' ');
+  if (code === 'MOVED') return { to: address };
+  if (code === 'ASK') return { pause: RESUBMIT_PAUSE_MS };
+  return undefined;
 }
 
-module.exports = { Session, FlockEventError, notOwnerReason, movedTo };
+module.exports = { Session, FlockEventError, notOwnerReason, redirection };

@@ -196,6 +196,9 @@ describe('Cluster (3 masters)', () => {
         const from = await cluster.nodeOf(key);
         // The client learns the slot map (and opens a session on the old node) first.
         await (await flock.acquire(key, WAIT)).release();
+        const session = (node) => flock._session.nodes.get(`127.0.0.1:${node.port}`)?.id;
+        const fromSession = session(from);
+        assert.ok(fromSession, 'a session on the old node');
         const to = cluster.nodes.find((n) => n !== from);
         const slot = String(await from.probe.call('CLUSTER', 'KEYSLOT', key));
         const [fromId, toId] = await Promise.all([from, to].map((n) => n.probe.call('CLUSTER', 'MYID')));
@@ -217,8 +220,8 @@ describe('Cluster (3 masters)', () => {
         const next = flock.acquire(key, WAIT);
         await to.queued(key, 1);
         assert.ok((await from.stat('errorstat_MOVED')) > moves, 'the old node answered MOVED');
-        const ports = [...flock._session.nodes.keys()].map((addr) => Number(addr.split(':').pop()));
-        assert.ok(ports.includes(to.port), 'a session on the new node');
+        assert.ok(session(to), 'a session on the new node');
+        assert.equal(session(from), fromSession, 'the MOVED left the old node\'s session alone');
         await held.release();
         const lock = await next;
         assert.equal((await to.info(key)).owner, lock.owner);
