@@ -80,9 +80,29 @@ public final class FlockClient implements AutoCloseable {
         this.session = new Session(this, factory);
     }
 
-    /** A client on the built-in {@link RespConnection}. */
+    /**
+     * A client on the built-in {@link RespConnection} to {@code host:port}: no AUTH, database 0, no TLS,
+     * {@link FlockConfig}'s default timeouts.
+     *
+     * @param host the server's host name or address
+     * @param port its port
+     * @return the client
+     */
     public static FlockClient create(String host, int port) {
         return new FlockClient(RespConnection.factory(host, port));
+    }
+
+    /**
+     * A client on the built-in {@link RespConnection} as {@code config} says (Redisson's
+     * {@code Redisson.create(config)}). Connects on first use: a wrong password is a {@link RedisError}
+     * ({@code WRONGPASS}) from the first lock call.
+     *
+     * @param config the address, credentials, database, timeouts, TLS options and watchdog timeout
+     * @return the client
+     * @throws java.io.UncheckedIOException if a TLS file of the config cannot be read
+     */
+    public static FlockClient create(FlockConfig config) {
+        return new FlockClient(RespConnection.factory(config), config.lockWatchdogTimeoutMs);
     }
 
     /** FLOCK's only lock is fair (FIFO), so this is {@link #getLock}; named as Redisson's. */

@@ -7,59 +7,284 @@ import java.io.EOFException;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
+import java.io.UncheckedIOException;
 import java.net.InetSocketAddress;
 import java.net.Socket;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.security.GeneralSecurityException;
+import java.security.KeyStore;
+import java.security.cert.Certificate;
+import java.security.cert.CertificateFactory;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Locale;
+import javax.net.ssl.KeyManagerFactory;
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.SSLParameters;
+import javax.net.ssl.SSLSocket;
+import javax.net.ssl.SSLSocketFactory;
+import javax.net.ssl.TrustManagerFactory;
 
 /**
- * The built-in connection: a plain {@link Socket} speaking RESP2. No read timeout, since a FLOCK wait may
- * block for as long as its WAIT allows. One command at a time per connection (calls are synchronized).
+ * The built-in connection: a {@link Socket} (TLS for {@code rediss://}) speaking RESP2, authenticated and on its
+ * database as a {@link FlockConfig} says. Each reply has the config's command timeout, plus what a blocking
+ * command may block on the server, since a FLOCK wait may block for as long as its WAIT allows. One command at
+ * a time per connection (calls are synchronized).
  */
 public final class RespConnection implements FlockConnection {
-    private static final int CONNECT_TIMEOUT_MS = 5_000;
-
     private final Socket socket;
     private final InputStream in;
     private final OutputStream out;
+    private final int timeoutMs;
 
+    /**
+     * A plain connection to {@code host:port} with {@link FlockConfig}'s defaults (no AUTH, database 0).
+     *
+     * @param host the server's host name or address
+     * @param port its port
+     * @throws IOException if it cannot connect
+     */
     public RespConnection(String host, int port) throws IOException {
-        socket = new Socket();
+        this(new FlockConfig(), null, host, port);
+    }
+
+    /**
+     * A connection as {@code config} says: connected, TLS handshake done, {@code AUTH} and {@code SELECT} sent.
+     *
+     * @param config the address, credentials, database, timeouts and TLS options
+     * @throws IOException if it cannot connect (a {@link java.net.SocketTimeoutException} after the connect
+     *     timeout, an {@link javax.net.ssl.SSLException} when TLS fails), or cannot read the TLS files
+     * @throws RedisError if the server refuses {@code AUTH} ({@code WRONGPASS}) or {@code SELECT}
+     */
+    public RespConnection(FlockConfig config) throws IOException {
+        this(config, tls(config), config.host, config.port);
+    }
+
+    private RespConnection(FlockConfig config, SSLSocketFactory tls, String host, int port) throws IOException {
+        if (config.username != null && config.password == null) {
+            throw new IllegalArgumentException("a username needs a password (FlockConfig.setPassword)");
+        }
+        Socket plain = new Socket();
+        Socket connected = plain;
         try {
-            socket.connect(new InetSocketAddress(host, port), CONNECT_TIMEOUT_MS);
-            socket.setTcpNoDelay(true);
+            plain.connect(new InetSocketAddress(host, port), config.connectTimeoutMs);
+            plain.setTcpNoDelay(true);
+            if (tls != null) {
+                connected = handshake(tls, plain, host, port, config);
+            }
+            socket = connected;
             in = new BufferedInputStream(socket.getInputStream());
             out = new BufferedOutputStream(socket.getOutputStream());
-        } catch (IOException e) {
-            socket.close();
+            timeoutMs = config.timeoutMs;
+            if (config.password != null) {
+                setUp(config, "AUTH", config.username == null ? new String[] {"AUTH", config.password}
+                        : new String[] {"AUTH", config.username, config.password});
+            }
+            if (config.database != 0) {
+                setUp(config, "SELECT", "SELECT", Integer.toString(config.database));
+            }
+        } catch (IOException | RuntimeException e) {
+            connected.close();
             throw e;
         }
     }
 
-    /** A factory of connections to {@code host:port}. */
+    /**
+     * A factory of connections to {@code host:port} with {@link FlockConfig}'s defaults.
+     *
+     * @param host the server's host name or address
+     * @param port its port
+     * @return the factory
+     */
     public static ConnectionFactory factory(String host, int port) {
         return () -> new RespConnection(host, port);
     }
 
+    /**
+     * A factory of connections as {@code config} says; its TLS files are read once, here.
+     *
+     * @param config the address, credentials, database, timeouts and TLS options
+     * @return the factory
+     * @throws UncheckedIOException if a TLS file cannot be read
+     */
+    public static ConnectionFactory factory(FlockConfig config) {
+        SSLSocketFactory tls;
+        try {
+            tls = tls(config);
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+        return () -> new RespConnection(config, tls, config.host, config.port);
+    }
+
+    /** AUTH or SELECT: an error reply says which connection refused what, and is thrown with its code first. */
+    private void setUp(FlockConfig config, String what, String... args) throws IOException {
+        try {
+            call(args);
+        } catch (RedisError e) {
+            String as = what.equals("AUTH") ? " as user '" + (config.username == null ? "default" : config.username)
+                    + "'" : " " + config.database;
+            throw new RedisError(e.getMessage() + " (" + what + as + " on " + config.address() + ")");
+        }
+    }
+
+    /** The TLS socket factory for a rediss:// config (null for redis://). */
+    private static SSLSocketFactory tls(FlockConfig config) throws IOException {
+        if (!config.ssl) {
+            return null;
+        }
+        try {
+            TrustManagerFactory trust = null;
+            if (config.sslTruststore != null || config.sslCaCertificate != null) {
+                KeyStore trusted = config.sslTruststore != null
+                        ? keyStore(config.sslTruststore, config.sslTruststorePassword)
+                        : caCertificates(config.sslCaCertificate);
+                trust = TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
+                trust.init(trusted);
+            }
+            KeyManagerFactory keys = null;
+            if (config.sslKeystore != null) {
+                keys = KeyManagerFactory.getInstance(KeyManagerFactory.getDefaultAlgorithm());
+                keys.init(keyStore(config.sslKeystore, config.sslKeystorePassword), password(config.sslKeystorePassword));
+            }
+            SSLContext context = SSLContext.getInstance("TLS");
+            // null managers: the JDK's defaults (cacerts; no client certificate)
+            context.init(keys == null ? null : keys.getKeyManagers(), trust == null ? null : trust.getTrustManagers(),
+                    null);
+            return context.getSocketFactory();
+        } catch (GeneralSecurityException e) {
+            throw new IOException("cannot set up TLS for " + config.address() + ": " + e.getMessage(), e);
+        }
+    }
+
+    private static KeyStore keyStore(Path file, String password) throws IOException, GeneralSecurityException {
+        // getInstance(File, ...) finds out whether the file is PKCS12 or JKS
+        return KeyStore.getInstance(file.toFile(), password(password));
+    }
+
+    private static KeyStore caCertificates(Path pem) throws IOException, GeneralSecurityException {
+        KeyStore store = KeyStore.getInstance(KeyStore.getDefaultType());
+        store.load(null, null);
+        try (InputStream certs = Files.newInputStream(pem)) {
+            int i = 0;
+            for (Certificate cert : CertificateFactory.getInstance("X.509").generateCertificates(certs)) {
+                store.setCertificateEntry("ca-" + i++, cert);
+            }
+        }
+        if (store.size() == 0) {
+            throw new IOException("no certificate in " + pem);
+        }
+        return store;
+    }
+
+    private static char[] password(String password) {
+        return password == null ? null : password.toCharArray();
+    }
+
+    /** The TLS handshake over the connected socket, within the connect timeout. */
+    private static SSLSocket handshake(SSLSocketFactory tls, Socket plain, String host, int port, FlockConfig config)
+            throws IOException {
+        SSLSocket socket = (SSLSocket) tls.createSocket(plain, host, port, true);
+        if (config.sslEnableEndpointIdentification) {
+            SSLParameters parameters = socket.getSSLParameters();
+            parameters.setEndpointIdentificationAlgorithm("HTTPS"); // the certificate must name host
+            socket.setSSLParameters(parameters);
+        }
+        socket.setSoTimeout(config.connectTimeoutMs);
+        socket.startHandshake();
+        return socket;
+    }
+
+    /**
+     * Sends one command and reads its reply, within the command timeout (plus what the command may block). An
+     * I/O error, a timeout too, closes the connection: a reply still on its way would otherwise answer the next
+     * command.
+     */
     @Override
     public synchronized Object call(byte[]... args) throws IOException {
-        out.write(header('*', args.length));
-        for (byte[] arg : args) {
-            out.write(header('$', arg.length));
-            out.write(arg);
-            out.write('\r');
-            out.write('\n');
+        Object reply;
+        try {
+            socket.setSoTimeout(readTimeoutMs(timeoutMs, args));
+            out.write(header('*', args.length));
+            for (byte[] arg : args) {
+                out.write(header('$', arg.length));
+                out.write(arg);
+                out.write('\r');
+                out.write('\n');
+            }
+            out.flush();
+            reply = read();
+        } catch (IOException e) {
+            socket.close();
+            throw e;
         }
-        out.flush();
-        Object reply = read();
         if (reply instanceof RedisError) {
             throw (RedisError) reply;
         }
         return reply;
     }
 
-    /** Convenience for string arguments (UTF-8). */
+    /** The socket read timeout for {@code args}: the command timeout plus how long it may block (0: no limit). */
+    static int readTimeoutMs(int timeoutMs, byte[][] args) {
+        long blocks = blockingMs(args);
+        if (timeoutMs == 0 || blocks == 0) {
+            return 0;
+        }
+        return (int) Math.min(Integer.MAX_VALUE, timeoutMs + Math.max(0, blocks));
+    }
+
+    /**
+     * How long {@code args} may block on the server: -1 not at all, 0 without limit, else milliseconds. Only
+     * FLOCK.INBOX t and FLOCK.ACQUIRE ... WAIT t without INBOX block (with INBOX the wait answers WAITING at once).
+     */
+    static long blockingMs(byte[][] args) {
+        String name = word(args[0]);
+        if (name.equals("FLOCK.INBOX")) {
+            return args.length > 1 ? number(args[1]) : -1;
+        }
+        if (!name.equals("FLOCK.ACQUIRE")) {
+            return -1;
+        }
+        long waitMs = -1;
+        for (int i = 4; i < args.length; i++) { // options follow key, owner and lease
+            String option = word(args[i]);
+            if (option.equals("SESSION") || option.equals("SHARED")) {
+                continue;
+            }
+            if (option.equals("INBOX")) {
+                return -1;
+            }
+            if (option.equals("WAIT") && i + 1 < args.length) {
+                waitMs = number(args[i + 1]);
+            }
+            i++; // every other option has a value, which may look like an option
+        }
+        return waitMs;
+    }
+
+    private static String word(byte[] arg) {
+        return new String(arg, StandardCharsets.ISO_8859_1).toUpperCase(Locale.ROOT);
+    }
+
+    /** A number of milliseconds, or -1 when it is none (the server answers an error at once). */
+    private static long number(byte[] arg) {
+        try {
+            long n = Long.parseLong(new String(arg, StandardCharsets.ISO_8859_1));
+            return n < 0 ? -1 : n;
+        } catch (NumberFormatException e) {
+            return -1;
+        }
+    }
+
+    /**
+     * {@link #call(byte[][])} with string arguments (UTF-8).
+     *
+     * @param args the command and its arguments
+     * @return the reply, mapped as {@link FlockCommands} says
+     * @throws IOException if the reply was lost (the connection is then closed)
+     */
     public Object call(String... args) throws IOException {
         byte[][] bytes = new byte[args.length][];
         for (int i = 0; i < args.length; i++) {

@@ -1,5 +1,8 @@
 package io.flock;
 
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
@@ -68,6 +71,30 @@ abstract class ServerTest {
         threads.add(t);
         t.start();
         return t;
+    }
+
+    /** A client as {@code config} says, closed after the test. */
+    FlockClient client(FlockConfig config) {
+        return opened(FlockClient.create(config));
+    }
+
+    /**
+     * What every connection option must keep working, on every connection a client opens: a lock kept by the
+     * watchdog (renewals seen on the server), another client waiting for it through its session, and the
+     * release handing it over. {@code config} reaches this class's server.
+     */
+    void lockWaitReleaseAndRenew(FlockConfig config) throws Exception {
+        FlockLock held = client(config.setLockWatchdogTimeout(600)).getFairLock("k");
+        FlockClient waiter = client(config);
+        held.lock();
+        awaitRenewals("k", 2);
+        CompletableFuture<Boolean> waited = onThread(() -> waiter.getFairLock("k").tryLock(10_000, 10_000,
+                TimeUnit.MILLISECONDS));
+        TestServer.await("the other client waits", () -> waiters("k") == 1);
+        held.unlock();
+        assertTrue(waited.get(10, TimeUnit.SECONDS), "the waiter got the lock");
+        assertTrue(waiter.usesSessions());
+        assertEquals(1, waiter.session.opened(), "it waited through its session");
     }
 
     /** Starts {@code n} threads, thread i running {@code body.apply(i)} once the i before it queue for {@code key}. */

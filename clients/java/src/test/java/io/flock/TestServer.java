@@ -6,10 +6,12 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 import java.util.function.BooleanSupplier;
+import java.util.function.IntFunction;
 import java.util.stream.Stream;
 
 /** A redis-server with the FLOCK module on a free loopback port, removed with its directory on close. */
@@ -17,11 +19,14 @@ final class TestServer implements AutoCloseable {
     private static final Duration READY = Duration.ofSeconds(10);
 
     final int port;
+    /** How connect() and factory() reach it (address, password, TLS). */
+    final FlockConfig config;
     private final Process process;
     private final Path dir;
 
-    private TestServer(int port, Process process, Path dir) {
+    private TestServer(int port, FlockConfig config, Process process, Path dir) {
         this.port = port;
+        this.config = config;
         this.process = process;
         this.dir = dir;
     }
@@ -32,16 +37,32 @@ final class TestServer implements AutoCloseable {
 
     /** A server on {@code port} (0: a free one), as after a restart on the same address. */
     static TestServer start(int fixedPort) throws IOException {
+        return start(fixedPort, port -> List.of("--port", Integer.toString(port)),
+                port -> new FlockConfig().setAddress("redis://127.0.0.1:" + port));
+    }
+
+    /**
+     * A server on a free port given to {@code listen} (its port arguments: --port, or --tls-port and TLS files)
+     * and ready when a connection as {@code config} says for that port answers PING.
+     */
+    static TestServer start(IntFunction<List<String>> listen, IntFunction<FlockConfig> config) throws IOException {
+        return start(0, listen, config);
+    }
+
+    private static TestServer start(int fixedPort, IntFunction<List<String>> listen, IntFunction<FlockConfig> config)
+            throws IOException {
         for (int attempt = 0; ; attempt++) {
             Path dir = Files.createTempDirectory("flock-java");
             int port = fixedPort != 0 ? fixedPort : freePort();
-            Process process = new ProcessBuilder(List.of(program(), "--port", Integer.toString(port), "--bind",
-                            "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir.toString(),
-                            "--loadmodule", module()))
+            List<String> command = new ArrayList<>(List.of(program()));
+            command.addAll(listen.apply(port));
+            command.addAll(List.of("--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir",
+                    dir.toString(), "--loadmodule", module()));
+            Process process = new ProcessBuilder(command)
                     .redirectErrorStream(true)
                     .redirectOutput(dir.resolve("server.log").toFile())
                     .start();
-            TestServer server = new TestServer(port, process, dir);
+            TestServer server = new TestServer(port, config.apply(port), process, dir);
             if (server.answersPing()) {
                 return server;
             }
@@ -68,11 +89,11 @@ final class TestServer implements AutoCloseable {
     }
 
     RespConnection connect() throws IOException {
-        return new RespConnection("127.0.0.1", port);
+        return new RespConnection(config);
     }
 
     ConnectionFactory factory() {
-        return RespConnection.factory("127.0.0.1", port);
+        return RespConnection.factory(config);
     }
 
     @Override

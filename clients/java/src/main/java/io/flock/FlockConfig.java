@@ -1,0 +1,222 @@
+package io.flock;
+
+import java.net.URI;
+import java.nio.file.Path;
+import java.util.Locale;
+
+/**
+ * How {@link FlockClient#create(FlockConfig)} reaches its server, named as Redisson's
+ * {@code Config.useSingleServer()} options: address ({@code redis://} or, for TLS, {@code rediss://}), ACL user
+ * and password, database, connect and command timeouts, the watchdog's lease, and TLS trust and client
+ * certificate. Every connection the client opens (commands, watchdog, session, blocking waits) connects with
+ * these, then sends {@code AUTH} and {@code SELECT} before anything else.
+ *
+ * <pre>{@code
+ * FlockClient client = FlockClient.create(new FlockConfig()
+ *         .setAddress("rediss://redis.example.com:6380")
+ *         .setUsername("app").setPassword("secret")
+ *         .setDatabase(3)
+ *         .setConnectTimeout(10_000).setTimeout(3_000));
+ * }</pre>
+ *
+ * <p>The setters return this config; a client copies nothing, so change a config only before creating clients
+ * from it.
+ */
+public final class FlockConfig {
+    /** Redisson's default connectTimeout, in milliseconds. */
+    public static final int DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
+    /** Redisson's default (command) timeout, in milliseconds. */
+    public static final int DEFAULT_TIMEOUT_MS = 3_000;
+
+    String host = "127.0.0.1";
+    int port = 6379;
+    boolean ssl;
+    String username;
+    String password;
+    int database;
+    int connectTimeoutMs = DEFAULT_CONNECT_TIMEOUT_MS;
+    int timeoutMs = DEFAULT_TIMEOUT_MS;
+    long lockWatchdogTimeoutMs = FlockClient.DEFAULT_WATCHDOG_TIMEOUT_MS;
+    Path sslTruststore;
+    String sslTruststorePassword;
+    Path sslCaCertificate;
+    Path sslKeystore;
+    String sslKeystorePassword;
+    boolean sslEnableEndpointIdentification = true;
+
+    /** A config for {@code redis://127.0.0.1:6379} with Redisson's default timeouts. */
+    public FlockConfig() {
+    }
+
+    /**
+     * The server: {@code redis://host:port} or, for TLS, {@code rediss://host:port} (port 6379 when left out,
+     * an IPv6 host in brackets). User, password and database are set on their own, not in the address.
+     *
+     * @param address {@code redis://host[:port]} or {@code rediss://host[:port]}
+     * @return this config
+     * @throws IllegalArgumentException if the address is not of that form
+     */
+    public FlockConfig setAddress(String address) {
+        URI uri;
+        try {
+            uri = new URI(address);
+        } catch (java.net.URISyntaxException e) {
+            throw new IllegalArgumentException("not a redis:// or rediss:// address: " + address, e);
+        }
+        String scheme = String.valueOf(uri.getScheme()).toLowerCase(Locale.ROOT);
+        if (!scheme.equals("redis") && !scheme.equals("rediss") || uri.getHost() == null) {
+            throw new IllegalArgumentException("not a redis://host:port or rediss://host:port address: " + address);
+        }
+        if (uri.getRawUserInfo() != null || !(uri.getRawPath() == null || uri.getRawPath().isEmpty()
+                || uri.getRawPath().equals("/")) || uri.getRawQuery() != null) {
+            throw new IllegalArgumentException("only scheme, host and port go in the address (" + address
+                    + "): give user, password and database with setUsername, setPassword and setDatabase");
+        }
+        String h = uri.getHost();
+        host = h.startsWith("[") && h.endsWith("]") ? h.substring(1, h.length() - 1) : h;
+        port = uri.getPort() < 0 ? 6379 : uri.getPort();
+        ssl = scheme.equals("rediss");
+        return this;
+    }
+
+    /**
+     * The ACL user to {@code AUTH} as ({@code AUTH username password}); needs a password. Without one, a password
+     * alone authenticates the {@code default} user ({@code requirepass}).
+     *
+     * @param username an ACL user name, or null for the default user
+     * @return this config
+     */
+    public FlockConfig setUsername(String username) {
+        this.username = username;
+        return this;
+    }
+
+    /**
+     * The password to {@code AUTH} with on every connection; null (the default) sends no {@code AUTH}.
+     *
+     * @param password the {@code requirepass} password, or the ACL user's
+     * @return this config
+     */
+    public FlockConfig setPassword(String password) {
+        this.password = password;
+        return this;
+    }
+
+    /**
+     * The database every connection {@code SELECT}s, and so where the locks' keys live (default 0).
+     *
+     * @param database a database number of the server (0 to its {@code databases} - 1)
+     * @return this config
+     */
+    public FlockConfig setDatabase(int database) {
+        if (database < 0) {
+            throw new IllegalArgumentException("database must be 0 or more: " + database);
+        }
+        this.database = database;
+        return this;
+    }
+
+    /**
+     * How long opening a connection may take: the TCP connect, and then the TLS handshake (default
+     * {@value #DEFAULT_CONNECT_TIMEOUT_MS}).
+     *
+     * @param connectTimeoutMs milliseconds, more than 0
+     * @return this config
+     */
+    public FlockConfig setConnectTimeout(int connectTimeoutMs) {
+        if (connectTimeoutMs <= 0) {
+            throw new IllegalArgumentException("connect timeout must be more than 0 ms: " + connectTimeoutMs);
+        }
+        this.connectTimeoutMs = connectTimeoutMs;
+        return this;
+    }
+
+    /**
+     * How long a command's reply may take once it is sent (default {@value #DEFAULT_TIMEOUT_MS}; 0: no limit).
+     * A reply that does not come in time is a lost reply: the connection is closed and the command resent as
+     * any lost reply. A command that blocks on the server ({@code FLOCK.ACQUIRE ... WAIT t} without
+     * {@code INBOX}, {@code FLOCK.INBOX t}) gets its own time {@code t} on top ({@code t} 0: no limit), so waits
+     * and the session's inbox read are never cut by it.
+     *
+     * @param timeoutMs milliseconds, 0 for no limit
+     * @return this config
+     */
+    public FlockConfig setTimeout(int timeoutMs) {
+        if (timeoutMs < 0) {
+            throw new IllegalArgumentException("timeout must be 0 (no limit) or more: " + timeoutMs);
+        }
+        this.timeoutMs = timeoutMs;
+        return this;
+    }
+
+    /**
+     * The lease of a lock taken without a lease time, renewed every third of it (default
+     * {@value FlockClient#DEFAULT_WATCHDOG_TIMEOUT_MS}): Redisson's {@code lockWatchdogTimeout}.
+     *
+     * @param lockWatchdogTimeoutMs milliseconds, at least 3
+     * @return this config
+     */
+    public FlockConfig setLockWatchdogTimeout(long lockWatchdogTimeoutMs) {
+        this.lockWatchdogTimeoutMs = lockWatchdogTimeoutMs;
+        return this;
+    }
+
+    /**
+     * A trust store (PKCS12 or JKS) with the certificates that may sign the server's, for {@code rediss://};
+     * without it or {@link #setSslCaCertificate} the JDK's default trust ({@code cacerts}) applies.
+     *
+     * @param truststore the trust store file
+     * @param password its password, or null
+     * @return this config
+     */
+    public FlockConfig setSslTruststore(Path truststore, String password) {
+        this.sslTruststore = truststore;
+        this.sslTruststorePassword = password;
+        return this;
+    }
+
+    /**
+     * A PEM file of CA certificates that may sign the server's (as the server's {@code tls-ca-cert-file}), for
+     * {@code rediss://}; an alternative to {@link #setSslTruststore}.
+     *
+     * @param caCertificate the PEM file
+     * @return this config
+     */
+    public FlockConfig setSslCaCertificate(Path caCertificate) {
+        this.sslCaCertificate = caCertificate;
+        return this;
+    }
+
+    /**
+     * A key store (PKCS12 or JKS) with this client's certificate and key, for servers that verify clients
+     * ({@code tls-auth-clients yes}): mutual TLS.
+     *
+     * @param keystore the key store file
+     * @param password its password (also the key's)
+     * @return this config
+     */
+    public FlockConfig setSslKeystore(Path keystore, String password) {
+        this.sslKeystore = keystore;
+        this.sslKeystorePassword = password;
+        return this;
+    }
+
+    /**
+     * Whether the server's certificate must name the host of the address (default true, as HTTPS). Turn it off
+     * only for tests or when the certificate names no host you connect by: any certificate the trust accepts
+     * is then taken.
+     *
+     * @param enable false to accept a trusted certificate for any host name
+     * @return this config
+     */
+    public FlockConfig setSslEnableEndpointIdentification(boolean enable) {
+        this.sslEnableEndpointIdentification = enable;
+        return this;
+    }
+
+    /** The address as given to {@link #setAddress} would give it back, for messages. */
+    String address() {
+        String h = host.contains(":") ? "[" + host + "]" : host;
+        return (ssl ? "rediss://" : "redis://") + h + ":" + port;
+    }
+}
