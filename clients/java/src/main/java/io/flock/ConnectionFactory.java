@@ -10,5 +10,11 @@ import java.io.IOException;
  */
 @FunctionalInterface
 public interface ConnectionFactory {
+    /**
+     * Opens a connection of its own.
+     *
+     * @return the new connection
+     * @throws IOException if the server cannot be reached
+     */
     FlockConnection connect() throws IOException;
 }

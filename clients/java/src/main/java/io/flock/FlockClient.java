@@ -55,10 +55,21 @@ public final class FlockClient implements AutoCloseable {
         }
     };
 
+    /**
+     * A client with the default watchdog timeout and sessions.
+     *
+     * @param factory opens each connection the client needs (never a shared one)
+     */
     public FlockClient(ConnectionFactory factory) {
         this(factory, DEFAULT_WATCHDOG_TIMEOUT_MS);
     }
 
+    /**
+     * A client with sessions.
+     *
+     * @param factory opens each connection the client needs (never a shared one)
+     * @param watchdogTimeoutMs the lease of a lock taken without a lease time, renewed every third of it
+     */
     public FlockClient(ConnectionFactory factory, long watchdogTimeoutMs) {
         this(factory, watchdogTimeoutMs, true);
     }
@@ -67,6 +78,10 @@ public final class FlockClient implements AutoCloseable {
      * {@code sessions}: true (the default) waits through the client's FLOCK session (one connection for all
      * waiting threads, losses pushed at once); false waits with a blocking {@code FLOCK.ACQUIRE ... WAIT} on a
      * connection per waiting thread, as before sessions.
+     *
+     * @param factory opens each connection the client needs (never a shared one)
+     * @param watchdogTimeoutMs the lease of a lock taken without a lease time, renewed every third of it
+     * @param sessions whether waits go through the client's session
      */
     public FlockClient(ConnectionFactory factory, long watchdogTimeoutMs, boolean sessions) {
         if (watchdogTimeoutMs < 3) {
@@ -105,30 +120,61 @@ public final class FlockClient implements AutoCloseable {
         return new FlockClient(RespConnection.factory(config), config.lockWatchdogTimeoutMs);
     }
 
-    /** FLOCK's only lock is fair (FIFO), so this is {@link #getLock}; named as Redisson's. */
+    /**
+     * FLOCK's only lock is fair (FIFO), so this is {@link #getLock}; named as Redisson's.
+     *
+     * @param name the lock's key
+     * @return the lock
+     */
     public FlockLock getFairLock(String name) {
         return getLock(name);
     }
 
+    /**
+     * The exclusive lock {@code name}: any number of objects for one name are the same lock.
+     *
+     * @param name the lock's key
+     * @return the lock
+     */
     public FlockLock getLock(String name) {
         return new FlockLock(this, name);
     }
 
-    /** Redisson's getReadWriteLock: a read (SHARED) and a write lock on one key, in one FIFO queue. */
+    /**
+     * Redisson's getReadWriteLock: a read (SHARED) and a write lock on one key, in one FIFO queue.
+     *
+     * @param name the lock's key
+     * @return the read-write lock
+     */
     public FlockReadWriteLock getReadWriteLock(String name) {
         return new FlockReadWriteLock(this, name);
     }
 
-    /** A semaphore of {@code limit} permits (Redisson's getSemaphore plus trySetPermits, in one). */
+    /**
+     * A semaphore of {@code limit} permits (Redisson's getSemaphore plus trySetPermits, in one).
+     *
+     * @param name the semaphore's key
+     * @param limit its permits in all, fixed by the first acquire that creates the key
+     * @return the semaphore
+     */
     public FlockSemaphore getSemaphore(String name, int limit) {
         return new FlockSemaphore(this, name, limit);
     }
 
-    /** The UUID that prefixes this client's owners. */
+    /**
+     * The UUID that prefixes this client's owners.
+     *
+     * @return the UUID, as text
+     */
     public String getId() {
         return id;
     }
 
+    /**
+     * The lease of a lock taken without a lease time.
+     *
+     * @return milliseconds
+     */
     public long getWatchdogTimeout() {
         return watchdogTimeoutMs;
     }
@@ -136,6 +182,8 @@ public final class FlockClient implements AutoCloseable {
     /**
      * Whether waits go through the client's session (the default) or block a connection each (asked for, or
      * the server's module has no sessions: an older FLOCK).
+     *
+     * @return true while waits go through the session
      */
     public boolean usesSessions() {
         return sessions;
@@ -155,12 +203,20 @@ public final class FlockClient implements AutoCloseable {
      * Told once per grant found lost: at once when the server pushes the loss (reason {@code expired},
      * {@code forcereleased}, {@code deleted} or {@code demoted}; on the session's reader thread), or when a
      * watchdog renewal finds it gone ({@code NOTOWNER}, {@code UNCONFIRMED}; on the watchdog thread).
+     *
+     * @param listener the listener, or null for none
      */
     public void setLeaseLostListener(LeaseLostListener listener) {
         this.leaseLostListener = listener == null ? (name, thread, token, reason) -> {} : listener;
     }
 
-    /** Sends any command on the shared connection, resending a lost reply (give IDs where resends matter). */
+    /**
+     * Sends any command on the shared connection, resending a lost reply (give IDs where resends matter).
+     *
+     * @param args the command and its arguments
+     * @return the reply, mapped as {@link FlockCommands} says
+     * @throws IOException if the reply was lost {@link #RESENDS} more times
+     */
     public Object call(byte[]... args) throws IOException {
         return callResending(commands, args);
     }

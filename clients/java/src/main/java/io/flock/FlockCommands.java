@@ -15,5 +15,12 @@ import java.io.IOException;
  */
 @FunctionalInterface
 public interface FlockCommands {
+    /**
+     * Sends one command and returns its reply.
+     *
+     * @param args the command name and its arguments
+     * @return the reply, mapped as above
+     * @throws IOException if the reply was lost (the command is then resent)
+     */
     Object call(byte[]... args) throws IOException;
 }

@@ -43,6 +43,10 @@ public class FlockLock implements Lock {
     /**
      * {@code acquireOptions} go into every FLOCK.ACQUIRE after the lease: the hook for the read and
      * semaphore variants, which differ from this lock only in those arguments.
+     *
+     * @param client the client whose connections, session and watchdog the lock uses
+     * @param name the lock's key
+     * @param acquireOptions FLOCK.ACQUIRE options ({@code SHARED}, {@code PERMITS n LIMIT m}), or none
      */
     protected FlockLock(FlockClient client, String name, byte[]... acquireOptions) {
         this.client = client;
@@ -51,6 +55,11 @@ public class FlockLock implements Lock {
         this.acquireOptions = List.of(acquireOptions);
     }
 
+    /**
+     * The lock's name, as Redisson's {@code getName()}.
+     *
+     * @return the Redis key
+     */
     public String getName() {
         return name;
     }
@@ -128,30 +137,65 @@ public class FlockLock implements Lock {
 
     // --- Redisson's RLock shapes ---
 
-    /** Waits without limit (not interruptibly); the lock ends after {@code leaseTime} unless unlocked first. */
+    /**
+     * Waits without limit (not interruptibly); the lock ends after {@code leaseTime} unless unlocked first.
+     *
+     * @param leaseTime how long the grant lasts (no watchdog)
+     * @param unit the unit of {@code leaseTime}
+     */
     public void lock(long leaseTime, TimeUnit unit) {
         lockUninterruptibly(unit.toMillis(leaseTime));
     }
 
+    /**
+     * {@link #lock(long, TimeUnit)} that an interrupt ends: the waiter leaves the server's queue.
+     *
+     * @param leaseTime how long the grant lasts (no watchdog)
+     * @param unit the unit of {@code leaseTime}
+     * @throws InterruptedException if interrupted while waiting (a grant that raced it is released)
+     */
     public void lockInterruptibly(long leaseTime, TimeUnit unit) throws InterruptedException {
         acquire(FOREVER, unit.toMillis(leaseTime), true);
     }
 
-    /** Waits up to {@code waitTime} (&le; 0: tries once); {@code leaseTime} &le; 0 means the watchdog lease. */
+    /**
+     * Waits up to {@code waitTime} (&le; 0: tries once); {@code leaseTime} &le; 0 means the watchdog lease.
+     *
+     * @param waitTime how long to wait in the queue
+     * @param leaseTime how long the grant lasts; &le; 0: the watchdog's lease, renewed until unlock
+     * @param unit the unit of both times
+     * @return true if granted
+     * @throws InterruptedException if interrupted while waiting (a grant that raced it is released)
+     */
     public boolean tryLock(long waitTime, long leaseTime, TimeUnit unit) throws InterruptedException {
         return tryLockAndGetToken(waitTime, leaseTime, unit) != null;
     }
 
-    /** {@link #lock()} returning the fencing token of the grant. */
+    /**
+     * {@link #lock()} returning the fencing token of the grant.
+     *
+     * @return the grant's fencing token
+     */
     public long lockAndGetToken() {
         return lockUninterruptibly(WATCHDOG);
     }
 
+    /**
+     * {@link #lock(long, TimeUnit)} returning the fencing token of the grant.
+     *
+     * @param leaseTime how long the grant lasts (no watchdog)
+     * @param unit the unit of {@code leaseTime}
+     * @return the grant's fencing token
+     */
     public long lockAndGetToken(long leaseTime, TimeUnit unit) {
         return lockUninterruptibly(unit.toMillis(leaseTime));
     }
 
-    /** {@link #tryLock()} returning the fencing token, or null when busy. */
+    /**
+     * {@link #tryLock()} returning the fencing token, or null when busy.
+     *
+     * @return the grant's fencing token, or null
+     */
     public Long tryLockAndGetToken() {
         try {
             return acquire(0, WATCHDOG, false);
@@ -160,13 +204,26 @@ public class FlockLock implements Lock {
         }
     }
 
-    /** {@link #tryLock(long, long, TimeUnit)} returning the fencing token, or null when the wait ran out. */
+    /**
+     * {@link #tryLock(long, long, TimeUnit)} returning the fencing token, or null when the wait ran out.
+     *
+     * @param waitTime how long to wait in the queue
+     * @param leaseTime how long the grant lasts; &le; 0: the watchdog's lease, renewed until unlock
+     * @param unit the unit of both times
+     * @return the grant's fencing token, or null
+     * @throws InterruptedException if interrupted while waiting (a grant that raced it is released)
+     */
     public Long tryLockAndGetToken(long waitTime, long leaseTime, TimeUnit unit) throws InterruptedException {
         long leaseMs = leaseTime > 0 ? Math.max(1, unit.toMillis(leaseTime)) : WATCHDOG;
         return acquire(waitTime > 0 ? Math.max(1, unit.toMillis(waitTime)) : 0, leaseMs, true);
     }
 
-    /** The fencing token of the current thread's grant: pass it to the resource the lock protects. */
+    /**
+     * The fencing token of the current thread's grant: pass it to the resource the lock protects.
+     *
+     * @return the token
+     * @throws IllegalMonitorStateException if the current thread does not hold the lock
+     */
     public long getToken() {
         Grant grant = client.grants.get(mine());
         if (grant == null) {
@@ -179,28 +236,47 @@ public class FlockLock implements Lock {
      * True once the current thread's grant is known gone: at once when the server pushes the loss through the
      * session (lease ended, force-released, key deleted, demoted; with or without a watchdog), or when a
      * watchdog renewal finds it gone. The next unlock() then throws.
+     *
+     * @return whether the current thread's grant was lost
      */
     public boolean isLeaseLost() {
         Grant grant = client.grants.get(mine());
         return grant != null && grant.lostReason != null;
     }
 
-    /** Asks the server (FLOCK.INFO), as Redisson does; a shared or semaphore holder among the others counts. */
+    /**
+     * Asks the server (FLOCK.INFO), as Redisson does; a shared or semaphore holder among the others counts.
+     *
+     * @return whether the current thread holds the lock
+     */
     public boolean isHeldByCurrentThread() {
         return myHolder() != null;
     }
 
+    /**
+     * Asks the server (FLOCK.INFO) whether anyone holds the lock.
+     *
+     * @return whether the lock is held
+     */
     public boolean isLocked() {
         return info() != null;
     }
 
-    /** The current thread's holds on the server; 0 when it does not hold it. */
+    /**
+     * The current thread's holds on the server.
+     *
+     * @return the hold count, 0 when it does not hold the lock
+     */
     public int getHoldCount() {
         Map<String, Object> mine = myHolder();
         return mine == null ? 0 : ((Long) mine.get("holds")).intValue();
     }
 
-    /** The lease left in ms, or -2 when nobody holds the lock (Redisson's, from PTTL). */
+    /**
+     * The lease left, as Redisson's (from PTTL).
+     *
+     * @return milliseconds, or -2 when nobody holds the lock
+     */
     public long remainTimeToLive() {
         Map<String, Object> info = info();
         return info == null ? -2 : (Long) info.get("ttl-ms");
@@ -209,6 +285,8 @@ public class FlockLock implements Lock {
     /**
      * Releases the lock whoever holds it, every shared or semaphore holder too (FLOCK.FORCERELEASE); true if
      * someone held it. Stops this client's watchdogs for it.
+     *
+     * @return whether someone held it
      */
     public boolean forceUnlock() {
         boolean released = (Long) call("FLOCK.FORCERELEASE", key, FlockClient.bytes("ID"), FlockClient.requestId()) > 0;
@@ -228,6 +306,8 @@ public class FlockLock implements Lock {
     /**
      * FLOCK.INFO as a map (owner as bytes, the numbers as Long, {@code holders} as a list of such maps, one per
      * holder), or null when nobody holds the lock.
+     *
+     * @return the lock's fields, or null
      */
     public Map<String, Object> info() {
         Object reply = call("FLOCK.INFO", key);

@@ -19,6 +19,11 @@ public final class FlockReadWriteLock implements ReadWriteLock {
         this.write = new FlockLock(client, name);
     }
 
+    /**
+     * The lock's name.
+     *
+     * @return the Redis key of both views
+     */
     public String getName() {
         return name;
     }

@@ -26,11 +26,20 @@ public final class FlockSemaphore {
         this.anyView = permits(1);
     }
 
+    /**
+     * The semaphore's name.
+     *
+     * @return the Redis key
+     */
     public String getName() {
         return name;
     }
 
-    /** The m of {@code PERMITS n LIMIT m}: fixed when the key is created (Redisson's trySetPermits). */
+    /**
+     * The m of {@code PERMITS n LIMIT m}: fixed when the key is created (Redisson's trySetPermits).
+     *
+     * @return the number of permits in all
+     */
     public int getLimit() {
         return limit;
     }
@@ -38,44 +47,100 @@ public final class FlockSemaphore {
     /**
      * This semaphore as a {@link FlockLock} that takes {@code n} permits: the whole lock interface (lease times,
      * tokens, interruptible waits) for a request of n.
+     *
+     * @param n the permits each grant takes, 1 to the limit
+     * @return the lock view
      */
     public FlockLock permits(int n) {
         return new FlockLock(client, name, FlockClient.bytes("PERMITS"), FlockClient.bytes(Integer.toString(n)),
                 FlockClient.bytes("LIMIT"), FlockClient.bytes(Integer.toString(limit)));
     }
 
-    /** Waits in the queue for one permit; watchdog lease. */
+    /**
+     * Waits in the queue for one permit; watchdog lease.
+     *
+     * @throws InterruptedException if interrupted while waiting (the waiter leaves the queue)
+     */
     public void acquire() throws InterruptedException {
         acquire(1);
     }
 
+    /**
+     * Waits in the queue for {@code permits} permits, taken as one grant; watchdog lease.
+     *
+     * @param permits how many, 1 to the limit
+     * @throws InterruptedException if interrupted while waiting (the waiter leaves the queue)
+     */
     public void acquire(int permits) throws InterruptedException {
         permits(permits).lockInterruptibly();
     }
 
-    /** RPermitExpirableSemaphore's lease: the permits come back by themselves after {@code leaseTime}. */
+    /**
+     * RPermitExpirableSemaphore's lease: the permits come back by themselves after {@code leaseTime}.
+     *
+     * @param permits how many, 1 to the limit
+     * @param leaseTime how long the grant lasts (no watchdog)
+     * @param unit the unit of {@code leaseTime}
+     * @throws InterruptedException if interrupted while waiting (the waiter leaves the queue)
+     */
     public void acquire(int permits, long leaseTime, TimeUnit unit) throws InterruptedException {
         permits(permits).lockInterruptibly(leaseTime, unit);
     }
 
-    /** One permit if it is free and nobody queues (a try never overtakes the queue). */
+    /**
+     * One permit if it is free and nobody queues (a try never overtakes the queue).
+     *
+     * @return true if granted
+     */
     public boolean tryAcquire() {
         return tryAcquire(1);
     }
 
+    /**
+     * {@code permits} permits if they are free and nobody queues.
+     *
+     * @param permits how many, 1 to the limit
+     * @return true if granted
+     */
     public boolean tryAcquire(int permits) {
         return permits(permits).tryLock();
     }
 
+    /**
+     * Waits up to {@code waitTime} for one permit; watchdog lease.
+     *
+     * @param waitTime how long to wait in the queue
+     * @param unit the unit of {@code waitTime}
+     * @return true if granted
+     * @throws InterruptedException if interrupted while waiting (the waiter leaves the queue)
+     */
     public boolean tryAcquire(long waitTime, TimeUnit unit) throws InterruptedException {
         return tryAcquire(1, waitTime, unit);
     }
 
+    /**
+     * Waits up to {@code waitTime} for {@code permits} permits; watchdog lease.
+     *
+     * @param permits how many, 1 to the limit
+     * @param waitTime how long to wait in the queue
+     * @param unit the unit of {@code waitTime}
+     * @return true if granted
+     * @throws InterruptedException if interrupted while waiting (the waiter leaves the queue)
+     */
     public boolean tryAcquire(int permits, long waitTime, TimeUnit unit) throws InterruptedException {
         return tryAcquire(permits, waitTime, -1, unit);
     }
 
-    /** Waits up to {@code waitTime}; {@code leaseTime} &le; 0 means the watchdog lease. */
+    /**
+     * Waits up to {@code waitTime}; {@code leaseTime} &le; 0 means the watchdog lease.
+     *
+     * @param permits how many, 1 to the limit
+     * @param waitTime how long to wait in the queue
+     * @param leaseTime how long the grant lasts; &le; 0: the watchdog's lease, renewed until release
+     * @param unit the unit of both times
+     * @return true if granted
+     * @throws InterruptedException if interrupted while waiting (the waiter leaves the queue)
+     */
     public boolean tryAcquire(int permits, long waitTime, long leaseTime, TimeUnit unit) throws InterruptedException {
         return permits(permits).tryLock(waitTime, leaseTime, unit);
     }
@@ -88,7 +153,11 @@ public final class FlockSemaphore {
         anyView.unlock();
     }
 
-    /** The permits no holder has now (waiters may already be owed them). */
+    /**
+     * The permits no holder has now (waiters may already be owed them).
+     *
+     * @return the limit minus the permits held
+     */
     public int availablePermits() {
         Map<String, Object> info = anyView.info();
         if (info == null) {
@@ -101,22 +170,39 @@ public final class FlockSemaphore {
         return (int) (limit - held);
     }
 
-    /** The fencing token of the current thread's grant. */
+    /**
+     * The fencing token of the current thread's grant.
+     *
+     * @return the token
+     * @throws IllegalMonitorStateException if the current thread holds no permits
+     */
     public long getToken() {
         return anyView.getToken();
     }
 
-    /** True once the watchdog found the current thread's grant gone. */
+    /**
+     * True once the current thread's grant is known gone, as {@link FlockLock#isLeaseLost()}.
+     *
+     * @return whether the current thread's grant was lost
+     */
     public boolean isLeaseLost() {
         return anyView.isLeaseLost();
     }
 
-    /** Takes every permit back from every holder (FLOCK.FORCERELEASE); true if anyone held some. */
+    /**
+     * Takes every permit back from every holder (FLOCK.FORCERELEASE).
+     *
+     * @return true if anyone held some
+     */
     public boolean forceRelease() {
         return anyView.forceUnlock();
     }
 
-    /** FLOCK.INFO, as {@link FlockLock#info()}. */
+    /**
+     * FLOCK.INFO, as {@link FlockLock#info()}.
+     *
+     * @return the semaphore's fields, or null when nobody holds permits
+     */
     public Map<String, Object> info() {
         return anyView.info();
     }

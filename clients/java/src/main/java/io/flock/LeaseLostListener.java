@@ -9,5 +9,14 @@ package io.flock;
  */
 @FunctionalInterface
 public interface LeaseLostListener {
+    /**
+     * A grant of this client was found lost.
+     *
+     * @param lockName the lock's key
+     * @param threadId the id of the thread that held it
+     * @param token the lost grant's fencing token
+     * @param reason {@code expired}, {@code forcereleased}, {@code deleted}, {@code demoted}, {@code NOTOWNER}
+     *     or {@code UNCONFIRMED}
+     */
     void onLeaseLost(String lockName, long threadId, long token, String reason);
 }

@@ -4,10 +4,20 @@ package io.flock;
 public class RedisError extends RuntimeException {
     private static final long serialVersionUID = 1L;
 
+    /**
+     * An error reply.
+     *
+     * @param message the reply's text, its code first
+     */
     public RedisError(String message) {
         super(message);
     }
 
+    /**
+     * The error code.
+     *
+     * @return the first word of the message
+     */
     public String code() {
         return codeOf(getMessage());
     }
@@ -43,6 +53,9 @@ public class RedisError extends RuntimeException {
     /**
      * The error code of any client library's error: the first upper-case word of the message of the exception or
      * one of its causes (Spring wraps the driver's exception), or "" when none has one.
+     *
+     * @param error any exception
+     * @return its code, or ""
      */
     public static String codeOf(Throwable error) {
         for (Throwable t = error; t != null; t = t.getCause()) {
