@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Builds build/flock-client.jar with javac/jar, its Javadoc (build/flock-client-javadoc.jar; a doclint warning, a
-# public method without its docs too, fails the build) and build/flock-client-sources.jar, then (unless given "jar") compiles the tests and the
-# examples against it and runs them on the JUnit 5 console launcher. The tests start their own
-# redis-server with the module: FLOCK_MODULE (default: the repo's target/release/libredis_flock.so),
-# FLOCK_SERVER (default: redis-server). Exits non-zero when a test fails.
+# Builds build/flock-client.jar with javac/jar, its Javadoc (build/flock-client-javadoc.jar; a doclint warning,
+# a public method without its docs too, fails the build) and build/flock-client-sources.jar, then (unless given
+# "jar") compiles the tests and the examples against it and runs them on the JUnit 5 console launcher. The tests
+# start their own redis-server with the module: FLOCK_MODULE (default: the repo's
+# target/release/libredis_flock.so), FLOCK_SERVER (default: redis-server). Exits non-zero when a test fails.
 set -euo pipefail
 cd "$(dirname "$0")"
 junit=${JUNIT_JAR:-/usr/share/java/junit-platform-console-standalone.jar}
