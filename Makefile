@@ -61,7 +61,8 @@ $(CLIENTS:%=test-%): test-%: build deps-%
 	$(with_server) FLOCK_MODULE=$(abspath $(MODULE)) scripts/test-clients.sh $*
 
 # What the clients' suites need, each installed only when missing: JDK 17 and
-# JUnit 5 (Debian's openjdk-17-jdk-headless and junit5: no Maven download);
+# JUnit 5 (Debian's openjdk-17-jdk-headless and junit5: no Maven download),
+# openssl (the Java TLS test makes its certificates);
 # a virtualenv in target/ with pytest and pytest-asyncio from PyPI (Debian's
 # python3-venv when venv fails); Node and npm (Debian's when missing) and the
 # Node client's devDependencies (ioredis, redis, typescript) from its
@@ -72,6 +73,7 @@ deps-java:
 	@missing=""; \
 	command -v javac >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
 	[ -f /usr/share/java/junit-platform-console-standalone.jar ] || missing="$$missing junit5"; \
+	command -v openssl >/dev/null || missing="$$missing openssl"; \
 	if [ -n "$$missing" ]; then \
 		$(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi

@@ -37,7 +37,7 @@ class TlsTest extends ServerTest {
         signed("client", "extendedKeyUsage=clientAuth");
         openssl("pkcs12", "-export", "-in", "client.crt", "-inkey", "client.key", "-out", "client.p12",
                 "-passout", "pass:secret");
-        server = TestServer.start(port -> List.of("--port", "0", "--tls-port", Integer.toString(port),
+        server = TestServer.startTls(port -> List.of("--port", "0", "--tls-port", Integer.toString(port),
                         "--tls-cert-file", file("server.crt"), "--tls-key-file", file("server.key"),
                         "--tls-ca-cert-file", file("ca.crt"), "--tls-auth-clients", "yes"),
                 port -> tls("localhost", port));
