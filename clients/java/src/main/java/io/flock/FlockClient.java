@@ -5,7 +5,6 @@ import java.nio.charset.StandardCharsets;
 import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.ConcurrentLinkedDeque;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -34,17 +33,14 @@ public final class FlockClient implements AutoCloseable {
     private static final long UNBLOCK_RETRY_MS = 10;
 
     private final String id = UUID.randomUUID().toString();
-    private final ConnectionFactory factory;
     private final long watchdogTimeoutMs;
-    private final Link commands;
-    private final Link renewals;
-    private final ConcurrentLinkedDeque<Link> idleWaitLinks = new ConcurrentLinkedDeque<>();
+    /** Each key's server: its connections and session. */
+    final Router router;
     private final ScheduledExecutorService watchdog = Executors.newSingleThreadScheduledExecutor(daemon("flock-watchdog"));
     private final ExecutorService waiters = Executors.newCachedThreadPool(daemon("flock-wait"));
     final Map<Grant.Key, Grant> grants = new ConcurrentHashMap<>();
     private volatile LeaseLostListener leaseLostListener = (name, thread, token, reason) -> {};
     private volatile boolean sessions;
-    final Session session;
     /** Losses pushed before their grant was known here (the grant's reply still on its way): key -> reason. */
     private final Map<String, String> earlyLosses = new java.util.LinkedHashMap<>() {
         private static final long serialVersionUID = 1L;
@@ -84,15 +80,17 @@ public final class FlockClient implements AutoCloseable {
      * @param sessions whether waits go through the client's session
      */
     public FlockClient(ConnectionFactory factory, long watchdogTimeoutMs, boolean sessions) {
+        this(client -> new Router(client, factory), watchdogTimeoutMs, sessions);
+    }
+
+    private FlockClient(java.util.function.Function<FlockClient, Router> router, long watchdogTimeoutMs,
+            boolean sessions) {
         if (watchdogTimeoutMs < 3) {
             throw new IllegalArgumentException("watchdog timeout must be at least 3 ms");
         }
-        this.factory = factory;
         this.watchdogTimeoutMs = watchdogTimeoutMs;
-        this.commands = new Link(factory, false);
-        this.renewals = new Link(factory, false);
         this.sessions = sessions;
-        this.session = new Session(this, factory);
+        this.router = router.apply(this);
     }
 
     /**
@@ -110,14 +108,19 @@ public final class FlockClient implements AutoCloseable {
     /**
      * A client on the built-in {@link RespConnection} as {@code config} says (Redisson's
      * {@code Redisson.create(config)}). Connects on first use: a wrong password is a {@link RedisError}
-     * ({@code WRONGPASS}) from the first lock call.
+     * ({@code WRONGPASS}) from the first lock call. A {@link FlockConfig#useClusterServers()} config routes each
+     * lock to the master of its key's slot, with a session per node; a {@link FlockConfig#useSentinelServers()}
+     * config asks the sentinels for the master on every connection it opens.
      *
-     * @param config the address, credentials, database, timeouts, TLS options and watchdog timeout
+     * @param config the address (or Cluster seeds, or sentinels), credentials, database, timeouts, TLS options
+     *     and watchdog timeout
      * @return the client
      * @throws java.io.UncheckedIOException if a TLS file of the config cannot be read
+     * @throws IllegalArgumentException if a Cluster config has no seed, or a Sentinel config no master name or
+     *     sentinel
      */
     public static FlockClient create(FlockConfig config) {
-        return new FlockClient(RespConnection.factory(config), config.lockWatchdogTimeoutMs);
+        return new FlockClient(client -> Router.of(client, config), config.lockWatchdogTimeoutMs, true);
     }
 
     /**
@@ -211,26 +214,28 @@ public final class FlockClient implements AutoCloseable {
     }
 
     /**
-     * Sends any command on the shared connection, resending a lost reply (give IDs where resends matter).
+     * Sends any command on the shared connection of the server of its key (the second argument; on a Cluster,
+     * following MOVED and ASK), resending a lost reply (give IDs where resends matter).
      *
      * @param args the command and its arguments
      * @return the reply, mapped as {@link FlockCommands} says
-     * @throws IOException if the reply was lost {@link #RESENDS} more times
+     * @throws IOException if the reply was lost {@link #RESENDS} more times (on a Cluster or Sentinel: and no
+     *     failover brought the key's server back within {@link Router#FAILOVER_MS})
      */
     public Object call(byte[]... args) throws IOException {
-        return callResending(commands, args);
+        return command(args);
     }
 
     @Override
     public void close() {
-        session.close();
         watchdog.shutdownNow();
         waiters.shutdownNow();
-        commands.close();
-        renewals.close();
-        for (Link link; (link = idleWaitLinks.poll()) != null; ) {
-            link.close();
-        }
+        router.close();
+    }
+
+    /** The session of a one-server or Sentinel client (tests). */
+    Session session() {
+        return router.single().session;
     }
 
     static byte[] bytes(String s) {
@@ -241,11 +246,14 @@ public final class FlockClient implements AutoCloseable {
         return bytes(UUID.randomUUID().toString());
     }
 
-    /** The same arguments (and so the same request ID) each time: the server applies the command once. */
-    static Object callResending(Link link, byte[][] args) throws IOException {
+    /**
+     * The same arguments (and so the same request ID) each time: the server applies the command once.
+     * {@code asking}: each time after ASKING (see {@link Link#call(byte[][], boolean)}).
+     */
+    static Object callResending(Link link, byte[][] args, boolean asking) throws IOException {
         for (int attempt = 0; ; attempt++) {
             try {
-                return link.call(args);
+                return link.call(args, asking);
             } catch (IOException e) {
                 if (attempt == RESENDS) {
                     throw e;
@@ -254,9 +262,9 @@ public final class FlockClient implements AutoCloseable {
         }
     }
 
-    /** Sends on the shared command connection, resending a lost reply. */
+    /** Sends on the shared command connection of the node of the key {@code args[1]}, resending a lost reply. */
     Object command(byte[][] args) throws IOException {
-        return callResending(commands, args);
+        return router.call(args.length > 1 ? args[1] : null, args, node -> node.commands);
     }
 
     /**
@@ -266,37 +274,53 @@ public final class FlockClient implements AutoCloseable {
      * together, for the caller to settle. Otherwise it runs on the calling thread.
      */
     Reply callBlocking(byte[][] args, boolean interruptible) throws IOException {
-        Link link = idleWaitLinks.poll();
+        Router.Route route = router.route(args[1]);
+        while (true) {
+            try {
+                return callBlocking(route.node(), args, interruptible);
+            } catch (RuntimeException e) {
+                // A Cluster node that does not serve the key answers MOVED at once: wait on the one named. (A
+                // wait is not sent after ASKING: the slot is moving, the pause of a resend lets it settle.)
+                if (!route.redirected(e)) {
+                    throw e;
+                }
+            }
+        }
+    }
+
+    private Reply callBlocking(Node node, byte[][] args, boolean interruptible) throws IOException {
+        Link link = node.idleWaitLinks.poll();
         if (link == null) {
-            link = new Link(factory, true);
+            link = new Link(node.factory, true);
         }
         Link waitLink = link;
         try {
             if (!interruptible) {
-                return new Reply(callResending(waitLink, args), false);
+                return new Reply(callResending(waitLink, args, false), false);
             }
-            Future<Object> reply = waiters.submit(() -> callResending(waitLink, args));
+            Future<Object> reply = waiters.submit(() -> callResending(waitLink, args, false));
             try {
                 return new Reply(reply.get(), false);
             } catch (ExecutionException failed) {
                 throw rethrow(failed.getCause());
             } catch (InterruptedException interrupted) {
-                unblock(waitLink, reply);
+                unblock(node, waitLink, reply);
                 return new Reply(resultOf(reply), true);
             }
         } finally {
             if (waitLink.isOpen()) {
-                idleWaitLinks.push(waitLink);
+                node.idleWaitLinks.push(waitLink);
             }
         }
     }
 
-    /** Until the wait has answered: CLIENT UNBLOCK it (again, if it was not blocked yet when asked). */
-    private void unblock(Link waitLink, Future<Object> reply) throws IOException {
+    /** Until the wait has answered: CLIENT UNBLOCK it from its node's command connection (again, if needed). */
+    private void unblock(Node node, Link waitLink, Future<Object> reply) throws IOException {
         while (!reply.isDone()) {
             long clientId = waitLink.clientId();
             if (clientId != 0) {
-                callResending(commands, new byte[][] {bytes("CLIENT"), bytes("UNBLOCK"), bytes(Long.toString(clientId))});
+                callResending(node.commands,
+                        new byte[][] {bytes("CLIENT"), bytes("UNBLOCK"), bytes(Long.toString(clientId))}, false);
             }
             try {
                 reply.get(UNBLOCK_RETRY_MS, TimeUnit.MILLISECONDS);
@@ -337,7 +361,7 @@ public final class FlockClient implements AutoCloseable {
             return;
         }
         try {
-            callResending(renewals, grant.renewArgs(watchdogTimeoutMs));
+            router.call(grant.lockKey, grant.renewArgs(watchdogTimeoutMs), node -> node.renewals);
             grant.confirmedNanos = System.nanoTime();
         } catch (IOException | RuntimeException e) {
             if ("NOTOWNER".equals(RedisError.codeOf(e))) {
@@ -382,24 +406,38 @@ public final class FlockClient implements AutoCloseable {
 
     /** The session's reader: the server ended grant {@code token} of {@code owner} on {@code name}. */
     void pushedLoss(String name, String owner, long token, String reason) {
-        String prefix = id + ":";
-        if (!owner.startsWith(prefix)) {
+        long threadId = threadOf(owner);
+        if (threadId < 0) {
             return;
         }
-        long threadId;
-        try {
-            threadId = Long.parseLong(owner.substring(prefix.length()));
-        } catch (NumberFormatException notOurs) {
-            return;
-        }
-        Grant grant = grants.get(new Grant.Key(name, threadId));
-        if (grant != null && grant.token == token) {
+        Grant grant = grantOf(name, owner, token);
+        if (grant != null) {
             leaseLost(grant, reason, lossMessage(reason));
         } else {
             synchronized (earlyLosses) {
                 earlyLosses.put(lossKey(name, threadId, token), reason);
             }
         }
+    }
+
+    /** The thread of one of this client's owners ({@code <uuid>:<thread id>}), or -1 for another's. */
+    private long threadOf(String owner) {
+        String prefix = id + ":";
+        if (!owner.startsWith(prefix)) {
+            return -1;
+        }
+        try {
+            return Long.parseLong(owner.substring(prefix.length()));
+        } catch (NumberFormatException notOurs) {
+            return -1;
+        }
+    }
+
+    /** This client's grant {@code token} of {@code owner} on {@code name}, or null when it knows none. */
+    private Grant grantOf(String name, String owner, long token) {
+        long threadId = threadOf(owner);
+        Grant grant = threadId < 0 ? null : grants.get(new Grant.Key(name, threadId));
+        return grant != null && grant.token == token ? grant : null;
     }
 
     /** A grant just became known: if its loss was pushed already, it is lost now. */
@@ -423,8 +461,8 @@ public final class FlockClient implements AutoCloseable {
     final java.util.concurrent.atomic.AtomicInteger rewatched = new java.util.concurrent.atomic.AtomicInteger();
 
     /**
-     * After the session broke: moves the watch of every grant held to a new session, so that their losses are
-     * still pushed (on the watchdog thread, at once or after {@code delayMs}).
+     * After a session broke: moves the watch of every grant held to a new session of its key's node, so that
+     * their losses are still pushed (on the watchdog thread, at once or after {@code delayMs}).
      */
     void rewatchLater(long delayMs) {
         if (!sessions) {
@@ -437,41 +475,52 @@ public final class FlockClient implements AutoCloseable {
         }
     }
 
-    private void rewatch() {
-        java.util.List<Grant> held = new java.util.ArrayList<>();
-        for (Grant grant : grants.values()) {
-            if (grant.lostReason == null) {
-                held.add(grant);
-            }
-        }
-        if (held.isEmpty()) {
+    /**
+     * The session's reader heard {@code moved}: the grant went with its key to another node (a Cluster slot
+     * move) and is held there; watch it from that node's session (on the watchdog thread).
+     */
+    void movedAway(String name, String owner, long token) {
+        Grant grant = grantOf(name, owner, token);
+        if (grant == null) {
             return;
         }
-        String sid;
         try {
-            sid = session.id();
-        } catch (IOException | RuntimeException unreachable) {
-            if (!(unreachable instanceof IllegalStateException)) { // not closed: try again later
-                rewatchLater(REWATCH_RETRY_MS);
-            }
-            return;
-        }
-        for (Grant grant : held) {
-            rewatch(grant, sid);
+            watchdog.execute(() -> {
+                if (rewatch(grant) == Rewatch.UNREACHABLE) {
+                    rewatchLater(REWATCH_RETRY_MS);
+                }
+            });
+        } catch (java.util.concurrent.RejectedExecutionException closed) {
+            // the client is closing
         }
     }
 
+    private void rewatch() {
+        boolean unreachable = false;
+        for (Grant grant : grants.values()) {
+            if (grant.lostReason == null && rewatch(grant) == Rewatch.UNREACHABLE) {
+                unreachable = true;
+            }
+        }
+        if (unreachable) {
+            rewatchLater(REWATCH_RETRY_MS);
+        }
+    }
+
+    /** How a re-watch ended: UNREACHABLE, no session could be opened on the key's node (try again later). */
+    private enum Rewatch { DONE, UNREACHABLE }
+
     /**
-     * A RENEW (NOTOWNER: the grant is gone, reported lost), then a reentrant ACQUIRE ... INBOX sid (the same
-     * token, one more hold, the lease reset to the watchdog's as a renewal does, or for a fixed lease to the
-     * lease it has left) and a RELEASE of that hold;
+     * A RENEW (NOTOWNER: the grant is gone, reported lost), then, on the node that answered it, a reentrant
+     * ACQUIRE ... INBOX with that node's session (the same token, one more hold, the lease reset to the
+     * watchdog's as a renewal does, or for a fixed lease to the lease it has left) and a RELEASE of that hold;
      * the thread's own unlock() waits meanwhile. Anything but the same token means the grant ended in
      * between: it is reported lost (and a new grant so made is given back).
      */
-    private void rewatch(Grant grant, String sid) {
+    private Rewatch rewatch(Grant grant) {
         synchronized (grant.holdsLock) {
             if (grants.get(grant.key) != grant || grant.lostReason != null) {
-                return;
+                return Rewatch.DONE;
             }
             long leaseMs = watchdogTimeoutMs;
             long leaseEnd = grant.leaseEndNanos;
@@ -481,26 +530,36 @@ public final class FlockClient implements AutoCloseable {
                 leaseMs = TimeUnit.NANOSECONDS.toMillis(leaseEnd - System.nanoTime());
                 if (leaseMs <= 0) {
                     leaseLost(grant, "expired", lossMessage("expired")); // its push went with the old session
-                    return;
+                    return Rewatch.DONE;
                 }
             }
-            Object reply;
+            Router.Route route;
+            String sid;
             try {
-                callResending(commands, grant.renewArgs(leaseMs)); // still ours? (no new grant if not)
+                route = router.route(grant.lockKey);
+                Node node = route.node();
+                sid = node.session.id();
+                route.call(grant.renewArgs(leaseMs), n -> n.commands); // still ours? (no new grant if not)
+                if (route.node() != node) { // redirected: the grant is on the node named
+                    sid = route.node().session.id();
+                }
             } catch (IOException | RuntimeException e) {
                 if ("NOTOWNER".equals(RedisError.codeOf(e))) {
                     leaseLost(grant, "NOTOWNER", "the server ended the grant: " + new RedisError(e).getMessage());
+                    return Rewatch.DONE;
                 }
-                return;
+                // not closed: the node cannot be reached now (the watchdog tells if it stays so)
+                return e instanceof IllegalStateException ? Rewatch.DONE : Rewatch.UNREACHABLE;
             }
+            Object reply;
             try {
-                reply = callResending(commands, grant.rewatchArgs(leaseMs, sid));
+                reply = route.send(grant.rewatchArgs(leaseMs, sid), node -> node.commands);
             } catch (IOException | RuntimeException e) {
-                return; // NOSESSION: that session's end re-watches again; anything else: the watchdog tells
+                return Rewatch.DONE; // NOSESSION: that session's end re-watches again; anything else: the watchdog tells
             }
             if (reply instanceof Long) {
                 try {
-                    callResending(commands, grant.releaseArgs());
+                    route.send(grant.releaseArgs(), node -> node.commands);
                 } catch (IOException | RuntimeException e) {
                     // the extra hold stays until the thread's last unlock finds it: its lease ends it
                 }
@@ -512,6 +571,7 @@ public final class FlockClient implements AutoCloseable {
             } else if (reply == null) {
                 leaseLost(grant, "NOTOWNER", "the grant ended while the client's session was being replaced");
             }
+            return Rewatch.DONE;
         }
     }
 
@@ -520,8 +580,7 @@ public final class FlockClient implements AutoCloseable {
         try {
             watchdog.execute(() -> {
                 try {
-                    callResending(commands,
-                            new byte[][] {bytes("FLOCK.RELEASE"), key, owner, bytes("ID"), requestId()});
+                    command(new byte[][] {bytes("FLOCK.RELEASE"), key, owner, bytes("ID"), requestId()});
                 } catch (IOException | RuntimeException ignored) {
                     // its lease ends it anyway
                 }

@@ -2,6 +2,8 @@ package io.flock;
 
 import java.net.URI;
 import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Locale;
 
 /**
@@ -43,6 +45,10 @@ public final class FlockConfig {
     Path sslKeystore;
     String sslKeystorePassword;
     boolean sslEnableEndpointIdentification = true;
+    /** Set by {@link #useClusterServers()}: the client routes each key to its slot's node. */
+    ClusterServers cluster;
+    /** Set by {@link #useSentinelServers()}: the client asks these sentinels for the master. */
+    SentinelServers sentinel;
 
     /** A config for {@code redis://127.0.0.1:6379} with Redisson's default timeouts. */
     public FlockConfig() {
@@ -57,25 +63,10 @@ public final class FlockConfig {
      * @throws IllegalArgumentException if the address is not of that form
      */
     public FlockConfig setAddress(String address) {
-        URI uri;
-        try {
-            uri = new URI(address);
-        } catch (java.net.URISyntaxException e) {
-            throw new IllegalArgumentException("not a redis:// or rediss:// address: " + address, e);
-        }
-        String scheme = String.valueOf(uri.getScheme()).toLowerCase(Locale.ROOT);
-        if (!scheme.equals("redis") && !scheme.equals("rediss") || uri.getHost() == null) {
-            throw new IllegalArgumentException("not a redis://host:port or rediss://host:port address: " + address);
-        }
-        if (uri.getRawUserInfo() != null || !(uri.getRawPath() == null || uri.getRawPath().isEmpty()
-                || uri.getRawPath().equals("/")) || uri.getRawQuery() != null) {
-            throw new IllegalArgumentException("only scheme, host and port go in the address (" + address
-                    + "): give user, password and database with setUsername, setPassword and setDatabase");
-        }
-        String h = uri.getHost();
-        host = h.startsWith("[") && h.endsWith("]") ? h.substring(1, h.length() - 1) : h;
-        port = uri.getPort() < 0 ? 6379 : uri.getPort();
-        ssl = scheme.equals("rediss");
+        Address a = Address.parse(address);
+        host = a.host();
+        port = a.port();
+        ssl = a.ssl();
         return this;
     }
 
@@ -214,9 +205,155 @@ public final class FlockConfig {
         return this;
     }
 
+    /**
+     * Makes this a Redis Cluster config, as Redisson's {@code Config.useClusterServers()}: give the seed nodes
+     * with {@link ClusterServers#addNodeAddress}. Every other option of this config (user, password, timeouts,
+     * TLS, watchdog) applies to every node; the database is 0, the only one a Cluster has.
+     *
+     * @return the cluster options, to add seed nodes to
+     */
+    public ClusterServers useClusterServers() {
+        sentinel = null;
+        if (cluster == null) {
+            cluster = new ClusterServers(this);
+        }
+        return cluster;
+    }
+
+    /**
+     * Makes this a Sentinel config, as Redisson's {@code Config.useSentinelServers()}: the client asks the
+     * sentinels for the master of {@link SentinelServers#setMasterName} on every connection it opens. Every
+     * other option of this config applies to the master; sentinels are asked without {@code AUTH} and
+     * {@code SELECT}, with this config's timeouts and TLS.
+     *
+     * @return the sentinel options
+     */
+    public SentinelServers useSentinelServers() {
+        cluster = null;
+        if (sentinel == null) {
+            sentinel = new SentinelServers(this);
+        }
+        return sentinel;
+    }
+
+    /** The seed nodes of a Redis Cluster (Redisson's {@code ClusterServersConfig}). */
+    public static final class ClusterServers {
+        private final FlockConfig config;
+        final List<Address> nodes = new ArrayList<>();
+
+        private ClusterServers(FlockConfig config) {
+            this.config = config;
+        }
+
+        /**
+         * Seed nodes: any reachable one gives the slot map ({@code CLUSTER SLOTS}); the others are found there.
+         * {@code rediss://} makes every connection TLS.
+         *
+         * @param addresses {@code redis://host:port} or {@code rediss://host:port}, one or more
+         * @return these options
+         * @throws IllegalArgumentException if an address is not of that form
+         */
+        public ClusterServers addNodeAddress(String... addresses) {
+            for (String address : addresses) {
+                Address a = Address.parse(address);
+                nodes.add(a);
+                config.ssl = a.ssl();
+            }
+            return this;
+        }
+    }
+
+    /** The sentinels and the master's name (Redisson's {@code SentinelServersConfig}). */
+    public static final class SentinelServers {
+        private final FlockConfig config;
+        final List<Address> sentinels = new ArrayList<>();
+        String masterName;
+
+        private SentinelServers(FlockConfig config) {
+            this.config = config;
+        }
+
+        /**
+         * The name the sentinels monitor the master by ({@code sentinel monitor <name> ...}).
+         *
+         * @param masterName the monitored master's name
+         * @return these options
+         */
+        public SentinelServers setMasterName(String masterName) {
+            this.masterName = masterName;
+            return this;
+        }
+
+        /**
+         * Sentinels, asked in turn ({@code SENTINEL GET-MASTER-ADDR-BY-NAME}) until one names the master.
+         * {@code rediss://} makes every connection, to the master too, TLS.
+         *
+         * @param addresses {@code redis://host:port} or {@code rediss://host:port}, one or more
+         * @return these options
+         * @throws IllegalArgumentException if an address is not of that form
+         */
+        public SentinelServers addSentinelAddress(String... addresses) {
+            for (String address : addresses) {
+                Address a = Address.parse(address);
+                sentinels.add(a);
+                config.ssl = a.ssl();
+            }
+            return this;
+        }
+    }
+
+    /** This config's timeouts and TLS options without credentials and database: how sentinels are asked. */
+    FlockConfig forSentinels() {
+        FlockConfig c = new FlockConfig();
+        c.ssl = ssl;
+        c.connectTimeoutMs = connectTimeoutMs;
+        c.timeoutMs = timeoutMs;
+        c.sslTruststore = sslTruststore;
+        c.sslTruststorePassword = sslTruststorePassword;
+        c.sslCaCertificate = sslCaCertificate;
+        c.sslKeystore = sslKeystore;
+        c.sslKeystorePassword = sslKeystorePassword;
+        c.sslEnableEndpointIdentification = sslEnableEndpointIdentification;
+        return c;
+    }
+
+    /** A {@code redis://} or {@code rediss://} address: host, port and whether it is TLS. */
+    record Address(String host, int port, boolean ssl) {
+        static Address parse(String address) {
+            URI uri;
+            try {
+                uri = new URI(address);
+            } catch (java.net.URISyntaxException e) {
+                throw new IllegalArgumentException("not a redis:// or rediss:// address: " + address, e);
+            }
+            String scheme = String.valueOf(uri.getScheme()).toLowerCase(Locale.ROOT);
+            if (!scheme.equals("redis") && !scheme.equals("rediss") || uri.getHost() == null) {
+                throw new IllegalArgumentException("not a redis://host:port or rediss://host:port address: " + address);
+            }
+            if (uri.getRawUserInfo() != null || !(uri.getRawPath() == null || uri.getRawPath().isEmpty()
+                    || uri.getRawPath().equals("/")) || uri.getRawQuery() != null) {
+                throw new IllegalArgumentException("only scheme, host and port go in the address (" + address
+                        + "): give user, password and database with setUsername, setPassword and setDatabase");
+            }
+            String h = uri.getHost();
+            return new Address(h.startsWith("[") && h.endsWith("]") ? h.substring(1, h.length() - 1) : h,
+                    uri.getPort() < 0 ? 6379 : uri.getPort(), scheme.equals("rediss"));
+        }
+
+        /** {@code host:port}, as MOVED and CLUSTER SLOTS name a node. */
+        @Override
+        public String toString() {
+            return (host.contains(":") ? "[" + host + "]" : host) + ":" + port;
+        }
+
+        /** As {@link #parse} takes it. */
+        String uri() {
+            return (ssl ? "rediss://" : "redis://") + this;
+        }
+    }
+
     /** The address as given to {@link #setAddress} would give it back, for messages. */
     String address() {
-        String h = host.contains(":") ? "[" + host + "]" : host;
-        return (ssl ? "rediss://" : "redis://") + h + ":" + port;
+        return new Address(host, port, ssl).uri();
     }
 }

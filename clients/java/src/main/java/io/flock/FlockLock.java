@@ -434,22 +434,29 @@ public class FlockLock implements Lock {
      * retries every {@link #REOPEN_PAUSE_MS} until its own deadline, and then ends as one that ran out.
      */
     private Long acquireInSession(long waitMs, long lease, boolean interruptible) throws InterruptedException {
-        Session session = client.session;
+        Router.Route route;
+        try {
+            route = client.router.route(key);
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
         byte[] rid = FlockClient.requestId();
         if (waitMs == 0) {
-            for (int attempt = 0; ; attempt++) {
+            for (int attempt = 0; ; ) {
                 String sid = null;
                 try {
-                    sid = session.id();
-                    return (Long) client.command(acquireArgs(lease, null, sid, rid));
+                    sid = route.node().session.id();
+                    return (Long) route.send(acquireArgs(lease, null, sid, rid), node -> node.commands);
                 } catch (IOException e) {
-                    throw new UncheckedIOException(e);
-                } catch (RuntimeException e) {
-                    if (sid != null && "NOSESSION".equals(RedisError.codeOf(e)) && attempt < FlockClient.RESENDS) {
-                        session.broken(sid);
-                        continue;
+                    if (!route.failedOver()) {
+                        throw new UncheckedIOException(e);
                     }
-                    throw RedisError.specific(e);
+                } catch (RuntimeException e) {
+                    if (sid != null && "NOSESSION".equals(RedisError.codeOf(e)) && attempt++ < FlockClient.RESENDS) {
+                        route.node().session.broken(sid);
+                    } else if (!route.redirected(e)) { // MOVED, ASK: the same request to the node named
+                        throw RedisError.specific(e);
+                    }
                 }
             }
         }
@@ -478,7 +485,7 @@ public class FlockLock implements Lock {
                         remainingMs = TimeUnit.NANOSECONDS.toMillis(deadline - now);
                         if (remainingMs <= 0) {
                             if (mayBeQueued) {
-                                session.abandon(wait);
+                                wait.abandon();
                             }
                             return null; // the wait ran out while its session was being replaced
                         }
@@ -486,19 +493,26 @@ public class FlockLock implements Lock {
                     String sid = null;
                     Object reply;
                     try {
-                        sid = session.register(wait);
-                        reply = client.command(acquireArgs(lease, remainingMs, sid, rid));
+                        // on the key's node, naming that node's session
+                        sid = route.node().session.register(wait);
+                        reply = route.send(acquireArgs(lease, remainingMs, sid, rid), node -> node.commands);
                     } catch (IOException e) {
                         // The server cannot be reached (before the first WAITING too): try again after a
-                        // pause, until the wait's own deadline, which then ends it as a timeout.
+                        // pause, until the wait's own deadline, which then ends it as a timeout. On a Cluster
+                        // the slot map is asked again first (a failover may have moved the key's master).
                         mayBeQueued |= sid != null;
+                        route.reroute();
                         sendNow = true;
                         sendAt = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(REOPEN_PAUSE_MS);
                         continue;
                     } catch (RuntimeException e) {
                         boolean noSuchSession = sid != null && "NOSESSION".equals(RedisError.codeOf(e));
                         if (noSuchSession && noSession++ < FlockClient.RESENDS) {
-                            session.broken(sid);
+                            wait.session.broken(sid);
+                            sendNow = true;
+                            continue;
+                        }
+                        if (route.redirected(e)) { // MOVED, ASK: the same request to the node named
                             sendNow = true;
                             continue;
                         }
@@ -535,7 +549,7 @@ public class FlockLock implements Lock {
                 if (event == null) {
                     now = System.nanoTime();
                     if (cancelledFor != null && now - giveUpAt >= 0) {
-                        session.abandon(wait); // the event never came: a grant that still comes is released
+                        wait.abandon(); // the event never came: a grant that still comes is released
                         return outcome(cancelledFor, null);
                     }
                     if (cancelledFor == null && localDeadline != 0 && now - localDeadline >= 0) {
@@ -560,6 +574,15 @@ public class FlockLock implements Lock {
                         if (cancelledFor != null) {
                             return outcome(cancelledFor, null);
                         }
+                        if ("LOCKDELETED".equals(RedisError.codeOf(new RedisError(event.detail())))
+                                && route.keyMoved()) {
+                            // MIGRATE took the key (and its request IDs) to another node: queue there, at
+                            // the tail, as a new request with what is left of the wait
+                            rid = FlockClient.requestId();
+                            sendNow = true;
+                            sendAt = System.nanoTime();
+                            continue;
+                        }
                         throw RedisError.specific(new RedisError(event.detail()));
                     case Session.Event.BROKEN:
                         if (!event.sessionId().equals(wait.sessionId)) {
@@ -578,7 +601,7 @@ public class FlockLock implements Lock {
                 }
             }
         } finally {
-            session.unregister(wait);
+            wait.unregister();
             if (interruptedQuietly) {
                 Thread.currentThread().interrupt();
             }
@@ -605,7 +628,7 @@ public class FlockLock implements Lock {
         }
         if (betweenSessions) {
             if (mayBeQueued) {
-                client.session.abandon(wait); // a send whose reply was lost may have queued it
+                wait.abandon(); // a send whose reply was lost may have queued it
             }
             wait.events.add(new Session.Event(Session.Event.CANCELLED, 0, "", wait.sessionId));
         }

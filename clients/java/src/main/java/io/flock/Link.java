@@ -10,6 +10,7 @@ import java.io.UncheckedIOException;
  */
 final class Link implements AutoCloseable {
     private static final byte[][] CLIENT_ID = {FlockClient.bytes("CLIENT"), FlockClient.bytes("ID")};
+    private static final byte[][] ASKING = {FlockClient.bytes("ASKING")};
 
     private final ConnectionFactory factory;
     private final boolean knowsId;
@@ -30,13 +31,24 @@ final class Link implements AutoCloseable {
     }
 
     /** Sends once; an I/O error closes the connection (the next call opens a new one) and is rethrown. */
-    synchronized Object call(byte[][] args) throws IOException {
+    Object call(byte[][] args) throws IOException {
+        return call(args, false);
+    }
+
+    /**
+     * {@code asking}: ASKING first, on the same connection with nothing in between (a Cluster node answered
+     * ASK: the key's slot is being imported here, and only the next command may use it).
+     */
+    synchronized Object call(byte[][] args, boolean asking) throws IOException {
         try {
             if (conn == null) {
                 conn = factory.connect();
                 if (knowsId) {
                     clientId = (Long) conn.call(CLIENT_ID);
                 }
+            }
+            if (asking) {
+                conn.call(ASKING);
             }
             return conn.call(args);
         } catch (IOException | UncheckedIOException e) {

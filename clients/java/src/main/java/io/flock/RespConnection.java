@@ -20,6 +20,7 @@ import java.security.cert.CertificateFactory;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
+import java.util.function.Function;
 import javax.net.ssl.KeyManagerFactory;
 import javax.net.ssl.SSLContext;
 import javax.net.ssl.SSLParameters;
@@ -79,11 +80,11 @@ public final class RespConnection implements FlockConnection {
             out = new BufferedOutputStream(socket.getOutputStream());
             timeoutMs = config.timeoutMs;
             if (config.password != null) {
-                setUp(config, "AUTH", config.username == null ? new String[] {"AUTH", config.password}
+                setUp(config, new FlockConfig.Address(host, port, config.ssl).uri(), "AUTH", config.username == null ? new String[] {"AUTH", config.password}
                         : new String[] {"AUTH", config.username, config.password});
             }
             if (config.database != 0) {
-                setUp(config, "SELECT", "SELECT", Integer.toString(config.database));
+                setUp(config, new FlockConfig.Address(host, port, config.ssl).uri(), "SELECT", "SELECT", Integer.toString(config.database));
             }
         } catch (IOException | RuntimeException e) {
             connected.close();
@@ -110,23 +111,31 @@ public final class RespConnection implements FlockConnection {
      * @throws UncheckedIOException if a TLS file cannot be read
      */
     public static ConnectionFactory factory(FlockConfig config) {
+        return factories(config).apply(new FlockConfig.Address(config.host, config.port, config.ssl));
+    }
+
+    /**
+     * Factories of connections as {@code config} says to any server (a Cluster's nodes, the master a Sentinel
+     * names); its TLS files are read once, here.
+     */
+    static Function<FlockConfig.Address, ConnectionFactory> factories(FlockConfig config) {
         SSLSocketFactory tls;
         try {
             tls = tls(config);
         } catch (IOException e) {
             throw new UncheckedIOException(e);
         }
-        return () -> new RespConnection(config, tls, config.host, config.port);
+        return server -> () -> new RespConnection(config, tls, server.host(), server.port());
     }
 
     /** AUTH or SELECT: an error reply says which connection refused what, and is thrown with its code first. */
-    private void setUp(FlockConfig config, String what, String... args) throws IOException {
+    private void setUp(FlockConfig config, String where, String what, String... args) throws IOException {
         try {
             call(args);
         } catch (RedisError e) {
             String as = what.equals("AUTH") ? " as user '" + (config.username == null ? "default" : config.username)
                     + "'" : " " + config.database;
-            throw new RedisError(e.getMessage() + " (" + what + as + " on " + config.address() + ")");
+            throw new RedisError(e.getMessage() + " (" + what + as + " on " + where + ")");
         }
     }
 

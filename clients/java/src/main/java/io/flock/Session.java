@@ -53,7 +53,8 @@ final class Session implements AutoCloseable {
         final byte[] key;
         final byte[] owner;
         final BlockingQueue<Event> events = new LinkedBlockingQueue<>();
-        /** The session its ACQUIRE went to last. */
+        /** The session its ACQUIRE went to last (on a Cluster, of the node it was sent to) and that session's ID. */
+        volatile Session session;
         volatile String sessionId;
         /** Given up by its thread without a final event: a grant that still comes is released. */
         volatile boolean abandoned;
@@ -62,6 +63,19 @@ final class Session implements AutoCloseable {
             this.key = key;
             this.owner = owner;
             this.id = WaitKey.of(key, owner);
+        }
+
+        /** The wait ended (its final event read, or its ACQUIRE answered at once). */
+        void unregister() {
+            Session last = session;
+            if (last != null && !abandoned) {
+                last.pending.remove(id, this);
+            }
+        }
+
+        /** The wait ended without its final event: the reader releases a grant that still comes for it. */
+        void abandon() {
+            abandoned = true;
         }
     }
 
@@ -88,27 +102,23 @@ final class Session implements AutoCloseable {
         }
     }
 
-    /** Registers {@code wait} under the open session (opening one if needed) and returns that session's ID. */
+    /**
+     * Registers {@code wait} under the open session (opening one if needed) and returns that session's ID. A
+     * wait sent to another node before (a Cluster slot moved) leaves that node's session.
+     */
     String register(Wait wait) throws IOException {
         synchronized (state) {
             String sid = openIfNeeded();
+            Session before = wait.session;
+            if (before != null && before != this) {
+                before.pending.remove(wait.id, wait);
+            }
+            wait.session = this;
             wait.sessionId = sid;
             wait.abandoned = false;
             pending.put(wait.id, wait);
             return sid;
         }
-    }
-
-    /** The wait ended (its final event read, or its ACQUIRE answered at once). */
-    void unregister(Wait wait) {
-        if (!wait.abandoned) {
-            pending.remove(wait.id, wait);
-        }
-    }
-
-    /** The wait ended without its final event: the reader releases a grant that still comes for it. */
-    void abandon(Wait wait) {
-        wait.abandoned = true;
     }
 
     /** The reader thread of the last session opened, or null (tests). */
@@ -247,6 +257,10 @@ final class Session implements AutoCloseable {
         if ("lost".equals(kind)) {
             client.pushedLoss(new String(key, StandardCharsets.UTF_8), new String(owner, StandardCharsets.UTF_8),
                     token, detail);
+            return;
+        }
+        if ("moved".equals(kind)) {
+            client.movedAway(new String(key, StandardCharsets.UTF_8), new String(owner, StandardCharsets.UTF_8), token);
             return;
         }
         Wait wait = pending.get(WaitKey.of(key, owner));

@@ -61,7 +61,7 @@ class ConfigTest extends ServerTest {
         assertTrue(client(config()).getFairLock("k").tryLock());
         FlockClient client = client(config().setTimeout(100));
         assertFalse(client.getFairLock("k").tryLock(600, TimeUnit.MILLISECONDS));
-        assertEquals(1, client.session.opened(), "its FLOCK.INBOX blocked past the command timeout, unbroken");
+        assertEquals(1, client.session().opened(), "its FLOCK.INBOX blocked past the command timeout, unbroken");
     }
 
     @Test

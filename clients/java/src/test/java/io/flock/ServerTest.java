@@ -94,7 +94,7 @@ abstract class ServerTest {
         held.unlock();
         assertTrue(waited.get(10, TimeUnit.SECONDS), "the waiter got the lock");
         assertTrue(waiter.usesSessions());
-        assertEquals(1, waiter.session.opened(), "it waited through its session");
+        assertEquals(1, waiter.session().opened(), "it waited through its session");
     }
 
     /** Starts {@code n} threads, thread i running {@code body.apply(i)} once the i before it queue for {@code key}. */

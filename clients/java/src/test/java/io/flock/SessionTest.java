@@ -230,12 +230,12 @@ class SessionTest extends ServerTest {
             return now.size() == 1 && now.get(0) != killed;
         });
         await("the waits are sent again", () -> waiters("k") == n);
-        assertEquals(2, client.session.opened());
+        assertEquals(2, client.session().opened());
         assertTrue(lock.isHeldByCurrentThread(), "a grant outlives its session (not SESSION-flagged)");
         lock.unlock();
         assertTrue(done.await(10, TimeUnit.SECONDS));
         assertEquals(n, granted.get());
-        assertNotEquals(null, client.session.id());
+        assertNotEquals(null, client.session().id());
     }
 
     /**
@@ -293,7 +293,7 @@ class SessionTest extends ServerTest {
             throw new AssertionError(failed.get());
         }
         assertTrue(grants.get() > 0);
-        assertTrue(client.session.opened() > 1, "the session was replaced");
+        assertTrue(client.session().opened() > 1, "the session was replaced");
         await("the lock is free", () -> info("k") == null);
         assertEquals(0, client.watchdogs());
         assertTrue(client.grants.isEmpty());
@@ -316,7 +316,7 @@ class SessionTest extends ServerTest {
         long killed = sessionConnections().get(0);
         assertEquals(1L, admin.call("CLIENT", "KILL", "ID", Long.toString(killed)));
         await("a new session watches the grant", () -> client.rewatched.get() == 1);
-        assertEquals(2, client.session.opened());
+        assertEquals(2, client.session().opened());
         assertEquals(1, holds("k"), "the re-watch's hold was given back");
         assertEquals(token, lock.getToken());
         assertEquals(1L, admin.call("FLOCK.FORCERELEASE", "k"));
@@ -365,7 +365,7 @@ class SessionTest extends ServerTest {
             own[0] = TestServer.start(port);
             Long token = waiter.get(20, TimeUnit.SECONDS);
             assertNotNull(token, "granted by the restarted server");
-            assertEquals(2, client.session.opened());
+            assertEquals(2, client.session().opened());
         } finally {
             own[0].close();
         }
@@ -410,7 +410,7 @@ class SessionTest extends ServerTest {
         assertEquals("k NOTOWNER", reported.get(10, TimeUnit.SECONDS));
         assertTrue(lock.isLeaseLost());
         assertEquals(0, client.rewatched.get());
-        assertEquals(2, client.session.opened());
+        assertEquals(2, client.session().opened());
         IllegalMonitorStateException e = assertThrows(IllegalMonitorStateException.class, lock::unlock);
         assertTrue(e.getMessage().contains("not locked by current thread"), e.getMessage());
         assertTrue(e.getMessage().contains("the server ended the grant"), e.getMessage());
@@ -627,7 +627,7 @@ class SessionTest extends ServerTest {
         lock.lock();
         lock.unlock();
         assertEquals(1, sessionConnections().size());
-        Thread reader = client.session.reader();
+        Thread reader = client.session().reader();
         assertTrue(reader.isDaemon() && reader.isAlive());
         client.close();
         await("the session connection closes", () -> sessionConnections().isEmpty());

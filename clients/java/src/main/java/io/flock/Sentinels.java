@@ -1,0 +1,65 @@
+package io.flock;
+
+import java.io.IOException;
+import java.util.List;
+import java.util.function.Function;
+
+/**
+ * Connections to the master that Redis Sentinel names: each new connection asks the sentinels first
+ * ({@code SENTINEL GET-MASTER-ADDR-BY-NAME}), so a connection opened after a failover reaches the new master.
+ */
+final class Sentinels {
+    private Sentinels() {
+    }
+
+    /**
+     * Opens connections to the master the sentinels name now. A {@code READONLY} or {@code UNBLOCKED} reply on
+     * such a connection means its server stopped being the master: the connection is closed and the reply
+     * counts as lost (an {@link IOException}), so that the command is resent with its request ID on a new
+     * connection, to the master the sentinels name then, and a session reader opens a new session there.
+     */
+    static ConnectionFactory factory(FlockConfig config, Function<FlockConfig.Address, ConnectionFactory> factories) {
+        FlockConfig.SentinelServers sentinel = config.sentinel;
+        if (sentinel.masterName == null || sentinel.sentinels.isEmpty()) {
+            throw new IllegalArgumentException(
+                    "useSentinelServers() needs setMasterName and a sentinel (addSentinelAddress)");
+        }
+        Function<FlockConfig.Address, ConnectionFactory> toSentinels = RespConnection.factories(config.forSentinels());
+        return () -> {
+            FlockConnection master = factories.apply(master(sentinel, toSentinels)).connect();
+            return FlockConnection.of(args -> {
+                try {
+                    return master.call(args);
+                } catch (RuntimeException e) {
+                    String code = RedisError.codeOf(e);
+                    if (code.equals("READONLY") || code.equals("UNBLOCKED")) {
+                        master.close();
+                        throw new IOException("the server stopped being the master (" + e.getMessage() + ")", e);
+                    }
+                    throw e;
+                }
+            }, master);
+        };
+    }
+
+    /** The master's address, from the first sentinel that names it. */
+    private static FlockConfig.Address master(FlockConfig.SentinelServers sentinel,
+            Function<FlockConfig.Address, ConnectionFactory> toSentinels) throws IOException {
+        IOException failed = new IOException("no sentinel named master '" + sentinel.masterName + "' of "
+                + sentinel.sentinels);
+        for (FlockConfig.Address address : sentinel.sentinels) {
+            try (FlockConnection conn = toSentinels.apply(address).connect()) {
+                Object reply = conn.call(FlockClient.bytes("SENTINEL"), FlockClient.bytes("GET-MASTER-ADDR-BY-NAME"),
+                        FlockClient.bytes(sentinel.masterName));
+                if (reply instanceof List && ((List<?>) reply).size() == 2) {
+                    List<?> hostPort = (List<?>) reply;
+                    return new FlockConfig.Address(FlockLock.text(hostPort.get(0)),
+                            Integer.parseInt(FlockLock.text(hostPort.get(1))), address.ssl());
+                }
+            } catch (IOException | RuntimeException e) {
+                failed.addSuppressed(e);
+            }
+        }
+        throw failed;
+    }
+}
