@@ -37,7 +37,32 @@ final class TestServer implements AutoCloseable {
 
     /** A server on {@code port} (0: a free one), as after a restart on the same address. */
     static TestServer start(int fixedPort) throws IOException {
-        return start(program(), fixedPort, port -> List.of("--port", Integer.toString(port)),
+        return start(fixedPort, List.of());
+    }
+
+    /** A server on {@code port} (0: a free one) with {@code args} after the common ones. */
+    private static TestServer start(int fixedPort, List<String> args) throws IOException {
+        return start(program(), fixedPort, null, true, port -> {
+            List<String> listen = new ArrayList<>(List.of("--port", Integer.toString(port)));
+            listen.addAll(args);
+            return listen;
+        }, port -> new FlockConfig().setAddress("redis://127.0.0.1:" + port));
+    }
+
+    /** A Cluster node (no slots yet) on a port whose bus port, +10000, is free too and fits (at most 55535). */
+    static TestServer startClusterNode() throws IOException {
+        return start(clusterPort(), List.of("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                "--cluster-node-timeout", "5000"));
+    }
+
+    /** A replica of the server on {@code masterPort}. */
+    static TestServer startReplicaOf(int masterPort) throws IOException {
+        return start(0, List.of("--replicaof", "127.0.0.1", Integer.toString(masterPort)));
+    }
+
+    /** A sentinel (the same binary, without the module) with {@code sentinelConf}, a file it rewrites. */
+    static TestServer startSentinel(String sentinelConf) throws IOException {
+        return start(program(), 0, sentinelConf, false, port -> List.of("--sentinel", "--port", Integer.toString(port)),
                 port -> new FlockConfig().setAddress("redis://127.0.0.1:" + port));
     }
 
@@ -46,7 +71,7 @@ final class TestServer implements AutoCloseable {
      * and ready when a connection as {@code config} says for that port answers PING.
      */
     static TestServer start(IntFunction<List<String>> listen, IntFunction<FlockConfig> config) throws IOException {
-        return start(program(), 0, listen, config);
+        return start(program(), 0, null, true, listen, config);
     }
 
     /**
@@ -55,18 +80,27 @@ final class TestServer implements AutoCloseable {
      * is the client's side.
      */
     static TestServer startTls(IntFunction<List<String>> listen, IntFunction<FlockConfig> config) throws IOException {
-        return start("redis-server", 0, listen, config);
+        return start("redis-server", 0, null, true, listen, config);
     }
 
-    private static TestServer start(String program, int fixedPort, IntFunction<List<String>> listen,
-            IntFunction<FlockConfig> config) throws IOException {
+    /** {@code configFile}: a config file's text, given first (a sentinel's), or null. */
+    private static TestServer start(String program, int fixedPort, String configFile, boolean withModule,
+            IntFunction<List<String>> listen, IntFunction<FlockConfig> config) throws IOException {
         for (int attempt = 0; ; attempt++) {
             Path dir = Files.createTempDirectory("flock-java");
             int port = fixedPort != 0 ? fixedPort : freePort();
             List<String> command = new ArrayList<>(List.of(program));
+            if (configFile != null) {
+                Path file = dir.resolve("server.conf");
+                Files.writeString(file, configFile);
+                command.add(file.toString());
+            }
             command.addAll(listen.apply(port));
             command.addAll(List.of("--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir",
-                    dir.toString(), "--loadmodule", module()));
+                    dir.toString()));
+            if (withModule) {
+                command.addAll(List.of("--loadmodule", module()));
+            }
             Process process = new ProcessBuilder(command)
                     .redirectErrorStream(true)
                     .redirectOutput(dir.resolve("server.log").toFile())
@@ -137,6 +171,25 @@ final class TestServer implements AutoCloseable {
         return path.toString();
     }
 
+    /** A free port from 20000 to 45535 whose port + 10000 (a Cluster node's bus) is free too. */
+    private static int clusterPort() {
+        java.util.Random random = new java.util.Random();
+        while (true) {
+            int port = 20_000 + random.nextInt(25_536);
+            if (bindable(port) && bindable(port + 10_000)) {
+                return port;
+            }
+        }
+    }
+
+    private static boolean bindable(int port) {
+        try (ServerSocket s = new ServerSocket(port)) {
+            return s.getLocalPort() == port;
+        } catch (IOException taken) {
+            return false;
+        }
+    }
+
     private static int freePort() throws IOException {
         try (ServerSocket s = new ServerSocket(0)) {
             return s.getLocalPort();
@@ -145,7 +198,12 @@ final class TestServer implements AutoCloseable {
 
     /** Polls {@code condition} until it holds; fails with {@code what} after a 10 s deadline. */
     static void await(String what, BooleanSupplier condition) {
-        long deadline = System.nanoTime() + Duration.ofSeconds(10).toNanos();
+        await(what, Duration.ofSeconds(10), condition);
+    }
+
+    /** Polls {@code condition} until it holds; fails with {@code what} after {@code timeout}. */
+    static void await(String what, Duration timeout, BooleanSupplier condition) {
+        long deadline = System.nanoTime() + timeout.toNanos();
         while (!condition.getAsBoolean()) {
             if (System.nanoTime() > deadline) {
                 throw new AssertionError("timed out waiting until " + what);

@@ -1,0 +1,132 @@
+package io.flock;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * Three Cluster masters (no replicas) with the module, each with a third of the slots, made by hand as the
+ * Python and Rust tests do: SET-CONFIG-EPOCH, ADDSLOTSRANGE, MEET, then waiting until every node says
+ * cluster_state:ok and knows the slots of the others.
+ */
+final class TestCluster implements AutoCloseable {
+    final List<TestServer> nodes = new ArrayList<>();
+    /** An admin connection to each node, in the order of {@link #nodes}. */
+    final List<RespConnection> admins = new ArrayList<>();
+
+    TestCluster() throws IOException {
+        try {
+            int[] bounds = {0, 5461, 10923, 16384};
+            for (int i = 0; i < 3; i++) {
+                TestServer node = TestServer.startClusterNode();
+                nodes.add(node);
+                admins.add(node.connect());
+                admins.get(i).call("CLUSTER", "SET-CONFIG-EPOCH", Integer.toString(i + 1));
+                admins.get(i).call("CLUSTER", "ADDSLOTSRANGE", Integer.toString(bounds[i]),
+                        Integer.toString(bounds[i + 1] - 1));
+            }
+            for (RespConnection admin : admins.subList(1, 3)) {
+                admin.call("CLUSTER", "MEET", "127.0.0.1", Integer.toString(nodes.get(0).port));
+            }
+            TestServer.await("the cluster to be ok on every node", Duration.ofSeconds(20), this::ok);
+        } catch (IOException | RuntimeException | Error e) {
+            close();
+            throw e;
+        }
+    }
+
+    private boolean ok() {
+        try {
+            for (RespConnection admin : admins) {
+                String info = text(admin.call("CLUSTER", "INFO"));
+                if (!info.contains("cluster_state:ok") || !info.contains("cluster_known_nodes:3")
+                        || ((List<?>) admin.call("CLUSTER", "SLOTS")).size() != 3) {
+                    return false;
+                }
+            }
+            return true;
+        } catch (IOException e) {
+            throw new java.io.UncheckedIOException(e);
+        }
+    }
+
+    /** A config with every node as a seed. */
+    FlockConfig config() {
+        FlockConfig config = new FlockConfig();
+        for (TestServer node : nodes) {
+            config.useClusterServers().addNodeAddress("redis://127.0.0.1:" + node.port);
+        }
+        return config;
+    }
+
+    /** Which node (0, 1, 2) serves {@code key}'s slot now, as node 0 sees it. */
+    int indexOf(String key) throws IOException {
+        long slot = (Long) admins.get(0).call("CLUSTER", "KEYSLOT", key);
+        for (Object range : (List<?>) admins.get(0).call("CLUSTER", "SLOTS")) {
+            List<?> r = (List<?>) range;
+            if ((Long) r.get(0) <= slot && slot <= (Long) r.get(1)) {
+                long port = (Long) ((List<?>) r.get(2)).get(1);
+                for (int i = 0; i < nodes.size(); i++) {
+                    if (nodes.get(i).port == port) {
+                        return i;
+                    }
+                }
+            }
+        }
+        throw new AssertionError("slot " + slot + " is not served");
+    }
+
+    /** A key {@code prefix:<n>} that node {@code index} serves. */
+    String keyOn(int index, String prefix) throws IOException {
+        for (int n = 0; ; n++) {
+            if (indexOf(prefix + ":" + n) == index) {
+                return prefix + ":" + n;
+            }
+        }
+    }
+
+    /** The admin connection of the node that serves {@code key}. */
+    RespConnection adminOf(String key) throws IOException {
+        return admins.get(indexOf(key));
+    }
+
+    /**
+     * Moves {@code key}'s slot, with its keys, to node {@code to}: SETSLOT IMPORTING and MIGRATING, MIGRATE ...
+     * KEYS, then SETSLOT NODE on every node.
+     */
+    void migrate(String key, int to) throws IOException {
+        int from = indexOf(key);
+        RespConnection src = admins.get(from);
+        RespConnection dst = admins.get(to);
+        String slot = Long.toString((Long) src.call("CLUSTER", "KEYSLOT", key));
+        String srcId = text(src.call("CLUSTER", "MYID"));
+        String dstId = text(dst.call("CLUSTER", "MYID"));
+        dst.call("CLUSTER", "SETSLOT", slot, "IMPORTING", srcId);
+        src.call("CLUSTER", "SETSLOT", slot, "MIGRATING", dstId);
+        List<String> migrate = new ArrayList<>(List.of("MIGRATE", "127.0.0.1", Integer.toString(nodes.get(to).port),
+                "", "0", "5000", "KEYS"));
+        for (Object k : (List<?>) src.call("CLUSTER", "GETKEYSINSLOT", slot, "100")) {
+            migrate.add(text(k));
+        }
+        src.call(migrate.toArray(new String[0]));
+        for (RespConnection admin : admins) {
+            admin.call("CLUSTER", "SETSLOT", slot, "NODE", dstId);
+        }
+    }
+
+    static String text(Object reply) {
+        return reply instanceof byte[] ? new String((byte[]) reply, StandardCharsets.UTF_8) : String.valueOf(reply);
+    }
+
+    @Override
+    public void close() throws IOException {
+        for (RespConnection admin : admins) {
+            admin.close();
+        }
+        for (TestServer node : nodes) {
+            node.close();
+        }
+    }
+}
