@@ -15,7 +15,9 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 
 /**
- * What {@code RedissonClient} is to {@code RLock}: one per application and server. It owns a UUID (the
+ * What {@code RedissonClient} is to {@code RLock}: one per application and server (or Redis Cluster, or
+ * Sentinel-watched master; on a Cluster what follows holds per node: connections and a session on each node
+ * used, each lock's commands sent to the master of its key's slot). It owns a UUID (the
  * first half of every owner it uses, {@code <uuid>:<thread id>}), a command connection shared by its locks,
  * a watchdog thread with a connection of its own, and a FLOCK session: one more connection, opened on the
  * first acquire, on which a daemon thread reads the outcome of every thread's wait and the losses of its
@@ -116,8 +118,8 @@ public final class FlockClient implements AutoCloseable {
      *     and watchdog timeout
      * @return the client
      * @throws java.io.UncheckedIOException if a TLS file of the config cannot be read
-     * @throws IllegalArgumentException if a Cluster config has no seed, or a Sentinel config no master name or
-     *     sentinel
+     * @throws IllegalArgumentException if a Cluster config has no seed or a database other than 0, or a Sentinel
+     *     config no master name or sentinel
      */
     public static FlockClient create(FlockConfig config) {
         return new FlockClient(client -> Router.of(client, config), config.lockWatchdogTimeoutMs, true);
@@ -220,7 +222,7 @@ public final class FlockClient implements AutoCloseable {
      * @param args the command and its arguments
      * @return the reply, mapped as {@link FlockCommands} says
      * @throws IOException if the reply was lost {@link #RESENDS} more times (on a Cluster or Sentinel: and no
-     *     failover brought the key's server back within {@link Router#FAILOVER_MS})
+     *     failover brought the key's server back within 30 s)
      */
     public Object call(byte[]... args) throws IOException {
         return command(args);
@@ -264,7 +266,7 @@ public final class FlockClient implements AutoCloseable {
 
     /** Sends on the shared command connection of the node of the key {@code args[1]}, resending a lost reply. */
     Object command(byte[][] args) throws IOException {
-        return router.call(args.length > 1 ? args[1] : null, args, node -> node.commands);
+        return router.call(args.length > 1 ? args[1] : null, args, node -> node.commands, true);
     }
 
     /**
@@ -361,7 +363,7 @@ public final class FlockClient implements AutoCloseable {
             return;
         }
         try {
-            router.call(grant.lockKey, grant.renewArgs(watchdogTimeoutMs), node -> node.renewals);
+            router.call(grant.lockKey, grant.renewArgs(watchdogTimeoutMs), node -> node.renewals, false);
             grant.confirmedNanos = System.nanoTime();
         } catch (IOException | RuntimeException e) {
             if ("NOTOWNER".equals(RedisError.codeOf(e))) {
@@ -539,7 +541,7 @@ public final class FlockClient implements AutoCloseable {
                 route = router.route(grant.lockKey);
                 Node node = route.node();
                 sid = node.session.id();
-                route.call(grant.renewArgs(leaseMs), n -> n.commands); // still ours? (no new grant if not)
+                route.call(grant.renewArgs(leaseMs), n -> n.commands, false); // still ours? (no new grant if not)
                 if (route.node() != node) { // redirected: the grant is on the node named
                     sid = route.node().session.id();
                 }
@@ -580,7 +582,8 @@ public final class FlockClient implements AutoCloseable {
         try {
             watchdog.execute(() -> {
                 try {
-                    command(new byte[][] {bytes("FLOCK.RELEASE"), key, owner, bytes("ID"), requestId()});
+                    router.call(key, new byte[][] {bytes("FLOCK.RELEASE"), key, owner, bytes("ID"), requestId()},
+                            node -> node.commands, false);
                 } catch (IOException | RuntimeException ignored) {
                     // its lease ends it anyway
                 }

@@ -60,8 +60,9 @@ final class Router implements AutoCloseable {
     static Router of(FlockClient client, FlockConfig config) {
         Function<FlockConfig.Address, ConnectionFactory> factories = RespConnection.factories(config);
         if (config.cluster != null) {
-            if (config.cluster.nodes.isEmpty()) {
-                throw new IllegalArgumentException("useClusterServers() needs a seed node (addNodeAddress)");
+            if (config.cluster.nodes.isEmpty() || config.database != 0) {
+                throw new IllegalArgumentException("useClusterServers() needs a seed node (addNodeAddress) and "
+                        + "database 0, a Cluster's only one");
             }
             return new Router(client, null, true, factories, List.copyOf(config.cluster.nodes));
         }
@@ -90,9 +91,12 @@ final class Router implements AutoCloseable {
         return new Route(key);
     }
 
-    /** Sends {@code args} for {@code key} on the link {@code link} picks of its node, following redirects. */
-    Object call(byte[] key, byte[][] args, Function<Node, Link> link) throws IOException {
-        return route(key).call(args, link);
+    /**
+     * Sends {@code args} for {@code key} on the link {@code link} picks of its node, following redirects and
+     * (if {@code waitForFailover}) a failover.
+     */
+    Object call(byte[] key, byte[][] args, Function<Node, Link> link, boolean waitForFailover) throws IOException {
+        return route(key).call(args, link, waitForFailover);
     }
 
     private Node nodeFor(byte[] key) throws IOException {
@@ -227,13 +231,17 @@ final class Router implements AutoCloseable {
             return FlockClient.callResending(link.apply(node), args, asking);
         }
 
-        /** {@link #send}, following redirects and, on a Cluster or Sentinel, a failover. */
-        Object call(byte[][] args, Function<Node, Link> link) throws IOException {
+        /**
+         * {@link #send}, following redirects and, on a Cluster or Sentinel with {@code waitForFailover}, a
+         * failover. (The watchdog thread does not wait for one: it would hold up the renewals of other nodes'
+         * grants; its next round tries again.)
+         */
+        Object call(byte[][] args, Function<Node, Link> link, boolean waitForFailover) throws IOException {
             while (true) {
                 try {
                     return send(args, link);
                 } catch (IOException e) {
-                    if (!failedOver()) {
+                    if (!waitForFailover || !failedOver()) {
                         throw e;
                     }
                 } catch (RuntimeException e) {
