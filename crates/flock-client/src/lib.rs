@@ -75,8 +75,13 @@ use redis::{Client, Cmd, Connection, ConnectionLike, FromRedisValue, RedisError,
 
 use flock_core::limits::MAX_MS;
 
+mod cluster;
+mod sentinel;
 mod session;
 mod watchdog;
+use cluster::Via;
+pub use cluster::{key_slot, Cluster, Routed};
+pub use sentinel::SentinelMaster;
 pub use session::close_session;
 use session::{Acquire, Loss, Outcome};
 
@@ -112,8 +117,43 @@ struct Target {
     lease: Duration,
     owner: Option<String>,
     client: Option<Client>,
+    /// Set by `acquire_in`: the session and node come from there.
+    via: Option<Via>,
     blocking: bool,
     cancel: Option<CancelToken>,
+}
+
+/// Where [`Lock::acquire_in`] and its kin acquire: a [`Cluster`] (the node
+/// of the lock's key), a [`SentinelMaster`] (the master its sentinels name)
+/// or one server's `redis::Client`.
+#[derive(Clone)]
+pub struct Route(Via);
+
+impl From<&Cluster> for Route {
+    fn from(cluster: &Cluster) -> Route {
+        Route(Via::Cluster(cluster.clone()))
+    }
+}
+
+impl From<&SentinelMaster> for Route {
+    fn from(master: &SentinelMaster) -> Route {
+        Route(Via::Server(Arc::clone(&master.server)))
+    }
+}
+
+impl From<&Client> for Route {
+    fn from(client: &Client) -> Route {
+        Route(Via::Server(session::server(client)))
+    }
+}
+
+/// What sending a session wait came to.
+enum Queued {
+    /// A try that found the lock busy.
+    Busy,
+    Granted(u64, Arc<session::Server>, Arc<Loss>),
+    /// Queued on `server`: the outcome comes on the receiver.
+    Waiting(Arc<session::Server>, Arc<Loss>, Sender<Outcome>, Receiver<Outcome>),
 }
 
 /// The error a cancelled wait returns: code `CANCELLED`.
@@ -123,7 +163,7 @@ fn cancelled() -> RedisError {
 
 impl Target {
     fn new(key: impl Into<String>, lease: Duration) -> Target {
-        Target { key: key.into(), lease, owner: None, client: None, blocking: false, cancel: None }
+        Target { key: key.into(), lease, owner: None, client: None, via: None, blocking: false, cancel: None }
     }
 
     fn owner(&self) -> String {
@@ -152,8 +192,9 @@ impl Target {
             started: Instant::now(),
         };
         let mut link = Link { conn, client: self.client.clone(), spare: None };
-        match self.client.as_ref().filter(|_| !self.blocking) {
-            Some(client) => self.acquire_in_session(link, acquire, session::server(client)),
+        let via = self.via.clone().or_else(|| self.client.as_ref().map(|c| Via::Server(session::server(c))));
+        match via.filter(|_| !self.blocking) {
+            Some(via) => self.acquire_in_session(link, acquire, via),
             None => {
                 let Some(token) = link.send::<Option<u64>>(&acquire.cmd(None))? else {
                     return match &self.cancel {
@@ -166,38 +207,44 @@ impl Target {
         }
     }
 
-    /// The wait goes out as one `ACQUIRE ... INBOX session-id` and its
-    /// outcome comes from the session's reader.
-    fn acquire_in_session<C: ConnectionLike>(
-        &self,
-        mut link: Link<C>,
-        acquire: Acquire,
-        server: Arc<session::Server>,
-    ) -> RedisResult<Option<Guard<C>>> {
+    /// Sends `acquire` as one `ACQUIRE ... INBOX session-id` to the
+    /// session's server (the key's node of a cluster: a `MOVED` reads the
+    /// slot map again and resends with the same request ID, an `ASK` resends
+    /// after a pause; a `NOSESSION` opens a new session and resends).
+    fn queue<C: ConnectionLike>(&self, link: &mut Link<C>, acquire: &Acquire, via: &Via) -> RedisResult<Queued> {
         let loss = Arc::new(Loss::default());
         let (tx, rx) = mpsc::channel();
         let waits = acquire.wait_ms.is_some();
-        let mut nosession = 0;
+        let (mut nosession, mut redirects) = (0, 0);
         loop {
+            let server = via.server(&acquire.key)?;
             let sid = server.session_id()?;
             // Registered before it is sent: the event can beat the reply.
-            let registered = waits && server.register(&acquire, tx.clone(), &loss);
-            let reply = link.send::<Value>(&acquire.cmd(Some(&sid)));
+            let registered = waits && server.register(acquire, tx.clone(), &loss);
+            let reply = match via {
+                // To that node itself: a redirection followed elsewhere
+                // would name a session the other node does not know.
+                Via::Cluster(_) => server.command::<Value>(&acquire.cmd(Some(&sid))),
+                Via::Server(_) => link.send::<Value>(&acquire.cmd(Some(&sid))),
+            };
             if registered && !matches!(&reply, Ok(Value::SimpleString(s)) if s == "WAITING") {
                 server.unregister(&acquire.key, &acquire.owner);
             }
             match reply {
-                Ok(Value::SimpleString(s)) if s == "WAITING" && registered => break,
-                Ok(Value::Nil) => return Ok(None),
+                Ok(Value::SimpleString(s)) if s == "WAITING" && registered => {
+                    return Ok(Queued::Waiting(server, loss, tx, rx))
+                }
+                Ok(Value::Nil) => return Ok(Queued::Busy),
                 Ok(Value::Int(token)) => {
                     let token = token as u64;
-                    server.watch(&acquire, token, &loss);
-                    return Ok(Some(Guard::new(link, acquire, token, loss, Some(server))));
+                    server.watch(acquire, token, &loss);
+                    return Ok(Queued::Granted(token, server, loss));
                 }
                 Err(e) if e.code() == Some("NOSESSION") && nosession < RESENDS => {
                     server.forget(&sid);
                     nosession += 1;
                 }
+                Err(e) if redirects < cluster::REDIRECTS && via.redirected(&e) => redirects += 1,
                 Err(e) => return Err(e),
                 Ok(other) => {
                     return Err(RedisError::from((
@@ -208,7 +255,49 @@ impl Target {
                 }
             }
         }
+    }
 
+    /// The wait goes out as one `ACQUIRE ... INBOX session-id` and its
+    /// outcome comes from the session's reader. On a cluster, a wait whose
+    /// key a slot move took to another node (`LOCKDELETED` where the old
+    /// node now redirects it) queues again there, as a new request with
+    /// what is left of its time.
+    fn acquire_in_session<C: ConnectionLike>(
+        &self,
+        mut link: Link<C>,
+        mut acquire: Acquire,
+        via: Via,
+    ) -> RedisResult<Option<Guard<C>>> {
+        loop {
+            let (server, loss, tx, rx) = match self.queue(&mut link, &acquire, &via)? {
+                Queued::Busy => return Ok(None),
+                Queued::Granted(token, server, loss) => {
+                    return Ok(Some(Guard::new(link, acquire, token, loss, Some(server))))
+                }
+                Queued::Waiting(server, loss, tx, rx) => (server, loss, tx, rx),
+            };
+            match self.await_outcome(&acquire, &server, tx, rx) {
+                (Some(Outcome::Error(e)), false)
+                    if e.code() == Some("LOCKDELETED")
+                        && acquire.left_ms().is_some()
+                        && matches!(&via, Via::Cluster(c) if c.moved_away(&server, &acquire.key)) =>
+                {
+                    acquire.rid = uuid::Uuid::new_v4().to_string();
+                }
+                (outcome, by_user) => return Self::conclude(link, acquire, loss, server, outcome, by_user),
+            }
+        }
+    }
+
+    /// The outcome of a queued wait (`None`: none came in time), and
+    /// whether its cancel token ended it.
+    fn await_outcome(
+        &self,
+        acquire: &Acquire,
+        server: &session::Server,
+        tx: Sender<Outcome>,
+        rx: Receiver<Outcome>,
+    ) -> (Option<Outcome>, bool) {
         let attached = self.cancel.as_ref().map(|cancel| (cancel, cancel.attach(tx.clone())));
         drop(tx);
         let mut deadline = match acquire.wait_ms {
@@ -255,6 +344,17 @@ impl Target {
                 rx.try_iter().find(|o| matches!(o, Outcome::Granted(_)))
             }
         };
+        (outcome, by_user)
+    }
+
+    fn conclude<C: ConnectionLike>(
+        link: Link<C>,
+        acquire: Acquire,
+        loss: Arc<Loss>,
+        server: Arc<session::Server>,
+        outcome: Option<Outcome>,
+        by_user: bool,
+    ) -> RedisResult<Option<Guard<C>>> {
         match outcome {
             Some(Outcome::Granted(token)) => {
                 let guard = Guard::new(link, acquire, token, loss, Some(server));
@@ -418,6 +518,15 @@ macro_rules! target_methods {
             self.target.owner()
         }
 
+        /// This lock acquiring through `route`, and the connection that
+        /// follows its key there.
+        fn routed(&self, route: impl Into<Route>) -> (Target, Routed) {
+            let mut target = self.target.clone();
+            let via = route.into().0;
+            target.via = Some(via.clone());
+            (target, Routed { via, key: self.target.key.clone() })
+        }
+
         /// This lock with `client` (see `with_client`) and the process's
         /// shared connection to it.
         fn on(&self, client: &Client) -> (Target, SharedConnection) {
@@ -464,6 +573,15 @@ impl Lock {
     /// none per waiting thread.
     pub fn acquire_on(&self, client: &Client, wait: Option<Duration>) -> RedisResult<Option<Guard<SharedConnection>>> {
         let (target, conn) = self.on(client);
+        target.acquire(conn, wait, Mode::Exclusive)
+    }
+
+    /// [`Lock::acquire`] through `route`: a [`Cluster`] (the session of the
+    /// key's node; commands follow the key to its node), a
+    /// [`SentinelMaster`] (the master its sentinels name, again after a
+    /// failover) or a `redis::Client`. No connection per waiting thread.
+    pub fn acquire_in(&self, route: impl Into<Route>, wait: Option<Duration>) -> RedisResult<Option<Guard<Routed>>> {
+        let (target, conn) = self.routed(route);
         target.acquire(conn, wait, Mode::Exclusive)
     }
 }
@@ -519,6 +637,18 @@ impl RwLock {
         let (target, conn) = self.on(client);
         target.acquire(conn, wait, Mode::Exclusive)
     }
+
+    /// [`RwLock::read`] through `route` (see [`Lock::acquire_in`]).
+    pub fn read_in(&self, route: impl Into<Route>, wait: Option<Duration>) -> RedisResult<Option<ReadGuard<Routed>>> {
+        let (target, conn) = self.routed(route);
+        target.acquire(conn, wait, Mode::Shared)
+    }
+
+    /// [`RwLock::write`] through `route` (see [`Lock::acquire_in`]).
+    pub fn write_in(&self, route: impl Into<Route>, wait: Option<Duration>) -> RedisResult<Option<WriteGuard<Routed>>> {
+        let (target, conn) = self.routed(route);
+        target.acquire(conn, wait, Mode::Exclusive)
+    }
 }
 
 /// A fair counting semaphore of `limit` permits: a request is granted when
@@ -563,6 +693,17 @@ impl Semaphore {
         wait: Option<Duration>,
     ) -> RedisResult<Option<SemaphoreGuard<SharedConnection>>> {
         let (target, conn) = self.on(client);
+        target.acquire(conn, wait, Mode::Permits { permits, limit: self.limit })
+    }
+
+    /// [`Semaphore::acquire`] through `route` (see [`Lock::acquire_in`]).
+    pub fn acquire_in(
+        &self,
+        route: impl Into<Route>,
+        permits: u32,
+        wait: Option<Duration>,
+    ) -> RedisResult<Option<SemaphoreGuard<Routed>>> {
+        let (target, conn) = self.routed(route);
         target.acquire(conn, wait, Mode::Permits { permits, limit: self.limit })
     }
 }
@@ -702,12 +843,16 @@ impl<C: ConnectionLike> Guard<C> {
     /// Unless the lock was given another, `client` also replaces the
     /// guard's connection if it breaks.
     pub fn watchdog(&mut self, client: &Client) -> RedisResult<Receiver<LeaseLost>> {
-        self.stop_watchdog();
         self.link.client.get_or_insert_with(|| client.clone());
-        let renewer = watchdog::renewer(client)?;
+        self.start_renewer(&Via::Server(session::server(client)))
+    }
+
+    fn start_renewer(&mut self, via: &Via) -> RedisResult<Receiver<LeaseLost>> {
+        self.stop_watchdog();
+        let renewer = watchdog::renewer(via)?;
         let lost = self.loss.subscribe();
         let cmd = renew_cmd(&self.key, &self.owner, self.lease_ms);
-        let id = renewer.start(cmd, Duration::from_millis(self.lease_ms), Arc::clone(&self.loss));
+        let id = renewer.start(&self.key, cmd, Duration::from_millis(self.lease_ms), Arc::clone(&self.loss));
         self.watchdog = Some((renewer, id));
         self.loss.set_watchdog(true);
         Ok(lost)
@@ -737,6 +882,16 @@ impl<C: ConnectionLike> Guard<C> {
         }
         self.loss.close();
         self.link.query(redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner))
+    }
+}
+
+impl Guard<Routed> {
+    /// [`Guard::watchdog`] through where the lock was acquired: the
+    /// renewals follow the key to its node (a cluster) or go to the master
+    /// the sentinels name now; one renewal thread per cluster or server.
+    pub fn start_watchdog(&mut self) -> RedisResult<Receiver<LeaseLost>> {
+        let via = self.link.conn.via.clone();
+        self.start_renewer(&via)
     }
 }
 

@@ -235,27 +235,43 @@ struct State {
     early_losses: VecDeque<(GrantKey, LeaseLost)>,
 }
 
+/// Finds a server's current address again (a sentinel's master).
+pub(crate) type Resolver = Box<dyn Fn() -> RedisResult<Client> + Send + Sync>;
+
 /// One server's session and the shared command connection of the process.
 pub(crate) struct Server {
-    client: Client,
+    /// Its key among the process's servers (and watchdogs).
+    name: String,
+    /// Where the last connection went.
+    client: Mutex<Client>,
+    /// If set, asked for the address before every new connection, so that
+    /// after a failover the session reopens on the new master.
+    resolve: Option<Resolver>,
     state: Mutex<State>,
     /// Held while a session is being opened, so that only one is.
     opening: Mutex<()>,
     commands: Mutex<Option<Connection>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The process's [`Server`] for `client`'s address, database and user.
 pub(crate) fn server(client: &Client) -> Arc<Server> {
+    server_named(format!("{:?}", client.get_connection_info()), client.clone(), None)
+}
+
+/// The process's [`Server`] named `name`, made from `client` and `resolve`
+/// the first time.
+pub(crate) fn server_named(name: String, client: Client, resolve: Option<Resolver>) -> Arc<Server> {
     static SERVERS: OnceLock<Mutex<HashMap<String, Arc<Server>>>> = OnceLock::new();
-    let key = format!("{:?}", client.get_connection_info());
     let mut servers = lock(SERVERS.get_or_init(Default::default));
-    Arc::clone(servers.entry(key).or_insert_with(|| {
+    Arc::clone(servers.entry(name.clone()).or_insert_with(|| {
         Arc::new(Server {
-            client: client.clone(),
+            name,
+            client: Mutex::new(client),
+            resolve,
             state: Mutex::default(),
             opening: Mutex::new(()),
             commands: Mutex::new(None),
@@ -291,23 +307,54 @@ fn loss_reason(detail: &str) -> LeaseLost {
 }
 
 impl Server {
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
+    pub(crate) fn client(&self) -> Client {
+        lock(&self.client).clone()
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A new connection (`timeout` to connect), to the address the resolver
+    /// names now if there is one.
+    pub(crate) fn connect(&self, timeout: Option<Duration>) -> RedisResult<Connection> {
+        let client = match &self.resolve {
+            Some(resolve) => {
+                let client = resolve()?;
+                *lock(&self.client) = client.clone();
+                client
+            }
+            None => self.client(),
+        };
+        match timeout {
+            Some(timeout) => client.get_connection_with_timeout(timeout),
+            None => client.get_connection(),
+        }
     }
 
     /// Runs `f` on the shared command connection, opening it if needed; an
-    /// I/O error drops it so the next use opens another.
-    pub(crate) fn with_conn<T>(&self, f: impl FnOnce(&mut Connection) -> RedisResult<T>) -> RedisResult<T> {
+    /// I/O error drops it so the next use opens another. A server found by
+    /// a resolver that answers `READONLY` was demoted: `f` runs again (it
+    /// was not applied) on a connection to the master named now.
+    pub(crate) fn with_conn<T>(&self, mut f: impl FnMut(&mut Connection) -> RedisResult<T>) -> RedisResult<T> {
         let mut slot = lock(&self.commands);
-        let conn = match slot.take().filter(ConnectionLike::is_open) {
-            Some(conn) => slot.insert(conn),
-            None => slot.insert(self.client.get_connection()?),
-        };
-        let result = f(conn);
-        if matches!(&result, Err(e) if e.is_io_error()) || !conn.is_open() {
-            *slot = None;
+        let mut tries = 0;
+        loop {
+            let conn = match slot.take().filter(ConnectionLike::is_open) {
+                Some(conn) => slot.insert(conn),
+                None => slot.insert(self.connect(None)?),
+            };
+            let result = f(conn);
+            let readonly = matches!(&result, Err(e) if e.kind() == redis::ErrorKind::ReadOnly);
+            if matches!(&result, Err(e) if e.is_io_error()) || !conn.is_open() || readonly {
+                *slot = None;
+            }
+            if !(readonly && self.resolve.is_some() && tries < RESENDS) {
+                return result;
+            }
+            tries += 1;
+            std::thread::sleep(REOPEN_PAUSE);
         }
-        result
     }
 
     /// Sends `cmd` on the shared connection, again (same arguments) while
@@ -331,7 +378,7 @@ impl Server {
         if let Some(sid) = lock(&self.state).sid.clone() {
             return Ok(sid);
         }
-        let mut conn = self.client.get_connection()?;
+        let mut conn = self.connect(None)?;
         conn.set_read_timeout(Some(Duration::from_millis(INBOX_MS) + INBOX_SLACK))?;
         let sid: String = redis::cmd("FLOCK.SESSION").query(&mut conn)?;
         let id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut conn)?;
@@ -425,7 +472,9 @@ impl Server {
             match redis::cmd("FLOCK.INBOX").arg(INBOX_MS).query::<Value>(&mut conn) {
                 Ok(Value::Array(events)) => self.dispatch(events),
                 Ok(_) => {}
-                Err(e) if !e.is_io_error() && e.code() == Some("UNBLOCKED") => {}
+                // A demoted server unblocks its blocked clients; one found
+                // by a resolver is left for the new master.
+                Err(e) if !e.is_io_error() && e.code() == Some("UNBLOCKED") && self.resolve.is_none() => {}
                 Err(_) => break,
             }
             if lock(&self.state).sid.as_deref() != Some(sid.as_str()) {
@@ -596,6 +645,12 @@ impl Server {
             let outcome = match kind.as_str() {
                 "lost" => {
                     self.lost((key, owner, token), loss_reason(&detail));
+                    continue;
+                }
+                // Held on the key's new node: no longer watched here (a
+                // re-watch here would find it gone and call it lost).
+                "moved" => {
+                    lock(&self.state).watches.remove(&(key, owner, token));
                     continue;
                 }
                 "granted" => Outcome::Granted(token),

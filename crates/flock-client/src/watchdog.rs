@@ -7,12 +7,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use redis::{Client, Cmd, Connection, ConnectionLike, RedisResult};
+use redis::{Cmd, Connection, ConnectionLike, RedisResult};
 
-use crate::session::Loss;
+use crate::cluster::{self, Via};
+use crate::session::{Loss, Server};
 use crate::{is_notowner, LeaseLost, RESENDS};
 
 struct Entry {
+    /// The lock's key, which routes a cluster renewal.
+    key: String,
     cmd: Cmd,
     period: Duration,
     lease: Duration,
@@ -32,9 +35,9 @@ struct Schedule {
     in_flight: Option<u64>,
 }
 
-/// One server's renewals.
+/// One server's renewals (or one cluster's).
 pub(crate) struct Renewer {
-    client: Client,
+    via: Via,
     schedule: Mutex<Schedule>,
     changed: Condvar,
 }
@@ -43,15 +46,18 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The process's renewer for `client`'s server, its thread started once.
-pub(crate) fn renewer(client: &Client) -> RedisResult<Arc<Renewer>> {
+/// The process's renewer for a server (or cluster), its thread started once.
+pub(crate) fn renewer(via: &Via) -> RedisResult<Arc<Renewer>> {
     static RENEWERS: OnceLock<Mutex<HashMap<String, Arc<Renewer>>>> = OnceLock::new();
-    let key = format!("{:?}", client.get_connection_info());
+    let key = match via {
+        Via::Server(server) => server.name().to_string(),
+        Via::Cluster(cluster) => format!("cluster {}", cluster.id()),
+    };
     let mut renewers = lock(RENEWERS.get_or_init(Default::default));
     if let Some(renewer) = renewers.get(&key) {
         return Ok(Arc::clone(renewer));
     }
-    let renewer = Arc::new(Renewer { client: client.clone(), schedule: Mutex::default(), changed: Condvar::new() });
+    let renewer = Arc::new(Renewer { via: via.clone(), schedule: Mutex::default(), changed: Condvar::new() });
     let thread = Arc::clone(&renewer);
     std::thread::Builder::new().name("flock-watchdog".into()).spawn(move || thread.run())?;
     renewers.insert(key, Arc::clone(&renewer));
@@ -60,7 +66,7 @@ pub(crate) fn renewer(client: &Client) -> RedisResult<Arc<Renewer>> {
 
 impl Renewer {
     /// Renews `cmd` every third of `lease` until [`Renewer::stop`] or a loss.
-    pub(crate) fn start(&self, cmd: Cmd, lease: Duration, loss: Arc<Loss>) -> u64 {
+    pub(crate) fn start(&self, key: &str, cmd: Cmd, lease: Duration, loss: Arc<Loss>) -> u64 {
         let period = (lease / 3).max(Duration::from_millis(1));
         let now = Instant::now();
         let mut schedule = lock(&self.schedule);
@@ -69,7 +75,10 @@ impl Renewer {
         // Short enough that a hung server does not hold up the renewals of
         // the other guards for long (one thread renews them all).
         let io_timeout = period.clamp(Duration::from_millis(50), Duration::from_secs(2));
-        schedule.entries.insert(id, Entry { cmd, period, lease, io_timeout, loss, confirmed: now, due: now + period });
+        schedule.entries.insert(
+            id,
+            Entry { key: key.to_string(), cmd, period, lease, io_timeout, loss, confirmed: now, due: now + period },
+        );
         self.changed.notify_all();
         id
     }
@@ -100,12 +109,12 @@ impl Renewer {
                 continue;
             }
             let entry = &schedule.entries[&id];
-            let (cmd, io_timeout) = (entry.cmd.clone(), entry.io_timeout);
+            let (key, cmd, io_timeout) = (entry.key.clone(), entry.cmd.clone(), entry.io_timeout);
             schedule.in_flight = Some(id);
             drop(schedule);
 
             let sent = Instant::now();
-            let result = self.renew(&mut conn, cmd, io_timeout);
+            let result = self.renew(&mut conn, &key, cmd, io_timeout);
 
             schedule = lock(&self.schedule);
             schedule.in_flight = None;
@@ -130,29 +139,35 @@ impl Renewer {
 
     /// One `FLOCK.RENEW` with a fresh request ID, resent with the same ID
     /// while its reply is lost; a connection that failed is not used again.
-    fn renew(&self, conn: &mut Option<Connection>, mut cmd: Cmd, io_timeout: Duration) -> RedisResult<u64> {
+    fn renew(&self, conn: &mut Option<Connection>, key: &str, mut cmd: Cmd, io_timeout: Duration) -> RedisResult<u64> {
         cmd.arg("ID").arg(uuid::Uuid::new_v4().to_string());
         let mut resends = 0;
         loop {
-            let result = self.once(conn, &cmd, io_timeout);
+            let result = match &self.via {
+                Via::Server(server) => once(server, conn, &cmd, io_timeout),
+                // Over the nodes' shared connections, which follow the key.
+                Via::Cluster(c) => cluster::query(c, key, &cmd).and_then(|v| redis::from_redis_value(&v)),
+            };
             match result {
                 Err(e) if e.is_io_error() && resends < RESENDS => resends += 1,
                 result => return result,
             }
         }
     }
+}
 
-    fn once(&self, slot: &mut Option<Connection>, cmd: &Cmd, io_timeout: Duration) -> RedisResult<u64> {
-        let mut conn = match slot.take().filter(ConnectionLike::is_open) {
-            Some(conn) => conn,
-            None => self.client.get_connection_with_timeout(io_timeout)?,
-        };
-        conn.set_read_timeout(Some(io_timeout))?;
-        conn.set_write_timeout(Some(io_timeout))?;
-        let result = cmd.query(&mut conn);
-        if !matches!(&result, Err(e) if e.is_io_error()) {
-            *slot = Some(conn);
-        }
-        result
+/// One renewal on the renewer's own connection to `server`; a connection
+/// that failed, or reached a demoted master, is not used again.
+fn once(server: &Server, slot: &mut Option<Connection>, cmd: &Cmd, io_timeout: Duration) -> RedisResult<u64> {
+    let mut conn = match slot.take().filter(ConnectionLike::is_open) {
+        Some(conn) => conn,
+        None => server.connect(Some(io_timeout))?,
+    };
+    conn.set_read_timeout(Some(io_timeout))?;
+    conn.set_write_timeout(Some(io_timeout))?;
+    let result = cmd.query(&mut conn);
+    if !matches!(&result, Err(e) if e.is_io_error() || e.kind() == redis::ErrorKind::ReadOnly) {
+        *slot = Some(conn);
     }
+    result
 }
