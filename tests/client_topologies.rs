@@ -1,0 +1,290 @@
+//! The Rust client (crate `flock-client`) on a real Redis Cluster (3 masters
+//! with a replica each, see common/cluster.rs) and on Sentinel (a master, its
+//! replica and 3 sentinels): waits through one session per node, FIFO, hash
+//! tags, the watchdog, pushed losses, a slot moved under a held lock and a
+//! waiter, and a Sentinel failover.
+
+mod common;
+use common::cluster::{wait_for, Cluster};
+use common::*;
+
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flock_client::{key_slot, LeaseLost, Lock, SentinelMaster};
+
+const MS: Duration = Duration::from_millis(1);
+
+fn client_cluster(cl: &Cluster) -> flock_client::Cluster {
+    flock_client::Cluster::new(cl.nodes.iter().map(|n| n.url()).collect()).expect("cluster client")
+}
+
+/// A key (`prefix` and a number) on each of the cluster's masters, in the
+/// order of `cl.masters()`.
+fn key_per_master(cl: &Cluster, prefix: &str) -> Vec<(usize, String)> {
+    cl.masters()
+        .into_iter()
+        .map(|m| {
+            let key = (0..).map(|i| format!("{prefix}{i}")).find(|k| cl.owner_of_key(k) == m).expect("a key");
+            (m, key)
+        })
+        .collect()
+}
+
+/// Waits until node `node` queues exactly `owners` on `key`.
+fn wait_queued(cl: &Cluster, node: usize, key: &str, owners: &[&str]) {
+    wait_for(&format!("{owners:?} queued on {key} at node {node}"), 10 * SECOND, || {
+        queue_of(&mut cl.conn(node), key) == owners
+    });
+}
+
+#[test]
+fn cluster_waits_are_fifo_one_session_per_node_and_hash_tags_share_a_node() {
+    let cl = Cluster::start();
+    let cluster = client_cluster(&cl);
+
+    // Slots as the server computes them, hash tags included.
+    for key in ["orders:42", "{orders:42}:a", "{orders:42}:b", "a{}b", "{}x{y}", "x{{y}}", "é{ü}"] {
+        assert_eq!(key_slot(key.as_bytes()), cl.keyslot(key), "slot of {key}");
+    }
+    let (a, b) = (Lock::new("{orders:42}:a", 10 * SECOND), Lock::new("{orders:42}:b", 10 * SECOND));
+    let (ga, gb) =
+        (a.acquire_in(&cluster, None).unwrap().expect("a"), b.acquire_in(&cluster, None).unwrap().expect("b"));
+    let node = cl.owner_of_key("{orders:42}:a");
+    assert_eq!(owner_of(&mut cl.conn(node), "{orders:42}:a").as_deref(), Some(ga.owner()));
+    assert_eq!(owner_of(&mut cl.conn(node), "{orders:42}:b").as_deref(), Some(gb.owner()));
+    ga.release().unwrap();
+    gb.release().unwrap();
+
+    // FIFO: waiters queued one after another are granted in that order.
+    const N: usize = 5;
+    let key = "fifo";
+    let node = cl.owner_of_key(key);
+    let lock = Lock::new(key, 10 * SECOND);
+    let holder = lock.clone().with_owner("holder").acquire_in(&cluster, None).unwrap().expect("holder");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut owners = Vec::new();
+    let threads: Vec<_> = (0..N)
+        .map(|i| {
+            let owner = format!("w{i}");
+            let (lock, cluster, order) = (lock.clone().with_owner(&owner), cluster.clone(), order.clone());
+            let t = std::thread::spawn(move || {
+                let guard = lock.acquire_in(&cluster, Some(20 * SECOND)).unwrap().expect("granted");
+                order.lock().unwrap().push(i);
+                guard.release().unwrap();
+            });
+            owners.push(owner);
+            let queued: Vec<&str> = owners.iter().map(String::as_str).collect();
+            wait_queued(&cl, node, key, &queued);
+            t
+        })
+        .collect();
+    holder.release().unwrap();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    assert_eq!(*order.lock().unwrap(), (0..N).collect::<Vec<_>>());
+
+    // A wait on each node at once: each goes through that node's session.
+    let keys = key_per_master(&cl, "per-node:");
+    let holders: Vec<_> = keys
+        .iter()
+        .map(|(_, k)| Lock::new(k, 10 * SECOND).with_owner("holder").acquire_in(&cluster, None).unwrap().expect("held"))
+        .collect();
+    let waiters: Vec<_> = keys
+        .iter()
+        .map(|(m, k)| {
+            let (lock, cluster) = (Lock::new(k, 10 * SECOND).with_owner("waiter"), cluster.clone());
+            let t =
+                std::thread::spawn(move || lock.acquire_in(&cluster, Some(20 * SECOND)).unwrap().map(|g| g.token()));
+            wait_queued(&cl, *m, k, &["waiter"]);
+            t
+        })
+        .collect();
+    for (m, _) in &keys {
+        assert_eq!(flock_stats(&mut cl.conn(*m))["sessions"], 1, "one session on master {m}");
+    }
+    let tokens: Vec<u64> = holders.iter().map(|h| h.token()).collect();
+    holders.into_iter().for_each(|h| assert_eq!(h.release().unwrap(), 0));
+    for ((waiter, token), (m, k)) in waiters.into_iter().zip(tokens).zip(&keys) {
+        assert!(waiter.join().unwrap().expect("granted") > token, "next token on {k}");
+        assert_eq!(info(&mut cl.conn(*m), k), None, "{k} released on drop");
+    }
+}
+
+#[test]
+fn cluster_watchdog_renews_on_the_keys_node_and_a_forcerelease_is_pushed() {
+    let cl = Cluster::start();
+    let cluster = client_cluster(&cl);
+    let lease = 600 * MS;
+    for (m, key) in key_per_master(&cl, "dog:") {
+        let mut guard = Lock::new(&key, lease).acquire_in(&cluster, None).unwrap().expect("granted");
+        let lost = guard.start_watchdog().unwrap();
+        let owner = guard.owner().to_string();
+        // Held past three leases: only renewals on node `m` keep it.
+        let until = Instant::now() + 3 * lease;
+        while Instant::now() < until {
+            assert_eq!(owner_of(&mut cl.conn(m), &key).as_deref(), Some(owner.as_str()), "{key} still held");
+            std::thread::sleep(50 * MS);
+        }
+        assert!(!guard.lost());
+        force_release(&mut cl.conn(m), &key).unwrap();
+        assert_eq!(lost.recv_timeout(5 * SECOND), Ok(LeaseLost::ForceReleased), "{key}: loss pushed");
+        assert_eq!(guard.lost_reason(), Some(LeaseLost::ForceReleased));
+        assert!(is_notowner(guard.release().expect_err("released after the loss")));
+    }
+}
+
+fn is_notowner(e: redis::RedisError) -> bool {
+    e.code() == Some("NOTOWNER")
+}
+
+#[test]
+fn cluster_slot_move_keeps_a_held_lock_and_its_waiter_follows_the_key() {
+    let cl = Cluster::start();
+    let cluster = client_cluster(&cl);
+    let key = "moving";
+    let slot = cl.keyslot(key);
+    let src = cl.owner_of_key(key);
+    let dst = cl.masters().into_iter().find(|&m| m != src).expect("another master");
+
+    let lock = Lock::new(key, 30 * SECOND);
+    let holder = lock.clone().with_owner("holder").acquire_in(&cluster, None).unwrap().expect("held");
+    let waiter = {
+        let (lock, cluster) = (lock.clone().with_owner("waiter"), cluster.clone());
+        std::thread::spawn(move || lock.acquire_in(&cluster, Some(20 * SECOND)).unwrap().map(|g| g.token()))
+    };
+    wait_queued(&cl, src, key, &["waiter"]);
+
+    cl.migrate_keys(slot, src, dst, &[key]);
+    cl.assign_slot(slot, src, dst);
+    cl.wait_slot_owner(slot, dst);
+    // The grant went with the key: same owner and token on the new node,
+    // not lost; the waiter queued again there.
+    let mut d = cl.conn(dst);
+    assert_eq!(owner_of(&mut d, key).as_deref(), Some("holder"));
+    assert_eq!(token_of(&mut d, key) as u64, holder.token());
+    wait_queued(&cl, dst, key, &["waiter"]);
+    assert!(!holder.lost(), "a moved grant is not lost");
+
+    // The release reaches the new node and hands the lock to the waiter.
+    let token = holder.token();
+    assert_eq!(holder.release().unwrap(), 0);
+    assert!(waiter.join().unwrap().expect("granted on the new node") > token);
+    assert_eq!(info(&mut d, key), None, "the waiter's guard released it on the new node");
+}
+
+/// A sentinel on a free port watching `master_port` as `flock`.
+fn start_sentinel(dir: &TempDir, master_port: u16) -> (Child, u16) {
+    let port = free_port();
+    let conf = dir.path().join(format!("sentinel-{port}.conf"));
+    std::fs::write(
+        &conf,
+        format!(
+            "port {port}\nbind 127.0.0.1\nsentinel monitor flock 127.0.0.1 {master_port} 2\n\
+             sentinel down-after-milliseconds flock 1000\nsentinel failover-timeout flock 10000\n"
+        ),
+    )
+    .expect("write sentinel.conf");
+    let child = Command::new(server_program())
+        .arg(&conf)
+        .arg("--sentinel")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start a sentinel");
+    (child, port)
+}
+
+fn sentinel_conn(port: u16) -> RedisResult<Connection> {
+    redis::Client::open(format!("redis://127.0.0.1:{port}/"))?.get_connection_with_timeout(SECOND)
+}
+
+/// `SENTINEL MASTER flock` field `name`, as an integer.
+fn sentinel_field(port: u16, name: &str) -> i64 {
+    let fields: RedisResult<Vec<String>> = sentinel_conn(port).and_then(|mut c| {
+        redis::cmd("SENTINEL").arg("MASTER").arg("flock").query(&mut c).map(|v: Value| match v {
+            Value::Array(items) => items.iter().map(|i| redis::from_redis_value(i).unwrap_or_default()).collect(),
+            Value::Map(pairs) => {
+                pairs.iter().flat_map(|(k, v)| [k, v]).map(|i| redis::from_redis_value(i).unwrap_or_default()).collect()
+            }
+            _ => Vec::new(),
+        })
+    });
+    let fields = fields.unwrap_or_default();
+    fields.chunks(2).find(|kv| kv[0] == name).and_then(|kv| kv.get(1)?.parse().ok()).unwrap_or(-1)
+}
+
+/// The master port a sentinel names.
+fn named_master(port: u16) -> Option<u16> {
+    let mut c = sentinel_conn(port).ok()?;
+    let addr: Vec<String> = redis::cmd("SENTINEL").arg("GET-MASTER-ADDR-BY-NAME").arg("flock").query(&mut c).ok()?;
+    addr.get(1)?.parse().ok()
+}
+
+fn role(s: &Server) -> String {
+    s.info_section("replication").get("role").cloned().unwrap_or_default()
+}
+
+struct Sentinels(Vec<(Child, u16)>);
+
+impl Drop for Sentinels {
+    fn drop(&mut self) {
+        for (child, _) in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[test]
+fn sentinel_lock_and_wait_survive_a_failover_and_new_locks_go_to_the_new_master() {
+    let master = Server::start();
+    let replica = Server::replica_of(&master);
+    let dir = temp_dir("sentinel");
+    let sentinels = Sentinels((0..3).map(|_| start_sentinel(&dir, master.port)).collect());
+    let ports: Vec<u16> = sentinels.0.iter().map(|(_, p)| *p).collect();
+    wait_until("the sentinels to know the replica and each other", 20 * SECOND, || {
+        ports.iter().all(|&p| sentinel_field(p, "num-slaves") >= 1 && sentinel_field(p, "num-other-sentinels") >= 2)
+    });
+    let urls: Vec<String> = ports.iter().map(|p| format!("redis://127.0.0.1:{p}/")).collect();
+    let found = SentinelMaster::new(urls, "flock", None).expect("the sentinels name the master");
+    assert_eq!(found.client().get_connection_info().addr.to_string(), format!("127.0.0.1:{}", master.port));
+
+    // A wait through the session on the master the sentinels named.
+    let lock = Lock::new("s:wait", 10 * SECOND);
+    let holder = lock.clone().with_owner("holder").acquire_in(&found, None).unwrap().expect("held");
+    let waiter = {
+        let (lock, found) = (lock.clone().with_owner("waiter"), found.clone());
+        std::thread::spawn(move || lock.acquire_in(&found, Some(10 * SECOND)).unwrap().map(|g| g.release().unwrap()))
+    };
+    wait_queue(&mut master.conn(), "s:wait", &["waiter"]);
+    assert_eq!(flock_stats(&mut master.conn())["sessions"], 1);
+    assert_eq!(holder.release().unwrap(), 0);
+    assert_eq!(waiter.join().unwrap(), Some(0), "the waiter was granted");
+
+    // A grant replicated before SENTINEL FAILOVER is kept on the new master.
+    let kept = Lock::new("s:kept", 60 * SECOND).acquire_in(&found, None).unwrap().expect("kept");
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut master.conn()).unwrap();
+    assert_eq!(acked, 1);
+    let _: String =
+        redis::cmd("SENTINEL").arg("FAILOVER").arg("flock").query(&mut sentinel_conn(ports[0]).unwrap()).unwrap();
+    wait_until("the sentinels to name the replica", 20 * SECOND, || {
+        ports.iter().all(|&p| named_master(p) == Some(replica.port))
+    });
+    // Sentinel demotes the old master (closing its clients) 10-20 s later:
+    // until then the session stays there.
+    wait_until("the old master to be demoted", 40 * SECOND, || role(&master) == "slave");
+    wait_until("the session to reopen on the new master", 10 * SECOND, || {
+        flock_stats(&mut replica.conn())["sessions"] == 1
+    });
+    assert!(!kept.lost(), "a replicated grant survives the failover");
+    assert_eq!(token_of(&mut replica.conn(), "s:kept") as u64, kept.token());
+
+    // A new lock goes to the new master; the kept one is released there.
+    let fresh = Lock::new("s:new", 10 * SECOND).acquire_in(&found, Some(5 * SECOND)).unwrap().expect("fresh");
+    assert_eq!(owner_of(&mut replica.conn(), "s:new").as_deref(), Some(fresh.owner()));
+    assert_eq!(found.client().get_connection_info().addr.to_string(), format!("127.0.0.1:{}", replica.port));
+    assert_eq!(fresh.release().unwrap(), 0);
+    assert_eq!(kept.release().unwrap(), 0);
+    assert_eq!(info(&mut replica.conn(), "s:kept"), None, "released on the new master");
+}
