@@ -44,6 +44,60 @@
 //! A lock without a client, or with [`Lock::blocking`], waits as before:
 //! `FLOCK.ACQUIRE ... WAIT t` blocks the connection given to acquire.
 //!
+//! **Cluster and Sentinel.** [`Lock::acquire_in`] (and [`RwLock::read_in`],
+//! [`RwLock::write_in`], [`Semaphore::acquire_in`]) acquire through a
+//! [`Cluster`] or a [`SentinelMaster`]; the guard's connection is a
+//! [`Routed`], which sends each command (release, renew) to the process's
+//! shared connection of the right server, and [`Guard::start_watchdog`]
+//! renews there.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use flock_client::{Cluster, Lock, SentinelMaster};
+//!
+//! # fn main() -> redis::RedisResult<()> {
+//! let cluster = Cluster::new(vec!["redis://127.0.0.1:7000/", "redis://127.0.0.1:7001/"])?;
+//! // Hash tags put related locks on one node: {order:42}:a, {order:42}:b.
+//! if let Some(mut guard) = Lock::new("{order:42}:a", Duration::from_secs(10))
+//!     .acquire_in(&cluster, Some(Duration::from_secs(5)))?
+//! {
+//!     let _lost = guard.start_watchdog()?; // renews on the key's node
+//!     guard.release()?;
+//! }
+//!
+//! let master = SentinelMaster::new(vec!["redis://127.0.0.1:26379/"], "mymaster", None)?;
+//! let lock = Lock::new("orders:42", Duration::from_secs(10));
+//! if let Some(guard) = lock.acquire_in(&master, Some(Duration::from_secs(5)))? {
+//!     guard.release()?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! On a cluster a wait goes through the session of its key's node (one
+//! session per node the process waits on), sent on that node's own shared
+//! connection with that node's session ID. A `MOVED` reads the slot map
+//! again (`CLUSTER SLOTS`) and sends it to the new node with the same
+//! request ID; an `ASK` (the slot is being migrated) is sent again after a
+//! pause. A slot move (`MIGRATE`) keeps a held grant on the new node (owner,
+//! holds, token, lease): the old node's session hears `moved`, not a loss,
+//! and stops watching it; release and renewals follow the key, but a later
+//! loss there is found by the watchdog, not pushed. A waiter queued on the
+//! old node gets `LOCKDELETED` there; if that node now redirects the key,
+//! the wait queues again on the new node, at the tail, as a new request with
+//! what is left of its time. The watchdog of a cluster lock renews over the
+//! nodes' shared connections, which have no read timeout.
+//!
+//! A [`SentinelMaster`] asks the sentinels for the master before every new
+//! connection (the session's, the shared one, the watchdog's). After a
+//! failover the old master's connections close (Sentinel demotes it, `CLIENT
+//! KILL`), answer `READONLY` or `UNBLOCKED`: the command goes again to the
+//! new master and the session reopens there, sends its waits again and
+//! re-watches the grants: one replicated before the failover stays held,
+//! one that was not is lost (`NotOwner`). Until the old master is demoted
+//! (Sentinel does it some seconds after the promotion) it still answers,
+//! and what is written there in that window is lost with it.
+//!
 //! [`RwLock`] (`read` and `write`) and [`Semaphore`] (`acquire` of n
 //! permits) hand out the same [`Guard`], with the same watchdog, request IDs
 //! and release on drop: every holder has its own lease, token and holds.
