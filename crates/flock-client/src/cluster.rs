@@ -267,7 +267,11 @@ impl ConnectionLike for Routed {
     }
 
     fn get_db(&self) -> i64 {
-        0
+        match &self.via {
+            Via::Server(server) => server.client().get_connection_info().redis.db,
+            // A cluster has only database 0.
+            Via::Cluster(_) => 0,
+        }
     }
 
     fn check_connection(&mut self) -> bool {

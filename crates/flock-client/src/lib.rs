@@ -180,7 +180,7 @@ struct Target {
 /// Where [`Lock::acquire_in`] and its kin acquire: a [`Cluster`] (the node
 /// of the lock's key), a [`SentinelMaster`] (the master its sentinels name)
 /// or one server's `redis::Client`.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Route(Via);
 
 impl From<&Cluster> for Route {
