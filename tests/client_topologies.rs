@@ -115,7 +115,7 @@ fn cluster_waits_are_fifo_one_session_per_node_and_hash_tags_share_a_node() {
 fn cluster_watchdog_renews_on_the_keys_node_and_a_forcerelease_is_pushed() {
     let cl = Cluster::start();
     let cluster = client_cluster(&cl);
-    let lease = 600 * MS;
+    let lease = SECOND;
     for (m, key) in key_per_master(&cl, "dog:") {
         let mut guard = Lock::new(&key, lease).acquire_in(&cluster, None).unwrap().expect("granted");
         let lost = guard.start_watchdog().unwrap();
@@ -266,8 +266,12 @@ fn sentinel_lock_and_wait_survive_a_failover_and_new_locks_go_to_the_new_master(
     let kept = Lock::new("s:kept", 60 * SECOND).acquire_in(&found, None).unwrap().expect("kept");
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut master.conn()).unwrap();
     assert_eq!(acked, 1);
-    let _: String =
-        redis::cmd("SENTINEL").arg("FAILOVER").arg("flock").query(&mut sentinel_conn(ports[0]).unwrap()).unwrap();
+    // Refused (NOGOODSLAVE) until the sentinel has seen the replica fit to promote.
+    wait_until("SENTINEL FAILOVER to be accepted", 10 * SECOND, || {
+        sentinel_conn(ports[0])
+            .and_then(|mut c| redis::cmd("SENTINEL").arg("FAILOVER").arg("flock").query::<String>(&mut c))
+            .is_ok()
+    });
     wait_until("the sentinels to name the replica", 20 * SECOND, || {
         ports.iter().all(|&p| named_master(p) == Some(replica.port))
     });
