@@ -1,5 +1,6 @@
 //! Watchdogs: one renewal thread and one connection per server for the
-//! whole process, however many guards it keeps alive. Each guard's lease is
+//! whole process, however many guards it keeps alive (per cluster, one
+//! thread renewing over its nodes' shared connections, following the keys). Each guard's lease is
 //! renewed every third of it; a `NOTOWNER` or a whole lease without a
 //! confirmed renewal marks the guard lost.
 
