@@ -191,7 +191,7 @@ pub fn restore(
 }
 
 /// Free, kept only by the request IDs it remembers.
-fn is_lingering(value: &LockValue) -> bool {
+pub fn is_lingering(value: &LockValue) -> bool {
     value.lock.is_idle() && !value.lock.is_unused()
 }
 

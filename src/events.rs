@@ -7,7 +7,7 @@ use redis_module::{Context, NotifyEvent};
 
 use crate::ffi::{self, ServerEvents};
 use crate::state;
-use crate::value::lock_value;
+use crate::value::{lock_value, read_lock_value};
 use crate::{blocking, engine, eviction, inbox};
 use flock_core::effects::{End, Leave, Loss};
 
@@ -94,8 +94,13 @@ pub fn on_keyspace_event(ctx: &Context, _: NotifyEvent, event: &str, key: &[u8])
                 state::with(|s| engine::attach(s, value, ffi::selected_db(ctx), key));
             }
         }
+        // Only for a lingering lock: a slot move RESTOREs every key of the
+        // slot, and most are not locks.
         "restore" | "persist" => {
-            ffi::create_timer(0, engine::linger_again, (ffi::selected_db(ctx), key.to_vec()));
+            let name = ffi::key_name(ctx, key);
+            if matches!(read_lock_value(&ctx.open_key(&name)), Ok(Some(value)) if engine::is_lingering(value)) {
+                ffi::create_timer(0, engine::linger_again, (ffi::selected_db(ctx), key.to_vec()));
+            }
         }
         _ => {}
     }
