@@ -2,8 +2,8 @@
 # `make test-servers`: the whole test suite (the Rust tests, then the suites
 # of the clients named in CLIENTS, see scripts/test-clients.sh) on each
 # server named in the arguments (see scripts/server.sh), one after the other,
-# then a line of test counts per server and a total. Fails if any server
-# fails a test.
+# then a line of test counts per server (with the names of any failed
+# tests) and a total. Fails if any server fails a test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
@@ -28,6 +28,10 @@ for name in "$@"; do
     counts=$(grep -o '[0-9]* passed; [0-9]* failed; [0-9]* ignored' "$log" |
         awk '{p += $1; f += $3; i += $5} END {printf "%d passed, %d failed, %d ignored", p, f, i}')
     summary+=("$name ($("$bin" --version | grep -o 'v=[^ ]*')): $counts")
+    # The names of failed tests, so that the last lines of the output say which:
+    # cargo's "test x ... FAILED", pytest's "FAILED x", JUnit's "✘", node's "✖".
+    while IFS= read -r line; do summary+=("  failed: $line"); done < <(
+        grep -E '^test .* \.\.\. FAILED$|^FAILED |✘|^ *✖ ' "$log" | sed 's/^ *//' | sort -u | head -20)
 done
 echo "==== test counts per server"
 printf '%s\n' "${summary[@]}"
