@@ -190,21 +190,17 @@ fn replica_sees_binary_keys_and_ends_their_lease_once_promoted() {
     let mut m = Server::start();
     let mut r = Server::replica_of(&m);
     let (mut mc, mut rc) = (m.conn(), r.conn());
-    let wait_replica = |mc: &mut Connection| {
-        let n: i64 = redis::cmd("WAIT").arg(1).arg(2_000).query(mc).expect("WAIT");
-        assert_eq!(n, 1, "WAIT 1 2000");
-    };
     // Grant and lease expiry on the master reach the replica (FLOCK.STATE).
     let t = acquire(&mut mc, OTHER, "x", 500).unwrap().expect("granted");
-    wait_replica(&mut mc);
+    wait_replica_applied(&mut mc, &mut rc);
     assert_eq!(token_of(&mut rc, OTHER), t);
     wait_until("the master to end x's lease", 5 * SECOND, || !exists(&mut mc, OTHER));
-    wait_replica(&mut mc);
+    wait_replica_applied(&mut mc, &mut rc);
     assert!(!exists(&mut rc, OTHER), "the expiry reached the replica");
 
     let sent = Instant::now();
     let t = acquire(&mut mc, KEY, "a", 1_500).unwrap().expect("granted");
-    wait_replica(&mut mc);
+    wait_replica_applied(&mut mc, &mut rc);
     assert_eq!(owner_of(&mut rc, KEY).as_deref(), Some("a"));
     assert_eq!(token_of(&mut rc, KEY), t);
 

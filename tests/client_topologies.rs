@@ -264,8 +264,7 @@ fn sentinel_lock_and_wait_survive_a_failover_and_new_locks_go_to_the_new_master(
 
     // A grant replicated before SENTINEL FAILOVER is kept on the new master.
     let kept = Lock::new("s:kept", 60 * SECOND).acquire_in(&found, None).unwrap().expect("kept");
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut master.conn()).unwrap();
-    assert_eq!(acked, 1);
+    wait_replica_applied(&mut master.conn(), &mut replica.conn());
     // Refused (NOGOODSLAVE) until the sentinel has seen the replica fit to promote.
     wait_until("SENTINEL FAILOVER to be accepted", 10 * SECOND, || {
         sentinel_conn(ports[0])

@@ -108,16 +108,10 @@ fn debug_reload(c: &mut Connection) {
     assert_eq!(ok, "OK");
 }
 
-/// `WAIT 1 2000` on the master: the replica has applied everything so far.
-fn wait_replica(mc: &mut Connection) {
-    let n: i64 = redis::cmd("WAIT").arg(1).arg(2_000).query(mc).expect("WAIT");
-    assert_eq!(n, 1, "WAIT 1 2000 after the change");
-}
-
-/// After `WAIT 1`, the replica shows the master's owner/holds/token/session
+/// Once the replica has applied the master's writes, it shows the master's owner/holds/token/session
 /// and (nearly) the same ttl, with no waiters of its own.
 fn assert_replicated(mc: &mut Connection, rc: &mut Connection, key: &str, what: &str) {
-    wait_replica(mc);
+    wait_replica_applied(mc, rc);
     let on_master = held(mc, key);
     let master_ttl = on_master.as_ref().map(|_| ttl_ms(mc, key));
     let on_replica = held(rc, key);
@@ -798,7 +792,7 @@ fn locks_in_other_databases_are_replicated_and_persisted_in_their_own_database()
     for key in ["L", "S", "X"] {
         acquire(&mut m0, key, "db0", 60_000).unwrap().expect("granted");
     }
-    wait_replica(&mut m0);
+    wait_replica_applied(&mut m0, &mut r0);
     let db0: Vec<Option<Held>> = ["L", "S", "X"].iter().map(|k| held(&mut m0, k)).collect();
     let check_db0 = |r0: &mut Connection, what: &str| {
         let now: Vec<Option<Held>> = ["L", "S", "X"].iter().map(|k| held(r0, k)).collect();
@@ -869,7 +863,7 @@ fn replica_follows_rename_and_move_and_once_promoted_ends_the_lease_at_the_new_p
     assert!(!exists(&mut rc, "A"));
     let moved: i64 = redis::cmd("MOVE").arg("B").arg(3).query(&mut mc).unwrap();
     assert_eq!(moved, 1);
-    wait_replica(&mut mc);
+    wait_replica_applied(&mut mc, &mut rc);
     assert!(!exists(&mut rc, "B"), "MOVE took B out of db 0 on the replica");
     let mut r3 = r.conn_db(3);
     assert_eq!(held(&mut r3, "B"), Some(before), "the moved lock on the replica");
@@ -893,7 +887,7 @@ fn replica_never_expires_a_lease_and_once_promoted_ends_the_overdue_lease_with_l
     grant_and_delete(&mut mc, &mut issued, "gone");
     let sent = Instant::now();
     issued.add(acquire(&mut mc, "L", "a", 1_500).unwrap().expect("granted"));
-    wait_replica(&mut mc);
+    wait_replica_applied(&mut mc, &mut rc);
     let on_master = held_by(&mut mc, "L", "a");
     assert_eq!(held(&mut rc, "L").as_ref(), Some(&on_master));
 
@@ -932,7 +926,7 @@ fn promoted_replica_keeps_the_old_holder_until_its_lease_ends_then_grants_waiter
     issued.add(acquire(&mut mc, "L", "a", 60_000).unwrap().expect("granted"));
     let sent_k = Instant::now();
     issued.add(acquire(&mut mc, "K", "k", 3_000).unwrap().expect("granted"));
-    wait_replica(&mut mc);
+    wait_replica_applied(&mut mc, &mut rc);
     let (l_before, k_before) = (held_by(&mut mc, "L", "a"), held_by(&mut mc, "K", "k"));
 
     let _stopped = Stopped::new(&m);
@@ -1011,7 +1005,7 @@ fn a_master_made_a_replica_answers_its_waiters_unblocked_and_keeps_no_queue() {
             wait_queue(&mut mc, key, &owners.iter().take(i + 1).map(String::as_str).collect::<Vec<_>>());
         }
     }
-    wait_replica(&mut mc);
+    wait_replica_applied(&mut mc, &mut nc);
     replicaof_no_one(&mut nc);
 
     let since = Instant::now();

@@ -214,6 +214,26 @@ pub fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool)
 
 pub const SECOND: Duration = Duration::from_secs(1);
 
+/// One field of `INFO replication`, as a number.
+fn replication_offset(c: &mut Connection, field: &str) -> i64 {
+    let text: String = redis::cmd("INFO").arg("replication").query(c).expect("INFO replication");
+    let value = text.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':'));
+    value.and_then(|v| v.trim().parse().ok()).unwrap_or_else(|| panic!("no {field} in INFO replication"))
+}
+
+/// Waits until the replica behind `replica` has applied everything the master behind
+/// `master` had written when this was called. Not `WAIT 1` on `master`: that counts the
+/// acknowledgements of that connection's own last write, and a change made in another
+/// client's command (a hand-off, a closed connection, a timer) is not one; Redis 8.2 and
+/// Valkey 9.1 do not move a connection's offset for its reads, and a replica was seen
+/// without a session grant after `WAIT 1` had answered 1.
+pub fn wait_replica_applied(master: &mut Connection, replica: &mut Connection) {
+    let written = replication_offset(master, "master_repl_offset");
+    wait_until("the replica to apply the master's writes", 5 * SECOND, || {
+        replication_offset(replica, "slave_repl_offset") >= written
+    });
+}
+
 /// The server reads its clock in whole milliseconds, so a lease of n ms can
 /// end up to 1 ms before n ms of the test's clock have passed since it sent
 /// the acquire; "ended early" checks allow for that grain and no more.
