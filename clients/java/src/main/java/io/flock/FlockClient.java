@@ -43,6 +43,9 @@ public final class FlockClient implements AutoCloseable {
     final Map<Grant.Key, Grant> grants = new ConcurrentHashMap<>();
     private volatile LeaseLostListener leaseLostListener = (name, thread, token, reason) -> {};
     private volatile boolean sessions;
+    /** Durable grants: how many replicas must acknowledge each grant (0: off), and how long WAIT waits. */
+    final int durableReplicas;
+    final int durableTimeoutMs;
     /** Losses pushed before their grant was known here (the grant's reply still on its way): key -> reason. */
     private final Map<String, String> earlyLosses = new java.util.LinkedHashMap<>() {
         private static final long serialVersionUID = 1L;
@@ -82,16 +85,34 @@ public final class FlockClient implements AutoCloseable {
      * @param sessions whether waits go through the client's session
      */
     public FlockClient(ConnectionFactory factory, long watchdogTimeoutMs, boolean sessions) {
-        this(client -> new Router(client, factory), watchdogTimeoutMs, sessions);
+        this(client -> new Router(client, factory), watchdogTimeoutMs, sessions, 0,
+                FlockConfig.DEFAULT_DURABLE_TIMEOUT_MS);
     }
 
-    private FlockClient(java.util.function.Function<FlockClient, Router> router, long watchdogTimeoutMs,
-            boolean sessions) {
+    /**
+     * A client on connections from {@code factory} (a Jedis, Lettuce or Spring adapter) with the options of
+     * {@code options} that do not concern connecting: the watchdog timeout and durable grants
+     * ({@link FlockConfig#setDurableReplicas}, {@link FlockConfig#setDurableTimeout}); sessions on.
+     *
+     * @param factory opens each connection the client needs (never a shared one)
+     * @param options the watchdog timeout and the durable-grant options (address, credentials, TLS and
+     *     topology are the factory's, not taken from it)
+     */
+    public FlockClient(ConnectionFactory factory, FlockConfig options) {
+        this(client -> new Router(client, factory), options.lockWatchdogTimeoutMs, true, options.durableReplicas,
+                options.durableTimeoutMs);
+    }
+
+    /** Every option (tests: durable grants without sessions). */
+    FlockClient(java.util.function.Function<FlockClient, Router> router, long watchdogTimeoutMs,
+            boolean sessions, int durableReplicas, int durableTimeoutMs) {
         if (watchdogTimeoutMs < 3) {
             throw new IllegalArgumentException("watchdog timeout must be at least 3 ms");
         }
         this.watchdogTimeoutMs = watchdogTimeoutMs;
         this.sessions = sessions;
+        this.durableReplicas = durableReplicas;
+        this.durableTimeoutMs = durableTimeoutMs;
         this.router = router.apply(this);
     }
 
@@ -122,7 +143,8 @@ public final class FlockClient implements AutoCloseable {
      *     config no master name or sentinel
      */
     public static FlockClient create(FlockConfig config) {
-        return new FlockClient(client -> Router.of(client, config), config.lockWatchdogTimeoutMs, true);
+        return new FlockClient(client -> Router.of(client, config), config.lockWatchdogTimeoutMs, true,
+                config.durableReplicas, config.durableTimeoutMs);
     }
 
     /**
@@ -182,6 +204,16 @@ public final class FlockClient implements AutoCloseable {
      */
     public long getWatchdogTimeout() {
         return watchdogTimeoutMs;
+    }
+
+    /**
+     * How many replicas must acknowledge each grant before an acquire returns ({@link
+     * FlockConfig#setDurableReplicas}).
+     *
+     * @return the count, 0 when durable grants are off
+     */
+    public int getDurableReplicas() {
+        return durableReplicas;
     }
 
     /**

@@ -29,6 +29,8 @@ public final class FlockConfig {
     public static final int DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
     /** Redisson's default (command) timeout, in milliseconds. */
     public static final int DEFAULT_TIMEOUT_MS = 3_000;
+    /** How long a durable grant waits for its replicas by default, in milliseconds (Redisson's slavesSyncTimeout). */
+    public static final int DEFAULT_DURABLE_TIMEOUT_MS = 1_000;
 
     String host = "127.0.0.1";
     int port = 6379;
@@ -39,6 +41,8 @@ public final class FlockConfig {
     int connectTimeoutMs = DEFAULT_CONNECT_TIMEOUT_MS;
     int timeoutMs = DEFAULT_TIMEOUT_MS;
     long lockWatchdogTimeoutMs = FlockClient.DEFAULT_WATCHDOG_TIMEOUT_MS;
+    int durableReplicas;
+    int durableTimeoutMs = DEFAULT_DURABLE_TIMEOUT_MS;
     Path sslTruststore;
     String sslTruststorePassword;
     Path sslCaCertificate;
@@ -149,6 +153,51 @@ public final class FlockConfig {
      */
     public FlockConfig setLockWatchdogTimeout(long lockWatchdogTimeoutMs) {
         this.lockWatchdogTimeoutMs = lockWatchdogTimeoutMs;
+        return this;
+    }
+
+    /**
+     * Durable grants (default 0: off): a grant counts only once {@code replicas} replicas of its key's node (on a
+     * Cluster) or of the master (one server, Sentinel) have it. After each grant (a try, a wait, a reentry; of
+     * a lock, a read or write lock, a semaphore's permits) the client sends, in one round trip on a connection
+     * to that node, {@code FLOCK.RENEW key owner lease-ms ID <id>} and {@code WAIT replicas timeout}; when
+     * {@code WAIT} answers fewer (or the grant is gone), it gives the hold back ({@code FLOCK.RELEASE}) and the
+     * acquire throws {@link LockNotDurableException}. The {@code RENEW} is there because {@code WAIT} counts the
+     * acknowledgements of the connection's own last write, and a grant handed over in another client's command
+     * (a wait's) was not this connection's write.
+     *
+     * <p>Name every replica of the deployment: unlike Redisson's {@code checkLockSyncedSlaves} (every replica
+     * the master has now), this is a count, because in a graceful failover the old master keeps serving with
+     * fewer replicas attached, and a grant one of them acknowledged can be lost with it. What each setting
+     * survived in the project's failover test is in docs/durability.md. It makes every acquire wait for the
+     * replicas (about a replica round trip), and an acquire fails while fewer replicas are attached.
+     *
+     * @param replicas how many replicas must acknowledge each grant; 0 turns durable grants off
+     * @return this config
+     * @throws IllegalArgumentException if {@code replicas} is less than 0
+     */
+    public FlockConfig setDurableReplicas(int replicas) {
+        if (replicas < 0) {
+            throw new IllegalArgumentException("durable replicas must be 0 (off) or more: " + replicas);
+        }
+        this.durableReplicas = replicas;
+        return this;
+    }
+
+    /**
+     * How long a durable grant waits for its replicas' acknowledgements ({@code WAIT}'s timeout; default
+     * {@value #DEFAULT_DURABLE_TIMEOUT_MS}), as Redisson's {@code slavesSyncTimeout}. An acquire that does not get
+     * them in time gives its hold back and throws {@link LockNotDurableException} after about this long.
+     *
+     * @param durableTimeoutMs milliseconds, more than 0
+     * @return this config
+     * @throws IllegalArgumentException if {@code durableTimeoutMs} is not more than 0
+     */
+    public FlockConfig setDurableTimeout(int durableTimeoutMs) {
+        if (durableTimeoutMs <= 0) {
+            throw new IllegalArgumentException("durable timeout must be more than 0 ms: " + durableTimeoutMs);
+        }
+        this.durableTimeoutMs = durableTimeoutMs;
         return this;
     }
 

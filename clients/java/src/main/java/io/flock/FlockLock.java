@@ -384,9 +384,86 @@ public class FlockLock implements Lock {
             token = acquireBlocking(waitMs, lease, interruptible);
         }
         if (token != null) {
+            if (client.durableReplicas > 0) {
+                confirmDurable(lease);
+            }
             remember(token, leaseMs == WATCHDOG, lease);
         }
         return token;
+    }
+
+    /**
+     * Durable grants (docs/client-protocol.md, "Durable grants"): {@code FLOCK.RENEW} (this connection's write,
+     * after the grant in the replication stream) and {@code WAIT replicas timeout} in one round trip on a
+     * connection to the key's node. Fewer replicas than asked, or the grant gone (NOTOWNER): the hold just
+     * taken is given back (one RELEASE: a new grant's only hold, or a reentry's extra one) and
+     * {@link LockNotDurableException} thrown. A lost reply is resent (same request ID), and on a Cluster or
+     * Sentinel sent again to the key's master after a failover.
+     */
+    private void confirmDurable(long lease) {
+        int replicas = client.durableReplicas;
+        byte[][] renew = {FlockClient.bytes("FLOCK.RENEW"), key, owner(), FlockClient.bytes(Long.toString(lease)),
+            FlockClient.bytes("ID"), FlockClient.requestId()};
+        byte[][] waitArgs = {FlockClient.bytes("WAIT"), FlockClient.bytes(Integer.toString(replicas)),
+            FlockClient.bytes(Integer.toString(client.durableTimeoutMs))};
+        String why;
+        long reached = 0;
+        Exception cause = null;
+        try {
+            Router.Route route = client.router.route(key);
+            for (int resends = 0; ; ) {
+                List<Object> replies;
+                try {
+                    replies = route.pipeline(renew, waitArgs);
+                } catch (IOException e) {
+                    if (resends++ < FlockClient.RESENDS || route.failedOver()) {
+                        continue;
+                    }
+                    throw e;
+                }
+                Object renewed = replies.get(0);
+                Object acked = replies.get(1);
+                if (renewed instanceof RuntimeException) {
+                    RuntimeException e = (RuntimeException) renewed;
+                    if (route.redirected(e)) {
+                        continue; // MOVED, ASK: the grant is on the node named
+                    }
+                    if (!"NOTOWNER".equals(RedisError.codeOf(e))) {
+                        throw e;
+                    }
+                    why = "the grant was gone before they did (" + new RedisError(e).getMessage() + ")";
+                    cause = e;
+                    break;
+                }
+                if (acked instanceof RuntimeException) {
+                    throw (RuntimeException) acked;
+                }
+                reached = (Long) acked;
+                if (reached >= replicas) {
+                    return;
+                }
+                why = "WAIT " + replicas + " " + client.durableTimeoutMs + " answered " + reached;
+                break;
+            }
+        } catch (IOException e) {
+            why = "the server could not be reached (" + e.getMessage() + ")";
+            cause = e;
+        } catch (RuntimeException e) {
+            giveBack();
+            throw RedisError.specific(e);
+        }
+        giveBack();
+        throw new LockNotDurableException(name, reached, replicas, why, cause);
+    }
+
+    /** The hold a durable grant could not confirm, given back; NOTOWNER (already gone) and I/O errors ignored. */
+    private void giveBack() {
+        try {
+            client.call(FlockClient.bytes("FLOCK.RELEASE"), key, owner(), FlockClient.bytes("ID"),
+                    FlockClient.requestId());
+        } catch (IOException | RuntimeException e) {
+            // gone already (NOTOWNER), or unreachable: its lease ends it
+        }
     }
 
     private Long acquireBlocking(long waitMs, long lease, boolean interruptible) throws InterruptedException {

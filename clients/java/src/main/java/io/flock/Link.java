@@ -2,6 +2,8 @@ package io.flock;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.util.ArrayList;
+import java.util.List;
 
 /**
  * One connection, opened on first use and again after it broke. Its server-side client id (CLIENT ID, asked
@@ -41,12 +43,7 @@ final class Link implements AutoCloseable {
      */
     synchronized Object call(byte[][] args, boolean asking) throws IOException {
         try {
-            if (conn == null) {
-                conn = factory.connect();
-                if (knowsId) {
-                    clientId = (Long) conn.call(CLIENT_ID);
-                }
-            }
+            open();
             if (asking) {
                 conn.call(ASKING);
             }
@@ -54,6 +51,48 @@ final class Link implements AutoCloseable {
         } catch (IOException | UncheckedIOException e) {
             close();
             throw e instanceof IOException ? (IOException) e : ((UncheckedIOException) e).getCause();
+        }
+    }
+
+    /**
+     * Sends {@code commands} one after the other on this connection and returns their replies in order, an
+     * error reply as the RuntimeException in its place: in one round trip when the connection can pipeline
+     * ({@link Pipelined}: the built-in one, directly or through Sentinel), else one call after the other (an
+     * adapter's connection), still on the same connection with nothing in between. {@code asking}: ASKING
+     * first, as {@link #call(byte[][], boolean)}. An I/O error closes the connection and is rethrown.
+     */
+    synchronized List<Object> pipeline(boolean asking, byte[][]... commands) throws IOException {
+        try {
+            open();
+            if (asking) {
+                conn.call(ASKING);
+            }
+            if (conn instanceof Pipelined) {
+                return ((Pipelined) conn).pipeline(commands);
+            }
+            List<Object> replies = new ArrayList<>();
+            for (byte[][] command : commands) {
+                try {
+                    replies.add(conn.call(command));
+                } catch (UncheckedIOException e) {
+                    throw e;
+                } catch (RuntimeException e) {
+                    replies.add(e);
+                }
+            }
+            return replies;
+        } catch (IOException | UncheckedIOException e) {
+            close();
+            throw e instanceof IOException ? (IOException) e : ((UncheckedIOException) e).getCause();
+        }
+    }
+
+    private void open() throws IOException {
+        if (conn == null) {
+            conn = factory.connect();
+            if (knowsId) {
+                clientId = (Long) conn.call(CLIENT_ID);
+            }
         }
     }
 

@@ -15,6 +15,11 @@ final class Node implements AutoCloseable {
     final Link renewals;
     final Session session;
     final ConcurrentLinkedDeque<Link> idleWaitLinks = new ConcurrentLinkedDeque<>();
+    /**
+     * Idle connections for durable grants' {@code RENEW} + {@code WAIT} (one per grant being confirmed at a
+     * time, so that a WAIT does not hold up the shared command connection).
+     */
+    final ConcurrentLinkedDeque<Link> durableLinks = new ConcurrentLinkedDeque<>();
 
     Node(FlockClient client, String address, ConnectionFactory factory) {
         this.address = address;
@@ -30,6 +35,9 @@ final class Node implements AutoCloseable {
         commands.close();
         renewals.close();
         for (Link link; (link = idleWaitLinks.poll()) != null; ) {
+            link.close();
+        }
+        for (Link link; (link = durableLinks.poll()) != null; ) {
             link.close();
         }
     }

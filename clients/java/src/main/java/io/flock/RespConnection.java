@@ -34,7 +34,7 @@ import javax.net.ssl.TrustManagerFactory;
  * command may block on the server, since a FLOCK wait may block for as long as its WAIT allows. One command at
  * a time per connection (calls are synchronized).
  */
-public final class RespConnection implements FlockConnection {
+public final class RespConnection implements FlockConnection, Pipelined {
     private final Socket socket;
     private final InputStream in;
     private final OutputStream out;
@@ -235,6 +235,45 @@ public final class RespConnection implements FlockConnection {
         return reply;
     }
 
+    /**
+     * Sends {@code commands} and then reads their replies: one round trip for all (FLOCK's durable grants send
+     * {@code FLOCK.RENEW} and {@code WAIT} so). Each reply has the command timeout plus the longest time one of
+     * them may block. An I/O error, a timeout too, closes the connection.
+     *
+     * @param commands each a command and its arguments
+     * @return the replies in order, an error reply as a {@link RedisError} in its place (not thrown)
+     * @throws IOException if a reply was lost (the connection is then closed)
+     */
+    @Override
+    public synchronized List<Object> pipeline(byte[][]... commands) throws IOException {
+        List<Object> replies = new ArrayList<>(commands.length);
+        try {
+            int readTimeout = timeoutMs;
+            for (byte[][] args : commands) {
+                int t = readTimeoutMs(timeoutMs, args);
+                readTimeout = readTimeout == 0 || t == 0 ? 0 : Math.max(readTimeout, t);
+            }
+            socket.setSoTimeout(readTimeout);
+            for (byte[][] args : commands) {
+                out.write(header('*', args.length));
+                for (byte[] arg : args) {
+                    out.write(header('$', arg.length));
+                    out.write(arg);
+                    out.write('\r');
+                    out.write('\n');
+                }
+            }
+            out.flush();
+            for (int i = 0; i < commands.length; i++) {
+                replies.add(read());
+            }
+        } catch (IOException e) {
+            socket.close();
+            throw e;
+        }
+        return replies;
+    }
+
     /** The socket read timeout for {@code args}: the command timeout plus how long it may block (0: no limit). */
     static int readTimeoutMs(int timeoutMs, byte[][] args) {
         long blocks = blockingMs(args);
@@ -246,12 +285,16 @@ public final class RespConnection implements FlockConnection {
 
     /**
      * How long {@code args} may block on the server: -1 not at all, 0 without limit, else milliseconds. Only
-     * FLOCK.INBOX t and FLOCK.ACQUIRE ... WAIT t without INBOX block (with INBOX the wait answers WAITING at once).
+     * FLOCK.INBOX t, FLOCK.ACQUIRE ... WAIT t without INBOX (with INBOX the wait answers WAITING at once) and
+     * WAIT n t (a durable grant's) block.
      */
     static long blockingMs(byte[][] args) {
         String name = word(args[0]);
         if (name.equals("FLOCK.INBOX")) {
             return args.length > 1 ? number(args[1]) : -1;
+        }
+        if (name.equals("WAIT")) {
+            return args.length > 2 ? number(args[2]) : -1;
         }
         if (!name.equals("FLOCK.ACQUIRE")) {
             return -1;

@@ -232,6 +232,25 @@ final class Router implements AutoCloseable {
         }
 
         /**
+         * {@code commands} in one round trip on an idle durable-grant connection of the node (ASKING first
+         * after an ASK); the replies in order, error replies in their places. Sent once: the caller resends.
+         */
+        List<Object> pipeline(byte[][]... commands) throws IOException {
+            Node n = node;
+            Link link = n.durableLinks.poll();
+            if (link == null) {
+                link = new Link(n.factory, false);
+            }
+            try {
+                return link.pipeline(asking, commands);
+            } finally {
+                if (link.isOpen()) {
+                    n.durableLinks.push(link);
+                }
+            }
+        }
+
+        /**
          * {@link #send}, following redirects and, on a Cluster or Sentinel with {@code waitForFailover}, a
          * failover. (The watchdog thread does not wait for one: it would hold up the renewals of other nodes'
          * grants; its next round tries again.)

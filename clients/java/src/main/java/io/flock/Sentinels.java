@@ -25,21 +25,68 @@ final class Sentinels {
                     "useSentinelServers() needs setMasterName and a sentinel (addSentinelAddress)");
         }
         Function<FlockConfig.Address, ConnectionFactory> toSentinels = RespConnection.factories(config.forSentinels());
-        return () -> {
-            FlockConnection master = factories.apply(master(sentinel, toSentinels)).connect();
-            return FlockConnection.of(args -> {
-                try {
-                    return master.call(args);
-                } catch (RuntimeException e) {
-                    String code = RedisError.codeOf(e);
-                    if (code.equals("READONLY") || code.equals("UNBLOCKED")) {
-                        master.close();
-                        throw new IOException("the server stopped being the master (" + e.getMessage() + ")", e);
+        return () -> new MasterConnection(factories.apply(master(sentinel, toSentinels)).connect());
+    }
+
+    /** A connection to the master: a reply saying it stopped being one is a lost reply. */
+    private static final class MasterConnection implements FlockConnection, Pipelined {
+        private final FlockConnection master;
+
+        MasterConnection(FlockConnection master) {
+            this.master = master;
+        }
+
+        @Override
+        public Object call(byte[]... args) throws IOException {
+            try {
+                return master.call(args);
+            } catch (RuntimeException e) {
+                throw demoted(e);
+            }
+        }
+
+        @Override
+        public List<Object> pipeline(byte[][]... commands) throws IOException {
+            List<Object> replies;
+            if (master instanceof Pipelined) {
+                replies = ((Pipelined) master).pipeline(commands);
+            } else {
+                replies = new java.util.ArrayList<>();
+                for (byte[][] command : commands) {
+                    try {
+                        replies.add(master.call(command));
+                    } catch (java.io.UncheckedIOException e) {
+                        throw e;
+                    } catch (RuntimeException e) {
+                        replies.add(e);
                     }
-                    throw e;
                 }
-            }, master);
-        };
+            }
+            for (Object reply : replies) {
+                if (reply instanceof RuntimeException) {
+                    RuntimeException e = demoted((RuntimeException) reply);
+                    if (e != reply) {
+                        throw e;
+                    }
+                }
+            }
+            return replies;
+        }
+
+        /** READONLY or UNBLOCKED: the connection closed and the reply lost (thrown); else {@code e} itself. */
+        private RuntimeException demoted(RuntimeException e) throws IOException {
+            String code = RedisError.codeOf(e);
+            if (code.equals("READONLY") || code.equals("UNBLOCKED")) {
+                master.close();
+                throw new IOException("the server stopped being the master (" + e.getMessage() + ")", e);
+            }
+            return e;
+        }
+
+        @Override
+        public void close() throws IOException {
+            master.close();
+        }
     }
 
     /** The master's address, from the first sentinel that names it. */

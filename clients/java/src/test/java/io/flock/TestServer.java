@@ -131,6 +131,28 @@ final class TestServer implements AutoCloseable {
         return false;
     }
 
+    /** SIGSTOP: the server stops answering anything (a replica stops acknowledging) until {@link #resume}. */
+    void suspend() throws IOException {
+        signal("-STOP");
+    }
+
+    /** SIGCONT after {@link #suspend}. */
+    void resume() throws IOException {
+        signal("-CONT");
+    }
+
+    private void signal(String signal) throws IOException {
+        try {
+            int exit = new ProcessBuilder("kill", signal, Long.toString(process.pid())).inheritIO().start().waitFor();
+            if (exit != 0) {
+                throw new IOException("kill " + signal + " " + process.pid() + " exited " + exit);
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException("interrupted", e);
+        }
+    }
+
     RespConnection connect() throws IOException {
         return new RespConnection(config);
     }
