@@ -41,7 +41,7 @@ final class TestServer implements AutoCloseable {
     }
 
     /** A server on {@code port} (0: a free one) with {@code args} after the common ones. */
-    private static TestServer start(int fixedPort, List<String> args) throws IOException {
+    static TestServer start(int fixedPort, List<String> args) throws IOException {
         return start(program(), fixedPort, null, true, port -> {
             List<String> listen = new ArrayList<>(List.of("--port", Integer.toString(port)));
             listen.addAll(args);
