@@ -660,6 +660,16 @@ public class FlockLock implements Lock {
                             sendAt = System.nanoTime();
                             continue;
                         }
+                        if ("UNBLOCKED".equals(RedisError.codeOf(new RedisError(event.detail())))
+                                && client.router.failsOver()) {
+                            // The key's node became a replica (a Cluster or Sentinel failover) and dropped the
+                            // wait: send it again, same request ID (a grant made before the failover and
+                            // replicated is answered as such), to the key's master now, for the time left.
+                            route.reroute();
+                            sendNow = true;
+                            sendAt = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(REOPEN_PAUSE_MS);
+                            continue;
+                        }
                         throw RedisError.specific(new RedisError(event.detail()));
                     case Session.Event.BROKEN:
                         if (!event.sessionId().equals(wait.sessionId)) {

@@ -73,6 +73,11 @@ final class Router implements AutoCloseable {
         return new Router(client, factories.apply(new FlockConfig.Address(config.host, config.port, config.ssl)));
     }
 
+    /** True for a Cluster or Sentinel client: a node may fail over to another. */
+    boolean failsOver() {
+        return failsOver;
+    }
+
     /** The node of a one-server or Sentinel client (tests). */
     Node single() {
         if (single == null) {

@@ -7,7 +7,7 @@ import java.util.ArrayList;
 import java.util.List;
 
 /**
- * Three Cluster masters (no replicas) with the module, each with a third of the slots, made by hand as the
+ * Three Cluster masters (and, if asked, a replica of each) with the module, each with a third of the slots, made by hand as the
  * Python and Rust tests do: SET-CONFIG-EPOCH, ADDSLOTSRANGE, MEET, then waiting until every node says
  * cluster_state:ok and knows the slots of the others.
  */
@@ -15,8 +15,15 @@ final class TestCluster implements AutoCloseable {
     final List<TestServer> nodes = new ArrayList<>();
     /** An admin connection to each node, in the order of {@link #nodes}. */
     final List<RespConnection> admins = new ArrayList<>();
+    /** With {@code TestCluster(true)}: the replica of each master, in the order of {@link #nodes}. */
+    final List<TestServer> replicas = new ArrayList<>();
 
     TestCluster() throws IOException {
+        this(false);
+    }
+
+    /** {@code withReplicas}: a replica of each master too (CLUSTER MEET, CLUSTER REPLICATE), synced. */
+    TestCluster(boolean withReplicas) throws IOException {
         try {
             int[] bounds = {0, 5461, 10923, 16384};
             for (int i = 0; i < 3; i++) {
@@ -31,6 +38,30 @@ final class TestCluster implements AutoCloseable {
                 admin.call("CLUSTER", "MEET", "127.0.0.1", Integer.toString(nodes.get(0).port));
             }
             TestServer.await("the cluster to be ok on every node", Duration.ofSeconds(20), this::ok);
+            if (withReplicas) {
+                for (int i = 0; i < 3; i++) {
+                    TestServer replica = TestServer.startClusterNode();
+                    replicas.add(replica);
+                    try (RespConnection c = replica.connect()) {
+                        c.call("CLUSTER", "MEET", "127.0.0.1", Integer.toString(nodes.get(0).port));
+                    }
+                }
+                for (int i = 0; i < 3; i++) {
+                    String masterId = text(admins.get(i).call("CLUSTER", "MYID"));
+                    TestServer replica = replicas.get(i);
+                    TestServer.await("the replica to know its master", Duration.ofSeconds(20), () -> {
+                        try (RespConnection c = replica.connect()) {
+                            c.call("CLUSTER", "REPLICATE", masterId);
+                            return true;
+                        } catch (IOException | RedisError notYet) {
+                            return false; // ERR Unknown node: the gossip has not brought it yet
+                        }
+                    });
+                }
+                TestServer.await("the replicas to sync", Duration.ofSeconds(20), () -> replicas.stream()
+                        .allMatch(r -> replication(r).contains("master_link_status:up")));
+                TestServer.await("every node to know the replicas", Duration.ofSeconds(20), this::ok);
+            }
         } catch (IOException | RuntimeException | Error e) {
             close();
             throw e;
@@ -41,7 +72,8 @@ final class TestCluster implements AutoCloseable {
         try {
             for (RespConnection admin : admins) {
                 String info = text(admin.call("CLUSTER", "INFO"));
-                if (!info.contains("cluster_state:ok") || !info.contains("cluster_known_nodes:3")
+                if (!info.contains("cluster_state:ok")
+                        || !info.contains("cluster_known_nodes:" + (nodes.size() + replicas.size()))
                         || ((List<?>) admin.call("CLUSTER", "SLOTS")).size() != 3) {
                     return false;
                 }
@@ -61,7 +93,7 @@ final class TestCluster implements AutoCloseable {
         return config;
     }
 
-    /** Which node (0, 1, 2) serves {@code key}'s slot now, as node 0 sees it. */
+    /** Which node (0, 1, 2) serves {@code key}'s slot now, as node 0 sees it (with replicas: which shard). */
     int indexOf(String key) throws IOException {
         long slot = (Long) admins.get(0).call("CLUSTER", "KEYSLOT", key);
         for (Object range : (List<?>) admins.get(0).call("CLUSTER", "SLOTS")) {
@@ -69,8 +101,8 @@ final class TestCluster implements AutoCloseable {
             if ((Long) r.get(0) <= slot && slot <= (Long) r.get(1)) {
                 long port = (Long) ((List<?>) r.get(2)).get(1);
                 for (int i = 0; i < nodes.size(); i++) {
-                    if (nodes.get(i).port == port) {
-                        return i;
+                    if (nodes.get(i).port == port || i < replicas.size() && replicas.get(i).port == port) {
+                        return i; // a shard: its first master, or the replica promoted in its place
                     }
                 }
             }
@@ -116,6 +148,15 @@ final class TestCluster implements AutoCloseable {
         }
     }
 
+    /** INFO replication of {@code server}. */
+    static String replication(TestServer server) {
+        try (RespConnection c = server.connect()) {
+            return text(c.call("INFO", "replication"));
+        } catch (IOException e) {
+            throw new java.io.UncheckedIOException(e);
+        }
+    }
+
     static String text(Object reply) {
         return reply instanceof byte[] ? new String((byte[]) reply, StandardCharsets.UTF_8) : String.valueOf(reply);
     }
@@ -127,6 +168,9 @@ final class TestCluster implements AutoCloseable {
         }
         for (TestServer node : nodes) {
             node.close();
+        }
+        for (TestServer replica : replicas) {
+            replica.close();
         }
     }
 }
