@@ -57,6 +57,19 @@ public final class FlockClient implements AutoCloseable {
     };
 
     /**
+     * The token of the grant each (lock, thread) released last, with the reply 0 (no hold left): a later acquire
+     * answered with the same token found that grant still held, its release lost (see FlockLock#acquire).
+     */
+    private final Map<Grant.Key, Long> released = new java.util.LinkedHashMap<>() {
+        private static final long serialVersionUID = 1L;
+
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<Grant.Key, Long> eldest) {
+            return size() > 1024;
+        }
+    };
+
+    /**
      * A client with the default watchdog timeout and sessions.
      *
      * @param factory opens each connection the client needs (never a shared one)
@@ -622,6 +635,21 @@ public final class FlockClient implements AutoCloseable {
             });
         } catch (java.util.concurrent.RejectedExecutionException closed) {
             // the client is closing: the lease ends it
+        }
+    }
+
+    /** The thread released its last hold of grant {@code token}. */
+    void released(Grant.Key key, long token) {
+        synchronized (released) {
+            released.put(key, token);
+        }
+    }
+
+    /** Whether {@code token} is the grant the thread released last (forgotten either way). */
+    boolean releasedBefore(Grant.Key key, long token) {
+        synchronized (released) {
+            Long last = released.remove(key);
+            return last != null && last == token;
         }
     }
 

@@ -120,6 +120,9 @@ public class FlockLock implements Lock {
             }
             if (left == 0) {
                 forget(mine);
+                if (grant != null) {
+                    client.released(mine, grant.token);
+                }
             }
         }
     }
@@ -384,12 +387,31 @@ public class FlockLock implements Lock {
             token = acquireBlocking(waitMs, lease, interruptible);
         }
         if (token != null) {
+            Grant.Key mine = mine();
+            if (client.grants.get(mine) == null && client.releasedBefore(mine, token)) {
+                dropLeakedHolds();
+            }
             if (client.durableReplicas > 0) {
                 confirmDurable(lease);
             }
             remember(token, leaseMs == WATCHDOG, lease);
         }
         return token;
+    }
+
+    /**
+     * The acquire was answered with the token of the grant this thread released last: that release reached a
+     * server that lost it (an old master after a failover), so this is a reentry of the grant, with the holds
+     * the thread released still counted. Give those back, so that the thread's one unlock frees the lock;
+     * otherwise the holds would stay until the lease ends, and while the thread keeps reentering (each
+     * reentry resets the lease), nobody else would get the lock.
+     */
+    private void dropLeakedHolds() {
+        Map<String, Object> mine = myHolder();
+        long extra = mine == null ? 0 : (Long) mine.get("holds") - 1;
+        for (long i = 0; i < extra; i++) {
+            call("FLOCK.RELEASE", key, owner(), FlockClient.bytes("ID"), FlockClient.requestId());
+        }
     }
 
     /**
