@@ -104,6 +104,9 @@ public class FlockLock implements Lock {
         Grant grant = client.grants.get(mine);
         if (grant != null && grant.lostReason != null) {
             forget(mine);
+            // a grant reported lost as its node was demoted can still be held on the promoted replica: if the
+            // thread's next acquire gets its token back, its holds are given back then
+            client.released(mine, grant.token);
             throw new IllegalMonitorStateException(notLocked(mine) + ": " + grant.lostMessage + " (token "
                     + grant.token + "; another owner may have held it since)");
         }
