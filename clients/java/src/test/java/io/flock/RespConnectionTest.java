@@ -48,6 +48,27 @@ class RespConnectionTest extends ServerTest {
     }
 
     @Test
+    void aPipelineAnswersEachCommandInOrderWithErrorsInTheirPlace() throws Exception {
+        byte[][] release = {"FLOCK.RELEASE".getBytes(), "k".getBytes(), "me".getBytes()};
+        byte[][] ping = {"PING".getBytes()};
+        byte[][] wait = {"WAIT".getBytes(), "0".getBytes(), "100".getBytes()};
+        List<Object> replies = admin.pipeline(release, ping, wait);
+        assertEquals("NOTOWNER", ((RedisError) replies.get(0)).code(), "an error reply in its place, not thrown");
+        assertEquals("PONG", replies.get(1));
+        assertEquals(0L, replies.get(2), "WAIT 0: no replica to count");
+        assertEquals("PONG", admin.call("PING"), "the connection is usable after it");
+    }
+
+    @Test
+    void waitBlocksForItsTimeoutOnTopOfTheCommandTimeout() {
+        byte[][] wait = {"WAIT".getBytes(), "2".getBytes(), "1000".getBytes()};
+        assertEquals(1000, RespConnection.blockingMs(wait));
+        assertEquals(4000, RespConnection.readTimeoutMs(3000, wait));
+        assertEquals(0, RespConnection.readTimeoutMs(3000, new byte[][] {"WAIT".getBytes(), "1".getBytes(),
+            "0".getBytes()}), "WAIT n 0 blocks without limit");
+    }
+
+    @Test
     void argumentsAreBinarySafe() throws Exception {
         byte[] key = {'k', 0, '\r', '\n', (byte) 0xff};
         assertEquals("OK", admin.call("SET".getBytes(), key, key));
