@@ -58,8 +58,11 @@ final class TestCluster implements AutoCloseable {
                         }
                     });
                 }
+                // online on the masters too: after a diskless sync a master counts its replica (in WAIT) only
+                // from the replica's first ACK
                 TestServer.await("the replicas to sync", Duration.ofSeconds(20), () -> replicas.stream()
-                        .allMatch(r -> replication(r).contains("master_link_status:up")));
+                        .allMatch(r -> replication(r).contains("master_link_status:up"))
+                        && nodes.stream().allMatch(m -> replication(m).contains("state=online")));
                 TestServer.await("every node to know the replicas", Duration.ofSeconds(20), this::ok);
             }
         } catch (IOException | RuntimeException | Error e) {
