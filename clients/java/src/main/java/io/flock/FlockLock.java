@@ -25,7 +25,9 @@ import java.util.concurrent.locks.Lock;
  * retries until its own deadline and then ends as a wait that ran out ({@code tryLock} false; {@code lock()}
  * retries without limit, {@code lockInterruptibly()} until interrupted). Other I/O failures that outlast
  * {@link FlockClient#RESENDS} resends (a try without wait, unlock, info) surface as
- * {@link UncheckedIOException}; error replies as {@link RedisError} (or the adapter's exception).
+ * {@link UncheckedIOException}; error replies as {@link RedisError} (or the adapter's exception). With durable
+ * grants ({@link FlockConfig#setDurableReplicas}) every acquire that got a grant returns only once that many
+ * replicas acknowledged it, or gives the hold back and throws {@link LockNotDurableException}.
  */
 public class FlockLock implements Lock {
     private static final long FOREVER = -1;

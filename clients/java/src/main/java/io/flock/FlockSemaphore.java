@@ -10,7 +10,9 @@ import java.util.concurrent.TimeUnit;
  * {@code <client UUID>:<thread id>}, with a lease (the watchdog's when none is given) and a fencing token. A
  * thread holds one grant of n permits at a time: acquiring again with the same n adds a hold (each needs a
  * {@link #release()}), another n is an error. Requests are served in FIFO order, and a request that does not
- * fit stops the queue: a big request at the head is not overtaken by smaller ones, nor by a try.
+ * fit stops the queue: a big request at the head is not overtaken by smaller ones, nor by a try. With durable
+ * grants ({@link FlockConfig#setDurableReplicas}) an acquire of permits waits for the replicas as a lock's does
+ * ({@link LockNotDurableException}, the permits given back).
  */
 public final class FlockSemaphore {
     private final FlockClient client;
