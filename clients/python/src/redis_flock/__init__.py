@@ -6,9 +6,18 @@ with the FLOCK module loaded: FIFO waiting on the server through one session
 per client (its waits share one connection; losses are pushed: ``lost``,
 ``on_lost``), fencing tokens, server-side leases, a watchdog, request IDs. ``ReadWriteLock`` and
 ``Semaphore`` (in both modules) are the same lock with FLOCK's ``SHARED``
-and ``PERMITS n LIMIT m``. See README.md."""
+and ``PERMITS n LIMIT m``. ``durable_replicas=n`` makes a grant count only
+once n replicas acknowledged it (``LockNotDurableError`` otherwise, the hold
+given back). See README.md."""
 
-from ._core import WATCHDOG_TIMEOUT, AcquireCancelled, CancelToken, UpgradeError, WrongModeError
+from ._core import (
+    WATCHDOG_TIMEOUT,
+    AcquireCancelled,
+    CancelToken,
+    LockNotDurableError,
+    UpgradeError,
+    WrongModeError,
+)
 from .lock import Lock, ReadLock, ReadWriteLock, Semaphore
 
 __all__ = [
@@ -18,6 +27,7 @@ __all__ = [
     "Semaphore",
     "CancelToken",
     "AcquireCancelled",
+    "LockNotDurableError",
     "UpgradeError",
     "WrongModeError",
     "WATCHDOG_TIMEOUT",

@@ -56,6 +56,35 @@ async def release_extra(call, grant) -> None:
     grant.extra_release = None
 
 
+async def confirm_durable(lock, node, owner: bytes) -> None:
+    """See redis_flock._session.confirm_durable. A cancelled task gives the
+    hold back too."""
+    if not lock.durable_replicas:
+        return
+    renew, wait, release = lock._durable_commands(owner)
+
+    async def round_trip():
+        async with node.pipeline(transaction=False) as pipe:
+            pipe.execute_command(*renew)
+            pipe.execute_command(*wait)
+            return await pipe.execute(raise_on_error=False)
+
+    try:
+        replies = await send(round_trip, ())
+    except BaseException as e:
+        replies = e
+    error = lock._not_durable(replies)
+    if error is None:
+        return
+    try:
+        await send(lock.redis.execute_command, release)
+    except Exception as e:
+        logger.warning("FLOCK: could not give back the grant of %r that was not durable: %s", lock.name, e)
+    if not isinstance(replies, Exception) and isinstance(replies, BaseException):
+        raise replies
+    raise error
+
+
 class TaskWait(Wait):
     def __init__(self, *args):
         super().__init__(*args)

@@ -102,6 +102,19 @@ class WrongModeError(LockError, ResponseError):
     or a semaphore asked without permits or with another limit."""
 
 
+class LockNotDurableError(LockError):
+    """The server's grant did not reach ``durable_replicas`` replicas within
+    ``durable_timeout`` (docs/client-protocol.md, "Durable grants"): the hold
+    was given back (FLOCK.RELEASE) and the acquire failed. ``reached``: how
+    many replicas acknowledged it (0 when the check itself failed);
+    ``asked``: how many were asked for."""
+
+    def __init__(self, message=None, lock_name=None, reached: int = 0, asked: int = 0):
+        super().__init__(message, lock_name=lock_name)
+        self.reached = reached
+        self.asked = asked
+
+
 class AcquireCancelled(LockError):
     """A blocking ``acquire()`` whose ``CancelToken`` was cancelled: the wait
     left the server's queue (``FLOCK.CANCEL``), and a grant that won the race
@@ -289,6 +302,8 @@ class LockBase:
         watchdog_timeout: Number = WATCHDOG_TIMEOUT,
         on_lost: Optional[Callable[[Any, str], Any]] = None,
         use_session: bool = True,
+        durable_replicas: int = 0,
+        durable_timeout: Number = 1.0,
     ):
         self.redis = redis
         self.name = name
@@ -309,6 +324,14 @@ class LockBase:
         # Waits go through the process's session (FLOCK.INBOX), or, False,
         # block on a connection of their own (FLOCK.ACQUIRE ... WAIT).
         self.use_session = use_session
+        # Durable grants (docs/client-protocol.md, "Durable grants"): a grant
+        # counts once this many replicas acknowledged it, within
+        # durable_timeout seconds; else it is given back and the acquire
+        # raises LockNotDurableError. 0: off.
+        if int(durable_replicas) < 0 or durable_timeout <= 0:
+            raise ValueError("durable_replicas must be >= 0 and durable_timeout > 0")
+        self.durable_replicas = int(durable_replicas)
+        self.durable_timeout = durable_timeout
         self.local = _Local() if self.thread_local else SimpleNamespace(token=None, grant=None)
         self._object_id = uuid.uuid4().hex
 
@@ -399,6 +422,46 @@ class LockBase:
     def _acquire_base(self, owner: bytes) -> list:
         """FLOCK.ACQUIRE without WAIT, INBOX and ID."""
         return ["FLOCK.ACQUIRE", self.name, owner, self._lease_ms(), *self.acquire_options]
+
+    def _durable_commands(self, owner: bytes):
+        """A durable grant's check (docs/client-protocol.md, "Durable
+        grants"): (the RENEW and the WAIT to send in one round trip on a
+        connection to the key's node, the RELEASE that gives one hold back),
+        each RENEW and RELEASE with a request ID of its own. The RENEW is
+        that connection's own write, after the grant in the replication
+        stream: WAIT's count of acknowledgements covers the grant even when
+        it was written by another client's command (a pushed grant)."""
+        return (
+            with_id("FLOCK.RENEW", self.name, owner, self._lease_ms()),
+            ("WAIT", self.durable_replicas, to_ms(self.durable_timeout)),
+            with_id("FLOCK.RELEASE", self.name, owner),
+        )
+
+    def _not_durable(self, replies) -> Optional["LockNotDurableError"]:
+        """None when the check's replies (RENEW's, WAIT's; or the exception
+        that ended the round trip) say the grant reached
+        ``durable_replicas`` replicas; else the error to raise once the hold
+        is given back."""
+        asked, reached, why = self.durable_replicas, 0, ""
+        if isinstance(replies, BaseException):
+            why = f": the RENEW and WAIT got no answer ({replies})"
+        else:
+            renewed, acknowledged = replies
+            if isinstance(renewed, Exception):
+                why = f": RENEW answered {renewed}"
+            elif isinstance(acknowledged, Exception):
+                why = f": WAIT answered {acknowledged}"
+            else:
+                reached = int(acknowledged)
+                if reached >= asked:
+                    return None
+        return LockNotDurableError(
+            f"NOTDURABLE lock {self.name!r}: {reached} of {asked} replicas acknowledged the grant"
+            f" within {self.durable_timeout} s{why}; the hold was given back",
+            lock_name=self.name,
+            reached=reached,
+            asked=asked,
+        )
 
     def _release_error(self, error: ResponseError) -> Exception:
         grant = self.local.grant

@@ -61,6 +61,38 @@ def release_extra(call, grant) -> None:
     grant.extra_release = None
 
 
+def confirm_durable(lock, node, owner: bytes) -> None:
+    """A durable grant's check (docs/client-protocol.md, "Durable grants";
+    the commands and the verdict are LockBase's): RENEW and WAIT in one
+    round trip on a connection of ``node``, the key's server (sent again
+    with the same request ID when the reply is lost); too few replicas, or
+    a failed RENEW: the hold is given back and LockNotDurableError raised."""
+    if not lock.durable_replicas:
+        return
+    renew, wait, release = lock._durable_commands(owner)
+
+    def round_trip():
+        with node.pipeline(transaction=False) as pipe:
+            pipe.execute_command(*renew)
+            pipe.execute_command(*wait)
+            return pipe.execute(raise_on_error=False)
+
+    try:
+        replies = send(round_trip, ())
+    except BaseException as e:
+        replies = e
+    error = lock._not_durable(replies)
+    if error is None:
+        return
+    try:
+        send(lock.redis.execute_command, release)
+    except Exception as e:
+        logger.warning("FLOCK: could not give back the grant of %r that was not durable: %s", lock.name, e)
+    if not isinstance(replies, Exception) and isinstance(replies, BaseException):
+        raise replies
+    raise error
+
+
 class ThreadWait(Wait):
     def __init__(self, *args):
         super().__init__(*args)
@@ -486,4 +518,4 @@ class Session:
         return outcome
 
 
-__all__ = ["Session", "moved_away", "node_client", "redirected", "session_of", "send"]
+__all__ = ["Session", "confirm_durable", "moved_away", "node_client", "redirected", "session_of", "send"]

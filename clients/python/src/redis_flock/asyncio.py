@@ -7,13 +7,14 @@ from typing import Awaitable, Literal, Optional
 
 from redis.exceptions import AskError, LockError, LockNotOwnedError, ResponseError
 
-from ._asyncio_session import moved_away, node_client, redirected, release_extra, send, session_of
+from ._asyncio_session import confirm_durable, moved_away, node_client, redirected, release_extra, send, session_of
 from ._core import (
     ERROR,
     GRANTED,
     REDIRECTS,
     RENEWAL_ERRORS,
     LockBase,
+    LockNotDurableError,
     ReadSide,
     ReadWriteLockBase,
     SemaphoreBase,
@@ -26,7 +27,7 @@ from ._core import (
     to_ms,
 )
 
-__all__ = ["Lock", "ReadLock", "ReadWriteLock", "Semaphore"]
+__all__ = ["Lock", "LockNotDurableError", "ReadLock", "ReadWriteLock", "Semaphore"]
 
 
 class Dedicated:
@@ -113,6 +114,9 @@ class Lock(LockBase):
                 wait_ms = self._wait_left(wait_ms, started)
         if granted is None:
             return False
+        # Durable grants: counted once enough replicas have it, else given
+        # back (LockNotDurableError), before this object records anything.
+        await confirm_durable(self, node, owner)
         grant, replaced = self._new_grant(owner, granted, asyncio.Lock(), at)
         if replaced is not None:
             replaced.stop()

@@ -31,7 +31,7 @@ from ._core import (
     to_ms,
     with_id,
 )
-from ._session import _shutdown, moved_away, node_client, redirected, release_extra, send, session_of
+from ._session import _shutdown, confirm_durable, moved_away, node_client, redirected, release_extra, send, session_of
 
 
 class Dedicated:
@@ -234,6 +234,9 @@ class Lock(LockBase):
                 wait_ms = self._wait_left(wait_ms, started)
         if granted is None:
             return False
+        # Durable grants: counted once enough replicas have it, else given
+        # back (LockNotDurableError), before this object records anything.
+        confirm_durable(self, node, owner)
         grant, replaced = self._new_grant(owner, granted, threading.Lock(), at)
         if replaced is not None:
             replaced.stop()
