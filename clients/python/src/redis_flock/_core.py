@@ -281,6 +281,13 @@ class _Local(threading.local):
 class LockBase:
     """The constructor, arguments and state shared by both flavours.
 
+    ``durable_replicas=n`` (0: off) makes every grant count only once ``n``
+    replicas acknowledged it within ``durable_timeout`` seconds (1.0): after
+    the grant, ``FLOCK.RENEW`` and ``WAIT n`` go in one round trip to the key's
+    node; fewer replicas, and the hold is given back and ``acquire()`` raises
+    LockNotDurableError. Name every replica of the deployment (README.md,
+    "Durable grants").
+
     ``acquire_options`` are extra FLOCK.ACQUIRE arguments placed before WAIT
     and ID: the read side of a read-write lock or a semaphore (FLOCK's
     ``SHARED``, ``PERMITS n LIMIT m``) are subclasses that set them."""
