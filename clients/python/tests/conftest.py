@@ -1,6 +1,6 @@
 """A redis-server with the FLOCK module for the whole session, on a free
 loopback port, and redis-py clients to it (RESP2 and RESP3); a 3-master
-Redis Cluster and a Sentinel-watched master and replica for the topology
+Redis Cluster and a Sentinel-watched master and 2 replicas for the topology
 tests, started by the first test that asks for them."""
 
 import os
@@ -197,21 +197,32 @@ class Cluster:
 
 
 class SentinelSetup:
-    """A master and its replica (in sync) with the module, and three
+    """A master and two replicas (in sync) with the module, and three
     sentinels watching them as ``flock`` (down after 1 s), started after the
-    replica synced so that they learn it at once."""
+    replicas synced so that they learn them at once. ``replica`` is the
+    first replica as started; after a failover, ``master_port()`` names the
+    master."""
 
     NAME = "flock"
+    REPLICAS = 2
 
     def __init__(self):
         self.servers = []
         try:
-            self.master = Server()
+            # Replicas sync at once, not after the default 5 s delay (every
+            # server may be a master after a failover).
+            fast = ("--repl-diskless-sync-delay", "0")
+            self.master = Server(*fast)
             self.servers.append(self.master)
-            self.replica = Server("--replicaof", "127.0.0.1", str(self.master.port))
-            self.servers.append(self.replica)
-            wait_until(lambda: self.master_of(self.replica) == self.master.port and self._synced(self.replica),
-                       timeout=10, what="the replica to sync")
+            self.replicas = []
+            for _ in range(self.REPLICAS):
+                replica = Server(*fast, "--replicaof", "127.0.0.1", str(self.master.port))
+                self.servers.append(replica)
+                self.replicas.append(replica)
+            self.replica = self.replicas[0]
+            self.data = [self.master, *self.replicas]
+            wait_until(lambda: all(self.master_of(r) == self.master.port and self._synced(r) for r in self.replicas),
+                       timeout=10, what="the replicas to sync")
             config = (f"sentinel monitor {self.NAME} 127.0.0.1 {self.master.port} 2\n"
                       f"sentinel down-after-milliseconds {self.NAME} 1000\n"
                       f"sentinel failover-timeout {self.NAME} 10000\n")
@@ -220,7 +231,7 @@ class SentinelSetup:
                 sentinel = Server("--sentinel", module=False, config=config)
                 self.servers.append(sentinel)
                 self.sentinels.append(sentinel)
-            wait_until(self._watching, timeout=15, what="the sentinels to know the replica and each other")
+            wait_until(self._watching, timeout=15, what="the sentinels to know the replicas and each other")
         except BaseException:
             self.stop()
             raise
@@ -242,7 +253,7 @@ class SentinelSetup:
         for s in self.sentinels:
             with redis.Redis(port=s.port) as c:
                 master = c.sentinel_master(self.NAME)
-                if master["num-slaves"] < 1 or master["num-other-sentinels"] < 2:
+                if master["num-slaves"] < self.REPLICAS or master["num-other-sentinels"] < 2:
                     return False
         return True
 
@@ -255,63 +266,43 @@ class SentinelSetup:
                 ports.add(int(c.sentinel_get_master_addr_by_name(self.NAME)[1]))
         return ports.pop() if len(ports) == 1 else None
 
+    def current_master(self):
+        port = self.master_port()
+        return next(s for s in self.data if s.port == port)
+
     def role(self, server) -> str:
         with redis.Redis(port=server.port) as c:
             return c.execute_command("ROLE")[0].decode()
 
-    def failover(self):
-        """SENTINEL FAILOVER, then waits until the replica is the master the
-        sentinels name and the old master is its replica: (new, old).
-        Sentinel turns the old master into one once its INFO (every 10 s)
-        has shown it a master for 8 s: 10-20 s later, closing its clients."""
-        old = next(s for s in (self.master, self.replica) if s.port == self.master_port())
-        new = self.replica if old is self.master else self.master
+    def start_failover(self):
+        """Sends SENTINEL FAILOVER; returns the master it fails over from."""
+        old = self.current_master()
         with redis.Redis(port=self.sentinels[0].port) as c:
             c.execute_command("SENTINEL", "FAILOVER", self.NAME)
-        wait_until(lambda: self.master_port() == new.port, timeout=15, what="the sentinels to name the new master")
+        return old
+
+    def failover_done(self, old):
+        """Waits until the sentinels name a new master, the old master is its
+        replica, and every replica replicates the new master in sync:
+        (new, old). Sentinel turns the old master into a replica once its
+        INFO (every 10 s) has shown it a master for 8 s: 10-20 s later,
+        closing its clients."""
+        wait_until(lambda: self.master_port() not in (None, old.port), timeout=15,
+                   what="the sentinels to name the new master")
+        new = self.current_master()
         wait_until(lambda: self.role(old) == "slave" and self._synced(old), timeout=45,
                    what="the old master to become a replica")
+        wait_until(lambda: all(self.master_of(s) == new.port and self._synced(s) for s in self.data if s is not new),
+                   timeout=20, what="every replica to replicate the new master")
         return new, old
 
-    def stop(self):
-        for server in reversed(self.servers):
-            server.stop()
-
-
-class Replicated:
-    """A master with the module and one replica of it (in sync), without
-    sentinels: for durable grants (WAIT counts the replica)."""
-
-    def __init__(self):
-        self.servers = []
-        try:
-            # A replica syncs at once, not after the default 5 s delay.
-            self.master = Server("--repl-diskless-sync-delay", "0")
-            self.servers.append(self.master)
-            self.replica = Server("--replicaof", "127.0.0.1", str(self.master.port))
-            self.servers.append(self.replica)
-            wait_until(lambda: SentinelSetup._synced(self.replica), timeout=10, what="the replica to sync")
-        except BaseException:
-            self.stop()
-            raise
-
-    def caught_up(self) -> bool:
-        """Whether the replica has everything the master wrote."""
-        with redis.Redis(port=self.master.port) as m, redis.Redis(port=self.replica.port) as r:
-            return (SentinelSetup._synced(self.replica)
-                    and m.info("replication")["master_repl_offset"]
-                    == r.info("replication")["slave_repl_offset"])
+    def failover(self):
+        """SENTINEL FAILOVER, then failover_done(): (new, old)."""
+        return self.failover_done(self.start_failover())
 
     def stop(self):
         for server in reversed(self.servers):
             server.stop()
-
-
-@pytest.fixture(scope="session")
-def replicated():
-    s = Replicated()
-    yield s
-    s.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,18 +1,20 @@
 """redis_flock.Lock on a 3-master Redis Cluster (redis.cluster.RedisCluster)
 and on a Sentinel-watched master (Sentinel.master_for): waits go through a
 session on the key's node, the blocking form works too, a moved slot and a
-failover are followed. The topologies are started once (conftest.py)."""
+failover are followed; durable grants through a failover never overlap.
+The topologies are started once (conftest.py)."""
 
 import threading
+import time
 
 import pytest
 import redis
 from redis.cluster import RedisCluster
-from redis.exceptions import LockNotOwnedError
+from redis.exceptions import LockError, LockNotOwnedError
 from redis.sentinel import Sentinel
 
 from helpers import info, wait_until
-from redis_flock import Lock
+from redis_flock import Lock, LockNotDurableError
 
 
 @pytest.fixture()
@@ -195,11 +197,11 @@ def test_sentinel_wait_and_failover(sentinel_setup):
         join(threads)
         assert order == [0]
 
-        # A grant held across SENTINEL FAILOVER: replicated before it, so
-        # the promoted replica has it (owner, token).
-        kept = Lock(r, "sentinel:kept", timeout=60)
+        # A grant held across SENTINEL FAILOVER: durable (both replicas
+        # acknowledged it before acquire() returned), so the promoted
+        # replica has it (owner, token).
+        kept = Lock(r, "sentinel:kept", timeout=60, durable_replicas=2, durable_timeout=5)
         assert kept.acquire()
-        assert r.execute_command("WAIT", 1, 5000) == 1
         new, _ = sentinel_setup.failover()
         promoted = redis.Redis(port=new.port)
         try:
@@ -226,3 +228,81 @@ def test_sentinel_wait_and_failover(sentinel_setup):
     finally:
         r.close()
         master.close()
+
+
+def test_sentinel_failover_durable_grants_never_overlap_and_resume(sentinel_setup):
+    """Four threads take one lock durably (both replicas) in a loop with
+    short holds through a master_for() client; SENTINEL FAILOVER while
+    waiters are queued. The durable grants' tokens only rise in grant order,
+    no two durable holders' hold intervals (acquire()'s return to
+    release()'s send) overlap, and durable grants resume on the new master
+    once the old one is demoted."""
+    sentinel = Sentinel(sentinel_setup.sentinel_addresses(), socket_timeout=5)
+    r = sentinel.master_for(sentinel_setup.NAME, socket_timeout=5)
+    key = "sentinel:durable"
+    grants, refused, errors = [], [], []
+    mutex, stop = threading.Lock(), threading.Event()
+
+    def work():
+        lock = Lock(r, key, timeout=1, durable_replicas=2, durable_timeout=0.5)
+        while not stop.is_set():
+            try:
+                if not lock.acquire(blocking_timeout=2):
+                    continue
+            except LockNotDurableError:
+                with mutex:
+                    refused.append(time.monotonic())
+                continue
+            except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError) as e:
+                # The demotion closes connections, and the old master answers
+                # READONLY or UNBLOCKED meanwhile: tried again.
+                with mutex:
+                    errors.append(repr(e))
+                time.sleep(0.02)
+                continue
+            acquired, token = time.monotonic(), lock.fencing_token
+            time.sleep(0.005)
+            released = time.monotonic()
+            with mutex:
+                grants.append((acquired, released, token))
+            try:
+                lock.release()
+            except (LockError, redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
+                pass
+
+    def count(since=0.0) -> int:
+        with mutex:
+            return sum(1 for acquired, _, _ in grants if acquired > since)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        old_master = redis.Redis(port=sentinel_setup.master_port())
+        wait_until(lambda: count() >= 20, timeout=10, what="durable grants before the failover")
+        wait_until(lambda: (info(old_master, key) or {}).get("waiters", 0) >= 1, what="a waiter queued")
+        old_master.close()
+        old = sentinel_setup.start_failover()
+        failover_sent = time.monotonic()
+        new, _ = sentinel_setup.failover_done(old)
+        # The old master is a replica now: any grant from here on is the new master's.
+        demoted = time.monotonic()
+        wait_until(lambda: count(demoted) >= 20, timeout=15, what="durable grants on the new master")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+        r.close()
+    assert not any(thread.is_alive() for thread in threads)
+    ordered = sorted(grants)
+    tokens = [token for _, _, token in ordered]
+    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens), "durable tokens rise in grant order"
+    overlaps = [(a, b) for a, b in zip(ordered, ordered[1:]) if b[0] < a[1]]
+    assert overlaps == [], "no two durable holders overlap"
+    with redis.Redis(port=new.port) as promoted:
+        promoted.flushall()
+    resumed = min(acquired for acquired, _, _ in grants if acquired > demoted)
+    gap = max(b[0] - a[1] for a, b in zip(ordered, ordered[1:]))
+    print(f"durable grants {len(grants)}, refused (NOTDURABLE) {len(refused)}, other errors {len(errors)},"
+          f" demotion {demoted - failover_sent:.1f} s and the first grant after it"
+          f" {resumed - failover_sent:.1f} s after SENTINEL FAILOVER, longest gap {gap:.1f} s")

@@ -140,9 +140,9 @@ async def test_sentinel_wait_and_failover(sentinel_setup):
         await asyncio.wait_for(asyncio.gather(*tasks), 15)
         assert order == [0]
 
-        kept = Lock(r, "sentinel:kept", timeout=60)
+        # Durable: both replicas have it when acquire() returns.
+        kept = Lock(r, "sentinel:kept", timeout=60, durable_replicas=2, durable_timeout=5)
         assert await kept.acquire()
-        assert await r.execute_command("WAIT", 1, 5000) == 1
         # The failover's waits block: in a thread, so that the session's
         # reader task runs meanwhile.
         new, _ = await asyncio.to_thread(sentinel_setup.failover)
