@@ -230,10 +230,15 @@ def test_sentinel_wait_and_failover(sentinel_setup):
         master.close()
 
 
+# Both replicas: with fewer (or none), the old master, still serving after
+# the promotion, and the new one both grant the lock (the test then fails).
+DURABLE = dict(durable_replicas=2, durable_timeout=0.5)
+
+
 def test_sentinel_failover_durable_grants_never_overlap_and_resume(sentinel_setup):
     """Four threads take one lock durably (both replicas) in a loop with
-    short holds through a master_for() client; SENTINEL FAILOVER while
-    waiters are queued. The durable grants' tokens only rise in grant order,
+    short holds, three through one master_for() client, one through a new
+    one each time; SENTINEL FAILOVER while waiters are queued. The durable grants' tokens only rise in grant order,
     no two durable holders' hold intervals (acquire()'s return to
     release()'s send) overlap, and durable grants resume on the new master
     once the old one is demoted."""
@@ -243,9 +248,16 @@ def test_sentinel_failover_durable_grants_never_overlap_and_resume(sentinel_setu
     grants, refused, errors = [], [], []
     mutex, stop = threading.Lock(), threading.Event()
 
-    def work():
-        lock = Lock(r, key, timeout=1, durable_replicas=2, durable_timeout=0.5)
+    def work(fresh=False):
+        # fresh: a new master_for() client per acquire, which asks the
+        # sentinels for the master, as a process started after the promotion
+        # would: the new master while the others still reach the old one.
+        client = r
         while not stop.is_set():
+            if fresh:
+                client = Sentinel(sentinel_setup.sentinel_addresses(), socket_timeout=5).master_for(
+                    sentinel_setup.NAME, socket_timeout=5)
+            lock = Lock(client, key, timeout=1, use_session=not fresh, **DURABLE)
             try:
                 if not lock.acquire(blocking_timeout=2):
                     continue
@@ -269,12 +281,15 @@ def test_sentinel_failover_durable_grants_never_overlap_and_resume(sentinel_setu
                 lock.release()
             except (LockError, redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
                 pass
+            finally:
+                if fresh:
+                    client.close()
 
     def count(since=0.0) -> int:
         with mutex:
             return sum(1 for acquired, _, _ in grants if acquired > since)
 
-    threads = [threading.Thread(target=work) for _ in range(4)]
+    threads = [threading.Thread(target=work, args=(i == 0,)) for i in range(4)]
     for thread in threads:
         thread.start()
     try:
