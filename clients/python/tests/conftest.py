@@ -305,6 +305,42 @@ class SentinelSetup:
             server.stop()
 
 
+class Replicated:
+    """A master with the module and one replica of it (in sync), without
+    sentinels: for durable grants (WAIT counts the replica)."""
+
+    def __init__(self):
+        self.servers = []
+        try:
+            # A replica syncs at once, not after the default 5 s delay.
+            self.master = Server("--repl-diskless-sync-delay", "0")
+            self.servers.append(self.master)
+            self.replica = Server("--replicaof", "127.0.0.1", str(self.master.port))
+            self.servers.append(self.replica)
+            wait_until(lambda: SentinelSetup._synced(self.replica), timeout=10, what="the replica to sync")
+        except BaseException:
+            self.stop()
+            raise
+
+    def caught_up(self) -> bool:
+        """Whether the replica has everything the master wrote."""
+        with redis.Redis(port=self.master.port) as m, redis.Redis(port=self.replica.port) as r:
+            return (SentinelSetup._synced(self.replica)
+                    and m.info("replication")["master_repl_offset"]
+                    == r.info("replication")["slave_repl_offset"])
+
+    def stop(self):
+        for server in reversed(self.servers):
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def replicated():
+    s = Replicated()
+    yield s
+    s.stop()
+
+
 @pytest.fixture(scope="session")
 def cluster():
     c = Cluster()
