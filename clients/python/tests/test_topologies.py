@@ -13,7 +13,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import LockError, LockNotOwnedError
 from redis.sentinel import Sentinel
 
-from helpers import info, wait_until
+from helpers import calls, holding, info, wait_until
 from redis_flock import Lock, LockNotDurableError
 
 
@@ -181,6 +181,27 @@ def test_cluster_slot_migration_mid_wait(cluster, rc):
     assert lock.acquire(blocking_timeout=1)
     assert info(cluster.clients[1], key)["token"] == lock.fencing_token > token
     lock.release()
+
+
+def test_cluster_moved_grant_is_watched_on_the_new_node(cluster, rc):
+    key = cluster.key_on(0, "rewatch")
+    new = cluster.clients[2]
+    # A fixed lease, no watchdog: only a pushed event can mark it lost.
+    holder = Lock(rc, key, timeout=10)
+    assert holder.acquire()
+    before = calls(new, "flock.release")
+    migrate_slot(cluster, key, 2)
+    # The old node's session heard `moved`: the grant is watched again
+    # through a session on the new node (a reentrant ACQUIRE ... INBOX
+    # there, then the RELEASE of that extra hold).
+    wait_until(lambda: cluster.sessions()[2] == 1 and calls(new, "flock.release") == before + 1,
+               what="the grant to be watched again on the new node")
+    assert holding(new, key, holder.local.token)["holds"] == 1 and not holder.lost
+    new.execute_command("FLOCK.FORCERELEASE", key)
+    wait_until(lambda: holder.lost, what="the loss pushed by the new node's session")
+    assert holder.lost_reason == "forcereleased"
+    with pytest.raises(LockNotOwnedError):
+        holder.release()
 
 
 def test_sentinel_wait_and_failover(sentinel_setup):

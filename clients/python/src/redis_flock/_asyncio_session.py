@@ -21,6 +21,7 @@ from ._core import (
     INBOX_MS,
     LOST_PREFIXES,
     LOST_REPLY,
+    RELEASE,
     RESENDS,
     REOPEN_MAX_DELAY,
     SEND_CONCURRENCY,
@@ -143,6 +144,23 @@ async def moved_away(node, key: bytes) -> Optional[AskError]:
     return None
 
 
+async def rewatch_moved(key: bytes, entries) -> None:
+    """See redis_flock._session.rewatch_moved."""
+    for lock, grant in entries:
+        if not hasattr(lock.redis, "get_node_from_key"):
+            continue
+        try:
+            await send(lock.redis.execute_command, ("FLOCK.INFO", key))
+            session = session_of(await node_client(lock.redis, key))
+            sid = await session.open()
+            session.state.watch(key, grant.owner, grant.token, lock, grant, None)
+            if not await session._rewatch_one(lock, grant, sid):
+                session.state.stale = True
+                session._start_reopening()
+        except Exception as e:
+            logger.info("FLOCK: watching a moved grant of %r again failed (%s)", lock.name, e)
+
+
 def session_of(client) -> "Session":
     """The session of ``client``'s pool on the running loop, made on first
     use. The pool's disconnect() (what Redis.aclose() calls) also closes it."""
@@ -246,9 +264,11 @@ class Session:
                     continue
                 for event in events or ():
                     try:
-                        release = self.state.dispatch(event)
-                        if release is not None:
-                            self._spawn(self._release(*release))
+                        action = self.state.dispatch(event)
+                        if action is not None and action[0] == RELEASE:
+                            self._spawn(self._release(*action[1:]))
+                        elif action is not None:
+                            self._spawn(rewatch_moved(*action[1:]))
                     except Exception:
                         logger.exception("FLOCK session: event %r", event)
                 if self.state.stale:

@@ -620,6 +620,9 @@ def _as_bytes(value) -> bytes:
 # --- Sessions: the bookkeeping both flavours share (no I/O) -----------------
 
 GRANTED, TIMEOUT, CANCELLED, ERROR, LOST = "granted", "timeout", "cancelled", "error", "lost"
+MOVED = "moved"
+# What the reader does after an event (SessionState.dispatch's answer).
+RELEASE, REWATCH = "release", "rewatch"
 
 
 def _text(value) -> str:
@@ -854,9 +857,16 @@ class SessionState:
     # Events.
 
     def dispatch(self, event) -> Optional[tuple]:
-        """Applies one INBOX event, in order. Returns (key, owner) when a
-        grant nobody waits for any more must be released, else None."""
+        """Applies one INBOX event, in order. Returns what the reader does
+        next: (RELEASE, key, owner) when a grant nobody waits for any more
+        must be released; (REWATCH, key, [(lock, grant), ...]) when grants
+        this session watched went with their key to another server (a
+        ``moved`` event: held there, watched from here no more); else None."""
         kind, key, owner, token, detail = parse_event(event)
+        if kind == MOVED:
+            with self.mutex:
+                entries = list(self.watched.pop((key, owner, token), ()))
+            return (REWATCH, key, entries) if entries else None
         if kind == LOST:
             with self.mutex:
                 entries = list(self.watched.pop((key, owner, token), ()))
@@ -873,5 +883,5 @@ class SessionState:
         if wait is not None:
             self.settle(wait, (kind, token, detail))
         if kind == GRANTED and abandoned and not self.holds(key, owner, token):
-            return key, owner
+            return RELEASE, key, owner
         return None

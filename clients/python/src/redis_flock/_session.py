@@ -24,6 +24,7 @@ from ._core import (
     INBOX_MS,
     LOST_PREFIXES,
     LOST_REPLY,
+    RELEASE,
     RESENDS,
     REOPEN_MAX_DELAY,
     SEND_CONCURRENCY,
@@ -135,6 +136,30 @@ def moved_away(node, key: bytes) -> Optional[AskError]:
     except AskError as e:
         return e
     return None
+
+
+def rewatch_moved(key: bytes, entries) -> None:
+    """After a ``moved`` event (the key went, with its grants, to another
+    Cluster node): each grant is watched again through the session of the
+    key's new node (a RENEW, a reentrant ``ACQUIRE ... INBOX``, a RELEASE of
+    that hold: Session._rewatch_one), so that its losses there are pushed.
+    The cluster client learns the new node from the MOVED its FLOCK.INFO
+    gets. Not on a single server's client (MIGRATE to a server it does not
+    know): such a grant stays unwatched, its watchdog finds a loss."""
+    for lock, grant in entries:
+        if not hasattr(lock.redis, "get_node_from_key"):
+            continue
+        try:
+            send(lock.redis.execute_command, ("FLOCK.INFO", key))
+            session = session_of(node_client(lock.redis, key))
+            sid = session.open()
+            session.state.watch(key, grant.owner, grant.token, lock, grant, None)
+            if not session._rewatch_one(lock, grant, sid):
+                session.state.stale = True
+        except Exception as e:
+            # The new node's reader tries again (the grant is registered
+            # there as watched by no session).
+            logger.info("FLOCK: watching a moved grant of %r again failed (%s)", lock.name, e)
 
 
 def session_of(client) -> "Session":
@@ -282,9 +307,14 @@ class Session:
                 continue
             for event in events or ():
                 try:
-                    release = self.state.dispatch(event)
-                    if release is not None:
-                        self._release(*release)
+                    action = self.state.dispatch(event)
+                    if action is not None and action[0] == RELEASE:
+                        self._release(*action[1:])
+                    elif action is not None:
+                        # Another server's I/O: not on the reader.
+                        threading.Thread(
+                            target=rewatch_moved, args=action[1:], name="flock-moved", daemon=True
+                        ).start()
                 except Exception:
                     logger.exception("FLOCK session: event %r", event)
 

@@ -12,7 +12,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import LockNotOwnedError
 
-from helpers import info, until, wait_until
+from helpers import calls, holding, info, until, wait_until
 from redis_flock.asyncio import Lock
 from test_topologies import migrate_slot, queued
 
@@ -125,6 +125,24 @@ async def test_cluster_slot_migration_mid_wait(cluster, rc):
     assert await lock.acquire(blocking_timeout=1)
     assert info(cluster.clients[1], key)["token"] == lock.fencing_token > token
     await lock.release()
+
+
+async def test_cluster_moved_grant_is_watched_on_the_new_node(cluster, rc):
+    key = cluster.key_on(0, "rewatch")
+    new = cluster.clients[2]
+    holder = Lock(rc, key, timeout=10)
+    assert await holder.acquire()
+    before = calls(new, "flock.release")
+    migrate_slot(cluster, key, 2)
+    # Watched again through a session on the new node (see the sync test).
+    await until(lambda: cluster.sessions()[2] == 1 and calls(new, "flock.release") == before + 1,
+                what="the grant to be watched again on the new node")
+    assert holding(new, key, holder.local.token)["holds"] == 1 and not holder.lost
+    new.execute_command("FLOCK.FORCERELEASE", key)
+    await until(lambda: holder.lost, what="the loss pushed by the new node's session")
+    assert holder.lost_reason == "forcereleased"
+    with pytest.raises(LockNotOwnedError):
+        await holder.release()
 
 
 async def test_sentinel_wait_and_failover(sentinel_setup):
