@@ -342,3 +342,46 @@ def test_sentinel_failover_durable_grants_never_overlap_and_resume(sentinel_setu
     print(f"durable grants {len(grants)}, refused (NOTDURABLE) {len(refused)}, other errors {len(errors)},"
           f" demotion {demoted - failover_sent:.1f} s and the first grant after it"
           f" {resumed - failover_sent:.1f} s after SENTINEL FAILOVER, longest gap {gap:.1f} s")
+
+
+@pytest.mark.parametrize("use_session", [True, False], ids=["session", "blocking"])
+def test_cluster_failover_mid_wait_grants_on_the_new_master(replicated_cluster, use_session):
+    """CLUSTER FAILOVER on the replica of a lock's node while a waiter of
+    that lock waits through the cluster client: the wait does not hang; it
+    is sent again (same request ID) to the new master, where the holder's
+    release (through the cluster client, following MOVED) grants it."""
+    cluster = replicated_cluster
+    rc = RedisCluster(host="127.0.0.1", port=cluster.ports()[0])
+    try:
+        key = cluster.key_in_shard(0 if use_session else 1, "failover")
+        old, new = cluster.master_and_replica_of(key)
+        holder = Lock(rc, key, timeout=10)
+        assert holder.acquire()
+        outcome = []
+
+        def wait():
+            lock = Lock(rc, key, timeout=10, use_session=use_session)
+            try:
+                outcome.append(lock.acquire(blocking_timeout=15))
+                outcome.append((lock.fencing_token, info(new, key)["token"]))
+                lock.release()
+            except Exception as e:
+                outcome.append(e)
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        wait_until(lambda: queued(old, key) == 1, what="the waiter to queue")
+        # Replicated before the failover: the new master has the grant and the waiter.
+        assert old.execute_command("WAIT", 1, 5000) == 1
+        new.execute_command("CLUSTER", "FAILOVER")
+        wait_until(lambda: new.execute_command("ROLE")[0] == b"master" and old.execute_command("ROLE")[0] == b"slave",
+                   timeout=15, what="the replica to be the master")
+        holder.release()
+        thread.join(20)
+        assert not thread.is_alive(), "the wait hung"
+        assert outcome[0] is True, outcome
+        # Granted by the new master: its token is the one the new master holds.
+        token, on_new = outcome[1]
+        assert token == on_new
+    finally:
+        rc.close()

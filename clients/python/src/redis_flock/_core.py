@@ -420,11 +420,13 @@ class LockBase:
     def _wait_socket_timeout(wait_ms: int) -> Optional[float]:
         return None if wait_ms == 0 else wait_ms / 1000 + WAIT_SOCKET_MARGIN
 
-    def _acquire_command(self, owner: bytes, wait_ms: Optional[int]):
+    def _acquire_command(self, owner: bytes, wait_ms: Optional[int], rid: Optional[str] = None):
+        """FLOCK.ACQUIRE (with WAIT ``wait_ms`` unless None) with request ID
+        ``rid``, or one of its own."""
         args = self._acquire_base(owner)
         if wait_ms is not None:
             args += ["WAIT", wait_ms]
-        return with_id(*args)
+        return (*args, "ID", rid) if rid is not None else with_id(*args)
 
     def _acquire_base(self, owner: bytes) -> list:
         """FLOCK.ACQUIRE without WAIT, INBOX and ID."""

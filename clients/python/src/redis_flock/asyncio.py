@@ -19,6 +19,7 @@ from ._core import (
     ReadWriteLockBase,
     SemaphoreBase,
     Number,
+    is_demotion,
     is_key_gone,
     lock_error,
     logger,
@@ -101,13 +102,20 @@ class Lock(LockBase):
                 if session is not None:
                     granted, sid, at = await self._acquire_in(session, node, key, owner, wait_ms, rid)
                 else:
-                    granted, sid, at = await self._acquire_blocking(node, owner, wait_ms), None, None
+                    granted, sid, at = await self._acquire_blocking(node, owner, wait_ms, rid), None, None
                 break
             except ResponseError as e:
                 redirect = e
                 if node is not self.redis and is_key_gone(e):
                     # A slot migration (see redis_flock.lock.Lock.acquire).
                     redirect, rid = await moved_away(node, key), str(uuid.uuid4())
+                elif node is not self.redis and is_demotion(e):
+                    # CLUSTER FAILOVER: the node became a replica of the key's
+                    # new master (it answers MOVED), and the wait is sent
+                    # there again with the same request ID: a grant the old
+                    # master made and replicated is recognised, a replicated
+                    # waiter's place taken over.
+                    redirect = await moved_away(node, key)
                 if node is self.redis or not isinstance(redirect, AskError) or attempt == REDIRECTS:
                     raise lock_error(e, "acquire", self.name) from e
                 await redirected(self.redis, redirect, attempt + 1)
@@ -140,13 +148,14 @@ class Lock(LockBase):
             raise detail if isinstance(detail, Exception) else ResponseError(detail)
         return None, None, None
 
-    async def _acquire_blocking(self, node, owner: bytes, wait_ms: Optional[int]) -> Optional[int]:
+    async def _acquire_blocking(self, node, owner: bytes, wait_ms: Optional[int], rid: str) -> Optional[int]:
         """A try through the client, then a wait blocking on a connection of
-        its own to ``node``, the key's server."""
-        granted = await send(self.redis.execute_command, self._acquire_command(owner, None))
+        its own to ``node``, the key's server; the wait with request ID
+        ``rid`` and the try with one made from it (see redis_flock.lock)."""
+        granted = await send(self.redis.execute_command, self._acquire_command(owner, None, rid + ":try"))
         if granted is None and wait_ms is not None:
             async with Dedicated(node, self._wait_socket_timeout(wait_ms)) as connection:
-                granted = await send(connection.call, self._acquire_command(owner, wait_ms))
+                granted = await send(connection.call, self._acquire_command(owner, wait_ms, rid))
         return granted
 
     async def _watch(self, grant) -> None:

@@ -23,6 +23,7 @@ from ._core import (
     ReadWriteLockBase,
     SemaphoreBase,
     Number,
+    is_demotion,
     is_key_gone,
     lock_error,
     logger,
@@ -219,7 +220,7 @@ class Lock(LockBase):
                 if session is not None:
                     granted, sid, at = self._acquire_in(session, node, key, owner, wait_ms, cancel, rid)
                 else:
-                    granted, sid, at = self._acquire_blocking(node, owner, wait_ms, cancel), None, None
+                    granted, sid, at = self._acquire_blocking(node, owner, wait_ms, cancel, rid), None, None
                 break
             except ResponseError as e:
                 redirect = e
@@ -228,6 +229,13 @@ class Lock(LockBase):
                     # the wait follows it as a new request (the request
                     # IDs moved with the key).
                     redirect, rid = moved_away(node, key), str(uuid.uuid4())
+                elif node is not self.redis and is_demotion(e):
+                    # CLUSTER FAILOVER: the node became a replica of the key's
+                    # new master (it answers MOVED), and the wait is sent
+                    # there again with the same request ID: a grant the old
+                    # master made and replicated is recognised, a replicated
+                    # waiter's place taken over.
+                    redirect = moved_away(node, key)
                 if node is self.redis or not isinstance(redirect, AskError) or attempt == REDIRECTS:
                     raise lock_error(e, "acquire", self.name) from e
                 redirected(self.redis, redirect, attempt + 1)
@@ -262,14 +270,17 @@ class Lock(LockBase):
             raise detail if isinstance(detail, Exception) else ResponseError(detail)
         return None, None, None
 
-    def _acquire_blocking(self, node, owner: bytes, wait_ms: Optional[int], cancel) -> Optional[int]:
+    def _acquire_blocking(self, node, owner: bytes, wait_ms: Optional[int], cancel, rid: str) -> Optional[int]:
         """A try through the client, then a wait blocking on a connection of
-        its own to ``node``, the key's server."""
-        granted = send(self.redis.execute_command, self._acquire_command(owner, None))
+        its own to ``node``, the key's server. The wait has request ID
+        ``rid``, the try one made from it: sent again to a Cluster's new
+        master after a failover, a grant the old master made and replicated
+        is recognised (no second hold)."""
+        granted = send(self.redis.execute_command, self._acquire_command(owner, None, rid + ":try"))
         if granted is None and wait_ms is not None:
             try:
                 with Dedicated(node, self._wait_socket_timeout(wait_ms), cancel, self.name) as connection:
-                    granted = send(connection.call, self._acquire_command(owner, wait_ms))
+                    granted = send(connection.call, self._acquire_command(owner, wait_ms, rid))
             except AcquireCancelled:
                 # A grant that won the race (its reply lost with the socket)
                 # is given back: this owner held nothing before its wait.

@@ -185,3 +185,30 @@ async def test_sentinel_wait_and_failover(sentinel_setup):
     finally:
         await r.aclose()
         master.close()
+
+
+async def test_cluster_failover_mid_wait_grants_on_the_new_master(replicated_cluster):
+    """CLUSTER FAILOVER while a task waits through the session (see the sync
+    test, which also does it without one): the wait is sent again to the
+    new master, which grants it."""
+    cluster = replicated_cluster
+    rc = RedisCluster(host="127.0.0.1", port=cluster.ports()[0])
+    try:
+        # The third shard: the sync tests failed the other two over.
+        key = cluster.key_in_shard(2, "afailover")
+        old, new = cluster.master_and_replica_of(key)
+        holder = Lock(rc, key, timeout=10)
+        assert await holder.acquire()
+        waiter = Lock(rc, key, timeout=10)
+        task = asyncio.create_task(waiter.acquire(blocking_timeout=15))
+        await until(lambda: queued(old, key) == 1, what="the waiter to queue")
+        assert old.execute_command("WAIT", 1, 5000) == 1
+        new.execute_command("CLUSTER", "FAILOVER")
+        await until(lambda: new.execute_command("ROLE")[0] == b"master" and old.execute_command("ROLE")[0] == b"slave",
+                    timeout=15, what="the replica to be the master")
+        await holder.release()
+        assert await asyncio.wait_for(task, 20)
+        assert info(new, key)["token"] == waiter.fencing_token
+        await waiter.release()
+    finally:
+        await rc.aclose()
