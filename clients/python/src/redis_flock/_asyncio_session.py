@@ -21,6 +21,7 @@ from ._core import (
     INBOX_MS,
     LOST_PREFIXES,
     LOST_REPLY,
+    REDIRECTS,
     RELEASE,
     RESENDS,
     REOPEN_MAX_DELAY,
@@ -144,13 +145,22 @@ async def moved_away(node, key: bytes) -> Optional[AskError]:
     return None
 
 
-async def rewatch_moved(key: bytes, entries) -> None:
+async def rewatch_moved(old, key: bytes, entries) -> None:
     """See redis_flock._session.rewatch_moved."""
     for lock, grant in entries:
         if not hasattr(lock.redis, "get_node_from_key"):
             continue
         try:
-            await send(lock.redis.execute_command, ("FLOCK.INFO", key))
+            for attempt in range(1, REDIRECTS + 1):
+                redirect = await moved_away(old, key)
+                if isinstance(redirect, MovedError):
+                    await redirected(lock.redis, redirect, attempt)
+                    break
+                if redirect is None:
+                    raise ResponseError("the old node answers for the key itself")
+                await asyncio.sleep(ASK_PAUSE * attempt)
+            else:
+                raise ResponseError("the slot's migration did not end")
             session = session_of(await node_client(lock.redis, key))
             sid = await session.open()
             session.state.watch(key, grant.owner, grant.token, lock, grant, None)
@@ -268,7 +278,7 @@ class Session:
                         if action is not None and action[0] == RELEASE:
                             self._spawn(self._release(*action[1:]))
                         elif action is not None:
-                            self._spawn(rewatch_moved(*action[1:]))
+                            self._spawn(rewatch_moved(self.client, *action[1:]))
                     except Exception:
                         logger.exception("FLOCK session: event %r", event)
                 if self.state.stale:

@@ -24,6 +24,7 @@ from ._core import (
     INBOX_MS,
     LOST_PREFIXES,
     LOST_REPLY,
+    REDIRECTS,
     RELEASE,
     RESENDS,
     REOPEN_MAX_DELAY,
@@ -138,27 +139,38 @@ def moved_away(node, key: bytes) -> Optional[AskError]:
     return None
 
 
-def rewatch_moved(key: bytes, entries) -> None:
-    """After a ``moved`` event (the key went, with its grants, to another
-    Cluster node): each grant is watched again through the session of the
-    key's new node (a RENEW, a reentrant ``ACQUIRE ... INBOX``, a RELEASE of
-    that hold: Session._rewatch_one), so that its losses there are pushed.
-    The cluster client learns the new node from the MOVED its FLOCK.INFO
-    gets. Not on a single server's client (MIGRATE to a server it does not
-    know): such a grant stays unwatched, its watchdog finds a loss."""
+def rewatch_moved(old, key: bytes, entries) -> None:
+    """After a ``moved`` event on the session of ``old`` (a Cluster node's
+    client: the key went, with its grants, to another node): each grant is
+    watched again through the session of the key's new node (a RENEW, a
+    reentrant ``ACQUIRE ... INBOX``, a RELEASE of that hold:
+    Session._rewatch_one), so that its losses there are pushed. The new node
+    is the one ``old`` names in its MOVED for the key (the event comes with
+    MIGRATE, before the slot's owner changes: ASK until then, asked again
+    after a pause). Not on a single server's client (MIGRATE to a server it
+    does not know): such a grant stays unwatched, its watchdog finds a loss."""
     for lock, grant in entries:
         if not hasattr(lock.redis, "get_node_from_key"):
             continue
         try:
-            send(lock.redis.execute_command, ("FLOCK.INFO", key))
+            for attempt in range(1, REDIRECTS + 1):
+                redirect = moved_away(old, key)
+                if isinstance(redirect, MovedError):
+                    redirected(lock.redis, redirect, attempt)
+                    break
+                if redirect is None:
+                    raise ResponseError("the old node answers for the key itself")
+                time.sleep(ASK_PAUSE * attempt)
+            else:
+                raise ResponseError("the slot's migration did not end")
             session = session_of(node_client(lock.redis, key))
             sid = session.open()
             session.state.watch(key, grant.owner, grant.token, lock, grant, None)
             if not session._rewatch_one(lock, grant, sid):
                 session.state.stale = True
         except Exception as e:
-            # The new node's reader tries again (the grant is registered
-            # there as watched by no session).
+            # Registered on the new node's session: its reader tries again;
+            # not yet: the grant stays unwatched, as a single server's.
             logger.info("FLOCK: watching a moved grant of %r again failed (%s)", lock.name, e)
 
 
@@ -313,7 +325,7 @@ class Session:
                     elif action is not None:
                         # Another server's I/O: not on the reader.
                         threading.Thread(
-                            target=rewatch_moved, args=action[1:], name="flock-moved", daemon=True
+                            target=rewatch_moved, args=(self.client, *action[1:]), name="flock-moved", daemon=True
                         ).start()
                 except Exception:
                     logger.exception("FLOCK session: event %r", event)
