@@ -344,6 +344,35 @@ def test_sentinel_failover_durable_grants_never_overlap_and_resume(sentinel_setu
           f" {resumed - failover_sent:.1f} s after SENTINEL FAILOVER, longest gap {gap:.1f} s")
 
 
+def on_replica(replica, key, owner):
+    """``owner``'s entry in FLOCK.INFO as the Cluster replica ``replica`` has
+    it (read with READONLY on a connection of its own)."""
+    port = replica.connection_pool.connection_kwargs["port"]
+    with redis.Redis(port=port, single_connection_client=True) as c:
+        c.execute_command("READONLY")
+        return holding(c, key, owner)
+
+
+def test_cluster_durable_grant_waits_for_the_replica_of_the_key_node(replicated_cluster):
+    cluster = replicated_cluster
+    rc = RedisCluster(host="127.0.0.1", port=cluster.ports()[0])
+    try:
+        key = cluster.key_in_shard(1, "durable")
+        master, replica = cluster.master_and_replica_of(key)
+        lock = Lock(rc, key, timeout=10, durable_replicas=1)
+        assert lock.acquire()
+        # The RENEW and WAIT went to the key's node: its replica has the grant.
+        assert on_replica(replica, key, lock.local.token)["token"] == lock.fencing_token
+        lock.release()
+        # Each master has one replica: asked for two, refused and given back.
+        lock = Lock(rc, key, timeout=10, durable_replicas=2, durable_timeout=0.2)
+        with pytest.raises(LockNotDurableError) as raised:
+            lock.acquire()
+        assert raised.value.reached == 1 and info(master, key) is None
+    finally:
+        rc.close()
+
+
 @pytest.mark.parametrize("use_session", [True, False], ids=["session", "blocking"])
 def test_cluster_failover_mid_wait_grants_on_the_new_master(replicated_cluster, use_session):
     """CLUSTER FAILOVER on the replica of a lock's node while a waiter of

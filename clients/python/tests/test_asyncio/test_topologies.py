@@ -13,8 +13,8 @@ from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import LockNotOwnedError
 
 from helpers import calls, holding, info, until, wait_until
-from redis_flock.asyncio import Lock
-from test_topologies import migrate_slot, queued
+from redis_flock.asyncio import Lock, LockNotDurableError
+from test_topologies import migrate_slot, on_replica, queued
 
 
 @pytest_asyncio.fixture()
@@ -185,6 +185,24 @@ async def test_sentinel_wait_and_failover(sentinel_setup):
     finally:
         await r.aclose()
         master.close()
+
+
+async def test_cluster_durable_grant_waits_for_the_replica_of_the_key_node(replicated_cluster):
+    cluster = replicated_cluster
+    rc = RedisCluster(host="127.0.0.1", port=cluster.ports()[0])
+    try:
+        key = cluster.key_in_shard(2, "adurable")
+        master, replica = cluster.master_and_replica_of(key)
+        lock = Lock(rc, key, timeout=10, durable_replicas=1)
+        assert await lock.acquire()
+        assert on_replica(replica, key, lock.local.token)["token"] == lock.fencing_token
+        await lock.release()
+        lock = Lock(rc, key, timeout=10, durable_replicas=2, durable_timeout=0.2)
+        with pytest.raises(LockNotDurableError) as raised:
+            await lock.acquire()
+        assert raised.value.reached == 1 and info(master, key) is None
+    finally:
+        await rc.aclose()
 
 
 async def test_cluster_failover_mid_wait_grants_on_the_new_master(replicated_cluster):
