@@ -81,7 +81,9 @@ async def confirm_durable(lock, node, owner: bytes) -> None:
     try:
         await send(lock.redis.execute_command, release)
     except Exception as e:
-        logger.warning("FLOCK: could not give back the grant of %r that was not durable: %s", lock.name, e)
+        # NOTOWNER: the grant had ended already (the RENEW said so too).
+        if not str(e).startswith(LOST_PREFIXES):
+            logger.warning("FLOCK: could not give back the grant of %r that was not durable: %s", lock.name, e)
     if not isinstance(replies, Exception) and isinstance(replies, BaseException):
         raise replies
     raise error
