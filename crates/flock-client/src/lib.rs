@@ -98,6 +98,14 @@
 //! (Sentinel does it some seconds after the promotion) it still answers,
 //! and what is written there in that window is lost with it.
 //!
+//! **Durable grants.** [`Lock::durable`] (also on [`RwLock`] and
+//! [`Semaphore`]) makes every grant count only once the number of replicas
+//! you name have it: after the grant, `FLOCK.RENEW` and `WAIT replicas
+//! timeout` in one round trip on a connection to the key's node; fewer in
+//! time, and the hold is given back and the acquire fails with an error of
+//! code `NOTDURABLE` (see docs/client-protocol.md, "Durable grants", and
+//! docs/durability.md for what each setting survived in a failover).
+//!
 //! [`RwLock`] (`read` and `write`) and [`Semaphore`] (`acquire` of n
 //! permits) hand out the same [`Guard`], with the same watchdog, request IDs
 //! and release on drop: every holder has its own lease, token and holds.
@@ -175,6 +183,8 @@ struct Target {
     via: Option<Via>,
     blocking: bool,
     cancel: Option<CancelToken>,
+    /// Set by `durable`: (replicas, timeout) each grant waits for.
+    durable: Option<(usize, Duration)>,
 }
 
 /// Where [`Lock::acquire_in`] and its kin acquire: a [`Cluster`] (the node
@@ -217,15 +227,88 @@ fn cancelled() -> RedisError {
 
 impl Target {
     fn new(key: impl Into<String>, lease: Duration) -> Target {
-        Target { key: key.into(), lease, owner: None, client: None, via: None, blocking: false, cancel: None }
+        Target {
+            key: key.into(),
+            lease,
+            owner: None,
+            client: None,
+            via: None,
+            blocking: false,
+            cancel: None,
+            durable: None,
+        }
     }
 
     fn owner(&self) -> String {
         self.owner.clone().unwrap_or_else(thread_owner)
     }
 
-    /// `FLOCK.ACQUIRE` in `mode`; see [`Lock::acquire`] for `wait`.
+    /// `FLOCK.ACQUIRE` in `mode`; see [`Lock::acquire`] for `wait`. A
+    /// durable lock confirms each grant (see [`Lock::durable`]).
     fn acquire<C: ConnectionLike>(&self, conn: C, wait: Option<Duration>, mode: Mode) -> RedisResult<Option<Guard<C>>> {
+        let guard = self.grant(conn, wait, mode)?;
+        match (guard, self.durable) {
+            (Some(guard), Some((replicas, timeout))) => self.confirm(guard, replicas, timeout).map(Some),
+            (guard, _) => Ok(guard),
+        }
+    }
+
+    /// Where the key's node is reached apart from the connection given to
+    /// acquire: the route, or the client's server; `None` for a bare
+    /// connection.
+    fn via(&self) -> Option<Via> {
+        self.via.clone().or_else(|| self.client.as_ref().map(|c| Via::Server(session::server(c))))
+    }
+
+    /// Durable grants: `FLOCK.RENEW key owner lease-ms ID <uuid>` and `WAIT
+    /// replicas timeout-ms` in one round trip on one connection to the
+    /// key's node (a connection of its own from the process's pool for that
+    /// node, or the connection given to acquire when there is no client or
+    /// route). The RENEW is this connection's write, after the grant in the
+    /// replication stream, so the WAIT's count covers the grant even when
+    /// the grant was another connection's write (pushed to the session,
+    /// handed over by a release). Fewer than `replicas`, or `NOTOWNER`: the
+    /// hold is given back (one hold: a reentry keeps the ones before) and
+    /// the acquire fails with `NOTDURABLE`. Any other error (the node could
+    /// not be reached after [`RESENDS`] tries, each a fresh RENEW) also
+    /// gives the hold back, and is returned as it is.
+    fn confirm<C: ConnectionLike>(
+        &self,
+        mut guard: Guard<C>,
+        replicas: usize,
+        timeout: Duration,
+    ) -> RedisResult<Guard<C>> {
+        let (key, owner, lease_ms) = (guard.key.clone(), guard.owner.clone(), guard.lease_ms);
+        let timeout_ms = millis(timeout);
+        let checked = match self.via() {
+            Some(via) => durable_via(&via, &key, &owner, lease_ms, replicas, timeout_ms),
+            None => {
+                let mut tries = 0;
+                loop {
+                    let result =
+                        guard.link.current().and_then(|c| durable_on(c, &key, &owner, lease_ms, replicas, timeout_ms));
+                    match result {
+                        Err(e) if e.is_io_error() && tries < RESENDS => tries += 1,
+                        result => break result,
+                    }
+                }
+            }
+        };
+        match checked {
+            Ok(Durable::Acked(n)) if n >= replicas as i64 => Ok(guard),
+            Ok(short) => {
+                let _ = guard.release_once();
+                Err(short.error(&key, replicas, timeout_ms))
+            }
+            Err(e) => {
+                let _ = guard.release_once();
+                Err(e)
+            }
+        }
+    }
+
+    /// The grant itself: `FLOCK.ACQUIRE` in `mode`.
+    fn grant<C: ConnectionLike>(&self, conn: C, wait: Option<Duration>, mode: Mode) -> RedisResult<Option<Guard<C>>> {
         if self.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
             return Err(cancelled());
         }
@@ -246,8 +329,7 @@ impl Target {
             started: Instant::now(),
         };
         let mut link = Link { conn, client: self.client.clone(), spare: None };
-        let via = self.via.clone().or_else(|| self.client.as_ref().map(|c| Via::Server(session::server(c))));
-        match via.filter(|_| !self.blocking) {
+        match self.via().filter(|_| !self.blocking) {
             Some(via) => self.acquire_in_session(link, acquire, via),
             None => {
                 let Some(token) = link.send::<Option<u64>>(&acquire.cmd(None))? else {
@@ -554,6 +636,24 @@ macro_rules! target_methods {
         /// `token` is cancelled (`FLOCK.CANCEL` on the server; session waits).
         pub fn cancel_with(mut self, token: &CancelToken) -> Self {
             self.target.cancel = Some(token.clone());
+            self
+        }
+
+        /// Durable grants: each grant counts only once `replicas` replicas
+        /// have acknowledged it, waiting up to `timeout` (after the grant,
+        /// `FLOCK.RENEW` and `WAIT replicas timeout` in one round trip on a
+        /// connection to the key's node: the master a sentinel names, a
+        /// cluster key's node). When fewer acknowledge it in time (or the
+        /// grant is already gone) the hold is given back (`FLOCK.RELEASE`:
+        /// a reentry gives back only its own hold) and the acquire fails
+        /// with an error of code `NOTDURABLE` naming the key and both
+        /// counts. Name every replica of the deployment: in a graceful
+        /// failover the old master keeps serving with fewer replicas, and
+        /// an acknowledgement from a replica that goes with it is lost with
+        /// it (docs/durability.md has what each setting survived). Off by
+        /// default; `replicas` 0 turns it off.
+        pub fn durable(mut self, replicas: usize, timeout: Duration) -> Self {
+            self.target.durable = (replicas > 0).then_some((replicas, timeout));
             self
         }
 
@@ -1007,6 +1107,96 @@ impl<C: ConnectionLike> Link<C> {
             None => client.get_connection()?,
         };
         Ok(self.spare.insert(spare))
+    }
+}
+
+/// What the check of a durable grant found.
+enum Durable {
+    /// `RENEW` held; `WAIT` answered this many replicas.
+    Acked(i64),
+    /// `RENEW` answered `NOTOWNER` (its text): the grant was gone.
+    NotOwner(String, i64),
+}
+
+impl Durable {
+    /// The `NOTDURABLE` error of a check that fell short.
+    fn error(&self, key: &str, replicas: usize, timeout_ms: u64) -> RedisError {
+        let text = match self {
+            Durable::Acked(n) => format!(
+                "{key}: {n} of {replicas} replicas acknowledged the grant within {timeout_ms} ms; the hold was given back"
+            ),
+            Durable::NotOwner(why, n) => format!(
+                "{key}: the grant was gone before {replicas} replicas acknowledged it ({n} did): {why}"
+            ),
+        };
+        redis::make_extension_error("NOTDURABLE".into(), Some(text))
+    }
+}
+
+/// The durable check (see `Target::confirm`) on the key's node of `via`:
+/// again (a fresh RENEW each time) after an I/O error or `READONLY` (the
+/// server was demoted: a sentinel's master is asked for again) and, on a
+/// cluster, on the node a `MOVED` or `ASK` names.
+fn durable_via(
+    via: &Via,
+    key: &str,
+    owner: &str,
+    lease_ms: u64,
+    replicas: usize,
+    timeout_ms: u64,
+) -> RedisResult<Durable> {
+    let (mut tries, mut redirects) = (0, 0);
+    loop {
+        let result = via.server(key).and_then(|server| {
+            server.with_spare(|conn| {
+                conn.set_read_timeout(Some(Duration::from_millis(timeout_ms) + WAIT_MARGIN))?;
+                durable_on(conn, key, owner, lease_ms, replicas, timeout_ms)
+            })
+        });
+        match result {
+            Err(e) if (e.is_io_error() || e.kind() == redis::ErrorKind::ReadOnly) && tries < RESENDS => {
+                tries += 1;
+                if !e.is_io_error() {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+            Err(e) if redirects < cluster::REDIRECTS && !e.is_io_error() && via.redirected(&e) => redirects += 1,
+            result => return result,
+        }
+    }
+}
+
+/// `FLOCK.RENEW key owner lease-ms ID <uuid>` then `WAIT replicas
+/// timeout-ms`, in one round trip on `conn`.
+fn durable_on(
+    conn: &mut dyn ConnectionLike,
+    key: &str,
+    owner: &str,
+    lease_ms: u64,
+    replicas: usize,
+    timeout_ms: u64,
+) -> RedisResult<Durable> {
+    let mut pipe = redis::pipe();
+    pipe.add_command(renew_cmd(key, owner, lease_ms).arg("ID").arg(uuid::Uuid::new_v4().to_string()).clone());
+    pipe.cmd("WAIT").arg(replicas).arg(timeout_ms);
+    let replies = conn.req_packed_commands(&pipe.get_packed_pipeline(), 0, 2)?;
+    let [renewed, acked] = <[Value; 2]>::try_from(replies).map_err(|r| {
+        RedisError::from((redis::ErrorKind::TypeError, "unexpected replies to FLOCK.RENEW and WAIT", format!("{r:?}")))
+    })?;
+    let renewed = match renewed {
+        Value::ServerError(e) => Err(RedisError::from(e)),
+        other => Ok(other),
+    };
+    match renewed {
+        Err(e) if is_notowner(&e) => Ok(Durable::NotOwner(
+            e.detail().unwrap_or_default().to_string(),
+            i64::from_redis_value(&acked).unwrap_or(0),
+        )),
+        Err(e) => Err(e),
+        Ok(_) => match acked {
+            Value::ServerError(e) => Err(RedisError::from(e)),
+            acked => Ok(Durable::Acked(i64::from_redis_value(&acked)?)),
+        },
     }
 }
 

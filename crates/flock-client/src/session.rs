@@ -251,7 +251,14 @@ pub(crate) struct Server {
     /// Held while a session is being opened, so that only one is.
     opening: Mutex<()>,
     commands: Mutex<Option<Connection>>,
+    /// Connections of their own for commands that block for a while (the
+    /// `WAIT` of a durable grant), kept so that they do not hold up the
+    /// shared one.
+    spares: Mutex<Vec<Connection>>,
 }
+
+/// How many idle [`Server::with_spare`] connections a server keeps.
+const SPARES: usize = 8;
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -275,6 +282,7 @@ pub(crate) fn server_named(name: String, client: Client, resolve: Option<Resolve
             state: Mutex::default(),
             opening: Mutex::new(()),
             commands: Mutex::new(None),
+            spares: Mutex::default(),
         })
     }))
 }
@@ -355,6 +363,30 @@ impl Server {
             tries += 1;
             std::thread::sleep(REOPEN_PAUSE);
         }
+    }
+
+    /// Runs `f` once on a connection of its own (an idle one kept from
+    /// before, or a new one to the address the resolver names now), which
+    /// is kept for later unless it broke or the server answered `READONLY`
+    /// (demoted: the next one asks the resolver again).
+    pub(crate) fn with_spare<T>(&self, f: impl FnOnce(&mut Connection) -> RedisResult<T>) -> RedisResult<T> {
+        let idle = lock(&self.spares).pop().filter(ConnectionLike::is_open);
+        let mut conn = match idle {
+            Some(conn) => conn,
+            None => self.connect(None)?,
+        };
+        let result = f(&mut conn);
+        let broken = match &result {
+            Err(e) => e.is_io_error() || e.kind() == redis::ErrorKind::ReadOnly,
+            Ok(_) => false,
+        };
+        if !broken && conn.is_open() {
+            let mut spares = lock(&self.spares);
+            if spares.len() < SPARES {
+                spares.push(conn);
+            }
+        }
+        result
     }
 
     /// Sends `cmd` on the shared connection, again (same arguments) while
