@@ -54,6 +54,7 @@ fn durable_grants_with_one_replica_succeed_for_a_try_a_session_wait_a_read_and_p
     let g = lock.acquire_on(&c, None).unwrap().expect("granted");
     assert_eq!(owner_of(&mut master.conn(), "d:try").as_deref(), Some(g.owner()));
     assert_eq!(token_of(&mut replica.conn(), "d:try") as u64, g.token(), "the replica has the grant");
+    assert_eq!(g.node(), Some(format!("127.0.0.1:{}", master.port).as_str()), "confirmed on the master");
     assert_eq!(g.release().unwrap(), 0);
 
     // A wait through the session: the grant is pushed, then confirmed.

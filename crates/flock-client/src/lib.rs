@@ -285,8 +285,11 @@ impl Target {
             None => {
                 let mut tries = 0;
                 loop {
-                    let result =
-                        guard.link.current().and_then(|c| durable_on(c, &key, &owner, lease_ms, replicas, timeout_ms));
+                    let result = guard
+                        .link
+                        .current()
+                        .and_then(|c| durable_on(c, &key, &owner, lease_ms, replicas, timeout_ms))
+                        .map(|d| (d, None));
                     match result {
                         Err(e) if e.is_io_error() && tries < RESENDS => tries += 1,
                         result => break result,
@@ -295,8 +298,11 @@ impl Target {
             }
         };
         match checked {
-            Ok(Durable::Acked(n)) if n >= replicas as i64 => Ok(guard),
-            Ok(short) => {
+            Ok((Durable::Acked(n), node)) if n >= replicas as i64 => {
+                guard.node = node;
+                Ok(guard)
+            }
+            Ok((short, _)) => {
                 let _ = guard.release_once();
                 Err(short.error(&key, replicas, timeout_ms))
             }
@@ -908,6 +914,8 @@ pub struct Guard<C: ConnectionLike> {
     /// The process's renewer of this grant's server, and its entry there.
     watchdog: Option<(Arc<watchdog::Renewer>, u64)>,
     released: bool,
+    /// Of a durable grant: the address of the node that confirmed it.
+    node: Option<String>,
 }
 
 impl<C: ConnectionLike> Guard<C> {
@@ -929,6 +937,7 @@ impl<C: ConnectionLike> Guard<C> {
             session,
             watchdog: None,
             released: false,
+            node: None,
         }
     }
 
@@ -943,6 +952,14 @@ impl<C: ConnectionLike> Guard<C> {
 
     pub fn owner(&self) -> &str {
         &self.owner
+    }
+
+    /// Of a durable grant ([`Lock::durable`]) acquired with a client or a
+    /// route: the address (`host:port`) of the node where its `RENEW` and
+    /// `WAIT` were answered, the node that held it with its replicas. `None`
+    /// otherwise.
+    pub fn node(&self) -> Option<&str> {
+        self.node.as_deref()
     }
 
     pub fn mode(&self) -> Mode {
@@ -1144,13 +1161,13 @@ fn durable_via(
     lease_ms: u64,
     replicas: usize,
     timeout_ms: u64,
-) -> RedisResult<Durable> {
+) -> RedisResult<(Durable, Option<String>)> {
     let (mut tries, mut redirects) = (0, 0);
     loop {
         let result = via.server(key).and_then(|server| {
-            server.with_spare(|conn| {
+            server.with_spare(|addr, conn| {
                 conn.set_read_timeout(Some(Duration::from_millis(timeout_ms) + WAIT_MARGIN))?;
-                durable_on(conn, key, owner, lease_ms, replicas, timeout_ms)
+                Ok((durable_on(conn, key, owner, lease_ms, replicas, timeout_ms)?, Some(addr.to_string())))
             })
         });
         match result {

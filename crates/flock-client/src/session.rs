@@ -254,7 +254,7 @@ pub(crate) struct Server {
     /// Connections of their own for commands that block for a while (the
     /// `WAIT` of a durable grant), kept so that they do not hold up the
     /// shared one.
-    spares: Mutex<Vec<Connection>>,
+    spares: Mutex<Vec<(String, Connection)>>,
 }
 
 /// How many idle [`Server::with_spare`] connections a server keeps.
@@ -326,18 +326,24 @@ impl Server {
     /// A new connection (`timeout` to connect), to the address the resolver
     /// names now if there is one.
     pub(crate) fn connect(&self, timeout: Option<Duration>) -> RedisResult<Connection> {
-        let client = match &self.resolve {
+        let client = self.current()?;
+        match timeout {
+            Some(timeout) => client.get_connection_with_timeout(timeout),
+            None => client.get_connection(),
+        }
+    }
+
+    /// The client of the address the resolver names now (kept as the last
+    /// one), or of the server's one address.
+    fn current(&self) -> RedisResult<Client> {
+        Ok(match &self.resolve {
             Some(resolve) => {
                 let client = resolve()?;
                 *lock(&self.client) = client.clone();
                 client
             }
             None => self.client(),
-        };
-        match timeout {
-            Some(timeout) => client.get_connection_with_timeout(timeout),
-            None => client.get_connection(),
-        }
+        })
     }
 
     /// Runs `f` on the shared command connection, opening it if needed; an
@@ -366,16 +372,20 @@ impl Server {
     }
 
     /// Runs `f` once on a connection of its own (an idle one kept from
-    /// before, or a new one to the address the resolver names now), which
-    /// is kept for later unless it broke or the server answered `READONLY`
-    /// (demoted: the next one asks the resolver again).
-    pub(crate) fn with_spare<T>(&self, f: impl FnOnce(&mut Connection) -> RedisResult<T>) -> RedisResult<T> {
-        let idle = lock(&self.spares).pop().filter(ConnectionLike::is_open);
-        let mut conn = match idle {
-            Some(conn) => conn,
-            None => self.connect(None)?,
+    /// before, or a new one to the address the resolver names now), given
+    /// with the address it goes to; the connection is kept for later unless
+    /// it broke or the server answered `READONLY` (demoted: the next one
+    /// asks the resolver again).
+    pub(crate) fn with_spare<T>(&self, f: impl FnOnce(&str, &mut Connection) -> RedisResult<T>) -> RedisResult<T> {
+        let idle = lock(&self.spares).pop().filter(|(_, c)| c.is_open());
+        let (addr, mut conn) = match idle {
+            Some(spare) => spare,
+            None => {
+                let client = self.current()?;
+                (client.get_connection_info().addr.to_string(), client.get_connection()?)
+            }
         };
-        let result = f(&mut conn);
+        let result = f(&addr, &mut conn);
         let broken = match &result {
             Err(e) => e.is_io_error() || e.kind() == redis::ErrorKind::ReadOnly,
             Ok(_) => false,
@@ -383,7 +393,7 @@ impl Server {
         if !broken && conn.is_open() {
             let mut spares = lock(&self.spares);
             if spares.len() < SPARES {
-                spares.push(conn);
+                spares.push((addr, conn));
             }
         }
         result

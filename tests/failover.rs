@@ -1,0 +1,516 @@
+//! The project's failover measurement (issue 21), through the Rust client:
+//! Sentinel with a master, 2 replicas and 3 sentinels (down-after 1000 ms),
+//! all with the module, on loopback; 6 client threads on ONE lock through a
+//! [`SentinelMaster`] (sessions, acquire with WAIT, lease 2 s, hold ~1 ms,
+//! release). Timeline of a run of T seconds: run T/3, SIGKILL the master
+//! (hard failover), restart it on its port with the same config once a
+//! replica was promoted (the sentinels make it a replica), run to 2T/3 (and
+//! until both replicas of the new master are back), `SENTINEL FAILOVER`
+//! (graceful), run to T (and until the deposed master was demoted and the
+//! clients moved). One run per setting, all at once, each on its own servers:
+//!
+//! - (a) no durable option; (b) `.durable(1, 1 s)`; (c) `.durable(2, 1 s)`
+//!   (every replica); (d) `.durable(2, 1 s)` with `min-replicas-to-write 2`
+//!   and `min-replicas-max-lag 1` on every server; (e) `.durable(1, 1 s)`
+//!   with `min-replicas-to-write 1` (and `min-replicas-max-lag 1`). The
+//!   min-replicas settings are start arguments of every server, so the
+//!   promoted replica and the restarted master have them too.
+//!
+//! Per run: grants and durable grants; lost grants (a grant is lost when a
+//! grant issued later, by the time its acquire returned, has a token <= its
+//! token: the server that issued the later one never saw it); overlaps
+//! (pairs of grants whose client-observed hold intervals, from the acquire's
+//! return to the release's send, overlap); the time from each trigger to the
+//! first grant the new master issued (a durable grant knows the node that
+//! confirmed it, [`flock_client::Guard::node`]: the first durable grant
+//! confirmed by the promoted node; without the durable option, (a), the
+//! first grant after the trigger that comes after every grant lost in that
+//! window, since every grant the deposed master made after the split is
+//! lost); errors by kind. The table goes to stdout and to
+//! target/failover-<server>.md. Asserted only what must hold: with every
+//! replica named, (c) and (d), no durable grant is lost, no two durable
+//! holds overlap, and durable grants resume on the new master after each
+//! failover. The rest is measured.
+//!
+//! Run length: `FLOCK_FAILOVER_SECS` (default 3: the whole test then takes
+//! about 45 s, most of it the sentinels' own pace: promotion after the kill,
+//! demotion of the deposed master 10-20 s after a graceful failover).
+
+mod common;
+use common::*;
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use flock_client::{Lock, SentinelMaster};
+
+const KEY: &str = "failover";
+const THREADS: usize = 6;
+const LEASE: Duration = Duration::from_secs(2);
+const WAIT: Duration = Duration::from_secs(2);
+const HOLD: Duration = Duration::from_millis(1);
+/// After an error, before the thread tries again.
+const PAUSE: Duration = Duration::from_millis(50);
+/// The durable option's timeout: the protocol's default.
+const DURABLE_TIMEOUT: Duration = Duration::from_secs(1);
+
+#[derive(Clone, Copy, Debug)]
+struct Setting {
+    name: &'static str,
+    what: &'static str,
+    durable: usize,
+    min_replicas: usize,
+}
+
+const SETTINGS: [Setting; 5] = [
+    Setting { name: "a", what: "no durable option", durable: 0, min_replicas: 0 },
+    Setting { name: "b", what: "durable 1", durable: 1, min_replicas: 0 },
+    Setting { name: "c", what: "durable 2 (every replica)", durable: 2, min_replicas: 0 },
+    Setting { name: "d", what: "durable 2 + min-replicas-to-write 2", durable: 2, min_replicas: 2 },
+    Setting { name: "e", what: "durable 1 + min-replicas-to-write 1", durable: 1, min_replicas: 1 },
+];
+
+/// Polls `cond` every 20 ms until it holds; panics with `what` after `timeout`.
+fn poll_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out ({timeout:?}) waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sleeps until `at` (the run's schedule, not a synchronisation).
+fn sleep_until(at: Instant) {
+    std::thread::sleep(at.saturating_duration_since(Instant::now()));
+}
+
+/// A sentinel on a free port watching `master_port` as `flock`.
+fn start_sentinel(dir: &TempDir, master_port: u16) -> (Child, u16) {
+    let port = free_port();
+    let conf = dir.path().join(format!("sentinel-{port}.conf"));
+    std::fs::write(
+        &conf,
+        format!(
+            "port {port}\nbind 127.0.0.1\nsentinel monitor flock 127.0.0.1 {master_port} 2\n\
+             sentinel down-after-milliseconds flock 1000\nsentinel failover-timeout flock 10000\n"
+        ),
+    )
+    .expect("write sentinel.conf");
+    let child = Command::new(server_program())
+        .arg(&conf)
+        .arg("--sentinel")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start a sentinel");
+    (child, port)
+}
+
+fn sentinel_conn(port: u16) -> RedisResult<Connection> {
+    let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?.get_connection_with_timeout(SECOND)?;
+    c.set_read_timeout(Some(5 * SECOND))?;
+    Ok(c)
+}
+
+/// `SENTINEL MASTER flock` field `name`, as an integer (-1 if unknown).
+fn sentinel_field(port: u16, name: &str) -> i64 {
+    let fields: RedisResult<Vec<String>> = sentinel_conn(port).and_then(|mut c| {
+        redis::cmd("SENTINEL").arg("MASTER").arg("flock").query(&mut c).map(|v: Value| match v {
+            Value::Array(items) => items.iter().map(|i| redis::from_redis_value(i).unwrap_or_default()).collect(),
+            Value::Map(pairs) => {
+                pairs.iter().flat_map(|(k, v)| [k, v]).map(|i| redis::from_redis_value(i).unwrap_or_default()).collect()
+            }
+            _ => Vec::new(),
+        })
+    });
+    let fields = fields.unwrap_or_default();
+    fields.chunks(2).find(|kv| kv[0] == name).and_then(|kv| kv.get(1)?.parse().ok()).unwrap_or(-1)
+}
+
+/// The master port a sentinel names.
+fn named_master(port: u16) -> Option<u16> {
+    let mut c = sentinel_conn(port).ok()?;
+    let addr: Vec<String> = redis::cmd("SENTINEL").arg("GET-MASTER-ADDR-BY-NAME").arg("flock").query(&mut c).ok()?;
+    addr.get(1)?.parse().ok()
+}
+
+/// INFO replication of the server on `port`, empty if it does not answer.
+fn replication(port: u16) -> std::collections::HashMap<String, String> {
+    let text: RedisResult<String> = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .and_then(|c| c.get_connection_with_timeout(SECOND))
+        .and_then(|mut c| {
+            c.set_read_timeout(Some(5 * SECOND))?;
+            redis::cmd("INFO").arg("replication").query(&mut c)
+        });
+    text.unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect()
+}
+
+fn role(port: u16) -> String {
+    replication(port).get("role").cloned().unwrap_or_default()
+}
+
+/// Whether the master on `port` has `n` replicas online that acknowledged
+/// a write of this moment.
+fn replicas_acked(port: u16, n: i64) -> bool {
+    let acked: RedisResult<i64> = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .and_then(|c| c.get_connection_with_timeout(SECOND))
+        .and_then(|mut c| {
+            c.set_read_timeout(Some(5 * SECOND))?;
+            redis::cmd("SET").arg("failover:sync").arg(1).query::<()>(&mut c)?;
+            redis::cmd("DEL").arg("failover:sync").query::<()>(&mut c)?;
+            redis::cmd("WAIT").arg(n).arg(200).query(&mut c)
+        });
+    acked.is_ok_and(|a| a >= n)
+}
+
+/// A master, 2 replicas and 3 sentinels; every process is killed on drop.
+struct Topology {
+    nodes: Vec<Server>,
+    sentinels: Vec<(Child, u16)>,
+    _dir: TempDir,
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        for (child, _) in &mut self.sentinels {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Topology {
+    fn start(setting: Setting) -> Topology {
+        let min = setting.min_replicas.to_string();
+        let mut args = vec!["--repl-diskless-sync-delay", "0"];
+        if setting.min_replicas > 0 {
+            args.extend(["--min-replicas-to-write", &min, "--min-replicas-max-lag", "1"]);
+        }
+        let master = Server::start_with(&args);
+        let replicas: Vec<Server> = (0..2).map(|_| Server::replica_with(&master, &args)).collect();
+        poll_until("the master to count both replicas", 20 * SECOND, || replicas_acked(master.port, 2));
+        let dir = temp_dir("failover");
+        let sentinels: Vec<(Child, u16)> = (0..3).map(|_| start_sentinel(&dir, master.port)).collect();
+        let mut nodes = vec![master];
+        nodes.extend(replicas);
+        let topology = Topology { nodes, sentinels, _dir: dir };
+        let ports = topology.sentinel_ports();
+        poll_until("the sentinels to know both replicas and each other", 30 * SECOND, || {
+            ports.iter().all(|&p| sentinel_field(p, "num-slaves") >= 2 && sentinel_field(p, "num-other-sentinels") >= 2)
+        });
+        topology
+    }
+
+    fn sentinel_ports(&self) -> Vec<u16> {
+        self.sentinels.iter().map(|(_, p)| *p).collect()
+    }
+
+    fn urls(&self) -> Vec<String> {
+        self.sentinel_ports().iter().map(|p| format!("redis://127.0.0.1:{p}/")).collect()
+    }
+
+    /// Waits until every sentinel names a master other than `old`; its port.
+    fn wait_new_master(&self, old: u16, within: Duration) -> u16 {
+        let ports = self.sentinel_ports();
+        let mut named = None;
+        poll_until(&format!("the sentinels to name a master other than {old}"), within, || {
+            let now: Vec<Option<u16>> = ports.iter().map(|&p| named_master(p)).collect();
+            named = now[0];
+            now.iter().all(|n| n.is_some() && *n == now[0] && *n != Some(old))
+        });
+        named.expect("a master")
+    }
+}
+
+struct Grant {
+    token: u64,
+    /// Ms since the run's start: when the acquire returned, when the release was sent.
+    acquired: f64,
+    released: f64,
+    durable: bool,
+    /// The port of the node that confirmed a durable grant.
+    node: Option<u16>,
+}
+
+#[derive(Default)]
+struct Record {
+    grants: Mutex<Vec<Grant>>,
+    errors: Mutex<BTreeMap<String, u64>>,
+    stop: AtomicBool,
+}
+
+impl Record {
+    fn error(&self, what: String) {
+        *self.errors.lock().unwrap().entry(what).or_default() += 1;
+    }
+
+    /// Whether a durable grant confirmed by `port` came after `since` ms.
+    fn durable_from(&self, port: u16, since: f64) -> bool {
+        self.grants.lock().unwrap().iter().any(|g| g.durable && g.node == Some(port) && g.acquired > since)
+    }
+}
+
+fn error_kind(e: &redis::RedisError) -> String {
+    if e.is_io_error() {
+        return "connection".into();
+    }
+    match e.code() {
+        Some(code) => code.to_string(),
+        None => format!("{:?}", e.kind()),
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// One client thread: acquire, hold ~1 ms, release, until told to stop.
+fn worker(lock: Lock, master: SentinelMaster, record: Arc<Record>, start: Instant) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !record.stop.load(Ordering::SeqCst) {
+            match lock.acquire_in(&master, Some(WAIT)) {
+                Ok(Some(guard)) => {
+                    let acquired = ms(start.elapsed());
+                    let token = guard.token();
+                    let node = guard.node().and_then(|n| n.rsplit(':').next()?.parse().ok());
+                    std::thread::sleep(HOLD);
+                    let released = ms(start.elapsed());
+                    if let Err(e) = guard.release() {
+                        record.error(format!("release {}", error_kind(&e)));
+                    }
+                    let durable = node.is_some();
+                    record.grants.lock().unwrap().push(Grant { token, acquired, released, durable, node });
+                }
+                Ok(None) => record.error("acquire timed out".into()),
+                Err(e) => {
+                    record.error(error_kind(&e));
+                    std::thread::sleep(PAUSE);
+                }
+            }
+        }
+    })
+}
+
+/// Stops the workers (also when the run panics) and waits for them, with a deadline.
+struct Workers {
+    record: Arc<Record>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Workers {
+    fn finish(&mut self) {
+        self.record.stop.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + WAIT + 30 * SECOND;
+        for t in self.threads.drain(..) {
+            while !t.is_finished() {
+                assert!(Instant::now() < deadline, "a client thread did not stop");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            t.join().expect("a client thread panicked");
+        }
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        self.record.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+/// What one run measured.
+struct Row {
+    setting: Setting,
+    grants: usize,
+    durable: usize,
+    lost: usize,
+    lost_durable: usize,
+    overlaps: usize,
+    overlaps_durable: usize,
+    /// Ms from the SIGKILL / the SENTINEL FAILOVER to the first grant of the new master.
+    after_kill: Option<f64>,
+    after_failover: Option<f64>,
+    /// Seconds from SENTINEL FAILOVER until the deposed master was a replica.
+    demoted: f64,
+    errors: BTreeMap<String, u64>,
+}
+
+/// Index of the grants that are lost: a later grant (by acquire time) has a
+/// token <= theirs. `grants` sorted by acquire time.
+fn lost_flags(grants: &[Grant]) -> Vec<bool> {
+    let mut lost = vec![false; grants.len()];
+    let mut min_later = u64::MAX;
+    for (i, g) in grants.iter().enumerate().rev() {
+        lost[i] = min_later <= g.token;
+        min_later = min_later.min(g.token);
+    }
+    lost
+}
+
+/// Pairs of overlapping hold intervals (all, and both durable). `grants`
+/// sorted by acquire time.
+fn overlaps(grants: &[Grant]) -> (usize, usize) {
+    let (mut all, mut durable) = (0, 0);
+    for (i, g) in grants.iter().enumerate() {
+        for h in &grants[i + 1..] {
+            if h.acquired >= g.released {
+                break;
+            }
+            all += 1;
+            if g.durable && h.durable {
+                durable += 1;
+            }
+        }
+    }
+    (all, durable)
+}
+
+/// Ms from `trigger` to the first grant of the new master in [trigger, until):
+/// durable: the first confirmed by `new_port`; else the first after every
+/// grant of that window that was lost.
+fn first_after(grants: &[Grant], lost: &[bool], durable: bool, trigger: f64, until: f64, new_port: u16) -> Option<f64> {
+    let window = || grants.iter().zip(lost).filter(|(g, _)| g.acquired > trigger && g.acquired < until);
+    let first = if durable {
+        window().find(|(g, _)| g.node == Some(new_port)).map(|(g, _)| g.acquired)
+    } else {
+        let last_lost = window().filter(|(_, l)| **l).map(|(g, _)| g.acquired).fold(trigger, f64::max);
+        window().find(|(g, l)| !**l && g.acquired > last_lost).map(|(g, _)| g.acquired)
+    };
+    first.map(|at| at - trigger)
+}
+
+fn run(setting: Setting, secs: f64) -> Row {
+    let mut topology = Topology::start(setting);
+    let master = SentinelMaster::new(topology.urls(), "flock", None).expect("the sentinels name the master");
+    let record = Arc::new(Record::default());
+    let start = Instant::now();
+    let at = |fraction: f64| start + Duration::from_secs_f64(secs * fraction);
+    let mut lock = Lock::new(KEY, LEASE);
+    if setting.durable > 0 {
+        lock = lock.durable(setting.durable, DURABLE_TIMEOUT);
+    }
+    let threads =
+        (0..THREADS).map(|_| worker(lock.clone(), master.clone(), Arc::clone(&record), start)).collect::<Vec<_>>();
+    let mut workers = Workers { record: Arc::clone(&record), threads };
+
+    // Hard failover: SIGKILL the master; once a replica is promoted, the
+    // old master comes back on its port and the sentinels make it a replica.
+    sleep_until(at(1.0 / 3.0));
+    let old = topology.nodes[0].port;
+    topology.nodes[0].stop(Stop::Kill);
+    let killed = ms(start.elapsed());
+    let first = topology.wait_new_master(old, 30 * SECOND);
+    topology.nodes[0].restart(Stop::Kill);
+    assert_eq!(topology.nodes[0].port, old, "the old master restarted on its port");
+    poll_until("the restarted master to be a replica of the new one", 40 * SECOND, || {
+        role(old) == "slave" && replicas_acked(first, 2)
+    });
+    if setting.durable > 0 {
+        poll_until("durable grants on the new master", 20 * SECOND, || record.durable_from(first, killed));
+    }
+
+    // Graceful failover: SENTINEL FAILOVER, accepted once a sentinel sees a
+    // replica fit to promote.
+    sleep_until(at(2.0 / 3.0));
+    let ports = topology.sentinel_ports();
+    poll_until("SENTINEL FAILOVER to be accepted", 30 * SECOND, || {
+        sentinel_conn(ports[0])
+            .and_then(|mut c| redis::cmd("SENTINEL").arg("FAILOVER").arg("flock").query::<String>(&mut c))
+            .is_ok()
+    });
+    let failed_over = ms(start.elapsed());
+    let second = topology.wait_new_master(first, 30 * SECOND);
+    poll_until("the deposed master to be demoted", 60 * SECOND, || role(first) == "slave");
+    let demoted = (ms(start.elapsed()) - failed_over) / 1000.0;
+    if setting.durable > 0 {
+        poll_until("durable grants on the newest master", 30 * SECOND, || record.durable_from(second, failed_over));
+    }
+    sleep_until(at(1.0).max(Instant::now() + Duration::from_secs_f64(secs / 3.0).min(2 * SECOND)));
+    workers.finish();
+    let ended = ms(start.elapsed());
+
+    let mut grants = std::mem::take(&mut *record.grants.lock().unwrap());
+    grants.sort_by(|a, b| a.acquired.total_cmp(&b.acquired));
+    let lost = lost_flags(&grants);
+    let (overlaps, overlaps_durable) = overlaps(&grants);
+    let durable = setting.durable > 0;
+    let errors = std::mem::take(&mut *record.errors.lock().unwrap());
+    Row {
+        setting,
+        grants: grants.len(),
+        durable: grants.iter().filter(|g| g.durable).count(),
+        lost: lost.iter().filter(|l| **l).count(),
+        lost_durable: grants.iter().zip(&lost).filter(|(g, l)| g.durable && **l).count(),
+        overlaps,
+        overlaps_durable,
+        after_kill: first_after(&grants, &lost, durable, killed, failed_over, first),
+        after_failover: first_after(&grants, &lost, durable, failed_over, ended, second),
+        demoted,
+        errors,
+    }
+}
+
+fn table(server: &str, secs: f64, rows: &[Row]) -> String {
+    let mut out = format!(
+        "Failover measurement on {server}, FLOCK_FAILOVER_SECS={secs} ({THREADS} threads on one lock, lease \
+         {LEASE:?}, hold {HOLD:?}, durable timeout {DURABLE_TIMEOUT:?}):\n\n\
+         | setting | grants | durable | lost | lost durable | overlaps | durable overlaps | first new-master grant after SIGKILL (ms) | after SENTINEL FAILOVER (ms) | deposed master demoted after (s) | errors |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n"
+    );
+    let ms = |v: Option<f64>| v.map_or("none".to_string(), |v| format!("{v:.0}"));
+    for r in rows {
+        let errors: Vec<String> = r.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let _ = writeln!(
+            out,
+            "| ({}) {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {} |",
+            r.setting.name,
+            r.setting.what,
+            r.grants,
+            r.durable,
+            r.lost,
+            r.lost_durable,
+            r.overlaps,
+            r.overlaps_durable,
+            ms(r.after_kill),
+            ms(r.after_failover),
+            r.demoted,
+            errors.join(", ")
+        );
+    }
+    out
+}
+
+#[test]
+fn sentinel_failovers_measured_durable_grants_on_every_replica_are_never_lost_nor_overlap() {
+    let secs = env_num("FLOCK_FAILOVER_SECS").unwrap_or(3) as f64;
+    let server = {
+        let probe = Server::start();
+        let (family, major, minor) = server_version(&mut probe.conn());
+        format!("{family}-{major}.{minor}")
+    };
+    // The settings run at once, each on its own servers and sentinels.
+    let runs: Vec<_> = SETTINGS.iter().map(|&s| std::thread::spawn(move || run(s, secs))).collect();
+    let results: Vec<_> = runs.into_iter().map(JoinHandle::join).collect();
+    let rows: Vec<Row> = results.into_iter().map(|r| r.unwrap_or_else(|e| std::panic::resume_unwind(e))).collect();
+
+    let text = table(&server, secs, &rows);
+    println!("{text}");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("target/failover-{server}.md"));
+    std::fs::write(&path, &text).expect("write the table");
+
+    for r in rows.iter().filter(|r| r.setting.durable == 2) {
+        let name = r.setting.what;
+        assert_eq!(r.lost_durable, 0, "({}) {name}: durable grants lost\n{text}", r.setting.name);
+        assert_eq!(r.overlaps_durable, 0, "({}) {name}: durable holds overlapped\n{text}", r.setting.name);
+        assert!(r.after_kill.is_some(), "({}) {name}: no durable grant after the SIGKILL\n{text}", r.setting.name);
+        assert!(r.after_failover.is_some(), "({}) {name}: no durable grant after the failover\n{text}", r.setting.name);
+    }
+}
