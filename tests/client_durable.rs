@@ -155,3 +155,28 @@ fn durable_reentry_that_is_not_durable_gives_back_only_its_own_hold() {
     assert_eq!(first.release().unwrap(), 0);
     assert_eq!(info(&mut master.conn(), key), None);
 }
+
+#[test]
+fn a_hold_whose_give_back_was_refused_is_released_when_its_owner_reenters_it() {
+    let (master, _replica) = pair();
+    let c = client(&master);
+    let mut admin = master.conn();
+    let key = "n:refused";
+    let acl = |rule: &str| {
+        let _: () = redis::cmd("ACL").arg("SETUSER").arg("default").arg(rule).query(&mut master.conn()).expect("ACL");
+    };
+    // The give-back is refused (as NOREPLICAS or READONLY would in a
+    // failover): the hold stays on the server.
+    acl("-flock.release");
+    let e = Lock::new(key, 10 * SECOND).with_owner("me").durable(2, SHORT).acquire_on(&c, None).expect_err("refused");
+    assert_not_durable(&e, key, 1, 2);
+    assert_eq!(owner_of(&mut admin, key).as_deref(), Some("me"), "the refused give-back left the hold");
+    acl("+flock.release");
+    // The owner's next grant reenters that hold (same token): the client
+    // releases the abandoned hold, so one release frees the lock.
+    let g =
+        Lock::new(key, 10 * SECOND).with_owner("me").durable(1, 5 * SECOND).acquire_on(&c, None).unwrap().expect("g");
+    assert_eq!(holds(&mut admin, key), 1, "the abandoned hold was released");
+    assert_eq!(g.release().unwrap(), 0);
+    assert_eq!(info(&mut admin, key), None);
+}

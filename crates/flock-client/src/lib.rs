@@ -246,7 +246,10 @@ impl Target {
     /// `FLOCK.ACQUIRE` in `mode`; see [`Lock::acquire`] for `wait`. A
     /// durable lock confirms each grant (see [`Lock::durable`]).
     fn acquire<C: ConnectionLike>(&self, conn: C, wait: Option<Duration>, mode: Mode) -> RedisResult<Option<Guard<C>>> {
-        let guard = self.grant(conn, wait, mode)?;
+        let mut guard = self.grant(conn, wait, mode)?;
+        if let Some(guard) = &mut guard {
+            guard.reclaim();
+        }
         match (guard, self.durable) {
             (Some(guard), Some((replicas, timeout))) => self.confirm(guard, replicas, timeout).map(Some),
             (guard, _) => Ok(guard),
@@ -919,6 +922,22 @@ pub struct Guard<C: ConnectionLike> {
 }
 
 impl<C: ConnectionLike> Guard<C> {
+    /// A grant of the token of an abandoned hold of this owner (see
+    /// `abandoned`) reentered it: that hold is released now, so this guard's
+    /// is the only one. Kept abandoned if the server refuses again.
+    fn reclaim(&mut self) {
+        let entry = (self.key.clone(), self.owner.clone(), self.token);
+        if !abandoned().lock().unwrap_or_else(|e| e.into_inner()).remove(&entry) {
+            return;
+        }
+        let released: RedisResult<u64> = self.link.query(redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner));
+        if let Err(e) = released {
+            if !is_notowner(&e) && !e.is_io_error() {
+                abandon(&self.key, &self.owner, self.token);
+            }
+        }
+    }
+
     fn new(
         link: Link<C>,
         acquire: Acquire,
@@ -1052,8 +1071,31 @@ impl<C: ConnectionLike> Guard<C> {
             session.unwatch(&self.key, &self.owner, self.token, &self.loss);
         }
         self.loss.close();
-        self.link.query(redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner))
+        let released = self.link.query(redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner));
+        if let Err(e) = &released {
+            if !is_notowner(e) && !e.is_io_error() {
+                abandon(&self.key, &self.owner, self.token);
+            }
+        }
+        released
     }
+}
+
+/// Holds whose release the server refused (`NOREPLICAS`, `READONLY`,
+/// `NOPERM`, ...: an error reply other than `NOTOWNER`), as (key, owner,
+/// token): the server still has them. Left alone, the same owner's next
+/// acquire would reenter such a hold (same token, one more hold) and every
+/// release would leave it behind, its lease renewed by each reentry: seen in
+/// the failover test, a thread whose give-back was refused during a
+/// failover held the lock for good and starved every other. A grant with
+/// the token of an abandoned hold releases that hold first.
+fn abandoned() -> &'static Mutex<std::collections::HashSet<(String, String, u64)>> {
+    static ABANDONED: OnceLock<Mutex<std::collections::HashSet<(String, String, u64)>>> = OnceLock::new();
+    ABANDONED.get_or_init(Default::default)
+}
+
+fn abandon(key: &str, owner: &str, token: u64) {
+    abandoned().lock().unwrap_or_else(|e| e.into_inner()).insert((key.to_string(), owner.to_string(), token));
 }
 
 impl Guard<Routed> {
