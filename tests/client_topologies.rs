@@ -221,8 +221,14 @@ fn named_master(port: u16) -> Option<u16> {
     addr.get(1)?.parse().ok()
 }
 
+/// The server's role, "" while it cannot answer (Sentinel's demotion
+/// closes its connections, also one in the middle of this INFO).
 fn role(s: &Server) -> String {
-    s.info_section("replication").get("role").cloned().unwrap_or_default()
+    let text: RedisResult<String> = redis::Client::open(s.url())
+        .and_then(|c| c.get_connection_with_timeout(SECOND))
+        .and_then(|mut c| redis::cmd("INFO").arg("replication").query(&mut c));
+    let text = text.unwrap_or_default();
+    text.lines().find_map(|l| l.strip_prefix("role:")).map(|r| r.trim().to_string()).unwrap_or_default()
 }
 
 struct Sentinels(Vec<(Child, u16)>);
