@@ -75,11 +75,43 @@ class Connection {
     return true;
   }
   send(args, node) {
-    if (!this._autoRef) return this._send(args, node);
+    return this._refWhile(() => this._send(args, node));
+  }
+  /**
+   * Sends `commands` (argvs) in one round trip on this one connection; resolves to a settled
+   * result per command ({ status, value | reason }, as Promise.allSettled).
+   */
+  pipeline(commands) {
+    return this._refWhile(() => this._pipeline(commands));
+  }
+  // node-redis writes the commands of one tick together (its auto-pipelining).
+  _pipeline(commands) {
+    return Promise.allSettled(commands.map((args) => this._send(args)));
+  }
+  _refWhile(run) {
+    if (!this._autoRef) return run();
     if (this._inflight++ === 0) this.setRef(true);
-    return this._send(args, node).finally(() => {
+    return run().finally(() => {
       if (--this._inflight === 0) this.setRef(false);
     });
+  }
+  /**
+   * A connection of FLOCK's own to `node` (the session's kind: no reconnects of its own, so a
+   * break rejects), referenced only while a command is in flight: for commands that block their
+   * connection for a while (durable grants' WAIT), never the caller's client.
+   */
+  async dedicated(node) {
+    const conn = await this.session(node);
+    conn._autoRef = true;
+    conn.setRef(false);
+    return conn;
+  }
+  /**
+   * Whether a dedicated() connection kept idle may still be used: open, and (through Sentinel,
+   * where one node '' is whichever server is master now) on the server this client uses now.
+   */
+  current(conn) {
+    return !conn.closed && conn.open;
   }
 }
 
@@ -96,12 +128,25 @@ class IoredisConnection extends Connection {
   _send(args) {
     return this.client.call(...args);
   }
+  async _pipeline(commands) {
+    const replies = await this.client.pipeline(commands.map((args) => ['call', ...args])).exec();
+    return replies.map(([reason, value]) => (reason ? { status: 'rejected', reason } : { status: 'fulfilled', value }));
+  }
   end() {
     this.client.disconnect();
   }
   setRef(on) {
     this._ref = on;
     this._apply();
+  }
+  get open() {
+    return this.client.status === 'ready';
+  }
+  // Through Sentinel: on the same server as this client's own connection.
+  current(conn) {
+    if (!super.current(conn) || !this.client.options.sentinels) return super.current(conn);
+    const [mine, its] = [this.client.stream, conn.client.stream];
+    return Boolean(mine && its && mine.remoteAddress === its.remoteAddress && mine.remotePort === its.remotePort);
   }
   _apply() {
     const stream = this.client.stream;
@@ -231,6 +276,9 @@ class NodeRedisConnection extends Connection {
       this.client.destroy();
     } catch {}
   }
+  get open() {
+    return this.client.isReady;
+  }
   setRef(on) {
     if (!this.owned) return;
     if (on) this.client.ref();
@@ -295,6 +343,12 @@ class NodeRedisSentinelConnection extends NodeRedisConnection {
   }
   _send(args) {
     return this.client.sendCommand(false, args, { typeMapping: { [RESP_NUMBER]: String } });
+  }
+  // On the master the sentinel client knows now.
+  current(conn) {
+    const master = this.client.getMasterNode();
+    const socket = conn.client.options?.socket ?? {};
+    return super.current(conn) && Boolean(master) && master.port === socket.port && master.host === socket.host;
   }
   async session() {
     const master = this.client.getMasterNode();

@@ -33,6 +33,21 @@ class LockUpgradeError extends KeyError {}
 /** The key exists in another mode (reply `WRONGMODE`): permits on a lock, or no permits or another limit on a semaphore. */
 class LockModeError extends KeyError {}
 
+/**
+ * A durable grant (the `durableReplicas` setting) that fewer replicas than asked acknowledged
+ * within `durableTimeout` (reply of WAIT), or whose lease ended first (RENEW answered NOTOWNER):
+ * the hold was given back (FLOCK.RELEASE). `reached`: the replicas that acknowledged it;
+ * `replicas`: how many were asked for. Its code is the protocol's name, NOTDURABLE.
+ */
+class LockNotDurableError extends KeyError {
+  constructor(message, key, options = {}) {
+    super(message, key, options);
+    this.code = 'NOTDURABLE';
+    this.reached = options.reached;
+    this.replicas = options.replicas;
+  }
+}
+
 /** A wait cancelled through its AbortSignal; `cause` is the signal's reason. Same name and code as Node's own. */
 class AbortError extends Error {
   constructor(message, options) {
@@ -42,4 +57,4 @@ class AbortError extends Error {
   }
 }
 
-module.exports = { LockNotHeldError, LockBusyError, LockLostError, LockUpgradeError, LockModeError, AbortError };
+module.exports = { LockNotHeldError, LockBusyError, LockLostError, LockUpgradeError, LockModeError, LockNotDurableError, AbortError };

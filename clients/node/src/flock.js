@@ -4,7 +4,7 @@ const { randomUUID } = require('node:crypto');
 const { setTimeout: delay } = require('node:timers/promises');
 const { adapt, isReplyError } = require('./adapter');
 const { Session, notOwnerReason, redirection } = require('./session');
-const { LockNotHeldError, LockBusyError, LockLostError, AbortError, LockUpgradeError, LockModeError } = require('./errors');
+const { LockNotHeldError, LockBusyError, LockLostError, AbortError, LockUpgradeError, LockModeError, LockNotDurableError } = require('./errors');
 
 const DEFAULTS = Object.freeze({
   // Watchdog lease when no lease is given (Redisson's lockWatchdogTimeout); renewed every third.
@@ -16,12 +16,28 @@ const DEFAULTS = Object.freeze({
   // Waits go through the process's session (one connection for every wait, pushed losses);
   // false: each wait blocks a connection of its own (FLOCK.ACQUIRE ... WAIT), no pushed losses.
   sessions: true,
+  // Durable grants (docs/client-protocol.md, "Durable grants"): a grant counts only once this
+  // many replicas acknowledged it (RENEW then WAIT on the key's node); 0: off.
+  durableReplicas: 0,
+  // WAIT's bound in ms (Redisson's slavesSyncTimeout).
+  durableTimeout: 1000,
 });
+// Connections kept open per node for durable grants' WAIT (each blocks its connection meanwhile).
+const IDLE_DURABLE = 4;
 // Blocking connections kept open for the next wait; more are closed when their wait ends.
 const IDLE_BLOCKING = 4;
 // CLIENT UNBLOCK finds nothing to unblock while the WAIT is still on its way to the server.
 const UNBLOCK_TRIES = 50;
 const UNBLOCK_PAUSE_MS = 20;
+
+function durableOf(opts, fallback) {
+  const replicas = opts.durableReplicas ?? fallback.durableReplicas;
+  const timeout = opts.durableTimeout ?? fallback.durableTimeout;
+  if (!Number.isSafeInteger(replicas) || replicas < 0) throw new RangeError(`durableReplicas must be an integer >= 0, got ${replicas}`);
+  // WAIT 0 would wait without a bound.
+  if (!Number.isSafeInteger(timeout) || timeout < 1) throw new RangeError(`durableTimeout must be an integer >= 1 (ms), got ${timeout}`);
+  return { replicas, timeout };
+}
 
 function integerMs(value, what) {
   if (!Number.isSafeInteger(value)) throw new Error(`${what} must be an integer value in milliseconds.`);
@@ -88,17 +104,22 @@ class Flock {
       }
       client = client[0];
     }
+    const durable = durableOf(settings, DEFAULTS);
     this.settings = Object.freeze({
       watchdogLease: integerMs(settings.watchdogLease ?? DEFAULTS.watchdogLease, 'watchdogLease'),
       wait: waitOf(settings, DEFAULTS.wait),
       resends: settings.resends ?? DEFAULTS.resends,
       sessions: settings.sessions ?? DEFAULTS.sessions,
+      durableReplicas: durable.replicas,
+      durableTimeout: durable.timeout,
     });
     this._conn = adapt(client, { nodeOptions: settings.nodeOptions });
     if (!this.settings.sessions && !this._conn.blocking) {
       throw new TypeError('sessions: false (a blocked connection per wait) needs a single-server client or ioredis with sentinels');
     }
     this._idle = [];
+    // Idle connections for durable grants' WAIT, by node.
+    this._durableIdle = new Map();
     this._session = new Session(this);
   }
 
@@ -158,6 +179,7 @@ class Flock {
   async quit() {
     this._session.close();
     for (const conn of this._idle.splice(0)) conn.close();
+    for (const conns of this._durableIdle.values()) for (const conn of conns.splice(0)) conn.close();
     this._conn.close();
   }
 
@@ -181,6 +203,7 @@ class Flock {
     const watches = [];
     const start = Date.now();
     const renews = watchdog || Boolean(opts.renew);
+    const durable = durableOf(opts, this.settings);
     try {
       for (const key of [...keys].sort()) {
         const left = wait === Infinity ? Infinity : Math.max(0, deadline - Date.now());
@@ -190,6 +213,8 @@ class Flock {
         if (got === null) throw new LockBusyError(busyMessage(key, wait), key);
         tokens.set(key, BigInt(got.token));
         if (got.watch) watches.push(got.watch);
+        // Given back with the others (the catch below) when the replicas do not confirm it.
+        if (durable.replicas > 0) await this._confirmDurable(key, owner, lease, durable, got.node);
       }
     } catch (err) {
       for (const watch of watches) this._session.unwatch(watch);
@@ -218,7 +243,7 @@ class Flock {
     if (outcome.token) {
       const mode = extra[0] === 'SHARED' ? 'shared' : extra[0] === 'PERMITS' ? 'semaphore' : 'exclusive';
       const watch = this._session.watch(key, owner, outcome.token, outcome.node, mode, { extra, lease, renews });
-      return { token: outcome.token, watch };
+      return { token: outcome.token, watch, node: outcome.node };
     }
     if (outcome.error) throw outcome.error;
     return null;
@@ -247,10 +272,82 @@ class Flock {
     }
   }
 
+  /**
+   * A durable grant (docs/client-protocol.md, "Durable grants"): `FLOCK.RENEW key owner lease ID`
+   * and `WAIT replicas timeout` in one round trip on a connection of FLOCK's own to the key's node
+   * (`node`: the one that granted it, if known). The RENEW is this connection's write, after the
+   * grant in the replication stream, so the WAIT's count covers the grant (a grant pushed to the
+   * session, or handed over in another client's command, is no write of this connection's).
+   * Throws LockNotDurableError when fewer replicas answer or the RENEW answers NOTOWNER; the
+   * caller gives the hold back.
+   */
+  async _confirmDurable(key, owner, lease, { replicas, timeout }, node) {
+    node ??= await this._conn.nodeOf(key);
+    for (let attempt = 0; ; attempt++) {
+      const conn = await this._durableConn(node);
+      let renew, wait;
+      try {
+        // A fresh request ID on each attempt: a resend answered from the ID's record writes nothing,
+        // and the WAIT after it would count acknowledgements of nothing.
+        [renew, wait] = await conn.pipeline([
+          ['FLOCK.RENEW', key, owner, String(lease), 'ID', randomUUID()],
+          ['WAIT', String(replicas), String(timeout)],
+        ]);
+      } catch (err) {
+        conn.close();
+        if (attempt >= this.settings.resends) throw err;
+        continue;
+      }
+      const failed = [renew, wait].find((r) => r.status === 'rejected');
+      if (failed && !isReplyError(failed.reason)) {
+        // A lost reply (the connection broke): again on a new connection.
+        conn.close();
+        if (attempt >= this.settings.resends) throw failed.reason;
+        continue;
+      }
+      this._parkDurable(node, conn);
+      if (wait.status === 'rejected') throw wait.reason;
+      const reached = Number(wait.value);
+      if (renew.status === 'rejected') {
+        const err = replyError(renew.reason, ['FLOCK.RENEW', key]);
+        if (!(err instanceof LockNotHeldError)) throw err;
+        throw new LockNotDurableError(
+          `The lock ${key} was not kept durable: it ended before ${replicas} replica(s) acknowledged it (${renew.reason.message})`,
+          key,
+          { reached, replicas, cause: err },
+        );
+      }
+      if (reached < replicas) {
+        throw new LockNotDurableError(
+          `The lock ${key} was not kept durable: ${reached} of ${replicas} replica(s) acknowledged its grant within ${timeout} ms (durableTimeout); the grant was given back`,
+          key,
+          { reached, replicas },
+        );
+      }
+      return;
+    }
+  }
+
+  async _durableConn(node) {
+    const idle = this._durableIdle.get(node) ?? [];
+    for (let conn = idle.pop(); conn; conn = idle.pop()) {
+      if (this._conn.current(conn)) return conn;
+      conn.close();
+    }
+    return this._conn.dedicated(node);
+  }
+
+  _parkDurable(node, conn) {
+    if (!this._durableIdle.has(node)) this._durableIdle.set(node, []);
+    const idle = this._durableIdle.get(node);
+    if (idle.length < IDLE_DURABLE && !conn.closed) idle.push(conn);
+    else conn.close();
+  }
+
   // The blocking form (`sessions: false`): a try, then a WAIT on a connection of FLOCK's own.
   async _acquireKey(key, owner, lease, wait, signal, extra) {
     const reply = await this._acquireKeyBlocking(key, owner, lease, wait, signal, extra);
-    return reply === null ? null : { token: String(reply), watch: null };
+    return reply === null ? null : { token: String(reply), watch: null, node: undefined };
   }
 
   async _acquireKeyBlocking(key, owner, lease, wait, signal, extra) {

@@ -208,29 +208,50 @@ async function startCluster() {
 }
 
 /**
- * 1 master + 1 replica (in sync) + 3 sentinels watching them as `mymaster` (quorum 2).
- * `topology.master()` is the server the sentinels name master now; `topology.sentinelNodes`
- * their addresses ({ host, port }).
+ * A master and `replicas` replicas of it, each in sync (its link up and the master counting it):
+ * [master, ...replicas].
  */
-async function startSentinels() {
-  const first = await startServer(['--repl-diskless-sync-delay', '0']);
-  const replica = await startServer(['--replicaof', '127.0.0.1', String(first.port), '--repl-diskless-sync-delay', '0']);
-  await waitUntil('the replica is in sync', async () => (await replica.probe.info('replication')).includes('master_link_status:up'));
-  // Started after the sync, or the sentinels would learn the replica only at their next 10 s check.
+async function startReplicated(replicas = 1) {
+  const master = await startServer(['--repl-diskless-sync-delay', '0']);
+  const started = [master];
+  for (let i = 0; i < replicas; i++) {
+    started.push(await startServer(['--replicaof', '127.0.0.1', String(master.port), '--repl-diskless-sync-delay', '0']));
+  }
+  await waitUntil(
+    `${replicas} replica(s) in sync`,
+    async () => {
+      for (const replica of started.slice(1)) {
+        if (!(await replica.probe.info('replication')).includes('master_link_status:up')) return false;
+      }
+      return (await master.probe.info('replication')).includes(`connected_slaves:${replicas}`);
+    },
+    30000,
+  );
+  return started;
+}
+
+/**
+ * 1 master + `replicas` replicas (in sync; default 1) + 3 sentinels watching them as `mymaster`
+ * (quorum 2). `topology.master()` is the server the sentinels name master now;
+ * `topology.sentinelNodes` their addresses ({ host, port }).
+ */
+async function startSentinels({ replicas = 1 } = {}) {
+  const servers = await startReplicated(replicas);
+  const [first] = servers;
+  // Started after the sync, or the sentinels would learn the replicas only at their next 10 s check.
   const sentinels = [];
   for (let i = 0; i < 3; i++) sentinels.push(await startServer([first.port], { sentinel: true }));
   await waitUntil(
-    'every sentinel knows the replica and the other sentinels',
+    'every sentinel knows the replicas and the other sentinels',
     async () => {
       for (const sentinel of sentinels) {
         const master = fields(await sentinel.probe.call('SENTINEL', 'MASTER', 'mymaster'));
-        if (master['num-slaves'] !== '1' || master['num-other-sentinels'] !== '2') return false;
+        if (master['num-slaves'] !== String(replicas) || master['num-other-sentinels'] !== '2') return false;
       }
       return true;
     },
     30000,
   );
-  const servers = [first, replica];
   const master = async () => {
     const [, port] = await sentinels[0].probe.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', 'mymaster');
     return servers.find((s) => s.port === Number(port));
@@ -388,6 +409,7 @@ module.exports = {
   onEnd,
   requestId,
   startCluster,
+  startReplicated,
   startSentinels,
   startServer,
   startProxy,
