@@ -34,6 +34,16 @@ export interface FlockSettings {
    * session (the sentinel client's own `nodeClientOptions` are private), e.g. credentials.
    */
   readonly nodeOptions?: Record<string, unknown>;
+  /**
+   * Durable grants: a grant counts only once this many replicas acknowledged it (after each grant,
+   * `FLOCK.RENEW` then `WAIT durableReplicas durableTimeout` on a connection to the key's node);
+   * fewer: the hold is given back and acquire() rejects with LockNotDurableError. Name every
+   * replica of the deployment (not "those the master has now"): see docs/durability.md for what
+   * each setting survived. Default 0 (off).
+   */
+  readonly durableReplicas?: number;
+  /** How long (ms, at least 1) WAIT waits for the replicas of a durable grant. Default 1000. */
+  readonly durableTimeout?: number;
 }
 
 /**
@@ -66,6 +76,10 @@ export interface BaseAcquireOptions {
   readonly retryDelay?: number;
   /** redlock's using(): renew when this many ms of the lease are left (default: every lease/3). */
   readonly automaticExtensionThreshold?: number;
+  /** This acquire's durableReplicas (0: not durable); default: the Flock's setting. */
+  readonly durableReplicas?: number;
+  /** This acquire's durableTimeout in ms; default: the Flock's setting. */
+  readonly durableTimeout?: number;
 }
 
 /** A signal that aborts when a held lock is lost; `error` (and `reason`) says why. Like redlock's RedlockAbortSignal. */
@@ -108,7 +122,7 @@ export class Lock {
 export class Flock {
   /** `client` or `[client]` (redlock's constructor takes a list; FLOCK needs exactly one server). */
   constructor(client: RedisClient | readonly [RedisClient], settings?: FlockSettings);
-  readonly settings: Readonly<Required<Pick<FlockSettings, 'watchdogLease' | 'wait' | 'resends' | 'sessions'>>>;
+  readonly settings: Readonly<Required<Pick<FlockSettings, 'watchdogLease' | 'wait' | 'resends' | 'sessions' | 'durableReplicas' | 'durableTimeout'>>>;
   acquire(resources: Resources, options?: AcquireOptions): Promise<Lock>;
   /** redlock's shape: a fixed lease of `duration` ms (no watchdog). */
   acquire(resources: Resources, duration: number, settings?: ModeOptions & Omit<BaseAcquireOptions, 'lease'>): Promise<Lock>;
@@ -141,7 +155,14 @@ export class Flock {
 
 export default Flock;
 
-export const DEFAULTS: Readonly<{ watchdogLease: number; wait: number; resends: number; sessions: boolean }>;
+export const DEFAULTS: Readonly<{
+  watchdogLease: number;
+  wait: number;
+  resends: number;
+  sessions: boolean;
+  durableReplicas: number;
+  durableTimeout: number;
+}>;
 
 /** NOTOWNER: this owner does not hold the lock (never acquired, released, or its lease ended). */
 export class LockNotHeldError extends Error {
@@ -173,6 +194,20 @@ export class LockUpgradeError extends Error {
 export class LockModeError extends Error {
   readonly name: 'LockModeError';
   readonly key: string;
+}
+
+/**
+ * NOTDURABLE: fewer replicas than `durableReplicas` acknowledged a grant within `durableTimeout`
+ * (or its lease ended first); the hold was given back (FLOCK.RELEASE).
+ */
+export class LockNotDurableError extends Error {
+  readonly name: 'LockNotDurableError';
+  readonly code: 'NOTDURABLE';
+  readonly key: string;
+  /** The replicas that acknowledged the grant (WAIT's answer). */
+  readonly reached: number;
+  /** The replicas asked for (durableReplicas). */
+  readonly replicas: number;
 }
 
 /** A wait cancelled by its AbortSignal; `cause` is the signal's reason. */

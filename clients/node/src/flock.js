@@ -94,7 +94,9 @@ function abortError(signal) {
 /**
  * A FLOCK lock service over one ioredis or node-redis client. Each acquire() gets its own owner
  * (a UUID), so two acquires of one key exclude each other, also within one process; pass
- * `owner: lock.owner` to re-enter on purpose.
+ * `owner: lock.owner` to re-enter on purpose. Settings: watchdogLease, wait, resends, sessions,
+ * nodeOptions, and durableReplicas / durableTimeout (durable grants: each grant confirmed by that
+ * many replicas, or given back with LockNotDurableError; also per acquire).
  */
 class Flock {
   constructor(client, settings = {}) {

@@ -2,7 +2,7 @@
 // libraries and types each call shape; the @ts-expect-error lines must stay errors.
 import Redis from 'ioredis';
 import { createClient, createCluster, createSentinel } from 'redis';
-import Flock, { Flock as Named, Lock, LockAbortSignal, LockBusyError, LockNotHeldError, LockLostError, LockUpgradeError, LockModeError, AbortError, LockMode } from 'redis-flock';
+import Flock, { Flock as Named, Lock, LockAbortSignal, LockBusyError, LockNotHeldError, LockLostError, LockUpgradeError, LockModeError, LockNotDurableError, AbortError, LockMode } from 'redis-flock';
 
 export async function usage(): Promise<void> {
   const io = new Flock(new Redis());
@@ -40,6 +40,17 @@ export async function usage(): Promise<void> {
   await io.using('rw', { shared: true }, async (signal) => signal.aborted);
   await io.using('pool', 5000, { limit: 3 }, async () => 'one permit');
   console.log(mode, permits);
+
+  const durable = new Flock(new Redis({ sentinels: [{ host: '127.0.0.1', port: 26379 }], name: 'mymaster' }), {
+    durableReplicas: 2,
+    durableTimeout: 500,
+  });
+  const replicas: number = durable.settings.durableReplicas;
+  try {
+    await io.acquire('key', { durableReplicas: 1, durableTimeout: 200, shared: true });
+  } catch (err) {
+    if (err instanceof LockNotDurableError) console.log(err.code, err.key, err.reached < err.replicas, replicas);
+  }
 
   try {
     await io.acquire('key');
