@@ -313,12 +313,30 @@ class NodeRedisClusterConnection extends NodeRedisConnection {
   async _send(args, node) {
     const options = { typeMapping: { [RESP_NUMBER]: String } };
     if (node === undefined) return this.client.sendCommand(args[1], false, args, options);
-    return (await this._nodeClient(node)).sendCommand(args, options);
+    const client = await this._nodeClient(node);
+    try {
+      return await client.sendCommand(args, options);
+    } catch (err) {
+      // node-redis refreshes its slot map on the MOVED of a command it routed, not of this one.
+      if (isReplyError(err) && /^MOVED /.test(err.message)) await this._rediscover(client).catch(() => {});
+      throw err;
+    }
   }
-  _nodeClient(node) {
-    const master = this.client.nodeByAddress.get(node);
-    if (!master) return Promise.reject(new Error(`The cluster node ${node} is gone from the slot map`));
+  async _nodeClient(node) {
+    let master = this.client.nodeByAddress.get(node);
+    if (!master) {
+      // A node the slot map does not know yet (a replica promoted, named by a MOVED): asked anew.
+      await this._rediscover();
+      master = this.client.nodeByAddress.get(node);
+    }
+    if (!master) throw new Error(`The cluster node ${node} is gone from the slot map`);
     return this.client.nodeClient(master);
+  }
+  // The cluster's slot map, asked again (starting from `client`, or any master it knows).
+  async _rediscover(client) {
+    const slots = this.client._slots;
+    const start = client ?? this.client.masters.find((m) => m.client)?.client;
+    if (slots && typeof slots.rediscover === 'function' && start) await slots.rediscover(start);
   }
   async nodeOf(key) {
     const slot = calculateSlot(key);

@@ -154,6 +154,13 @@ class Session {
       this.lose(id, lost);
       return;
     }
+    if (kind === 'moved') {
+      // Not a loss: the grant went with its key to another node (a Cluster slot move) and is
+      // held there; watched again through a session of that node (a MOVED leads the re-watch there).
+      const id = grantKey(key, owner, token);
+      if (this.watched.has(id)) this._rewatchSoon(id);
+      return;
+    }
     const wait = this.waits.get(waitKey(key, owner));
     if (!wait) {
       // A grant nobody waits for any more (its wait gave up): give it back.
@@ -163,7 +170,11 @@ class Session {
     if (kind === 'granted') this._settle(wait, { token, node });
     else if (kind === 'timeout') this._settle(wait, { timeout: true });
     else if (kind === 'cancelled') this._settle(wait, { cancelled: true });
-    else if (kind === 'error') this._settle(wait, { error: new FlockEventError(detail) });
+    else if (kind === 'error' && /^UNBLOCKED/.test(detail) && !wait.cancelled && !this._closed) {
+      // The node stopped being a master (a failover) and dropped the wait from its queue: sent
+      // again (same request ID) to the key's master now, as after a session break.
+      this._retry(wait, new FlockEventError(detail));
+    } else if (kind === 'error') this._settle(wait, { error: new FlockEventError(detail) });
   }
 
   /** Reports the loss of a watched grant to each of its records, and stops watching it. */

@@ -165,46 +165,73 @@ async function clusterPort() {
 }
 
 /**
- * A 3-master cluster (redis-cli --cluster create), each node a startServer() with its probe.
- * `cluster.nodeOf(key)` is the node serving the key's slot now; `cluster.keyOn(node, name)` a
- * key named after `name` whose slot that node serves.
+ * A 3-master cluster (redis-cli --cluster create), each node a startServer() with its probe;
+ * with `replicas` (0 or 1), that many replicas per master, in sync. `cluster.nodes` are the masters
+ * as created, `cluster.all` every node; `cluster.nodeOf(key)` is the node serving the key's slot
+ * now; `cluster.keyOn(node, name)` a key named after `name` whose slot that node serves;
+ * `cluster.masters()` the masters now, `cluster.replicaOf(node)` a replica of that master now.
  */
-async function startCluster() {
-  const nodes = [];
-  for (let i = 0; i < 3; i++) {
+async function startCluster({ replicas = 0 } = {}) {
+  const all = [];
+  const total = 3 * (1 + replicas);
+  for (let i = 0; i < total; i++) {
     // Announced, or a node may list itself with an empty host in CLUSTER SLOTS (which ioredis skips).
     const args = ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000', '--cluster-announce-ip', '127.0.0.1'];
-    nodes.push(await startServer(args, { port: await clusterPort() }));
+    all.push(await startServer([...args, '--repl-diskless-sync-delay', '0'], { port: await clusterPort() }));
   }
-  const addrs = nodes.map((n) => `127.0.0.1:${n.port}`);
+  const addrs = all.map((n) => `127.0.0.1:${n.port}`);
   await new Promise((resolve, reject) => {
-    const cli = spawn('redis-cli', ['--cluster', 'create', ...addrs, '--cluster-replicas', '0', '--cluster-yes'], {
+    const cli = spawn('redis-cli', ['--cluster', 'create', ...addrs, '--cluster-replicas', String(replicas), '--cluster-yes'], {
       stdio: ['ignore', 'ignore', 'inherit'],
     });
     cli.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`redis-cli --cluster create exited ${code}`))));
   });
   await waitUntil(
-    'every node sees the others and every slot served',
+    'every node sees the others, every slot served and every replica in sync',
     async () => {
-      for (const node of nodes) {
+      for (const node of all) {
         const info = await node.probe.call('CLUSTER', 'INFO');
-        if (!info.includes('cluster_state:ok') || !info.includes('cluster_known_nodes:3')) return false;
+        if (!info.includes('cluster_state:ok') || !info.includes(`cluster_known_nodes:${total}`)) return false;
+        const replication = await node.probe.info('replication');
+        if (replication.includes('role:slave') && !replication.includes('master_link_status:up')) return false;
+        // Every node knows every replica as one (a CLUSTER FAILOVER before its master knows it
+        // as its replica times out).
+        const flags = (await node.probe.call('CLUSTER', 'NODES')).split('\n').map((line) => line.split(' ')[2] ?? '');
+        if (flags.filter((f) => f.split(',').includes('slave')).length !== 3 * replicas) return false;
       }
       return true;
     },
     30000,
   );
+  // The masters as created (redis-cli makes the first three masters).
+  const roles = await Promise.all(all.map(async (n) => (await n.probe.info('replication')).includes('role:master')));
+  const nodes = all.filter((n, i) => roles[i]);
+  // The probes read replicas too (FLOCK.INFO there), and so masters that become replicas.
+  await Promise.all(all.map((n) => n.probe.call('READONLY')));
   const slotOf = require('cluster-key-slot');
   const nodeOf = async (key) => {
     const slot = slotOf(key);
     const ranges = await nodes[0].probe.call('CLUSTER', 'SLOTS');
     const range = ranges.find(([start, end]) => slot >= Number(start) && slot <= Number(end));
-    return nodes.find((n) => n.port === Number(range[2][1]));
+    return all.find((n) => n.port === Number(range[2][1]));
+  };
+  // The masters serving slots now (a failover changes them).
+  const masters = async () => {
+    const ranges = await nodes[0].probe.call('CLUSTER', 'SLOTS');
+    const ports = new Set(ranges.map((range) => Number(range[2][1])));
+    return all.filter((n) => ports.has(n.port));
+  };
+  const replicaOf = async (master) => {
+    for (const node of all) {
+      const replication = await node.probe.info('replication');
+      if (replication.includes('role:slave') && replication.includes(`master_port:${master.port}`)) return node;
+    }
+    return null;
   };
   const keyOn = async (node, name) => {
     for (let i = 0; ; i++) if ((await nodeOf(`${name}:${i}`)) === node) return `${name}:${i}`;
   };
-  return { nodes, nodeOf, keyOn };
+  return { nodes, all, nodeOf, keyOn, masters, replicaOf };
 }
 
 /**

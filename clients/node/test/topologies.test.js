@@ -14,7 +14,7 @@ const { promisify } = require('node:util');
 const { before, describe, it } = require('node:test');
 const Redis = require('ioredis');
 const { createCluster, createSentinel } = require('redis');
-const { Flock, LockLostError } = require('..');
+const { Flock, LockLostError, LockNotDurableError } = require('..');
 const { onEnd, startCluster, startSentinels, waitUntil, WATCHDOG_LEASE } = require('./helpers');
 
 const WAIT = { wait: 10000 };
@@ -71,6 +71,26 @@ async function exitsAfterQuit(kind, ports) {
   const [, quitAt, sessions] = /quit at (\d+) sessions (\d+)/.exec(stdout);
   assert.ok(Date.now() - Number(quitAt) < 5000, `exited ${Date.now() - Number(quitAt)} ms after the quit`);
   return Number(sessions);
+}
+
+/**
+ * Moves the slot of `key` (with its keys) from its node to another master, the usual resharding
+ * steps; resolves to the new node once every node routes the slot there.
+ */
+async function moveSlot(cluster, key) {
+  const from = await cluster.nodeOf(key);
+  const to = cluster.nodes.find((n) => n !== from);
+  const slot = String(await from.probe.call('CLUSTER', 'KEYSLOT', key));
+  const [fromId, toId] = await Promise.all([from, to].map((n) => n.probe.call('CLUSTER', 'MYID')));
+  await to.probe.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', fromId);
+  await from.probe.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', toId);
+  const keys = await from.probe.call('CLUSTER', 'GETKEYSINSLOT', slot, '100');
+  if (keys.length > 0) await from.probe.call('MIGRATE', '127.0.0.1', String(to.port), '', '0', '5000', 'KEYS', ...keys);
+  for (const node of [to, from, ...cluster.nodes.filter((n) => n !== from && n !== to)]) {
+    await node.probe.call('CLUSTER', 'SETSLOT', slot, 'NODE', toId);
+  }
+  await waitUntil('every node routes the slot to its new node', async () => (await cluster.nodeOf(key)) === to);
+  return to;
 }
 
 const CLUSTER_CLIENTS = [
@@ -201,18 +221,8 @@ describe('Cluster (3 masters)', () => {
         const session = (node) => flock._session.nodes.get(`127.0.0.1:${node.port}`)?.id;
         const fromSession = session(from);
         assert.ok(fromSession, 'a session on the old node');
-        const to = cluster.nodes.find((n) => n !== from);
-        const slot = String(await from.probe.call('CLUSTER', 'KEYSLOT', key));
-        const [fromId, toId] = await Promise.all([from, to].map((n) => n.probe.call('CLUSTER', 'MYID')));
-        // The free lock's key (kept for its request IDs) moves with its slot: the usual resharding steps.
-        await to.probe.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', fromId);
-        await from.probe.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', toId);
-        const keys = await from.probe.call('CLUSTER', 'GETKEYSINSLOT', slot, '100');
-        if (keys.length > 0) await from.probe.call('MIGRATE', '127.0.0.1', String(to.port), '', '0', '5000', 'KEYS', ...keys);
-        for (const node of [to, from, ...cluster.nodes.filter((n) => n !== from && n !== to)]) {
-          await node.probe.call('CLUSTER', 'SETSLOT', slot, 'NODE', toId);
-        }
-        await waitUntil('every node routes the slot to its new node', async () => (await cluster.nodeOf(key)) === to);
+        // The free lock's key (kept for its request IDs) moves with its slot.
+        const to = await moveSlot(cluster, key);
         const holder = await flockOf();
         const held = await holder.acquire(key, WAIT);
         assert.equal((await to.info(key)).owner, held.owner);
@@ -229,6 +239,22 @@ describe('Cluster (3 masters)', () => {
         assert.equal((await to.info(key)).owner, lock.owner);
         await lock.release();
       });
+
+      it('watches a held grant again through the new node\'s session after its slot moved (the moved event)', async () => {
+        const flock = await flockOf();
+        const key = K('moved-held');
+        const lock = await flock.acquire(key, { lease: 60000 });
+        const to = await moveSlot(cluster, key);
+        assert.equal((await to.info(key)).owner, lock.owner, 'the grant went with its slot');
+        // The old node's session heard `moved`: the grant is watched from a session of the new node.
+        await waitUntil('the grant is re-watched', () => flock._session.rewatched >= 1);
+        assert.equal((await to.info(key)).holds, '1', 'the re-watch left the hold count as it was');
+        assert.equal(lock.signal.aborted, false);
+        // So a loss on the new node is pushed.
+        await to.probe.call('FLOCK.FORCERELEASE', key);
+        await waitUntil('the signal aborts', () => lock.signal.aborted);
+        assert.equal(lock.signal.error.reason, 'forcereleased');
+      });
     });
   }
 
@@ -236,6 +262,59 @@ describe('Cluster (3 masters)', () => {
     it(`${kind}: a process exits by itself after the cluster client quits`, async () => {
       const sessions = await exitsAfterQuit(`${kind}-cluster`, cluster.nodes.map((n) => n.port));
       assert.ok(sessions > 1, 'its waits went through sessions on more than one node');
+    });
+  }
+});
+
+describe('Cluster (3 masters, a replica each): durable grants and failover', () => {
+  let cluster;
+  before(async () => {
+    cluster = await startCluster({ replicas: 1 });
+  });
+
+  for (const kind of CLUSTER_CLIENTS) {
+    describe(kind.name, () => {
+      const K = (name) => `${kind.name}:${name}`;
+      const flockOf = async (settings) => flockOver(await kind.connect(cluster), settings);
+
+      it('durable: a grant on each node waits for that node\'s replica; 2 replicas asked fail NOTDURABLE there', { timeout: 30000 }, async () => {
+        const one = await flockOf({ durableReplicas: 1 });
+        const two = await flockOf({ durableReplicas: 2, durableTimeout: 200 });
+        const masters = await cluster.masters();
+        assert.equal(masters.length, 3);
+        const keys = await Promise.all(masters.map((node, i) => cluster.keyOn(node, K(`durable${i}`))));
+        for (const key of keys) {
+          const lock = await one.acquire(key, { lease: 10000 });
+          const replica = await cluster.replicaOf(await cluster.nodeOf(key));
+          assert.equal((await replica.info(key))?.owner, lock.owner, 'the replica of the key\'s node has the grant');
+          await lock.release();
+        }
+        await assert.rejects(two.acquire(keys[0], { lease: 10000 }), (err) => err instanceof LockNotDurableError && err.reached === 1);
+        assert.equal(await (await cluster.nodeOf(keys[0])).info(keys[0]), null, 'the hold was given back');
+      });
+
+      it('durable: a waiter at a CLUSTER FAILOVER of its key\'s node is granted by the new master', { timeout: 60000 }, async () => {
+        const holders = await flockOf();
+        const waiter = await flockOf({ durableReplicas: 1, durableTimeout: 5000 });
+        const key = K('failover');
+        const old = await cluster.nodeOf(key);
+        const replica = await cluster.replicaOf(old);
+        const held = await holders.acquire(key, { lease: 30000 });
+        const next = waiter.acquire(key, { lease: 10000, wait: 30000 });
+        next.catch(() => {});
+        await old.queued(key, 1);
+        await waitUntil('the replica has the grant', async () => (await replica.info(key))?.owner === held.owner);
+        await replica.probe.call('CLUSTER', 'FAILOVER');
+        await waitUntil('the replica is the key\'s master', async () => (await cluster.nodeOf(key)) === replica, 30000);
+        // The holder keeps its grant on the new master; its release goes there and the waiter,
+        // sent again there, gets the lock.
+        assert.equal((await replica.info(key)).owner, held.owner);
+        await waitUntil('the waiter queues on the new master', async () => (await replica.info(key))?.waiters === '1', 30000);
+        await held.release();
+        const lock = await next;
+        assert.equal((await replica.info(key)).owner, lock.owner, 'granted by the new master');
+        await lock.release();
+      });
     });
   }
 });
@@ -359,16 +438,12 @@ describe('Sentinel (1 master, 2 replicas, 3 sentinels): durable grants', () => {
         await lock.release().catch(() => {});
       }
     };
-    const t0 = Date.now();
-    let switched, failoverAt;
     const tasks = flocks.map(task);
     try {
       await waitUntil('a few durable grants on the first master', () => grants.length >= 10);
       await waitUntil('waiters queue on the lock', async () => Number((await old.info(key))?.waiters ?? 0) >= 1);
-      failoverAt = Date.now();
       await topology.sentinels[0].probe.call('SENTINEL', 'FAILOVER', 'mymaster');
       await waitUntil('the sentinels name a replica master', async () => (await topology.master()) !== old, 30000);
-      switched = Date.now();
       promoted = await topology.master();
       // Until the old master is a replica again the new one has 1 of the 2 replicas durable
       // grants ask for: Sentinel turns it into one at its next look (INFO every 10 s), with what
@@ -384,7 +459,6 @@ describe('Sentinel (1 master, 2 replicas, 3 sentinels): durable grants', () => {
       stop = true;
       await Promise.all(tasks);
     }
-    if (process.env.DURABLE_DEBUG) console.log({ t0, grants: grants.map((g) => [g.start - t0, g.onNew]), failures: [...failures], switched: switched - t0, failoverAt: failoverAt - t0 });
     for (let i = 1; i < grants.length; i++) {
       const [before, grant] = [grants[i - 1], grants[i]];
       assert.ok(grant.token > before.token, `token ${grant.token} after ${before.token}: durable tokens rise in grant order`);
