@@ -67,7 +67,7 @@ async def confirm_durable(lock, node, owner: bytes) -> None:
 
     async def round_trip():
         async with node.pipeline(transaction=False) as pipe:
-            pipe.execute_command(*renew)
+            pipe.execute_command(*renew())
             pipe.execute_command(*wait)
             return await pipe.execute(raise_on_error=False)
 

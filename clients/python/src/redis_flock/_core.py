@@ -434,14 +434,16 @@ class LockBase:
 
     def _durable_commands(self, owner: bytes):
         """A durable grant's check (docs/client-protocol.md, "Durable
-        grants"): (the RENEW and the WAIT to send in one round trip on a
-        connection to the key's node, the RELEASE that gives one hold back),
-        each RENEW and RELEASE with a request ID of its own. The RENEW is
+        grants"): (a function making the RENEW, the WAIT to send after it in
+        one round trip on a connection to the key's node, the RELEASE that
+        gives one hold back). Each RENEW made has a request ID of its own: a
+        resend of the same ID would be answered from the server's record and
+        write nothing for the WAIT to count. The RENEW is
         that connection's own write, after the grant in the replication
         stream: WAIT's count of acknowledgements covers the grant even when
         it was written by another client's command (a pushed grant)."""
         return (
-            with_id("FLOCK.RENEW", self.name, owner, self._lease_ms()),
+            lambda: with_id("FLOCK.RENEW", self.name, owner, self._lease_ms()),
             ("WAIT", self.durable_replicas, to_ms(self.durable_timeout)),
             with_id("FLOCK.RELEASE", self.name, owner),
         )

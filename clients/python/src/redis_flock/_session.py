@@ -66,8 +66,8 @@ def release_extra(call, grant) -> None:
 def confirm_durable(lock, node, owner: bytes) -> None:
     """A durable grant's check (docs/client-protocol.md, "Durable grants";
     the commands and the verdict are LockBase's): RENEW and WAIT in one
-    round trip on a connection of ``node``, the key's server (sent again
-    with the same request ID when the reply is lost); too few replicas, or
+    round trip on a connection of ``node``, the key's server (sent again,
+    with a new RENEW, when the reply is lost); too few replicas, or
     a failed RENEW: the hold is given back and LockNotDurableError raised."""
     if not lock.durable_replicas:
         return
@@ -75,7 +75,7 @@ def confirm_durable(lock, node, owner: bytes) -> None:
 
     def round_trip():
         with node.pipeline(transaction=False) as pipe:
-            pipe.execute_command(*renew)
+            pipe.execute_command(*renew())
             pipe.execute_command(*wait)
             return pipe.execute(raise_on_error=False)
 

@@ -424,13 +424,11 @@ public class FlockLock implements Lock {
      * after the grant in the replication stream) and {@code WAIT replicas timeout} in one round trip on a
      * connection to the key's node. Fewer replicas than asked, or the grant gone (NOTOWNER): the hold just
      * taken is given back (one RELEASE: a new grant's only hold, or a reentry's extra one) and
-     * {@link LockNotDurableException} thrown. A lost reply is resent (same request ID), and on a Cluster or
+     * {@link LockNotDurableException} thrown. A lost reply is sent again (a new RENEW), and on a Cluster or
      * Sentinel sent again to the key's master after a failover.
      */
     private void confirmDurable(long lease) {
         int replicas = client.durableReplicas;
-        byte[][] renew = {FlockClient.bytes("FLOCK.RENEW"), key, owner(), FlockClient.bytes(Long.toString(lease)),
-            FlockClient.bytes("ID"), FlockClient.requestId()};
         byte[][] waitArgs = {FlockClient.bytes("WAIT"), FlockClient.bytes(Integer.toString(replicas)),
             FlockClient.bytes(Integer.toString(client.durableTimeoutMs))};
         String why;
@@ -439,6 +437,10 @@ public class FlockLock implements Lock {
         try {
             Router.Route route = client.router.route(key);
             for (int resends = 0; ; ) {
+                // A request ID of its own for each RENEW sent: a resend of the same ID would be answered
+                // from the server's record and write nothing for the WAIT to count.
+                byte[][] renew = {FlockClient.bytes("FLOCK.RENEW"), key, owner(),
+                    FlockClient.bytes(Long.toString(lease)), FlockClient.bytes("ID"), FlockClient.requestId()};
                 List<Object> replies;
                 try {
                     replies = route.pipeline(renew, waitArgs);
