@@ -107,6 +107,15 @@ def server():
     s.stop()
 
 
+@pytest.fixture(scope="session")
+def solo():
+    """A server of its own for tests that change its config (test_stale.py:
+    min-replicas-to-write, which makes it refuse writes with NOREPLICAS)."""
+    s = Server()
+    yield s
+    s.stop()
+
+
 @pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
 def protocol(request):
     return request.param

@@ -23,6 +23,7 @@ from ._core import (
     LOST_REPLY,
     REDIRECTS,
     RELEASE,
+    RELEASED,
     RESENDS,
     REOPEN_MAX_DELAY,
     SEND_CONCURRENCY,
@@ -58,7 +59,7 @@ async def release_extra(call, grant) -> None:
     grant.extra_release = None
 
 
-async def confirm_durable(lock, node, owner: bytes) -> None:
+async def confirm_durable(lock, node, owner: bytes, token: Optional[int] = None) -> None:
     """See redis_flock._session.confirm_durable. A cancelled task gives the
     hold back too."""
     if not lock.durable_replicas:
@@ -84,6 +85,10 @@ async def confirm_durable(lock, node, owner: bytes) -> None:
         # NOTOWNER: the grant had ended already (the RENEW said so too).
         if not str(e).startswith(LOST_PREFIXES):
             logger.warning("FLOCK: could not give back the grant of %r that was not durable: %s", lock.name, e)
+            if token is not None:
+                # The server still has the hold: the next grant with its
+                # token gives it back (see _core.RELEASED).
+                RELEASED.remember(lock.name, owner, token)
     if not isinstance(replies, Exception) and isinstance(replies, BaseException):
         raise replies
     raise error

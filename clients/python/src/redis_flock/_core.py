@@ -272,6 +272,49 @@ class Grant:
         return True
 
 
+# Stale holds (docs/client-protocol.md, "Durable grants", last paragraph): a
+# release that a failover lost (answered by a master deposed a moment later)
+# or that the server refused (NOREPLICAS, READONLY; a durable check's
+# give-back) leaves the hold on the server. The same owner's next acquire then
+# reenters it (the same token, one more hold, the lease renewed), and a thread
+# that loops acquire/release keeps the lock from every other for good. So the
+# token of each (lock, owner)'s last release is remembered here, for at most
+# STALE_RELEASES of them; a grant that comes back with it gives those holds
+# back, and the caller holds one, as it expects.
+STALE_RELEASES = 1024
+
+
+class _Released:
+    """The token of the grant each (lock name, owner) released last, or tried
+    to (the server refused it, or its reply was lost): a later grant with that
+    token found it still held. Thread-safe, never blocks on I/O."""
+
+    def __init__(self):
+        self.mutex = threading.Lock()
+        self.tokens: OrderedDict = OrderedDict()
+
+    def remember(self, name, owner: bytes, token: int) -> None:
+        with self.mutex:
+            self.tokens[(_name_key(name), owner)] = token
+            self.tokens.move_to_end((_name_key(name), owner))
+            while len(self.tokens) > STALE_RELEASES:
+                self.tokens.popitem(last=False)
+
+    def take(self, name, owner: bytes, token: int) -> bool:
+        """Whether ``token`` is the one this (lock, owner) released last;
+        forgotten either way (a grant with another token means the owner
+        held nothing when it was made)."""
+        with self.mutex:
+            return self.tokens.pop((_name_key(name), owner), None) == token
+
+
+RELEASED = _Released()
+
+
+def _name_key(name) -> bytes:
+    return name if isinstance(name, bytes) else str(name).encode()
+
+
 class _Local(threading.local):
     # Class attributes: defaults in every thread, not only the creating one.
     token = None
@@ -552,11 +595,38 @@ class LockBase:
 
     def _released_one(self, left: int) -> None:
         """After a RELEASE answered ``left`` holds (0 too when it failed):
-        forgets the grant once this object's holds are all released."""
+        forgets the grant once this object's holds are all released. The
+        grant's token is remembered when no hold should be left (``left``
+        0): a later grant with that token finds the release lost."""
         grant = self.local.grant
         grant.holds -= 1
+        if left == 0:
+            RELEASED.remember(self.name, grant.owner, grant.token)
         if left == 0 or grant.holds <= 0:
             self._dropped()
+
+    def _stale_holds(self, owner: bytes, token: int, info) -> int:
+        """How many of ``owner``'s holds (FLOCK.INFO ``info``) are stale, after
+        a grant of ``token`` that is not a reentry this object knows of and
+        whose token this (lock, owner) released last: all but the new one and
+        those the other side of a read-write lock holds in this thread."""
+        mine = holder(info, owner)
+        if mine is None or int(mine["token"]) != token:
+            return 0
+        extra = int(mine["holds"]) - 1
+        sibling = getattr(self, "_sibling", None)
+        other = sibling.local.grant if sibling is not None else None
+        if other is not None and other.owner == owner and other.token == token:
+            extra -= other.holds
+        return max(0, extra)
+
+    def _is_stale(self, owner: bytes, token: int) -> bool:
+        """Whether the grant of ``token`` to ``owner`` reenters a hold this
+        thread released (or tried to): the release was lost or refused."""
+        current = self.local.grant
+        if current is not None and current.owner == owner and current.token == token:
+            return False
+        return RELEASED.take(self.name, owner, token)
 
     def _dropped(self) -> Optional[Grant]:
         """Forgets this thread's grant (released or lost); returns it so that
@@ -607,6 +677,9 @@ class ReadWriteLockBase:
         self._write = self.lock_class(redis, name, *args, reentrant=reentrant, **kwargs)
         self._read = self.read_class(redis, name, *args, reentrant=reentrant, **kwargs)
         self._read._object_id = self._write._object_id
+        # One owner per thread for both sides: a stale hold's give-back
+        # leaves those the other side holds.
+        self._read._sibling, self._write._sibling = self._write, self._read
 
     def read_lock(self):
         """The shared side (``SHARED``)."""

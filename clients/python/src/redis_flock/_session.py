@@ -26,6 +26,7 @@ from ._core import (
     LOST_REPLY,
     REDIRECTS,
     RELEASE,
+    RELEASED,
     RESENDS,
     REOPEN_MAX_DELAY,
     SEND_CONCURRENCY,
@@ -63,7 +64,7 @@ def release_extra(call, grant) -> None:
     grant.extra_release = None
 
 
-def confirm_durable(lock, node, owner: bytes) -> None:
+def confirm_durable(lock, node, owner: bytes, token: Optional[int] = None) -> None:
     """A durable grant's check (docs/client-protocol.md, "Durable grants";
     the commands and the verdict are LockBase's): RENEW and WAIT in one
     round trip on a connection of ``node``, the key's server (sent again,
@@ -92,6 +93,10 @@ def confirm_durable(lock, node, owner: bytes) -> None:
         # NOTOWNER: the grant had ended already (the RENEW said so too).
         if not str(e).startswith(LOST_PREFIXES):
             logger.warning("FLOCK: could not give back the grant of %r that was not durable: %s", lock.name, e)
+            if token is not None:
+                # The server still has the hold: the next grant with its
+                # token gives it back (see _core.RELEASED).
+                RELEASED.remember(lock.name, owner, token)
     if not isinstance(replies, Exception) and isinstance(replies, BaseException):
         raise replies
     raise error

@@ -12,6 +12,7 @@ from ._core import (
     ERROR,
     GRANTED,
     REDIRECTS,
+    RELEASED,
     RENEWAL_ERRORS,
     LockBase,
     LockNotDurableError,
@@ -26,6 +27,7 @@ from ._core import (
     parse_info,
     renewal_lost,
     to_ms,
+    with_id,
 )
 
 __all__ = ["Lock", "LockNotDurableError", "ReadLock", "ReadWriteLock", "Semaphore"]
@@ -122,9 +124,19 @@ class Lock(LockBase):
                 wait_ms = self._wait_left(wait_ms, started)
         if granted is None:
             return False
+        if self._is_stale(owner, granted):
+            # A reentry of a hold this task released: the release was lost
+            # in a failover or refused. Its holds go back first.
+            await self._give_back_stale(owner, granted)
+        elif self._release_pending(owner, granted):
+            # A reentry of the grant whose release() did not complete (the
+            # server refused it, or its reply was lost): that release is
+            # sent again first, so that the caller holds one more hold than
+            # it kept, not two.
+            await self._resend_release()
         # Durable grants: counted once enough replicas have it, else given
         # back (LockNotDurableError), before this object records anything.
-        await confirm_durable(self, node, owner)
+        await confirm_durable(self, node, owner, granted)
         grant, replaced = self._new_grant(owner, granted, asyncio.Lock(), at)
         if replaced is not None:
             replaced.stop()
@@ -179,6 +191,34 @@ class Lock(LockBase):
                     if reason is not None:
                         self._grant_lost(grant, reason)
                         return
+
+    async def _give_back_stale(self, owner: bytes, token: int) -> None:
+        """See redis_flock.lock.Lock._give_back_stale."""
+        try:
+            for _ in range(self._stale_holds(owner, token, await self._info())):
+                await send(self.redis.execute_command, with_id("FLOCK.RELEASE", self.name, owner))
+        except RENEWAL_ERRORS as e:
+            RELEASED.remember(self.name, owner, token)
+            logger.warning("FLOCK: could not give back the stale holds of %r: %s", self.name, e)
+
+    def _release_pending(self, owner: bytes, token: int) -> bool:
+        grant = self.local.grant
+        return grant is not None and grant.owner == owner and grant.token == token and grant.pending_release is not None
+
+    async def _resend_release(self) -> None:
+        """Sends the grant's pending RELEASE again (its request ID: applied
+        once) and counts it; on failure it stays pending."""
+        grant = self.local.grant
+        async with grant.mutex:
+            if grant.pending_release is None:
+                return
+            try:
+                await send(self.redis.execute_command, grant.pending_release)
+            except RENEWAL_ERRORS as e:
+                logger.warning("FLOCK: could not release the hold of %r a release() left: %s", self.name, e)
+                return
+            grant.pending_release = None
+            grant.holds -= 1
 
     async def locked(self) -> bool:
         """Whether anyone holds the lock."""

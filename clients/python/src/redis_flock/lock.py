@@ -17,6 +17,7 @@ from ._core import (
     CancelToken,
     GRANTED,
     REDIRECTS,
+    RELEASED,
     RENEWAL_ERRORS,
     LockBase,
     ReadSide,
@@ -242,9 +243,13 @@ class Lock(LockBase):
                 wait_ms = self._wait_left(wait_ms, started)
         if granted is None:
             return False
+        if self._is_stale(owner, granted):
+            # A reentry of a hold this thread released: the release was
+            # lost in a failover or refused. Its holds go back first.
+            self._give_back_stale(owner, granted)
         # Durable grants: counted once enough replicas have it, else given
         # back (LockNotDurableError), before this object records anything.
-        confirm_durable(self, node, owner)
+        confirm_durable(self, node, owner, granted)
         grant, replaced = self._new_grant(owner, granted, threading.Lock(), at)
         if replaced is not None:
             replaced.stop()
@@ -290,6 +295,18 @@ class Lock(LockBase):
                     pass
                 raise
         return granted
+
+    def _give_back_stale(self, owner: bytes, token: int) -> None:
+        """Releases the holds of grant ``token`` that this thread released
+        before (docs/client-protocol.md, "Durable grants"): the caller holds
+        one. When that fails, the token is remembered again and the next
+        grant with it tries again; the acquire holds the lock either way."""
+        try:
+            for _ in range(self._stale_holds(owner, token, self._info())):
+                send(self.redis.execute_command, with_id("FLOCK.RELEASE", self.name, owner))
+        except RENEWAL_ERRORS as e:
+            RELEASED.remember(self.name, owner, token)
+            logger.warning("FLOCK: could not give back the stale holds of %r: %s", self.name, e)
 
     def locked(self) -> bool:
         """Whether anyone holds the lock."""

@@ -1,0 +1,120 @@
+"""Stale holds (docs/client-protocol.md, "Durable grants", last paragraph):
+a release refused (NOREPLICAS, as a master with min-replicas-to-write and no
+replica answers) or lost (answered by a master a failover deposes, its
+replica promoted with the hold: here the key's DUMP from before the release
+RESTOREd) leaves the hold on the server. The same thread's next acquire
+reenters it with the same token; the client gives the stale holds back, so
+the caller holds one hold and one release frees the lock for a waiter."""
+
+import pytest
+import redis
+from redis.exceptions import ResponseError
+
+from helpers import holding, info, queue_in_thread
+from redis_flock import Lock, ReadWriteLock
+
+KEY = "stale"
+
+
+@pytest.fixture()
+def m(solo):
+    c = redis.Redis(port=solo.port)
+    yield c
+    c.config_set("min-replicas-to-write", 0)
+    c.flushall()
+    c.close()
+
+
+def refused_release(m, lock):
+    """lock.release() refused with NOREPLICAS; the server keeps the hold."""
+    m.config_set("min-replicas-to-write", 1)
+    try:
+        with pytest.raises(ResponseError, match="NOREPLICAS"):
+            lock.release()
+    finally:
+        m.config_set("min-replicas-to-write", 0)
+
+
+def lost_release(m, lock):
+    """lock.release() answered 0, then lost: the key as it was before it."""
+    before = m.dump(KEY)
+    lock.release()
+    assert info(m, KEY) is None
+    m.restore(KEY, 0, before, replace=True)
+
+
+def one_release_frees_it_for_a_waiter(m, lock):
+    waiter = Lock(m, KEY, timeout=30, thread_local=False)
+    thread, result = queue_in_thread(m, waiter)
+    lock.release()
+    thread.join(10)
+    assert result == [True]
+    assert info(m, KEY)["token"] == waiter.fencing_token
+    waiter.release()
+
+
+@pytest.mark.parametrize("use_session", [True, False], ids=["session", "blocking"])
+@pytest.mark.parametrize("lose", [refused_release, lost_release], ids=["refused", "lost"])
+def test_a_reentered_stale_hold_is_given_back(m, use_session, lose):
+    lock = Lock(m, KEY, timeout=30, reentrant=True, use_session=use_session)
+    assert lock.acquire()
+    token = lock.fencing_token
+    lose(m, lock)
+    assert holding(m, KEY, lock.local.token or _owner(lock))["holds"] == 1
+    assert lock.fencing_token is None
+    for _ in range(3):
+        # The loop that kept the lock from everyone: each acquire reenters.
+        assert lock.acquire(blocking_timeout=5)
+        assert lock.fencing_token == token
+        assert info(m, KEY)["holds"] == 1
+        lose(m, lock)
+    assert lock.acquire(blocking_timeout=5)
+    assert info(m, KEY)["holds"] == 1
+    one_release_frees_it_for_a_waiter(m, lock)
+
+
+def test_a_reentry_of_a_held_grant_keeps_its_holds(m):
+    """Not stale: the thread still holds the grant (a reentry it counts)."""
+    lock = Lock(m, KEY, timeout=30, reentrant=True)
+    assert lock.acquire() and lock.acquire()
+    assert info(m, KEY)["holds"] == 2
+    lock.release()
+    assert lock.acquire()
+    assert info(m, KEY)["holds"] == 2
+    lock.release()
+    lock.release()
+    assert info(m, KEY) is None
+
+
+def test_a_released_grant_is_not_stale_for_a_new_one(m):
+    lock = Lock(m, KEY, timeout=30, reentrant=True)
+    assert lock.acquire()
+    token = lock.fencing_token
+    lock.release()
+    assert lock.acquire()
+    assert lock.fencing_token != token
+    assert info(m, KEY)["holds"] == 1
+    lock.release()
+
+
+def test_the_other_side_of_a_read_write_lock_keeps_its_holds(m):
+    """A writer that also reads: the read side's release refused, its next
+    read reenters; the stale read hold goes back, the write hold stays."""
+    rw = ReadWriteLock(m, KEY, timeout=30)
+    write, read = rw.write_lock(), rw.read_lock()
+    assert write.acquire()
+    assert read.acquire()
+    assert info(m, KEY)["holds"] == 2
+    refused_release(m, read)
+    assert info(m, KEY)["holds"] == 2
+    assert read.acquire()
+    assert info(m, KEY)["holds"] == 2
+    read.release()
+    write.release()
+    assert info(m, KEY) is None
+
+
+def _owner(lock):
+    import threading
+
+    return f"{lock._object_id}:{threading.get_ident()}".encode()
