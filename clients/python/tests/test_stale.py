@@ -114,6 +114,33 @@ def test_the_other_side_of_a_read_write_lock_keeps_its_holds(m):
     assert info(m, KEY) is None
 
 
+def test_a_lost_release_of_the_other_side_of_a_read_write_lock_is_given_back(m):
+    """The read side's release answered 1 (the write hold) and was lost: the
+    next read reenters, the stale read hold goes back, the write one stays."""
+    rw = ReadWriteLock(m, KEY, timeout=30)
+    write, read = rw.write_lock(), rw.read_lock()
+    assert write.acquire()
+    assert read.acquire()
+    before = m.dump(KEY)
+    read.release()
+    assert info(m, KEY)["holds"] == 1
+    m.restore(KEY, 0, before, replace=True)
+    assert read.acquire()
+    assert info(m, KEY)["holds"] == 2
+    read.release()
+    write.release()
+    assert info(m, KEY) is None
+    # And the write side released first (the read hold left) is no stale hold.
+    assert write.acquire()
+    assert read.acquire()
+    write.release()
+    assert write.acquire()
+    assert info(m, KEY)["holds"] == 2
+    write.release()
+    read.release()
+    assert info(m, KEY) is None
+
+
 def _owner(lock):
     import threading
 

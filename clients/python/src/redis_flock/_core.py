@@ -596,14 +596,25 @@ class LockBase:
     def _released_one(self, left: int) -> None:
         """After a RELEASE answered ``left`` holds (0 too when it failed):
         forgets the grant once this object's holds are all released. The
-        grant's token is remembered when no hold should be left (``left``
-        0): a later grant with that token finds the release lost."""
+        grant's token is remembered when none of its holds should be left
+        but those of the other side of a read-write lock (which
+        _stale_holds leaves): a later grant with that token finds the
+        release lost."""
         grant = self.local.grant
         grant.holds -= 1
-        if left == 0:
+        if left == 0 or (grant.holds <= 0 and self._sibling_holds(grant.owner, grant.token)):
             RELEASED.remember(self.name, grant.owner, grant.token)
         if left == 0 or grant.holds <= 0:
             self._dropped()
+
+    def _sibling_holds(self, owner: bytes, token: int) -> int:
+        """The holds of grant ``token`` that the other side of a read-write
+        lock has in this thread (the same owner)."""
+        sibling = getattr(self, "_sibling", None)
+        other = sibling.local.grant if sibling is not None else None
+        if other is not None and other.owner == owner and other.token == token:
+            return other.holds
+        return 0
 
     def _stale_holds(self, owner: bytes, token: int, info) -> int:
         """How many of ``owner``'s holds (FLOCK.INFO ``info``) are stale, after
@@ -613,12 +624,7 @@ class LockBase:
         mine = holder(info, owner)
         if mine is None or int(mine["token"]) != token:
             return 0
-        extra = int(mine["holds"]) - 1
-        sibling = getattr(self, "_sibling", None)
-        other = sibling.local.grant if sibling is not None else None
-        if other is not None and other.owner == owner and other.token == token:
-            extra -= other.holds
-        return max(0, extra)
+        return max(0, int(mine["holds"]) - 1 - self._sibling_holds(owner, token))
 
     def _is_stale(self, owner: bytes, token: int) -> bool:
         """Whether the grant of ``token`` to ``owner`` reenters a hold this
