@@ -141,6 +141,26 @@ def test_a_lost_release_of_the_other_side_of_a_read_write_lock_is_given_back(m):
     assert info(m, KEY) is None
 
 
+def test_only_owners_that_acquire_again_are_remembered(m):
+    """A lock that makes a new owner per acquire (not reentrant, no token=)
+    never reenters: its releases are not remembered. With token=, the owner
+    comes back, and a lost release is given back as above."""
+    from redis_flock._core import RELEASED
+
+    before = len(RELEASED.tokens)
+    lock = Lock(m, KEY, timeout=30)
+    for _ in range(3):
+        assert lock.acquire()
+        lock.release()
+    assert len(RELEASED.tokens) == before
+    assert lock.acquire(token="mine")
+    lost_release(m, lock)
+    assert lock.acquire(token="mine")
+    assert info(m, KEY)["holds"] == 1
+    lock.release()
+    assert info(m, KEY) is None
+
+
 def _owner(lock):
     import threading
 

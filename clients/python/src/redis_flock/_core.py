@@ -256,6 +256,9 @@ class Grant:
         # holder's own release).
         self.watched_sid: Optional[str] = None
         self.extra_release = None
+        # Whether its owner may acquire again (a reentrant lock's, or a
+        # token= given): only then is its last release remembered (RELEASED).
+        self.owner_reused = True
 
     def stop(self) -> None:
         self.stopped = True
@@ -319,6 +322,7 @@ class _Local(threading.local):
     # Class attributes: defaults in every thread, not only the creating one.
     token = None
     grant = None
+    random_owner = None
 
 
 class LockBase:
@@ -436,7 +440,8 @@ class LockBase:
                 return f"{self._object_id}:{threading.get_ident()}".encode()
             return self._object_id.encode()
         # As redis-py: a new token per acquire, so acquiring again does not reenter.
-        return uuid.uuid4().hex.encode()
+        self.local.random_owner = uuid.uuid4().hex.encode()
+        return self.local.random_owner
 
     def _wait_ms(self, blocking, blocking_timeout) -> Optional[int]:
         """None: only try; 0: wait without limit; else the wait in ms."""
@@ -566,9 +571,16 @@ class LockBase:
             return None, None
         self.local.token = owner
         self.local.grant = Grant(owner, token, mutex)
+        # A new owner per acquire (not reentrant, no token=) never comes back.
+        self.local.grant.owner_reused = self.reentrant or owner != self._last_random_owner()
         self.local.grant.lease_ms = None if self.watchdog else self._lease_ms()
         self.local.grant.lease_from = at
         return self.local.grant, current
+
+    def _last_random_owner(self) -> Optional[bytes]:
+        """The owner _owner made up for this thread's last acquire (no
+        token= given, not reentrant), if any."""
+        return getattr(self.local, "random_owner", None)
 
     def _lease_renewed(self, lease_ms: int, sent: float) -> None:
         """A RENEW sent at ``sent`` (extend, reacquire) made the lease ``lease_ms``."""
@@ -602,7 +614,7 @@ class LockBase:
         release lost."""
         grant = self.local.grant
         grant.holds -= 1
-        if left == 0 or (grant.holds <= 0 and self._sibling_holds(grant.owner, grant.token)):
+        if grant.owner_reused and (left == 0 or (grant.holds <= 0 and self._sibling_holds(grant.owner, grant.token))):
             RELEASED.remember(self.name, grant.owner, grant.token)
         if left == 0 or grant.holds <= 0:
             self._dropped()
