@@ -297,3 +297,82 @@ fn sentinel_lock_and_wait_survive_a_failover_and_new_locks_go_to_the_new_master(
     assert_eq!(kept.release().unwrap(), 0);
     assert_eq!(info(&mut replica.conn(), "s:kept"), None, "released on the new master");
 }
+
+/// A connection to replica `i` that may read (`READONLY`).
+fn replica_conn(cl: &Cluster, i: usize) -> Connection {
+    let mut c = cl.conn(i);
+    let _: () = redis::cmd("READONLY").query(&mut c).expect("READONLY");
+    c
+}
+
+#[test]
+fn cluster_failover_mid_wait_the_waiter_is_granted_by_the_new_master_and_durable_grants_wait_for_the_replica() {
+    let cl = Cluster::start();
+    let cluster = client_cluster(&cl);
+
+    // A durable grant on each node: WAIT counts the replica of the key's node.
+    for (m, key) in key_per_master(&cl, "durable:") {
+        let guard = Lock::new(&key, 10 * SECOND)
+            .durable(1, 5 * SECOND)
+            .acquire_in(&cluster, Some(5 * SECOND))
+            .unwrap()
+            .expect("a durable grant");
+        let r = cl.replica_of(m);
+        // Acknowledged by the replica: it has the grant already.
+        assert_eq!(owner_of(&mut replica_conn(&cl, r), &key).as_deref(), Some(guard.owner()), "{key} on replica {r}");
+        assert_eq!(guard.release().unwrap(), 0);
+    }
+
+    // A waiter (durable too) queued on the key's node through the session
+    // when that node's replica takes over (CLUSTER FAILOVER).
+    let key = "failover";
+    let m = cl.owner_of_key(key);
+    let r = cl.replica_of(m);
+    let lock = Lock::new(key, 30 * SECOND);
+    let holder = lock.clone().with_owner("holder").acquire_in(&cluster, None).unwrap().expect("held");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waiting = {
+        let (lock, cluster) = (lock.clone().with_owner("waiter").durable(1, 5 * SECOND), cluster.clone());
+        std::thread::spawn(move || {
+            let result = lock.acquire_in(&cluster, Some(30 * SECOND)).map(|g| {
+                g.map(|g| {
+                    let token = g.token();
+                    (token, g)
+                })
+            });
+            let _ = tx.send(result);
+        })
+    };
+    wait_queued(&cl, m, key, &["waiter"]);
+    wait_for("the replica has the holder's grant", 10 * SECOND, || {
+        owner_of(&mut replica_conn(&cl, r), key).as_deref() == Some("holder")
+    });
+    let failover = Instant::now();
+    let ok: String = redis::cmd("CLUSTER").arg("FAILOVER").query(&mut cl.conn(r)).expect("CLUSTER FAILOVER");
+    assert_eq!(ok, "OK");
+    wait_for("the replica to be master and the old master a replica", 20 * SECOND, || {
+        cl.role(r) == "master" && cl.role(m) == "slave"
+    });
+    // The waiter's wait, dropped by the demoted node, is sent again to the
+    // key's master now and queues there.
+    wait_queued(&cl, r, key, &["waiter"]);
+    eprintln!("   the waiter queued on the new master {:?} after CLUSTER FAILOVER", failover.elapsed());
+    assert!(!waiting.is_finished(), "the waiter still waits");
+
+    // The holder's release goes to the new master and hands it the lock.
+    let token = holder.token();
+    assert_eq!(token_of(&mut cl.conn(r), key) as u64, token, "the new master keeps the held grant");
+    assert_eq!(holder.release().unwrap(), 0, "released on the new master");
+    let (granted, guard) = rx
+        .recv_timeout(20 * SECOND)
+        .expect("the waiter answered in time")
+        .expect("the waiter's acquire")
+        .expect("the waiter was granted");
+    assert!(granted > token, "a later token: {granted} > {token}");
+    assert_eq!(owner_of(&mut cl.conn(r), key).as_deref(), Some("waiter"), "granted by the new master");
+    // Durable: the old master, now the new master's replica, has it.
+    assert_eq!(owner_of(&mut replica_conn(&cl, m), key).as_deref(), Some("waiter"), "on the new replica");
+    assert_eq!(guard.release().unwrap(), 0);
+    waiting.join().unwrap();
+    assert_eq!(info(&mut cl.conn(r), key), None, "released on the new master");
+}

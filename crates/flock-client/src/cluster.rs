@@ -24,6 +24,11 @@ pub(crate) const REDIRECTS: usize = 16;
 /// Before a command answered `ASK` (its key's slot is being migrated) is
 /// sent again: by then the move has usually ended in a `MOVED`.
 pub(crate) const ASK_PAUSE: Duration = Duration::from_millis(100);
+/// Between two sends of a cluster wait that its node's failover ended.
+pub(crate) const FAILOVER_PAUSE: Duration = Duration::from_millis(100);
+/// How long a wait without a time limit keeps being sent again after a
+/// failover before the error stands.
+pub(crate) const FAILOVER_WINDOW: Duration = Duration::from_secs(30);
 /// Connect timeout while reading the slot map from a node.
 const MAP_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -204,6 +209,24 @@ impl Via {
             Via::Server(server) => Ok(Arc::clone(server)),
             Via::Cluster(cluster) => cluster.server_for(key),
         }
+    }
+
+    /// Whether a cluster wait that ended with `e` goes again, same request
+    /// ID, to the key's master now: its node stopped being a master (a
+    /// failover: `UNBLOCKED` from the node or from FLOCK, `READONLY`), or
+    /// redirects the key (`MOVED`, also after the session reopened on a
+    /// node that is a replica now), or could not be reached or serve it for
+    /// a while (I/O, `CLUSTERDOWN`, `TRYAGAIN`). The slot map is read again.
+    pub(crate) fn failed_over(&self, e: &RedisError) -> bool {
+        let Via::Cluster(cluster) = self else { return false };
+        let again = e.is_io_error()
+            || matches!(e.kind(), ErrorKind::Moved | ErrorKind::Ask | ErrorKind::ClusterDown | ErrorKind::TryAgain)
+            || matches!(e.code(), Some("UNBLOCKED" | "READONLY" | "MOVED" | "ASK" | "CLUSTERDOWN" | "TRYAGAIN"));
+        if again {
+            // If no node answers, the next try finds that out again.
+            let _ = cluster.refresh();
+        }
+        again
     }
 
     /// Whether a command answered `e` goes again: a cluster redirected it

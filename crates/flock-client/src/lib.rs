@@ -413,14 +413,20 @@ impl Target {
         mut acquire: Acquire,
         via: Via,
     ) -> RedisResult<Option<Guard<C>>> {
+        let mut failing_since: Option<Instant> = None;
         loop {
-            let (server, loss, tx, rx) = match self.queue(&mut link, &acquire, &via)? {
+            let queued = match self.queue(&mut link, &acquire, &via) {
+                Err(e) if self.again_after_failover(&acquire, &via, &e, &mut failing_since)? => continue,
+                queued => queued?,
+            };
+            let (server, loss, tx, rx) = match queued {
                 Queued::Busy => return Ok(None),
                 Queued::Granted(token, server, loss) => {
                     return Ok(Some(Guard::new(link, acquire, token, loss, Some(server))))
                 }
                 Queued::Waiting(server, loss, tx, rx) => (server, loss, tx, rx),
             };
+            failing_since = None;
             match self.await_outcome(&acquire, &server, tx, rx) {
                 (Some(Outcome::Error(e)), false)
                     if e.code() == Some("LOCKDELETED")
@@ -429,9 +435,40 @@ impl Target {
                 {
                     acquire.rid = uuid::Uuid::new_v4().to_string();
                 }
+                (Some(Outcome::Error(e)), false)
+                    if self.again_after_failover(&acquire, &via, &e, &mut failing_since)? => {}
                 (outcome, by_user) => return Self::conclude(link, acquire, loss, server, outcome, by_user),
             }
         }
+    }
+
+    /// Whether a cluster wait that ended with `e` (its node was demoted by a
+    /// failover, the key is redirected, the node cannot be reached) is sent
+    /// again, with the same request ID, to the key's master now, after a
+    /// pause: while the wait has time left (a wait without a limit: for
+    /// [`cluster::FAILOVER_WINDOW`] of such errors in a row). A try is not.
+    /// A cancelled lock's wait ends with `CANCELLED` instead.
+    fn again_after_failover(
+        &self,
+        acquire: &Acquire,
+        via: &Via,
+        e: &RedisError,
+        failing_since: &mut Option<Instant>,
+    ) -> RedisResult<bool> {
+        let since = *failing_since.get_or_insert_with(Instant::now);
+        let time_left = match acquire.wait_ms {
+            None => false,
+            Some(0) => since.elapsed() < cluster::FAILOVER_WINDOW,
+            Some(_) => acquire.left_ms().is_some(),
+        };
+        if !time_left || !via.failed_over(e) {
+            return Ok(false);
+        }
+        if self.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
+            return Err(cancelled());
+        }
+        std::thread::sleep(cluster::FAILOVER_PAUSE);
+        Ok(true)
     }
 
     /// The outcome of a queued wait (`None`: none came in time), and
