@@ -85,7 +85,10 @@
 //! loss there is found by the watchdog, not pushed. A waiter queued on the
 //! old node gets `LOCKDELETED` there; if that node now redirects the key,
 //! the wait queues again on the new node, at the tail, as a new request with
-//! what is left of its time. The watchdog of a cluster lock renews over the
+//! what is left of its time. A wait whose node a failover made a replica
+//! (`UNBLOCKED`, or its session closed and the wait sent again there met
+//! `MOVED`) is sent again, same request ID, to the key's master now, until
+//! its own deadline. The watchdog of a cluster lock renews over the
 //! nodes' shared connections, which have no read timeout.
 //!
 //! A [`SentinelMaster`] asks the sentinels for the master before every new
