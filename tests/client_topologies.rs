@@ -379,3 +379,42 @@ fn cluster_failover_mid_wait_the_waiter_is_granted_by_the_new_master_and_durable
     waiting.join().unwrap();
     assert_eq!(info(&mut cl.conn(r), key), None, "released on the new master");
 }
+
+#[test]
+fn cluster_commands_follow_ask_to_the_importing_node_while_a_slot_is_migrating() {
+    let cl = Cluster::start();
+    let cluster = client_cluster(&cl);
+    let key = "asked";
+    let slot = cl.keyslot(key);
+    let src = cl.owner_of_key(key);
+    let dst = cl.masters().into_iter().find(|&m| m != src).expect("another master");
+    let lock = Lock::new(key, 30 * SECOND);
+    let holder = lock.clone().with_owner("holder").acquire_in(&cluster, None).unwrap().expect("held");
+    // The key moved to `dst`, the slot not yet: `src` answers ASK for it.
+    cl.migrate_keys(slot, src, dst, &[key]);
+
+    // A release, a try and a wait go to the importing node (ASKING) at once.
+    let t = Instant::now();
+    assert_eq!(holder.release().unwrap(), 0, "released on the importing node");
+    let next = lock.clone().with_owner("next").acquire_in(&cluster, None).unwrap().expect("a try granted there");
+    let waiter = {
+        let (lock, cluster) = (lock.clone().with_owner("waiter"), cluster.clone());
+        std::thread::spawn(move || lock.acquire_in(&cluster, Some(10 * SECOND)).map(|g| g.map(|g| g.release())))
+    };
+    let mut asking = cl.conn(dst);
+    let _: () = redis::cmd("ASKING").query(&mut asking).unwrap();
+    wait_for("the waiter queued on the importing node", 5 * SECOND, || {
+        let _: RedisResult<()> = redis::cmd("ASKING").query(&mut asking);
+        queue_of(&mut asking, key) == ["waiter"]
+    });
+    assert_eq!(next.release().unwrap(), 0);
+    let released = waiter.join().unwrap().expect("the waiter's acquire").expect("granted on the importing node");
+    assert_eq!(released.expect("released"), 0);
+    let took = t.elapsed();
+    eprintln!("   release, try, wait and grant during the migration took {took:?}");
+    assert!(took < 2 * SECOND, "no pause per ASK: {took:?}");
+
+    cl.assign_slot(slot, src, dst);
+    cl.wait_slot_owner(slot, dst);
+    assert_eq!(info(&mut cl.conn(dst), key), None, "nothing left on the new node");
+}

@@ -21,7 +21,7 @@ use crate::session::{self, Server};
 
 /// How many `MOVED`/`ASK` redirections one command follows.
 pub(crate) const REDIRECTS: usize = 16;
-/// Before a command answered `ASK` (its key's slot is being migrated) is
+/// Before a command answered an `ASK` that names no node it can reach is
 /// sent again: by then the move has usually ended in a `MOVED`.
 pub(crate) const ASK_PAUSE: Duration = Duration::from_millis(100);
 /// Between two sends of a cluster wait that its node's failover ended.
@@ -49,7 +49,7 @@ pub fn key_slot(key: &[u8]) -> u16 {
 /// Clones share the map. Locks acquired with [`crate::Lock::acquire_in`]
 /// wait through the session of their key's node and send every command to
 /// that node, following `MOVED` (the map is read again) and `ASK` (sent
-/// again after a pause).
+/// to the node it names after `ASKING`).
 #[derive(Clone)]
 pub struct Cluster {
     inner: Arc<Inner>,
@@ -117,6 +117,21 @@ impl Cluster {
     /// The process's session server of the node that serves `key`.
     pub(crate) fn server_for(&self, key: &str) -> RedisResult<Arc<Server>> {
         Ok(session::server(&self.client_for(key)?))
+    }
+
+    /// The process's session server of the node at `host`:`port` (one an
+    /// `ASK` names), with the first seed's settings.
+    pub(crate) fn server_at(&self, host: &str, port: u16) -> RedisResult<Arc<Server>> {
+        let addr = match &self.inner.seeds[0].addr {
+            ConnectionAddr::TcpTls { insecure, tls_params, .. } => ConnectionAddr::TcpTls {
+                host: host.to_string(),
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => ConnectionAddr::Tcp(host.to_string(), port),
+        };
+        Ok(session::server(&Client::open(self.info(addr))?))
     }
 
     /// Told by a redirection `e` (or a failure to reach the node) that the
@@ -211,6 +226,22 @@ impl Via {
         }
     }
 
+    /// The node an `ASK` answer `e` names: its slot is being migrated
+    /// there and the key is there already. The command goes there once,
+    /// after `ASKING` on the same connection (the slot map stays as it is).
+    pub(crate) fn asked(&self, e: &RedisError) -> Option<Arc<Server>> {
+        match self {
+            Via::Cluster(cluster) if e.kind() == ErrorKind::Ask => {
+                // (address, slot): "host:port", an IPv6 host in brackets or not.
+                let (addr, _) = e.redirect_node()?;
+                let (host, port) = addr.rsplit_once(':')?;
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                cluster.server_at(host, port.parse().ok()?).ok()
+            }
+            _ => None,
+        }
+    }
+
     /// Whether a cluster wait that ended with `e` goes again, same request
     /// ID, to the key's master now: its node stopped being a master (a
     /// failover: `UNBLOCKED` from the node or from FLOCK, `READONLY`), or
@@ -230,8 +261,9 @@ impl Via {
     }
 
     /// Whether a command answered `e` goes again: a cluster redirected it
-    /// (`MOVED`: the slot map is read again; `ASK`: after a pause) or could
-    /// not be reached (the map is read again too).
+    /// (`MOVED`: the slot map is read again; an `ASK` that [`Via::asked`]
+    /// could not follow: after a pause) or could not be reached (the map is
+    /// read again too).
     pub(crate) fn redirected(&self, e: &RedisError) -> bool {
         match self {
             Via::Server(_) => false,
@@ -268,12 +300,25 @@ impl Routed {
     /// node a redirection names.
     fn route<T>(&self, mut f: impl FnMut(&mut redis::Connection) -> RedisResult<T>) -> RedisResult<T> {
         let mut redirects = 0;
+        let mut asked: Option<Arc<Server>> = None;
         loop {
-            let result = self.via.server(&self.key)?.with_conn(&mut f);
+            let result = match asked.take() {
+                Some(server) => server.with_conn(|c| {
+                    asking(c)?;
+                    f(c)
+                }),
+                None => self.via.server(&self.key)?.with_conn(&mut f),
+            };
             match &result {
                 // An I/O error goes back to the caller, which resends with
                 // the same request ID (to the node the map names by then).
-                Err(e) if redirects < REDIRECTS && self.via.redirected(e) && !e.is_io_error() => redirects += 1,
+                Err(e) if redirects < REDIRECTS && !e.is_io_error() => {
+                    asked = self.via.asked(e);
+                    if asked.is_none() && !self.via.redirected(e) {
+                        return result;
+                    }
+                    redirects += 1;
+                }
                 _ => return result,
             }
         }
@@ -282,7 +327,12 @@ impl Routed {
 
 impl ConnectionLike for Routed {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        self.route(|c| c.req_packed_command(cmd))
+        // The connection hands an error reply back as a value: as an error
+        // here, so that `MOVED` and `ASK` are followed.
+        self.route(|c| match c.req_packed_command(cmd)? {
+            Value::ServerError(e) => Err(e.into()),
+            reply => Ok(reply),
+        })
     }
 
     fn req_packed_commands(&mut self, cmd: &[u8], offset: usize, count: usize) -> RedisResult<Vec<Value>> {
@@ -310,6 +360,12 @@ impl std::fmt::Debug for Routed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Routed").field("via", &self.via).field("key", &self.key).finish()
     }
+}
+
+/// `ASKING`: the next command on `conn` is served by the node importing
+/// its key's slot.
+pub(crate) fn asking(conn: &mut dyn ConnectionLike) -> RedisResult<()> {
+    redis::cmd("ASKING").query(conn)
 }
 
 /// A command to the key's node, following redirections (the watchdog's

@@ -78,8 +78,10 @@
 //! session per node the process waits on), sent on that node's own shared
 //! connection with that node's session ID. A `MOVED` reads the slot map
 //! again (`CLUSTER SLOTS`) and sends it to the new node with the same
-//! request ID; an `ASK` (the slot is being migrated) is sent again after a
-//! pause. A slot move (`MIGRATE`) keeps a held grant on the new node (owner,
+//! request ID; an `ASK` (the slot is being migrated and the key is on the
+//! importing node already) sends it once to the node it names, after
+//! `ASKING` on the same connection (a wait then queues on that node's
+//! session). A slot move (`MIGRATE`) keeps a held grant on the new node (owner,
 //! holds, token, lease): the old node's session hears `moved`, not a loss,
 //! and stops watching it; release and renewals follow the key, but a later
 //! loss there is found by the watchdog, not pushed. A waiter queued on the
@@ -357,19 +359,30 @@ impl Target {
 
     /// Sends `acquire` as one `ACQUIRE ... INBOX session-id` to the
     /// session's server (the key's node of a cluster: a `MOVED` reads the
-    /// slot map again and resends with the same request ID, an `ASK` resends
-    /// after a pause; a `NOSESSION` opens a new session and resends).
+    /// slot map again and resends with the same request ID, an `ASK` sends
+    /// it to the node it names, after `ASKING`, with that node's session;
+    /// a `NOSESSION` opens a new session and resends).
     fn queue<C: ConnectionLike>(&self, link: &mut Link<C>, acquire: &Acquire, via: &Via) -> RedisResult<Queued> {
         let loss = Arc::new(Loss::default());
         let (tx, rx) = mpsc::channel();
         let waits = acquire.wait_ms.is_some();
         let (mut nosession, mut redirects) = (0, 0);
+        let mut asked: Option<Arc<session::Server>> = None;
         loop {
-            let server = via.server(&acquire.key)?;
+            let asking = asked.is_some();
+            let server = match asked.take() {
+                Some(server) => server,
+                None => via.server(&acquire.key)?,
+            };
             let sid = server.session_id()?;
             // Registered before it is sent: the event can beat the reply.
             let registered = waits && server.register(acquire, tx.clone(), &loss);
             let reply = match via {
+                // The node importing the key's slot, which an ASK named.
+                Via::Cluster(_) if asking => server.with_conn(|c| {
+                    cluster::asking(c)?;
+                    acquire.cmd(Some(&sid)).query::<Value>(c)
+                }),
                 // To that node itself: a redirection followed elsewhere
                 // would name a session the other node does not know.
                 Via::Cluster(_) => server.command::<Value>(&acquire.cmd(Some(&sid))),
@@ -392,7 +405,13 @@ impl Target {
                     server.forget(&sid);
                     nosession += 1;
                 }
-                Err(e) if redirects < cluster::REDIRECTS && via.redirected(&e) => redirects += 1,
+                Err(e) if redirects < cluster::REDIRECTS => {
+                    asked = via.asked(&e);
+                    if asked.is_none() && !via.redirected(&e) {
+                        return Err(e);
+                    }
+                    redirects += 1;
+                }
                 Err(e) => return Err(e),
                 Ok(other) => {
                     return Err(RedisError::from((
@@ -1245,10 +1264,19 @@ fn durable_via(
     timeout_ms: u64,
 ) -> RedisResult<(Durable, Option<String>)> {
     let (mut tries, mut redirects) = (0, 0);
+    let mut asked: Option<Arc<session::Server>> = None;
     loop {
-        let result = via.server(key).and_then(|server| {
+        let asking = asked.is_some();
+        let server = match asked.take() {
+            Some(server) => Ok(server),
+            None => via.server(key),
+        };
+        let result = server.and_then(|server| {
             server.with_spare(|addr, conn| {
                 conn.set_read_timeout(Some(Duration::from_millis(timeout_ms) + WAIT_MARGIN))?;
+                if asking {
+                    cluster::asking(conn)?;
+                }
                 Ok((durable_on(conn, key, owner, lease_ms, replicas, timeout_ms)?, Some(addr.to_string())))
             })
         });
@@ -1259,7 +1287,13 @@ fn durable_via(
                     std::thread::sleep(Duration::from_millis(100));
                 }
             }
-            Err(e) if redirects < cluster::REDIRECTS && !e.is_io_error() && via.redirected(&e) => redirects += 1,
+            Err(e) if redirects < cluster::REDIRECTS && !e.is_io_error() => {
+                asked = via.asked(&e);
+                if asked.is_none() && !via.redirected(&e) {
+                    return Err(e);
+                }
+                redirects += 1;
+            }
             result => return result,
         }
     }
