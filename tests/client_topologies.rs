@@ -414,7 +414,11 @@ fn cluster_commands_follow_ask_to_the_importing_node_while_a_slot_is_migrating()
     eprintln!("   release, try, wait and grant during the migration took {took:?}");
     assert!(took < 2 * SECOND, "no pause per ASK: {took:?}");
 
+    // Held across the end of the move: its release, answered MOVED by the
+    // node the client's slot map still names, follows it to the new node.
+    let last = lock.clone().with_owner("last").acquire_in(&cluster, None).unwrap().expect("granted there");
     cl.assign_slot(slot, src, dst);
     cl.wait_slot_owner(slot, dst);
+    assert_eq!(last.release().unwrap(), 0, "released on the new node");
     assert_eq!(info(&mut cl.conn(dst), key), None, "nothing left on the new node");
 }
