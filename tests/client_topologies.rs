@@ -6,9 +6,9 @@
 
 mod common;
 use common::cluster::{wait_for, Cluster};
+use common::sentinel::{named_master, sentinel_conn, sentinel_field, Sentinels};
 use common::*;
 
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -173,56 +173,6 @@ fn cluster_slot_move_keeps_a_held_lock_and_its_waiter_follows_the_key() {
     assert_eq!(info(&mut d, key), None, "the waiter's guard released it on the new node");
 }
 
-/// A sentinel on a free port watching `master_port` as `flock`.
-fn start_sentinel(dir: &TempDir, master_port: u16) -> (Child, u16) {
-    let port = free_port();
-    let conf = dir.path().join(format!("sentinel-{port}.conf"));
-    std::fs::write(
-        &conf,
-        format!(
-            "port {port}\nbind 127.0.0.1\nsentinel monitor flock 127.0.0.1 {master_port} 2\n\
-             sentinel down-after-milliseconds flock 1000\nsentinel failover-timeout flock 10000\n"
-        ),
-    )
-    .expect("write sentinel.conf");
-    let child = Command::new(server_program())
-        .arg(&conf)
-        .arg("--sentinel")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start a sentinel");
-    (child, port)
-}
-
-fn sentinel_conn(port: u16) -> RedisResult<Connection> {
-    redis::Client::open(format!("redis://127.0.0.1:{port}/"))?.get_connection_with_timeout(SECOND)
-}
-
-/// `SENTINEL MASTER flock` field `name`, as an integer.
-fn sentinel_field(port: u16, name: &str) -> i64 {
-    let fields: RedisResult<Vec<String>> = sentinel_conn(port).and_then(|mut c| {
-        redis::cmd("SENTINEL").arg("MASTER").arg("flock").query(&mut c).map(|v: Value| match v {
-            Value::Array(items) => items.iter().map(|i| redis::from_redis_value(i).unwrap_or_default()).collect(),
-            Value::Map(pairs) => {
-                pairs.iter().flat_map(|(k, v)| [k, v]).map(|i| redis::from_redis_value(i).unwrap_or_default()).collect()
-            }
-            _ => Vec::new(),
-        })
-    });
-    let fields = fields.unwrap_or_default();
-    fields.chunks(2).find(|kv| kv[0] == name).and_then(|kv| kv.get(1)?.parse().ok()).unwrap_or(-1)
-}
-
-/// The master port a sentinel names.
-fn named_master(port: u16) -> Option<u16> {
-    let mut c = sentinel_conn(port).ok()?;
-    let addr: Vec<String> = redis::cmd("SENTINEL").arg("GET-MASTER-ADDR-BY-NAME").arg("flock").query(&mut c).ok()?;
-    addr.get(1)?.parse().ok()
-}
-
-/// The server's role, "" while it cannot answer (Sentinel's demotion
-/// closes its connections, also one in the middle of this INFO).
 fn role(s: &Server) -> String {
     let text: RedisResult<String> = redis::Client::open(s.url())
         .and_then(|c| c.get_connection_with_timeout(SECOND))
@@ -231,24 +181,13 @@ fn role(s: &Server) -> String {
     text.lines().find_map(|l| l.strip_prefix("role:")).map(|r| r.trim().to_string()).unwrap_or_default()
 }
 
-struct Sentinels(Vec<(Child, u16)>);
-
-impl Drop for Sentinels {
-    fn drop(&mut self) {
-        for (child, _) in &mut self.0 {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 #[test]
 fn sentinel_lock_and_wait_survive_a_failover_and_new_locks_go_to_the_new_master() {
     let master = Server::start();
     let replica = Server::replica_of(&master);
     let dir = temp_dir("sentinel");
-    let sentinels = Sentinels((0..3).map(|_| start_sentinel(&dir, master.port)).collect());
-    let ports: Vec<u16> = sentinels.0.iter().map(|(_, p)| *p).collect();
+    let sentinels = Sentinels::start(&dir, master.port, 3);
+    let ports = sentinels.ports();
     wait_until("the sentinels to know the replica and each other", 20 * SECOND, || {
         ports.iter().all(|&p| sentinel_field(p, "num-slaves") >= 1 && sentinel_field(p, "num-other-sentinels") >= 2)
     });

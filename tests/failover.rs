@@ -52,11 +52,11 @@
 //! failover).
 
 mod common;
+use common::sentinel::{named_master, sentinel_conn, sentinel_field, Sentinels};
 use common::*;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -113,58 +113,6 @@ fn sleep_until(at: Instant) {
     std::thread::sleep(at.saturating_duration_since(Instant::now()));
 }
 
-/// A sentinel on a free port watching `master_port` as `flock`.
-fn start_sentinel(dir: &TempDir, master_port: u16) -> (Child, u16) {
-    let port = free_port();
-    let conf = dir.path().join(format!("sentinel-{port}.conf"));
-    let log = dir.path().join(format!("sentinel-{port}.log")).display().to_string();
-    std::fs::write(
-        &conf,
-        format!(
-            "port {port}\nbind 127.0.0.1\nlogfile {log}\nsentinel monitor flock 127.0.0.1 {master_port} 2\n\
-             sentinel down-after-milliseconds flock 1000\nsentinel failover-timeout flock 10000\n"
-        ),
-    )
-    .expect("write sentinel.conf");
-    let child = Command::new(server_program())
-        .arg(&conf)
-        .arg("--sentinel")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start a sentinel");
-    (child, port)
-}
-
-fn sentinel_conn(port: u16) -> RedisResult<Connection> {
-    let c = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?.get_connection_with_timeout(SECOND)?;
-    c.set_read_timeout(Some(5 * SECOND))?;
-    Ok(c)
-}
-
-/// `SENTINEL MASTER flock` field `name`, as an integer (-1 if unknown).
-fn sentinel_field(port: u16, name: &str) -> i64 {
-    let fields: RedisResult<Vec<String>> = sentinel_conn(port).and_then(|mut c| {
-        redis::cmd("SENTINEL").arg("MASTER").arg("flock").query(&mut c).map(|v: Value| match v {
-            Value::Array(items) => items.iter().map(|i| redis::from_redis_value(i).unwrap_or_default()).collect(),
-            Value::Map(pairs) => {
-                pairs.iter().flat_map(|(k, v)| [k, v]).map(|i| redis::from_redis_value(i).unwrap_or_default()).collect()
-            }
-            _ => Vec::new(),
-        })
-    });
-    let fields = fields.unwrap_or_default();
-    fields.chunks(2).find(|kv| kv[0] == name).and_then(|kv| kv.get(1)?.parse().ok()).unwrap_or(-1)
-}
-
-/// The master port a sentinel names.
-fn named_master(port: u16) -> Option<u16> {
-    let mut c = sentinel_conn(port).ok()?;
-    let addr: Vec<String> = redis::cmd("SENTINEL").arg("GET-MASTER-ADDR-BY-NAME").arg("flock").query(&mut c).ok()?;
-    addr.get(1)?.parse().ok()
-}
-
-/// INFO replication of the server on `port`, empty if it does not answer.
 fn replication(port: u16) -> std::collections::HashMap<String, String> {
     let text: RedisResult<String> = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
         .and_then(|c| c.get_connection_with_timeout(SECOND))
@@ -200,17 +148,8 @@ fn replicas_acked(port: u16, n: i64) -> bool {
 /// A master, 2 replicas and 3 sentinels; every process is killed on drop.
 struct Topology {
     nodes: Vec<Server>,
-    sentinels: Vec<(Child, u16)>,
+    sentinels: Sentinels,
     _dir: TempDir,
-}
-
-impl Drop for Topology {
-    fn drop(&mut self) {
-        for (child, _) in &mut self.sentinels {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 impl Topology {
@@ -224,11 +163,11 @@ impl Topology {
         let replicas: Vec<Server> = (0..2).map(|_| Server::replica_with(&master, &args)).collect();
         poll_until("the master to count both replicas", 20 * SECOND, || replicas_acked(master.port, 2));
         let dir = temp_dir("failover");
-        let sentinels: Vec<(Child, u16)> = (0..3).map(|_| start_sentinel(&dir, master.port)).collect();
+        let sentinels = Sentinels::start(&dir, master.port, 3);
         let mut nodes = vec![master];
         nodes.extend(replicas);
         let topology = Topology { nodes, sentinels, _dir: dir };
-        let ports = topology.sentinel_ports();
+        let ports = topology.sentinels.ports();
         poll_until("the sentinels to know both replicas and each other", 30 * SECOND, || {
             ports.iter().all(|&p| sentinel_field(p, "num-slaves") >= 2 && sentinel_field(p, "num-other-sentinels") >= 2)
         });
@@ -251,25 +190,21 @@ impl Topology {
 
     /// The end of the first sentinel's log.
     fn sentinel_log(&self) -> String {
-        let path = self._dir.path().join(format!("sentinel-{}.log", self.sentinels[0].1));
+        let path = self._dir.path().join(format!("sentinel-{}.log", self.sentinels.0[0].1));
         let text = std::fs::read_to_string(path).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
     }
 
-    fn sentinel_ports(&self) -> Vec<u16> {
-        self.sentinels.iter().map(|(_, p)| *p).collect()
-    }
-
     fn urls(&self) -> Vec<String> {
-        self.sentinel_ports().iter().map(|p| format!("redis://127.0.0.1:{p}/")).collect()
+        self.sentinels.ports().iter().map(|p| format!("redis://127.0.0.1:{p}/")).collect()
     }
 
     /// Waits until a majority of the sentinels name the same master other
     /// than `old`; its port.
     fn wait_new_master(&self, old: u16, within: Duration) -> u16 {
         self.find_new_master(old, within).unwrap_or_else(|| {
-            let named: Vec<Option<u16>> = self.sentinel_ports().iter().map(|&p| named_master(p)).collect();
+            let named: Vec<Option<u16>> = self.sentinels.ports().iter().map(|&p| named_master(p)).collect();
             panic!(
                 "{}: timed out ({within:?}) waiting for the sentinels to name a master other than {old}: they name \
                  {named:?}; the first sentinel's log:\n{}",
@@ -282,7 +217,7 @@ impl Topology {
     /// The master a majority of the sentinels name, other than `old`, once
     /// they do within `within`.
     fn find_new_master(&self, old: u16, within: Duration) -> Option<u16> {
-        let ports = self.sentinel_ports();
+        let ports = self.sentinels.ports();
         let deadline = Instant::now() + within;
         loop {
             let named: Vec<Option<u16>> = ports.iter().map(|&p| named_master(p)).collect();
@@ -515,7 +450,7 @@ fn run(setting: Setting, secs: f64) -> Row {
     let mut workers = Workers { record: Arc::clone(&record), threads };
     // Every change of the master the first sentinel names, with its time.
     let named = {
-        let (record, sentinel) = (Arc::clone(&record), topology.sentinel_ports()[0]);
+        let (record, sentinel) = (Arc::clone(&record), topology.sentinels.ports()[0]);
         std::thread::spawn(move || {
             let mut changes: Vec<(f64, Option<u16>)> = Vec::new();
             while !record.stop.load(Ordering::SeqCst) {
@@ -562,7 +497,7 @@ fn run(setting: Setting, secs: f64) -> Row {
     // A promotion that does not complete in time is aborted by the sentinel
     // (-failover-abort-slave-timeout, seen on a loaded machine): asked again,
     // up to 3 times; the trigger's time is the first request's.
-    let ports = topology.sentinel_ports();
+    let ports = topology.sentinels.ports();
     let (mut failed_over, mut attempts) = (None, 0);
     let second = loop {
         topology.poll("SENTINEL FAILOVER to be accepted", 30 * SECOND, || {

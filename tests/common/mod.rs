@@ -648,3 +648,6 @@ pub mod cluster;
 
 /// A TCP proxy that loses chosen replies (tests/request_ids.rs).
 pub mod proxy;
+
+/// Sentinels watching a master (tests/client_topologies.rs, tests/failover.rs).
+pub mod sentinel;
