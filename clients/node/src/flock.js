@@ -29,6 +29,8 @@ const IDLE_BLOCKING = 4;
 // CLIENT UNBLOCK finds nothing to unblock while the WAIT is still on its way to the server.
 const UNBLOCK_TRIES = 50;
 const UNBLOCK_PAUSE_MS = 20;
+// Releases remembered for stale holds (see Flock#_dropStale): the oldest are forgotten beyond this.
+const REMEMBERED_RELEASES = 1024;
 
 function durableOf(opts, fallback) {
   const replicas = opts.durableReplicas ?? fallback.durableReplicas;
@@ -123,6 +125,11 @@ class Flock {
     // Idle connections for durable grants' WAIT, by node.
     this._durableIdle = new Map();
     this._session = new Session(this);
+    // Stale holds (docs/client-protocol.md, the end of "Durable grants"): the token of each
+    // (key, owner)'s last release that left no hold (its reply 0) or that failed (refused, or its
+    // reply lost), and the holds of each (key, owner) that this Flock's locks have and not released.
+    this._lastReleases = new Map();
+    this._holding = new Map();
   }
 
   /**
@@ -214,13 +221,17 @@ class Flock {
           : await this._acquireKey(key, owner, lease, left, signal, mode.args);
         if (got === null) throw new LockBusyError(busyMessage(key, wait), key);
         tokens.set(key, BigInt(got.token));
+        this._hold(key, owner, 1);
         if (got.watch) watches.push(got.watch);
+        // Before the durable check, whose RENEW and WAIT then cover these releases too.
+        await this._dropStale(key, owner, BigInt(got.token));
         // Given back with the others (the catch below) when the replicas do not confirm it.
         if (durable.replicas > 0) await this._confirmDurable(key, owner, lease, durable, got.node);
       }
     } catch (err) {
       for (const watch of watches) this._session.unwatch(watch);
-      await Promise.all([...tokens.keys()].map((key) => this._releaseKey(key, owner).catch(() => {})));
+      for (const key of tokens.keys()) this._hold(key, owner, -1);
+      await Promise.all([...tokens].map(([key, token]) => this._releaseHold(key, owner, token).catch(() => {})));
       throw err;
     }
     const renewEvery = renews ? renewPeriod(lease, opts.automaticExtensionThreshold) : 0;
@@ -239,7 +250,7 @@ class Flock {
     }
     if (outcome.aborted) {
       // The grant won the race with the abort: hand it back before reporting the abort.
-      if (outcome.token) await this._releaseKey(key, owner).catch(() => {});
+      if (outcome.token) await this._releaseHold(key, owner, BigInt(outcome.token)).catch(() => {});
       throw abortError(signal);
     }
     if (outcome.token) {
@@ -393,7 +404,7 @@ class Flock {
     this._park(conn);
     if (!aborted) return reply;
     // The grant won the race with the abort: hand it back before reporting the abort.
-    if (reply !== null) await this._releaseKey(args[1], args[2]).catch(() => {});
+    if (reply !== null) await this._releaseHold(args[1], args[2], BigInt(reply)).catch(() => {});
     throw abortError(signal);
   }
 
@@ -416,6 +427,63 @@ class Flock {
     return Number(await this._send(this._conn, ['FLOCK.RELEASE', key, owner]));
   }
 
+  /**
+   * Releases one hold of the grant `token` (a bigint). A release that left no hold, or that failed
+   * other than with NOTOWNER (refused: NOREPLICAS, READONLY, ...; or its reply lost), is
+   * remembered: it may have reached a master that a failover then deposed, or not have been
+   * applied, and the promoted master still have the grant (see _dropStale).
+   */
+  async _releaseHold(key, owner, token) {
+    let left;
+    try {
+      left = await this._releaseKey(key, owner);
+    } catch (err) {
+      if (!(err instanceof LockNotHeldError)) this._rememberRelease(key, owner, token);
+      throw err;
+    }
+    if (left === 0) this._rememberRelease(key, owner, token);
+    return left;
+  }
+
+  _rememberRelease(key, owner, token) {
+    const id = holdId(key, owner);
+    this._lastReleases.delete(id);
+    this._lastReleases.set(id, token);
+    if (this._lastReleases.size > REMEMBERED_RELEASES) this._lastReleases.delete(this._lastReleases.keys().next().value);
+  }
+
+  // Counts the holds of (key, owner) that this Flock's locks have (`by` 1 at a grant, -1 at its release).
+  _hold(key, owner, by) {
+    const id = holdId(key, owner);
+    const n = (this._holding.get(id) ?? 0) + by;
+    if (n > 0) this._holding.set(id, n);
+    else this._holding.delete(id);
+  }
+
+  /**
+   * A grant of (key, owner) came back with the token of that owner's last release remembered (see
+   * _releaseHold): the server still had that grant (the release was lost with a deposed master,
+   * or refused), so this grant reentered it and the holds released are still counted, each
+   * reentry renewing the lease: an owner that loops acquire/release would keep the lock from every
+   * other. The holds the server counts beyond those this Flock's locks have (this one included)
+   * are given back now, so that the caller's one release frees the lock. If the server refuses
+   * again, the release is remembered again, for the next grant; the acquire stands.
+   */
+  async _dropStale(key, owner, token) {
+    const id = holdId(key, owner);
+    const last = this._lastReleases.get(id);
+    this._lastReleases.delete(id);
+    if (last !== token) return;
+    try {
+      const holds = holdsOf(await this._send(this._conn, ['FLOCK.INFO', key], { noId: true }), owner);
+      for (let extra = holds - (this._holding.get(id) ?? 0); extra > 0; extra--) {
+        await this._releaseKey(key, owner);
+      }
+    } catch (err) {
+      if (!(err instanceof LockNotHeldError)) this._rememberRelease(key, owner, token);
+    }
+  }
+
   async _renewKey(key, owner, lease) {
     return BigInt(await this._send(this._conn, ['FLOCK.RENEW', key, owner, String(lease)]));
   }
@@ -435,6 +503,29 @@ class Flock {
       }
     }
   }
+}
+
+function holdId(key, owner) {
+  return `${key}\n${owner}`;
+}
+
+// A field of a FLOCK.INFO reply or of one of its holders: a flat array (RESP2), a Map or an object (RESP3).
+function field(reply, name) {
+  if (Array.isArray(reply)) {
+    for (let i = 0; i + 1 < reply.length; i += 2) if (String(reply[i]) === name) return reply[i + 1];
+    return undefined;
+  }
+  if (reply instanceof Map) return reply.get(name);
+  return reply?.[name];
+}
+
+// The holds `owner` has according to a FLOCK.INFO reply (0: none, or nobody holds the key).
+function holdsOf(info, owner) {
+  if (info === null || info === undefined) return 0;
+  for (const holder of field(info, 'holders') ?? []) {
+    if (String(field(holder, 'owner')) === owner) return Number(field(holder, 'holds'));
+  }
+  return 0;
 }
 
 // The server's error codes that callers catch by type; the rest reach them unchanged.
@@ -491,6 +582,8 @@ class Lock {
     this._renewing = null;
     this._timer = null;
     this._released = false;
+    // Whether release() took this lock's holds off its Flock's count (Flock#_hold).
+    this._uncounted = false;
     this._watches = watches;
     this._schedule();
     // Losses the server pushes to the session abort the signal at once (with or without a watchdog).
@@ -541,8 +634,12 @@ class Lock {
     // count this release answers must not count it.
     await this.flock._session.settled(this._watches);
     this.expiration = 0;
+    if (!this._uncounted) {
+      this._uncounted = true;
+      for (const key of this.resources) this.flock._hold(key, this.owner, -1);
+    }
     const results = await Promise.allSettled(
-      [...this.resources].reverse().map((key) => this.flock._releaseKey(key, this.owner)),
+      [...this.resources].reverse().map((key) => this.flock._releaseHold(key, this.owner, this.tokens.get(key))),
     );
     for (const watch of this._watches) this.flock._session.unwatch(watch);
     const failed = results.find((r) => r.status === 'rejected');

@@ -164,7 +164,7 @@ class Session {
     const wait = this.waits.get(waitKey(key, owner));
     if (!wait) {
       // A grant nobody waits for any more (its wait gave up): give it back.
-      if (kind === 'granted') this.flock._releaseKey(key, owner).catch(() => {});
+      if (kind === 'granted') this.flock._releaseHold(key, owner, BigInt(token)).catch(() => {});
       return;
     }
     if (kind === 'granted') this._settle(wait, { token, node });
@@ -474,7 +474,8 @@ class Session {
       this.lose(id, { key, reason: 'unknown', text: `The lock ${key} was lost: it ended while the session was being replaced` });
       return;
     }
-    await flock._releaseKey(key, owner).catch(() => {});
+    // Remembered if refused (Flock#_releaseHold): the owner's next grant of this token gives it back.
+    await flock._releaseHold(key, owner, BigInt(reply)).catch(() => {});
     if (String(reply) !== token) {
       this.lose(id, { key, reason: 'unknown', text: `The lock ${key} was lost: it ended while the session was being replaced` });
       return;

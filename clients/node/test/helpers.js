@@ -351,9 +351,11 @@ function eachClient(suite) {
  * `word` is swallowed and that client connection cut once the server has answered (a lost reply
  * of an applied command). `holdReplies(word)`: replies on the connection that sent `word` are held
  * back until `flush()`. `sent(word)` lists the commands seen containing `word`; `addrs()` the
- * proxied connections as the server sees them (CLIENT LIST addr=).
+ * proxied connections as the server sees them (CLIENT LIST addr=). `retarget(port)` cuts every
+ * connection and sends the new ones to `port`.
  */
 async function startProxy(port) {
+  let target = port;
   const seen = [];
   let drop = null;
   let hold = null;
@@ -361,7 +363,7 @@ async function startProxy(port) {
   const sockets = new Set();
   const upstreams = new Set();
   const server = net.createServer((client) => {
-    const upstream = net.connect(port, '127.0.0.1');
+    const upstream = net.connect(target, '127.0.0.1');
     sockets.add(client).add(upstream);
     upstreams.add(upstream);
     upstream.on('close', () => upstreams.delete(upstream));
@@ -416,6 +418,11 @@ async function startProxy(port) {
     // The server's view of the proxied connections ('127.0.0.1:port', as CLIENT LIST's addr=).
     addrs: () => [...upstreams].filter((s) => s.localPort).map((s) => `${s.localAddress}:${s.localPort}`),
     close,
+    // A failover as its clients see it: every proxied connection cut, and the new ones go to `to`.
+    retarget: (to) => {
+      target = to;
+      for (const s of sockets) s.destroy();
+    },
   };
 }
 

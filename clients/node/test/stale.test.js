@@ -1,0 +1,135 @@
+'use strict';
+
+// Stale holds (docs/client-protocol.md, the end of "Durable grants"; issue 21): a release that a
+// failover lost (it went to the deposed master) or that the server refused (NOREPLICAS) leaves the
+// hold on the server, and the owner's next acquire reenters it (same token). The client gives the
+// stale holds back then, so that the caller holds exactly one hold and one release frees the lock.
+// Real servers: a master with `min-replicas-to-write 1` and no replica refuses the RELEASE; a
+// replica promoted (REPLICAOF NO ONE) behind a proxy that then points to it keeps a grant whose
+// release went to the old master.
+
+const assert = require('node:assert/strict');
+const { before, describe, it } = require('node:test');
+const { eachClient, flockOf, startProxy, startReplicated, startServer, waitUntil } = require('./helpers');
+
+const LEASE = { lease: 20000 };
+const WAIT = { wait: 10000 };
+
+let server;
+before(async () => {
+  server = await startServer();
+});
+
+/** Runs `fn` while `server` refuses writes (min-replicas-to-write 1, no replica: NOREPLICAS). */
+async function refusingWrites(fn) {
+  await server.probe.call('CONFIG', 'SET', 'min-replicas-to-write', '1');
+  try {
+    return await fn();
+  } finally {
+    await server.probe.call('CONFIG', 'SET', 'min-replicas-to-write', '0');
+  }
+}
+
+/** Asserts that `lock` holds `key` alone with one hold, and that its one release lets `waiter` (a pending acquire) in. */
+async function oneHoldThenFree(target, key, lock, waiter) {
+  const info = await target.info(key);
+  assert.equal(info.owner, lock.owner);
+  assert.equal(info.holds, '1', 'the caller holds exactly one hold');
+  await target.queued(key, 1);
+  assert.equal(await lock.release(), 0, 'one release frees the lock');
+  const next = await waiter;
+  assert.equal((await target.info(key)).owner, next.owner, 'the waiter got the lock');
+  await next.release();
+}
+
+for (const sessions of [true, false]) {
+  describe(`stale holds (sessions: ${sessions})`, () => {
+    eachClient((kind, K) => {
+      let flock;
+      let other;
+      before(async () => {
+        flock = await flockOf(kind, server.port, { sessions });
+        other = await flockOf(kind, server.port, { sessions });
+      });
+
+      it('stale: a release refused with NOREPLICAS leaves the hold; the owner\'s next acquire gives it back and holds one', async () => {
+        const key = K(`refused:${sessions}`);
+        const lock = await flock.acquire(key, LEASE);
+        await refusingWrites(() => assert.rejects(lock.release(), /NOREPLICAS/));
+        assert.equal((await server.info(key)).holds, '1', 'the server kept the hold');
+        const again = await flock.acquire(key, { ...LEASE, owner: lock.owner });
+        assert.equal(again.token, lock.token, 'a reentry of the stale grant');
+        await oneHoldThenFree(server, key, again, other.acquire(key, { ...LEASE, ...WAIT }));
+      });
+
+      it('stale: a refused release among the owner\'s live holds: only the refused one is given back', async () => {
+        const key = K(`refused-live:${sessions}`);
+        const first = await flock.acquire(key, LEASE);
+        const second = await flock.acquire(key, { ...LEASE, owner: first.owner });
+        await refusingWrites(() => assert.rejects(second.release(), /NOREPLICAS/));
+        const third = await flock.acquire(key, { ...LEASE, owner: first.owner });
+        assert.equal(third.token, first.token);
+        assert.equal((await server.info(key)).holds, '2', 'first and third');
+        assert.equal(await third.release(), 1);
+        await oneHoldThenFree(server, key, first, other.acquire(key, { ...LEASE, ...WAIT }));
+      });
+
+      it('stale: a give-back refused again (NOPERM) is tried again at the next grant; the acquire stands', async () => {
+        const key = K(`refused-twice:${sessions}`);
+        const lock = await flock.acquire(key, LEASE);
+        await server.probe.call('ACL', 'SETUSER', 'default', '-flock.release');
+        let again;
+        try {
+          await assert.rejects(lock.release(), /NOPERM/);
+          again = await flock.acquire(key, { ...LEASE, owner: lock.owner });
+          assert.equal(again.token, lock.token);
+          assert.equal((await server.info(key)).holds, '2', 'the give-back was refused');
+        } finally {
+          await server.probe.call('ACL', 'SETUSER', 'default', '+flock.release');
+        }
+        const third = await flock.acquire(key, { ...LEASE, owner: lock.owner });
+        assert.equal((await server.info(key)).holds, '2', 'again and third');
+        assert.equal(await again.release(), 1);
+        await oneHoldThenFree(server, key, third, other.acquire(key, { ...LEASE, ...WAIT }));
+      });
+
+      it('stale: an ordinary reentry and a new grant after a release are left alone', async () => {
+        const key = K(`plain:${sessions}`);
+        const first = await flock.acquire(key, LEASE);
+        const second = await flock.acquire(key, { ...LEASE, owner: first.owner });
+        assert.equal((await server.info(key)).holds, '2');
+        assert.equal(await second.release(), 1);
+        assert.equal(await first.release(), 0);
+        const fresh = await flock.acquire(key, { ...LEASE, owner: first.owner });
+        assert.notEqual(fresh.token, first.token);
+        assert.equal((await server.info(key)).holds, '1');
+        assert.equal(await fresh.release(), 0);
+      });
+    });
+  });
+}
+
+describe('stale holds after a failover', () => {
+  eachClient((kind, K) => {
+    for (const sessions of [true, false]) {
+      it(`stale: a release lost with the deposed master: the promoted replica's grant is reentered and given back to one hold (sessions: ${sessions})`, async () => {
+        const [master, replica] = await startReplicated(1);
+        const proxy = await startProxy(master.port);
+        const flock = await flockOf(kind, proxy.port, { sessions });
+        const key = K(`failover:${sessions}`);
+        const lock = await flock.acquire(key, LEASE);
+        await waitUntil('the replica has the grant', async () => (await replica.info(key))?.owner === lock.owner);
+        // The replica is promoted; the client still talks to the old master, which takes the release.
+        await replica.probe.call('REPLICAOF', 'NO', 'ONE');
+        assert.equal(await lock.release(), 0);
+        assert.equal(await master.info(key), null);
+        proxy.retarget(replica.port);
+        assert.equal((await replica.info(key)).holds, '1', 'the promoted replica still has the grant');
+        const again = await flock.acquire(key, { ...LEASE, owner: lock.owner });
+        assert.equal(again.token, lock.token, 'a reentry of the grant whose release was lost');
+        const other = await flockOf(kind, replica.port, { sessions });
+        await oneHoldThenFree(replica, key, again, other.acquire(key, { ...LEASE, ...WAIT }));
+      });
+    }
+  });
+});
