@@ -29,8 +29,14 @@ const IDLE_BLOCKING = 4;
 // CLIENT UNBLOCK finds nothing to unblock while the WAIT is still on its way to the server.
 const UNBLOCK_TRIES = 50;
 const UNBLOCK_PAUSE_MS = 20;
-// Releases remembered for stale holds (see Flock#_dropStale): the oldest are forgotten beyond this.
+// Stale holds (docs/client-protocol.md, the end of "Durable grants"; Flock#_dropStale), for
+// every Flock of the process (an owner may acquire through several, as with different settings):
+// the token of each (key, owner)'s last release that left no hold (its reply 0) or that failed
+// (refused, or its reply lost), the oldest forgotten beyond REMEMBERED_RELEASES; and the holds of
+// each (key, owner) that the process's locks have and have not released.
 const REMEMBERED_RELEASES = 1024;
+const lastReleases = new Map();
+const holding = new Map();
 
 function durableOf(opts, fallback) {
   const replicas = opts.durableReplicas ?? fallback.durableReplicas;
@@ -125,11 +131,6 @@ class Flock {
     // Idle connections for durable grants' WAIT, by node.
     this._durableIdle = new Map();
     this._session = new Session(this);
-    // Stale holds (docs/client-protocol.md, the end of "Durable grants"): the token of each
-    // (key, owner)'s last release that left no hold (its reply 0) or that failed (refused, or its
-    // reply lost), and the holds of each (key, owner) that this Flock's locks have and not released.
-    this._lastReleases = new Map();
-    this._holding = new Map();
   }
 
   /**
@@ -447,17 +448,17 @@ class Flock {
 
   _rememberRelease(key, owner, token) {
     const id = holdId(key, owner);
-    this._lastReleases.delete(id);
-    this._lastReleases.set(id, token);
-    if (this._lastReleases.size > REMEMBERED_RELEASES) this._lastReleases.delete(this._lastReleases.keys().next().value);
+    lastReleases.delete(id);
+    lastReleases.set(id, token);
+    if (lastReleases.size > REMEMBERED_RELEASES) lastReleases.delete(lastReleases.keys().next().value);
   }
 
-  // Counts the holds of (key, owner) that this Flock's locks have (`by` 1 at a grant, -1 at its release).
+  // Counts the holds of (key, owner) that the process's locks have (`by` 1 at a grant, -1 at its release).
   _hold(key, owner, by) {
     const id = holdId(key, owner);
-    const n = (this._holding.get(id) ?? 0) + by;
-    if (n > 0) this._holding.set(id, n);
-    else this._holding.delete(id);
+    const n = (holding.get(id) ?? 0) + by;
+    if (n > 0) holding.set(id, n);
+    else holding.delete(id);
   }
 
   /**
@@ -465,18 +466,18 @@ class Flock {
    * _releaseHold): the server still had that grant (the release was lost with a deposed master,
    * or refused), so this grant reentered it and the holds released are still counted, each
    * reentry renewing the lease: an owner that loops acquire/release would keep the lock from every
-   * other. The holds the server counts beyond those this Flock's locks have (this one included)
+   * other. The holds the server counts beyond those the process's locks have (this one included)
    * are given back now, so that the caller's one release frees the lock. If the server refuses
    * again, the release is remembered again, for the next grant; the acquire stands.
    */
   async _dropStale(key, owner, token) {
     const id = holdId(key, owner);
-    const last = this._lastReleases.get(id);
-    this._lastReleases.delete(id);
+    const last = lastReleases.get(id);
+    lastReleases.delete(id);
     if (last !== token) return;
     try {
       const holds = holdsOf(await this._send(this._conn, ['FLOCK.INFO', key], { noId: true }), owner);
-      for (let extra = holds - (this._holding.get(id) ?? 0); extra > 0; extra--) {
+      for (let extra = holds - (holding.get(id) ?? 0); extra > 0; extra--) {
         await this._releaseKey(key, owner);
       }
     } catch (err) {
@@ -582,7 +583,7 @@ class Lock {
     this._renewing = null;
     this._timer = null;
     this._released = false;
-    // Whether release() took this lock's holds off its Flock's count (Flock#_hold).
+    // Whether release() took this lock's holds off the process's count (Flock#_hold).
     this._uncounted = false;
     this._watches = watches;
     this._schedule();

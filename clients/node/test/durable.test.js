@@ -105,6 +105,26 @@ eachClient((kind, K) => {
     assert.equal(await first.release(), 0);
   });
 
+  it('durable: a give-back the server refuses (NOPERM) leaves the hold; the owner\'s next grant gives it back and holds one', async () => {
+    // The failover test's case (issue 21): a NOTDURABLE give-back refused (there NOREPLICAS) left a
+    // hold that the same owner's reentries renewed for good.
+    const key = K('giveback-refused');
+    const owner = `giveback-refused-${kind.name}`;
+    await master.probe.call('ACL', 'SETUSER', 'default', '-flock.release');
+    try {
+      await rejectsNotDurable(two.acquire(key, { lease: 10000, owner }), key);
+    } finally {
+      await master.probe.call('ACL', 'SETUSER', 'default', '+flock.release');
+    }
+    assert.equal((await master.info(key)).holds, '1', 'the give-back was refused');
+    const lock = await one.acquire(key, { lease: 10000, owner });
+    const info = await master.info(key);
+    assert.equal(info.owner, owner);
+    assert.equal(info.holds, '1', 'the stale hold was given back');
+    assert.equal((await replica.info(key)).holds, '1', 'and the replica has that (the durable check came after)');
+    assert.equal(await lock.release(), 0);
+  });
+
   it('durable: read and semaphore grants are confirmed, or given back when not durable', async () => {
     const rw = K('rw');
     const reader = await plain.acquire(rw, { shared: true, lease: 10000 });
