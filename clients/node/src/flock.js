@@ -231,8 +231,9 @@ class Flock {
       }
     } catch (err) {
       for (const watch of watches) this._session.unwatch(watch);
-      for (const key of tokens.keys()) this._hold(key, owner, -1);
       await Promise.all([...tokens].map(([key, token]) => this._releaseHold(key, owner, token).catch(() => {})));
+      // Uncounted once the give-backs were answered (see Lock#release).
+      for (const key of tokens.keys()) this._hold(key, owner, -1);
       throw err;
     }
     const renewEvery = renews ? renewPeriod(lease, opts.automaticExtensionThreshold) : 0;
@@ -635,13 +636,15 @@ class Lock {
     // count this release answers must not count it.
     await this.flock._session.settled(this._watches);
     this.expiration = 0;
-    if (!this._uncounted) {
-      this._uncounted = true;
-      for (const key of this.resources) this.flock._hold(key, this.owner, -1);
-    }
+    const uncount = !this._uncounted;
+    this._uncounted = true;
     const results = await Promise.allSettled(
       [...this.resources].reverse().map((key) => this.flock._releaseHold(key, this.owner, this.tokens.get(key))),
     );
+    // Uncounted once the releases were answered: a stale-hold check of the same owner meanwhile
+    // (Flock#_dropStale) then counts this hold until the server no longer does, and so never
+    // gives back more than the stale holds.
+    if (uncount) for (const key of this.resources) this.flock._hold(key, this.owner, -1);
     for (const watch of this._watches) this.flock._session.unwatch(watch);
     const failed = results.find((r) => r.status === 'rejected');
     if (failed) throw failed.reason;

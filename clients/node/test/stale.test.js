@@ -93,6 +93,23 @@ for (const sessions of [true, false]) {
         await oneHoldThenFree(server, key, third, other.acquire(key, { ...LEASE, ...WAIT }));
       });
 
+      it('stale: read and semaphore holds: a refused release is given back at the owner\'s next grant, the other holders untouched', async () => {
+        for (const [name, opts] of [['shared', { shared: true }], ['semaphore', { permits: 2, limit: 3 }]]) {
+          const key = K(`refused-${name}:${sessions}`);
+          const mode = name === 'shared' ? { shared: true } : { permits: 1, limit: 3 };
+          const bystander = await other.acquire(key, { ...LEASE, ...mode });
+          const lock = await flock.acquire(key, { ...LEASE, ...opts });
+          await refusingWrites(() => assert.rejects(lock.release(), /NOREPLICAS/));
+          const again = await flock.acquire(key, { ...LEASE, ...opts, owner: lock.owner });
+          assert.equal(again.token, lock.token);
+          const holders = (await server.info(key)).holders;
+          assert.deepEqual(holders.map((h) => [h.owner, h.holds]), [[bystander.owner, '1'], [lock.owner, '1']]);
+          assert.equal(await again.release(), 0);
+          assert.equal(await bystander.release(), 0);
+          assert.equal(await server.info(key), null);
+        }
+      });
+
       it('stale: an ordinary reentry and a new grant after a release are left alone', async () => {
         const key = K(`plain:${sessions}`);
         const first = await flock.acquire(key, LEASE);
