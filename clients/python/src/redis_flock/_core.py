@@ -522,6 +522,17 @@ class LockBase:
             asked=asked,
         )
 
+    def _give_back_failed(self, owner: bytes, token: Optional[int], error: Exception) -> None:
+        """A durable check's give-back (its RELEASE) that failed. NOTOWNER:
+        the grant had ended already (the RENEW said so too). Anything else
+        leaves the hold on the server: the next grant with its token gives
+        it back (RELEASED)."""
+        if str(error).startswith(LOST_PREFIXES):
+            return
+        logger.warning("FLOCK: could not give back the grant of %r that was not durable: %s", self.name, error)
+        if token is not None:
+            RELEASED.remember(self.name, owner, token)
+
     def _release_error(self, error: ResponseError) -> Exception:
         grant = self.local.grant
         return lock_error(error, "release", self.name, grant.lost_reason if grant else None)

@@ -26,7 +26,6 @@ from ._core import (
     LOST_REPLY,
     REDIRECTS,
     RELEASE,
-    RELEASED,
     RESENDS,
     REOPEN_MAX_DELAY,
     SEND_CONCURRENCY,
@@ -90,13 +89,7 @@ def confirm_durable(lock, node, owner: bytes, token: Optional[int] = None) -> No
     try:
         send(lock.redis.execute_command, release)
     except Exception as e:
-        # NOTOWNER: the grant had ended already (the RENEW said so too).
-        if not str(e).startswith(LOST_PREFIXES):
-            logger.warning("FLOCK: could not give back the grant of %r that was not durable: %s", lock.name, e)
-            if token is not None:
-                # The server still has the hold: the next grant with its
-                # token gives it back (see _core.RELEASED).
-                RELEASED.remember(lock.name, owner, token)
+        lock._give_back_failed(owner, token, e)
     if not isinstance(replies, Exception) and isinstance(replies, BaseException):
         raise replies
     raise error
