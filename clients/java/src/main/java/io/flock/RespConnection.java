@@ -216,13 +216,7 @@ public final class RespConnection implements FlockConnection, Pipelined {
         Object reply;
         try {
             socket.setSoTimeout(readTimeoutMs(timeoutMs, args));
-            out.write(header('*', args.length));
-            for (byte[] arg : args) {
-                out.write(header('$', arg.length));
-                out.write(arg);
-                out.write('\r');
-                out.write('\n');
-            }
+            write(args);
             out.flush();
             reply = read();
         } catch (IOException e) {
@@ -233,6 +227,17 @@ public final class RespConnection implements FlockConnection, Pipelined {
             throw (RedisError) reply;
         }
         return reply;
+    }
+
+    /** Writes one command in RESP (an array of bulk strings), unflushed. */
+    private void write(byte[][] args) throws IOException {
+        out.write(header('*', args.length));
+        for (byte[] arg : args) {
+            out.write(header('$', arg.length));
+            out.write(arg);
+            out.write('\r');
+            out.write('\n');
+        }
     }
 
     /**
@@ -255,13 +260,7 @@ public final class RespConnection implements FlockConnection, Pipelined {
             }
             socket.setSoTimeout(readTimeout);
             for (byte[][] args : commands) {
-                out.write(header('*', args.length));
-                for (byte[] arg : args) {
-                    out.write(header('$', arg.length));
-                    out.write(arg);
-                    out.write('\r');
-                    out.write('\n');
-                }
+                write(args);
             }
             out.flush();
             for (int i = 0; i < commands.length; i++) {
