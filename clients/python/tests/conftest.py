@@ -116,6 +116,17 @@ def solo():
     s.stop()
 
 
+@pytest.fixture()
+def m(solo):
+    """A connection to ``solo``; afterwards its min-replicas-to-write is 0
+    again and its data gone."""
+    c = redis.Redis(port=solo.port)
+    yield c
+    c.config_set("min-replicas-to-write", 0)
+    c.flushall()
+    c.close()
+
+
 @pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])
 def protocol(request):
     return request.param

@@ -7,22 +7,12 @@ reenters it with the same token; the client gives the stale holds back, so
 the caller holds one hold and one release frees the lock for a waiter."""
 
 import pytest
-import redis
 from redis.exceptions import ResponseError
 
 from helpers import holding, info, queue_in_thread
 from redis_flock import Lock, ReadWriteLock
 
 KEY = "stale"
-
-
-@pytest.fixture()
-def m(solo):
-    c = redis.Redis(port=solo.port)
-    yield c
-    c.config_set("min-replicas-to-write", 0)
-    c.flushall()
-    c.close()
 
 
 def refused_release(m, lock):

@@ -9,7 +9,6 @@ import asyncio
 
 import pytest
 import pytest_asyncio
-import redis
 import redis.asyncio
 from redis.exceptions import ResponseError
 
@@ -24,15 +23,6 @@ async def r(solo):
     c = redis.asyncio.Redis(port=solo.port)
     yield c
     await c.aclose()
-
-
-@pytest.fixture()
-def m(solo):
-    c = redis.Redis(port=solo.port)
-    yield c
-    c.config_set("min-replicas-to-write", 0)
-    c.flushall()
-    c.close()
 
 
 async def refused_release(m, lock):
