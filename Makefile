@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MODULE := target/release/libredis_flock.so
 
-.PHONY: deps deps-redis-py deps-clients deps-java deps-python deps-node build run test test-clients test-java test-python test-node test-servers layers sizes lint leakcheck bench bench-clients clean example-cli example-python example-rust
+.PHONY: deps deps-redis-py deps-clients deps-java deps-python deps-node build run test test-clients test-java test-python test-node test-servers layers sizes versions lint leakcheck bench bench-clients clean example-cli example-python example-rust
 
 # The server that run, test and bench start: empty for the system's
 # redis-server, or redis-7.0 (the same, checked to be 7.0), redis-8.2 or
@@ -108,9 +108,14 @@ layers:
 sizes:
 	scripts/check-file-sizes.sh
 
+# The clients' packages all of the version in clients/VERSION.
+versions:
+	@scripts/check-versions.sh >/dev/null
+
 # What CI checks besides the tests: formatting (rustfmt.toml), clippy with
-# warnings as errors on every crate and target, file sizes, the layers.
-lint: sizes layers
+# warnings as errors on every crate and target, file sizes, the layers, the
+# clients' versions.
+lint: sizes layers versions
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --release -- -D warnings
 
