@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MODULE := target/release/libredis_flock.so
 
-.PHONY: deps deps-redis-py deps-clients deps-java deps-python deps-node build run test test-clients test-java test-python test-node test-servers layers sizes versions lint leakcheck bench bench-clients clean example-cli example-python example-rust
+.PHONY: deps deps-redis-py deps-clients deps-java deps-python deps-node build run test test-clients test-java test-python test-node test-servers dist deps-dist test-dist layers sizes versions lint leakcheck bench bench-clients clean example-cli example-python example-rust
 
 # The server that run, test and bench start: empty for the system's
 # redis-server, or redis-7.0 (the same, checked to be 7.0), redis-8.2 or
@@ -89,6 +89,37 @@ deps-node:
 	|| { $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y nodejs npm; }
 	@[ clients/node/node_modules/.package-lock.json -nt clients/node/package-lock.json ] \
 	|| npm --prefix clients/node ci --no-audit --no-fund --silent
+
+# The clients as packages, in dist/, of the version in clients/VERSION: the
+# Python wheel and sdist (PyPI's `build`, in $(PYVENV); it builds the wheel
+# from the sdist), the npm tarball (`npm pack`), and the Java jar with its
+# Javadoc and sources jars (clients/java/build.sh jar) named with the version.
+VERSION = $(shell cat clients/VERSION)
+dist: deps-dist
+	@scripts/check-versions.sh >/dev/null
+	rm -rf dist && mkdir dist
+	$(PYVENV)/bin/python -m build -q --outdir dist clients/python
+	npm pack --silent --pack-destination dist ./clients/node
+	clients/java/build.sh jar
+	for jar in "" -javadoc -sources; do \
+		cp clients/java/build/flock-client$$jar.jar dist/flock-client-$(VERSION)$$jar.jar; done
+	@ls -l dist
+
+# What `make dist` needs, each installed only when missing: the virtualenv
+# (as deps-python makes it) with `build`, a JDK (javac, jar, javadoc), npm.
+deps-dist:
+	@[ -x $(PYVENV)/bin/pip ] || { \
+		python3 -m venv $(PYVENV) >/dev/null 2>&1 || { rm -rf $(PYVENV) \
+			&& $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv \
+			&& python3 -m venv $(PYVENV); }; }
+	@$(PYVENV)/bin/python -c 'import build' 2>/dev/null \
+	|| $(PYVENV)/bin/pip install --quiet --disable-pip-version-check build
+	@missing=""; \
+	command -v javadoc >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
+	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
+	if [ -n "$$missing" ]; then \
+		$(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
 # The whole suite, clients included, on each of $(SERVERS) (about 5 minutes each), then one
 # line of test counts per server; logs in target/servers/<server>.log.
