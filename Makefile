@@ -45,11 +45,13 @@ run: build
 
 # Every crate's tests: the core's unit and property tests, the client's, and
 # the integration tests (they start their own redis-server processes on free
-# loopback ports, with the module rebuilt if it is stale).
+# loopback ports, with the module rebuilt if it is stale), then the Java,
+# Python and Node clients' suites and their packages (test-dist).
 # `make test SERVER=valkey-9.1`: on that server.
 test: build sizes layers
 	$(with_server) cargo test --workspace --release -- --test-threads=2
 	$(MAKE) --no-print-directory test-clients
+	$(MAKE) --no-print-directory test-dist
 
 # The Java, Python and Node clients' suites (clients/<client>; about a minute
 # in all) against redis-servers they start with the module at $(MODULE), each
@@ -104,6 +106,14 @@ dist: deps-dist
 	for jar in "" -javadoc -sources; do \
 		cp clients/java/build/flock-client$$jar.jar dist/flock-client-$(VERSION)$$jar.jar; done
 	@ls -l dist
+
+# The packages of `make dist`, each installed into a fresh project outside the
+# repository (a temporary directory) where its client's README example runs
+# against a redis-server with the module, then a line of counts
+# (scripts/test-dist.sh; about 30 s). The last step of `make test`; not of
+# test-servers (run once, not per server): CI runs it after that.
+test-dist: build dist
+	$(with_server) FLOCK_MODULE=$(abspath $(MODULE)) scripts/test-dist.sh
 
 # What `make dist` needs, each installed only when missing: the virtualenv
 # (as deps-python makes it) with `build`, a JDK (javac, jar, javadoc), npm.
