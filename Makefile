@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MODULE := target/release/libredis_flock.so
 
-.PHONY: deps deps-redis-py deps-clients deps-java deps-python deps-node build run test test-clients test-java test-python test-node test-servers layers sizes lint leakcheck bench bench-clients clean example-cli example-python example-rust
+.PHONY: deps deps-redis-py deps-clients deps-java deps-python deps-node build run test test-clients test-java test-python test-node test-servers dist deps-dist test-dist layers sizes versions lint leakcheck bench bench-clients clean example-cli example-python example-rust
 
 # The server that run, test and bench start: empty for the system's
 # redis-server, or redis-7.0 (the same, checked to be 7.0), redis-8.2 or
@@ -45,11 +45,13 @@ run: build
 
 # Every crate's tests: the core's unit and property tests, the client's, and
 # the integration tests (they start their own redis-server processes on free
-# loopback ports, with the module rebuilt if it is stale).
+# loopback ports, with the module rebuilt if it is stale), then the Java,
+# Python and Node clients' suites and their packages (test-dist).
 # `make test SERVER=valkey-9.1`: on that server.
 test: build sizes layers
 	$(with_server) cargo test --workspace --release -- --test-threads=2
 	$(MAKE) --no-print-directory test-clients
+	$(MAKE) --no-print-directory test-dist
 
 # The Java, Python and Node clients' suites (clients/<client>; about a minute
 # in all) against redis-servers they start with the module at $(MODULE), each
@@ -90,6 +92,45 @@ deps-node:
 	@[ clients/node/node_modules/.package-lock.json -nt clients/node/package-lock.json ] \
 	|| npm --prefix clients/node ci --no-audit --no-fund --silent
 
+# The clients as packages, in dist/, of the version in clients/VERSION: the
+# Python wheel and sdist (PyPI's `build`, in $(PYVENV); it builds the wheel
+# from the sdist), the npm tarball (`npm pack`), and the Java jar with its
+# Javadoc and sources jars (clients/java/build.sh jar) named with the version.
+VERSION = $(shell cat clients/VERSION)
+dist: deps-dist
+	@scripts/check-versions.sh >/dev/null
+	rm -rf dist && mkdir dist
+	$(PYVENV)/bin/python -m build -q --outdir dist clients/python
+	npm pack --silent --pack-destination dist ./clients/node
+	clients/java/build.sh jar
+	for jar in "" -javadoc -sources; do \
+		cp clients/java/build/flock-client$$jar.jar dist/flock-client-$(VERSION)$$jar.jar; done
+	@ls -l dist
+
+# The packages of `make dist`, each installed into a fresh project outside the
+# repository (a temporary directory) where its client's README example runs
+# against a redis-server with the module, then a line of counts
+# (scripts/test-dist.sh; about 30 s). The last step of `make test`; not of
+# test-servers (run once, not per server): CI runs it after that.
+test-dist: build dist
+	$(with_server) FLOCK_MODULE=$(abspath $(MODULE)) scripts/test-dist.sh
+
+# What `make dist` needs, each installed only when missing: the virtualenv
+# (as deps-python makes it) with `build`, a JDK (javac, jar, javadoc), npm.
+deps-dist:
+	@[ -x $(PYVENV)/bin/pip ] || { \
+		python3 -m venv $(PYVENV) >/dev/null 2>&1 || { rm -rf $(PYVENV) \
+			&& $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv \
+			&& python3 -m venv $(PYVENV); }; }
+	@$(PYVENV)/bin/python -c 'import build' 2>/dev/null \
+	|| $(PYVENV)/bin/pip install --quiet --disable-pip-version-check build
+	@missing=""; \
+	command -v javadoc >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
+	command -v npm >/dev/null || missing="$$missing nodejs npm"; \
+	if [ -n "$$missing" ]; then \
+		$(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
 # The whole suite, clients included, on each of $(SERVERS) (about 5 minutes each), then one
 # line of test counts per server; logs in target/servers/<server>.log.
 test-servers: build sizes layers deps-clients
@@ -108,9 +149,14 @@ layers:
 sizes:
 	scripts/check-file-sizes.sh
 
+# The clients' packages all of the version in clients/VERSION.
+versions:
+	@scripts/check-versions.sh >/dev/null
+
 # What CI checks besides the tests: formatting (rustfmt.toml), clippy with
-# warnings as errors on every crate and target, file sizes, the layers.
-lint: sizes layers
+# warnings as errors on every crate and target, file sizes, the layers, the
+# clients' versions.
+lint: sizes layers versions
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --release -- -D warnings
 

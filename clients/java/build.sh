@@ -10,7 +10,9 @@ junit=${JUNIT_JAR:-/usr/share/java/junit-platform-console-standalone.jar}
 rm -rf build
 mkdir -p build/classes build/test-classes
 javac --release 17 -Xlint:all -Werror -d build/classes $(find src/main/java -name '*.java')
-jar --create --file build/flock-client.jar -C build/classes .
+# The version (the clients' one, ../VERSION) in the manifest: Package.getImplementationVersion().
+printf 'Implementation-Title: flock-client\nImplementation-Version: %s\n' "$(cat ../VERSION)" >build/MANIFEST.MF
+jar --create --file build/flock-client.jar --manifest build/MANIFEST.MF -C build/classes .
 # doclint with -Werror: public API without its comment, @param, @return or @throws fails the build
 javadoc -quiet --release 17 -Xdoclint:all -Werror -d build/javadoc $(find src/main/java -name '*.java')
 jar --create --file build/flock-client-javadoc.jar -C build/javadoc .
