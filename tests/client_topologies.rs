@@ -2,7 +2,8 @@
 //! with a replica each, see common/cluster.rs) and on Sentinel (a master, its
 //! replica and 3 sentinels): waits through one session per node, FIFO, hash
 //! tags, the watchdog, pushed losses, a slot moved under a held lock and a
-//! waiter, and a Sentinel failover.
+//! waiter, and a Sentinel failover; and the `redis` crate's own cluster and
+//! sentinel clients' connections given to `acquire`.
 
 mod common;
 use common::cluster::{wait_for, Cluster};
@@ -134,6 +135,31 @@ fn cluster_watchdog_renews_on_the_keys_node_and_a_forcerelease_is_pushed() {
     }
 }
 
+/// A Rust user who already has the `redis` crate's own cluster client hands
+/// its connection to `acquire` as a bare connection: each command goes to
+/// its key's node (the key is the first argument), a try, a blocking wait
+/// on every master, the guard's renewal and release included.
+#[test]
+fn the_redis_crates_cluster_connection_is_a_bare_connection_for_every_node() {
+    let cl = Cluster::start();
+    for (m, key) in key_per_master(&cl, "rs-cluster:") {
+        let lock = Lock::new(&key, 10 * SECOND);
+        let mut holder = lock.clone().with_owner("holder").acquire(cl.client(), None).unwrap().expect("free");
+        assert_eq!(owner_of(&mut cl.conn(m), &key).as_deref(), Some("holder"), "{key} held on its node {m}");
+        assert!(lock.clone().with_owner("other").acquire(cl.client(), None).unwrap().is_none(), "{key}: a try");
+        assert_eq!(holder.renew().unwrap(), holder.token());
+        let waiter = {
+            let (lock, conn) = (lock.clone().with_owner("waiter"), cl.client());
+            // The cluster client's response timeout (5 s) outlasts the wait.
+            std::thread::spawn(move || lock.acquire(conn, Some(3 * SECOND)).unwrap().map(|g| g.release().unwrap()))
+        };
+        wait_queued(&cl, m, &key, &["waiter"]);
+        assert_eq!(holder.release().unwrap(), 0);
+        assert_eq!(waiter.join().unwrap(), Some(0), "{key}: the blocked waiter was granted on node {m}");
+        assert_eq!(info(&mut cl.conn(m), &key), None);
+    }
+}
+
 fn is_notowner(e: redis::RedisError) -> bool {
     e.code() == Some("NOTOWNER")
 }
@@ -192,7 +218,7 @@ fn sentinel_lock_and_wait_survive_a_failover_and_new_locks_go_to_the_new_master(
         ports.iter().all(|&p| sentinel_field(p, "num-slaves") >= 1 && sentinel_field(p, "num-other-sentinels") >= 2)
     });
     let urls: Vec<String> = ports.iter().map(|p| format!("redis://127.0.0.1:{p}/")).collect();
-    let found = SentinelMaster::new(urls, "flock", None).expect("the sentinels name the master");
+    let found = SentinelMaster::new(urls.clone(), "flock", None).expect("the sentinels name the master");
     assert_eq!(found.client().get_connection_info().addr.to_string(), format!("127.0.0.1:{}", master.port));
 
     // A wait through the session on the master the sentinels named.
@@ -206,6 +232,19 @@ fn sentinel_lock_and_wait_survive_a_failover_and_new_locks_go_to_the_new_master(
     assert_eq!(flock_stats(&mut master.conn())["sessions"], 1);
     assert_eq!(holder.release().unwrap(), 0);
     assert_eq!(waiter.join().unwrap(), Some(0), "the waiter was granted");
+
+    // The redis crate's own sentinel client: its master connection is a
+    // bare connection for `acquire`.
+    let mut own = redis::sentinel::SentinelClient::build(
+        urls.clone(),
+        "flock".to_string(),
+        None,
+        redis::sentinel::SentinelServerType::Master,
+    )
+    .expect("the redis crate's sentinel client");
+    let guard = lock.clone().acquire(own.get_connection().unwrap(), None).unwrap().expect("free again");
+    assert_eq!(owner_of(&mut master.conn(), "s:wait").as_deref(), Some(guard.owner()), "held on the named master");
+    assert_eq!(guard.release().unwrap(), 0);
 
     // A grant replicated before SENTINEL FAILOVER is kept on the new master.
     let kept = Lock::new("s:kept", 60 * SECOND).acquire_in(&found, None).unwrap().expect("kept");
