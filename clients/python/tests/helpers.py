@@ -114,6 +114,7 @@ class ReplyDropper:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.marker = None
+        self.times = 0
         self.dropped = threading.Event()
         self.drops = 0
         self.killed = False
@@ -130,7 +131,9 @@ class ReplyDropper:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
 
-    def drop_reply_to(self, marker: bytes) -> None:
+    def drop_reply_to(self, marker: bytes, times: int = 1) -> None:
+        """Loses the replies of the next ``times`` commands containing ``marker``."""
+        self.times = times
         self.marker = marker
 
     def close(self) -> None:
@@ -162,7 +165,9 @@ class ReplyDropper:
         with _closing(downstream, upstream):
             while data := downstream.recv(65536):
                 if self.marker is not None and self.marker in data:
-                    self.marker = None
+                    self.times -= 1
+                    if self.times <= 0:
+                        self.marker = None
                     marked.set()
                 upstream.sendall(data)
 

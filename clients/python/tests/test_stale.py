@@ -7,10 +7,14 @@ reenters it with the same token; the client gives the stale holds back, so
 the caller holds one hold and one release frees the lock for a waiter."""
 
 import pytest
-from redis.exceptions import ResponseError
+import redis
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError, ResponseError
+from redis.retry import Retry
 
-from helpers import holding, info, queue_in_thread
+from helpers import ReplyDropper, holding, info, queue_in_thread
 from redis_flock import Lock, ReadWriteLock
+from redis_flock._core import RESENDS
 
 KEY = "stale"
 
@@ -61,6 +65,31 @@ def test_a_reentered_stale_hold_is_given_back(m, use_session, lose):
     assert lock.acquire(blocking_timeout=5)
     assert info(m, KEY)["holds"] == 1
     one_release_frees_it_for_a_waiter(m, lock)
+
+
+def test_a_grant_whose_replies_were_all_lost_is_given_back_by_the_next_grant(m, solo):
+    """An acquire whose every reply was lost (a failover ended the resends)
+    may have been granted: a hold its thread does not know of. The owner's
+    next grant, a reentry of it, gives that hold back, so that one release
+    frees the lock (before, each acquire and release of the thread left it,
+    and the Java client's Sentinel failover test saw such a thread keep the
+    lock from the others)."""
+    proxy = ReplyDropper(solo.port)
+    client = redis.Redis(port=proxy.port, retry=Retry(NoBackoff(), 0))
+    try:
+        lock = Lock(client, KEY, timeout=30, reentrant=True)
+        proxy.drop_reply_to(b"FLOCK.ACQUIRE", RESENDS + 1)
+        with pytest.raises(ConnectionError):
+            lock.acquire(blocking=False)
+        assert proxy.drops == RESENDS + 1
+        assert info(m, KEY)["holds"] == 1, "granted by the first send, unknown to the thread"
+        assert lock.acquire(blocking=False), "a reentry of that grant"
+        assert info(m, KEY)["holds"] == 1, "the hold the thread did not know of was given back"
+        lock.release()
+        assert info(m, KEY) is None, "one release frees the lock"
+    finally:
+        client.close()
+        proxy.close()
 
 
 def test_a_reentry_of_a_held_grant_keeps_its_holds(m):

@@ -285,6 +285,10 @@ class Grant:
 # STALE_RELEASES of them; a grant that comes back with it gives those holds
 # back, and the caller holds one, as it expects.
 STALE_RELEASES = 1024
+# Remembered for an acquire whose outcome is unknown (its reply lost in a
+# failover, the resends given up on): the server may have granted it, a hold
+# its thread does not know of, which the owner's next grant reenters.
+ANY_TOKEN = -1
 
 
 class _Released:
@@ -304,11 +308,11 @@ class _Released:
                 self.tokens.popitem(last=False)
 
     def take(self, name, owner: bytes, token: int) -> bool:
-        """Whether ``token`` is the one this (lock, owner) released last;
-        forgotten either way (a grant with another token means the owner
-        held nothing when it was made)."""
+        """Whether ``token`` is the one this (lock, owner) released last, or
+        ANY_TOKEN was remembered; forgotten either way (a grant with another
+        token means the owner held nothing when it was made)."""
         with self.mutex:
-            return self.tokens.pop((_name_key(name), owner), None) == token
+            return self.tokens.pop((_name_key(name), owner), None) in (token, ANY_TOKEN)
 
 
 RELEASED = _Released()
@@ -615,6 +619,13 @@ class LockBase:
             with_id("FLOCK.ACQUIRE", self.name, grant.owner, lease, *self.acquire_options, "INBOX", sid),
             with_id("FLOCK.RELEASE", self.name, grant.owner),
         )
+
+    def _acquire_failed(self, owner: bytes, token) -> None:
+        """An acquire of this object's own reentrant owner raised: it may
+        have been granted all the same, so the owner's next grant gives back
+        the holds beyond its own (a given ``token=`` may be another's too)."""
+        if self.reentrant and token is None:
+            RELEASED.remember(self.name, owner, ANY_TOKEN)
 
     def _released_one(self, left: int) -> None:
         """After a RELEASE answered ``left`` holds (0 too when it failed):

@@ -96,32 +96,37 @@ class Lock(LockBase):
         key = encoder.encode(self.name)
         wait_ms = self._wait_ms(blocking, blocking_timeout)
         rid, started = str(uuid.uuid4()), time.monotonic()
-        for attempt in range(REDIRECTS + 1):
-            # The key's server (see redis_flock.lock.Lock.acquire).
-            node = await node_client(self.redis, key)
-            session = session_of(node) if self.use_session else None
-            try:
-                if session is not None:
-                    granted, sid, at = await self._acquire_in(session, node, key, owner, wait_ms, rid)
-                else:
-                    granted, sid, at = await self._acquire_blocking(node, owner, wait_ms, rid), None, None
-                break
-            except ResponseError as e:
-                redirect = e
-                if node is not self.redis and is_key_gone(e):
-                    # A slot migration (see redis_flock.lock.Lock.acquire).
-                    redirect, rid = await moved_away(node, key), str(uuid.uuid4())
-                elif node is not self.redis and is_demotion(e):
-                    # CLUSTER FAILOVER: the node became a replica of the key's
-                    # new master (it answers MOVED), and the wait is sent
-                    # there again with the same request ID: a grant the old
-                    # master made and replicated is recognised, a replicated
-                    # waiter's place taken over.
-                    redirect = await moved_away(node, key)
-                if node is self.redis or not isinstance(redirect, AskError) or attempt == REDIRECTS:
-                    raise lock_error(e, "acquire", self.name) from e
-                await redirected(self.redis, redirect, attempt + 1)
-                wait_ms = self._wait_left(wait_ms, started)
+        try:
+            for attempt in range(REDIRECTS + 1):
+                # The key's server (see redis_flock.lock.Lock.acquire).
+                node = await node_client(self.redis, key)
+                session = session_of(node) if self.use_session else None
+                try:
+                    if session is not None:
+                        granted, sid, at = await self._acquire_in(session, node, key, owner, wait_ms, rid)
+                    else:
+                        granted, sid, at = await self._acquire_blocking(node, owner, wait_ms, rid), None, None
+                    break
+                except ResponseError as e:
+                    redirect = e
+                    if node is not self.redis and is_key_gone(e):
+                        # A slot migration (see redis_flock.lock.Lock.acquire).
+                        redirect, rid = await moved_away(node, key), str(uuid.uuid4())
+                    elif node is not self.redis and is_demotion(e):
+                        # CLUSTER FAILOVER: the node became a replica of the key's
+                        # new master (it answers MOVED), and the wait is sent
+                        # there again with the same request ID: a grant the old
+                        # master made and replicated is recognised, a replicated
+                        # waiter's place taken over.
+                        redirect = await moved_away(node, key)
+                    if node is self.redis or not isinstance(redirect, AskError) or attempt == REDIRECTS:
+                        raise lock_error(e, "acquire", self.name) from e
+                    await redirected(self.redis, redirect, attempt + 1)
+                    wait_ms = self._wait_left(wait_ms, started)
+        except BaseException:
+            # Perhaps granted all the same (see _acquire_failed).
+            self._acquire_failed(owner, token)
+            raise
         if granted is None:
             return False
         if self._is_stale(owner, granted):

@@ -12,7 +12,12 @@ import pytest_asyncio
 import redis.asyncio
 from redis.exceptions import ResponseError
 
-from helpers import info, until
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError
+
+from helpers import ReplyDropper, info, until
+from redis_flock._core import RESENDS
 from redis_flock.asyncio import Lock, ReadWriteLock
 
 KEY = "stale"
@@ -63,6 +68,26 @@ async def test_a_reentered_stale_hold_is_given_back(r, m, use_session, lose):
     assert await asyncio.wait_for(waiting, 10)
     assert info(m, KEY)["token"] == waiter.fencing_token
     await waiter.release()
+
+
+async def test_a_grant_whose_replies_were_all_lost_is_given_back_by_the_next_grant(m, solo):
+    """See the sync test of the same name."""
+    proxy = ReplyDropper(solo.port)
+    client = redis.asyncio.Redis(port=proxy.port, retry=Retry(NoBackoff(), 0))
+    try:
+        lock = Lock(client, KEY, timeout=30, reentrant=True)
+        proxy.drop_reply_to(b"FLOCK.ACQUIRE", RESENDS + 1)
+        with pytest.raises(ConnectionError):
+            await lock.acquire(blocking=False)
+        assert proxy.drops == RESENDS + 1
+        assert info(m, KEY)["holds"] == 1, "granted by the first send, unknown to the task"
+        assert await lock.acquire(blocking=False), "a reentry of that grant"
+        assert info(m, KEY)["holds"] == 1, "the hold the task did not know of was given back"
+        await lock.release()
+        assert info(m, KEY) is None, "one release frees the lock"
+    finally:
+        await client.aclose()
+        proxy.close()
 
 
 async def test_a_reentry_of_a_held_grant_keeps_its_holds(r, m):

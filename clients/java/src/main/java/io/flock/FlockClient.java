@@ -58,8 +58,12 @@ public final class FlockClient implements AutoCloseable {
 
     /**
      * The token of the grant each (lock, thread) released last, with the reply 0 (no hold left): a later acquire
-     * answered with the same token found that grant still held, its release lost (see FlockLock#acquire).
+     * answered with the same token found that grant still held, its release lost (see FlockLock#acquire); or
+     * {@link #ANY_TOKEN} after an acquire whose outcome is unknown.
      */
+    /** Tokens are positive: this one stands for any grant the thread did not know it had. */
+    private static final long ANY_TOKEN = -1;
+
     private final Map<Grant.Key, Long> released = new java.util.LinkedHashMap<>() {
         private static final long serialVersionUID = 1L;
 
@@ -645,11 +649,20 @@ public final class FlockClient implements AutoCloseable {
         }
     }
 
-    /** Whether {@code token} is the grant the thread released last (forgotten either way). */
+    /**
+     * The thread may hold a grant of {@code key} that it does not know of: an acquire whose reply was lost, a
+     * durable grant's give-back that failed. Its next grant, whatever the token, gives back the holds beyond
+     * its own.
+     */
+    void releasedUnknown(Grant.Key key) {
+        released(key, ANY_TOKEN);
+    }
+
+    /** Whether {@code token} is the grant the thread released last, or may hold unknowingly (forgotten either way). */
     boolean releasedBefore(Grant.Key key, long token) {
         synchronized (released) {
             Long last = released.remove(key);
-            return last != null && last == token;
+            return last != null && (last == token || last == ANY_TOKEN);
         }
     }
 

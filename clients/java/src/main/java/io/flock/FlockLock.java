@@ -378,21 +378,17 @@ public class FlockLock implements Lock {
             throw new InterruptedException();
         }
         long lease = leaseMs > 0 ? leaseMs : client.getWatchdogTimeout();
+        Grant.Key mine = mine();
         Long token;
-        if (client.usesSessions()) {
-            try {
-                token = acquireInSession(waitMs, lease, interruptible);
-            } catch (RuntimeException e) {
-                if (!client.sessionsUnsupported(e)) {
-                    throw e;
-                }
-                token = acquireBlocking(waitMs, lease, interruptible); // an older module: wait as it allows
-            }
-        } else {
-            token = acquireBlocking(waitMs, lease, interruptible);
+        try {
+            token = acquireWithoutKnownHolds(waitMs, lease, interruptible);
+        } catch (RuntimeException e) {
+            // The server may have granted it all the same (a reply lost in a failover): a hold this thread
+            // does not know of, which its next grant, a reentry of it, gives back.
+            client.releasedUnknown(mine);
+            throw e;
         }
         if (token != null) {
-            Grant.Key mine = mine();
             if (client.grants.get(mine) == null && client.releasedBefore(mine, token)) {
                 dropLeakedHolds();
             }
@@ -402,6 +398,21 @@ public class FlockLock implements Lock {
             remember(token, leaseMs == WATCHDOG, lease);
         }
         return token;
+    }
+
+    private Long acquireWithoutKnownHolds(long waitMs, long lease, boolean interruptible)
+            throws InterruptedException {
+        if (!client.usesSessions()) {
+            return acquireBlocking(waitMs, lease, interruptible);
+        }
+        try {
+            return acquireInSession(waitMs, lease, interruptible);
+        } catch (RuntimeException e) {
+            if (!client.sessionsUnsupported(e)) {
+                throw e;
+            }
+            return acquireBlocking(waitMs, lease, interruptible); // an older module: wait as it allows
+        }
     }
 
     /**
@@ -491,7 +502,9 @@ public class FlockLock implements Lock {
             client.call(FlockClient.bytes("FLOCK.RELEASE"), key, owner(), FlockClient.bytes("ID"),
                     FlockClient.requestId());
         } catch (IOException | RuntimeException e) {
-            // gone already (NOTOWNER), or unreachable: its lease ends it
+            // gone already (NOTOWNER), or unreachable: its lease ends it, or the thread's next grant, a
+            // reentry of it, gives it back
+            client.releasedUnknown(mine());
         }
     }
 

@@ -2,6 +2,7 @@ package io.flock;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
@@ -103,5 +104,22 @@ class RequestIdTest extends ServerTest {
         assertThrows(UncheckedIOException.class, lock::unlock);
         assertEquals(FlockClient.RESENDS + 1, proxy.dropped.get());
         assertEquals(0, holds("k"), "applied once, by the first send");
+    }
+
+    /**
+     * A grant whose every reply was lost (a failover ended the resends) is a hold the thread does not know of:
+     * its next grant, a reentry of that hold, gives it back, so that one unlock frees the lock. Before, each
+     * acquire and unlock of the thread left that hold, and in the Sentinel failover test its thread kept the
+     * lock from the others.
+     */
+    @Test
+    void aGrantWhoseRepliesWereAllLostIsGivenBackByTheThreadsNextGrant() {
+        proxy.dropRepliesTo("FLOCK.ACQUIRE", FlockClient.RESENDS + 1);
+        assertThrows(UncheckedIOException.class, lock::tryLock);
+        assertEquals(1, holds("k"), "granted by the first send, unknown to the thread");
+        assertTrue(lock.tryLock(), "a reentry of that grant");
+        assertEquals(1, holds("k"), "the hold the thread did not know of was given back");
+        lock.unlock();
+        assertEquals(null, info("k"), "one unlock frees the lock");
     }
 }
