@@ -123,6 +123,9 @@ public class FlockLock implements Lock {
                 }
                 throw e;
             }
+            if (grant != null && --grant.holds <= 0) {
+                left = releaseUnknownHolds(left);
+            }
             if (left == 0) {
                 forget(mine);
                 if (grant != null) {
@@ -130,6 +133,25 @@ public class FlockLock implements Lock {
                 }
             }
         }
+    }
+
+    /**
+     * The thread released its last hold and the server still counts {@code left}: holds it does not know of,
+     * which would keep the lock from every other thread while this one reenters it. Released too; returns
+     * what the server counts then (not 0 only when it could not be reached).
+     */
+    private long releaseUnknownHolds(long left) {
+        try {
+            while (left > 0) {
+                left = (Long) call("FLOCK.RELEASE", key, owner(), FlockClient.bytes("ID"), FlockClient.requestId());
+            }
+        } catch (RuntimeException e) {
+            if ("NOTOWNER".equals(RedisError.codeOf(e))) {
+                return 0;
+            }
+            // unreachable: the grant stays remembered, and its lease ends it
+        }
+        return left;
     }
 
     private String notLocked(Grant.Key mine) {
@@ -794,6 +816,7 @@ public class FlockLock implements Lock {
             client.grants.put(mine, grant);
             client.checkEarlyLoss(grant);
         }
+        grant.holds++;
         if (watchdog && grant.watchdog == null && grant.lostReason == null) {
             client.startWatchdog(grant);
         }

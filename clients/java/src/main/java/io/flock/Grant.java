@@ -15,6 +15,12 @@ final class Grant {
     final List<byte[]> acquireOptions;
     /** Held by unlock() and by a re-watch (a hold added and released): they never interleave. */
     final Object holdsLock = new Object();
+    /**
+     * The holds the thread took of this grant and has not released: when its last is released and the server
+     * still counts some, those are holds the thread does not know of (a failover lost the reply of one of its
+     * acquires, or of a give-back), and unlock() releases them too.
+     */
+    int holds;
     volatile ScheduledFuture<?> watchdog;
     /** Without a watchdog: when the lease ends at the latest (nanoTime); 0 while a watchdog renews it. */
     volatile long leaseEndNanos;

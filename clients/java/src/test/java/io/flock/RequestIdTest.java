@@ -122,4 +122,25 @@ class RequestIdTest extends ServerTest {
         lock.unlock();
         assertEquals(null, info("k"), "one unlock frees the lock");
     }
+
+    /**
+     * A hold the thread does not know of beside its own (here added by another connection under its owner, as
+     * a failover can leave one: the give-back of a durable check, a re-watch's extra hold): the unlock of the
+     * thread's last hold releases it too, so the lock is free for the others. Before, the thread kept it
+     * while it reentered (the Java Sentinel failover test on Valkey 9.1).
+     */
+    @Test
+    void theUnlockOfTheThreadsLastHoldReleasesHoldsItDoesNotKnowOf() throws IOException {
+        lock.lock();
+        admin.call("FLOCK.ACQUIRE", "k", owner("k"), "30000");
+        assertEquals(2, holds("k"));
+        lock.unlock();
+        assertEquals(null, info("k"), "the thread's last unlock frees the lock");
+        lock.lock();
+        lock.lock();
+        lock.unlock();
+        assertEquals(1, holds("k"), "a reentry's unlock keeps the thread's other hold");
+        lock.unlock();
+        assertEquals(null, info("k"));
+    }
 }
