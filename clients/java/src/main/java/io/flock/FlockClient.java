@@ -56,14 +56,14 @@ public final class FlockClient implements AutoCloseable {
         }
     };
 
+    /** Tokens are positive: this one stands for any grant the thread did not know it had. */
+    private static final long ANY_TOKEN = -1;
+
     /**
      * The token of the grant each (lock, thread) released last, with the reply 0 (no hold left): a later acquire
      * answered with the same token found that grant still held, its release lost (see FlockLock#acquire); or
      * {@link #ANY_TOKEN} after an acquire whose outcome is unknown.
      */
-    /** Tokens are positive: this one stands for any grant the thread did not know it had. */
-    private static final long ANY_TOKEN = -1;
-
     private final Map<Grant.Key, Long> released = new java.util.LinkedHashMap<>() {
         private static final long serialVersionUID = 1L;
 
