@@ -32,6 +32,17 @@ def session_entry(inspect, client):
     return next((c for c in inspect.client_list() if c["addr"] == f"{host}:{port}"), None)
 
 
+async def parked_session_entry(inspect, client):
+    """``session_entry`` once the session connection waits in FLOCK.INBOX:
+    right after FLOCK.SESSION its reader has not sent the INBOX yet."""
+    found = []
+    await until(
+        lambda: found.append(session_entry(inspect, client)) or (found[-1] or {}).get("cmd") == "flock.inbox",
+        what="the session connection to wait in FLOCK.INBOX",
+    )
+    return found[-1]
+
+
 @pytest_asyncio.fixture()
 async def c(server, protocol):
     client = redis.asyncio.Redis(port=server.port, protocol=protocol)
@@ -138,8 +149,7 @@ async def test_killed_session_connection_is_reopened_and_waits_are_sent_again(c,
     waiters = [Lock(c, "kill", timeout=30, thread_local=False) for _ in range(5)]
     tasks = [asyncio.create_task(lock.acquire(blocking_timeout=30)) for lock in waiters]
     await until(lambda: info(inspect, "kill")["waiters"] == 5, what="5 waiters to queue")
-    old, sid = session_entry(inspect, c), session_of(c).sid
-    assert old is not None and old["cmd"] == "flock.inbox"
+    old, sid = await parked_session_entry(inspect, c), session_of(c).sid
     inspect.client_kill_filter(_id=old["id"])
     await until(lambda: session_of(c).sid not in (None, sid), what="a new session")
     await until(lambda: info(inspect, "kill")["waiters"] == 5, what="the waits to be sent again")
@@ -185,8 +195,7 @@ async def kill_session(inspect, c) -> str:
     """CLIENT KILLs ``c``'s session connection; returns its old session ID
     once the grants it held are re-watched on a new one."""
     session = session_of(c)
-    old, sid = session_entry(inspect, c), session.sid
-    assert old is not None and old["cmd"] == "flock.inbox"
+    old, sid = await parked_session_entry(inspect, c), session.sid
     inspect.client_kill_filter(_id=old["id"])
     await until(lambda: session.sid not in (None, sid) and session.rewatched == session.sid, what="a re-watch")
     return sid
