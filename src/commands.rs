@@ -10,11 +10,10 @@ use crate::errors::{self, arg_error, lock_error};
 use crate::eviction;
 use crate::ffi;
 use crate::inbox;
+use crate::legacy;
 use crate::place::Place;
 use crate::state::{self, State};
-use crate::value::{
-    lock_or_create, lock_value, read_lock_value, LockValue, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION,
-};
+use crate::value::{lock_value, read_lock_value, LockValue, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION};
 use crate::waiters::WaitId;
 use flock_core::args;
 use flock_core::effects::End;
@@ -37,8 +36,8 @@ fn entered<R>(f: impl FnOnce(&mut State) -> Result<R, RedisError>) -> Result<R, 
     state::try_with(f).unwrap_or(Err(RedisError::Str(errors::NESTED)))
 }
 
-/// Opens `key_name` for writing and runs `f` on its lock, or on a new one
-/// when `create` (else `Ok(None)` when there is none).
+/// Runs `f` on the lock under `key_name` (`legacy::with_lock`), or on a
+/// new one when `create` (else `Ok(None)` when there is none).
 fn with_key<R>(
     ctx: &Context,
     s: &mut State,
@@ -46,16 +45,8 @@ fn with_key<R>(
     create: bool,
     f: impl FnOnce(&mut State, &Key, &mut LockValue) -> R,
 ) -> Result<Option<R>, RedisError> {
-    let key = ctx.open_key_writable(key_name);
-    let value = match create {
-        true => lock_or_create(&key)?,
-        false => match lock_value(&key)? {
-            Some(value) => value,
-            None => return Ok(None),
-        },
-    };
     let place = s.place(ffi::selected_db(ctx), key_name.as_slice());
-    Ok(Some(f(s, &Key { ctx, key: &key, name: key_name, place: &place }, value)))
+    legacy::with_lock(ctx, s, key_name, &place, create, f)
 }
 
 /// Leases and waits beyond `flock.max-lease-ms` are refused like bad input.
@@ -215,13 +206,20 @@ fn once(
                 Ok(reply)
             })
         })?;
-        match (done, owner) {
-            (Some(reply), _) => reply.map(Some),
-            (None, Some(owner)) => {
-                let place = s.place(ffi::selected_db(ctx), key_name.as_slice());
-                Err(not_owner(s, place, owner))
-            }
-            (None, None) => Ok(None),
+        if let Some(reply) = done {
+            return reply.map(Some);
+        }
+        let place = s.place(ffi::selected_db(ctx), key_name.as_slice());
+        // A free lock has no key; what it remembers is kept elsewhere.
+        if let Some(record) = id.and_then(|id| s.remembered.find(&place, id, ffi::now_ms())) {
+            return match record.kind == kind {
+                true => Ok(Some(record.reply)),
+                false => Err(lock_error(LockError::IdReused(record.kind))),
+            };
+        }
+        match owner {
+            Some(owner) => Err(not_owner(s, place, owner)),
+            None => Ok(None),
         }
     })
 }
@@ -258,63 +256,106 @@ pub fn force_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     Ok(RedisValue::Integer(removed.unwrap_or(0) as i64))
 }
 
-/// One holder as FLOCK.INFO shows it, after its name.
-fn reply_holder_fields(ctx: &Context, holder: &Holder, session: bool, now: u64) {
-    let numbers = [
-        ("holds", u64::from(holder.holds)),
-        ("token", holder.token),
-        ("ttl-ms", holder.deadline_ms.saturating_sub(now)),
-        ("session", u64::from(session)),
-    ];
+/// One holder as FLOCK.INFO shows it, after its name: holds, token, the
+/// lease left (-1: none), the session flag.
+fn reply_holder_fields(ctx: &Context, holds: u32, token: u64, ttl_ms: i64, session: bool) {
+    let numbers =
+        [("holds", i64::from(holds)), ("token", token as i64), ("ttl-ms", ttl_ms), ("session", i64::from(session))];
     for (name, n) in numbers {
         ffi::reply_bytes(ctx, name.as_bytes());
-        ctx.reply(Ok(RedisValue::Integer(n as i64)));
+        ctx.reply(Ok(RedisValue::Integer(n)));
     }
 }
 
+/// One holder's entry in FLOCK.INFO's `holders`.
+fn reply_holder(ctx: &Context, owner: &[u8], holds: u32, token: u64, ttl_ms: i64, session: bool, permits: u32) {
+    ffi::reply_map(ctx, 6);
+    ffi::reply_bytes(ctx, b"owner");
+    ffi::reply_bytes(ctx, owner);
+    reply_holder_fields(ctx, holds, token, ttl_ms, session);
+    ffi::reply_bytes(ctx, b"permits");
+    ctx.reply(Ok(RedisValue::Integer(i64::from(permits))));
+}
+
+/// The fields after the first holder's: the queue, the mode and its limit.
+fn reply_queue_and_mode<'a>(
+    ctx: &Context,
+    count: usize,
+    waiters: impl Iterator<Item = &'a [u8]>,
+    mode: &str,
+    limit: u32,
+) {
+    ffi::reply_bytes(ctx, b"waiters");
+    ctx.reply(Ok(RedisValue::Integer(count as i64)));
+    ffi::reply_bytes(ctx, b"queue");
+    ffi::reply_array(ctx, count);
+    for owner in waiters {
+        ffi::reply_bytes(ctx, owner);
+    }
+    ffi::reply_bytes(ctx, b"mode");
+    ffi::reply_bytes(ctx, mode.as_bytes());
+    ffi::reply_bytes(ctx, b"limit");
+    ctx.reply(Ok(RedisValue::Integer(i64::from(limit))));
+}
+
 /// The seven fields of the earliest grant, then `mode`, `limit` and every
-/// holder, earliest grant first.
+/// holder, earliest grant first. A key that a lock of another client holds
+/// (`legacy`) shows it as the one holder: the key's value as its owner,
+/// token 0, its TTL as the lease; mode `foreign`.
 pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if args.len() != 2 {
         return Err(RedisError::WrongArity);
     }
     let key = ctx.open_key(&args[1]);
-    let Some(value) = read_lock_value(&key)? else { return Ok(RedisValue::Null) };
+    let value = match read_lock_value(&key) {
+        Ok(value) => value,
+        Err(_) if info_foreign(ctx, &args[1]) => return Ok(RedisValue::NoReply),
+        Err(e) => return Err(e),
+    };
+    let Some(value) = value else { return Ok(RedisValue::Null) };
     let mut holders: Vec<(&Holder, Terms)> = value.lock.holders().iter().collect();
     holders.sort_unstable_by_key(|(h, _)| h.token);
     let Some(&(first, first_terms)) = holders.first() else { return Ok(RedisValue::Null) };
     let now = ffi::now_ms();
+    let ttl = |h: &Holder| h.deadline_ms.saturating_sub(now) as i64;
     ffi::reply_map(ctx, 10);
     ffi::reply_bytes(ctx, b"owner");
     ffi::reply_bytes(ctx, &first.owner);
-    reply_holder_fields(ctx, first, first_terms.session.is_some(), now);
-    ffi::reply_bytes(ctx, b"waiters");
-    ctx.reply(Ok(RedisValue::Integer(value.lock.waiter_count() as i64)));
-    ffi::reply_bytes(ctx, b"queue");
-    ffi::reply_array(ctx, value.lock.waiter_count());
-    for waiter in value.lock.waiters() {
-        ffi::reply_bytes(ctx, &waiter.owner);
-    }
+    reply_holder_fields(ctx, first.holds, first.token, ttl(first), first_terms.session.is_some());
     let (mode, limit) = match value.lock.mode() {
         Mode::Exclusive => ("exclusive", 0),
         Mode::Shared => ("shared", 0),
         Mode::Semaphore(limit) => ("semaphore", limit),
     };
-    ffi::reply_bytes(ctx, b"mode");
-    ffi::reply_bytes(ctx, mode.as_bytes());
-    ffi::reply_bytes(ctx, b"limit");
-    ctx.reply(Ok(RedisValue::Integer(i64::from(limit))));
+    reply_queue_and_mode(ctx, value.lock.waiter_count(), value.lock.waiters().map(|w| &*w.owner), mode, limit);
     ffi::reply_bytes(ctx, b"holders");
     ffi::reply_array(ctx, holders.len());
-    for (holder, terms) in holders {
-        ffi::reply_map(ctx, 6);
-        ffi::reply_bytes(ctx, b"owner");
-        ffi::reply_bytes(ctx, &holder.owner);
-        reply_holder_fields(ctx, holder, terms.session.is_some(), now);
-        ffi::reply_bytes(ctx, b"permits");
-        ctx.reply(Ok(RedisValue::Integer(i64::from(terms.permits))));
+    for (h, terms) in holders {
+        reply_holder(ctx, &h.owner, h.holds, h.token, ttl(h), terms.session.is_some(), terms.permits);
     }
     Ok(RedisValue::NoReply)
+}
+
+/// FLOCK.INFO of a key that a lock of another client holds, with the
+/// FLOCK waiters queued on it; false (nothing sent) if the key holds no
+/// such lock.
+fn info_foreign(ctx: &Context, name: &RedisString) -> bool {
+    let Some(held) = legacy::foreign_holder(ctx, name) else { return false };
+    let ttl = held.ttl_ms.map_or(-1, |ttl| ttl as i64);
+    let queue: Vec<Vec<u8>> = state::try_with(|s| {
+        let place = s.place(ffi::selected_db(ctx), name.as_slice());
+        legacy::shadow(s, &place).map_or_else(Vec::new, |lock| lock.waiters().map(|w| w.owner.to_vec()).collect())
+    })
+    .unwrap_or_default();
+    ffi::reply_map(ctx, 10);
+    ffi::reply_bytes(ctx, b"owner");
+    ffi::reply_bytes(ctx, &held.value);
+    reply_holder_fields(ctx, 1, 0, ttl, false);
+    reply_queue_and_mode(ctx, queue.len(), queue.iter().map(Vec::as_slice), "foreign", 0);
+    ffi::reply_bytes(ctx, b"holders");
+    ffi::reply_array(ctx, 1);
+    reply_holder(ctx, &held.value, 1, 0, ttl, false, 0);
+    true
 }
 
 /// Refuses what only the replication link and AOF loading may send: a
@@ -347,7 +388,7 @@ pub fn state(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// Applies a replicated or AOF holder record to the lock at `key_name`:
-/// made only if the record gives it a holder, removed if left unused.
+/// made only if the record gives it a holder, removed if left free.
 fn set_replicated(ctx: &Context, key_name: &RedisString, set: Set) -> RedisResult {
     entered(|s| {
         let creates = matches!(set, Set::Holder(..));
@@ -375,7 +416,17 @@ pub fn request_id(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     internal(ctx, ID_COMMAND)?;
     let (key_name, rest) = split(&args, 6)?;
     let (id, record) = record::request_command(&rest, ffi::now_ms()).map_err(|f| errors::record(ID_COMMAND, f))?;
-    let key = ctx.open_key_writable(key_name);
-    lock_or_create(&key)?.lock.restore_request(&id, record);
-    Ok(RedisValue::SimpleStringStatic("OK"))
+    entered(|s| {
+        let key = ctx.open_key_writable(key_name);
+        match lock_value(&key)? {
+            Some(value) => value.lock.restore_request(&id, record),
+            // Before the grant it belongs to makes the key, or for a free lock.
+            None => {
+                let place = s.place(ffi::selected_db(ctx), key_name.as_slice());
+                s.remembered.record(place, &id, record);
+                engine::wake_for_remembered(s);
+            }
+        }
+        Ok(RedisValue::SimpleStringStatic("OK"))
+    })
 }

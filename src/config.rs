@@ -1,7 +1,11 @@
 //! Module settings: `loadmodule ... max-waiters N max-lease-ms N
-//! allow-eviction yes|no`, and `CONFIG GET/SET flock.*` at run time.
+//! allow-eviction yes|no legacy-locks ttl|all|no`, and `CONFIG GET/SET
+//! flock.*` at run time.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Mutex;
+
+use redis_module::enum_configuration;
 
 use flock_core::limits::MAX_MS;
 
@@ -27,6 +31,27 @@ pub fn retry_window_ms() -> u64 {
 /// locks (see `eviction`): ACQUIRE grants under it anyway.
 pub static ALLOW_EVICTION: AtomicBool = AtomicBool::new(false);
 
+enum_configuration! {
+    /// Which keys of other types FLOCK waits for as locks held outside it
+    /// (`legacy`): the option's values are the names.
+    #[allow(non_camel_case_types)]
+    #[derive(PartialEq, Eq, Debug)]
+    pub enum LegacyLocks {
+        /// String keys with a TTL, as every `SET key value NX PX` lock is.
+        ttl = 0,
+        /// Any string key (locks set without an expiry too).
+        all = 1,
+        /// None: `WRONGTYPE`, as before.
+        no = 2,
+    }
+}
+
+pub static LEGACY_LOCKS: Mutex<LegacyLocks> = Mutex::new(LegacyLocks::ttl);
+
+pub fn legacy_locks() -> LegacyLocks {
+    LEGACY_LOCKS.lock().map_or(LegacyLocks::ttl, |l| l.clone())
+}
+
 pub fn max_waiters() -> usize {
     usize::try_from(MAX_WAITERS.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
 }
@@ -43,7 +68,7 @@ pub fn allow_eviction() -> bool {
 /// that CONFIG SET makes (it reads any bool other than `yes` as `no`): name
 /// value pairs of known options, numbers in range, bools `yes` or `no`.
 pub fn check_load_args(args: &[&[u8]]) -> Result<(), String> {
-    const USAGE: &str = "max-waiters N max-lease-ms N retry-window-ms N allow-eviction yes|no";
+    const USAGE: &str = "max-waiters N max-lease-ms N retry-window-ms N allow-eviction yes|no legacy-locks ttl|all|no";
     if !args.len().is_multiple_of(2) {
         return Err(format!("module arguments are name value pairs: {USAGE}"));
     }
@@ -54,6 +79,8 @@ pub fn check_load_args(args: &[&[u8]]) -> Result<(), String> {
             "max-lease-ms" | "retry-window-ms" => (1, MAX_MS as i64),
             "allow-eviction" if matches!(pair[1], b"yes" | b"no") => continue,
             "allow-eviction" => return Err("module argument allow-eviction must be yes or no".into()),
+            "legacy-locks" if matches!(pair[1], b"ttl" | b"all" | b"no") => continue,
+            "legacy-locks" => return Err("module argument legacy-locks must be ttl, all or no".into()),
             _ => return Err(format!("unknown module argument '{name}': known are {USAGE}")),
         };
         // Plain digits, as commands take numbers (Rust's parse takes a sign).

@@ -1,7 +1,7 @@
 //! Turns what a core operation did (its `Outcome`s) into its effects in
 //! Redis, each through the one table `effects::effects`: counters, keyspace
 //! events, replication, the lease timer, session bindings, replies to
-//! blocked clients, and the key removed once the lock is unused.
+//! blocked clients, and the key removed once the lock is free.
 
 use std::ffi::CStr;
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ use redis_module::{Context, NotifyEvent, RedisString};
 use crate::config;
 use crate::ffi::{self, MAX_ARGS};
 use crate::place::Place;
-use crate::state::{self, Lease, Scratch, Send, State};
+use crate::state::{self, Lease, Scratch, Send, Shadow, State};
 use crate::value::{lock_value, with_args, LockValue, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION};
 use crate::waiters::{self, WaitId};
 use flock_core::deadlines::{DeadlineId, Pop};
@@ -127,7 +127,7 @@ pub struct Key<'a> {
 
 /// Runs `op` on the lock in `k` after ending the leases a command about
 /// `owner` must not see past their end, then applies every effect. The key
-/// is deleted when the lock is left unused.
+/// is deleted when the lock is left free.
 pub fn update<R>(
     s: &mut State,
     k: &Key,
@@ -136,7 +136,6 @@ pub fn update<R>(
     op: impl FnOnce(&mut State, &mut Lock<WaitId>, &mut Outcomes<WaitId>, u64) -> R,
 ) -> R {
     let now = ffi::now_ms();
-    let lingering_before = is_lingering(value);
     let requests_made = value.lock.requests().map_or(0, Requests::made);
     let mut scratch = std::mem::take(&mut s.scratch);
     // A replica follows its master and never ends a lease itself.
@@ -145,24 +144,10 @@ pub fn update<R>(
     }
     let result = op(s, &mut value.lock, &mut scratch.outcomes, now);
     follow(s, k.place, &mut value.lock, now, &mut scratch);
-    let recorded = propagate_requests(k, value, requests_made);
-    if value.lock.is_unused() {
-        // Replicas never forget request IDs on their own, so a key the
-        // master drops is dropped there by name, whatever they remember.
-        ffi::replicate(k.ctx, c"DEL", &[k.name.as_slice()]);
-        // Detached from timers and sessions already: the unlink callback
-        // this runs has nothing left to do.
-        let _ = k.key.delete();
-    } else {
+    propagate_requests(k, value, requests_made);
+    if !remove_if_free(s, k, value) {
         for send in &scratch.sends {
             propagate(k, &value.lock, send);
-        }
-        if is_lingering(value) && (!scratch.sends.is_empty() || recorded) {
-            linger(k, value, now);
-        } else if lingering_before && !value.lock.is_idle() {
-            // In use again: the TTL that kept its request IDs must not end it.
-            let _ = k.key.remove_expire();
-            ffi::replicate(k.ctx, c"PERSIST", &[k.name.as_slice()]);
         }
     }
     for event in scratch.events.drain(..) {
@@ -175,7 +160,7 @@ pub fn update<R>(
 
 /// Runs `op` on the lock in `k` as replicated or loaded state says: its
 /// effects on leases and sessions, nothing counted, sent or notified. The
-/// key is deleted when the lock is left unused.
+/// key is deleted when the lock is left free.
 pub fn restore(
     s: &mut State,
     k: &Key,
@@ -185,50 +170,48 @@ pub fn restore(
     let mut out = Vec::new();
     op(&mut value.lock, &mut out);
     follow_quietly(s, k.place, &mut value.lock, out);
-    if value.lock.is_unused() {
+    if value.lock.is_idle() {
+        remember(s, k.place, value.lock.take_requests());
         let _ = k.key.delete();
     }
 }
 
-/// Free, kept only by the request IDs it remembers.
-pub fn is_lingering(value: &LockValue) -> bool {
-    value.lock.is_idle() && !value.lock.is_unused()
-}
-
-/// A free lock stays as long as it remembers request IDs, so that a resent
-/// command still finds its first reply; then Redis expires the key, and
-/// replicas and the AOF see that as for any key with a TTL.
-fn linger(k: &Key, value: &LockValue, now: u64) {
-    let Some(until) = value.lock.requests().map(Requests::latest_expiry) else { return };
-    let _ = k.key.set_expire(Duration::from_millis(until.saturating_sub(now).max(1)));
-    ffi::replicate(k.ctx, c"PEXPIREAT", &[k.name.as_slice(), until.to_string().as_bytes()]);
-}
-
-/// From a timer, after RESTORE or PERSIST of the key `key` of database
-/// `db`: a free lock there lingers again for as long as its request IDs
-/// last. A replica follows its master's TTL.
-pub fn linger_again(ctx: &Context, (db, key): (i32, Vec<u8>)) {
-    if ffi::is_replica() {
-        return;
+/// A free lock leaves no key, so that any client finds the name free (an
+/// old client's `SET NX` too); its request IDs stay in the state until they
+/// expire. Replicas and the AOF see the key deleted by name.
+fn remove_if_free(s: &mut State, k: &Key, value: &mut LockValue) -> bool {
+    if !value.lock.is_idle() {
+        return false;
     }
-    state::with(|s| {
-        let place = s.place(db, &key);
-        open_lock_at(ctx, s, &place, |_, k, value| {
-            if is_lingering(value) {
-                linger(k, value, ffi::now_ms());
-            }
-        });
-    });
+    remember(s, k.place, value.lock.take_requests());
+    ffi::replicate(k.ctx, c"DEL", &[k.name.as_slice()]);
+    // Detached from timers and sessions already: the unlink callback this
+    // runs has nothing left to do.
+    let _ = k.key.delete();
+    true
+}
+
+/// Keeps the request IDs of a lock that leaves its key, and wakes up to
+/// forget them when they expire.
+pub fn remember(s: &mut State, place: &Place, requests: Option<Requests>) {
+    let Some(requests) = requests else { return };
+    s.remembered.keep(place.clone(), requests);
+    wake_for_remembered(s);
+}
+
+pub fn wake_for_remembered(s: &mut State) {
+    if let Some(at) = s.remembered.next_expiry() {
+        wake_at(s, at, ffi::now_ms());
+    }
 }
 
 /// Sends the request IDs an operation recorded to replicas and the AOF,
-/// before the state they belong to; true if there were any.
-fn propagate_requests(k: &Key, value: &LockValue, since: u64) -> bool {
-    let Some(requests) = value.lock.requests().filter(|r| r.made() > since) else { return false };
+/// before the state they belong to.
+fn propagate_requests(k: &Key, value: &LockValue, since: u64) {
+    let Some(requests) = value.lock.requests().filter(|r| r.made() > since) else { return };
     for (id, record) in requests.made_since(since) {
         replicate(k, ID_COMMAND, &request_words(id, record));
     }
-    true
 }
 
 /// Sends one holder as it is now, or that its owner holds nothing, as one
@@ -335,7 +318,9 @@ fn on_tick(ctx: &Context, (): ()) {
                 });
             });
         }
-        if let Some(next) = s.deadlines.next_deadline() {
+        s.remembered.prune(now);
+        let next = [s.deadlines.next_deadline(), s.remembered.next_expiry()].into_iter().flatten().min();
+        if let Some(next) = next {
             wake_at(s, next, ffi::now_ms());
         }
     });
@@ -355,17 +340,38 @@ pub fn file_leases_now(s: &mut State, value: &mut LockValue, place: &Place) {
     }
 }
 
-/// Opens the lock at `place` in its current database, if there is one, and
-/// runs `f` on it.
+/// Opens the lock at `place` in its current database, if there is one (the
+/// key's, or the shadow its waiters queue on while a lock of another client
+/// holds the key), and runs `f` on it.
 pub fn open_lock_at(ctx: &Context, s: &mut State, place: &Place, f: impl FnOnce(&mut State, &Key, &mut LockValue)) {
     let db = s.dbs.db(place.ident());
     ffi::with_db(ctx, db, || {
         let name = ffi::key_name(ctx, place.key());
         let key = ctx.open_key_writable(&name);
-        if let Ok(Some(value)) = lock_value(&key) {
-            f(s, &Key { ctx, key: &key, name: &name, place }, value);
+        let k = Key { ctx, key: &key, name: &name, place };
+        match lock_value(&key) {
+            Ok(Some(value)) => f(s, &k, value),
+            _ => {
+                if let Some(shadow) = s.shadows.remove(place) {
+                    on_shadow(s, &k, shadow, f);
+                }
+            }
         }
     });
+}
+
+/// Runs `f` on a shadow lock, kept as long as anyone waits on it.
+pub fn on_shadow<R>(
+    s: &mut State,
+    k: &Key,
+    mut shadow: Shadow,
+    f: impl FnOnce(&mut State, &Key, &mut LockValue) -> R,
+) -> R {
+    let result = f(s, k, &mut shadow.value);
+    if shadow.value.lock.waiter_count() > 0 {
+        s.shadows.insert(k.place.clone(), shadow);
+    }
+    result
 }
 
 /// The lock leaves its key (deleted, overwritten, expired, renamed or moved
@@ -374,6 +380,7 @@ pub fn open_lock_at(ctx: &Context, s: &mut State, place: &Place, f: impl FnOnce(
 /// arrives elsewhere here). Redis may call this from inside FLOCK's own
 /// calls, so the work waits for the state if it is borrowed.
 pub fn detach(value: &mut LockValue, db: i32, key: &[u8], why: End) {
+    let requests = value.lock.take_requests();
     let mut out = Vec::new();
     value.lock.drain_waiters(Leave::Deleted, &mut out);
     let ended: Vec<(Holder, Terms)> = value.lock.holders().iter().map(|(h, t)| (h.clone(), t)).collect();
@@ -381,19 +388,24 @@ pub fn detach(value: &mut LockValue, db: i32, key: &[u8], why: End) {
         holder.deadline_id = None;
     }
     out.extend(ended.into_iter().map(|(holder, terms)| Outcome::Ended { holder, terms, why }));
-    if out.is_empty() {
+    if out.is_empty() && requests.is_none() {
         return;
     }
     let key = key.to_vec();
     state::now_or_after(move |s| {
         let place = s.place(db, &key);
         follow_quietly(s, &place, &mut Lock::default(), out);
+        remember(s, &place, requests);
     });
 }
 
-/// The lock arrived under a new name or database (RENAME, MOVE): its leases
-/// and session bindings follow it, and its holders are not deleted after all.
-pub fn attach(s: &mut State, value: &mut LockValue, db: i32, key: &[u8]) {
+/// The lock arrived under a new name or database (RENAME, MOVE) from
+/// `from`: its leases, session bindings and request IDs follow it, and its
+/// holders are not deleted after all.
+pub fn attach(s: &mut State, value: &mut LockValue, db: i32, key: &[u8], from: Option<Place>) {
+    if let Some(requests) = from.and_then(|from| s.remembered.take(&from)) {
+        value.lock.adopt_requests(requests);
+    }
     let place = s.place(db, key);
     let now = ffi::now_ms();
     let tokens: Vec<u64> = value.lock.holders().iter().map(|(h, _)| h.token).collect();

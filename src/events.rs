@@ -7,8 +7,8 @@ use redis_module::{Context, NotifyEvent};
 
 use crate::ffi::{self, ServerEvents};
 use crate::state;
-use crate::value::{lock_value, read_lock_value};
-use crate::{blocking, engine, eviction, inbox};
+use crate::value::lock_value;
+use crate::{blocking, engine, eviction, inbox, legacy};
 use flock_core::effects::{End, Leave, Loss};
 
 pub struct Events;
@@ -29,6 +29,9 @@ impl ServerEvents for Events {
                 places.retain(|(p, _)| !flushed(p.ident()));
             }
             s.bindings.retain(|_, places| !places.is_empty());
+            s.remembered.forget_where(|place| flushed(place.ident()));
+            // Their waiters are among `gone`, answered below.
+            s.shadows.retain(|place, _| !flushed(place.ident()));
             for wait in gone {
                 engine::answer_left(s, wait, Leave::Deleted);
             }
@@ -80,27 +83,35 @@ impl ServerEvents for Events {
     }
 }
 
+/// Keys that locks of other clients hold and FLOCK waiters wait on go with
+/// `del`, `expired`, `evicted`, `rename_from` and `move_from`, or change
+/// with `rename_to` and `move_to` (`legacy`).
 /// RENAME and MOVE fire the type's unlink callback on the source, which
-/// takes its leases and session bindings; they follow the lock here.
-/// RESTORE (with the TTL its client chose: none for 0) and PERSIST can leave
-/// a free lock, kept only by its request IDs, without the TTL that ends it:
-/// a timer gives it back (it may not change the key from inside the event).
+/// takes its leases and session bindings, and keeps its request IDs as a
+/// free lock's; they follow the lock here. Redis notifies the source
+/// (`rename_from`, `move_from`) just before the destination.
 pub fn on_keyspace_event(ctx: &Context, _: NotifyEvent, event: &str, key: &[u8]) {
     match event {
+        "rename_from" | "move_from" => {
+            state::with(|s| {
+                let place = s.place(ffi::selected_db(ctx), key);
+                s.moving_from = Some(place);
+            });
+            legacy::key_event(ctx, key);
+        }
+        // A lock of another client may have let go of the key.
+        "del" | "expired" | "evicted" => legacy::key_event(ctx, key),
         "rename_to" | "move_to" => {
             let name = ffi::key_name(ctx, key);
             let handle = ctx.open_key_writable(&name);
-            if let Ok(Some(value)) = lock_value(&handle) {
-                state::with(|s| engine::attach(s, value, ffi::selected_db(ctx), key));
-            }
-        }
-        // Only for a lingering lock: a slot move RESTOREs every key of the
-        // slot, and most are not locks.
-        "restore" | "persist" => {
-            let name = ffi::key_name(ctx, key);
-            if matches!(read_lock_value(&ctx.open_key(&name)), Ok(Some(value)) if engine::is_lingering(value)) {
-                ffi::create_timer(0, engine::linger_again, (ffi::selected_db(ctx), key.to_vec()));
-            }
+            state::with(|s| {
+                let from = s.moving_from.take();
+                if let Ok(Some(value)) = lock_value(&handle) {
+                    engine::attach(s, value, ffi::selected_db(ctx), key, from);
+                }
+            });
+            // It may land on a name that FLOCK waiters wait on.
+            legacy::key_event(ctx, key);
         }
         _ => {}
     }

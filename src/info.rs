@@ -14,7 +14,7 @@ use flock_core::effects::Counter;
 fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     // The crash report may call this while FLOCK's own code holds the state:
     // it then shows the counters as zero rather than panic in the handler.
-    let (counters, waiters, leases, latency, unsafe_policy, refused, sessions) = state::try_with(|s| {
+    let (counters, waiters, leases, latency, unsafe_policy, refused, sessions, remembered) = state::try_with(|s| {
         (
             s.counters,
             s.waiters.len(),
@@ -23,6 +23,7 @@ fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
             s.eviction.policy.is_some(),
             s.eviction_refused,
             s.sessions.len(),
+            s.remembered.len(),
         )
     })
     .unwrap_or_default();
@@ -35,6 +36,7 @@ fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         ("eviction_unsafe", u64::from(unsafe_policy)),
         ("eviction_refused_acquires", refused),
         ("sessions", sessions as u64),
+        ("remembered_free_locks", remembered as u64),
     ]);
     ffi::info_section(ctx, &fields);
     Ok(())

@@ -57,6 +57,9 @@ impl KeyType for LockType {
                     }
                     let place = s.place(db, &key);
                     engine::file_leases_now(s, &mut value, &place);
+                    if let Some(requests) = s.remembered.take(&place) {
+                        value.lock.adopt_requests(requests);
+                    }
                 });
                 Some(value)
             }
@@ -110,28 +113,64 @@ impl KeyType for LockType {
         engine::detach(value, db, key, why);
     }
 
+    /// The highest token, then (from version 5) the request IDs of free
+    /// locks: a count of locks, each as its db, its key and its records (a
+    /// count, then each as `record::request_words`).
     fn aux_save(io: &Io) {
-        io.save_unsigned(state::with(|s| s.tokens.last()));
+        state::with(|s| {
+            io.save_unsigned(s.tokens.last());
+            io.save_unsigned(s.remembered.len() as u64);
+            for (place, requests) in s.remembered.iter() {
+                io.save_unsigned(s.dbs.db(place.ident()) as u64);
+                io.save_bytes(place.key());
+                io.save_unsigned(requests.len() as u64);
+                for (id, record) in requests.iter() {
+                    save_words(io, &record::request_words(id, record));
+                }
+            }
+        });
     }
 
     fn aux_load(io: &Io, encver: i32) -> bool {
-        // The aux data (the highest token) is the same in every version.
-        let known = (1..=ENCODING_VERSION).contains(&encver);
-        match io.load_unsigned() {
-            Some(last) if known && last <= MAX_TOKEN => {
-                state::with(|s| s.tokens.observe(last));
-                true
-            }
-            Some(last) if known => {
-                io.log_error(&format!("FLOCK refuses a highest token of {last}: tokens are at most {MAX_TOKEN}"));
-                false
-            }
-            _ => {
-                io.log_error(&format!("FLOCK cannot load its module data (encoding version {encver})"));
-                false
+        if !(1..=ENCODING_VERSION).contains(&encver) {
+            io.log_error(&format!("FLOCK cannot load its module data (encoding version {encver})"));
+            return false;
+        }
+        let loaded = load_aux(&mut Rdb(io), encver, ffi::now_ms());
+        if let Err(e) = &loaded {
+            io.log_error(&format!("FLOCK cannot load its module data: {e}"));
+        }
+        loaded.is_ok()
+    }
+}
+
+/// Reads the aux data of encoding `encver` into the state, every field
+/// checked as for a lock.
+fn load_aux(words: &mut Rdb, encver: i32, now: u64) -> Result<(), String> {
+    let last = words.number(Field::Length).map_err(errors::refused_load)?;
+    if last > MAX_TOKEN {
+        return Err(format!("a highest token of {last}: tokens are at most {MAX_TOKEN}"));
+    }
+    state::with(|s| s.tokens.observe(last));
+    if encver < 5 {
+        return Ok(());
+    }
+    let read = |words: &mut Rdb| -> Result<(), Field> {
+        for _ in 0..words.number(Field::Length)? {
+            let db = i32::try_from(words.number(Field::Length)?).map_err(|_| Field::Length)?;
+            let key = words.bytes()?;
+            for _ in 0..words.number(Field::Length)? {
+                let (id, record) = record::read_request(words, now)?;
+                state::with(|s| {
+                    let place = s.place(db, &key);
+                    s.remembered.record(place, &id, record);
+                });
             }
         }
-    }
+        state::with(engine::wake_for_remembered);
+        Ok(())
+    };
+    read(words).map_err(errors::refused_load)
 }
 
 /// Adds a loaded holder, refusing what no command could have made beside

@@ -13,14 +13,17 @@
 //!    `command_docs`.
 //! 2. `waiters` (the registry of waiters, each answered exactly once: a
 //!    blocked client, or an event in its session's inbox).
-//! 3. `value` (the stored lock value), `state` (connection state: waiters,
-//!    sessions, lease deadlines, counters; borrowed once per callback).
-//! 4. `engine` (outcomes to effects: hand-offs, leases and their timer,
+//! 3. `value` (the stored lock value).
+//! 4. `state` (connection state: waiters, sessions, lease deadlines,
+//!    counters, shadow locks, free locks' request IDs; borrowed once per
+//!    callback).
+//! 5. `engine` (outcomes to effects: hand-offs, leases and their timer,
 //!    session bindings and watches, counters, events, replication, key
-//!    removal), `eviction`, `info`.
-//! 5. Callbacks: `blocking` (WAIT), `keytype` (the key type's callbacks).
-//! 6. `inbox` (a session's blocked read, and its end).
-//! 7. Callbacks: `commands` (the FLOCK.* handlers), `events` (server and
+//!    removal), `eviction`, `info`, `filter`.
+//! 6. Callbacks: `blocking` (WAIT), `keytype` (the key type's callbacks),
+//!    `legacy` (keys that locks of other clients hold: their shadow locks).
+//! 7. `inbox` (a session's blocked read, and its end).
+//! 8. Callbacks: `commands` (the FLOCK.* handlers), `events` (server and
 //!    keyspace events).
 
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -39,6 +42,7 @@ mod filter;
 mod inbox;
 mod info;
 mod keytype;
+mod legacy;
 mod place;
 mod sessions;
 mod state;
@@ -50,7 +54,8 @@ mod module {
     use redis_module::{redis_module, Context, RedisString, Status};
 
     use crate::config::{
-        ALLOW_EVICTION, DEFAULT_MAX_WAITERS, DEFAULT_RETRY_WINDOW_MS, MAX_LEASE_MS, MAX_WAITERS, RETRY_WINDOW_MS,
+        LegacyLocks, ALLOW_EVICTION, DEFAULT_MAX_WAITERS, DEFAULT_RETRY_WINDOW_MS, LEGACY_LOCKS, MAX_LEASE_MS,
+        MAX_WAITERS, RETRY_WINDOW_MS,
     };
     use flock_core::limits::MAX_MS;
 
@@ -127,7 +132,7 @@ mod module {
             ["flock.holder", commands::holder, "write fast", 1, 1, 1, ""],
         ],
         event_handlers: [
-            [@GENERIC: events::on_keyspace_event],
+            [@GENERIC @EXPIRED @EVICTED: events::on_keyspace_event],
         ],
         configurations: [
             i64: [
@@ -140,7 +145,9 @@ mod module {
             bool: [
                 ["allow-eviction", &ALLOW_EVICTION, false, ConfigurationFlags::DEFAULT, None],
             ],
-            enum: [],
+            enum: [
+                ["legacy-locks", &LEGACY_LOCKS, LegacyLocks::ttl, ConfigurationFlags::DEFAULT, None],
+            ],
             module_args_as_configuration: true,
         ]
     }

@@ -1,6 +1,7 @@
 //! Module-wide state that is connection state, not data: waiters,
 //! sessions, SESSION bindings, recent losses, lease deadlines, counters, the token source, and where
-//! each database went after SWAPDB. Only the Redis main thread touches it.
+//! each database went after SWAPDB; and the one datum that is data, the
+//! request IDs of free locks (saved as the module's aux data). Only the Redis main thread touches it.
 //!
 //! The rule: every callback Redis makes into FLOCK borrows the state once,
 //! with `with` at its entry, and passes `&mut State` down; nothing below an
@@ -16,11 +17,13 @@ use std::collections::{HashMap, HashSet};
 use crate::ffi::Timer;
 use crate::place::{DbMap, Place};
 use crate::sessions::Sessions;
+use crate::value::LockValue;
 use crate::waiters::{WaitId, Waiters};
 use flock_core::deadlines::Deadlines;
 use flock_core::effects::{Counters, Event};
 use flock_core::lock::Outcomes;
 use flock_core::losses::Losses;
+use flock_core::requests::Remembered;
 use flock_core::tokens::TokenSource;
 
 /// A lease filed in the deadline wheel: the token tells a stale entry (the
@@ -28,6 +31,13 @@ use flock_core::tokens::TokenSource;
 pub struct Lease {
     pub token: u64,
     pub place: Place,
+}
+
+/// The lock FLOCK's waiters queue on while a lock of another client holds
+/// the key (`legacy`), and when the timer set for that lock's TTL fires.
+pub struct Shadow {
+    pub value: LockValue,
+    pub watching: Option<u64>,
 }
 
 /// What the server's memory settings mean for lock keys, as last read
@@ -84,6 +94,12 @@ pub struct State {
     pub dbs: DbMap,
     pub waiters: Waiters,
     pub sessions: Sessions,
+    /// The request IDs of free locks, which have no key.
+    pub remembered: Remembered<Place>,
+    /// The waiters of keys that locks of other clients hold.
+    pub shadows: HashMap<Place, Shadow>,
+    /// The source of the RENAME or MOVE Redis is notifying.
+    pub moving_from: Option<Place>,
     /// Why recent grants ended, by lock and owner, for NOTOWNER.
     pub losses: Losses<(Place, Box<[u8]>)>,
     /// client id -> the holders bound to that connection (SESSION), each as

@@ -15,7 +15,9 @@ use flock_core::lock::Lock;
 use flock_core::record::Word;
 
 pub const TYPE_NAME: &str = "flocklock";
-/// 4: the key's mode (`record::mode_words`), its holders (a count, then
+/// 5: as 4; the module's aux data adds the request IDs of free locks,
+/// which have no key.
+/// 4 (still loaded): the key's mode (`record::mode_words`), its holders (a count, then
 /// each as `record::holder_words`), its remembered request IDs (a count,
 /// then each as `record::request_words`).
 /// 3 (still loaded): as 2, then the limit (0 for a lock) and the shared or
@@ -23,7 +25,7 @@ pub const TYPE_NAME: &str = "flocklock";
 /// 2 (still loaded): a holder flag, then the exclusive holder (its
 /// `holder_words` without permits), then the request IDs.
 /// 1 (still loaded): the exclusive holder alone.
-pub const ENCODING_VERSION: i32 = 4;
+pub const ENCODING_VERSION: i32 = 5;
 
 /// The internal command that sets one holder of any kind, or the key's
 /// mode, as replicas and the AOF see it: `FLOCK.HOLDER key mode limit
@@ -90,11 +92,9 @@ pub fn read_lock_value(key: &redis_module::key::RedisKey) -> Result<Option<&Lock
     key.get_value::<LockValue>(lock_type()?).map_err(|_| RedisError::Str(WRONGTYPE))
 }
 
-/// The lock under `key`, made empty (free) if the key does not exist.
-pub fn lock_or_create<'a>(key: &RedisKeyWritable) -> Result<&'a mut LockValue, RedisError> {
-    if lock_value(key)?.is_none() {
-        key.set_value(lock_type()?, LockValue::new(Lock::default()))?;
-    }
+/// A new, free lock under the empty `key`.
+pub fn create_lock<'a>(key: &RedisKeyWritable) -> Result<&'a mut LockValue, RedisError> {
+    key.set_value(lock_type()?, LockValue::new(Lock::default()))?;
     lock_value(key)?.ok_or(RedisError::Str(NOT_CREATED))
 }
 

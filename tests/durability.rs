@@ -498,39 +498,26 @@ fn restore_of_a_lock_whose_lease_already_ran_out_ends_it_at_once() {
     wait_until("the restored lock with a lapsed lease to end", SECOND, || !exists(&mut c, "L2"));
 }
 
-/// A free lock kept only by its request IDs, as RESTORE with TTL 0 or
-/// PERSIST leave it: it must still go when they expire, as free means gone.
-fn lingering_lock_goes_with_its_request_ids_after(untimed: impl FnOnce(&mut redis::Connection)) {
+/// A renamed lock carries its request IDs (they travel with a key in use),
+/// and leaves no key under either name once free.
+#[test]
+fn a_renamed_lock_released_leaves_no_key_and_remembers_its_ids() {
     let s = Server::start();
     let mut c = s.conn();
-    config_set(&mut c, &[("flock.retry-window-ms", "1000")]);
     let _: i64 = redis::cmd("FLOCK.ACQUIRE").arg("L").arg("a").arg(10_000).arg("ID").arg("r1").query(&mut c).unwrap();
-    let _: i64 = redis::cmd("FLOCK.RELEASE").arg("L").arg("a").arg("ID").arg("r2").query(&mut c).unwrap();
-    let released = Instant::now();
-    untimed(&mut c);
-    wait_until("the free lock to linger again with a TTL", SECOND, || {
-        let ttl: i64 = redis::cmd("PTTL").arg("L2").query(&mut c).unwrap();
-        (1..=1_000).contains(&ttl)
-    });
-    wait_gone(&mut c, "L2", released + Duration::from_millis(1_000), 5 * SECOND);
-    wait_until("no lock left (the dumped one lingers for its own window)", 2 * SECOND, || s.stat("locks") == 0);
-}
-
-#[test]
-fn restore_without_ttl_of_a_free_lock_kept_by_request_ids_lingers_only_as_long_as_they_do() {
-    lingering_lock_goes_with_its_request_ids_after(|c| {
-        let payload: Vec<u8> = redis::cmd("DUMP").arg("L").query(c).expect("DUMP");
-        let _: () = redis::cmd("RESTORE").arg("L2").arg(0).arg(&payload).query(c).expect("RESTORE");
-    });
-}
-
-#[test]
-fn persist_of_a_free_lock_kept_by_request_ids_does_not_keep_it() {
-    lingering_lock_goes_with_its_request_ids_after(|c| {
-        let _: () = redis::cmd("RENAME").arg("L").arg("L2").query(c).expect("RENAME");
-        let persisted: i64 = redis::cmd("PERSIST").arg("L2").query(c).expect("PERSIST");
-        assert_eq!(persisted, 1, "the lingering lock had a TTL");
-    });
+    let _: () = redis::cmd("RENAME").arg("L").arg("L2").query(&mut c).expect("RENAME");
+    let again: i64 =
+        redis::cmd("FLOCK.ACQUIRE").arg("L2").arg("a").arg(10_000).arg("ID").arg("r1").query(&mut c).unwrap();
+    assert_eq!(
+        info_field(&mut c, "L2", "holds"),
+        Some(Value::Int(1)),
+        "the resend under the new name added no hold: {again}"
+    );
+    let _: i64 = redis::cmd("FLOCK.RELEASE").arg("L2").arg("a").arg("ID").arg("r2").query(&mut c).unwrap();
+    assert!(!exists(&mut c, "L") && !exists(&mut c, "L2"), "free means gone, under either name");
+    let left: i64 = redis::cmd("FLOCK.RELEASE").arg("L2").arg("a").arg("ID").arg("r2").query(&mut c).unwrap();
+    assert_eq!(left, 0, "the release's resend is answered as the first time");
+    assert_eq!(s.stat("locks"), 0);
 }
 
 #[test]

@@ -338,7 +338,14 @@ impl Fuzzer {
                 let ms = self.ms();
                 self.keyed("PEXPIRE", &[ms]);
             }
-            785..=794 => self.keyed("SET", &[b"v".to_vec()]),
+            // A plain string, or a lock of another client (`flock.legacy-locks`).
+            785..=794 => match self.rng.gen_bool(0.5) {
+                true => self.keyed("SET", &[b"v".to_vec()]),
+                false => {
+                    let ms = self.ms();
+                    self.keyed("SET", &[b"legacy".to_vec(), b"NX".to_vec(), b"PX".to_vec(), ms]);
+                }
+            },
             795..=809 => {
                 let name = ["TYPE", "EXISTS", "GET", "PTTL"][self.rng.gen_range(0..4)];
                 self.keyed(name, &[]);
@@ -361,9 +368,16 @@ impl Fuzzer {
                 let db = self.rng.gen_range(0..2);
                 self.run("SELECT", redis::cmd("SELECT").arg(db));
             }
-            920..=924 => {
+            920..=922 => {
                 let n = [1, 2, 100_000][self.rng.gen_range(0..3)];
                 self.run("CONFIG SET max-waiters", redis::cmd("CONFIG").arg("SET").arg("flock.max-waiters").arg(n));
+            }
+            923..=924 => {
+                let which = ["ttl", "all", "no"][self.rng.gen_range(0..3)];
+                self.run(
+                    "CONFIG SET legacy-locks",
+                    redis::cmd("CONFIG").arg("SET").arg("flock.legacy-locks").arg(which),
+                );
             }
             _ => self.pipeline(),
         }
@@ -559,11 +573,13 @@ fn settle_and_check(s: &mut Server, r: &mut Server, what: &str) {
     wait_until(&format!("{what}: blocked_clients 0"), 10 * SECOND, || s.blocked_clients() == 0);
     wait_until(&format!("{what}: flock_waiters 0"), 10 * SECOND, || s.stat("waiters") == 0);
     // Every lease is at most MAX_LEASE_MS: none may outlive it, nor its
-    // entry in the deadline wheel, nor its copy on the replica.
+    // entry in the deadline wheel, nor its copy on the replica; nor may a
+    // free lock's request IDs outlive the retry window, of the same length.
     let leases_end = Duration::from_millis(MAX_LEASE_MS) + 5 * SECOND;
     for (server, name) in [(&*s, "master"), (&*r, "replica")] {
         let deadline = Instant::now() + leases_end;
-        while server.stat("locks") + server.stat("leases") != 0 {
+        // Free locks' request IDs last the retry window, as long as the leases.
+        while server.stat("locks") + server.stat("leases") + server.stat("remembered_free_locks") != 0 {
             if Instant::now() > deadline {
                 panic!(
                     "{what}: the {name} keeps locks or leases after every lease ran out: {:?}\nmaster: {}\nreplica: {}",

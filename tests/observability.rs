@@ -14,7 +14,7 @@ const MS: Duration = Duration::from_millis(1);
 // ---------------------------------------------------------------- INFO flock
 
 /// Every field of `INFO flock`, in order (Redis adds the `flock_` prefix).
-const INFO_FIELDS: [&str; 24] = [
+const INFO_FIELDS: [&str; 25] = [
     "locks",
     "waiters",
     "leases",
@@ -39,6 +39,7 @@ const INFO_FIELDS: [&str; 24] = [
     "eviction_unsafe",
     "eviction_refused_acquires",
     "sessions",
+    "remembered_free_locks",
 ];
 
 #[test]
@@ -465,13 +466,16 @@ fn config_get_and_set_round_trip_and_refuse_out_of_range() {
     let all: Vec<String> = redis::cmd("CONFIG").arg("GET").arg("flock.*").query(&mut c).unwrap();
     assert_eq!(config_get(&mut c, "flock.allow-eviction"), "no");
     assert_eq!(config_get(&mut c, "flock.retry-window-ms"), "60000");
-    assert_eq!(all.len(), 8, "{all:?}");
+    assert_eq!(config_get(&mut c, "flock.legacy-locks"), "ttl");
+    assert_eq!(all.len(), 10, "{all:?}");
 
     let good = [
         ("flock.max-waiters", "7"),
         ("flock.max-lease-ms", "5000"),
         ("flock.max-waiters", "1"),
         ("flock.retry-window-ms", "250"),
+        ("flock.legacy-locks", "all"),
+        ("flock.legacy-locks", "no"),
     ];
     for (name, value) in good {
         try_config_set(&mut c, name, value).unwrap();
@@ -485,6 +489,7 @@ fn config_get_and_set_round_trip_and_refuse_out_of_range() {
         ("flock.max-lease-ms", "1099511627777"),
         ("flock.max-lease-ms", "1.5"),
         ("flock.retry-window-ms", "0"),
+        ("flock.legacy-locks", "yes"),
     ];
     for (name, value) in bad {
         let e = try_config_set(&mut c, name, value).expect_err(&format!("{name} {value} refused"));
@@ -492,6 +497,7 @@ fn config_get_and_set_round_trip_and_refuse_out_of_range() {
     }
     assert_eq!(config_get(&mut c, "flock.max-waiters"), "1");
     assert_eq!(config_get(&mut c, "flock.max-lease-ms"), "5000");
+    assert_eq!(config_get(&mut c, "flock.legacy-locks"), "no");
 }
 
 #[test]
@@ -585,13 +591,25 @@ impl Drop for ModuleArgsServer {
 
 #[test]
 fn load_arguments_set_the_options() {
-    let load_args = ["max-waiters", "3", "max-lease-ms", "5000", "allow-eviction", "yes", "retry-window-ms", "900"];
+    let load_args = [
+        "max-waiters",
+        "3",
+        "max-lease-ms",
+        "5000",
+        "allow-eviction",
+        "yes",
+        "retry-window-ms",
+        "900",
+        "legacy-locks",
+        "all",
+    ];
     let s = ModuleArgsServer::start(&load_args).expect("server starts");
     let mut c = s.try_conn().unwrap();
     assert_eq!(config_get(&mut c, "flock.max-waiters"), "3");
     assert_eq!(config_get(&mut c, "flock.max-lease-ms"), "5000");
     assert_eq!(config_get(&mut c, "flock.allow-eviction"), "yes");
     assert_eq!(config_get(&mut c, "flock.retry-window-ms"), "900");
+    assert_eq!(config_get(&mut c, "flock.legacy-locks"), "all");
     assert_eq!(strings(&get(&flock_module(&mut c), "args").unwrap()), load_args);
     assert!(acquire(&mut c, "L", "a", 5001).is_err());
     acquire(&mut c, "L", "a", 5000).unwrap().unwrap();
@@ -618,6 +636,7 @@ fn out_of_range_or_unknown_load_arguments_stop_the_server() {
         // The crate would read anything but `yes` as `no`.
         &["allow-eviction", "maybe"],
         &["allow-eviction", "1"],
+        &["legacy-locks", "some"],
     ] {
         assert!(ModuleArgsServer::start(args).is_none(), "{args:?} accepted");
     }

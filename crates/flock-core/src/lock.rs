@@ -82,11 +82,14 @@ struct Waiting<P> {
     queued: HashMap<Box<[u8]>, WaiterId>,
 }
 
-/// What most locks never have: waiters and request IDs. Boxed, and dropped
-/// when empty, so that a plain held lock stays small.
+/// What most locks never have: waiters, request IDs, a foreign holder.
+/// Boxed, and dropped when empty, so that a plain held lock stays small.
 struct Extra<P> {
     waiting: Option<Box<Waiting<P>>>,
     requests: Requests,
+    /// Held by a lock that is not FLOCK's (the key holds another client's
+    /// `SET NX` string): nothing is granted until that lets go.
+    foreign: bool,
 }
 
 pub struct Lock<P> {
@@ -120,11 +123,12 @@ impl<P> Lock<P> {
     }
 
     fn extra_mut(&mut self) -> &mut Extra<P> {
-        self.extra.get_or_insert_with(|| Box::new(Extra { waiting: None, requests: Requests::default() }))
+        self.extra
+            .get_or_insert_with(|| Box::new(Extra { waiting: None, requests: Requests::default(), foreign: false }))
     }
 
     fn trim(&mut self) {
-        if self.extra.as_ref().is_some_and(|e| e.waiting.is_none() && e.requests.is_empty()) {
+        if self.extra.as_ref().is_some_and(|e| e.waiting.is_none() && e.requests.is_empty() && !e.foreign) {
             self.extra = None;
         }
     }
@@ -143,12 +147,33 @@ impl<P> Lock<P> {
 
     /// Nobody holds it and nobody waits: it is free to grant.
     pub fn is_idle(&self) -> bool {
+        self.is_open() && !self.is_foreign()
+    }
+
+    /// No FLOCK holder and nobody waits: a request sets its mode.
+    fn is_open(&self) -> bool {
         self.holders.is_empty() && self.waiting().is_none()
     }
 
-    /// Idle and remembering no request: the lock can disappear.
-    pub fn is_unused(&self) -> bool {
-        self.is_idle() && self.requests().is_none_or(Requests::is_empty)
+    /// Held outside FLOCK (`set_foreign`).
+    pub fn is_foreign(&self) -> bool {
+        self.extra.as_ref().is_some_and(|e| e.foreign)
+    }
+
+    /// A lock that is not FLOCK's holds the key: nothing is granted until
+    /// `clear_foreign`.
+    pub fn set_foreign(&mut self) {
+        self.extra_mut().foreign = true;
+    }
+
+    /// The foreign lock let go: the waiters are granted in order, as after a
+    /// release.
+    pub fn clear_foreign(&mut self, now_ms: u64, tokens: &mut TokenSource, out: &mut Outcomes<P>) {
+        if let Some(extra) = self.extra.as_mut() {
+            extra.foreign = false;
+        }
+        self.trim();
+        self.grant_waiters(now_ms, tokens, out);
     }
 
     pub fn requests(&self) -> Option<&Requests> {
@@ -161,8 +186,7 @@ impl<P> Lock<P> {
     /// request. Forgets what has expired at `now_ms` first.
     pub fn repeat(&mut self, id: &[u8], kind: Kind, owner: &[u8], now_ms: u64) -> Result<Option<u64>, LockError> {
         let Some(extra) = self.extra.as_mut() else { return Ok(None) };
-        extra.requests.prune(now_ms);
-        let found = extra.requests.get(id).copied();
+        let found = extra.requests.find(id, now_ms);
         self.trim();
         match found {
             None => Ok(None),
@@ -179,6 +203,20 @@ impl<P> Lock<P> {
         if let Some(id) = id {
             let expires_ms = now_ms.saturating_add(id.window_ms);
             self.extra_mut().requests.record(id.id, Record { kind, reply, expires_ms });
+        }
+    }
+
+    /// The request IDs, for a lock that leaves its key.
+    pub fn take_requests(&mut self) -> Option<Requests> {
+        let requests = std::mem::take(&mut self.extra.as_mut()?.requests);
+        self.trim();
+        Some(requests).filter(|r| !r.is_empty())
+    }
+
+    /// The request IDs this lock remembered before it left its key.
+    pub fn adopt_requests(&mut self, requests: Requests) {
+        if !requests.is_empty() {
+            self.extra_mut().requests.merge(requests);
         }
     }
 
@@ -220,7 +258,7 @@ impl<P> Lock<P> {
     /// semaphore, anything else on a lock; a key nobody uses takes any.
     fn check_mode(&self, want: Want) -> Result<(), LockError> {
         let mode = self.mode();
-        if self.is_unused() || mode.same_key_kind(want.mode()) {
+        if self.is_open() || mode.same_key_kind(want.mode()) {
             return Ok(());
         }
         Err(LockError::WrongMode(mode))
@@ -228,6 +266,9 @@ impl<P> Lock<P> {
 
     /// Whether `want` could be granted now, ignoring the queue.
     fn fits(&self, want: Want) -> bool {
+        if self.is_foreign() {
+            return false;
+        }
         let free = self.holders.is_empty();
         match want {
             Want::Exclusive => free,
@@ -244,7 +285,7 @@ impl<P> Lock<P> {
         out: &mut Outcomes<P>,
     ) -> Result<Acquired, LockError> {
         self.check_mode(req.want)?;
-        if self.is_unused() {
+        if self.is_open() {
             // A key nobody uses becomes what this request makes it.
             self.holders.set_kind(req.want.mode());
         }

@@ -1369,16 +1369,33 @@ fn a_waiter_granted_later_remembers_its_id_with_the_grant() {
 }
 
 #[test]
-fn remembered_ids_keep_a_free_lock_in_use_until_they_expire() {
+fn a_free_lock_gives_its_ids_away_and_takes_them_back_when_made_again() {
     let mut tokens = TokenSource::default();
     let mut lock = Lock::<()>::default();
     let mut out = Vec::new();
     lock.acquire(&with_id("a", "r"), 1000, &mut tokens, &mut out).unwrap();
     lock.release(b"a", 1000, &mut tokens, &mut out).unwrap();
-    assert!(lock.is_idle() && !lock.is_unused(), "free, but the ID is remembered");
-    assert_eq!(lock.repeat(b"r", Kind::Acquire, b"a", 2000), Ok(None));
-    assert!(lock.is_unused(), "the window passed: nothing left");
-    assert_eq!(lock.heap_size(), 0);
+    assert!(lock.is_idle());
+    let ids = lock.take_requests().expect("the ID is remembered");
+    assert!(lock.take_requests().is_none() && lock.heap_size() == 0, "nothing left in the lock");
+    let mut again = Lock::<()>::default();
+    again.adopt_requests(ids);
+    assert_eq!(again.repeat(b"r", Kind::Release, b"a", 1500), Err(LockError::IdReused(Kind::Acquire)));
+    assert_eq!(again.repeat(b"r", Kind::Acquire, b"a", 2000), Ok(None));
+    assert_eq!(again.heap_size(), 0, "the window passed: nothing left");
+}
+
+#[test]
+fn a_free_lock_that_remembers_ids_takes_any_mode() {
+    let mut tokens = TokenSource::default();
+    let mut lock = Lock::<()>::default();
+    let mut out = Vec::new();
+    let mut sem = with_id("a", "r");
+    sem.want = Want::Permits { n: 1, limit: 3 };
+    lock.acquire(&sem, 1000, &mut tokens, &mut out).unwrap();
+    lock.release(b"a", 1000, &mut tokens, &mut out).unwrap();
+    assert!(lock.requests().is_some_and(|r| r.len() == 1));
+    assert!(matches!(lock.acquire(&req("b", 100), 1000, &mut tokens, &mut out), Ok(Acquired::Granted(_))));
 }
 
 #[test]
@@ -1424,4 +1441,44 @@ fn only_the_same_id_and_mode_resend_a_queued_wait() {
     assert_eq!(lock.enqueue_with(&with_id("b", "w1"), || None, &mut out), Ok(None), "no payload: nothing changes");
     assert!(out.is_empty());
     assert_eq!(lock.waiters().map(|w| w.payload).collect::<Vec<_>>(), ["b"]);
+}
+
+#[test]
+fn a_foreign_holder_keeps_every_mode_waiting_and_its_release_grants_them_in_order() {
+    let mut tokens = TokenSource::default();
+    let mut lock = Lock::<&str>::default();
+    let mut out = Vec::new();
+    lock.set_foreign();
+    assert!(!lock.is_idle() && lock.is_foreign(), "held, though by no FLOCK holder");
+    let mut readers = [req("r1", 100), req("r2", 100)];
+    for r in &mut readers {
+        r.want = Want::Shared;
+    }
+    assert_eq!(lock.acquire(&readers[0], 1000, &mut tokens, &mut out), Ok(Acquired::Busy), "a try finds it busy");
+    lock.enqueue(&readers[0], "r1").unwrap();
+    assert_eq!(lock.acquire(&readers[1], 1000, &mut tokens, &mut out), Ok(Acquired::Busy));
+    lock.enqueue(&readers[1], "r2").unwrap();
+    assert_eq!(lock.acquire(&req("w", 100), 1000, &mut tokens, &mut out), Ok(Acquired::Busy));
+    lock.enqueue(&req("w", 100), "w").unwrap();
+    assert!(out.is_empty());
+    lock.clear_foreign(1010, &mut tokens, &mut out);
+    let granted: Vec<&str> =
+        out.iter().filter_map(|o| if let Outcome::Granted { waiter, .. } = o { *waiter } else { None }).collect();
+    assert_eq!(granted, ["r1", "r2"], "the readers together, the writer after them");
+    assert_eq!(lock.waiter_count(), 1);
+    assert!(!lock.is_foreign());
+}
+
+#[test]
+fn a_foreign_lock_whose_waiters_leave_keeps_nothing_but_the_flag() {
+    let mut tokens = TokenSource::default();
+    let mut lock = Lock::<&str>::default();
+    let mut out = Vec::new();
+    lock.set_foreign();
+    let mut sem = req("s", 100);
+    sem.want = Want::Permits { n: 1, limit: 2 };
+    assert_eq!(lock.acquire(&sem, 1000, &mut tokens, &mut out), Ok(Acquired::Busy), "any mode may wait");
+    let id = lock.enqueue(&sem, "s").unwrap();
+    assert!(lock.remove_waiter(id, Leave::TimedOut, &mut out));
+    assert!(!lock.head_fits() && lock.waiter_count() == 0 && lock.is_foreign() && !lock.is_idle());
 }

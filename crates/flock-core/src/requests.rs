@@ -2,14 +2,16 @@
 //! a while so that a command a client resends (its reply was lost) is
 //! answered the same and applied once.
 //!
-//! A lock keeps its own table, so the IDs live, persist, replicate and
-//! migrate with its key. Each record stays at least until the expiry it was
-//! given; records leave in the order they came, so pruning is O(1) per
-//! record and a lookup is one hash probe.
+//! A lock in use keeps its own table, so the IDs persist, replicate and
+//! migrate with its key. A free lock leaves no key (an old client's `SET NX`
+//! must find the name free): its table moves to `Remembered`, and back into
+//! the lock when the key is made again. Each record stays at least until the
+//! expiry it was given; records leave in the order they came, so pruning is
+//! O(1) per record and a lookup is one hash probe.
 
 use hashbrown::HashTable;
-use std::collections::VecDeque;
-use std::hash::{BuildHasher, RandomState};
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, Hash, RandomState};
 
 /// Which command a request ID was used with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +89,26 @@ impl Requests {
         Some(&self.at(*seq).record)
     }
 
+    /// The record of `id`, after forgetting what has expired at `now_ms`.
+    pub fn find(&mut self, id: &[u8], now_ms: u64) -> Option<Record> {
+        self.prune(now_ms);
+        // One behind a record that expires later is still here.
+        self.get(id).copied().filter(|r| r.expires_ms > now_ms)
+    }
+
+    /// Adds `other`'s records, the smaller table into the larger; for an id
+    /// in both, the record that expires later.
+    pub fn merge(&mut self, mut other: Requests) {
+        if other.len() > self.len() {
+            std::mem::swap(self, &mut other);
+        }
+        for (id, record) in other.iter() {
+            if self.get(id).is_none_or(|mine| mine.expires_ms < record.expires_ms) {
+                self.record(id, *record);
+            }
+        }
+    }
+
     pub fn record(&mut self, id: &[u8], record: Record) {
         let seq = self.made();
         let hash = self.hasher.hash_one(id);
@@ -157,6 +179,101 @@ impl Requests {
         let order = self.order.capacity() * std::mem::size_of::<Entry>();
         let table = self.by_id.capacity() * (std::mem::size_of::<u64>() + 1);
         ids + order + table
+    }
+}
+
+/// The tables of locks that have no key now, by lock, each kept until its
+/// last record expires. Entries leave in the order their tables last grew,
+/// each checked against its table's sequence number when it comes first:
+/// every operation is O(1) amortized (a merge: O(the smaller table)).
+pub struct Remembered<K> {
+    /// Each table with the sequence number of its newest entry in `order`.
+    by_key: HashMap<K, (Requests, u64)>,
+    /// Keys with the latest expiry their table had then, and a sequence
+    /// number: an entry whose table grew or left since is stale.
+    order: VecDeque<(K, u64, u64)>,
+    made: u64,
+}
+
+impl<K> Default for Remembered<K> {
+    fn default() -> Self {
+        Self { by_key: HashMap::new(), order: VecDeque::new(), made: 0 }
+    }
+}
+
+impl<K: Hash + Eq + Clone> Remembered<K> {
+    /// Keeps the table of a lock that leaves its key.
+    pub fn keep(&mut self, key: K, requests: Requests) {
+        if requests.is_empty() {
+            return;
+        }
+        match self.by_key.remove(&key) {
+            Some((mut mine, _)) => {
+                mine.merge(requests);
+                self.file(key, mine);
+            }
+            None => self.file(key, requests),
+        }
+    }
+
+    /// One record of a lock with no key (replicated or loaded before the
+    /// key is made, or after it went).
+    pub fn record(&mut self, key: K, id: &[u8], record: Record) {
+        let mut table = self.by_key.remove(&key).map(|(t, _)| t).unwrap_or_default();
+        table.record(id, record);
+        self.file(key, table);
+    }
+
+    fn file(&mut self, key: K, table: Requests) {
+        self.made += 1;
+        self.order.push_back((key.clone(), table.latest_expiry(), self.made));
+        self.by_key.insert(key, (table, self.made));
+    }
+
+    /// The table of a lock made again under its key.
+    pub fn take(&mut self, key: &K) -> Option<Requests> {
+        self.by_key.remove(key).map(|(table, _)| table)
+    }
+
+    /// The record of `id` for the lock `key` has no key for.
+    pub fn find(&mut self, key: &K, id: &[u8], now_ms: u64) -> Option<Record> {
+        self.by_key.get_mut(key)?.0.find(id, now_ms)
+    }
+
+    /// Forgets the tables whose every record has expired at `now_ms`.
+    pub fn prune(&mut self, now_ms: u64) {
+        while let Some((key, _, seq)) = self.order.front().filter(|&&(_, until, _)| until <= now_ms) {
+            if self.by_key.get(key).is_some_and(|&(_, at)| at == *seq) {
+                self.by_key.remove(key);
+            }
+            self.order.pop_front();
+        }
+        if self.by_key.is_empty() {
+            self.order = VecDeque::new();
+        }
+    }
+
+    /// When `prune` next has something to do.
+    pub fn next_expiry(&self) -> Option<u64> {
+        self.order.front().map(|&(_, until, _)| until)
+    }
+
+    /// Locks remembered.
+    pub fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&K, &Requests)> + '_ {
+        self.by_key.iter().map(|(k, (t, _))| (k, t))
+    }
+
+    /// Forgets the locks `gone` names (a flushed database).
+    pub fn forget_where(&mut self, gone: impl Fn(&K) -> bool) {
+        self.by_key.retain(|k, _| !gone(k));
     }
 }
 
@@ -243,6 +360,65 @@ mod tests {
                 proptest::prop_assert_eq!(r.iter().map(|(id, rec)| (id[0], *rec)).collect::<Vec<_>>(), live);
             }
         }
+    }
+
+    #[test]
+    fn a_merge_keeps_every_id_once_with_its_later_record() {
+        let mut a = Requests::default();
+        a.record(b"x", rec(Kind::Release, 1, 100));
+        a.record(b"y", rec(Kind::Release, 2, 100));
+        let mut b = Requests::default();
+        b.record(b"y", rec(Kind::Release, 3, 300));
+        b.record(b"z", rec(Kind::Renew, 4, 50));
+        b.merge(a);
+        let mut all: Vec<_> = b.iter().map(|(id, r)| (id.to_vec(), r.reply)).collect();
+        all.sort();
+        assert_eq!(all, [(b"x".to_vec(), 1), (b"y".to_vec(), 3), (b"z".to_vec(), 4)]);
+        assert_eq!(b.latest_expiry(), 300);
+    }
+
+    fn table(records: &[(&[u8], u64)]) -> Requests {
+        let mut t = Requests::default();
+        for &(id, expires_ms) in records {
+            t.record(id, rec(Kind::Release, 0, expires_ms));
+        }
+        t
+    }
+
+    #[test]
+    fn a_remembered_table_is_found_taken_back_or_forgotten_when_its_last_record_expires() {
+        let mut r = Remembered::default();
+        r.keep("a", table(&[(b"1", 100), (b"2", 200)]));
+        r.keep("b", table(&[(b"3", 150)]));
+        r.keep("c", Requests::default());
+        assert_eq!((r.len(), r.next_expiry()), (2, Some(200)), "an empty table is not kept");
+        assert_eq!(r.find(&"a", b"1", 99).map(|r| r.expires_ms), Some(100));
+        assert_eq!(r.find(&"a", b"1", 100), None, "expired");
+        r.prune(199);
+        assert_eq!(r.len(), 2, "a's last record is still due at 200");
+        r.prune(200);
+        assert_eq!(r.len(), 0, "b's entry was behind a's and goes with it");
+        r.keep("a", table(&[(b"1", 500)]));
+        assert_eq!(r.take(&"a").map(|t| t.len()), Some(1));
+        assert!(r.take(&"a").is_none());
+        r.prune(1_000);
+        assert!(r.order.is_empty(), "stale entries leave too");
+    }
+
+    #[test]
+    fn a_table_that_grows_again_is_kept_until_its_new_expiry() {
+        let mut r = Remembered::default();
+        r.keep("a", table(&[(b"1", 100)]));
+        r.record("a", b"2", rec(Kind::Renew, 7, 300));
+        r.keep("a", table(&[(b"3", 200)]));
+        r.prune(250);
+        assert_eq!(r.find(&"a", b"2", 250).map(|r| r.reply), Some(7));
+        assert_eq!(r.find(&"a", b"3", 250), None);
+        r.prune(300);
+        assert!(r.is_empty());
+        r.record("b", b"x", rec(Kind::Renew, 1, 10));
+        r.forget_where(|k| *k == "b");
+        assert!(r.is_empty());
     }
 
     #[test]

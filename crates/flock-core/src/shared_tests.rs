@@ -173,7 +173,7 @@ fn each_holder_has_its_own_lease_and_a_force_release_counts_them() {
     assert_eq!(lock.end_all(End::ForceReleased, 1070, &mut t, &mut out), 1);
     let [Outcome::Ended { holder, why: End::ForceReleased, .. }] = &out[..] else { panic!("{out:?}") };
     assert_eq!(&*holder.owner, b"w");
-    assert!(lock.is_unused());
+    assert!(lock.is_idle());
 }
 
 #[test]
@@ -646,7 +646,7 @@ impl Sim {
             }
             Mode::Exclusive | Mode::Shared => prop_assert_eq!(holders.used(), holders.len() as u64),
         }
-        if !self.lock.is_unused() {
+        if !self.lock.is_idle() {
             prop_assert_eq!(self.lock.mode(), self.mode());
         }
         prop_assert_eq!(self.lock.is_idle(), self.holders.is_empty() && self.queue.is_empty());
