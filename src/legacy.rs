@@ -130,7 +130,11 @@ fn on_ttl_due(ctx: &Context, (db, key): (i32, Vec<u8>)) {
 /// or in the next event-loop turn (7.0, or inside FLOCK's own command).
 pub fn key_event(ctx: &Context, key: &[u8]) {
     let db = ffi::selected_db(ctx);
+    // Every deletion and expiry of the server comes here: most find no shadow.
     let waited_on = state::try_with(|s| {
+        if s.shadows.is_empty() {
+            return false;
+        }
         let place = s.place(db, key);
         s.shadows.contains_key(&place)
     });
