@@ -18,6 +18,7 @@ use crate::waiters::WaitId;
 use flock_core::args;
 use flock_core::effects::End;
 use flock_core::holders::{Holder, Mode, Terms};
+use flock_core::limits::MAX_OWNER_LEN;
 use flock_core::lock::{Acquired, Lock, LockError, Outcomes, Request, RequestId};
 use flock_core::record::{self, Set};
 use flock_core::requests::Kind;
@@ -342,6 +343,15 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 fn info_foreign(ctx: &Context, name: &RedisString) -> bool {
     let Some(held) = legacy::foreign_holder(ctx, name) else { return false };
     let ttl = held.ttl_ms.map_or(-1, |ttl| ttl as i64);
+    // Through GET, which reads the value without changing how it is stored.
+    let value = match ctx.call("GET", &[name][..]) {
+        Ok(RedisValue::SimpleString(s)) => s.into_bytes(),
+        Ok(RedisValue::BulkString(s)) => s.into_bytes(),
+        Ok(RedisValue::BulkRedisString(s)) => s.as_slice().to_vec(),
+        Ok(RedisValue::StringBuffer(b)) => b,
+        _ => Vec::new(),
+    };
+    let owner = &value[..value.len().min(MAX_OWNER_LEN)];
     let queue: Vec<Vec<u8>> = state::try_with(|s| {
         let place = s.place(ffi::selected_db(ctx), name.as_slice());
         legacy::shadow(s, &place).map_or_else(Vec::new, |lock| lock.waiters().map(|w| w.owner.to_vec()).collect())
@@ -349,12 +359,12 @@ fn info_foreign(ctx: &Context, name: &RedisString) -> bool {
     .unwrap_or_default();
     ffi::reply_map(ctx, 10);
     ffi::reply_bytes(ctx, b"owner");
-    ffi::reply_bytes(ctx, &held.value);
+    ffi::reply_bytes(ctx, owner);
     reply_holder_fields(ctx, 1, 0, ttl, false);
     reply_queue_and_mode(ctx, queue.len(), queue.iter().map(Vec::as_slice), "foreign", 0);
     ffi::reply_bytes(ctx, b"holders");
     ffi::reply_array(ctx, 1);
-    reply_holder(ctx, &held.value, 1, 0, ttl, false, 0);
+    reply_holder(ctx, owner, 1, 0, ttl, false, 0);
     true
 }
 

@@ -18,12 +18,11 @@ use crate::state::{self, Shadow, State};
 use crate::value::{create_lock, lock_value, LockValue};
 use crate::waiters::WaitId;
 use flock_core::effects::{Leave, Outcome};
-use flock_core::limits::MAX_OWNER_LEN;
 use flock_core::lock::Lock;
 
 /// What the key `name` holds, if it counts as a lock held outside FLOCK.
 pub fn foreign_holder(ctx: &Context, name: &RedisString) -> Option<StringKey> {
-    let held = ffi::string_key(ctx, name, MAX_OWNER_LEN)?;
+    let held = ffi::string_key(ctx, name)?;
     match config::legacy_locks() {
         LegacyLocks::no => None,
         LegacyLocks::all => Some(held),
@@ -171,7 +170,7 @@ fn look_again(ctx: &Context, s: &mut State, db: i32, key: &[u8], timer: bool) {
         let name = ffi::key_name(ctx, key);
         let handle = ctx.open_key_writable(&name);
         let k = Key { ctx, key: &handle, name: &name, place: &place };
-        match (lock_value(&handle), ffi::string_key(ctx, &name, 0)) {
+        match (lock_value(&handle), ffi::string_key(ctx, &name)) {
             (Ok(None), _) => {
                 let _ = adopt(s, &k);
             }

@@ -82,7 +82,6 @@ required_apis!(
     RedisModule_CloseKey,
     RedisModule_KeyType,
     RedisModule_GetExpire,
-    RedisModule_StringDMA,
 );
 
 /// A raw API function; `missing_api` refused to load the module without it.
@@ -196,44 +195,31 @@ pub fn key_name(ctx: &Context, bytes: &[u8]) -> redis_module::RedisString {
     redis_module::RedisString::create_from_slice(ctx.ctx, bytes)
 }
 
-/// A string key as a lock of another client sees it: the first bytes of
-/// its value (its owner's token) and the time left of its TTL.
+/// A string key as a lock of another client leaves it: the time left of
+/// its TTL.
 pub struct StringKey {
-    pub value: Vec<u8>,
     pub ttl_ms: Option<u64>,
 }
 
-/// What the string key `name` of the selected database holds, `None` if it
-/// is no string (or missing).
-pub fn string_key(ctx: &Context, name: &redis_module::RedisString, max_bytes: usize) -> Option<StringKey> {
+/// The string key `name` of the selected database, `None` if it is no
+/// string (or missing). Not its value: `RM_StringDMA` re-creates a shared
+/// or embedded string in the database even to read it, which frees the
+/// object a key handle open on it elsewhere still points to.
+pub fn string_key(ctx: &Context, name: &redis_module::RedisString) -> Option<StringKey> {
     // SAFETY: `ctx` is the running callback's context and `name` a live
-    // string; a key opened here is closed below, before anything else
-    // touches the keyspace.
+    // string; a key opened here is closed below, and only its type and
+    // expiry are read.
     let key = unsafe { api!(RedisModule_OpenKey)(ctx.ctx, name.inner, raw::REDISMODULE_READ as c_int) };
     if key.is_null() {
         return None;
     }
     // SAFETY: `key` is the open key above.
-    let found = unsafe { api!(RedisModule_KeyType)(key) } == raw::REDISMODULE_KEYTYPE_STRING as c_int;
-    let found = found.then(|| {
-        let mut len = 0usize;
-        // SAFETY: `key` is open for reading and holds a string: DMA in read
-        // mode gives its buffer and length, valid until the key is closed.
-        let ptr = unsafe { api!(RedisModule_StringDMA)(key, &mut len, raw::REDISMODULE_READ as c_int) };
-        let value = if ptr.is_null() {
-            Vec::new()
-        } else {
-            // SAFETY: `len` bytes from `ptr` are the string's, copied out
-            // here, before the key is closed.
-            unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len.min(max_bytes)) }.to_vec()
-        };
-        // SAFETY: as above; REDISMODULE_NO_EXPIRE (-1) for no TTL.
-        let ttl = unsafe { api!(RedisModule_GetExpire)(key) };
-        StringKey { value, ttl_ms: u64::try_from(ttl).ok() }
-    });
+    let string = unsafe { api!(RedisModule_KeyType)(key) } == raw::REDISMODULE_KEYTYPE_STRING as c_int;
+    // SAFETY: as above; REDISMODULE_NO_EXPIRE (-1) for no TTL.
+    let ttl = unsafe { api!(RedisModule_GetExpire)(key) };
     // SAFETY: opened above, closed once.
     unsafe { api!(RedisModule_CloseKey)(key) };
-    found
+    string.then(|| StringKey { ttl_ms: u64::try_from(ttl).ok() })
 }
 
 /// A message as a C string whatever it holds: a NUL would end it early.
