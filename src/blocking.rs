@@ -55,7 +55,7 @@ pub fn wait(
         s.sessions.add_wait(client, number);
     }
     let timer = (timeout_ms > 0).then(|| ffi::create_timer(timeout_ms, on_wait_timeout, wait));
-    s.waiters.insert(wait, via, place.clone(), id, timer);
+    s.waiters.insert(wait, via, req.owner, place.clone(), id, timer);
     Ok(true)
 }
 

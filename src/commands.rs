@@ -5,6 +5,7 @@ use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, 
 
 use crate::blocking;
 use crate::config;
+use crate::deadlocks;
 use crate::engine::{self, Key};
 use crate::errors::{self, arg_error, lock_error};
 use crate::eviction;
@@ -16,7 +17,7 @@ use crate::state::{self, State};
 use crate::value::{lock_value, read_lock_value, LockValue, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION};
 use crate::waiters::WaitId;
 use flock_core::args;
-use flock_core::effects::End;
+use flock_core::effects::{Counter, End};
 use flock_core::holders::{Holder, Mode, Terms};
 use flock_core::limits::MAX_OWNER_LEN;
 use flock_core::lock::{Acquired, Lock, LockError, Outcomes, Request, RequestId};
@@ -108,12 +109,20 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                         Some(_) if acquired == Acquired::Busy && lock.waiter_count() >= config::max_waiters() => {
                             Err(errors::max_waiters(lock.waiter_count()))
                         }
-                        Some(timeout) => match blocking::wait(ctx, s, lock, k.place, &req, timeout, inbox, out) {
-                            Ok(true) if inbox.is_some() => Ok(RedisValue::SimpleStringStatic("WAITING")),
-                            Ok(true) => Ok(RedisValue::NoReply),
-                            Ok(false) => Err(RedisError::Str(errors::NOT_BLOCKED)),
-                            Err(e) => Err(lock_error(e)),
-                        },
+                        Some(timeout) => {
+                            if acquired == Acquired::Busy {
+                                if let Some(cycle) = deadlocks::cycle(ctx, s, k.place, lock, req.owner, req.want) {
+                                    s.counters.bump(Counter::Deadlocks, 1);
+                                    return Err(errors::deadlock(&cycle));
+                                }
+                            }
+                            match blocking::wait(ctx, s, lock, k.place, &req, timeout, inbox, out) {
+                                Ok(true) if inbox.is_some() => Ok(RedisValue::SimpleStringStatic("WAITING")),
+                                Ok(true) => Ok(RedisValue::NoReply),
+                                Ok(false) => Err(RedisError::Str(errors::NOT_BLOCKED)),
+                                Err(e) => Err(lock_error(e)),
+                            }
+                        }
                     },
                 }
             })

@@ -8,7 +8,7 @@ use std::ffi::CStr;
 
 use redis_module::RedisError;
 
-use flock_core::args::ArgError;
+use flock_core::args::{self, ArgError};
 use flock_core::effects::{Leave, Loss};
 use flock_core::holders::Mode;
 use flock_core::limits::{MAX_ID_LEN, MAX_MS, MAX_OWNER_LEN};
@@ -119,6 +119,24 @@ pub fn eviction(policy: &str) -> RedisError {
         "EVICTION maxmemory-policy {policy} with maxmemory set can evict a held lock, so FLOCK grants none: \
          lock keys have no TTL, which volatile-* policies never evict (CONFIG SET maxmemory-policy {safe}), \
          or accept the risk with CONFIG SET flock.allow-eviction yes"
+    ))
+}
+
+/// Owners a DEADLOCK error names at most (the rest are counted).
+const DEADLOCK_SHOWN: usize = 8;
+
+/// A wait refused because it would close `cycle` (its owner first, each
+/// waiting for the next, the last for the first).
+pub fn deadlock(cycle: &[Box<[u8]>]) -> RedisError {
+    let mut owners: Vec<String> =
+        cycle.iter().take(DEADLOCK_SHOWN).map(|o| format!("'{}'", args::shown(o, 64))).collect();
+    if cycle.len() > DEADLOCK_SHOWN {
+        owners.push(format!("... ({} owners in all)", cycle.len()));
+    }
+    owners.push(owners[0].clone());
+    RedisError::String(format!(
+        "DEADLOCK this wait would never end, so it was not queued: {} (each owner waits for the next)",
+        owners.join(" -> ")
     ))
 }
 

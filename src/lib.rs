@@ -19,7 +19,8 @@
 //!    callback).
 //! 5. `engine` (outcomes to effects: hand-offs, leases and their timer,
 //!    session bindings and watches, counters, events, replication, key
-//!    removal), `eviction`, `info`, `filter`.
+//!    removal), `eviction`, `info`, `filter`, `deadlocks` (a new wait's
+//!    walk of the wait-for graph).
 //! 6. Callbacks: `blocking` (WAIT), `keytype` (the key type's callbacks),
 //!    `legacy` (keys that locks of other clients hold: their shadow locks).
 //! 7. `inbox` (a session's blocked read, and its end).
@@ -33,6 +34,7 @@ mod blocking;
 mod command_docs;
 mod commands;
 mod config;
+mod deadlocks;
 mod engine;
 mod errors;
 mod events;

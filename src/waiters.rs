@@ -57,6 +57,7 @@ pub enum Via {
 /// A waiter and where it waits.
 pub struct Waiter {
     via: Via,
+    owner: Box<[u8]>,
     pub place: Place,
     /// Its entry in the lock's queue.
     pub id: WaiterId,
@@ -67,6 +68,9 @@ pub struct Waiter {
 #[derive(Default)]
 pub struct Waiters {
     waiting: HashMap<WaitId, Waiter>,
+    /// Where each owner waits (an owner may wait on several locks, from
+    /// several connections): for deadlock detection.
+    by_owner: HashMap<Box<[u8]>, Vec<WaitId>>,
     /// Client ids unblocked by the module whose reply is not written yet.
     answered: HashSet<u64>,
     /// The last number given to a session's wait.
@@ -74,8 +78,23 @@ pub struct Waiters {
 }
 
 impl Waiters {
-    pub fn insert(&mut self, wait: WaitId, via: Via, place: Place, id: WaiterId, timer: Option<Timer<WaitId>>) {
-        self.waiting.insert(wait, Waiter { via, place, id, timer });
+    pub fn insert(
+        &mut self,
+        wait: WaitId,
+        via: Via,
+        owner: &[u8],
+        place: Place,
+        id: WaiterId,
+        timer: Option<Timer<WaitId>>,
+    ) {
+        self.by_owner.entry(owner.into()).or_default().push(wait);
+        self.waiting.insert(wait, Waiter { via, owner: owner.into(), place, id, timer });
+    }
+
+    /// The locks `owner` waits for.
+    pub fn places_of(&self, owner: &[u8]) -> impl Iterator<Item = &Place> + '_ {
+        let waits = self.by_owner.get(owner).map_or(&[][..], Vec::as_slice);
+        waits.iter().filter_map(|w| self.waiting.get(w)).map(|w| &w.place)
     }
 
     /// A number for a session's wait, never given before.
@@ -103,6 +122,12 @@ impl Waiters {
     /// inbox (whose grant the session then watches).
     pub fn answer(&mut self, sessions: &mut Sessions, id: WaitId, reply: Reply) -> bool {
         let Some(waiter) = self.waiting.remove(&id) else { return false };
+        if let Some(waits) = self.by_owner.get_mut(&waiter.owner) {
+            waits.retain(|&w| w != id);
+            if waits.is_empty() {
+                self.by_owner.remove(&waiter.owner);
+            }
+        }
         if let Some(timer) = waiter.timer {
             ffi::stop_timer(timer);
         }

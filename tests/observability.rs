@@ -14,7 +14,7 @@ const MS: Duration = Duration::from_millis(1);
 // ---------------------------------------------------------------- INFO flock
 
 /// Every field of `INFO flock`, in order (Redis adds the `flock_` prefix).
-const INFO_FIELDS: [&str; 25] = [
+const INFO_FIELDS: [&str; 26] = [
     "locks",
     "waiters",
     "leases",
@@ -34,6 +34,7 @@ const INFO_FIELDS: [&str; 25] = [
     "waiters_demoted",
     "waiters_resent",
     "wait_cancels",
+    "deadlocks",
     "handoff_latency_mean_us",
     "handoff_latency_max_us",
     "eviction_unsafe",

@@ -190,6 +190,12 @@ export class LockUpgradeError extends Error {
   readonly key: string;
 }
 
+/** DEADLOCK: the wait would never end (its owner would wait for itself through others); nothing was queued. */
+export class LockDeadlockError extends Error {
+  readonly name: 'LockDeadlockError';
+  readonly key: string;
+}
+
 /** WRONGMODE: permits on a lock, or no permits or another limit on a semaphore. */
 export class LockModeError extends Error {
   readonly name: 'LockModeError';

@@ -30,6 +30,12 @@ class LockLostError extends KeyError {
 /** The owner holds the lock shared and asked for it exclusively (reply `UPGRADE`): release the read holds first. */
 class LockUpgradeError extends KeyError {}
 
+/**
+ * The wait would never end (reply `DEADLOCK`): its owner would wait, through other owners, for
+ * itself (the message names them). Nothing was queued; release what this owner holds and retry.
+ */
+class LockDeadlockError extends KeyError {}
+
 /** The key exists in another mode (reply `WRONGMODE`): permits on a lock, or no permits or another limit on a semaphore. */
 class LockModeError extends KeyError {}
 
@@ -57,4 +63,13 @@ class AbortError extends Error {
   }
 }
 
-module.exports = { LockNotHeldError, LockBusyError, LockLostError, LockUpgradeError, LockModeError, LockNotDurableError, AbortError };
+module.exports = {
+  LockNotHeldError,
+  LockBusyError,
+  LockLostError,
+  LockUpgradeError,
+  LockDeadlockError,
+  LockModeError,
+  LockNotDurableError,
+  AbortError,
+};

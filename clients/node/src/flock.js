@@ -4,7 +4,16 @@ const { randomUUID } = require('node:crypto');
 const { setTimeout: delay } = require('node:timers/promises');
 const { adapt, isReplyError } = require('./adapter');
 const { Session, notOwnerReason, redirection } = require('./session');
-const { LockNotHeldError, LockBusyError, LockLostError, AbortError, LockUpgradeError, LockModeError, LockNotDurableError } = require('./errors');
+const {
+  LockNotHeldError,
+  LockBusyError,
+  LockLostError,
+  AbortError,
+  LockUpgradeError,
+  LockDeadlockError,
+  LockModeError,
+  LockNotDurableError,
+} = require('./errors');
 
 const DEFAULTS = Object.freeze({
   // Watchdog lease when no lease is given (Redisson's lockWatchdogTimeout); renewed every third.
@@ -535,6 +544,7 @@ const REPLY_ERRORS = [
   ['NOTOWNER', LockNotHeldError, 'is not held by this owner'],
   ['UPGRADE', LockUpgradeError, 'is held shared by this owner, which cannot upgrade'],
   ['WRONGMODE', LockModeError, 'exists in another mode'],
+  ['DEADLOCK', LockDeadlockError, 'cannot be waited for: the wait would deadlock'],
 ];
 
 function busyMessage(key, wait) {

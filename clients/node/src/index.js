@@ -1,7 +1,16 @@
 'use strict';
 
 const { Flock, Lock, DEFAULTS } = require('./flock');
-const { LockNotHeldError, LockBusyError, LockLostError, LockUpgradeError, LockModeError, LockNotDurableError, AbortError } = require('./errors');
+const {
+  LockNotHeldError,
+  LockBusyError,
+  LockLostError,
+  LockUpgradeError,
+  LockDeadlockError,
+  LockModeError,
+  LockNotDurableError,
+  AbortError,
+} = require('./errors');
 
 // Static assignments, so that `import { Flock } from 'redis-flock'` finds the names in this CommonJS file.
 module.exports = Flock;
@@ -14,5 +23,6 @@ module.exports.LockBusyError = LockBusyError;
 module.exports.LockLostError = LockLostError;
 module.exports.LockUpgradeError = LockUpgradeError;
 module.exports.LockModeError = LockModeError;
+module.exports.LockDeadlockError = LockDeadlockError;
 module.exports.LockNotDurableError = LockNotDurableError;
 module.exports.AbortError = AbortError;

@@ -5,7 +5,7 @@
 
 const assert = require('node:assert/strict');
 const { it, before } = require('node:test');
-const { LockBusyError, LockUpgradeError, LockModeError } = require('..');
+const { LockBusyError, LockUpgradeError, LockModeError, LockDeadlockError } = require('..');
 const { eachClient, flockOf, requestId, startServer, startProxy, waitUntil, WATCHDOG_LEASE } = require('./helpers');
 
 const LEASE = 10000;
@@ -23,6 +23,22 @@ eachClient((kind, K) => {
   const read = (key, opts) => flock.acquire(key, { lease: LEASE, shared: true, ...opts });
   const write = (key, opts) => flock.acquire(key, { lease: LEASE, ...opts });
   const holders = async (key) => (await server.info(key)).holders.map((h) => [h.owner, h.holds]);
+
+  it('a wait that would deadlock rejects with LockDeadlockError at once and queues nothing', async () => {
+    // One owner per caller across locks (the `owner` option): A takes 1 then 2, B 2 then 1.
+    const a1 = await write(K('dl1'), { owner: 'A' });
+    const b2 = await write(K('dl2'), { owner: 'B' });
+    const b1 = write(K('dl1'), { owner: 'B', wait: Infinity });
+    await server.queued(K('dl1'), 1);
+    await assert.rejects(
+      write(K('dl2'), { owner: 'A', wait: 5000 }),
+      (err) => err instanceof LockDeadlockError && err.key === K('dl2') && /'A' -> 'B' -> 'A'/.test(err.message),
+    );
+    assert.equal((await server.info(K('dl2'))).waiters, '0', 'nothing queued');
+    await a1.release();
+    await (await b1).release();
+    await b2.release();
+  });
 
   it('readers share the lock, each with its own rising token; a writer is kept out', async () => {
     const a = await read(K('share'));

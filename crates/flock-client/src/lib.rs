@@ -116,8 +116,10 @@
 //! and release on drop: every holder has its own lease, token and holds.
 //! The server's refusals come back as errors whose [`redis::RedisError::code`]
 //! is `WRONGMODE` (a lock used as a semaphore, another limit, ...), `UPGRADE`
-//! (writing while reading) or `NOTOWNER` (its text says why: the lease
-//! ended, force-released, deleted).
+//! (writing while reading), `DEADLOCK` (the wait would never end: the
+//! thread would wait for itself through other owners; nothing was queued)
+//! or `NOTOWNER` (its text says why: the lease ended, force-released,
+//! deleted).
 //!
 //! The owner is `<process id>:<thread id>`, the process id a random UUID made
 //! once per process: the same thread acquiring the same lock again reenters

@@ -200,7 +200,13 @@ fn parse_ms(value: &[u8], min: u64) -> Option<u64> {
 /// u8`), so anything else would reach the client as invalid UTF-8, which
 /// clients such as redis-rs cannot parse.
 fn printable(option: &[u8]) -> String {
-    option.iter().take(32).map(|&b| if b.is_ascii_graphic() || b == b' ' { b as char } else { '?' }).collect()
+    shown(option, 32)
+}
+
+/// Client bytes inside an error line: the first `max` bytes, printable
+/// ASCII as it is, every other byte as `?`.
+pub fn shown(bytes: &[u8], max: usize) -> String {
+    bytes.iter().take(max).map(|&b| if b.is_ascii_graphic() || b == b' ' { b as char } else { '?' }).collect()
 }
 
 #[cfg(test)]

@@ -111,10 +111,11 @@ pub enum Counter {
     WaitersDemoted,
     WaitersResent,
     WaitCancels,
+    Deadlocks,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 16] = [
+    pub const ALL: [Counter; 17] = [
         Counter::Grants,
         Counter::ImmediateGrants,
         Counter::Handoffs,
@@ -131,6 +132,7 @@ impl Counter {
         Counter::WaitersDemoted,
         Counter::WaitersResent,
         Counter::WaitCancels,
+        Counter::Deadlocks,
     ];
 
     /// Its field in `INFO flock`, after the `flock_` prefix.
@@ -152,6 +154,7 @@ impl Counter {
             Counter::WaitersDemoted => "waiters_demoted",
             Counter::WaitersResent => "waiters_resent",
             Counter::WaitCancels => "wait_cancels",
+            Counter::Deadlocks => "deadlocks",
         }
     }
 }

@@ -76,6 +76,18 @@ pub enum Want {
 }
 
 impl Want {
+    /// Whether a holder of `self` and one of `other` exclude each other
+    /// whatever else holds the key: writers exclude everyone, readers only
+    /// writers, and two semaphore grants whose permits together exceed the
+    /// limit exclude each other.
+    pub fn conflicts(self, other: Want) -> bool {
+        match (self, other) {
+            (Want::Shared, Want::Shared) => false,
+            (Want::Permits { n, limit }, Want::Permits { n: m, .. }) => u64::from(n) + u64::from(m) > u64::from(limit),
+            _ => true,
+        }
+    }
+
     pub fn mode(self) -> Mode {
         match self {
             Want::Exclusive => Mode::Exclusive,

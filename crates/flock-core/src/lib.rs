@@ -5,7 +5,7 @@
 //! In levels (`make layers` checks that no module imports one above it):
 //! 0. `limits`, `queue` (the waiters of one lock, in order), `deadlines`
 //!    (lease expiries, soonest first), `requests` (request IDs a resend is
-//!    answered from).
+//!    answered from), `deadlock` (cycles in the wait-for graph).
 //! 1. `holders` (who holds a key: one table, a plain lock's holder inline),
 //!    `tokens` (fencing tokens), `args` (command arguments).
 //! 2. `effects` (what operations report, and the one table of what each
@@ -15,6 +15,7 @@
 
 pub mod args;
 pub mod deadlines;
+pub mod deadlock;
 pub mod effects;
 pub mod holders;
 pub mod limits;

@@ -97,6 +97,15 @@ pub struct Lock<P> {
     extra: Option<Box<Extra<P>>>,
 }
 
+/// What a holder of a key in `mode` holds, as a request for it.
+fn held_want(mode: Mode, permits: u32) -> Want {
+    match mode {
+        Mode::Exclusive => Want::Exclusive,
+        Mode::Shared => Want::Shared,
+        Mode::Semaphore(limit) => Want::Permits { n: permits, limit },
+    }
+}
+
 impl<P> Default for Lock<P> {
     fn default() -> Self {
         Self { holders: Holders::default(), extra: None }
@@ -262,6 +271,23 @@ impl<P> Lock<P> {
             return Ok(());
         }
         Err(LockError::WrongMode(mode))
+    }
+
+    /// The owners `owner` waits for here (wanting `want`, or as queued if
+    /// `want` is `None`): the holders and the waiters queued ahead of it
+    /// whose grants exclude its own (`Want::conflicts`), so each must be
+    /// granted and leave before it can be. A new request (not queued) is
+    /// behind every waiter. For deadlock detection (`deadlock::cycle`).
+    pub fn blockers(&self, owner: &[u8], want: Option<Want>) -> Vec<Box<[u8]>> {
+        let queued = self.waiters().find(|w| *w.owner == *owner).map(|w| w.want);
+        let Some(want) = want.or(queued) else { return Vec::new() };
+        let mode = self.mode();
+        let held = self.holders.iter().map(|(h, terms)| (&h.owner, held_want(mode, terms.permits)));
+        let ahead = self.waiters().take_while(|w| *w.owner != *owner).map(|w| (&w.owner, w.want));
+        held.chain(ahead)
+            .filter(|(o, other)| ***o != *owner && want.conflicts(*other))
+            .map(|(o, _)| o.clone())
+            .collect()
     }
 
     /// Whether `want` could be granted now, ignoring the queue.

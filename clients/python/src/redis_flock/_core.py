@@ -97,6 +97,12 @@ class UpgradeError(LockError, ResponseError):
     holds first. Also a ResponseError, as the reply it stands for."""
 
 
+class DeadlockError(LockError, ResponseError):
+    """The server's ``DEADLOCK``: this wait would never end, as its owner
+    would wait, through other owners, for itself (the message names them).
+    Nothing was queued; release what this owner holds and try again."""
+
+
 class WrongModeError(LockError, ResponseError):
     """The server's ``WRONGMODE``: the key is a lock and was asked for permits,
     or a semaphore asked without permits or with another limit."""
@@ -169,12 +175,17 @@ class CancelToken:
 
 # Error replies that become redis-py's lock errors; the rest stay what redis-py
 # made of them (ResponseError and its subclasses).
-LOCK_ERRORS = {"NOTOWNER": LockNotOwnedError, "UPGRADE": UpgradeError, "WRONGMODE": WrongModeError}
+LOCK_ERRORS = {
+    "NOTOWNER": LockNotOwnedError,
+    "UPGRADE": UpgradeError,
+    "WRONGMODE": WrongModeError,
+    "DEADLOCK": DeadlockError,
+}
 
 
 def lock_error(error: ResponseError, action: str, name, lost: Optional[str] = None) -> Exception:
     """NOTOWNER becomes redis-py's LockNotOwnedError, as its Lock raises,
-    UPGRADE and WRONGMODE the errors above; others stay as they are. ``lost``:
+    UPGRADE, WRONGMODE and DEADLOCK the errors above; others stay as they are. ``lost``:
     why this process already knew the grant was lost (a pushed loss)."""
     kind = LOCK_ERRORS.get(str(error).split(" ", 1)[0])
     if kind is None:

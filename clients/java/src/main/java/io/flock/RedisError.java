@@ -23,7 +23,8 @@ public class RedisError extends RuntimeException {
     }
 
     /**
-     * The error as the exception its code has in this client ({@link UpgradeException}, {@link WrongModeException}),
+     * The error as the exception its code has in this client ({@link UpgradeException}, {@link WrongModeException},
+     * {@link DeadlockException}),
      * the original as its cause; any other error as it is.
      */
     static RuntimeException specific(RuntimeException error) {
@@ -32,6 +33,8 @@ public class RedisError extends RuntimeException {
                 return new UpgradeException(error);
             case "WRONGMODE":
                 return new WrongModeException(error);
+            case "DEADLOCK":
+                return new DeadlockException(error);
             default:
                 return error;
         }
