@@ -5,7 +5,9 @@
 #    writes past another through RedisModule_Alloc must be caught, or the
 #    check below could not see FLOCK's allocations either.
 # 2. The randomized multi-client test (small scale), the memory tests (10 %
-#    scale) and the hostile-input tests run against valgrind-run servers
+#    scale), the hostile-input tests, and those of locks of other clients
+#    (timers, keyspace events, shadow locks) and deadlock detection (keys
+#    opened across the wait-for graph) run against valgrind-run servers
 #    (FLOCK_REDIS_WRAPPER in tests/common/mod.rs); they shut their servers
 #    down cleanly, so valgrind writes a leak report for each (a forked child,
 #    such as a full sync's, writes one too). scripts/valgrind.supp holds
@@ -71,6 +73,8 @@ FLOCK_RANDOM_SECS=${LEAKCHECK_SECS:-20} FLOCK_RANDOM_CLIENTS=${LEAKCHECK_CLIENTS
     cargo test --release --test random_clients -- --nocapture || failed=1
 FLOCK_MEMORY_SCALE=${LEAKCHECK_MEMORY_SCALE:-10} cargo test --release --test memory -- --nocapture --test-threads=1 || failed=1
 cargo test --release --test hostile -- --test-threads=1 || failed=1
+cargo test --release --test legacy_locks -- --test-threads=1 || failed=1
+cargo test --release --test deadlocks -- --test-threads=1 || failed=1
 
 echo "== valgrind reports"
 bad=0
