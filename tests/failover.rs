@@ -168,7 +168,11 @@ impl Topology {
         nodes.extend(replicas);
         let topology = Topology { nodes, sentinels, _dir: dir };
         let ports = topology.sentinels.ports();
-        poll_until("the sentinels to know both replicas and each other", 30 * SECOND, || {
+        // Sentinels learn replicas from INFO every 10 s and each other from
+        // hellos every 2 s; on a busy machine a round can come late (a CI run
+        // on Valkey 9.1 passed 30 s once): a minute, with the first
+        // sentinel's log if it is not enough.
+        topology.poll("the sentinels to know both replicas and each other", 60 * SECOND, || {
             ports.iter().all(|&p| sentinel_field(p, "num-slaves") >= 2 && sentinel_field(p, "num-other-sentinels") >= 2)
         });
         topology
