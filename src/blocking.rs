@@ -38,7 +38,7 @@ pub fn wait(
             let (wait, v) = match session {
                 Some(client) => {
                     let number = s.waiters.number();
-                    (WaitId::Session(number), Via::Session { client, number, owner: req.owner.into() })
+                    (WaitId::Session(number), Via::Session { client, number })
                 }
                 None => {
                     let bc = ffi::block::<Waiting>(ctx)?;

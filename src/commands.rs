@@ -20,7 +20,7 @@ use flock_core::args;
 use flock_core::effects::{Counter, End};
 use flock_core::holders::{Holder, Mode, Terms};
 use flock_core::limits::MAX_OWNER_LEN;
-use flock_core::lock::{Acquired, Lock, LockError, Outcomes, Request, RequestId};
+use flock_core::lock::{self, Acquired, Lock, LockError, Outcomes, Request, RequestId};
 use flock_core::record::{self, Set};
 use flock_core::requests::Kind;
 
@@ -221,11 +221,9 @@ fn once(
         }
         let place = s.place(ffi::selected_db(ctx), key_name.as_slice());
         // A free lock has no key; what it remembers is kept elsewhere.
-        if let Some(record) = id.and_then(|id| s.remembered.find(&place, id, ffi::now_ms())) {
-            return match record.kind == kind {
-                true => Ok(Some(record.reply)),
-                false => Err(lock_error(LockError::IdReused(record.kind))),
-            };
+        let found = id.and_then(|id| s.remembered.find(&place, id, ffi::now_ms()));
+        if let Some(reply) = lock::replay(found, kind, None).map_err(lock_error)? {
+            return Ok(Some(reply));
         }
         match owner {
             Some(owner) => Err(not_owner(s, place, owner)),

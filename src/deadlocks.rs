@@ -27,9 +27,8 @@ pub fn cycle(
     want: Want,
 ) -> Option<Vec<Box<[u8]>>> {
     deadlock::cycle(owner, lock.blockers(owner, Some(want)), |q| {
-        let places: Vec<&Place> = s.waiters.places_of(q).collect();
-        places
-            .into_iter()
+        s.waiters
+            .places_of(q)
             .flat_map(|p| if p == place { lock.blockers(q, None) } else { blockers_at(ctx, s, p, q) })
             .collect()
     })

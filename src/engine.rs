@@ -145,7 +145,10 @@ pub fn update<R>(
     let result = op(s, &mut value.lock, &mut scratch.outcomes, now);
     follow(s, k.place, &mut value.lock, now, &mut scratch);
     propagate_requests(k, value, requests_made);
-    if !remove_if_free(s, k, value) {
+    if remove_if_free(s, k, value) {
+        // Replicas and the AOF see the key deleted by name.
+        ffi::replicate(k.ctx, c"DEL", &[k.name.as_slice()]);
+    } else {
         for send in &scratch.sends {
             propagate(k, &value.lock, send);
         }
@@ -170,21 +173,17 @@ pub fn restore(
     let mut out = Vec::new();
     op(&mut value.lock, &mut out);
     follow_quietly(s, k.place, &mut value.lock, out);
-    if value.lock.is_idle() {
-        remember(s, k.place, value.lock.take_requests());
-        let _ = k.key.delete();
-    }
+    remove_if_free(s, k, value);
 }
 
 /// A free lock leaves no key, so that any client finds the name free (an
 /// old client's `SET NX` too); its request IDs stay in the state until they
-/// expire. Replicas and the AOF see the key deleted by name.
+/// expire. True if it was free.
 fn remove_if_free(s: &mut State, k: &Key, value: &mut LockValue) -> bool {
     if !value.lock.is_idle() {
         return false;
     }
     remember(s, k.place, value.lock.take_requests());
-    ffi::replicate(k.ctx, c"DEL", &[k.name.as_slice()]);
     // Detached from timers and sessions already: the unlink callback this
     // runs has nothing left to do.
     let _ = k.key.delete();
@@ -197,6 +196,14 @@ pub fn remember(s: &mut State, place: &Place, requests: Option<Requests>) {
     let Some(requests) = requests else { return };
     s.remembered.keep(place.clone(), requests);
     wake_for_remembered(s);
+}
+
+/// A lock made again under `place` (or arrived from it) takes back the
+/// request IDs it remembered while it had no key there.
+pub fn reclaim_requests(s: &mut State, place: &Place, value: &mut LockValue) {
+    if let Some(requests) = s.remembered.take(place) {
+        value.lock.adopt_requests(requests);
+    }
 }
 
 pub fn wake_for_remembered(s: &mut State) {
@@ -403,8 +410,8 @@ pub fn detach(value: &mut LockValue, db: i32, key: &[u8], why: End) {
 /// `from`: its leases, session bindings and request IDs follow it, and its
 /// holders are not deleted after all.
 pub fn attach(s: &mut State, value: &mut LockValue, db: i32, key: &[u8], from: Option<Place>) {
-    if let Some(requests) = from.and_then(|from| s.remembered.take(&from)) {
-        value.lock.adopt_requests(requests);
+    if let Some(from) = from {
+        reclaim_requests(s, &from, value);
     }
     let place = s.place(db, key);
     let now = ffi::now_ms();

@@ -57,9 +57,7 @@ impl KeyType for LockType {
                     }
                     let place = s.place(db, &key);
                     engine::file_leases_now(s, &mut value, &place);
-                    if let Some(requests) = s.remembered.take(&place) {
-                        value.lock.adopt_requests(requests);
-                    }
+                    engine::reclaim_requests(s, &place, &mut value);
                 });
                 Some(value)
             }
@@ -159,12 +157,10 @@ fn load_aux(words: &mut Rdb, encver: i32, now: u64) -> Result<(), String> {
         for _ in 0..words.number(Field::Length)? {
             let db = i32::try_from(words.number(Field::Length)?).map_err(|_| Field::Length)?;
             let key = words.bytes()?;
+            let place = state::with(|s| s.place(db, &key));
             for _ in 0..words.number(Field::Length)? {
                 let (id, record) = record::read_request(words, now)?;
-                state::with(|s| {
-                    let place = s.place(db, &key);
-                    s.remembered.record(place, &id, record);
-                });
+                state::with(|s| s.remembered.record(place.clone(), &id, record));
             }
         }
         state::with(engine::wake_for_remembered);

@@ -15,7 +15,7 @@ use crate::engine::{self, Key};
 use crate::ffi::{self, StringKey};
 use crate::place::Place;
 use crate::state::{self, Shadow, State};
-use crate::value::{create_lock, lock_value, LockValue};
+use crate::value::{lock_value, put_lock, LockValue};
 use crate::waiters::WaitId;
 use flock_core::effects::{Leave, Outcome};
 use flock_core::lock::Lock;
@@ -50,11 +50,8 @@ pub fn with_lock<R>(
         Ok(None) => match adopt(s, &k)? {
             Some(value) => value,
             None if create => {
-                let value = create_lock(&key)?;
-                // Made again: what it remembered while free is its own again.
-                if let Some(requests) = s.remembered.take(place) {
-                    value.lock.adopt_requests(requests);
-                }
+                let value = put_lock(&key, LockValue::new(Lock::default()))?;
+                engine::reclaim_requests(s, place, value);
                 value
             }
             None => return Ok(None),
@@ -96,11 +93,8 @@ fn with_shadow<R>(
 /// is no shadow (or nobody was left to grant).
 fn adopt<'a>(s: &mut State, k: &Key) -> Result<Option<&'a mut LockValue>, RedisError> {
     let Some(shadow) = s.shadows.remove(k.place) else { return Ok(None) };
-    let Ok(value) = create_lock(k.key) else { return Ok(None) };
-    *value = shadow.value;
-    if let Some(requests) = s.remembered.take(k.place) {
-        value.lock.adopt_requests(requests);
-    }
+    let value = put_lock(k.key, shadow.value)?;
+    engine::reclaim_requests(s, k.place, value);
     engine::update(s, k, value, None, |s, lock, out, now| lock.clear_foreign(now, &mut s.tokens, out));
     // Left free if every waiter had gone: then the key went too.
     lock_value(k.key)
@@ -141,9 +135,8 @@ pub fn key_event(ctx: &Context, key: &[u8]) {
         return;
     }
     let job_key = key.to_vec();
-    let queued = ctx.add_post_notification_job(move |ctx| match state::try_with(|_| ()) {
-        Some(()) => state::with(|s| ffi::with_db(ctx, db, || look_again(ctx, s, db, &job_key, false))),
-        None => {
+    let queued = ctx.add_post_notification_job(move |ctx| {
+        if state::try_with(|s| look_again(ctx, s, db, &job_key, false)).is_none() {
             ffi::create_timer(0, on_ttl_due, (db, job_key));
         }
     });

@@ -92,9 +92,9 @@ pub fn read_lock_value(key: &redis_module::key::RedisKey) -> Result<Option<&Lock
     key.get_value::<LockValue>(lock_type()?).map_err(|_| RedisError::Str(WRONGTYPE))
 }
 
-/// A new, free lock under the empty `key`.
-pub fn create_lock<'a>(key: &RedisKeyWritable) -> Result<&'a mut LockValue, RedisError> {
-    key.set_value(lock_type()?, LockValue::new(Lock::default()))?;
+/// `value` stored under the empty `key`.
+pub fn put_lock<'a>(key: &RedisKeyWritable, value: LockValue) -> Result<&'a mut LockValue, RedisError> {
+    key.set_value(lock_type()?, value)?;
     lock_value(key)?.ok_or(RedisError::Str(NOT_CREATED))
 }
 

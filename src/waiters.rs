@@ -50,8 +50,8 @@ pub struct Answer {
 pub enum Via {
     /// A client blocked on its own connection (`client` is its id).
     Blocked { bc: BlockedClient<Answer>, client: u64 },
-    /// Wait `number` of the session of connection `client`, for `owner`.
-    Session { client: u64, number: u64, owner: Box<[u8]> },
+    /// Wait `number` of the session of connection `client`.
+    Session { client: u64, number: u64 },
 }
 
 /// A waiter and where it waits.
@@ -138,7 +138,7 @@ impl Waiters {
                 }
                 bc.unblock(Answer { client, reply });
             }
-            Via::Session { client, number, owner } => {
+            Via::Session { client, number } => {
                 let (kind, token) = match reply {
                     Reply::Granted { token, .. } => (Kind::Granted, token),
                     Reply::Nil => (Kind::TimedOut, 0),
@@ -152,9 +152,9 @@ impl Waiters {
                     Reply::Error(why) => (Kind::Error(why), 0),
                 };
                 if kind == Kind::Granted {
-                    sessions.watch(client, token, &waiter.place, &owner);
+                    sessions.watch(client, token, &waiter.place, &waiter.owner);
                 }
-                let event = Event { kind, place: waiter.place, owner, token };
+                let event = Event { kind, place: waiter.place, owner: waiter.owner, token };
                 sessions.push(client, Some(number), event);
             }
         }

@@ -106,6 +106,19 @@ fn held_want(mode: Mode, permits: u32) -> Want {
     }
 }
 
+/// What a command resent with a request ID answers, given the record
+/// `found` under that ID: `None` for a new request; `IdReused` if the ID
+/// was used with another command; for ACQUIRE, its token only while that
+/// grant is still `held` (the token the owner holds now, if any).
+pub fn replay(found: Option<Record>, kind: Kind, held: Option<u64>) -> Result<Option<u64>, LockError> {
+    match found {
+        None => Ok(None),
+        Some(record) if record.kind != kind => Err(LockError::IdReused(record.kind)),
+        Some(record) if kind == Kind::Acquire => Ok((held == Some(record.reply)).then_some(record.reply)),
+        Some(record) => Ok(Some(record.reply)),
+    }
+}
+
 impl<P> Default for Lock<P> {
     fn default() -> Self {
         Self { holders: Holders::default(), extra: None }
@@ -197,14 +210,7 @@ impl<P> Lock<P> {
         let Some(extra) = self.extra.as_mut() else { return Ok(None) };
         let found = extra.requests.find(id, now_ms);
         self.trim();
-        match found {
-            None => Ok(None),
-            Some(record) if record.kind != kind => Err(LockError::IdReused(record.kind)),
-            Some(record) if kind == Kind::Acquire => {
-                Ok((self.holders.token_of(owner) == Some(record.reply)).then_some(record.reply))
-            }
-            Some(record) => Ok(Some(record.reply)),
-        }
+        replay(found, kind, self.holders.token_of(owner))
     }
 
     /// Records that the command sent with `id` was applied and answered `reply`.
