@@ -488,3 +488,21 @@ fn a_session_wait_whose_server_is_unreachable_past_its_deadline_ends_as_a_timeou
     assert!(matches!(outcome, Ok(None)), "a timeout, not an error: {outcome:?}");
     assert!(took >= 1400 * MS && took < 2500 * MS, "ended at its deadline: {took:?}");
 }
+
+#[test]
+fn a_session_wait_whose_reply_is_lost_as_its_server_becomes_unreachable_ends_as_a_timeout() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let proxy = common::proxy::Proxy::start(s.port);
+    let client = redis::Client::open(proxy.url()).expect("client");
+    let _holder = Lock::new("L", 30 * SECOND).with_owner("holder").acquire(s.conn(), None).unwrap();
+    // Queued on the server; its WAITING and every resend are lost.
+    proxy.kill_at_reply_to("FLOCK.ACQUIRE");
+    let started = Instant::now();
+    let outcome = Lock::new("L", SECOND).with_owner("w").acquire_on(&client, Some(1500 * MS));
+    let took = started.elapsed();
+    assert!(matches!(outcome, Ok(None)), "a timeout, not an error: {:?}", outcome.map(|g| g.map(|g| g.token())));
+    assert!(took >= 1400 * MS && took < 2500 * MS, "ended at its deadline: {took:?}");
+    assert_eq!(proxy.dropped(), 1, "the reply was lost");
+    wait_queue(&mut admin, "L", &[]);
+}

@@ -20,8 +20,20 @@ struct Trigger {
     seen: Vec<Vec<u8>>,
     /// Set by [`Proxy::kill`]: every connection closed, new ones refused.
     dead: bool,
+    /// Upper-case command name whose first reply is swallowed as the
+    /// process behind the proxy dies ([`Proxy::kill_at_reply_to`]).
+    kill_at: Option<Vec<u8>>,
     /// Both ends of every connection so far, to close them on a kill.
     streams: Vec<TcpStream>,
+}
+
+impl Trigger {
+    fn die(&mut self) {
+        self.dead = true;
+        for end in self.streams.drain(..) {
+            let _ = end.shutdown(Shutdown::Both);
+        }
+    }
 }
 
 pub struct Proxy {
@@ -74,11 +86,13 @@ impl Proxy {
     /// process is killed) and every new one is closed at once, so the
     /// process cannot reconnect.
     pub fn kill(&self) {
-        let mut t = self.trigger.lock().expect("trigger");
-        t.dead = true;
-        for end in t.streams.drain(..) {
-            let _ = end.shutdown(Shutdown::Both);
-        }
+        self.trigger.lock().expect("trigger").die();
+    }
+
+    /// The process dies as the server answers the next `command`: that
+    /// reply is lost with every connection, and no new one gets through.
+    pub fn kill_at_reply_to(&self, command: &str) {
+        self.trigger.lock().expect("trigger").kill_at = Some(command.to_ascii_uppercase().into_bytes());
     }
 
     /// Replies swallowed so far.
@@ -129,6 +143,12 @@ fn forward(client: TcpStream, server_port: u16, trigger: &Mutex<Trigger>) -> io:
             if hit {
                 t.armed = None;
                 t.dropped += 1;
+            }
+            if t.kill_at.as_ref() == Some(&name) {
+                t.kill_at = None;
+                t.dropped += 1;
+                t.die();
+                return Ok(());
             }
             hit
         };

@@ -388,15 +388,26 @@ impl Target {
                 // To that node itself: a redirection followed elsewhere
                 // would name a session the other node does not know.
                 Via::Cluster(_) => server.command::<Value>(&acquire.cmd(Some(&sid))),
-                Via::Server(_) => link.send::<Value>(&acquire.cmd(Some(&sid))),
+                // A link that cannot reach the server any more hands over
+                // to the session's own connection, which reconnects.
+                Via::Server(_) => match link.send::<Value>(&acquire.cmd(Some(&sid))) {
+                    Err(e) if e.is_io_error() => server.command::<Value>(&acquire.cmd(Some(&sid))),
+                    reply => reply,
+                },
             };
-            if registered && !matches!(&reply, Ok(Value::SimpleString(s)) if s == "WAITING") {
+            // Every resend's reply was lost: the wait may be queued, and the
+            // session's reader, whose connection breaks too, resends it (same
+            // request ID) until it is answered or its time is over.
+            let unreachable =
+                registered && matches!(via, Via::Server(_)) && matches!(&reply, Err(e) if e.is_io_error());
+            if registered && !unreachable && !matches!(&reply, Ok(Value::SimpleString(s)) if s == "WAITING") {
                 server.unregister(&acquire.key, &acquire.owner);
             }
             match reply {
                 Ok(Value::SimpleString(s)) if s == "WAITING" && registered => {
                     return Ok(Queued::Waiting(server, loss, tx, rx))
                 }
+                Err(_) if unreachable => return Ok(Queued::Waiting(server, loss, tx, rx)),
                 Ok(Value::Nil) => return Ok(Queued::Busy),
                 Ok(Value::Int(token)) => {
                     let token = token as u64;
