@@ -4,6 +4,8 @@
 //! and reply from its answer. The registry of waiters and the one answer
 //! are in `waiters`.
 
+use std::time::Instant;
+
 use redis_module::{Context, RedisResult, RedisValue};
 
 use crate::engine;
@@ -11,9 +13,10 @@ use crate::errors;
 use crate::ffi::{self, BlockHandlers, BlockedId};
 use crate::place::Place;
 use crate::state::{self, State};
-use crate::waiters::{Answer, Reply, Via, WaitId};
+use crate::waiters::{Answer, Group, Reply, Via, WaitId};
 use flock_core::effects::{End, Leave};
 use flock_core::lock::{Lock, LockError, Outcomes, Request};
+use flock_core::queue::WaiterId;
 
 /// Queues a waiter on `lock`: the calling client, blocked (`session`
 /// `None`), or a wait of the session of connection `session`. False
@@ -40,10 +43,7 @@ pub fn wait(
                     let number = s.waiters.number();
                     (WaitId::Session(number), Via::Session { client, number })
                 }
-                None => {
-                    let bc = ffi::block::<Waiting>(ctx)?;
-                    (WaitId::Blocked(bc.id()), Via::Blocked { bc, client: ffi::client_id(ctx) })
-                }
+                None => block_client(ctx)?,
             };
             via = Some((wait, v));
             Some(wait)
@@ -54,9 +54,30 @@ pub fn wait(
     if let (Some(client), WaitId::Session(number)) = (session, wait) {
         s.sessions.add_wait(client, number);
     }
-    let timer = (timeout_ms > 0).then(|| ffi::create_timer(timeout_ms, on_wait_timeout, wait));
-    s.waiters.insert(wait, via, req.owner, place.clone(), id, timer);
+    register(s, wait, via, req.owner, (place.clone(), id), timeout_ms, None);
     Ok(true)
+}
+
+/// Blocks the calling client: its wait's id, and how it is answered.
+/// `None` if the server would not block it.
+pub fn block_client(ctx: &Context) -> Option<(WaitId, Via)> {
+    let bc = ffi::block::<Waiting>(ctx)?;
+    Some((WaitId::Blocked(bc.id()), Via::Blocked { bc, client: ffi::client_id(ctx) }))
+}
+
+/// Registers a queued wait at its (first) place in a queue, with a timer
+/// for its WAIT timeout (0: none).
+pub fn register(
+    s: &mut State,
+    wait: WaitId,
+    via: Via,
+    owner: &[u8],
+    at: (Place, WaiterId),
+    timeout_ms: u64,
+    group: Option<Box<Group>>,
+) {
+    let timer = (timeout_ms > 0).then(|| ffi::create_timer(timeout_ms, on_wait_timeout, wait));
+    s.waiters.insert(wait, via, owner, at, timer, group);
 }
 
 /// Takes a waiter out of its lock's queue and answers it, if it is still
@@ -69,7 +90,8 @@ pub fn leave(ctx: &Context, s: &mut State, wait: WaitId, why: Leave) {
     engine::open_lock_at(ctx, s, &place, |_, _, value| {
         // Its `Left` outcome is answered below, whether or not the lock still
         // had it (the key may be gone).
-        if value.lock.remove_waiter(id, why, &mut Vec::new()) && value.lock.head_fits() {
+        let removed = value.lock.remove_waiter(id, why, &mut Vec::new());
+        if removed && (value.lock.head_fits() || value.lock.gated_head().is_some()) {
             ffi::create_timer(0, grant_waiters, place.clone());
         }
     });
@@ -91,6 +113,14 @@ fn on_wait_timeout(ctx: &Context, wait: WaitId) {
     state::with(|s| leave(ctx, s, wait, Leave::TimedOut));
 }
 
+/// A grant's reply is being written: it reached its client, this long
+/// after the hand-off.
+fn mark_delivered(delivered: &mut bool, at: &Instant) {
+    *delivered = true;
+    let micros = u64::try_from(at.elapsed().as_micros()).unwrap_or(u64::MAX);
+    state::with(|s| s.handoff_latency.record(micros));
+}
+
 /// The callbacks of a client blocked in WAIT.
 struct Waiting;
 
@@ -100,10 +130,12 @@ impl BlockHandlers for Waiting {
     fn reply(_: &Context, answer: Option<&mut Answer>) -> RedisResult {
         match answer.map(|a| &mut a.reply) {
             Some(Reply::Granted { token, delivered, at, .. }) => {
-                *delivered = true;
-                let micros = u64::try_from(at.elapsed().as_micros()).unwrap_or(u64::MAX);
-                state::with(|s| s.handoff_latency.record(micros));
+                mark_delivered(delivered, at);
                 Ok(RedisValue::Integer(*token as i64))
+            }
+            Some(Reply::GrantedAll { grants, delivered, at }) => {
+                mark_delivered(delivered, at);
+                Ok(RedisValue::Array(grants.iter().map(|&(_, token)| RedisValue::Integer(token as i64)).collect()))
             }
             Some(Reply::Error(why)) => Err(errors::left(*why)),
             Some(Reply::Nil | Reply::Cancelled | Reply::Silent) | None => Ok(RedisValue::Null),
@@ -114,8 +146,16 @@ impl BlockHandlers for Waiting {
     /// is passed on at once, from a timer: this callback has no client.
     fn free(answer: Answer) {
         state::with(|s| s.waiters.answer_done(answer.client));
-        if let Reply::Granted { token, place, delivered: false, .. } = answer.reply {
-            ffi::create_timer(0, pass_on, (place, token));
+        match answer.reply {
+            Reply::Granted { token, place, delivered: false, .. } => {
+                ffi::create_timer(0, pass_on, (place, token));
+            }
+            Reply::GrantedAll { grants, delivered: false, .. } => {
+                for grant in grants {
+                    ffi::create_timer(0, pass_on, grant);
+                }
+            }
+            _ => {}
         }
     }
 

@@ -25,8 +25,13 @@ const LOCK: ArgDoc = arg("key", KEY);
 const OWNER: ArgDoc = arg("owner", STRING);
 const LEASE: ArgDoc = arg("lease-ms", INTEGER);
 const ID: ArgDoc = ArgDoc { name: "request-id", kind: STRING, token: Some("ID"), optional: true, subargs: &[] };
+/// `numkeys key [key ...]`: `ffi::set_command_info` makes the key repeat.
+const NUMKEYS: ArgDoc = arg("numkeys", INTEGER);
+const WAIT: ArgDoc = ArgDoc { name: "timeout-ms", kind: INTEGER, token: Some("WAIT"), optional: true, subargs: &[] };
+const SESSION: ArgDoc =
+    ArgDoc { name: "session", kind: PURE_TOKEN, token: Some("SESSION"), optional: true, subargs: &[] };
 
-pub const COMMANDS: [CommandDoc; 11] = [
+pub const COMMANDS: [CommandDoc; 13] = [
     CommandDoc {
         name: "flock.acquire",
         summary: "Takes a fair lock (exclusive, or SHARED for the read side) or PERMITS of a fair semaphore: granted at once if it fits and nobody waits, or with WAIT queued FIFO and blocked until granted",
@@ -38,8 +43,8 @@ pub const COMMANDS: [CommandDoc; 11] = [
             LOCK,
             OWNER,
             LEASE,
-            ArgDoc { name: "timeout-ms", kind: INTEGER, token: Some("WAIT"), optional: true, subargs: &[] },
-            ArgDoc { name: "session", kind: PURE_TOKEN, token: Some("SESSION"), optional: true, subargs: &[] },
+            WAIT,
+            SESSION,
             ArgDoc { name: "session-id", kind: STRING, token: Some("INBOX"), optional: true, subargs: &[] },
             ID,
             ArgDoc {
@@ -71,6 +76,33 @@ pub const COMMANDS: [CommandDoc; 11] = [
         key_flags: RW | UPDATE,
         acl: "write fast",
         args: &[LOCK, OWNER, ID],
+    },
+    CommandDoc {
+        name: "flock.acquireall",
+        summary: "Takes several locks of one owner at once, all or none: each key's fencing token in order, or nil; with WAIT one waiter holds its place in every key's queue and is granted all when the last comes free to it",
+        complexity: "O(N) where N is the number of keys",
+        arity: -5,
+        key_flags: RW | UPDATE,
+        acl: "write slow blocking",
+        args: &[
+            NUMKEYS,
+            LOCK,
+            OWNER,
+            LEASE,
+            WAIT,
+            SESSION,
+            ID,
+            ArgDoc { name: "shared", kind: PURE_TOKEN, token: Some("SHARED"), optional: true, subargs: &[] },
+        ],
+    },
+    CommandDoc {
+        name: "flock.releaseall",
+        summary: "Releases one hold of each of several locks of one owner in one step, or none (NOTOWNER): each key's holds left",
+        complexity: "O(N) where N is the number of keys",
+        arity: -4,
+        key_flags: RW | UPDATE,
+        acl: "write slow",
+        args: &[NUMKEYS, LOCK, OWNER, ID],
     },
     CommandDoc {
         name: "flock.renew",

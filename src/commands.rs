@@ -33,26 +33,32 @@ fn split(args: &[RedisString], min: usize) -> Result<(&RedisString, Vec<&[u8]>),
 }
 
 /// Borrows the state for one command; a FLOCK command that another module
-/// runs from inside one (a keyspace event handler) is refused.
-fn entered<R>(f: impl FnOnce(&mut State) -> Result<R, RedisError>) -> Result<R, RedisError> {
-    state::try_with(f).unwrap_or(Err(RedisError::Str(errors::NESTED)))
+/// runs from inside one (a keyspace event handler) is refused. Before it
+/// returns, the waits for several keys whose turn it brought are granted.
+pub fn entered<R>(ctx: &Context, f: impl FnOnce(&mut State) -> Result<R, RedisError>) -> Result<R, RedisError> {
+    let result = state::try_with(|s| {
+        let result = f(s);
+        engine::drain(ctx, s);
+        result
+    });
+    result.unwrap_or(Err(RedisError::Str(errors::NESTED)))
 }
 
 /// Runs `f` on the lock under `key_name` (`legacy::with_lock`), or on a
 /// new one when `create` (else `Ok(None)` when there is none).
-fn with_key<R>(
+pub fn with_key<R>(
     ctx: &Context,
     s: &mut State,
     key_name: &RedisString,
     create: bool,
     f: impl FnOnce(&mut State, &Key, &mut LockValue) -> R,
 ) -> Result<Option<R>, RedisError> {
-    let place = s.place(ffi::selected_db(ctx), key_name.as_slice());
+    let place = place_of(ctx, s, key_name);
     legacy::with_lock(ctx, s, key_name, &place, create, f)
 }
 
 /// Leases and waits beyond `flock.max-lease-ms` are refused like bad input.
-fn check_max_lease(ms: u64, what: &str) -> Result<(), RedisError> {
+pub fn check_max_lease(ms: u64, what: &str) -> Result<(), RedisError> {
     let max = config::max_lease_ms();
     match ms > max {
         true => Err(errors::above_max_lease(what, ms, max)),
@@ -61,11 +67,11 @@ fn check_max_lease(ms: u64, what: &str) -> Result<(), RedisError> {
 }
 
 /// The request ID of a command, with the window it is remembered for.
-fn with_window(id: Option<&[u8]>) -> Option<RequestId<'_>> {
+pub fn with_window(id: Option<&[u8]>) -> Option<RequestId<'_>> {
     id.map(|id| RequestId { id, window_ms: config::retry_window_ms() })
 }
 
-fn token_reply(token: u64) -> RedisValue {
+pub fn token_reply(token: u64) -> RedisValue {
     RedisValue::Integer(token as i64)
 }
 
@@ -76,7 +82,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     check_max_lease(parsed.wait_ms.unwrap_or(0), "timeout-ms")?;
     // Inside MULTI, Lua and functions a WAIT acts as a try, as BLPOP does.
     let wait_ms = parsed.wait_ms.filter(|_| !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING));
-    entered(|s| {
+    entered(ctx, |s| {
         // The connection of the session the command is sent for, if any: its
         // SESSION binding, its inbox for the outcome and any loss.
         let inbox = match parsed.inbox {
@@ -135,7 +141,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 pub fn cancel(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let (key_name, rest) = split(&args, 3)?;
     let owner = args::cancel(&rest).map_err(arg_error)?;
-    let cancelled = entered(|s| {
+    let cancelled = entered(ctx, |s| {
         with_key(ctx, s, key_name, false, |s, k, value| {
             engine::update(s, k, value, None, |s, lock, out, now| lock.cancel(owner, now, &mut s.tokens, out))
         })
@@ -149,7 +155,7 @@ pub fn session(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if args.len() != 1 {
         return Err(RedisError::WrongArity);
     }
-    let id = entered(|s| Ok(s.sessions.open(ffi::client_id(ctx))))?;
+    let id = entered(ctx, |s| Ok(s.sessions.open(ffi::client_id(ctx))))?;
     ffi::reply_bytes(ctx, &id);
     Ok(RedisValue::NoReply)
 }
@@ -161,7 +167,7 @@ pub fn inbox(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let timeout_ms = args::inbox(&rest).map_err(arg_error)?;
     check_max_lease(timeout_ms, "timeout-ms")?;
     let client = ffi::client_id(ctx);
-    entered(|s| {
+    entered(ctx, |s| {
         if !s.sessions.has(client) {
             return Err(RedisError::Str(errors::NO_SESSION_HERE));
         }
@@ -178,7 +184,7 @@ pub fn inbox(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 /// The first reply of a command resent with request ID `id`, if that
 /// command was applied; `None` for a new request.
-fn repeated(
+pub fn repeated(
     lock: &mut Lock<WaitId>,
     id: Option<&[u8]>,
     kind: Kind,
@@ -202,38 +208,68 @@ fn once(
     owner: Option<&[u8]>,
     op: impl FnOnce(&mut State, &mut Lock<WaitId>, &mut Outcomes<WaitId>, u64) -> Result<u64, LockError>,
 ) -> Result<Option<u64>, RedisError> {
-    entered(|s| {
-        let done = with_key(ctx, s, key_name, false, |s, k, value| {
-            engine::update(s, k, value, owner, |s, lock, out, now| {
-                if let Some(reply) = repeated(lock, id, kind, owner.unwrap_or_default(), now)? {
-                    return Ok(reply);
-                }
-                let reply = op(s, lock, out, now).map_err(|e| match (e, owner) {
-                    (LockError::NotOwner, Some(owner)) => not_owner(s, k.place.clone(), owner),
-                    (e, _) => lock_error(e),
-                })?;
-                lock.remember(with_window(id), kind, reply, now);
-                Ok(reply)
-            })
-        })?;
-        if let Some(reply) = done {
-            return reply.map(Some);
+    entered(ctx, |s| once_in(ctx, s, key_name, id, kind, owner, op))
+}
+
+/// `once`, in a command that has the state already.
+pub fn once_in(
+    ctx: &Context,
+    s: &mut State,
+    key_name: &RedisString,
+    id: Option<&[u8]>,
+    kind: Kind,
+    owner: Option<&[u8]>,
+    op: impl FnOnce(&mut State, &mut Lock<WaitId>, &mut Outcomes<WaitId>, u64) -> Result<u64, LockError>,
+) -> Result<Option<u64>, RedisError> {
+    let done = with_key(ctx, s, key_name, false, |s, k, value| {
+        engine::update(s, k, value, owner, |s, lock, out, now| {
+            if let Some(reply) = repeated(lock, id, kind, owner.unwrap_or_default(), now)? {
+                return Ok(reply);
+            }
+            let reply = op(s, lock, out, now).map_err(|e| match (e, owner) {
+                (LockError::NotOwner, Some(owner)) => not_owner(s, k.place.clone(), owner),
+                (e, _) => lock_error(e),
+            })?;
+            lock.remember(with_window(id), kind, reply, now);
+            Ok(reply)
+        })
+    })?;
+    if let Some(reply) = done {
+        return reply.map(Some);
+    }
+    if let Some(reply) = replay_free(ctx, s, key_name, id, kind)? {
+        return Ok(Some(reply));
+    }
+    match owner {
+        Some(owner) => {
+            let place = place_of(ctx, s, key_name);
+            Err(not_owner(s, place, owner))
         }
-        let place = s.place(ffi::selected_db(ctx), key_name.as_slice());
-        // A free lock has no key; what it remembers is kept elsewhere.
-        let found = id.and_then(|id| s.remembered.find(&place, id, ffi::now_ms()));
-        if let Some(reply) = lock::replay(found, kind, None).map_err(lock_error)? {
-            return Ok(Some(reply));
-        }
-        match owner {
-            Some(owner) => Err(not_owner(s, place, owner)),
-            None => Ok(None),
-        }
-    })
+        None => Ok(None),
+    }
+}
+
+/// The first reply of a command resent with request ID `id` to a name
+/// whose lock is free (no key): what it remembered is kept elsewhere.
+pub fn replay_free(
+    ctx: &Context,
+    s: &mut State,
+    key_name: &RedisString,
+    id: Option<&[u8]>,
+    kind: Kind,
+) -> Result<Option<u64>, RedisError> {
+    let place = place_of(ctx, s, key_name);
+    let found = id.and_then(|id| s.remembered.find(&place, id, ffi::now_ms()));
+    lock::replay(found, kind, None).map_err(lock_error)
+}
+
+/// Where `key_name` of the selected database lives.
+pub fn place_of(ctx: &Context, s: &mut State, key_name: &RedisString) -> Place {
+    s.place(ffi::selected_db(ctx), key_name.as_slice())
 }
 
 /// NOTOWNER, with why if the server ended `owner`'s grant on this lock lately.
-fn not_owner(s: &State, place: Place, owner: &[u8]) -> RedisError {
+pub fn not_owner(s: &State, place: Place, owner: &[u8]) -> RedisError {
     errors::not_owner(s.losses.get(&(place, owner.into()), ffi::now_ms()))
 }
 
@@ -323,13 +359,24 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let Some(value) = value else { return Ok(RedisValue::Null) };
     let mut holders: Vec<(&Holder, Terms)> = value.lock.holders().iter().collect();
     holders.sort_unstable_by_key(|(h, _)| h.token);
-    let Some(&(first, first_terms)) = holders.first() else { return Ok(RedisValue::Null) };
     let now = ffi::now_ms();
     let ttl = |h: &Holder| h.deadline_ms.saturating_sub(now) as i64;
-    ffi::reply_map(ctx, 10);
-    ffi::reply_bytes(ctx, b"owner");
-    ffi::reply_bytes(ctx, &first.owner);
-    reply_holder_fields(ctx, first.holds, first.token, ttl(first), first_terms.session.is_some());
+    match holders.first() {
+        Some(&(first, first_terms)) => {
+            ffi::reply_map(ctx, 10);
+            ffi::reply_bytes(ctx, b"owner");
+            ffi::reply_bytes(ctx, &first.owner);
+            reply_holder_fields(ctx, first.holds, first.token, ttl(first), first_terms.session.is_some());
+        }
+        // Free, but an ACQUIREALL waits first in its queue for its other keys.
+        None if value.lock.waiter_count() > 0 => {
+            ffi::reply_map(ctx, 10);
+            ffi::reply_bytes(ctx, b"owner");
+            ctx.reply(Ok(RedisValue::Null));
+            reply_holder_fields(ctx, 0, 0, -1, false);
+        }
+        None => return Ok(RedisValue::Null),
+    }
     let (mode, limit) = match value.lock.mode() {
         Mode::Exclusive => ("exclusive", 0),
         Mode::Shared => ("shared", 0),
@@ -360,7 +407,7 @@ fn info_foreign(ctx: &Context, name: &RedisString) -> bool {
     };
     let owner = &value[..value.len().min(MAX_OWNER_LEN)];
     let queue: Vec<Vec<u8>> = state::try_with(|s| {
-        let place = s.place(ffi::selected_db(ctx), name.as_slice());
+        let place = place_of(ctx, s, name);
         legacy::shadow(s, &place).map_or_else(Vec::new, |lock| lock.waiters().map(|w| w.owner.to_vec()).collect())
     })
     .unwrap_or_default();
@@ -407,7 +454,7 @@ pub fn state(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// Applies a replicated or AOF holder record to the lock at `key_name`:
 /// made only if the record gives it a holder, removed if left free.
 fn set_replicated(ctx: &Context, key_name: &RedisString, set: Set) -> RedisResult {
-    entered(|s| {
+    entered(ctx, |s| {
         let creates = matches!(set, Set::Holder(..));
         with_key(ctx, s, key_name, creates, |s, k, value| {
             if let Set::Holder(_, record) = &set {
@@ -433,13 +480,13 @@ pub fn request_id(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     internal(ctx, ID_COMMAND)?;
     let (key_name, rest) = split(&args, 6)?;
     let (id, record) = record::request_command(&rest, ffi::now_ms()).map_err(|f| errors::record(ID_COMMAND, f))?;
-    entered(|s| {
+    entered(ctx, |s| {
         let key = ctx.open_key_writable(key_name);
         match lock_value(&key)? {
             Some(value) => value.lock.restore_request(&id, record),
             // Before the grant it belongs to makes the key, or for a free lock.
             None => {
-                let place = s.place(ffi::selected_db(ctx), key_name.as_slice());
+                let place = place_of(ctx, s, key_name);
                 s.remembered.record(place, &id, record);
                 engine::wake_for_remembered(s);
             }

@@ -34,6 +34,13 @@ pub fn cycle(
     })
 }
 
+/// The owners of the cycle that `owner` would close by waiting for
+/// `blockers` (the holders and waiters ahead of it at each key of a wait
+/// for several), `owner` first. No key is open.
+pub fn cycle_from(ctx: &Context, s: &State, owner: &[u8], blockers: Vec<Box<[u8]>>) -> Option<Vec<Box<[u8]>>> {
+    deadlock::cycle(owner, blockers, |q| s.waiters.places_of(q).flat_map(|p| blockers_at(ctx, s, p, q)).collect())
+}
+
 /// The owners `owner`, queued at `place`, waits for there.
 fn blockers_at(ctx: &Context, s: &State, place: &Place, owner: &[u8]) -> Vec<Box<[u8]>> {
     if let Some(shadow) = s.shadows.get(place) {

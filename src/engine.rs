@@ -18,7 +18,7 @@ use crate::waiters::{self, WaitId};
 use flock_core::deadlines::{DeadlineId, Pop};
 use flock_core::effects::{effects, Counter, End, Leave, Outcome, Reply, Sent};
 use flock_core::holders::{Holder, Terms};
-use flock_core::lock::{Lock, Outcomes};
+use flock_core::lock::{Acquired, Lock, Outcomes, Request, RequestId};
 use flock_core::record::{holder_set_words, mode_words, request_words, Word};
 use flock_core::requests::Requests;
 
@@ -41,7 +41,8 @@ fn follow(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, now: u64, scrat
                 if let Some((holder, _)) = lock.holders().get(token).filter(|_| !s.losses.is_empty()) {
                     s.losses.forget(&(place.clone(), holder.owner.clone()));
                 }
-                if let Some(wait) = waiter {
+                // A wait for several keys is answered once all are granted.
+                if let Some(wait) = waiter.filter(|&w| !s.waiters.is_group(w)) {
                     let reply =
                         waiters::Reply::Granted { token, place: place.clone(), delivered: false, at: Instant::now() };
                     s.waiters.answer(&mut s.sessions, wait, reply);
@@ -90,6 +91,7 @@ pub fn answer_left(s: &mut State, waiter: WaitId, why: Leave) {
     if s.waiters.answer(&mut s.sessions, waiter, reply) {
         e.counters.iter().for_each(|&c| s.counters.bump(c, 1));
     }
+    arm_drain(s);
 }
 
 /// Files the lease of the holder with `token` (again) and binds its
@@ -143,6 +145,7 @@ pub fn update<R>(
         value.lock.expire(owner, now, &mut s.tokens, &mut scratch.outcomes);
     }
     let result = op(s, &mut value.lock, &mut scratch.outcomes, now);
+    settle_gated_head(s, &mut value.lock, now, &mut scratch.outcomes);
     follow(s, k.place, &mut value.lock, now, &mut scratch);
     propagate_requests(k, value, requests_made);
     if remove_if_free(s, k, value) {
@@ -159,6 +162,135 @@ pub fn update<R>(
     scratch.sends.clear();
     s.scratch = scratch;
     result
+}
+
+/// A wait for several keys first in this lock's queue: if its wait ended
+/// (its entries here are stale) it leaves, and the queue goes on; if it
+/// could be granted here, it is ready (`drain` sees whether every key is).
+fn settle_gated_head(s: &mut State, lock: &mut Lock<WaitId>, now: u64, out: &mut Outcomes<WaitId>) {
+    while let Some((&wait, fits)) = lock.gated_head() {
+        if s.waiters.get(wait).is_some() || s.forming == Some(wait) {
+            if fits && !s.ready.contains(&wait) {
+                s.ready.push(wait);
+                arm_drain(s);
+            }
+            return;
+        }
+        lock.remove_head(out);
+        lock.grant_waiters(now, &mut s.tokens, out);
+    }
+}
+
+/// Makes sure `drain` runs soon for what callbacks other than commands
+/// (which drain before they return) leave behind: a timer due at once,
+/// which runs in the same event-loop turn.
+fn arm_drain(s: &mut State) {
+    if s.drain_timer.is_none() && !s.draining && (!s.ready.is_empty() || !s.waiters.stale.is_empty()) {
+        s.drain_timer = Some(ffi::create_timer(0, on_drain, ()));
+    }
+}
+
+fn on_drain(ctx: &Context, (): ()) {
+    state::with(|s| {
+        s.drain_timer = None;
+        drain(ctx, s);
+    });
+}
+
+/// Grants the waits for several keys that became ready, each if every key
+/// is its to take now, and takes the stale entries of waits that ended out
+/// of their queues. Runs with no key open: at the end of every command, and
+/// from a timer for other callbacks.
+pub fn drain(ctx: &Context, s: &mut State) {
+    if s.draining {
+        return;
+    }
+    s.draining = true;
+    loop {
+        if let Some(wait) = s.ready.pop() {
+            grant_all(ctx, s, wait);
+        } else if let Some((place, id)) = s.waiters.stale.pop() {
+            open_lock_at(ctx, s, &place, |s, k, value| {
+                update(s, k, value, None, |s, lock, out, now| {
+                    if lock.remove_waiter(id, Leave::Cancelled, out) {
+                        lock.grant_waiters(now, &mut s.tokens, out);
+                    }
+                });
+            });
+        } else {
+            break;
+        }
+    }
+    s.draining = false;
+}
+
+/// Grants a wait for several keys every key at once, if each is its to
+/// take: first in each queue it waits in, able to be granted there, and
+/// the keys it held when it asked still its own (reentered, one more
+/// hold). If one of those is not, the wait ends (`Leave::HoldLost`).
+fn grant_all(ctx: &Context, s: &mut State, wait: WaitId) {
+    let Some(w) = s.waiters.get(wait) else { return };
+    let Some(group) = w.group.as_deref() else { return };
+    let owner = w.owner.clone();
+    let keys = group.keys.clone();
+    let (lease_ms, session, want) = (group.lease_ms, group.session, group.want);
+    let request = group.request.clone();
+    for (place, _) in keys.iter().filter(|(_, id)| id.is_some()) {
+        let mut first = false;
+        open_lock_at(ctx, s, place, |_, _, value| first = value.lock.gated_head() == Some((&wait, true)));
+        if !first {
+            return;
+        }
+    }
+    let id = request.as_ref().map(|(id, window_ms)| RequestId { id, window_ms: *window_ms });
+    let req = Request { owner: &owner, lease_ms, session, id, want };
+    let mut tokens = vec![0; keys.len()];
+    // The held keys first: if one is lost, only their extra holds are undone.
+    let held = keys.iter().enumerate().filter(|(_, (_, id))| id.is_none());
+    let mut reentered = Vec::new();
+    for (i, (place, _)) in held {
+        let mut token = None;
+        open_lock_at(ctx, s, place, |s, k, value| {
+            update(s, k, value, None, |s, lock, out, now| {
+                if lock.holders().token_of(&owner).is_some() {
+                    if let Ok(Acquired::Reentered(t)) = lock.acquire(&req, now, &mut s.tokens, out) {
+                        token = Some(t);
+                    }
+                }
+            });
+        });
+        let Some(token) = token else {
+            give_back(ctx, s, &owner, &reentered);
+            answer_left(s, wait, Leave::HoldLost);
+            return;
+        };
+        tokens[i] = token;
+        reentered.push(place.clone());
+    }
+    for (i, (place, _)) in keys.iter().enumerate().filter(|(_, (_, id))| id.is_some()) {
+        open_lock_at(ctx, s, place, |s, k, value| {
+            // Checked above, with nothing but this function run since.
+            if let Some(token) = update(s, k, value, None, |s, lock, out, now| lock.grant_head(now, &mut s.tokens, out))
+            {
+                tokens[i] = token;
+            }
+        });
+    }
+    let grants = keys.into_iter().map(|(place, _)| place).zip(tokens).collect();
+    let reply = waiters::Reply::GrantedAll { grants, delivered: false, at: Instant::now() };
+    s.waiters.answer(&mut s.sessions, wait, reply);
+}
+
+/// Takes back one hold of `owner` at each place: the keys a request for
+/// several took before it found one it could not.
+pub fn give_back(ctx: &Context, s: &mut State, owner: &[u8], places: &[Place]) {
+    for place in places {
+        open_lock_at(ctx, s, place, |s, k, value| {
+            update(s, k, value, None, |s, lock, out, now| {
+                let _ = lock.release(owner, now, &mut s.tokens, out);
+            });
+        });
+    }
 }
 
 /// Runs `op` on the lock in `k` as replicated or loaded state says: its

@@ -11,7 +11,7 @@ use redis_module::RedisError;
 use flock_core::args::{self, ArgError};
 use flock_core::effects::{Leave, Loss};
 use flock_core::holders::Mode;
-use flock_core::limits::{MAX_ID_LEN, MAX_MS, MAX_OWNER_LEN};
+use flock_core::limits::{MAX_ALL_KEYS, MAX_ID_LEN, MAX_MS, MAX_OWNER_LEN};
 use flock_core::lock::LockError;
 use flock_core::record::Field;
 use flock_core::requests::Kind;
@@ -20,6 +20,7 @@ pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong
 const NOTOWNER: &str = "NOTOWNER the lock is not held by this owner (never acquired, released, or its lease expired): only its holder may release or renew it";
 const QUEUED: &str =
     "QUEUED this owner is already waiting for this lock on another connection: an owner may wait once per lock, use a distinct owner per waiter";
+const HOLD_LOST: &str = "NOTOWNER a lock this owner held when it asked for all its keys was no longer its own when the others came free: nothing was granted";
 const LOCKDELETED: &str = "LOCKDELETED the lock was deleted while waiting for it";
 /// `UNBLOCKED` is the code Redis itself answers blocked clients with when a
 /// master becomes a replica, so clients already treat it as "retry".
@@ -94,6 +95,14 @@ pub fn arg_error(e: ArgError) -> RedisError {
             format!("ERR invalid LIMIT: it must be an integer from 1 to {} (the permits of the semaphore)", u32::MAX)
         }
         ArgError::SessionId => "ERR invalid session ID: it is 32 lowercase hex digits, as FLOCK.SESSION answered".into(),
+        ArgError::NumKeys => format!(
+            "ERR numkeys must be 1 to {MAX_ALL_KEYS}, and no more than the keys given: write numkeys key [key ...] before the other arguments"
+        ),
+        ArgError::DuplicateKey(at) => format!("ERR key {at} is named twice: each key may appear once"),
+        ArgError::NotForAll("PERMITS") => "ERR option PERMITS is not for several keys: a semaphore is one key".into(),
+        ArgError::NotForAll(o) => {
+            format!("ERR option {o} is not for several keys: FLOCK.ACQUIREALL ... WAIT blocks its own connection")
+        }
         ArgError::InboxTimeout => format!(
             "ERR invalid timeout-ms: it must be an integer number of milliseconds from 0 (no limit) to {MAX_MS}"
         ),
@@ -156,6 +165,7 @@ pub fn left_text(why: Leave) -> &'static str {
         Leave::Deleted => LOCKDELETED,
         Leave::Demoted => UNBLOCKED,
         Leave::Resent => RESENT,
+        Leave::HoldLost => HOLD_LOST,
         Leave::TimedOut | Leave::Unblocked | Leave::Disconnected | Leave::Cancelled => {
             "ERR the wait ended (internal error)"
         }

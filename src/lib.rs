@@ -26,6 +26,7 @@
 //! 7. `inbox` (a session's blocked read, and its end).
 //! 8. Callbacks: `commands` (the FLOCK.* handlers), `events` (server and
 //!    keyspace events).
+//! 9. `multi` (the handlers of the commands on several keys).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -45,6 +46,7 @@ mod inbox;
 mod info;
 mod keytype;
 mod legacy;
+mod multi;
 mod place;
 mod sessions;
 mod state;
@@ -64,7 +66,7 @@ mod module {
     use crate::keytype::FLOCK_TYPE;
 
     // Redis's allocator, so that INFO memory and maxmemory count the locks.
-    use crate::{commands, events, eviction, ffi, filter, value};
+    use crate::{commands, events, eviction, ffi, filter, multi, value};
     use redis_module::alloc::RedisAlloc;
 
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
@@ -121,6 +123,10 @@ mod module {
         commands: [
             ["flock.acquire", commands::acquire, "write deny-oom blocking", 1, 1, 1, ""],
             ["flock.release", commands::release, "write fast", 1, 1, 1, ""],
+            // Their keys follow numkeys: the commands name them when Redis
+            // asks (Cluster), and COMMAND DOCS gives the key spec (ACLs).
+            ["flock.acquireall", multi::acquire_all, "write deny-oom blocking getkeys-api", 0, 0, 0, ""],
+            ["flock.releaseall", multi::release_all, "write getkeys-api", 0, 0, 0, ""],
             ["flock.renew", commands::renew, "write fast", 1, 1, 1, ""],
             // No category singles it out: administrators deny it by name
             // (`-flock.forcerelease`), on every server.

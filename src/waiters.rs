@@ -16,6 +16,7 @@ use crate::ffi::{self, BlockedClient, BlockedId, Timer};
 use crate::place::Place;
 use crate::sessions::{Event, Kind, Sessions};
 use flock_core::effects::Leave;
+use flock_core::holders::Want;
 use flock_core::queue::WaiterId;
 
 /// Which waiter: a blocked client, or a session's wait by its number.
@@ -29,6 +30,13 @@ pub enum Reply {
     Granted {
         token: u64,
         place: Place,
+        delivered: bool,
+        at: Instant,
+    },
+    /// A wait for several keys (`FLOCK.ACQUIREALL`): each key's token, in
+    /// the order the command named them.
+    GrantedAll {
+        grants: Vec<(Place, u64)>,
         delivered: bool,
         at: Instant,
     },
@@ -57,12 +65,30 @@ pub enum Via {
 /// A waiter and where it waits.
 pub struct Waiter {
     via: Via,
-    owner: Box<[u8]>,
+    pub owner: Box<[u8]>,
+    /// Its first place in a lock's queue (of a wait for several keys: the
+    /// first it queued in), and its entry there.
     pub place: Place,
-    /// Its entry in the lock's queue.
     pub id: WaiterId,
     /// Its WAIT timeout, if it has one.
     timer: Option<Timer<WaitId>>,
+    /// A wait for several keys: all of them.
+    pub group: Option<Box<Group>>,
+}
+
+/// A wait for several keys (`FLOCK.ACQUIREALL ... WAIT`): one waiter with
+/// a place in the queue of each key it does not hold, granted every key at
+/// once when each is its to take.
+pub struct Group {
+    /// Each key in the order the command named them, with the waiter's
+    /// entry in its queue; `None` for a key the owner held when it asked,
+    /// which it reenters at the grant.
+    pub keys: Vec<(Place, Option<WaiterId>)>,
+    pub lease_ms: u64,
+    pub session: Option<u64>,
+    pub want: Want,
+    /// The request ID and how long what it did is remembered.
+    pub request: Option<(Box<[u8]>, u64)>,
 }
 
 #[derive(Default)]
@@ -73,6 +99,9 @@ pub struct Waiters {
     by_owner: HashMap<Box<[u8]>, Vec<WaitId>>,
     /// Client ids unblocked by the module whose reply is not written yet.
     answered: HashSet<u64>,
+    /// Queue entries of waits for several keys that ended without a grant:
+    /// each still holds a place in its lock's queue until it is taken out.
+    pub stale: Vec<(Place, WaiterId)>,
     /// The last number given to a session's wait.
     numbered: u64,
 }
@@ -83,18 +112,28 @@ impl Waiters {
         wait: WaitId,
         via: Via,
         owner: &[u8],
-        place: Place,
-        id: WaiterId,
+        (place, id): (Place, WaiterId),
         timer: Option<Timer<WaitId>>,
+        group: Option<Box<Group>>,
     ) {
         self.by_owner.entry(owner.into()).or_default().push(wait);
-        self.waiting.insert(wait, Waiter { via, owner: owner.into(), place, id, timer });
+        self.waiting.insert(wait, Waiter { via, owner: owner.into(), place, id, timer, group });
     }
 
     /// The locks `owner` waits for.
     pub fn places_of(&self, owner: &[u8]) -> impl Iterator<Item = &Place> + '_ {
         let waits = self.by_owner.get(owner).map_or(&[][..], Vec::as_slice);
-        waits.iter().filter_map(|w| self.waiting.get(w)).map(|w| &w.place)
+        waits.iter().filter_map(|w| self.waiting.get(w)).flat_map(|w| match &w.group {
+            Some(group) => Box::new(group.keys.iter().filter(|(_, id)| id.is_some()).map(|(p, _)| p))
+                as Box<dyn Iterator<Item = &Place>>,
+            None => Box::new(std::iter::once(&w.place)),
+        })
+    }
+
+    /// Whether `id` is a wait for several keys (its grants are answered
+    /// together, not one by one).
+    pub fn is_group(&self, id: WaitId) -> bool {
+        self.waiting.get(&id).is_some_and(|w| w.group.is_some())
     }
 
     /// A number for a session's wait, never given before.
@@ -131,16 +170,17 @@ impl Waiters {
         if let Some(timer) = waiter.timer {
             ffi::stop_timer(timer);
         }
+        if let Some(group) = waiter.group.filter(|_| !matches!(reply, Reply::GrantedAll { .. })) {
+            let entries = group.keys.into_iter().filter_map(|(place, id)| Some((place, id?)));
+            self.stale.extend(entries);
+        }
         match waiter.via {
-            Via::Blocked { bc, client } => {
-                if !matches!(reply, Reply::Silent) {
-                    self.answered.insert(client);
-                }
-                bc.unblock(Answer { client, reply });
-            }
+            via @ Via::Blocked { .. } => self.unblock(via, reply),
             Via::Session { client, number } => {
                 let (kind, token) = match reply {
                     Reply::Granted { token, .. } => (Kind::Granted, token),
+                    // Waits for several keys block their client.
+                    Reply::GrantedAll { .. } => return true,
                     Reply::Nil => (Kind::TimedOut, 0),
                     Reply::Cancelled => (Kind::Cancelled, 0),
                     // A resend took its place: its outcome is the one the
@@ -159,6 +199,17 @@ impl Waiters {
             }
         }
         true
+    }
+
+    /// Answers a blocked client that is not registered (a wait that could
+    /// not be queued after all); a session's wait is not answered here.
+    pub fn unblock(&mut self, via: Via, reply: Reply) {
+        if let Via::Blocked { bc, client } = via {
+            if !matches!(reply, Reply::Silent) {
+                self.answered.insert(client);
+            }
+            bc.unblock(Answer { client, reply });
+        }
     }
 
     /// True while `client` was answered and its reply is not written yet.

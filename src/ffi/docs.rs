@@ -35,8 +35,12 @@ pub fn set_command_info(ctx: &Context, doc: &CommandDoc, since: &str) -> bool {
         strings.last().map_or(std::ptr::null(), |c| c.as_ptr())
     };
     // Arrays are terminated by a zeroed entry.
+    // A command whose first argument is numkeys takes that many keys after
+    // it (as LMPOP): its key argument repeats, and its key spec counts them.
+    let counted = doc.args.first().is_some_and(|a| a.name == "numkeys");
     fn args(
         docs: &[ArgDoc],
+        counted: bool,
         cstr: &mut dyn FnMut(&str) -> *const c_char,
         keep: &mut Vec<Vec<raw::RedisModuleCommandArg>>,
     ) -> *mut raw::RedisModuleCommandArg {
@@ -52,8 +56,11 @@ pub fn set_command_info(ctx: &Context, doc: &CommandDoc, since: &str) -> bool {
                     if d.kind == raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY { 0 } else { -1 };
                 arg.token = d.token.map_or(std::ptr::null(), &mut *cstr);
                 arg.flags = if d.optional { raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int } else { 0 };
+                if counted && arg.key_spec_index == 0 {
+                    arg.flags |= raw::REDISMODULE_CMD_ARG_MULTIPLE as c_int;
+                }
                 if !d.subargs.is_empty() {
-                    arg.subargs = args(d.subargs, cstr, keep);
+                    arg.subargs = args(d.subargs, counted, cstr, keep);
                 }
                 arg
             })
@@ -65,17 +72,24 @@ pub fn set_command_info(ctx: &Context, doc: &CommandDoc, since: &str) -> bool {
         ptr
     }
     let mut keep = Vec::new();
-    let args_ptr = args(doc.args, &mut cstr, &mut keep);
+    let args_ptr = args(doc.args, counted, &mut cstr, &mut keep);
     // SAFETY: C structs of integers, pointers and unions of them: all zeroes
     // is their "unset" value, and the second spec ends the array.
     let mut key_specs: [raw::RedisModuleCommandKeySpec; 2] = unsafe { std::mem::zeroed() };
     key_specs[0].flags = u64::from(doc.key_flags);
     key_specs[0].begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
     key_specs[0].bs.index.pos = 1;
-    key_specs[0].find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
-    key_specs[0].fk.range.lastkey = 0;
-    key_specs[0].fk.range.keystep = 1;
-    key_specs[0].fk.range.limit = 0;
+    if counted {
+        key_specs[0].find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+        key_specs[0].fk.keynum.keynumidx = 0;
+        key_specs[0].fk.keynum.firstkey = 1;
+        key_specs[0].fk.keynum.keystep = 1;
+    } else {
+        key_specs[0].find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+        key_specs[0].fk.range.lastkey = 0;
+        key_specs[0].fk.range.keystep = 1;
+        key_specs[0].fk.range.limit = 0;
+    }
     let version = raw::RedisModuleCommandInfoVersion {
         version: 1,
         sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),

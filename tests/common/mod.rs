@@ -286,7 +286,8 @@ pub fn info_field(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized), field: 
 }
 
 pub fn owner_of(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Option<String> {
-    info_field(c, key, "owner").map(|v| redis::from_redis_value(&v).expect("owner"))
+    // Nil while nobody holds a lock an ACQUIREALL waits first for.
+    info_field(c, key, "owner").filter(|v| *v != Value::Nil).map(|v| redis::from_redis_value(&v).expect("owner"))
 }
 
 pub fn queue_of(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Vec<String> {

@@ -4,7 +4,7 @@
 //! without a server.
 
 use crate::holders::Want;
-use crate::limits::{MAX_ID_LEN, MAX_MS, MAX_OWNER_LEN};
+use crate::limits::{MAX_ALL_KEYS, MAX_ID_LEN, MAX_MS, MAX_OWNER_LEN};
 use crate::record::parse_u64;
 
 #[derive(Debug, PartialEq, Eq, Clone)]
@@ -30,6 +30,12 @@ pub enum ArgError {
     SessionId,
     /// FLOCK.INBOX's timeout-ms.
     InboxTimeout,
+    /// `numkeys` outside 1..=`MAX_ALL_KEYS`, or more than the keys given.
+    NumKeys,
+    /// A key named twice in one ACQUIREALL or RELEASEALL (its position).
+    DuplicateKey(usize),
+    /// An option of ACQUIRE that a command on several keys does not take.
+    NotForAll(&'static str),
 }
 
 /// Session IDs are 32 lowercase hex digits (128 random bits).
@@ -103,6 +109,38 @@ pub fn acquire<'a>(args: &[&'a [u8]]) -> Result<AcquireArgs<'a>, ArgError> {
         }
     }
     Ok(parsed)
+}
+
+/// The keys of a command on several keys, and the arguments after them.
+pub type KeysAndRest<'a, 'b> = (&'b [&'a [u8]], &'b [&'a [u8]]);
+
+/// `numkeys key [key ...] rest...` (ACQUIREALL, RELEASEALL): the keys, each
+/// once, and what follows them.
+pub fn keys<'a, 'b>(args: &'b [&'a [u8]]) -> Result<KeysAndRest<'a, 'b>, ArgError> {
+    let [numkeys, rest @ ..] = args else { return Err(ArgError::Arity) };
+    let n = parse_u64(numkeys).and_then(|n| usize::try_from(n).ok()).filter(|n| (1..=MAX_ALL_KEYS).contains(n));
+    let n = n.filter(|&n| n <= rest.len()).ok_or(ArgError::NumKeys)?;
+    let (keys, rest) = rest.split_at(n);
+    let mut seen = std::collections::HashSet::with_capacity(n);
+    if let Some(at) = keys.iter().position(|k| !seen.insert(*k)) {
+        return Err(ArgError::DuplicateKey(at + 1));
+    }
+    Ok((keys, rest))
+}
+
+/// `numkeys key [key ...] owner lease-ms [WAIT timeout-ms] [SESSION] [ID
+/// request-id] [SHARED]`: as ACQUIRE's, without `INBOX` (a blocked client
+/// waits) or `PERMITS` (a semaphore is one key).
+pub fn acquire_all<'a, 'b>(args: &'b [&'a [u8]]) -> Result<(&'b [&'a [u8]], AcquireArgs<'a>), ArgError> {
+    let (keys, rest) = keys(args)?;
+    let parsed = acquire(rest)?;
+    if parsed.inbox.is_some() {
+        return Err(ArgError::NotForAll("INBOX"));
+    }
+    if matches!(parsed.want, Want::Permits { .. }) {
+        return Err(ArgError::NotForAll("PERMITS"));
+    }
+    Ok((keys, parsed))
 }
 
 /// `n LIMIT m` after `PERMITS`: 1 <= n <= m <= 2^32-1.
@@ -246,6 +284,41 @@ mod tests {
         assert_eq!(acq(&["me", "10", "ID", &"i".repeat(65)]), Err(ArgError::Id));
         assert_eq!(acq(&["me", "10", "ID", "a", "id", "b"]), Err(ArgError::Repeated("ID")));
         assert_eq!(acq(&["me", "10", "id", &"i".repeat(64)]).unwrap().id, Some("i".repeat(64).as_bytes()));
+    }
+
+    fn leak(args: &[&str]) -> Vec<&'static [u8]> {
+        args.iter().map(|a| &*Box::leak(a.as_bytes().to_vec().into_boxed_slice())).collect()
+    }
+
+    #[test]
+    fn acquire_all_takes_numkeys_distinct_keys_then_acquires_options() {
+        let args = leak(&["2", "a", "b", "me", "10", "WAIT", "5", "shared", "ID", "r"]);
+        let (keys, a) = acquire_all(&args).unwrap();
+        assert_eq!(keys, [&b"a"[..], &b"b"[..]]);
+        assert_eq!((a.owner, a.wait_ms, a.want, a.id), (&b"me"[..], Some(5), Want::Shared, Some(&b"r"[..])));
+        let many: Vec<String> = (0..MAX_ALL_KEYS).map(|i| i.to_string()).collect();
+        let mut args: Vec<&str> = vec![];
+        let n = MAX_ALL_KEYS.to_string();
+        args.push(&n);
+        args.extend(many.iter().map(String::as_str));
+        args.extend(["me", "10"]);
+        assert_eq!(acquire_all(&leak(&args)).unwrap().0.len(), MAX_ALL_KEYS);
+    }
+
+    #[test]
+    fn acquire_all_rejects_bad_numkeys_duplicates_inbox_and_permits() {
+        let all = |args: &[&str]| acquire_all(&leak(args)).map(|(keys, _)| keys.len());
+        for n in ["0", "-1", "x", "257"] {
+            assert_eq!(all(&[n, "a", "b", "me"]), Err(ArgError::NumKeys), "{n}");
+        }
+        assert_eq!(all(&["3", "a", "b"]), Err(ArgError::NumKeys), "more keys than arguments");
+        assert_eq!(all(&[]), Err(ArgError::Arity));
+        assert_eq!(all(&["2", "a", "b"]), Err(ArgError::Arity));
+        assert_eq!(all(&["3", "a", "b", "a", "me", "10"]), Err(ArgError::DuplicateKey(3)));
+        let id = "0123456789abcdef0123456789abcdef";
+        assert_eq!(all(&["1", "a", "me", "10", "INBOX", id]), Err(ArgError::NotForAll("INBOX")));
+        assert_eq!(all(&["1", "a", "me", "10", "PERMITS", "1", "LIMIT", "2"]), Err(ArgError::NotForAll("PERMITS")));
+        assert_eq!(all(&["1", "a", "me", "0"]), Err(ArgError::Lease));
     }
 
     #[test]

@@ -63,6 +63,9 @@ pub enum Leave {
     Resent,
     /// `FLOCK.CANCEL`.
     Cancelled,
+    /// A wait for several keys whose owner no longer held a key it held
+    /// when it asked, once the others came free: nothing is granted.
+    HoldLost,
 }
 
 /// Why a grant its holder did not give back is no longer held here: what
@@ -273,6 +276,7 @@ pub fn effects<P>(outcome: &Outcome<P>) -> Effects {
             Leave::Demoted => left(&[WaitersDemoted], Reply::Error(Leave::Demoted)),
             Leave::Resent => left(&[WaitersResent], Reply::Error(Leave::Resent)),
             Leave::Cancelled => left(&[WaitCancels], Reply::Cancelled),
+            Leave::HoldLost => left(&[], Reply::Error(Leave::HoldLost)),
         },
     }
 }

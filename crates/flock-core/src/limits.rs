@@ -9,3 +9,6 @@ pub const MAX_MS: u64 = 1 << 40;
 pub const MAX_TOKEN: u64 = i64::MAX as u64;
 /// The longest request ID, in bytes.
 pub const MAX_ID_LEN: usize = 64;
+/// The most keys one `ACQUIREALL` or `RELEASEALL` names: each is a queue
+/// entry and a step of the command, so the command stays short.
+pub const MAX_ALL_KEYS: usize = 256;

@@ -26,6 +26,9 @@ pub struct Waiter<P> {
     /// The request ID it waits under and how long its grant is remembered.
     pub request: Option<(Box<[u8]>, u64)>,
     pub want: Want,
+    /// One key's place of a wait for several keys (`enqueue_gated`): the
+    /// caller grants it (`grant_head`) once every key is its to take.
+    pub gated: bool,
     pub payload: P,
 }
 
@@ -365,7 +368,56 @@ impl<P> Lock<P> {
     /// Joins the tail of the queue; only after `acquire` answered `Busy`.
     pub fn enqueue(&mut self, req: &Request, payload: P) -> Result<WaiterId, LockError> {
         self.check_not_queued(req)?;
-        Ok(self.push_waiter(req, payload))
+        Ok(self.push_waiter(req, payload, false))
+    }
+
+    /// Whether `owner` could take this key for `want` now as part of a
+    /// request for several keys: it holds it already (one more hold), or
+    /// nobody waits and `want` fits. The errors `acquire` would answer,
+    /// and `AlreadyQueued`, are answered first; nothing changes.
+    pub fn can_take(&self, owner: &[u8], want: Want) -> Result<bool, LockError> {
+        self.check_mode(want)?;
+        if let Some(token) = self.holders.token_of(owner) {
+            let (holder, _) = self.holders.get(token).ok_or(LockError::NotOwner)?;
+            if self.mode() == Mode::Shared && want == Want::Exclusive {
+                return Err(LockError::Upgrade);
+            }
+            holder.holds.checked_add(1).ok_or(LockError::TooManyHolds)?;
+            return Ok(true);
+        }
+        if self.is_queued(owner) {
+            return Err(LockError::AlreadyQueued);
+        }
+        Ok(self.waiting().is_none() && self.fits(want))
+    }
+
+    /// Joins the tail of the queue as one key of a wait for several: never
+    /// granted by the lock itself; its turn shows in `gated_head`, and the
+    /// caller grants it with `grant_head` once every key is its to take.
+    pub fn enqueue_gated(&mut self, req: &Request, payload: P) -> Result<WaiterId, LockError> {
+        self.check_mode(req.want)?;
+        if self.is_open() {
+            self.holders.set_kind(req.want.mode());
+        }
+        self.check_not_queued(req)?;
+        Ok(self.push_waiter(req, payload, true))
+    }
+
+    /// The head of the queue if it is one key of a wait for several, and
+    /// whether it could be granted now.
+    pub fn gated_head(&self) -> Option<(&P, bool)> {
+        let head = self.waiters().next().filter(|w| w.gated)?;
+        Some((&head.payload, self.fits(head.want)))
+    }
+
+    /// Grants the head, a gated waiter that fits (see `gated_head`), and
+    /// then the waiters behind it that fit: its token, or `None` (nothing
+    /// changed) if the head is not such a waiter.
+    pub fn grant_head(&mut self, now_ms: u64, tokens: &mut TokenSource, out: &mut Outcomes<P>) -> Option<u64> {
+        let want = self.waiters().next().filter(|w| w.gated && self.fits(w.want))?.want;
+        let token = self.grant_front(want, now_ms, tokens, out);
+        self.grant_waiters(now_ms, tokens, out);
+        token
     }
 
     /// As `enqueue`, but `payload` is made only once the owner is known not
@@ -391,7 +443,7 @@ impl<P> Lock<P> {
             out.push(Outcome::Left { waiter: first, why: Leave::Resent });
             return Ok(Some(place));
         }
-        Ok(Some(self.push_waiter(req, payload)))
+        Ok(Some(self.push_waiter(req, payload, false)))
     }
 
     fn check_not_queued(&self, req: &Request) -> Result<(), LockError> {
@@ -401,7 +453,7 @@ impl<P> Lock<P> {
         }
     }
 
-    fn push_waiter(&mut self, req: &Request, payload: P) -> WaiterId {
+    fn push_waiter(&mut self, req: &Request, payload: P, gated: bool) -> WaiterId {
         let waiting = self
             .extra_mut()
             .waiting
@@ -412,6 +464,7 @@ impl<P> Lock<P> {
             session: req.session,
             request: req.id.map(|id| (id.id.into(), id.window_ms)),
             want: req.want,
+            gated,
             payload,
         });
         waiting.queued.insert(req.owner.into(), id);
@@ -425,6 +478,14 @@ impl<P> Lock<P> {
         let Some(waiter) = self.take_waiter(|queue| queue.remove(id)) else { return false };
         out.push(Outcome::Left { waiter: waiter.payload, why });
         true
+    }
+
+    /// The head of the queue leaves (a wait for several keys that ended
+    /// elsewhere); those behind it are not granted here.
+    pub fn remove_head(&mut self, out: &mut Outcomes<P>) {
+        if let Some(waiter) = self.take_waiter(WaitQueue::pop_front) {
+            out.push(Outcome::Left { waiter: waiter.payload, why: Leave::Cancelled });
+        }
     }
 
     /// `FLOCK.CANCEL`: `owner`'s wait ends, wherever it is in the queue;
@@ -525,24 +586,33 @@ impl<P> Lock<P> {
     /// `now_ms`.
     pub fn grant_waiters(&mut self, now_ms: u64, tokens: &mut TokenSource, out: &mut Outcomes<P>) {
         while let Some(want) = self.grantable_head() {
-            let Some(waiter) = self.take_waiter(WaitQueue::pop_front) else { break };
-            let token = tokens.next(now_ms);
-            let holder = Holder::new(waiter.owner, 1, token, now_ms.saturating_add(waiter.lease_ms));
-            self.holders.insert(holder, Terms { session: waiter.session, permits: want.permits() }, want.mode());
-            // Remembered at the grant: if the reply never reaches the waiter,
-            // the grant is passed on and its token no longer held, so a resend
-            // is a new request.
-            if let Some((id, window_ms)) = &waiter.request {
-                self.remember(Some(RequestId { id, window_ms: *window_ms }), Kind::Acquire, token, now_ms);
+            if self.grant_front(want, now_ms, tokens, out).is_none() {
+                break;
             }
-            out.push(Outcome::Granted { token, waiter: Some(waiter.payload) });
         }
     }
 
-    /// What the head of the queue wants, if it can be granted now.
+    /// Grants the head of the queue, which wants `want` and fits: its token.
+    fn grant_front(&mut self, want: Want, now_ms: u64, tokens: &mut TokenSource, out: &mut Outcomes<P>) -> Option<u64> {
+        let waiter = self.take_waiter(WaitQueue::pop_front)?;
+        let token = tokens.next(now_ms);
+        let holder = Holder::new(waiter.owner, 1, token, now_ms.saturating_add(waiter.lease_ms));
+        self.holders.insert(holder, Terms { session: waiter.session, permits: want.permits() }, want.mode());
+        // Remembered at the grant: if the reply never reaches the waiter,
+        // the grant is passed on and its token no longer held, so a resend
+        // is a new request.
+        if let Some((id, window_ms)) = &waiter.request {
+            self.remember(Some(RequestId { id, window_ms: *window_ms }), Kind::Acquire, token, now_ms);
+        }
+        out.push(Outcome::Granted { token, waiter: Some(waiter.payload) });
+        Some(token)
+    }
+
+    /// What the head of the queue wants, if the lock may grant it now (a
+    /// gated head waits for its caller).
     fn grantable_head(&self) -> Option<Want> {
-        let want = self.waiters().next()?.want;
-        self.fits(want).then_some(want)
+        let head = self.waiters().next().filter(|w| !w.gated)?;
+        self.fits(head.want).then_some(head.want)
     }
 
     /// The head of the queue could be granted now (a waiter that held it up left).

@@ -802,6 +802,7 @@ mod multi {
             Leave::Demoted => Counter::WaitersDemoted,
             Leave::Resent => Counter::WaitersResent,
             Leave::Cancelled => Counter::WaitCancels,
+            Leave::HoldLost => unreachable!("no wait for several keys here"),
         }
     }
 
@@ -1508,4 +1509,59 @@ fn blockers_are_the_holders_and_earlier_waiters_whose_grants_exclude_the_owners(
     let mut both = names(sem.blockers(b"new", Some(Want::Permits { n: 3, limit: 3 })));
     both.sort();
     assert_eq!(both, ["one", "two"]);
+}
+
+#[test]
+fn a_gated_waiter_holds_its_place_and_only_its_caller_grants_it() {
+    let (mut lock, mut t, mut out) = (Lock::default(), TokenSource::default(), Vec::new());
+    lock.acquire(&req("a", 100), 0, &mut t, &mut out).unwrap();
+    lock.enqueue_gated(&req("g", 100), 'g').unwrap();
+    lock.enqueue(&req("b", 100), 'b').unwrap();
+    assert_eq!(lock.gated_head(), Some((&'g', false)), "first in line, but a holds the lock");
+    assert_eq!(lock.acquire(&req("c", 100), 0, &mut t, &mut out), Ok(Acquired::Busy), "a try never cuts in");
+    out.clear();
+    lock.release(b"a", 1, &mut t, &mut out).unwrap();
+    assert_eq!(handed(&out), vec![], "the lock does not grant it, nor anyone behind it");
+    assert_eq!(lock.gated_head(), Some((&'g', true)));
+    out.clear();
+    let token = lock.grant_head(2, &mut t, &mut out).expect("granted");
+    assert_eq!(handed(&out), vec![('g', token)]);
+    assert_eq!(holder_owner(&lock), Some(&b"g"[..]));
+    assert_eq!(lock.grant_head(2, &mut t, &mut out), None, "the head is an ordinary waiter now");
+}
+
+#[test]
+fn a_gated_head_that_does_not_fit_is_not_granted_and_leaving_it_lets_the_queue_go_on() {
+    let (mut lock, mut t, mut out) = (Lock::default(), TokenSource::default(), Vec::new());
+    lock.acquire(&req("a", 100), 0, &mut t, &mut out).unwrap();
+    let g = lock.enqueue_gated(&req("g", 100), 'g').unwrap();
+    lock.enqueue(&req("b", 100), 'b').unwrap();
+    assert_eq!(lock.gated_head(), Some((&'g', false)));
+    assert_eq!(lock.grant_head(1, &mut t, &mut out), None);
+    out.clear();
+    lock.release(b"a", 1, &mut t, &mut out).unwrap();
+    assert!(lock.remove_waiter(g, Leave::Cancelled, &mut out));
+    lock.grant_waiters(2, &mut t, &mut out);
+    assert_eq!(holder_owner(&lock), Some(&b"b"[..]));
+}
+
+#[test]
+fn can_take_answers_what_acquire_would_without_changing_anything() {
+    let (mut lock, mut t, mut out) = (Lock::<char>::default(), TokenSource::default(), Vec::new());
+    assert_eq!(lock.can_take(b"a", Want::Exclusive), Ok(true), "a lock nobody uses");
+    lock.acquire(&Request { want: Want::Shared, ..req("a", 100) }, 0, &mut t, &mut out).unwrap();
+    assert_eq!(lock.can_take(b"a", Want::Shared), Ok(true), "reentry");
+    assert_eq!(lock.can_take(b"a", Want::Exclusive), Err(LockError::Upgrade));
+    assert_eq!(lock.can_take(b"b", Want::Shared), Ok(true));
+    assert_eq!(lock.can_take(b"b", Want::Exclusive), Ok(false));
+    let permits = Want::Permits { n: 1, limit: 2 };
+    assert_eq!(lock.can_take(b"b", permits), Err(LockError::WrongMode(Mode::Shared)));
+    lock.enqueue(&req("w", 100), 'w').unwrap();
+    assert_eq!(lock.can_take(b"b", Want::Shared), Ok(false), "nobody cuts in");
+    assert_eq!(lock.can_take(b"w", Want::Shared), Err(LockError::AlreadyQueued));
+    lock.set_foreign();
+    assert_eq!(Lock::<char>::default().can_take(b"b", Want::Shared), Ok(true));
+    let mut foreign = Lock::<char>::default();
+    foreign.set_foreign();
+    assert_eq!(foreign.can_take(b"b", Want::Exclusive), Ok(false), "held outside FLOCK");
 }
