@@ -145,11 +145,13 @@ use redis::{Client, Cmd, Connection, ConnectionLike, FromRedisValue, RedisError,
 use flock_core::limits::MAX_MS;
 
 mod cluster;
+mod multi;
 mod sentinel;
 mod session;
 mod watchdog;
 use cluster::Via;
 pub use cluster::{key_slot, Cluster, Routed};
+pub use multi::{MultiGuard, MultiLock};
 pub use sentinel::SentinelMaster;
 pub use session::close_session;
 use session::{Acquire, Loss, Outcome};
@@ -334,14 +336,7 @@ impl Target {
             lease_ms: millis(self.lease),
             mode,
             rid: uuid::Uuid::new_v4().to_string(),
-            wait_ms: wait.filter(|w| !w.is_zero()).map(|w| {
-                let ms = millis(w);
-                if ms > MAX_MS {
-                    0
-                } else {
-                    ms
-                }
-            }),
+            wait_ms: wait_ms(wait),
             started: Instant::now(),
         };
         let mut link = Link { conn, client: self.client.clone(), spare: None };
@@ -1202,17 +1197,17 @@ impl<C: ConnectionLike> std::fmt::Debug for Guard<C> {
 
 /// The connection a lock's commands go over, and where another comes from
 /// when it breaks.
-struct Link<C> {
-    conn: C,
-    client: Option<Client>,
+pub(crate) struct Link<C> {
+    pub(crate) conn: C,
+    pub(crate) client: Option<Client>,
     /// From `client`, once `conn` broke.
-    spare: Option<Connection>,
+    pub(crate) spare: Option<Connection>,
 }
 
 impl<C: ConnectionLike> Link<C> {
     /// Sends `cmd` with a fresh request ID, and again with the same ID (up
     /// to [`RESENDS`] times) while its reply is lost.
-    fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<T> {
+    pub(crate) fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<T> {
         let mut cmd = cmd.clone();
         cmd.arg("ID").arg(uuid::Uuid::new_v4().to_string());
         self.send(&cmd)
@@ -1231,7 +1226,7 @@ impl<C: ConnectionLike> Link<C> {
 
     /// `conn`, or a connection from `client` while `conn` is broken and
     /// there is a client to reconnect with.
-    fn current(&mut self) -> RedisResult<&mut dyn ConnectionLike> {
+    pub(crate) fn current(&mut self) -> RedisResult<&mut dyn ConnectionLike> {
         let Some(client) = self.client.as_ref().filter(|_| !self.conn.is_open()) else { return Ok(&mut self.conn) };
         let spare = match self.spare.take().filter(ConnectionLike::is_open) {
             Some(spare) => spare,
@@ -1354,6 +1349,12 @@ fn renew_cmd(key: &str, owner: &str, lease_ms: u64) -> Cmd {
 
 pub(crate) fn is_notowner(e: &redis::RedisError) -> bool {
     e.code() == Some("NOTOWNER")
+}
+
+/// A wait as `WAIT timeout-ms` says it: `None` (or zero) tries once,
+/// [`FOREVER`] or more than 2^40 ms is `0` (no limit).
+fn wait_ms(wait: Option<Duration>) -> Option<u64> {
+    wait.filter(|w| !w.is_zero()).map(|w| Some(millis(w)).filter(|&ms| ms <= MAX_MS).unwrap_or(0))
 }
 
 /// Whole milliseconds, rounded up, at least 1.
