@@ -10,7 +10,7 @@ use redis::RedisResult;
 
 use crate::config::Config;
 use crate::results::{combine, Sample};
-use crate::scenarios::{backlog, expiry, scale, shared, waiters};
+use crate::scenarios::{backlog, expiry, philosophers, scale, shared, waiters};
 use crate::server::{field, info, Server};
 use crate::{chart, targets};
 
@@ -106,6 +106,11 @@ fn legend(scenario: &str, config: &Config) -> String {
              RELEASE sent to the grant read from the inbox (a blocked FLOCK.INBOX), and PING p50 on the same connection, sent just before each RELEASE.",
             config.size.waiters,
             waiters::HANDOFFS
+        ),
+        "philosophers" => format!(
+            "N clients over N keys (fork:0 ..), each again and again taking two keys picked at random, holding both {} us (busy) and              letting go. flock-acquireall: one FLOCK.ACQUIREALL 2 a b ... WAIT; flock-key-order: two FLOCK.ACQUIRE ... WAIT in key order;              redisson-multilock: a port of RedissonMultiLock.lock() (the locks one by one in the order picked, each waiting at most the              round's time left; one that does not come releases the others and the round starts over: a retry; a round of {} ms out of              time: a timeout, and another round). wait: from the first request of a take to holding both keys.",
+            philosophers::HOLD_NS / 1000,
+            philosophers::MULTILOCK_ROUND_MS
         ),
         _ => format!(
             "{} idle held locks, then up to {} waiters on one lock (open files permitting). bytes: INFO used_memory before and after, \

@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::methods::{self, SharedKind};
 use crate::results::{Metric, Sample};
 use crate::scenarios::{
-    backlog, contended, contended_label, expiry, ping, scale, shared, uncontended, waiters, Scenario,
+    backlog, contended, contended_label, expiry, philosophers, ping, scale, shared, uncontended, waiters, Scenario,
 };
 use crate::server::{flushall, Server};
 
@@ -76,6 +76,14 @@ pub fn run_all(server: &Server, config: &Config) -> Result<Vec<Sample>, Box<dyn 
                 for &leases in &config.backlog {
                     for &kind in config.methods.iter().filter(|&&k| backlog::covers(k)) {
                         rec.measure(&backlog::label(leases), kind.name(), 1, || backlog::run(server, kind, leases))?;
+                    }
+                }
+                continue;
+            }
+            if scenario == Scenario::Philosophers {
+                for n in philosophers::CLIENTS {
+                    for way in philosophers::Way::ALL {
+                        rec.measure("philosophers", way.name(), n, || philosophers::run(server, way, n, d))?;
                     }
                 }
                 continue;

@@ -1,9 +1,9 @@
-//! Where FLOCK stands against the targets of issues 4 and 13, from the samples of
+//! Where FLOCK stands against the targets of issues 4, 13 and 23, from the samples of
 //! this run. Targets whose runs were not chosen are left out.
 
 use crate::results::{Metric, Sample};
 use crate::scenarios::shared::{self, Shape};
-use crate::scenarios::{contended, contended_label, expiry, ping, scale, uncontended, waiters};
+use crate::scenarios::{contended, contended_label, expiry, philosophers, ping, scale, uncontended, waiters};
 use crate::stats::median;
 
 pub struct Check {
@@ -197,6 +197,23 @@ pub fn check(samples: &[Sample], rows: &[Sample]) -> Vec<Check> {
             &times,
             &|v| v <= 1.1,
         );
+    }
+    for n in philosophers::CLIENTS {
+        let all = philosophers::Way::AcquireAll.name();
+        let row = rows.iter().find(|r| r.scenario == "philosophers" && r.method == all && r.clients == n);
+        let Some(row) = row else { continue };
+        for other in [philosophers::Way::KeyOrder, philosophers::Way::MultiLock] {
+            let ratio = paired(
+                samples,
+                n,
+                At("philosophers", all, philosophers::GRANTS),
+                At("philosophers", other.name(), philosophers::GRANTS),
+            );
+            add(format!("philosophers x{n}: grants/s ahead of {}", other.name()), ratio, &times, &|v| v > 1.0);
+        }
+        for (metric, what) in [(philosophers::TIMEOUTS, "timeouts"), (philosophers::RETRIES, "retries")] {
+            add(format!("philosophers x{n}: 0 {what} (acquireall)"), row.get(metric), &plain, &|v| v == 0.0);
+        }
     }
     checks
 }

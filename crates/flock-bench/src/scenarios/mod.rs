@@ -3,6 +3,7 @@
 pub mod backlog;
 pub mod contended;
 pub mod expiry;
+pub mod philosophers;
 pub mod ping;
 pub mod scale;
 pub mod shared;
@@ -20,10 +21,11 @@ pub enum Scenario {
     Semaphore,
     Scale,
     Waiters,
+    Philosophers,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 10] = [
         Scenario::Ping,
         Scenario::Uncontended,
         Scenario::Contended,
@@ -33,6 +35,7 @@ impl Scenario {
         Scenario::Semaphore,
         Scenario::Scale,
         Scenario::Waiters,
+        Scenario::Philosophers,
     ];
 
     pub fn name(self) -> &'static str {
@@ -46,6 +49,7 @@ impl Scenario {
             Scenario::Semaphore => "semaphore",
             Scenario::Scale => "scale",
             Scenario::Waiters => "waiters",
+            Scenario::Philosophers => "philosophers",
         }
     }
 
