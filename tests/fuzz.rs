@@ -234,7 +234,7 @@ impl Fuzzer {
     /// A FLOCK command with its arguments, well-formed most of the time.
     fn flock_args(&mut self) -> (&'static str, Args) {
         let key = self.key();
-        let (name, mut args) = match self.rng.gen_range(0..110) {
+        let (name, mut args) = match self.rng.gen_range(0..120) {
             0..=44 => {
                 let mut args = vec![key, self.owner(), self.ms()];
                 for _ in 0..self.rng.gen_range(0..3) {
@@ -287,6 +287,26 @@ impl Fuzzer {
             100..=103 => ("FLOCK.CANCEL", vec![key, self.owner()]),
             // Read with a limit: an INBOX without one could outwait the reply limit.
             104..=106 => ("FLOCK.INBOX", vec![self.rng.gen_range(1..=200u32).to_string().into_bytes()]),
+            // Several keys, now and then named twice or miscounted.
+            110..=114 => {
+                let mut args = self.counted_keys(key);
+                args.extend([self.owner(), self.ms()]);
+                for _ in 0..self.rng.gen_range(0..3) {
+                    match self.rng.gen_range(0..6) {
+                        0..=2 => args.extend([b"WAIT".to_vec(), self.ms()]),
+                        3 => args.push(b"SESSION".to_vec()),
+                        4 => args.push(b"SHARED".to_vec()),
+                        _ => args.extend(self.id_option()),
+                    }
+                }
+                ("FLOCK.ACQUIREALL", args)
+            }
+            115..=117 => {
+                let mut args = self.counted_keys(key);
+                args.push(self.owner());
+                args.extend(self.id_option());
+                ("FLOCK.RELEASEALL", args)
+            }
             _ => ("FLOCK.SESSION", Vec::new()),
         };
         match self.rng.gen_range(0..30) {
@@ -295,6 +315,18 @@ impl Fuzzer {
             _ => {}
         }
         (name, args)
+    }
+
+    /// `numkeys key [key ...]` starting with `first`: 1 to 3 keys, a
+    /// repeated one or a wrong count now and then.
+    fn counted_keys(&mut self, first: Vec<u8>) -> Args {
+        let mut keys = vec![first];
+        keys.extend((0..self.rng.gen_range(0..3)).map(|_| self.key()));
+        let n = match self.rng.gen_range(0..20) {
+            0 => self.rng.gen_range(0..5),
+            _ => keys.len(),
+        };
+        [vec![n.to_string().into_bytes()], keys].concat()
     }
 
     fn flock_cmd(&mut self) -> (&'static str, redis::Cmd) {
