@@ -21,7 +21,8 @@ import java.util.concurrent.TimeoutException;
  * first half of every owner it uses, {@code <uuid>:<thread id>}), a command connection shared by its locks,
  * a watchdog thread with a connection of its own, and a FLOCK session: one more connection, opened on the
  * first acquire, on which a daemon thread reads the outcome of every thread's wait and the losses of its
- * grants ({@code FLOCK.INBOX}). So any number of waiting threads costs three connections in all.
+ * grants ({@code FLOCK.INBOX}). So any number of waiting threads costs three connections in all (but for the
+ * waits of a {@link FlockMultiLock}, each of which blocks a connection of its own).
  *
  * <p>With {@code sessions} false (the constructor's option) waits block a connection each instead
  * ({@code FLOCK.ACQUIRE ... WAIT} on a connection of its own, as BLPOP), and losses are only found by the
@@ -206,6 +207,37 @@ public final class FlockClient implements AutoCloseable {
     }
 
     /**
+     * Redisson's getMultiLock: the locks {@code names} taken and released together, all or none, each in one
+     * server call ({@code FLOCK.ACQUIREALL}, {@code FLOCK.RELEASEALL}). On a Cluster the names must share a hash
+     * slot (a hash tag: {@code {account:42}:from}, {@code {account:42}:to}).
+     *
+     * @param names the locks' keys, at least one, each once
+     * @return the multi-lock
+     * @throws IllegalArgumentException if no name is given, or one twice
+     */
+    public FlockMultiLock getMultiLock(String... names) {
+        FlockLock[] locks = new FlockLock[names.length];
+        for (int i = 0; i < names.length; i++) {
+            locks[i] = getLock(names[i]);
+        }
+        return new FlockMultiLock(this, locks);
+    }
+
+    /**
+     * Redisson's getMultiLock(RLock...): {@code locks} taken and released together, all or none. They are this
+     * client's exclusive locks ({@link #getLock}), or all read locks ({@link FlockReadWriteLock#readLock()}):
+     * one request takes every key in one mode. A thread that holds one of them already reenters it.
+     *
+     * @param locks this client's locks, at least one, each key once
+     * @return the multi-lock
+     * @throws IllegalArgumentException if none is given, a key twice, a lock of another client, a semaphore's
+     *     permits, or exclusive and read locks together
+     */
+    public FlockMultiLock getMultiLock(FlockLock... locks) {
+        return new FlockMultiLock(this, locks);
+    }
+
+    /**
      * The UUID that prefixes this client's owners.
      *
      * @return the UUID, as text
@@ -298,6 +330,14 @@ public final class FlockClient implements AutoCloseable {
     }
 
     /**
+     * The calling thread's owner, {@code <uuid>:<thread id>}: the same for its single and multi-locks, so that
+     * the server sees one caller across them (reentry, deadlock detection).
+     */
+    byte[] owner() {
+        return bytes(id + ":" + Thread.currentThread().getId());
+    }
+
+    /**
      * The same arguments (and so the same request ID) each time: the server applies the command once.
      * {@code asking}: each time after ASKING (see {@link Link#call(byte[][], boolean)}).
      */
@@ -325,7 +365,12 @@ public final class FlockClient implements AutoCloseable {
      * together, for the caller to settle. Otherwise it runs on the calling thread.
      */
     Reply callBlocking(byte[][] args, boolean interruptible) throws IOException {
-        Router.Route route = router.route(args[1]);
+        return callBlocking(args[1], args, interruptible);
+    }
+
+    /** {@link #callBlocking(byte[][], boolean)} on the node of {@code key} (a multi-key command's first key). */
+    Reply callBlocking(byte[] key, byte[][] args, boolean interruptible) throws IOException {
+        Router.Route route = router.route(key);
         while (true) {
             try {
                 return callBlocking(route.node(), args, interruptible);

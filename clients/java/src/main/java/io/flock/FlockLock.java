@@ -33,10 +33,10 @@ public class FlockLock implements Lock {
     private static final long FOREVER = -1;
     private static final long WATCHDOG = -1;
 
-    private final FlockClient client;
+    final FlockClient client;
     private final String name;
-    private final byte[] key;
-    private final List<byte[]> acquireOptions;
+    final byte[] key;
+    final List<byte[]> acquireOptions;
 
     FlockLock(FlockClient client, String name) {
         this(client, name, new byte[0][]);
@@ -123,14 +123,23 @@ public class FlockLock implements Lock {
                 }
                 throw e;
             }
-            if (grant != null && --grant.holds <= 0) {
-                left = releaseUnknownHolds(left);
-            }
-            if (left == 0) {
-                forget(mine);
-                if (grant != null) {
-                    client.released(mine, grant.token);
-                }
+            releasedOne(grant, left);
+        }
+    }
+
+    /**
+     * One hold of the thread's {@code grant} (null: one it did not know of) was released, the server counting
+     * {@code left}: a single unlock's or a multi-lock's (which holds {@code grant.holdsLock} meanwhile too).
+     */
+    void releasedOne(Grant grant, long left) {
+        if (grant != null && --grant.holds <= 0) {
+            left = releaseUnknownHolds(left);
+        }
+        if (left == 0) {
+            Grant.Key mine = mine();
+            forget(mine);
+            if (grant != null) {
+                client.released(mine, grant.token);
             }
         }
     }
@@ -400,26 +409,29 @@ public class FlockLock implements Lock {
             throw new InterruptedException();
         }
         long lease = leaseMs > 0 ? leaseMs : client.getWatchdogTimeout();
-        Grant.Key mine = mine();
         Long token;
         try {
             token = acquireWithoutKnownHolds(waitMs, lease, interruptible);
         } catch (RuntimeException e) {
-            // The server may have granted it all the same (a reply lost in a failover): a hold this thread
-            // does not know of, which its next grant, a reentry of it, gives back.
-            client.releasedUnknown(mine);
+            mayHoldUnknowingly();
             throw e;
         }
         if (token != null) {
-            if (client.grants.get(mine) == null && client.releasedBefore(mine, token)) {
-                dropLeakedHolds();
-            }
+            dropLeakedHolds(token);
             if (client.durableReplicas > 0) {
-                confirmDurable(lease);
+                confirmDurable(client, List.of(this), lease, this::giveBack);
             }
             remember(token, leaseMs == WATCHDOG, lease);
         }
         return token;
+    }
+
+    /**
+     * An acquire failed, yet the server may have granted it all the same (a reply lost in a failover): a hold
+     * this thread does not know of, which its next grant, a reentry of it, gives back.
+     */
+    void mayHoldUnknowingly() {
+        client.releasedUnknown(mine());
     }
 
     private Long acquireWithoutKnownHolds(long waitMs, long lease, boolean interruptible)
@@ -438,13 +450,17 @@ public class FlockLock implements Lock {
     }
 
     /**
-     * The acquire was answered with the token of the grant this thread released last: that release reached a
+     * If the acquire was answered with the token of the grant this thread released last, that release reached a
      * server that lost it (an old master after a failover), so this is a reentry of the grant, with the holds
      * the thread released still counted. Give those back, so that the thread's one unlock frees the lock;
      * otherwise the holds would stay until the lease ends, and while the thread keeps reentering (each
      * reentry resets the lease), nobody else would get the lock.
      */
-    private void dropLeakedHolds() {
+    void dropLeakedHolds(long token) {
+        Grant.Key thread = mine();
+        if (client.grants.get(thread) != null || !client.releasedBefore(thread, token)) {
+            return;
+        }
         Map<String, Object> mine = myHolder();
         long extra = mine == null ? 0 : (Long) mine.get("holds") - 1;
         for (long i = 0; i < extra; i++) {
@@ -453,14 +469,14 @@ public class FlockLock implements Lock {
     }
 
     /**
-     * Durable grants (docs/client-protocol.md, "Durable grants"): {@code FLOCK.RENEW} (this connection's write,
-     * after the grant in the replication stream) and {@code WAIT replicas timeout} in one round trip on a
-     * connection to the key's node. Fewer replicas than asked, or the grant gone (NOTOWNER): the hold just
-     * taken is given back (one RELEASE: a new grant's only hold, or a reentry's extra one) and
-     * {@link LockNotDurableException} thrown. A lost reply is sent again (a new RENEW), and on a Cluster or
-     * Sentinel sent again to the key's master after a failover.
+     * Durable grants (docs/client-protocol.md, "Durable grants"): {@code FLOCK.RENEW} of each of {@code locks}
+     * (this connection's writes, after the grants in the replication stream) and {@code WAIT replicas timeout}
+     * in one round trip on a connection to their node (a multi-lock's keys share one). Fewer replicas than
+     * asked, or a grant gone (NOTOWNER): {@code giveBack} gives back the holds just taken (a new grant's only
+     * hold, or a reentry's extra one) and {@link LockNotDurableException} is thrown. A lost reply is sent
+     * again (new RENEWs), and on a Cluster or Sentinel sent again to the keys' master after a failover.
      */
-    private void confirmDurable(long lease) {
+    static void confirmDurable(FlockClient client, List<FlockLock> locks, long lease, Runnable giveBack) {
         int replicas = client.durableReplicas;
         byte[][] waitArgs = {FlockClient.bytes("WAIT"), FlockClient.bytes(Integer.toString(replicas)),
             FlockClient.bytes(Integer.toString(client.durableTimeoutMs))};
@@ -468,32 +484,41 @@ public class FlockLock implements Lock {
         long reached = 0;
         Exception cause = null;
         try {
-            Router.Route route = client.router.route(key);
+            Router.Route route = client.router.route(locks.get(0).key);
             for (int resends = 0; ; ) {
-                // A request ID of its own for each RENEW sent: a resend of the same ID would be answered
-                // from the server's record and write nothing for the WAIT to count.
-                byte[][] renew = {FlockClient.bytes("FLOCK.RENEW"), key, owner(),
-                    FlockClient.bytes(Long.toString(lease)), FlockClient.bytes("ID"), FlockClient.requestId()};
+                byte[][][] commands = new byte[locks.size() + 1][][];
+                for (int i = 0; i < locks.size(); i++) {
+                    // A request ID of its own for each RENEW sent: a resend of the same ID would be answered
+                    // from the server's record and write nothing for the WAIT to count.
+                    commands[i] = new byte[][] {FlockClient.bytes("FLOCK.RENEW"), locks.get(i).key,
+                        client.owner(), FlockClient.bytes(Long.toString(lease)), FlockClient.bytes("ID"),
+                        FlockClient.requestId()};
+                }
+                commands[locks.size()] = waitArgs;
                 List<Object> replies;
                 try {
-                    replies = route.pipeline(renew, waitArgs);
+                    replies = route.pipeline(commands);
                 } catch (IOException e) {
                     if (resends++ < FlockClient.RESENDS || route.failedOver()) {
                         continue;
                     }
                     throw e;
                 }
-                Object renewed = replies.get(0);
-                Object acked = replies.get(1);
-                if (renewed instanceof RuntimeException) {
-                    RuntimeException e = (RuntimeException) renewed;
+                int refused = 0;
+                while (refused < locks.size() && !(replies.get(refused) instanceof RuntimeException)) {
+                    refused++;
+                }
+                Object acked = replies.get(locks.size());
+                if (refused < locks.size()) {
+                    RuntimeException e = (RuntimeException) replies.get(refused);
                     if (route.redirected(e)) {
                         continue; // MOVED, ASK: the grant is on the node named
                     }
                     if (!"NOTOWNER".equals(RedisError.codeOf(e))) {
                         throw e;
                     }
-                    why = "the grant was gone before they did (" + new RedisError(e).getMessage() + ")";
+                    why = "the grant" + (locks.size() > 1 ? " of '" + locks.get(refused).name + "'" : "")
+                            + " was gone before they did (" + new RedisError(e).getMessage() + ")";
                     cause = e;
                     break;
                 }
@@ -511,11 +536,12 @@ public class FlockLock implements Lock {
             why = "the server could not be reached (" + e.getMessage() + ")";
             cause = e;
         } catch (RuntimeException e) {
-            giveBack();
+            giveBack.run();
             throw RedisError.specific(e);
         }
-        giveBack();
-        throw new LockNotDurableException(name, reached, replicas, why, cause);
+        giveBack.run();
+        String names = locks.stream().map(FlockLock::getName).collect(java.util.stream.Collectors.joining(", "));
+        throw new LockNotDurableException(names, reached, replicas, why, cause);
     }
 
     /** The hold a durable grant could not confirm, given back; NOTOWNER (already gone) and I/O errors ignored. */
@@ -526,7 +552,7 @@ public class FlockLock implements Lock {
         } catch (IOException | RuntimeException e) {
             // gone already (NOTOWNER), or unreachable: its lease ends it, or the thread's next grant, a
             // reentry of it, gives it back
-            client.releasedUnknown(mine());
+            mayHoldUnknowingly();
         }
     }
 
@@ -805,7 +831,7 @@ public class FlockLock implements Lock {
     }
 
     /** A new token is a new grant (also after a lost lease); the same token is a reentry of the one known. */
-    private void remember(long token, boolean watchdog, long leaseMs) {
+    void remember(long token, boolean watchdog, long leaseMs) {
         Grant.Key mine = mine();
         Grant grant = client.grants.get(mine);
         if (grant == null || grant.token != token || grant.lostReason != null) {
@@ -831,12 +857,13 @@ public class FlockLock implements Lock {
         }
     }
 
-    private Grant.Key mine() {
+    /** The calling thread's grant of this lock, as the client's grants are keyed. */
+    Grant.Key mine() {
         return new Grant.Key(name, Thread.currentThread().getId());
     }
 
     private byte[] owner() {
-        return FlockClient.bytes(client.getId() + ":" + Thread.currentThread().getId());
+        return client.owner();
     }
 
     private Object call(Object... args) {

@@ -3,9 +3,9 @@ package io.flock;
 /**
  * A grant that fewer replicas than {@link FlockConfig#setDurableReplicas} asked for acknowledged within
  * {@link FlockConfig#setDurableTimeout} (or that was gone before they could: {@code RENEW} answered
- * {@code NOTOWNER}). The client gave the hold back ({@code FLOCK.RELEASE}) before it threw this: the acquire
- * did not take the lock (a reentry's earlier holds stay). Its code is {@code NOTDURABLE}; the message names the
- * key, the count reached and the count asked.
+ * {@code NOTOWNER}). The client gave the hold back ({@code FLOCK.RELEASE}; a multi-lock's, every key's with
+ * {@code FLOCK.RELEASEALL}) before it threw this: the acquire did not take the lock (a reentry's earlier holds
+ * stay). Its code is {@code NOTDURABLE}; the message names the key, the count reached and the count asked.
  *
  * <p>Unchecked, as every error of this client: {@code lock()}, {@code tryLock(...)} and the semaphore's
  * {@code acquire}/{@code tryAcquire} throw it only when durable grants are on.
@@ -34,7 +34,7 @@ public class LockNotDurableException extends RedisError {
     /**
      * The lock's key.
      *
-     * @return the key (the lock's or semaphore's name)
+     * @return the key (the lock's or semaphore's name; a multi-lock's keys, comma-separated)
      */
     public String getKey() {
         return key;

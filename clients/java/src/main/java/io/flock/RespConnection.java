@@ -284,8 +284,8 @@ public final class RespConnection implements FlockConnection, Pipelined {
 
     /**
      * How long {@code args} may block on the server: -1 not at all, 0 without limit, else milliseconds. Only
-     * FLOCK.INBOX t, FLOCK.ACQUIRE ... WAIT t without INBOX (with INBOX the wait answers WAITING at once) and
-     * WAIT n t (a durable grant's) block.
+     * FLOCK.INBOX t, FLOCK.ACQUIRE ... WAIT t without INBOX (with INBOX the wait answers WAITING at once),
+     * FLOCK.ACQUIREALL ... WAIT t and WAIT n t (a durable grant's) block.
      */
     static long blockingMs(byte[][] args) {
         String name = word(args[0]);
@@ -295,11 +295,16 @@ public final class RespConnection implements FlockConnection, Pipelined {
         if (name.equals("WAIT")) {
             return args.length > 2 ? number(args[2]) : -1;
         }
-        if (!name.equals("FLOCK.ACQUIRE")) {
+        int options; // where options start: after key, owner, lease; ACQUIREALL's after numkeys, keys, owner, lease
+        if (name.equals("FLOCK.ACQUIRE")) {
+            options = 4;
+        } else if (name.equals("FLOCK.ACQUIREALL") && args.length > 1 && number(args[1]) > 0) {
+            options = (int) Math.min(args.length, 4 + number(args[1]));
+        } else {
             return -1;
         }
         long waitMs = -1;
-        for (int i = 4; i < args.length; i++) { // options follow key, owner and lease
+        for (int i = options; i < args.length; i++) {
             String option = word(args[i]);
             if (option.equals("SESSION") || option.equals("SHARED")) {
                 continue;

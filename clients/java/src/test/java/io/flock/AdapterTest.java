@@ -128,6 +128,11 @@ class AdapterTest extends ServerTest {
         lock.unlock();
         assertNull(info("k"));
         assertThrows(IllegalMonitorStateException.class, lock::unlock);
+        FlockMultiLock multi = client.getMultiLock("k", "l");
+        multi.lock();
+        multi.unlock();
+        assertNull(info("l"));
+        assertThrows(IllegalMonitorStateException.class, multi::unlock, "RELEASEALL's NOTOWNER understood");
     }
 
     @Test

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
@@ -171,6 +172,39 @@ class ClusterTest {
         a.unlock();
         b.unlock();
         assertNull(node.call("FLOCK.INFO", "{order:42}:a"));
+    }
+
+    @Test
+    void aMultiLockOfOneHashTagWaitsAndIsGrantedOnTheTagsNode() throws Exception {
+        String from = "{account:42}:from";
+        String to = "{account:42}:to";
+        FlockLock held = client().getFairLock(to);
+        held.lock();
+        FlockMultiLock multi = client().getMultiLock(from, to);
+        Future<List<Long>> waited = threads.submit(() -> {
+            List<Long> tokens = multi.lockAndGetTokens();
+            multi.unlock();
+            return tokens;
+        });
+        await("the multi-lock queues at both keys on the tag's node", () -> count(from) == 1 && count(to) == 1);
+        held.unlock();
+        assertEquals(2, waited.get(10, TimeUnit.SECONDS).size());
+        RespConnection node = cluster.adminOf("account:42");
+        await("its unlock freed both keys on the tag's node", () -> call(node, "FLOCK.INFO", from) == null
+                && call(node, "FLOCK.INFO", to) == null);
+    }
+
+    @Test
+    void aMultiLockOfKeysInTwoSlotsIsRefusedNamingHashTags() throws IOException {
+        String first = cluster.keyOn(0, "account");
+        String second = cluster.keyOn(1, "account");
+        IllegalArgumentException refused = assertThrows(IllegalArgumentException.class,
+                () -> client().getMultiLock(first, second).tryLock());
+        assertTrue(refused.getMessage().contains("hash tag"), refused.getMessage());
+        assertTrue(refused.getMessage().contains("'" + first + "', '" + second + "'"), refused.getMessage());
+        assertEquals("CROSSSLOT", RedisError.codeOf(refused.getCause()));
+        assertNull(info(first), "nothing taken");
+        assertNull(info(second), "nothing taken");
     }
 
     @Test

@@ -194,6 +194,23 @@ class DurableTest {
         assertEquals(1, ((List<?>) one.getSemaphore("s", 3).info().get("holders")).size(), "only the first holder");
     }
 
+    /** Every key's grant in one round trip (a RENEW each, then WAIT); not durable: every key given back. */
+    @Test
+    void aMultiLockIsDurableForEveryKeyOrGivesEveryKeyBack() {
+        FlockClient one = client(1);
+        FlockLock a = one.getFairLock("a");
+        long reentered = a.lockAndGetToken();
+        List<Long> tokens = one.getMultiLock("a", "b").lockAndGetTokens();
+        assertEquals(List.of(reentered, field(master, "b", "token")), tokens);
+        assertEquals(tokens.get(1), field(replica, "b", "token"), "the replica has the new grant");
+        assertEquals(2L, field(replica, "a", "holds"), "and the reentry");
+
+        FlockMultiLock two = client(2).getMultiLock("c", "d");
+        assertNotDurable(assertThrows(LockNotDurableException.class, two::tryLock), "c, d");
+        assertNull(call(master, "FLOCK.INFO", "c"), "given back");
+        assertNull(call(master, "FLOCK.INFO", "d"), "given back");
+    }
+
     @Test
     void theBlockingPathWithoutSessionsIsDurableOrGivesTheHoldBack() throws Exception {
         FlockClient blockingOne = new FlockClient(c -> new Router(c, master.factory()), 30_000, false, 1, TIMEOUT_MS);

@@ -16,7 +16,7 @@ import org.junit.jupiter.params.provider.ValueSource;
 class ExampleTest extends ServerTest {
 
     @ParameterizedTest
-    @ValueSource(strings = {"QuickStart", "ReadersAndPermits"})
+    @ValueSource(strings = {"QuickStart", "ReadersAndPermits", "SeveralLocks"})
     void theReadmeShowsTheExampleFile(String example) throws Exception {
         String code = Files.readString(Paths.get("examples", example + ".java"));
         String readme = Files.readString(Paths.get("README.md"));
@@ -50,5 +50,13 @@ class ExampleTest extends ServerTest {
         assertTrue(printed.contains("\n2 of 3 api-slots held, 1 free\n"), printed);
         assertEquals(null, info("report"), "the example released its read lock");
         assertEquals(null, info("api-slots"), "the example released its permits");
+    }
+
+    @Test
+    void theMultiLockExampleRuns() throws Exception {
+        String printed = run("SeveralLocks");
+        assertTrue(printed.matches("holding both with tokens \\[\\d+, \\d+\\]\n"), printed);
+        assertEquals(null, info("{account:42}:from"), "the example released both keys");
+        assertEquals(null, info("{account:42}:to"), "the example released both keys");
     }
 }

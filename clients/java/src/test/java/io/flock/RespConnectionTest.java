@@ -68,6 +68,26 @@ class RespConnectionTest extends ServerTest {
             "0".getBytes()}), "WAIT n 0 blocks without limit");
     }
 
+    /** Its WAIT comes after the keys, whose number is its first argument: a key named WAIT is no option. */
+    @Test
+    void acquireAllBlocksForItsWaitAfterItsKeys() {
+        assertEquals(1500, RespConnection.blockingMs(args("FLOCK.ACQUIREALL", "2", "WAIT", "a", "o", "30000", "ID",
+                "WAIT", "WAIT", "1500", "SHARED")));
+        assertEquals(0, RespConnection.blockingMs(args("FLOCK.ACQUIREALL", "1", "a", "o", "30000", "WAIT", "0")),
+                "WAIT 0: no limit");
+        assertEquals(-1, RespConnection.blockingMs(args("FLOCK.ACQUIREALL", "2", "WAIT", "100", "o", "30000")),
+                "a try does not block");
+        assertEquals(-1, RespConnection.blockingMs(args("FLOCK.ACQUIREALL", "x", "a")), "the server refuses it");
+    }
+
+    private static byte[][] args(String... words) {
+        byte[][] args = new byte[words.length][];
+        for (int i = 0; i < words.length; i++) {
+            args[i] = words[i].getBytes();
+        }
+        return args;
+    }
+
     @Test
     void argumentsAreBinarySafe() throws Exception {
         byte[] key = {'k', 0, '\r', '\n', (byte) 0xff};
