@@ -10,7 +10,10 @@ export type RedisClient =
   | { sendCommand(...args: any[]): Promise<unknown>; duplicate(...args: any[]): unknown; withTypeMapping(...args: any[]): unknown }
   | { sendCommand(...args: any[]): Promise<unknown>; getMasterNode(): unknown; acquire(): Promise<unknown> };
 
-/** One key, or several (taken in sorted order, released in reverse). */
+/**
+ * One key, or several (up to 256) taken together, all or none, in one server call (and released
+ * in one): in a Cluster they must share a slot (a hash tag). Several keys take no `permits`.
+ */
 export type Resources = string | readonly string[];
 
 export interface FlockSettings {
@@ -69,7 +72,11 @@ export interface BaseAcquireOptions {
   readonly wait?: number;
   /** Aborting it cancels the wait on the server (FLOCK.CANCEL); acquire() then rejects with AbortError. */
   readonly signal?: AbortSignal;
-  /** Re-enter a lock this owner holds (`lock.owner`): one more hold, the same token. */
+  /**
+   * The owner to acquire as (default: a new UUID per acquire, shared by all its keys). Re-enters a
+   * lock this owner holds (`lock.owner`): one more hold, the same token. The same owner on all of
+   * a caller's acquires lets the server see a cycle of waits through them (LockDeadlockError).
+   */
   readonly owner?: string;
   /** redlock's retry settings, used when `wait` is absent (wait = retryCount x retryDelay). */
   readonly retryCount?: number;
@@ -114,7 +121,11 @@ export class Lock {
   readonly signal: LockAbortSignal;
   /** Resets the lease of every resource to `lease` ms from now. Rejects with LockNotHeldError if lost. */
   extend(lease: number): Promise<this>;
-  /** Releases one hold of each resource; resolves to the holds left (0 = free). Stops the watchdog. */
+  /**
+   * Releases one hold of each resource (several: in one call); resolves to the holds left of the
+   * first (0 = free). Stops the watchdog. If one was lost, the others are still released and it
+   * rejects with the lost one's LockNotHeldError.
+   */
   release(): Promise<number>;
 }
 
@@ -170,7 +181,7 @@ export class LockNotHeldError extends Error {
   readonly key: string;
 }
 
-/** The lock stayed busy for the whole wait (or at once, for a try). */
+/** The lock stayed busy for the whole wait (or at once, for a try); for several keys, `key` is the first. */
 export class LockBusyError extends Error {
   readonly name: 'LockBusyError';
   readonly key: string;
@@ -190,7 +201,10 @@ export class LockUpgradeError extends Error {
   readonly key: string;
 }
 
-/** DEADLOCK: the wait would never end (its owner would wait for itself through others); nothing was queued. */
+/**
+ * DEADLOCK: the wait would never end (its owner would wait for itself through others); nothing was
+ * queued. For several keys, `key` is the first.
+ */
 export class LockDeadlockError extends Error {
   readonly name: 'LockDeadlockError';
   readonly key: string;

@@ -2,9 +2,9 @@
 
 // One small interface over ioredis and node-redis: a connection that sends an argv and answers
 // integers as decimal strings (tokens are above 2^53, so a JS number would round them),
-// duplicate() for connections of FLOCK's own (blocking waits must never share a connection),
-// session(node) for a session's dedicated connection, and setRef() so that no connection FLOCK
-// opens keeps the process alive when it has nothing to wait for.
+// session(node) for a session's dedicated connection, dedicated(node) for the connections of
+// FLOCK's own that a blocking command holds (they must never share the caller's connection), and
+// setRef() so that no connection FLOCK opens keeps the process alive when it has nothing to wait for.
 //
 // Topologies: nodeOf(key) names the server that holds a key, and session(node) opens a session
 // there. One server (also through Sentinel, which connects to the master of the moment) is one
@@ -21,6 +21,15 @@ const MAX_REDIRECTIONS = 16;
 // Both libraries hash keys to slots with this package (a dependency of each, so there whenever
 // a cluster client is; required only then).
 const calculateSlot = (key) => require('cluster-key-slot')(key);
+
+/**
+ * The keys a command names: for FLOCK's commands on several keys those after `numkeys` (placed
+ * as LMPOP places them), else the one after the command's name. Cluster routing goes by the first.
+ */
+function commandKeys(args) {
+  if (/^FLOCK\.(ACQUIRE|RELEASE)ALL$/i.test(args[0])) return args.slice(2, 2 + Number(args[1]));
+  return [args[1]];
+}
 
 function isIoredis(client) {
   return typeof client.call === 'function' && typeof client.duplicate === 'function' && client.options !== undefined;
@@ -69,8 +78,9 @@ class Connection {
   async nodeOf() {
     return '';
   }
-  // Whether duplicate() gives a connection a blocking wait can use (sessions: false): one to the
-  // key's server, which a cluster client cannot promise and node-redis's sentinel client has not.
+  // Whether the blocking form of single-key waits (sessions: false) is offered: with one server
+  // (also through ioredis's Sentinel support) only; cluster clients and node-redis's sentinel
+  // client wait through sessions (their multi-key waits block a dedicated() connection).
   get blocking() {
     return true;
   }
@@ -98,7 +108,8 @@ class Connection {
   /**
    * A connection of FLOCK's own to `node` (the session's kind: no reconnects of its own, so a
    * break rejects), referenced only while a command is in flight: for commands that block their
-   * connection for a while (durable grants' WAIT), never the caller's client.
+   * connection for a while (a blocking FLOCK.ACQUIRE or ACQUIREALL ... WAIT, durable grants'
+   * WAIT), never the caller's client.
    */
   async dedicated(node) {
     const conn = await this.session(node);
@@ -154,6 +165,7 @@ class IoredisConnection extends Connection {
     if (this._ref) stream.ref();
     else stream.unref();
   }
+  // FLOCK's command connection when the caller's client lacks `stringNumbers` (see adapt).
   // Synchronous (ioredis connects in the background and queues commands meanwhile).
   duplicate() {
     const dup = quiet(this.client.duplicate({ stringNumbers: true, failoverDetector: false }));
@@ -232,7 +244,7 @@ class IoredisClusterConnection extends Connection {
   // for a given `node` (it names that node's session) is not redirected: the caller is.
   async _send(args, node) {
     const follow = node === undefined;
-    node ??= await this.nodeOf(args[1]);
+    node ??= await this.nodeOf(commandKeys(args)[0]);
     let asking = false;
     for (let redirections = 0; ; redirections++) {
       const conn = this._node(node);
@@ -284,13 +296,6 @@ class NodeRedisConnection extends Connection {
     if (on) this.client.ref();
     else this.client.unref();
   }
-  async duplicate() {
-    const dup = quiet(this.client.duplicate());
-    const conn = new NodeRedisConnection(dup, true, true);
-    conn.setRef(false);
-    await dup.connect();
-    return conn;
-  }
   async session() {
     return nodeRedisSession(this.client);
   }
@@ -312,7 +317,7 @@ class NodeRedisClusterConnection extends NodeRedisConnection {
   }
   async _send(args, node) {
     const options = { typeMapping: { [RESP_NUMBER]: String } };
-    if (node === undefined) return this.client.sendCommand(args[1], false, args, options);
+    if (node === undefined) return this.client.sendCommand(commandKeys(args)[0], false, args, options);
     const client = await this._nodeClient(node);
     try {
       return await client.sendCommand(args, options);
@@ -417,4 +422,4 @@ function isReplyError(err) {
   return false;
 }
 
-module.exports = { adapt, isReplyError };
+module.exports = { adapt, commandKeys, isReplyError };

@@ -2,7 +2,7 @@
 
 const { randomUUID } = require('node:crypto');
 const { setTimeout: delay } = require('node:timers/promises');
-const { adapt, isReplyError } = require('./adapter');
+const { adapt, commandKeys, isReplyError } = require('./adapter');
 const { Session, notOwnerReason, redirection } = require('./session');
 const {
   LockNotHeldError,
@@ -31,13 +31,17 @@ const DEFAULTS = Object.freeze({
   // WAIT's bound in ms (Redisson's slavesSyncTimeout).
   durableTimeout: 1000,
 });
-// Connections kept open per node for durable grants' WAIT (each blocks its connection meanwhile).
-const IDLE_DURABLE = 4;
-// Blocking connections kept open for the next wait; more are closed when their wait ends.
-const IDLE_BLOCKING = 4;
+// Connections of FLOCK's own kept open per node for the next blocking command (a WAIT for a
+// lock or for replicas); more are closed when their command ends.
+const IDLE_OWN = 4;
 // CLIENT UNBLOCK finds nothing to unblock while the WAIT is still on its way to the server.
 const UNBLOCK_TRIES = 50;
 const UNBLOCK_PAUSE_MS = 20;
+// The pause before a resent WAIT is sent again when the server answers QUEUED: it has not yet
+// seen the connection of the first one close.
+const REQUEUE_PAUSE_MS = 250;
+// FLOCK.ACQUIREALL's numkeys.
+const MAX_KEYS = 256;
 // Stale holds (docs/client-protocol.md, the end of "Durable grants"; Flock#_dropStale), for
 // every Flock of the process (an owner may acquire through several, as with different settings):
 // the token of each (key, owner)'s last release that left no hold (its reply 0) or that failed
@@ -99,9 +103,15 @@ function modeOf(opts) {
 function keysOf(resources) {
   const keys = typeof resources === 'string' ? [resources] : [...resources];
   if (keys.length === 0) throw new TypeError('acquire needs at least one resource (key)');
+  if (keys.length > MAX_KEYS) throw new RangeError(`acquire takes at most ${MAX_KEYS} resources at once, got ${keys.length}`);
   for (const key of keys) if (typeof key !== 'string') throw new TypeError('resources must be strings');
   if (new Set(keys).size !== keys.length) throw new TypeError('resources must not repeat a key');
   return keys;
+}
+
+// The tokens of an ACQUIRE (one) or ACQUIREALL (one per key) reply, as bigints.
+function tokensOf(reply) {
+  return (Array.isArray(reply) ? reply : [reply]).map((token) => BigInt(String(token)));
 }
 
 function abortError(signal) {
@@ -136,15 +146,15 @@ class Flock {
     if (!this.settings.sessions && !this._conn.blocking) {
       throw new TypeError('sessions: false (a blocked connection per wait) needs a single-server client or ioredis with sentinels');
     }
-    this._idle = [];
-    // Idle connections for durable grants' WAIT, by node.
-    this._durableIdle = new Map();
+    // Idle connections of FLOCK's own for blocking commands, by node.
+    this._ownIdle = new Map();
     this._session = new Session(this);
   }
 
   /**
-   * Acquires `resources` (a key or keys; several are taken in sorted order so that overlapping sets
-   * cannot deadlock). Either `acquire(resources, {lease, wait, signal, owner})` or redlock's
+   * Acquires `resources`: a key, or several keys together, all or none (one FLOCK.ACQUIREALL,
+   * queued at every key at once; in a Cluster they must share a slot). Either
+   * `acquire(resources, {lease, wait, signal, owner})` or redlock's
    * `acquire(resources, duration, settings)`. Without a lease, a watchdog keeps a
    * `watchdogLease` lease renewed until release().
    */
@@ -197,12 +207,14 @@ class Flock {
    */
   async quit() {
     this._session.close();
-    for (const conn of this._idle.splice(0)) conn.close();
-    for (const conns of this._durableIdle.values()) for (const conn of conns.splice(0)) conn.close();
+    for (const conns of this._ownIdle.values()) for (const conn of conns.splice(0)) conn.close();
     this._conn.close();
   }
 
-  // The one acquire path for every mode: they differ only in the FLOCK.ACQUIRE arguments.
+  // The one acquire path for every mode and number of keys: modes differ only in the
+  // FLOCK.ACQUIRE(ALL) arguments, one key and several only in how the grant is asked for (one
+  // ACQUIRE through the session or blocking; one ACQUIREALL, blocking); what follows a grant
+  // (its watch, stale holds, the durable check, the give-back if one of them fails) is the same.
   async _acquire(resources, durationOrOptions, settings) {
     const keys = keysOf(resources);
     const opts =
@@ -210,6 +222,9 @@ class Flock {
         ? { ...settings, lease: durationOrOptions }
         : { ...durationOrOptions, ...settings };
     const mode = modeOf(opts);
+    if (keys.length > 1 && mode.mode === 'semaphore') {
+      throw new TypeError('permits/limit take one resource (a semaphore is one key): acquire several semaphores one by one');
+    }
     const watchdog = opts.lease === undefined;
     const lease = watchdog ? this.settings.watchdogLease : integerMs(opts.lease, 'Duration');
     if (lease < 1) throw new RangeError('Duration must be at least 1 ms');
@@ -217,42 +232,52 @@ class Flock {
     const { signal } = opts;
     if (signal?.aborted) throw abortError(signal);
     const owner = opts.owner ?? randomUUID();
-    const deadline = Date.now() + wait;
-    const tokens = new Map();
-    const watches = [];
     const start = Date.now();
     const renews = watchdog || Boolean(opts.renew);
     const durable = durableOf(opts, this.settings);
+    const grants =
+      keys.length === 1 && this.settings.sessions
+        ? await this._sessionAcquireKey(keys[0], owner, lease, wait, signal, mode, renews)
+        : await this._acquireBlocking(keys, owner, lease, wait, signal, mode.args);
+    if (grants === null) throw new LockBusyError(busyMessage(keys, wait), keys[0]);
+    const tokens = grants.map((grant) => grant.token);
+    const watches = grants.flatMap((grant) => grant.watch ?? []);
+    for (const key of keys) this._hold(key, owner, 1);
     try {
-      for (const key of [...keys].sort()) {
-        const left = wait === Infinity ? Infinity : Math.max(0, deadline - Date.now());
-        const got = this.settings.sessions
-          ? await this._sessionAcquireKey(key, owner, lease, left, signal, mode.args, renews)
-          : await this._acquireKey(key, owner, lease, left, signal, mode.args);
-        if (got === null) throw new LockBusyError(busyMessage(key, wait), key);
-        tokens.set(key, BigInt(got.token));
-        this._hold(key, owner, 1);
-        if (got.watch) watches.push(got.watch);
+      if (keys.length > 1 && this.settings.sessions) {
+        // ACQUIREALL has no INBOX form: its grants are handed to the session's watch now.
+        const adopted = await Promise.allSettled(
+          keys.map((key, i) => this._session.adopt(key, owner, String(tokens[i]), mode.mode, { extra: mode.args, lease, renews })),
+        );
+        for (const result of adopted) if (result.status === 'fulfilled') watches.push(result.value);
+        const failed = adopted.find((result) => result.status === 'rejected');
+        if (failed) throw failed.reason;
+      }
+      for (const [i, key] of keys.entries()) {
         // Before the durable check, whose RENEW and WAIT then cover these releases too.
-        await this._dropStale(key, owner, BigInt(got.token));
-        // Given back with the others (the catch below) when the replicas do not confirm it.
-        if (durable.replicas > 0) await this._confirmDurable(key, owner, lease, durable, got.node);
+        await this._dropStale(key, owner, tokens[i]);
+      }
+      // Each key given back with the others (the catch below) when the replicas do not confirm it.
+      if (durable.replicas > 0) {
+        for (const [i, key] of keys.entries()) await this._confirmDurable(key, owner, lease, durable, grants[i].node);
       }
     } catch (err) {
       for (const watch of watches) this._session.unwatch(watch);
-      await Promise.all([...tokens].map(([key, token]) => this._releaseHold(key, owner, token).catch(() => {})));
+      await this._releaseHolds(keys, owner, tokens).catch(() => {});
       // Uncounted once the give-backs were answered (see Lock#release).
-      for (const key of tokens.keys()) this._hold(key, owner, -1);
+      for (const key of keys) this._hold(key, owner, -1);
       throw err;
     }
     const renewEvery = renews ? renewPeriod(lease, opts.automaticExtensionThreshold) : 0;
-    const ordered = new Map(keys.map((k) => [k, tokens.get(k)]));
-    return new Lock(this, keys, owner, ordered, lease, start, renewEvery, mode, watches);
+    const held = new Map(keys.map((key, i) => [key, tokens[i]]));
+    return new Lock(this, keys, owner, held, lease, start, renewEvery, mode, watches);
   }
 
-  // Through the session: a try is one ACQUIRE with INBOX (its grant is watched); a wait is one
-  // ACQUIRE ... WAIT t INBOX sid, answered at once (a token) or by an inbox event.
-  async _sessionAcquireKey(key, owner, lease, wait, signal, extra, renews = false) {
+  // One key through the session: a try is one ACQUIRE with INBOX (its grant is watched); a wait
+  // is one ACQUIRE ... WAIT t INBOX sid, answered at once (a token) or by an inbox event.
+  // [{ token, watch, node }], or null when busy.
+  async _sessionAcquireKey(key, owner, lease, wait, signal, mode, renews) {
+    const extra = mode.args;
     let outcome;
     if (wait < 1) {
       outcome = await this._try(key, owner, lease, extra);
@@ -261,13 +286,12 @@ class Flock {
     }
     if (outcome.aborted) {
       // The grant won the race with the abort: hand it back before reporting the abort.
-      if (outcome.token) await this._releaseHold(key, owner, BigInt(outcome.token)).catch(() => {});
+      if (outcome.token) await this._releaseHolds([key], owner, tokensOf(outcome.token)).catch(() => {});
       throw abortError(signal);
     }
     if (outcome.token) {
-      const mode = extra[0] === 'SHARED' ? 'shared' : extra[0] === 'PERMITS' ? 'semaphore' : 'exclusive';
-      const watch = this._session.watch(key, owner, outcome.token, outcome.node, mode, { extra, lease, renews });
-      return { token: outcome.token, watch, node: outcome.node };
+      const watch = this._session.watch(key, owner, outcome.token, outcome.node, mode.mode, { extra, lease, renews });
+      return [{ token: BigInt(outcome.token), watch, node: outcome.node }];
     }
     if (outcome.error) throw outcome.error;
     return null;
@@ -308,7 +332,7 @@ class Flock {
   async _confirmDurable(key, owner, lease, { replicas, timeout }, node) {
     node ??= await this._conn.nodeOf(key);
     for (let attempt = 0; ; attempt++) {
-      const conn = await this._durableConn(node);
+      const conn = await this._ownConn(node);
       let renew, wait;
       try {
         // A fresh request ID on each attempt: a resend answered from the ID's record writes nothing,
@@ -329,7 +353,7 @@ class Flock {
         if (attempt >= this.settings.resends) throw failed.reason;
         continue;
       }
-      this._parkDurable(node, conn);
+      this._parkOwn(node, conn);
       if (wait.status === 'rejected') throw wait.reason;
       const reached = Number(wait.value);
       if (renew.status === 'rejected') {
@@ -352,8 +376,9 @@ class Flock {
     }
   }
 
-  async _durableConn(node) {
-    const idle = this._durableIdle.get(node) ?? [];
+  // A connection of FLOCK's own to `node` for a blocking command: an idle one if still current.
+  async _ownConn(node) {
+    const idle = this._ownIdle.get(node) ?? [];
     for (let conn = idle.pop(); conn; conn = idle.pop()) {
       if (this._conn.current(conn)) return conn;
       conn.close();
@@ -361,67 +386,109 @@ class Flock {
     return this._conn.dedicated(node);
   }
 
-  _parkDurable(node, conn) {
-    if (!this._durableIdle.has(node)) this._durableIdle.set(node, []);
-    const idle = this._durableIdle.get(node);
-    if (idle.length < IDLE_DURABLE && !conn.closed) idle.push(conn);
+  _parkOwn(node, conn) {
+    if (!this._ownIdle.has(node)) this._ownIdle.set(node, []);
+    const idle = this._ownIdle.get(node);
+    if (idle.length < IDLE_OWN && !conn.closed) idle.push(conn);
     else conn.close();
   }
 
-  // The blocking form (`sessions: false`): a try, then a WAIT on a connection of FLOCK's own.
-  async _acquireKey(key, owner, lease, wait, signal, extra) {
-    const reply = await this._acquireKeyBlocking(key, owner, lease, wait, signal, extra);
-    return reply === null ? null : { token: String(reply), watch: null, node: undefined };
+  /**
+   * The blocking form, for several keys (FLOCK.ACQUIREALL has no INBOX form) and for one key with
+   * `sessions: false`. A try first, on the shared connection: a free lock then costs one round
+   * trip and no connection of its own (a try never overtakes queued waiters, so FIFO order
+   * holds); then a WAIT that blocks a connection of FLOCK's own. [{ token }] in key order, or null.
+   */
+  async _acquireBlocking(keys, owner, lease, wait, signal, extra) {
+    const base =
+      keys.length === 1
+        ? ['FLOCK.ACQUIRE', keys[0], owner, String(lease)]
+        : ['FLOCK.ACQUIREALL', String(keys.length), ...keys, owner, String(lease)];
+    let reply = await this._send(this._conn, [...base, ...extra]);
+    if (reply === null && wait >= 1) {
+      const giveBack = (granted) => this._releaseHolds(keys, owner, tokensOf(granted));
+      reply = await this._wait(keys[0], (timeout) => [...base, 'WAIT', timeout, ...extra], wait, signal, giveBack);
+    }
+    return reply === null ? null : tokensOf(reply).map((token) => ({ token }));
   }
 
-  async _acquireKeyBlocking(key, owner, lease, wait, signal, extra) {
-    const base = ['FLOCK.ACQUIRE', key, owner, String(lease)];
-    // A try first, on the shared connection: a free lock then costs one round trip and no
-    // connection of its own (a try never overtakes queued waiters, so FIFO order holds).
-    const reply = await this._send(this._conn, [...base, ...extra]);
-    if (reply !== null || wait < 1) return reply;
-    return this._wait([...base, 'WAIT', wait === Infinity ? '0' : String(Math.ceil(wait)), ...extra], signal);
+  /**
+   * A WAIT for `key` (and the keys sharing its slot) on a connection of FLOCK's own to its node:
+   * `argsFor(timeout)` is the command, `timeout` the time the wait has left. A lost reply (the
+   * connection broke) is resent, same request ID, on a new connection: the server answers a grant
+   * made under that ID with the same tokens, and queues again a wait that the broken
+   * connection's close ended. A MOVED or ASK sends it where the key is. An abort ends it on the
+   * server (CLIENT UNBLOCK: the waiter is answered nil and leaves every queue); a grant that won
+   * the race with the abort is handed back (`giveBack(reply)`) before the abort is reported.
+   */
+  async _wait(key, argsFor, wait, signal, giveBack) {
+    const rid = randomUUID();
+    const deadline = Date.now() + wait;
+    let node = await this._conn.nodeOf(key);
+    for (let attempt = 0; ; ) {
+      if (signal?.aborted) throw abortError(signal);
+      const timeout = wait === Infinity ? '0' : String(Math.max(1, Math.ceil(deadline - Date.now())));
+      let reply;
+      try {
+        reply = await this._block(node, argsFor(timeout), rid, signal);
+      } catch (err) {
+        if (signal?.aborted) throw abortError(signal);
+        const redirect = redirection(err);
+        if (isReplyError(err) || isReplyError(err.cause)) {
+          if (redirect && attempt++ < this.settings.resends) {
+            if (redirect.pause) await delay(redirect.pause);
+            node = redirect.to ?? (await this._conn.nodeOf(key));
+            continue;
+          }
+          // A resend that reached the server before it saw the first connection close.
+          if (attempt > 0 && /^QUEUED/.test(err.message) && Date.now() < deadline) {
+            await delay(REQUEUE_PAUSE_MS);
+            continue;
+          }
+          throw err;
+        }
+        if (attempt++ >= this.settings.resends) throw err;
+        continue;
+      }
+      if (!signal?.aborted) return reply;
+      // The grant won the race with the abort: hand it back before reporting the abort.
+      if (reply !== null) await giveBack(reply).catch(() => {});
+      throw abortError(signal);
+    }
   }
 
-  // A WAIT blocks its connection, so it runs on one of FLOCK's own; an abort ends it on the server
-  // (CLIENT UNBLOCK answers the waiter nil, and it leaves the queue).
-  async _wait(args, signal) {
-    const conn = this._idle.pop() ?? (await this._conn.duplicate());
+  // One blocking command on a connection of FLOCK's own to `node`, unblocked (CLIENT UNBLOCK) if
+  // `signal` aborts meanwhile. A connection that broke is closed, one that answered is kept.
+  async _block(node, args, rid, signal) {
+    const conn = await this._ownConn(node);
     const id = await conn.send(['CLIENT', 'ID']).catch((err) => {
       conn.close();
       throw err;
     });
     if (signal?.aborted) {
-      this._park(conn);
+      this._parkOwn(node, conn);
       throw abortError(signal);
     }
-    let aborted = false;
     let settled = false;
-    const onAbort = () => {
-      aborted = true;
-      this._unblock(conn, id, () => settled);
-    };
+    const onAbort = () => this._unblock(conn, id, node, () => settled);
     signal?.addEventListener('abort', onAbort, { once: true });
-    let reply;
     try {
-      reply = await this._send(conn, args, { stop: () => aborted });
+      const reply = await this._send(conn, args, { rid, resends: 0 });
+      this._parkOwn(node, conn);
+      return reply;
     } catch (err) {
-      conn.close();
-      throw aborted ? abortError(signal) : err;
+      if (isReplyError(err) || isReplyError(err.cause)) this._parkOwn(node, conn);
+      else conn.close();
+      throw err;
     } finally {
       settled = true;
       signal?.removeEventListener('abort', onAbort);
     }
-    this._park(conn);
-    if (!aborted) return reply;
-    // The grant won the race with the abort: hand it back before reporting the abort.
-    if (reply !== null) await this._releaseHold(args[1], args[2], BigInt(reply)).catch(() => {});
-    throw abortError(signal);
   }
 
-  async _unblock(conn, id, settled) {
+  async _unblock(conn, id, node, settled) {
     for (let i = 0; i < UNBLOCK_TRIES && !settled(); i++) {
-      const unblocked = await this._conn.send(['CLIENT', 'UNBLOCK', id]).catch(() => '0');
+      const unblocked = await this._conn.send(['CLIENT', 'UNBLOCK', id], node).catch(() => '0');
       if (String(unblocked) === '1') return;
       await delay(UNBLOCK_PAUSE_MS);
     }
@@ -429,30 +496,39 @@ class Flock {
     if (!settled()) conn.close();
   }
 
-  _park(conn) {
-    if (this._idle.length < IDLE_BLOCKING) this._idle.push(conn);
-    else conn.close();
-  }
-
   async _releaseKey(key, owner) {
     return Number(await this._send(this._conn, ['FLOCK.RELEASE', key, owner]));
   }
 
   /**
-   * Releases one hold of the grant `token` (a bigint). A release that left no hold, or that failed
-   * other than with NOTOWNER (refused: NOREPLICAS, READONLY, ...; or its reply lost), is
-   * remembered: it may have reached a master that a failover then deposed, or not have been
-   * applied, and the promoted master still have the grant (see _dropStale).
+   * Releases one hold of each of `keys`, whose grants have `tokens` (bigints, in key order): one
+   * FLOCK.RELEASE, or for several one FLOCK.RELEASEALL (all or none); resolves to each key's holds
+   * left. A release that left no hold, or that failed other than with NOTOWNER (refused:
+   * NOREPLICAS, READONLY, ...; or its reply lost), is remembered: it may have reached a master
+   * that a failover then deposed, or not have been applied, and the promoted master still have
+   * the grant (see _dropStale). RELEASEALL answers NOTOWNER, releasing nothing, when one key is
+   * no longer held (its lease ended, force-released): then each key is released on its own, so
+   * that those still held are freed, and the NOTOWNER of the first key lost is thrown.
    */
-  async _releaseHold(key, owner, token) {
+  async _releaseHolds(keys, owner, tokens) {
     let left;
     try {
-      left = await this._releaseKey(key, owner);
+      left =
+        keys.length === 1
+          ? [await this._releaseKey(keys[0], owner)]
+          : (await this._send(this._conn, ['FLOCK.RELEASEALL', String(keys.length), ...keys, owner])).map(Number);
     } catch (err) {
-      if (!(err instanceof LockNotHeldError)) this._rememberRelease(key, owner, token);
-      throw err;
+      if (!(err instanceof LockNotHeldError)) {
+        keys.forEach((key, i) => this._rememberRelease(key, owner, tokens[i]));
+        throw err;
+      }
+      if (keys.length === 1) throw err;
+      const each = await Promise.allSettled(keys.map((key, i) => this._releaseHolds([key], owner, [tokens[i]])));
+      const failed = each.find((result) => result.status === 'rejected');
+      if (failed) throw failed.reason;
+      return each.map((result) => result.value[0]);
     }
-    if (left === 0) this._rememberRelease(key, owner, token);
+    keys.forEach((key, i) => left[i] === 0 && this._rememberRelease(key, owner, tokens[i]));
     return left;
   }
 
@@ -473,7 +549,7 @@ class Flock {
 
   /**
    * A grant of (key, owner) came back with the token of that owner's last release remembered (see
-   * _releaseHold): the server still had that grant (the release was lost with a deposed master,
+   * _releaseHolds): the server still had that grant (the release was lost with a deposed master,
    * or refused), so this grant reentered it and the holds released are still counted, each
    * reentry renewing the lease: an owner that loops acquire/release would keep the lock from every
    * other. The holds the server counts beyond those the process's locks have (this one included)
@@ -501,16 +577,16 @@ class Flock {
 
   // Every command carries a request ID (fresh unless given); a lost reply (I/O error, not an error
   // reply) is resent at once with the same ID, which the server applies once and answers with the
-  // first reply. `noId`: commands without the ID option (CANCEL, INFO).
+  // first reply (`resends` times at most). `noId`: commands without the ID option (CANCEL, INFO).
   // `node`: sent on that node's own connection (a command that names its session), not routed.
-  async _send(conn, args, { rid = randomUUID(), noId = false, stop = () => false, node } = {}) {
+  async _send(conn, args, { rid = randomUUID(), noId = false, resends = this.settings.resends, node } = {}) {
     const full = noId ? args : [...args, 'ID', rid];
     for (let attempt = 0; ; attempt++) {
       try {
         return await conn.send(full, node);
       } catch (err) {
         if (isReplyError(err)) throw replyError(err, args);
-        if (attempt >= this.settings.resends || stop()) throw err;
+        if (attempt >= resends) throw err;
       }
     }
   }
@@ -539,27 +615,44 @@ function holdsOf(info, owner) {
   return 0;
 }
 
-// The server's error codes that callers catch by type; the rest reach them unchanged.
+// The server's error codes that callers catch by type, and what they say of one key and of
+// several; the rest reach callers unchanged (CROSSSLOT with a hint).
 const REPLY_ERRORS = [
-  ['NOTOWNER', LockNotHeldError, 'is not held by this owner'],
-  ['UPGRADE', LockUpgradeError, 'is held shared by this owner, which cannot upgrade'],
-  ['WRONGMODE', LockModeError, 'exists in another mode'],
-  ['DEADLOCK', LockDeadlockError, 'cannot be waited for: the wait would deadlock'],
+  ['NOTOWNER', LockNotHeldError, 'is not held by this owner', 'are not all held by this owner'],
+  ['UPGRADE', LockUpgradeError, 'is held shared by this owner, which cannot upgrade', 'include one held shared by this owner, which cannot upgrade'],
+  ['WRONGMODE', LockModeError, 'exists in another mode', 'include one that exists in another mode'],
+  ['DEADLOCK', LockDeadlockError, 'cannot be waited for: the wait would deadlock', 'cannot be waited for: the wait would deadlock'],
 ];
 
-function busyMessage(key, wait) {
-  if (wait < 1) return `The lock ${key} is held by another owner (tried once: wait is 0)`;
-  return (
-    `The lock ${key} is held by another owner: waited ${wait} ms in its queue (the \`wait\` option, default ` +
-    `${DEFAULTS.wait} ms); to wait longer pass { wait: ms } (or Infinity) to acquire(), or new Flock(client, { wait })`
-  );
+const WAIT_LONGER =
+  `(the \`wait\` option, default ${DEFAULTS.wait} ms); to wait longer pass { wait: ms } (or Infinity) to ` +
+  'acquire(), or new Flock(client, { wait })';
+
+function busyMessage(keys, wait) {
+  if (keys.length > 1) {
+    if (wait < 1) return `The locks ${keys.join(', ')} are not all free: none was taken (tried once: wait is 0)`;
+    return `The locks ${keys.join(', ')} did not all come free: waited ${wait} ms in their queues, none was taken ${WAIT_LONGER}`;
+  }
+  if (wait < 1) return `The lock ${keys[0]} is held by another owner (tried once: wait is 0)`;
+  return `The lock ${keys[0]} is held by another owner: waited ${wait} ms in its queue ${WAIT_LONGER}`;
 }
 
 function replyError(err, args) {
+  const keys = commandKeys(args);
+  if (err.message.startsWith('CROSSSLOT ')) {
+    const crossSlot = new Error(
+      `The locks ${keys.join(', ')} are in different Cluster slots, and several locks are taken together on one ` +
+        'slot only: give their keys one hash tag, the part in braces that alone is hashed ({order-7}:items and ' +
+        `{order-7}:total share a slot) (${err.message})`,
+      { cause: err },
+    );
+    return Object.assign(crossSlot, { code: 'CROSSSLOT', keys });
+  }
   const known = REPLY_ERRORS.find(([code]) => err.message.startsWith(`${code} `));
   if (!known) return err;
-  const [, Type, what] = known;
-  return new Type(`The lock ${args[1]} ${what}: ${err.message}`, args[1], { cause: err });
+  const [, Type, one, several] = known;
+  const what = keys.length === 1 ? `The lock ${keys[0]} ${one}` : `The locks ${keys.join(', ')} ${several}`;
+  return new Type(`${what}: ${err.message}`, keys[0], { cause: err });
 }
 
 // A loss the session reported ({ key, reason, text }) as the error of the lock's signal.
@@ -635,7 +728,11 @@ class Lock {
     return this;
   }
 
-  /** Releases one hold of each resource (reverse order); resolves to the holds left of the first. */
+  /**
+   * Releases one hold of each resource (several: one FLOCK.RELEASEALL, all or none); resolves to
+   * the holds left of the first. If one was lost, the others are still released and the lost
+   * one's LockNotHeldError is thrown.
+   */
   async release() {
     this._released = true;
     for (const watch of this._watches) watch.released = true;
@@ -648,17 +745,16 @@ class Lock {
     this.expiration = 0;
     const uncount = !this._uncounted;
     this._uncounted = true;
-    const results = await Promise.allSettled(
-      [...this.resources].reverse().map((key) => this.flock._releaseHold(key, this.owner, this.tokens.get(key))),
-    );
-    // Uncounted once the releases were answered: a stale-hold check of the same owner meanwhile
-    // (Flock#_dropStale) then counts this hold until the server no longer does, and so never
-    // gives back more than the stale holds.
-    if (uncount) for (const key of this.resources) this.flock._hold(key, this.owner, -1);
-    for (const watch of this._watches) this.flock._session.unwatch(watch);
-    const failed = results.find((r) => r.status === 'rejected');
-    if (failed) throw failed.reason;
-    return results[results.length - 1].value;
+    try {
+      const tokens = this.resources.map((key) => this.tokens.get(key));
+      return (await this.flock._releaseHolds(this.resources, this.owner, tokens))[0];
+    } finally {
+      // Uncounted once the releases were answered: a stale-hold check of the same owner meanwhile
+      // (Flock#_dropStale) then counts this hold until the server no longer does, and so never
+      // gives back more than the stale holds.
+      if (uncount) for (const key of this.resources) this.flock._hold(key, this.owner, -1);
+      for (const watch of this._watches) this.flock._session.unwatch(watch);
+    }
   }
 
   _schedule() {

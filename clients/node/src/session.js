@@ -2,9 +2,11 @@
 
 // A Flock's sessions (docs/commands.md, "Sessions"): one dedicated connection per Flock and
 // server (a Cluster node) that loops FLOCK.INBOX, opened on the first acquire there. Every wait
-// goes out as one
+// for one key goes out as one
 // `FLOCK.ACQUIRE ... WAIT t INBOX sid ID rid` on the command connection and is answered by an
-// event in the inbox; every grant made with INBOX is watched, so the server pushes its loss.
+// event in the inbox; every grant made with INBOX is watched, so the server pushes its loss. A
+// grant of several keys at once (FLOCK.ACQUIREALL, which has no INBOX form) is adopted: its
+// watch is moved here afterwards, as after a session break.
 //
 // Node runs this reader on the event loop: events of one INBOX reply are handled in order and
 // synchronously, so a `lost` aborts the holder's signal before the promise of a later `granted`
@@ -65,7 +67,8 @@ class Session {
     this.recentLosses = new Map();
     // Re-watches under way, by grant.
     this.rewatching = new Map();
-    // Grants whose watch moved to a new session (tests).
+    // Grants whose watch moved to a session after their grant (tests): re-watched after a session
+    // break or a slot move, or adopted.
     this.rewatched = 0;
   }
 
@@ -164,7 +167,7 @@ class Session {
     const wait = this.waits.get(waitKey(key, owner));
     if (!wait) {
       // A grant nobody waits for any more (its wait gave up): give it back.
-      if (kind === 'granted') this.flock._releaseHold(key, owner, BigInt(token)).catch(() => {});
+      if (kind === 'granted') this.flock._releaseHolds([key], owner, [BigInt(token)]).catch(() => {});
       return;
     }
     if (kind === 'granted') this._settle(wait, { token, node });
@@ -226,6 +229,22 @@ class Session {
       this.byKey.get(key).add(id);
     }
     this.watched.get(id).add(record);
+    return record;
+  }
+
+  /**
+   * Watches a grant that was not made through this session (FLOCK.ACQUIREALL has no INBOX form):
+   * recorded as watch() records one, then moved to the session of its key's node as a re-watch
+   * after a session break moves one (a RENEW, a reentrant ACQUIRE ... INBOX, a RELEASE of that
+   * hold). Resolves to the record once that session watches the grant, or once it was found lost
+   * (`record.lost`).
+   */
+  async adopt(key, owner, token, mode, options) {
+    // Opened first: a session that cannot be opened fails the acquire (which gives the grants
+    // back) rather than leave the re-watch retrying until release.
+    const { node } = await this.sessionFor(key);
+    const record = this.watch(key, owner, token, node, mode, options);
+    if (!record.lost) await this._rewatchSoon(record.id);
     return record;
   }
 
@@ -471,13 +490,13 @@ class Session {
       return;
     }
     if (reply === null || reply === undefined) {
-      this.lose(id, { key, reason: 'unknown', text: `The lock ${key} was lost: it ended while the session was being replaced` });
+      this.lose(id, { key, reason: 'unknown', text: `The lock ${key} was lost: it ended before a session could watch it` });
       return;
     }
-    // Remembered if refused (Flock#_releaseHold): the owner's next grant of this token gives it back.
-    await flock._releaseHold(key, owner, BigInt(reply)).catch(() => {});
+    // Remembered if refused (Flock#_releaseHolds): the owner's next grant of this token gives it back.
+    await flock._releaseHolds([key], owner, [BigInt(reply)]).catch(() => {});
     if (String(reply) !== token) {
-      this.lose(id, { key, reason: 'unknown', text: `The lock ${key} was lost: it ended while the session was being replaced` });
+      this.lose(id, { key, reason: 'unknown', text: `The lock ${key} was lost: it ended before a session could watch it` });
       return;
     }
     records.node = node;

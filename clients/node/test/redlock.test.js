@@ -127,10 +127,12 @@ for (const kind of CLIENTS) {
       assert.equal(await owner(K('c1')), lock.owner, 'The original lock value must not be changed.');
       assert.equal(await owner(K('c2')), lock.owner, 'The original lock value must not be changed.');
       assert.equal(await owner(K('c3')), null, 'The new resource must remain unlocked.');
-      // FLOCK addition: keys are taken one by one in sorted order; a key taken before the busy one
-      // is released again (redlock's script checks all keys first).
-      await assert.rejects(redlock.acquire([K('c2'), K('c0')], LONG, { retryCount: 0 }), LockBusyError);
-      assert.equal(await owner(K('c0')), null, 'The resource taken first was released.');
+      // FLOCK addition: all or none in one command (FLOCK.ACQUIREALL), as redlock's script checks
+      // every key first: the free key is not taken even for a moment.
+      const acquires = await server.stat('cmdstat_flock.acquire');
+      await assert.rejects(redlock.acquire([K('c0'), K('c2')], LONG, { retryCount: 0 }), LockBusyError);
+      assert.equal(await owner(K('c0')), null, 'The free resource was not taken.');
+      assert.equal(await server.stat('cmdstat_flock.acquire'), acquires, 'no key was tried on its own');
       await lock.release();
       for (const key of [K('c1'), K('c2'), K('c3')]) assert.equal(await owner(key), null);
     });

@@ -14,7 +14,7 @@ const { promisify } = require('node:util');
 const { before, describe, it } = require('node:test');
 const Redis = require('ioredis');
 const { createCluster, createSentinel } = require('redis');
-const { Flock, LockLostError, LockNotDurableError } = require('..');
+const { Flock, LockLostError, LockNotDurableError, LockNotHeldError } = require('..');
 const { onEnd, startCluster, startSentinels, waitUntil, WATCHDOG_LEASE } = require('./helpers');
 
 const WAIT = { wait: 10000 };
@@ -172,13 +172,52 @@ describe('Cluster (3 masters)', () => {
         assert.equal(await cluster.nodeOf(keys[1]), node);
         const lock = await flock.acquire(keys, WAIT);
         for (const key of keys) assert.equal((await node.info(key)).owner, lock.owner);
-        // A second owner waits on both through the session of that node.
+        // A second owner waits on both at once (ACQUIREALL ... WAIT on a connection of its own to that node).
         const next = flock.acquire(keys, WAIT);
         await node.queued(keys[0], 1);
+        await node.queued(keys[1], 1);
         await lock.release();
         const second = await next;
         for (const key of keys) assert.equal((await node.info(key)).owner, second.owner);
-        await second.release();
+        // Its grants are watched through that node's session: a loss is pushed.
+        await node.probe.call('FLOCK.FORCERELEASE', keys[1]);
+        await waitUntil('the signal aborts', () => second.signal.aborted);
+        assert.equal(second.signal.error.key, keys[1]);
+        await assert.rejects(second.release(), LockNotHeldError);
+        assert.equal(await node.info(keys[0]), null);
+      });
+
+      it('refuses keys of different slots with an error that names hash tags (CROSSSLOT), taking none', async () => {
+        const flock = await flockOf();
+        const keys = [await cluster.keyOn(cluster.nodes[0], K('cross')), await cluster.keyOn(cluster.nodes[1], K('cross'))];
+        for (const wait of [0, 1000]) {
+          await assert.rejects(flock.acquire(keys, { wait }), (err) => {
+            assert.equal(err.code, 'CROSSSLOT');
+            assert.deepEqual(err.keys, keys);
+            assert.match(err.message, /hash tag/);
+            assert.match(err.cause.message, /^CROSSSLOT/);
+            return true;
+          });
+        }
+        for (const [i, key] of keys.entries()) assert.equal(await cluster.nodes[i].info(key), null);
+      });
+
+      it('sends a multi-key wait to the new node after its slot moved', async () => {
+        const flock = await flockOf();
+        const keys = [K('{moved-all}:a'), K('{moved-all}:b')];
+        // The client learns the slot map first.
+        await (await flock.acquire(keys, WAIT)).release();
+        const to = await moveSlot(cluster, keys[0]);
+        const holder = await flockOf();
+        const held = await holder.acquire(keys[1], WAIT);
+        // The try follows the MOVED through the library's routing; the blocking wait goes to the
+        // node the slot map names then, and a MOVED from the old node would send it on.
+        const next = flock.acquire(keys, WAIT);
+        await to.queued(keys[1], 1);
+        await held.release();
+        const lock = await next;
+        for (const key of keys) assert.equal((await to.info(key)).owner, lock.owner);
+        await lock.release();
       });
 
       it('keeps a watchdog lease renewed on the key\'s node', async () => {

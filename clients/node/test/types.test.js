@@ -21,3 +21,10 @@ it('index.d.ts declares the names the package exports', () => {
   const exported = Object.keys(require('..')).filter((name) => name !== 'default');
   assert.deepEqual(declared.sort(), exported.sort());
 });
+
+it('import finds every name that require() does (Node reads them from the CommonJS source)', async () => {
+  const namespace = await import(require.resolve('..'));
+  const exported = Object.keys(require('..'));
+  assert.deepEqual(Object.keys(namespace).sort(), [...new Set([...exported, 'default'])].sort());
+  for (const name of exported) assert.equal(namespace[name], require('..')[name], name);
+});

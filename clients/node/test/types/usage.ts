@@ -2,7 +2,7 @@
 // libraries and types each call shape; the @ts-expect-error lines must stay errors.
 import Redis from 'ioredis';
 import { createClient, createCluster, createSentinel } from 'redis';
-import Flock, { Flock as Named, Lock, LockAbortSignal, LockBusyError, LockNotHeldError, LockLostError, LockUpgradeError, LockModeError, LockNotDurableError, AbortError, LockMode } from 'redis-flock';
+import Flock, { Flock as Named, Lock, LockAbortSignal, LockBusyError, LockNotHeldError, LockLostError, LockUpgradeError, LockModeError, LockNotDurableError, LockDeadlockError, AbortError, LockMode } from 'redis-flock';
 
 export async function usage(): Promise<void> {
   const io = new Flock(new Redis());
@@ -17,6 +17,14 @@ export async function usage(): Promise<void> {
 
   const redlockShape = await nr.acquire(['a', 'b'], 5000, { retryCount: 3, retryDelay: 100 });
   await redlockShape.release();
+  const keys: readonly string[] = ['{t}:from', '{t}:to'];
+  try {
+    const both = await io.acquire(keys, { owner: 'worker-1', wait: 1000, shared: true });
+    const tokenOfTo: bigint | undefined = both.tokens.get('{t}:to');
+    console.log(tokenOfTo, await both.release());
+  } catch (err) {
+    if (err instanceof LockDeadlockError) console.log(err.key);
+  }
   const reentered = await nr.acquire('key', { owner: lock.owner });
   const value: string = reentered.value;
   const extended: Lock = await nr.extend(reentered, 5000);
