@@ -75,6 +75,8 @@ FLOCK_MEMORY_SCALE=${LEAKCHECK_MEMORY_SCALE:-10} cargo test --release --test mem
 cargo test --release --test hostile -- --test-threads=1 || failed=1
 cargo test --release --test legacy_locks -- --test-threads=1 || failed=1
 cargo test --release --test deadlocks -- --test-threads=1 || failed=1
+# A Cluster of six valgrind-run nodes would take minutes to form: that test runs in make test.
+cargo test --release --test acquire_all -- --test-threads=1 --skip in_a_cluster || failed=1
 
 echo "== valgrind reports"
 bad=0
