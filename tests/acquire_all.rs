@@ -244,10 +244,7 @@ fn a_resend_with_the_same_request_id_answers_the_first_reply() {
 fn a_wait_that_would_close_a_cycle_is_answered_deadlock() {
     let s = Server::start();
     let mut c = s.conn();
-    acquire(&mut c, "L1", "A", 30_000).unwrap().expect("A holds L1");
-    acquire(&mut c, "L2", "B", 30_000).unwrap().expect("B holds L2");
-    let b = waiter(&s, "L1", "B", 30_000);
-    wait_queue(&mut c, "L1", &["B"]);
+    let b = crossed(&s, &mut c);
     let e = all_cmd(&["L3", "L2"], "A", 30_000).arg("WAIT").arg(10_000).query::<Value>(&mut c).expect_err("cycle");
     assert_eq!(error_code(&e), "DEADLOCK", "{e}");
     assert!(e.to_string().contains("'A' -> 'B' -> 'A'"), "{e}");

@@ -40,10 +40,7 @@ fn wait_inbox(c: &mut Connection, key: &str, owner: &str, sid: &str) {
 fn two_owners_that_take_two_locks_in_opposite_orders_get_deadlock_instead_of_waiting() {
     let s = Server::start();
     let mut c = s.conn();
-    acquire(&mut c, "L1", "A", 30_000).unwrap().expect("A holds L1");
-    acquire(&mut c, "L2", "B", 30_000).unwrap().expect("B holds L2");
-    let b = waiter(&s, "L1", "B", 30_000);
-    wait_queue(&mut c, "L1", &["B"]);
+    let b = crossed(&s, &mut c);
     let asked = Instant::now();
     let e = deadlock_of(&mut c, "L2", "A");
     eprintln!("two-lock deadlock answered in {:?}", asked.elapsed());

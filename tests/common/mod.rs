@@ -445,6 +445,16 @@ pub fn spawn_waiter(
     std::thread::spawn(move || acquire_wait(&mut c, &key, &owner, lease_ms, wait_ms))
 }
 
+/// The start of a deadlock: A holds L1, B holds L2 and waits for L1 (B's
+/// wait, in a thread). A asking for L2 would close the cycle.
+pub fn crossed(s: &Server, c: &mut Connection) -> JoinHandle<RedisResult<Option<i64>>> {
+    acquire(c, "L1", "A", 30_000).unwrap().expect("A holds L1");
+    acquire(c, "L2", "B", 30_000).unwrap().expect("B holds L2");
+    let b = waiter(s, "L1", "B", 30_000);
+    wait_queue(c, "L1", &["B"]);
+    b
+}
+
 /// Waits until `owners` are queued on `key`, in this order.
 pub fn wait_queue(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized), owners: &[&str]) {
     let key = key.as_ref();
