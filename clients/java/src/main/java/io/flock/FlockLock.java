@@ -8,7 +8,6 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.Lock;
 
 /**
@@ -29,10 +28,7 @@ import java.util.concurrent.locks.Lock;
  * grants ({@link FlockConfig#setDurableReplicas}) every acquire that got a grant returns only once that many
  * replicas acknowledged it, or gives the hold back and throws {@link LockNotDurableException}.
  */
-public class FlockLock implements Lock {
-    private static final long FOREVER = -1;
-    private static final long WATCHDOG = -1;
-
+public class FlockLock extends AbstractFlockLock<Long> implements Lock {
     final FlockClient client;
     private final String name;
     final byte[] key;
@@ -66,33 +62,8 @@ public class FlockLock implements Lock {
         return name;
     }
 
-    // --- java.util.concurrent.locks.Lock ---
-
-    /** Waits in the queue, without limit, not answering interrupts (as ReentrantLock); watchdog lease. */
-    @Override
-    public void lock() {
-        lockUninterruptibly(WATCHDOG);
-    }
-
-    /**
-     * Waits in the queue; an interrupt takes the wait off the server's queue (FLOCK.CANCEL) and throws, after
-     * giving back a grant that won the race.
-     */
-    @Override
-    public void lockInterruptibly() throws InterruptedException {
-        acquire(FOREVER, WATCHDOG, true);
-    }
-
-    /** Takes the lock if it is free and nobody queues for it (a try never overtakes the queue). */
-    @Override
-    public boolean tryLock() {
-        return tryLockAndGetToken() != null;
-    }
-
-    @Override
-    public boolean tryLock(long time, TimeUnit unit) throws InterruptedException {
-        return tryLock(time, WATCHDOG, unit);
-    }
+    // --- java.util.concurrent.locks.Lock: unlock() here; the rest, and Redisson's overloads with a lease or wait
+    // time, are AbstractFlockLock's, over acquire(...) ---
 
     /**
      * Releases one hold. {@link IllegalMonitorStateException} when the thread does not hold the lock: Redisson's
@@ -168,50 +139,10 @@ public class FlockLock implements Lock {
                 + " thread-id: " + mine.threadId;
     }
 
-    /** Not supported: FLOCK has no condition variables (Redisson's RLock does not have them either). */
-    @Override
-    public Condition newCondition() {
-        throw new UnsupportedOperationException("FLOCK locks have no conditions");
-    }
-
-    // --- Redisson's RLock shapes ---
+    // --- Redisson's RLock shapes, with the fencing token ---
 
     /**
-     * Waits without limit (not interruptibly); the lock ends after {@code leaseTime} unless unlocked first.
-     *
-     * @param leaseTime how long the grant lasts (no watchdog)
-     * @param unit the unit of {@code leaseTime}
-     */
-    public void lock(long leaseTime, TimeUnit unit) {
-        lockUninterruptibly(unit.toMillis(leaseTime));
-    }
-
-    /**
-     * {@link #lock(long, TimeUnit)} that an interrupt ends: the waiter leaves the server's queue.
-     *
-     * @param leaseTime how long the grant lasts (no watchdog)
-     * @param unit the unit of {@code leaseTime}
-     * @throws InterruptedException if interrupted while waiting (a grant that raced it is released)
-     */
-    public void lockInterruptibly(long leaseTime, TimeUnit unit) throws InterruptedException {
-        acquire(FOREVER, unit.toMillis(leaseTime), true);
-    }
-
-    /**
-     * Waits up to {@code waitTime} (&le; 0: tries once); {@code leaseTime} &le; 0 means the watchdog lease.
-     *
-     * @param waitTime how long to wait in the queue
-     * @param leaseTime how long the grant lasts; &le; 0: the watchdog's lease, renewed until unlock
-     * @param unit the unit of both times
-     * @return true if granted
-     * @throws InterruptedException if interrupted while waiting (a grant that raced it is released)
-     */
-    public boolean tryLock(long waitTime, long leaseTime, TimeUnit unit) throws InterruptedException {
-        return tryLockAndGetToken(waitTime, leaseTime, unit) != null;
-    }
-
-    /**
-     * {@link #lock()} returning the fencing token of the grant.
+     * {@link #lock() lock()} returning the fencing token of the grant.
      *
      * @return the grant's fencing token
      */
@@ -220,31 +151,28 @@ public class FlockLock implements Lock {
     }
 
     /**
-     * {@link #lock(long, TimeUnit)} returning the fencing token of the grant.
+     * {@link #lock(long, TimeUnit) lock(long, TimeUnit)} returning the fencing token of the grant.
      *
      * @param leaseTime how long the grant lasts (no watchdog)
      * @param unit the unit of {@code leaseTime}
      * @return the grant's fencing token
      */
     public long lockAndGetToken(long leaseTime, TimeUnit unit) {
-        return lockUninterruptibly(unit.toMillis(leaseTime));
+        return lockUninterruptibly(lockLeaseMs(leaseTime, unit));
     }
 
     /**
-     * {@link #tryLock()} returning the fencing token, or null when busy.
+     * {@link #tryLock() tryLock()} returning the fencing token, or null when busy.
      *
      * @return the grant's fencing token, or null
      */
     public Long tryLockAndGetToken() {
-        try {
-            return acquire(0, WATCHDOG, false);
-        } catch (InterruptedException impossible) {
-            throw new AssertionError("a try never waits", impossible);
-        }
+        return tryOnce();
     }
 
     /**
-     * {@link #tryLock(long, long, TimeUnit)} returning the fencing token, or null when the wait ran out.
+     * {@link #tryLock(long, long, TimeUnit) tryLock(long, long, TimeUnit)} returning the fencing token, or null when
+     * the wait ran out.
      *
      * @param waitTime how long to wait in the queue
      * @param leaseTime how long the grant lasts; &le; 0: the watchdog's lease, renewed until unlock
@@ -253,8 +181,7 @@ public class FlockLock implements Lock {
      * @throws InterruptedException if interrupted while waiting (a grant that raced it is released)
      */
     public Long tryLockAndGetToken(long waitTime, long leaseTime, TimeUnit unit) throws InterruptedException {
-        long leaseMs = leaseTime > 0 ? Math.max(1, unit.toMillis(leaseTime)) : WATCHDOG;
-        return acquire(waitTime > 0 ? Math.max(1, unit.toMillis(waitTime)) : 0, leaseMs, true);
+        return tryAcquire(waitTime, leaseTime, unit);
     }
 
     /**
@@ -391,12 +318,15 @@ public class FlockLock implements Lock {
 
     // --- the acquire path ---
 
-    private long lockUninterruptibly(long leaseMs) {
-        try {
-            return acquire(FOREVER, leaseMs, false);
-        } catch (InterruptedException impossible) {
-            throw new AssertionError("an uninterruptible wait was interrupted", impossible);
-        }
+    /**
+     * A single lock's {@code lock(leaseTime, unit)}, {@code lockInterruptibly(leaseTime, unit)} and
+     * {@code lockAndGetToken(leaseTime, unit)} take the lease as {@code unit.toMillis(leaseTime)}, unlike its
+     * tries and a multi-lock: -1 ms is the watchdog's lease, any other lease under 1 ms (0, -1 s) the watchdog's
+     * timeout without a watchdog (see {@link #acquire}).
+     */
+    @Override
+    long lockLeaseMs(long leaseTime, TimeUnit unit) {
+        return unit.toMillis(leaseTime);
     }
 
     /**
@@ -404,7 +334,8 @@ public class FlockLock implements Lock {
      * session (the default) or, without sessions, a try on the shared connection and then a blocking WAIT on a
      * connection of its own.
      */
-    private Long acquire(long waitMs, long leaseMs, boolean interruptible) throws InterruptedException {
+    @Override
+    Long acquire(long waitMs, long leaseMs, boolean interruptible) throws InterruptedException {
         if (interruptible && Thread.interrupted()) {
             throw new InterruptedException();
         }

@@ -8,7 +8,6 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.Lock;
 import java.util.stream.Collectors;
 
@@ -34,10 +33,7 @@ import java.util.stream.Collectors;
  * error replies as {@link RedisError}; with durable grants every key's grant waits for the replicas, or all are
  * given back and {@link LockNotDurableException} thrown.
  */
-public final class FlockMultiLock implements Lock {
-    private static final long FOREVER = -1;
-    private static final long WATCHDOG = -1;
-
+public final class FlockMultiLock extends AbstractFlockLock<List<Long>> implements Lock {
     private final FlockClient client;
     private final List<FlockLock> locks;
     /** The node of the first key serves them all (a Cluster: they share its slot). */
@@ -96,33 +92,8 @@ public final class FlockMultiLock implements Lock {
         return locks;
     }
 
-    // --- java.util.concurrent.locks.Lock ---
-
-    /** Waits in every key's queue, without limit, not answering interrupts (as ReentrantLock); watchdog lease. */
-    @Override
-    public void lock() {
-        lockUninterruptibly(WATCHDOG);
-    }
-
-    /**
-     * Waits in every key's queue; an interrupt ends the wait on the server ({@code CLIENT UNBLOCK}: it leaves
-     * every queue) and throws, after giving back a grant that won the race.
-     */
-    @Override
-    public void lockInterruptibly() throws InterruptedException {
-        acquire(FOREVER, WATCHDOG, true);
-    }
-
-    /** Takes every key if each is free and nobody queues for it, or held by this thread; else none. */
-    @Override
-    public boolean tryLock() {
-        return tryLockAndGetTokens() != null;
-    }
-
-    @Override
-    public boolean tryLock(long time, TimeUnit unit) throws InterruptedException {
-        return tryLock(time, WATCHDOG, unit);
-    }
+    // --- java.util.concurrent.locks.Lock: unlock() here; the rest, and Redisson's overloads with a lease or wait
+    // time, are AbstractFlockLock's, over acquire(...) ---
 
     /**
      * Releases one hold of every key in one {@code FLOCK.RELEASEALL}. When the thread no longer holds one of them
@@ -191,52 +162,10 @@ public final class FlockMultiLock implements Lock {
         }
     }
 
-    /** Not supported, as for {@link FlockLock} and Redisson's multi-lock. */
-    @Override
-    public Condition newCondition() {
-        throw new UnsupportedOperationException("FLOCK locks have no conditions");
-    }
-
-    // --- Redisson's RLock shapes ---
+    // --- Redisson's RLock shapes, with the fencing tokens ---
 
     /**
-     * Waits without limit (not interruptibly); every key's grant ends after {@code leaseTime} unless unlocked
-     * first.
-     *
-     * @param leaseTime how long each grant lasts (no watchdog); &le; 0: the watchdog's lease, renewed until unlock
-     * @param unit the unit of {@code leaseTime}
-     */
-    public void lock(long leaseTime, TimeUnit unit) {
-        lockUninterruptibly(leaseMs(leaseTime, unit));
-    }
-
-    /**
-     * {@link #lock(long, TimeUnit)} that an interrupt ends: the wait leaves every queue.
-     *
-     * @param leaseTime how long each grant lasts (no watchdog); &le; 0: the watchdog's lease, renewed until unlock
-     * @param unit the unit of {@code leaseTime}
-     * @throws InterruptedException if interrupted while waiting (a grant that raced it is given back)
-     */
-    public void lockInterruptibly(long leaseTime, TimeUnit unit) throws InterruptedException {
-        acquire(FOREVER, leaseMs(leaseTime, unit), true);
-    }
-
-    /**
-     * Waits up to {@code waitTime} (&le; 0: tries once) for every key; {@code leaseTime} &le; 0 means the
-     * watchdog lease.
-     *
-     * @param waitTime how long to wait in the queues
-     * @param leaseTime how long each grant lasts; &le; 0: the watchdog's lease, renewed until unlock
-     * @param unit the unit of both times
-     * @return true if every key was granted (none is taken otherwise)
-     * @throws InterruptedException if interrupted while waiting (a grant that raced it is given back)
-     */
-    public boolean tryLock(long waitTime, long leaseTime, TimeUnit unit) throws InterruptedException {
-        return tryLockAndGetTokens(waitTime, leaseTime, unit) != null;
-    }
-
-    /**
-     * {@link #lock()} returning the fencing tokens of the grants.
+     * {@link #lock() lock()} returning the fencing tokens of the grants.
      *
      * @return each key's token, in the order of {@link #getLocks()}
      */
@@ -245,20 +174,17 @@ public final class FlockMultiLock implements Lock {
     }
 
     /**
-     * {@link #tryLock()} returning the fencing tokens, or null when a key was busy.
+     * {@link #tryLock() tryLock()} returning the fencing tokens, or null when a key was busy.
      *
      * @return each key's token in the order of {@link #getLocks()}, or null
      */
     public List<Long> tryLockAndGetTokens() {
-        try {
-            return acquire(0, WATCHDOG, false);
-        } catch (InterruptedException impossible) {
-            throw new AssertionError("a try never waits", impossible);
-        }
+        return tryOnce();
     }
 
     /**
-     * {@link #tryLock(long, long, TimeUnit)} returning the fencing tokens, or null when the wait ran out.
+     * {@link #tryLock(long, long, TimeUnit) tryLock(long, long, TimeUnit)} returning the fencing tokens, or null when
+     * the wait ran out.
      *
      * @param waitTime how long to wait in the queues
      * @param leaseTime how long each grant lasts; &le; 0: the watchdog's lease, renewed until unlock
@@ -268,7 +194,7 @@ public final class FlockMultiLock implements Lock {
      */
     public List<Long> tryLockAndGetTokens(long waitTime, long leaseTime, TimeUnit unit)
             throws InterruptedException {
-        return acquire(waitTime > 0 ? Math.max(1, unit.toMillis(waitTime)) : 0, leaseMs(leaseTime, unit), true);
+        return tryAcquire(waitTime, leaseTime, unit);
     }
 
     /**
@@ -302,24 +228,13 @@ public final class FlockMultiLock implements Lock {
 
     // --- the acquire path ---
 
-    private static long leaseMs(long leaseTime, TimeUnit unit) {
-        return leaseTime > 0 ? Math.max(1, unit.toMillis(leaseTime)) : WATCHDOG;
-    }
-
-    private List<Long> lockUninterruptibly(long leaseMs) {
-        try {
-            return acquire(FOREVER, leaseMs, false);
-        } catch (InterruptedException impossible) {
-            throw new AssertionError("an uninterruptible wait was interrupted", impossible);
-        }
-    }
-
     /**
      * waitMs: 0 tries only, FOREVER queues without limit. Returns the tokens, or null if not granted. What follows
      * a grant is a single lock's, for each key: leaked holds dropped, the durable check (all keys in one round
      * trip), the grant remembered with its watchdog.
      */
-    private List<Long> acquire(long waitMs, long leaseMs, boolean interruptible) throws InterruptedException {
+    @Override
+    List<Long> acquire(long waitMs, long leaseMs, boolean interruptible) throws InterruptedException {
         if (interruptible && Thread.interrupted()) {
             throw new InterruptedException();
         }
