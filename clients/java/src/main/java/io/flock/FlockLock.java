@@ -225,7 +225,7 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
      * @return whether the lock is held
      */
     public boolean isLocked() {
-        return info() != null;
+        return held(info()) != null;
     }
 
     /**
@@ -244,8 +244,16 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
      * @return milliseconds, or -2 when nobody holds the lock
      */
     public long remainTimeToLive() {
-        Map<String, Object> info = info();
+        Map<String, Object> info = held(info());
         return info == null ? -2 : (Long) info.get("ttl-ms");
+    }
+
+    /**
+     * {@code info} if someone holds the lock: a free lock that a multi-lock's wait keeps its place on has an
+     * INFO too (owner nil, no holders).
+     */
+    private static Map<String, Object> held(Map<String, Object> info) {
+        return info == null || ((List<?>) info.get("holders")).isEmpty() ? null : info;
     }
 
     /**
@@ -271,7 +279,8 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
 
     /**
      * FLOCK.INFO as a map (owner as bytes, the numbers as Long, {@code holders} as a list of such maps, one per
-     * holder), or null when nobody holds the lock.
+     * holder), or null when nobody holds the lock and nobody waits for it (owner null and no holders: a
+     * multi-lock's wait keeps its place on the free lock).
      *
      * @return the lock's fields, or null
      */

@@ -79,6 +79,8 @@ class MultiLockTest extends ServerTest {
         await("the multi-lock queues at every key", () -> waiters("a") == 1 && waiters("b") == 1
                 && waiters("c") == 1);
         assertNull(holder("c"), "c is free, kept for the waiting multi-lock");
+        assertFalse(client().getLock("c").isLocked(), "nobody holds c (FLOCK.INFO shows its queue, owner nil)");
+        assertEquals(-2, client().getLock("c").remainTimeToLive());
         Holder single = new Holder(client().getLock("c"));
         await("a single lock queues for c behind it", () -> waiters("c") == 2);
         FlockLock tryer = client().getLock("c");
