@@ -6,7 +6,8 @@ with the FLOCK module loaded: FIFO waiting on the server through one session
 per client (its waits share one connection; losses are pushed: ``lost``,
 ``on_lost``), fencing tokens, server-side leases, a watchdog, request IDs. ``ReadWriteLock`` and
 ``Semaphore`` (in both modules) are the same lock with FLOCK's ``SHARED``
-and ``PERMITS n LIMIT m``. ``durable_replicas=n`` makes a grant count only
+and ``PERMITS n LIMIT m``. ``MultiLock`` takes several locks for one owner,
+all or none (``FLOCK.ACQUIREALL``). ``durable_replicas=n`` makes a grant count only
 once n replicas acknowledged it (``LockNotDurableError`` otherwise, the hold
 given back). See README.md."""
 
@@ -14,20 +15,23 @@ from ._core import (
     WATCHDOG_TIMEOUT,
     AcquireCancelled,
     CancelToken,
+    CrossSlotError,
     DeadlockError,
     LockNotDurableError,
     UpgradeError,
     WrongModeError,
 )
-from .lock import Lock, ReadLock, ReadWriteLock, Semaphore
+from .lock import Lock, MultiLock, ReadLock, ReadWriteLock, Semaphore
 
 __all__ = [
     "Lock",
+    "MultiLock",
     "ReadLock",
     "ReadWriteLock",
     "Semaphore",
     "CancelToken",
     "AcquireCancelled",
+    "CrossSlotError",
     "DeadlockError",
     "LockNotDurableError",
     "UpgradeError",

@@ -32,9 +32,12 @@ from ._core import (
     Wait,
     _text,
     is_demotion,
+    is_key_gone,
     is_nosession,
     is_waiting,
+    lock_error,
     logger,
+    wait_left,
 )
 
 
@@ -134,6 +137,27 @@ async def redirected(client, error: AskError, attempt: int) -> None:
         await client.nodes_manager.move_slot(error)
     else:
         await asyncio.sleep(ASK_PAUSE * attempt)
+
+
+async def routed(client, key: bytes, name, action: str, attempt, rid: Optional[str] = None,
+                 wait_ms: Optional[int] = None, lost: Optional[str] = None):
+    """``await attempt(node, rid, wait_ms)`` on the key's node, following
+    Cluster redirections (see redis_flock._session.routed)."""
+    started = time.monotonic()
+    for attempts in range(REDIRECTS + 1):
+        node = await node_client(client, key)
+        try:
+            return await attempt(node, rid, wait_ms)
+        except ResponseError as e:
+            redirect = e
+            if node is not client and is_key_gone(e):
+                redirect, rid = await moved_away(node, key), str(uuid.uuid4())
+            elif node is not client and is_demotion(e):
+                redirect = await moved_away(node, key)
+            if node is client or not isinstance(redirect, AskError) or attempts == REDIRECTS:
+                raise lock_error(e, action, name, lost) from e
+            await redirected(client, redirect, attempts + 1)
+            wait_ms = wait_left(wait_ms, started)
 
 
 async def moved_away(node, key: bytes) -> Optional[AskError]:

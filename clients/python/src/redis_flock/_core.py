@@ -10,7 +10,14 @@ from collections import OrderedDict
 from types import SimpleNamespace
 from typing import Any, Callable, Optional, Union
 
-from redis.exceptions import ConnectionError, LockError, LockNotOwnedError, ResponseError, TimeoutError
+from redis.exceptions import (
+    ClusterCrossSlotError,
+    ConnectionError,
+    LockError,
+    LockNotOwnedError,
+    ResponseError,
+    TimeoutError,
+)
 
 logger = logging.getLogger("redis_flock")
 
@@ -60,6 +67,12 @@ RECENT_LOSSES = 1024
 REDIRECTS = 16
 ASK_PAUSE = 0.01
 
+# A MultiLock's wait that ended without its reply is given back by a try
+# with its request ID; one that comes before the server saw the wait's
+# connection close is answered QUEUED, and is asked again after a pause of
+# this many seconds times the attempt, up to RESENDS times.
+GIVE_BACK_PAUSE = 0.01
+
 Number = Union[int, float]
 
 
@@ -67,6 +80,21 @@ def to_ms(seconds: Number) -> int:
     """Seconds (int or float, as redis-py takes them) to FLOCK's milliseconds;
     at least 1, the smallest lease or wait FLOCK accepts."""
     return max(1, int(seconds * 1000))
+
+
+def wait_left(wait_ms: Optional[int], started: float) -> Optional[int]:
+    """What is left of ``wait_ms`` (None: a try; 0: no limit) begun at
+    ``started``: a wait sent again to another Cluster node keeps its
+    deadline."""
+    if not wait_ms:
+        return wait_ms
+    return max(1, wait_ms - int((time.monotonic() - started) * 1000))
+
+
+def wait_socket_timeout(wait_ms: int) -> Optional[float]:
+    """The socket timeout of a connection blocking on a wait of ``wait_ms``
+    (0: no limit)."""
+    return None if wait_ms == 0 else wait_ms / 1000 + WAIT_SOCKET_MARGIN
 
 
 def with_id(*args):
@@ -106,6 +134,13 @@ class DeadlockError(LockError, ResponseError):
 class WrongModeError(LockError, ResponseError):
     """The server's ``WRONGMODE``: the key is a lock and was asked for permits,
     or a semaphore asked without permits or with another limit."""
+
+
+class CrossSlotError(LockError, ClusterCrossSlotError):
+    """A Redis Cluster's ``CROSSSLOT``: the keys of a ``MultiLock`` are in
+    different hash slots, and one command can only take keys of one slot.
+    Give them a common hash tag (``{account:42}:from``, ``{account:42}:to``).
+    Nothing was taken."""
 
 
 class LockNotDurableError(LockError):
@@ -185,8 +220,16 @@ LOCK_ERRORS = {
 
 def lock_error(error: ResponseError, action: str, name, lost: Optional[str] = None) -> Exception:
     """NOTOWNER becomes redis-py's LockNotOwnedError, as its Lock raises,
-    UPGRADE, WRONGMODE and DEADLOCK the errors above; others stay as they are. ``lost``:
-    why this process already knew the grant was lost (a pushed loss)."""
+    UPGRADE, WRONGMODE, DEADLOCK and CROSSSLOT the errors above; others stay
+    as they are. ``lost``: why this process already knew the grant was lost
+    (a pushed loss). ``name``: a lock's name, or a MultiLock's list of them."""
+    if isinstance(error, ClusterCrossSlotError):
+        return CrossSlotError(
+            f"Cannot {action} {name!r} together: in a Redis Cluster one command takes keys of one hash slot"
+            f" only; give the keys a common hash tag, e.g. '{{account:42}}:from' and '{{account:42}}:to'"
+            f" (CROSSSLOT {error})",
+            lock_name=name,
+        )
     kind = LOCK_ERRORS.get(str(error).split(" ", 1)[0])
     if kind is None:
         return error
@@ -195,8 +238,24 @@ def lock_error(error: ResponseError, action: str, name, lost: Optional[str] = No
         if lost:
             what += f": its grant was lost ({LOSS_TEXT.get(lost, lost)})"
     else:
-        what = f"lock {name!r}"
+        what = f"{'locks' if isinstance(name, list) else 'lock'} {name!r}"
     return kind(f"Cannot {action} {what} ({error})", lock_name=name)
+
+
+def call_on_lost(lock, reason: str) -> None:
+    """``lock.on_lost(lock, reason)`` if given; an awaitable it returns is
+    scheduled on the running loop. Its exceptions are logged, not raised:
+    it runs on the session's reader or the watchdog."""
+    if lock.on_lost is None:
+        return
+    try:
+        result = lock.on_lost(lock, reason)
+        if inspect.isawaitable(result):
+            import asyncio
+
+            asyncio.ensure_future(result)
+    except Exception:
+        logger.exception("FLOCK on_lost callback of lock %r failed", lock.name)
 
 
 # The `lost` events' reasons, as a person reads them.
@@ -270,6 +329,9 @@ class Grant:
         # Whether its owner may acquire again (a reentrant lock's, or a
         # token= given): only then is its last release remembered (RELEASED).
         self.owner_reused = True
+        # The grants one FLOCK.ACQUIREALL made with it (a MultiLock's keys):
+        # the loss of the first of them is reported, not of each.
+        self.group: tuple = (self,)
 
     def stop(self) -> None:
         self.stopped = True
@@ -428,16 +490,8 @@ class LockBase:
 
     def _grant_lost(self, grant: "Grant", reason: str) -> None:
         """Marks ``grant`` lost at once and calls ``on_lost``."""
-        if not grant.mark_lost(self.name, reason) or self.on_lost is None:
-            return
-        try:
-            result = self.on_lost(self, reason)
-            if inspect.isawaitable(result):
-                import asyncio
-
-                asyncio.ensure_future(result)
-        except Exception:
-            logger.exception("FLOCK on_lost callback of lock %r failed", self.name)
+        if grant.mark_lost(self.name, reason):
+            call_on_lost(self, reason)
 
     @property
     def watchdog(self) -> bool:
@@ -469,19 +523,6 @@ class LockBase:
         if blocking_timeout <= 0:
             return None
         return to_ms(blocking_timeout)
-
-    @staticmethod
-    def _wait_left(wait_ms: Optional[int], started: float) -> Optional[int]:
-        """What is left of ``wait_ms`` (as _wait_ms gives it) begun at
-        ``started``: a wait sent again to another Cluster node keeps its
-        deadline."""
-        if not wait_ms:
-            return wait_ms
-        return max(1, wait_ms - int((time.monotonic() - started) * 1000))
-
-    @staticmethod
-    def _wait_socket_timeout(wait_ms: int) -> Optional[float]:
-        return None if wait_ms == 0 else wait_ms / 1000 + WAIT_SOCKET_MARGIN
 
     def _acquire_command(self, owner: bytes, wait_ms: Optional[int], rid: Optional[str] = None):
         """FLOCK.ACQUIRE (with WAIT ``wait_ms`` unless None) with request ID
@@ -741,6 +782,154 @@ class ReadWriteLockBase:
         return self._write
 
 
+class MultiPart:
+    """Makes a lock class one key of a MultiLock: acquired and released only
+    with the others, its grant kept, renewed (watchdog), extended and checked
+    as the class does it. Its losses are the MultiLock's: of the grants one
+    ACQUIREALL made, the first lost calls ``on_lost(multi_lock, reason)``."""
+
+    multi: "MultiLockBase"
+
+    def _grant_lost(self, grant: Grant, reason: str) -> None:
+        if grant.mark_lost(self.name, reason) and not any(g.lost for g in grant.group if g is not grant):
+            call_on_lost(self.multi, reason)
+
+
+class MultiLockBase:
+    """Several locks taken for one owner at once, all or none
+    (``FLOCK.ACQUIREALL``), and released together (``FLOCK.RELEASEALL``):
+    what both flavours share. It takes Lock's arguments, ``names`` for
+    ``name``, but ``use_session`` and the durable ones: ACQUIREALL has no
+    INBOX, so a wait blocks a connection of its own and a loss is found by
+    the watchdog's renewal (or the release), not pushed.
+
+    Each key is a lock object of the flavour's ``part_class`` (its Lock made
+    a MultiPart), and all of them share the owner: Lock's grants, watchdog,
+    stale holds, ``extend`` and ``reacquire`` serve every key, and what a
+    MultiLock adds is the one command that acquires or releases them all.
+
+    The owner, as Lock's: a new one per ``acquire()`` by default;
+    ``reentrant=True``, one per MultiLock object and thread (the same thread
+    acquiring again reenters every key); ``acquire(token=...)``, the one
+    given, so that a caller's single locks and MultiLocks are one owner: a
+    key it holds already is reentered, and a wait that would close a cycle
+    through them raises DeadlockError."""
+
+    part_class: type
+
+    def __init__(
+        self,
+        redis,
+        names,
+        timeout: Optional[Number] = None,
+        sleep: Number = 0.1,
+        blocking: bool = True,
+        blocking_timeout: Optional[Number] = None,
+        thread_local: bool = True,
+        raise_on_release_error: bool = True,
+        *,
+        reentrant: bool = False,
+        watchdog_timeout: Number = WATCHDOG_TIMEOUT,
+        on_lost: Optional[Callable[[Any, str], Any]] = None,
+    ):
+        if isinstance(names, (str, bytes)):
+            raise TypeError("MultiLock takes a list of lock names, not one name")
+        names = list(names)
+        if not names or len({_name_key(name) for name in names}) != len(names):
+            raise ValueError("MultiLock takes at least one lock name, each once")
+        self.redis = redis
+        self.names = names
+        self.raise_on_release_error = raise_on_release_error
+        self.on_lost = on_lost
+        self._locks = [
+            self.part_class(redis, name, timeout, sleep, blocking, blocking_timeout, thread_local,
+                            raise_on_release_error, reentrant=reentrant, watchdog_timeout=watchdog_timeout)
+            for name in names
+        ]
+        for lock in self._locks:
+            # One owner for every key (the reentrant one is made of it).
+            lock._object_id = self._locks[0]._object_id
+            lock.multi = self
+
+    @property
+    def name(self) -> list:
+        """The lock names (``names``): what errors name as ``lock_name``."""
+        return self.names
+
+    @property
+    def fencing_tokens(self) -> Optional[list]:
+        """Each key's fencing token (in the order of ``names``) of this
+        thread's grant, or None when it holds them not."""
+        tokens = [lock.fencing_token for lock in self._locks]
+        return None if None in tokens else tokens
+
+    @property
+    def lost(self) -> bool:
+        """True once the grant of one of the keys is known lost (a watchdog
+        renewal answered NOTOWNER, or none got through for a whole lease)."""
+        return any(lock.lost for lock in self._locks)
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        """Why the first key lost was lost, or None."""
+        return next((lock.lost_reason for lock in self._locks if lock.lost_reason is not None), None)
+
+    def _owner(self, token, encoder) -> bytes:
+        first = self._locks[0]
+        owner = first._owner(token, encoder)
+        for lock in self._locks[1:]:
+            # Each key knows a new owner per acquire as its own: its last
+            # release is not remembered (Grant.owner_reused).
+            lock.local.random_owner = first._last_random_owner()
+        return owner
+
+    def _wait_ms(self, blocking, blocking_timeout) -> Optional[int]:
+        return self._locks[0]._wait_ms(blocking, blocking_timeout)
+
+    def _acquire_all_command(self, keys: list, owner: bytes) -> list:
+        """FLOCK.ACQUIREALL without WAIT and ID."""
+        return ["FLOCK.ACQUIREALL", len(keys), *keys, owner, self._locks[0]._lease_ms()]
+
+    def _release_all_command(self, owner: bytes):
+        return with_id("FLOCK.RELEASEALL", len(self.names), *self.names, owner)
+
+    def _held(self, message: str) -> bytes:
+        """This thread's owner, or LockError when it holds nothing."""
+        owner = next((lock.local.token for lock in self._locks if lock.local.token is not None), None)
+        if owner is None:
+            raise LockError(message, lock_name=self.names)
+        return owner
+
+    def _grants(self) -> list:
+        """This thread's grant of each key held."""
+        return [lock.local.grant for lock in self._locks if lock.local.grant is not None]
+
+    def _mutexes(self) -> list:
+        """The mutexes of this thread's grants, each once, in key order: a
+        release holds them all, so that no watchdog renewal follows it."""
+        return list({id(grant.mutex): grant.mutex for grant in self._grants()}.values())
+
+    def _grouped(self) -> None:
+        """After a grant: this thread's grants of every key are one group."""
+        group = tuple(self._grants())
+        for grant in group:
+            grant.group = group
+
+    def _released(self, left: Optional[list]) -> None:
+        """After RELEASEALL answered each key's holds ``left`` (None: it
+        failed, and the grant is forgotten as Lock's release forgets it)."""
+        for i, lock in enumerate(self._locks):
+            if lock.local.grant is not None:
+                lock._released_one(int(left[i]) if left is not None else 0)
+
+    def _acquire_failed(self, owner: bytes, token) -> None:
+        for lock in self._locks:
+            lock._acquire_failed(owner, token)
+
+    def _unlocked_error(self) -> LockError:
+        return LockError("Unable to acquire lock within the time specified", lock_name=self.names)
+
+
 def _as_bytes(value) -> bytes:
     return value.encode() if isinstance(value, str) else value
 
@@ -766,6 +955,11 @@ def parse_event(event):
 
 def is_nosession(error: Exception) -> bool:
     return isinstance(error, ResponseError) and str(error).startswith("NOSESSION")
+
+
+def is_queued(error: Exception) -> bool:
+    """QUEUED: this owner's wait with that request ID is still queued."""
+    return isinstance(error, ResponseError) and str(error).startswith("QUEUED")
 
 
 def is_key_gone(error: Exception) -> bool:

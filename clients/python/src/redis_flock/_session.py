@@ -35,9 +35,12 @@ from ._core import (
     Wait,
     _text,
     is_demotion,
+    is_key_gone,
     is_nosession,
     is_waiting,
+    lock_error,
     logger,
+    wait_left,
 )
 
 
@@ -126,6 +129,35 @@ def redirected(client, error: AskError, attempt: int) -> None:
         client.nodes_manager.move_slot(error)
     else:
         time.sleep(ASK_PAUSE * attempt)
+
+
+def routed(client, key: bytes, name, action: str, attempt, rid: Optional[str] = None, wait_ms: Optional[int] = None,
+           lost: Optional[str] = None):
+    """``attempt(node, rid, wait_ms)`` on ``node``, the client of ``key``'s
+    server (node_client), and on the key's node again after a Cluster
+    redirection (MOVED; ASK after a pause), with what is left of
+    ``wait_ms``. A wait that a slot migration ended (LOCKDELETED) follows
+    the key as a new request (a new ``rid``: the request IDs moved with the
+    key); one that a CLUSTER FAILOVER ended (UNBLOCKED: the node is a
+    replica of the key's new master now) keeps its ``rid``, so that a grant
+    the old master made and replicated is recognised and a replicated
+    waiter's place taken over. Other error replies raise as lock_error makes
+    them (``action`` and ``lost`` for its text)."""
+    started = time.monotonic()
+    for attempts in range(REDIRECTS + 1):
+        node = node_client(client, key)
+        try:
+            return attempt(node, rid, wait_ms)
+        except ResponseError as e:
+            redirect = e
+            if node is not client and is_key_gone(e):
+                redirect, rid = moved_away(node, key), str(uuid.uuid4())
+            elif node is not client and is_demotion(e):
+                redirect = moved_away(node, key)
+            if node is client or not isinstance(redirect, AskError) or attempts == REDIRECTS:
+                raise lock_error(e, action, name, lost) from e
+            redirected(client, redirect, attempts + 1)
+            wait_ms = wait_left(wait_ms, started)
 
 
 def moved_away(node, key: bytes) -> Optional[AskError]:
@@ -560,4 +592,4 @@ class Session:
         return outcome
 
 
-__all__ = ["Session", "confirm_durable", "moved_away", "node_client", "redirected", "session_of", "send"]
+__all__ = ["Session", "confirm_durable", "moved_away", "node_client", "redirected", "routed", "session_of", "send"]

@@ -3,34 +3,38 @@
 import asyncio
 import time
 import uuid
+from contextlib import AsyncExitStack
 from typing import Awaitable, Literal, Optional
 
-from redis.exceptions import AskError, LockError, LockNotOwnedError, ResponseError
+from redis.exceptions import ConnectionError, LockError, LockNotOwnedError, ResponseError
 
-from ._asyncio_session import confirm_durable, moved_away, node_client, redirected, release_extra, send, session_of
+from ._asyncio_session import confirm_durable, release_extra, routed, send, session_of
 from ._core import (
     ERROR,
+    GIVE_BACK_PAUSE,
     GRANTED,
-    REDIRECTS,
     RELEASED,
     RENEWAL_ERRORS,
+    RESENDS,
     LockBase,
     LockNotDurableError,
+    MultiLockBase,
+    MultiPart,
     ReadSide,
     ReadWriteLockBase,
     SemaphoreBase,
     Number,
-    is_demotion,
-    is_key_gone,
+    is_queued,
     lock_error,
     logger,
     parse_info,
     renewal_lost,
     to_ms,
+    wait_socket_timeout,
     with_id,
 )
 
-__all__ = ["Lock", "LockNotDurableError", "ReadLock", "ReadWriteLock", "Semaphore"]
+__all__ = ["Lock", "LockNotDurableError", "MultiLock", "ReadLock", "ReadWriteLock", "Semaphore"]
 
 
 class Dedicated:
@@ -40,27 +44,54 @@ class Dedicated:
     def __init__(self, client, socket_timeout: Optional[float]):
         pool = client.connection_pool
         self.connection = pool.connection_class(**dict(pool.connection_kwargs, socket_timeout=socket_timeout))
+        self.closed = False
 
     async def call(self, *args):
+        # The connection's work runs in a task of its own, awaited through a
+        # shield, so that a cancel of the caller always raises here: redis-py
+        # writes through asyncio.wait_for on a socket with a timeout, which
+        # before Python 3.12 loses a cancel that comes as the write completes,
+        # and the caller would wait on. That task ends with the close
+        # (__aexit__): its read fails, or it finds the connection closed.
+        work = asyncio.ensure_future(self._call(args))
+        work.add_done_callback(_retrieved)
+        return await asyncio.shield(work)
+
+    async def _call(self, args):
         # connect() first (see redis_flock._session.Session.open).
         await self.connection.connect()
+        await self._check_open()
         await self.connection.send_command(*args)
+        await self._check_open()
         return await self.connection.read_response()
+
+    async def _check_open(self) -> None:
+        if self.closed:
+            # Closed while this task was connecting or writing.
+            await self.connection.disconnect()
+            raise ConnectionError("the wait's connection was closed")
 
     async def __aenter__(self):
         return self
 
     async def __aexit__(self, *exc):
         # Closing the connection also takes a cancelled waiter out of the queue.
+        self.closed = True
         await self.connection.disconnect()
 
 
-class Lock(LockBase):
-    """A fair distributed lock, used like redis-py's
-    ``redis.asyncio.lock.Lock``: ``redis_flock.asyncio.Lock(r, "orders:42")``
-    or ``r.lock("orders:42", lock_class=redis_flock.asyncio.Lock)``."""
+def _retrieved(task: asyncio.Future) -> None:
+    """Retrieves the outcome of a Dedicated call nobody awaits any more (its
+    caller was cancelled), so that asyncio does not log it as lost."""
+    if not task.cancelled():
+        task.exception()
 
-    async def __aenter__(self) -> "Lock":
+
+class AsyncManaged:
+    """``async with lock:`` for Lock and MultiLock (see
+    redis_flock.lock.Managed)."""
+
+    async def __aenter__(self):
         if await self.acquire():
             return self
         raise self._unlocked_error()
@@ -72,6 +103,12 @@ class Lock(LockBase):
             if self.raise_on_release_error:
                 raise
             logger.warning("Lock was unlocked or no longer owned when exiting context manager.")
+
+
+class Lock(AsyncManaged, LockBase):
+    """A fair distributed lock, used like redis-py's
+    ``redis.asyncio.lock.Lock``: ``redis_flock.asyncio.Lock(r, "orders:42")``
+    or ``r.lock("orders:42", lock_class=redis_flock.asyncio.Lock)``."""
 
     def _encoder(self):
         try:
@@ -94,41 +131,31 @@ class Lock(LockBase):
         encoder = self._encoder()
         owner = self._owner(token, encoder)
         key = encoder.encode(self.name)
-        wait_ms = self._wait_ms(blocking, blocking_timeout)
-        rid, started = str(uuid.uuid4()), time.monotonic()
+
+        async def attempt(node, rid, wait_ms):
+            # A session per server (see redis_flock.lock.Lock.acquire).
+            session = session_of(node) if self.use_session else None
+            if session is not None:
+                granted, sid, at = await self._acquire_in(session, node, key, owner, wait_ms, rid)
+            else:
+                granted, sid, at = await self._acquire_blocking(node, owner, wait_ms, rid), None, None
+            return granted, node, session, sid, at
+
         try:
-            for attempt in range(REDIRECTS + 1):
-                # The key's server (see redis_flock.lock.Lock.acquire).
-                node = await node_client(self.redis, key)
-                session = session_of(node) if self.use_session else None
-                try:
-                    if session is not None:
-                        granted, sid, at = await self._acquire_in(session, node, key, owner, wait_ms, rid)
-                    else:
-                        granted, sid, at = await self._acquire_blocking(node, owner, wait_ms, rid), None, None
-                    break
-                except ResponseError as e:
-                    redirect = e
-                    if node is not self.redis and is_key_gone(e):
-                        # A slot migration (see redis_flock.lock.Lock.acquire).
-                        redirect, rid = await moved_away(node, key), str(uuid.uuid4())
-                    elif node is not self.redis and is_demotion(e):
-                        # CLUSTER FAILOVER: the node became a replica of the key's
-                        # new master (it answers MOVED), and the wait is sent
-                        # there again with the same request ID: a grant the old
-                        # master made and replicated is recognised, a replicated
-                        # waiter's place taken over.
-                        redirect = await moved_away(node, key)
-                    if node is self.redis or not isinstance(redirect, AskError) or attempt == REDIRECTS:
-                        raise lock_error(e, "acquire", self.name) from e
-                    await redirected(self.redis, redirect, attempt + 1)
-                    wait_ms = self._wait_left(wait_ms, started)
+            granted, node, session, sid, at = await routed(
+                self.redis, key, self.name, "acquire", attempt, str(uuid.uuid4()), self._wait_ms(blocking, blocking_timeout)
+            )
         except BaseException:
             # Perhaps granted all the same (see _acquire_failed).
             self._acquire_failed(owner, token)
             raise
         if granted is None:
             return False
+        await self._granted(node, owner, granted, at, session, key, sid)
+        return True
+
+    async def _granted(self, node, owner: bytes, granted: int, at: Optional[float], session=None, key=None, sid=None):
+        """See redis_flock.lock.Lock._granted."""
         if self._is_stale(owner, granted):
             # A reentry of a hold this task released: the release was lost
             # in a failover or refused. Its holds go back first.
@@ -150,7 +177,6 @@ class Lock(LockBase):
                 session.state.watch(key, owner, granted, self, grant, sid)
             if self.watchdog and not grant.lost:
                 grant.on_stop.append(asyncio.create_task(self._watch(grant), name=f"flock-watchdog {self.name!r}").cancel)
-        return True
 
     async def _acquire_in(self, session, node, key: bytes, owner: bytes, wait_ms: Optional[int], rid: str):
         """(token or None, the session that granted it, when its reply came),
@@ -171,7 +197,7 @@ class Lock(LockBase):
         ``rid`` and the try with one made from it (see redis_flock.lock)."""
         granted = await send(self.redis.execute_command, self._acquire_command(owner, None, rid + ":try"))
         if granted is None and wait_ms is not None:
-            async with Dedicated(node, self._wait_socket_timeout(wait_ms)) as connection:
+            async with Dedicated(node, wait_socket_timeout(wait_ms)) as connection:
                 granted = await send(connection.call, self._acquire_command(owner, wait_ms, rid))
         return granted
 
@@ -300,3 +326,146 @@ class ReadWriteLock(ReadWriteLockBase):
 class Semaphore(SemaphoreBase, Lock):
     """At most ``limit`` permits held at once, ``permits`` per acquire, with
     Lock's other arguments and methods: ``Semaphore(r, "pool", 3)``."""
+
+
+# Give-backs of cancelled MultiLock waits, referenced until they end.
+_BACKGROUND: set = set()
+
+
+class _Part(MultiPart, Lock):
+    """One key of a MultiLock."""
+
+
+class MultiLock(AsyncManaged, MultiLockBase):
+    """Several locks taken for one owner at once, all or none, and released
+    together, with redis_flock.asyncio.Lock's arguments (see
+    redis_flock.lock.MultiLock)."""
+
+    part_class = _Part
+
+    async def acquire(
+        self,
+        blocking: Optional[bool] = None,
+        blocking_timeout: Optional[Number] = None,
+        token=None,
+    ) -> bool:
+        """Takes every lock for one owner, or none: one FLOCK.ACQUIREALL (see
+        redis_flock.lock.MultiLock.acquire). Cancelling the task ends the
+        wait (its connection closes); a grant that won the race is given
+        back."""
+        encoder = self._locks[0]._encoder()
+        owner = self._owner(token, encoder)
+        keys = [encoder.encode(name) for name in self.names]
+        command = self._acquire_all_command(keys, owner)
+
+        async def attempt(node, rid, wait_ms):
+            return await self._acquire_on(node, command, owner, wait_ms, rid), node
+
+        try:
+            tokens, node = await routed(
+                self.redis, keys[0], self.names, "acquire", attempt, str(uuid.uuid4()), self._wait_ms(blocking, blocking_timeout)
+            )
+        except BaseException:
+            self._acquire_failed(owner, token)
+            raise
+        if tokens is None:
+            return False
+        at = time.monotonic()
+        for lock, granted in zip(self._locks, tokens):
+            await lock._granted(node, owner, int(granted), at)
+        self._grouped()
+        return True
+
+    async def _acquire_on(self, node, command: list, owner: bytes, wait_ms: Optional[int], rid: str):
+        """See redis_flock.lock.MultiLock._acquire_on."""
+        if wait_ms is None:
+            return await send(node.execute_command, (*command, "ID", rid))
+        try:
+            async with Dedicated(node, wait_socket_timeout(wait_ms)) as connection:
+                return await send(connection.call, (*command, "WAIT", wait_ms, "ID", rid))
+        except ResponseError:
+            raise
+        except BaseException:
+            # In a task of its own: a second cancel does not stop it.
+            give_back = asyncio.ensure_future(self._give_back(node, command, owner, rid))
+            _BACKGROUND.add(give_back)
+            give_back.add_done_callback(_BACKGROUND.discard)
+            try:
+                await asyncio.shield(give_back)
+            except asyncio.CancelledError:
+                pass
+            raise
+
+    async def _give_back(self, node, command: list, owner: bytes, rid: str) -> None:
+        """See redis_flock.lock.MultiLock._give_back."""
+        try:
+            for attempt in range(1, RESENDS + 2):
+                try:
+                    tokens = await send(node.execute_command, (*command, "ID", rid))
+                    break
+                except ResponseError as e:
+                    if not is_queued(e) or attempt > RESENDS:
+                        raise
+                    await asyncio.sleep(GIVE_BACK_PAUSE * attempt)
+            if tokens is not None:
+                await send(node.execute_command, self._release_all_command(owner))
+        except Exception as e:
+            logger.warning("FLOCK: could not give back the locks %r of a wait that ended: %s", self.names, e)
+
+    async def release(self) -> None:
+        """Releases one hold of every key (FLOCK.RELEASEALL), all or none. As
+        Lock's, keeps the grant when the release did not complete
+        (cancelled, connection lost): calling release() again resends the
+        same request ID, so it is applied once."""
+        owner = self._held("Cannot release a lock that's not owned or is already unlocked.")
+        key = self._locks[0]._encoder().encode(self.names[0])
+        async with AsyncExitStack() as stack:
+            for mutex in self._mutexes():
+                await stack.enter_async_context(mutex)
+            grants = self._grants()
+            command = grants[0].pending_release or self._release_all_command(owner)
+            for grant in grants:
+                grant.pending_release = command
+            try:
+                left = await routed(
+                    self.redis, key, self.names, "release", lambda node, *_: send(node.execute_command, command),
+                    lost=self.lost_reason,
+                )
+            except LockNotOwnedError:
+                for lock in self._locks:
+                    lock._dropped()
+                raise
+            for grant in grants:
+                grant.pending_release = None
+            self._released(left)
+
+    def extend(self, additional_time: Number, replace_ttl: bool = False) -> Awaitable[Literal[True]]:
+        """Lock.extend on every key, one after the other."""
+        self._held("Cannot extend an unlocked lock")
+        self._locks[0]._timed("extend")
+        return self._each(lambda lock: lock.extend(additional_time, replace_ttl))
+
+    def reacquire(self) -> Awaitable[Literal[True]]:
+        """Lock.reacquire on every key, one after the other."""
+        self._held("Cannot reacquire an unlocked lock")
+        self._locks[0]._timed("reacquire")
+        return self._each(lambda lock: lock.reacquire())
+
+    async def _each(self, call) -> Literal[True]:
+        for lock in self._locks:
+            await call(lock)
+        return True
+
+    async def locked(self) -> bool:
+        """Whether anyone holds one of the locks."""
+        for lock in self._locks:
+            if await lock.locked():
+                return True
+        return False
+
+    async def owned(self) -> bool:
+        """Whether this task's grant still holds every lock."""
+        for lock in self._locks:
+            if not await lock.owned():
+                return False
+        return True

@@ -5,35 +5,39 @@ import itertools
 import threading
 import time
 import uuid
+from contextlib import ExitStack
 from types import TracebackType
 from typing import Literal, Optional, Type
 
-from redis.exceptions import AskError, LockError, ResponseError
+from redis.exceptions import LockError, ResponseError
 
 from ._core import (
     CANCELLED,
     ERROR,
     AcquireCancelled,
     CancelToken,
+    GIVE_BACK_PAUSE,
     GRANTED,
-    REDIRECTS,
     RELEASED,
     RENEWAL_ERRORS,
+    RESENDS,
     LockBase,
+    MultiLockBase,
+    MultiPart,
     ReadSide,
     ReadWriteLockBase,
     SemaphoreBase,
     Number,
-    is_demotion,
-    is_key_gone,
+    is_queued,
     lock_error,
     logger,
     parse_info,
     renewal_lost,
     to_ms,
+    wait_socket_timeout,
     with_id,
 )
-from ._session import _shutdown, confirm_durable, moved_away, node_client, redirected, release_extra, send, session_of
+from ._session import _shutdown, confirm_durable, release_extra, routed, send, session_of
 
 
 class Dedicated:
@@ -165,12 +169,12 @@ class Watchdog:
 WATCHDOG = Watchdog()
 
 
-class Lock(LockBase):
-    """A fair distributed lock, used like redis-py's ``redis.lock.Lock``:
-    ``redis_flock.Lock(r, "orders:42")`` or ``r.lock("orders:42",
-    lock_class=redis_flock.Lock)``. See README.md for every difference."""
+class Managed:
+    """``with lock:`` for Lock and MultiLock, as redis-py's: LockError (with
+    ``lock_name``) when not acquired; a release error raised on exit unless
+    ``raise_on_release_error`` is False (then logged)."""
 
-    def __enter__(self) -> "Lock":
+    def __enter__(self):
         if self.acquire():
             return self
         raise self._unlocked_error()
@@ -187,6 +191,12 @@ class Lock(LockBase):
             if self.raise_on_release_error:
                 raise
             logger.warning("Lock was unlocked or no longer owned when exiting context manager.")
+
+
+class Lock(Managed, LockBase):
+    """A fair distributed lock, used like redis-py's ``redis.lock.Lock``:
+    ``redis_flock.Lock(r, "orders:42")`` or ``r.lock("orders:42",
+    lock_class=redis_flock.Lock)``. See README.md for every difference."""
 
     def acquire(
         self,
@@ -210,44 +220,33 @@ class Lock(LockBase):
         encoder = self.redis.get_encoder()
         owner = self._owner(token, encoder)
         key = encoder.encode(self.name)
-        wait_ms = self._wait_ms(blocking, blocking_timeout)
-        rid, started = str(uuid.uuid4()), time.monotonic()
+
+        def attempt(node, rid, wait_ms):
+            # A session per server: a RedisCluster's node of the key.
+            session = session_of(node) if self.use_session else None
+            if session is not None:
+                granted, sid, at = self._acquire_in(session, node, key, owner, wait_ms, cancel, rid)
+            else:
+                granted, sid, at = self._acquire_blocking(node, owner, wait_ms, cancel, rid), None, None
+            return granted, node, session, sid, at
+
         try:
-            for attempt in range(REDIRECTS + 1):
-                # The key's server: a RedisCluster's node of the key, found again
-                # after a redirection; a session per server.
-                node = node_client(self.redis, key)
-                session = session_of(node) if self.use_session else None
-                try:
-                    if session is not None:
-                        granted, sid, at = self._acquire_in(session, node, key, owner, wait_ms, cancel, rid)
-                    else:
-                        granted, sid, at = self._acquire_blocking(node, owner, wait_ms, cancel, rid), None, None
-                    break
-                except ResponseError as e:
-                    redirect = e
-                    if node is not self.redis and is_key_gone(e):
-                        # A slot migration took the key (and its queue) away:
-                        # the wait follows it as a new request (the request
-                        # IDs moved with the key).
-                        redirect, rid = moved_away(node, key), str(uuid.uuid4())
-                    elif node is not self.redis and is_demotion(e):
-                        # CLUSTER FAILOVER: the node became a replica of the key's
-                        # new master (it answers MOVED), and the wait is sent
-                        # there again with the same request ID: a grant the old
-                        # master made and replicated is recognised, a replicated
-                        # waiter's place taken over.
-                        redirect = moved_away(node, key)
-                    if node is self.redis or not isinstance(redirect, AskError) or attempt == REDIRECTS:
-                        raise lock_error(e, "acquire", self.name) from e
-                    redirected(self.redis, redirect, attempt + 1)
-                    wait_ms = self._wait_left(wait_ms, started)
+            granted, node, session, sid, at = routed(
+                self.redis, key, self.name, "acquire", attempt, str(uuid.uuid4()), self._wait_ms(blocking, blocking_timeout)
+            )
         except BaseException:
             # Perhaps granted all the same (see _acquire_failed).
             self._acquire_failed(owner, token)
             raise
         if granted is None:
             return False
+        self._granted(node, owner, granted, at, session, key, sid)
+        return True
+
+    def _granted(self, node, owner: bytes, granted: int, at: Optional[float], session=None, key=None, sid=None):
+        """Records the grant of token ``granted`` made on ``node`` (its
+        reply came at ``at``; through ``session`` ``sid``, which watches it
+        from now on), and starts its watchdog."""
         if self._is_stale(owner, granted):
             # A reentry of a hold this thread released: the release was
             # lost in a failover or refused. Its holds go back first.
@@ -263,7 +262,6 @@ class Lock(LockBase):
                 session.state.watch(key, owner, granted, self, grant, sid)
             if self.watchdog and not grant.lost:
                 WATCHDOG.watch(self, grant)
-        return True
 
     def _acquire_in(self, session, node, key: bytes, owner: bytes, wait_ms: Optional[int], cancel, rid: str):
         """(token or None, the session that granted it, when its reply came),
@@ -289,7 +287,7 @@ class Lock(LockBase):
         granted = send(self.redis.execute_command, self._acquire_command(owner, None, rid + ":try"))
         if granted is None and wait_ms is not None:
             try:
-                with Dedicated(node, self._wait_socket_timeout(wait_ms), cancel, self.name) as connection:
+                with Dedicated(node, wait_socket_timeout(wait_ms), cancel, self.name) as connection:
                     granted = send(connection.call, self._acquire_command(owner, wait_ms, rid))
             except AcquireCancelled:
                 # A grant that won the race (its reply lost with the socket)
@@ -382,3 +380,132 @@ class ReadWriteLock(ReadWriteLockBase):
 class Semaphore(SemaphoreBase, Lock):
     """At most ``limit`` permits held at once, ``permits`` per acquire, with
     Lock's other arguments and methods: ``Semaphore(r, "pool", 3)``."""
+
+
+class _Part(MultiPart, Lock):
+    """One key of a MultiLock."""
+
+
+class MultiLock(Managed, MultiLockBase):
+    """Several locks taken for one owner at once, all or none, and released
+    together: ``MultiLock(r, ["{account:42}:from", "{account:42}:to"])``,
+    with Lock's arguments (README.md, "Several locks at once"). In a Redis
+    Cluster the keys must share a hash slot (a hash tag), else
+    CrossSlotError."""
+
+    part_class = _Part
+
+    def acquire(
+        self,
+        sleep: Optional[Number] = None,
+        blocking: Optional[bool] = None,
+        blocking_timeout: Optional[Number] = None,
+        token=None,
+        *,
+        cancel: Optional[CancelToken] = None,
+    ) -> bool:
+        """Takes every lock for one owner, or none: one FLOCK.ACQUIREALL;
+        True once all are granted. Not blocking: one try. Blocking: ``...
+        WAIT`` on a connection of its own, in every key's FIFO queue at
+        once, up to ``blocking_timeout`` seconds (None: no limit); a key its
+        owner holds already is reentered. ``sleep`` is unused. ``cancel``: a
+        CancelToken whose cancel() ends the wait with AcquireCancelled."""
+        if cancel is not None:
+            cancel._check(self.names)
+        encoder = self.redis.get_encoder()
+        owner = self._owner(token, encoder)
+        keys = [encoder.encode(name) for name in self.names]
+        command = self._acquire_all_command(keys, owner)
+
+        def attempt(node, rid, wait_ms):
+            return self._acquire_on(node, command, owner, wait_ms, cancel, rid), node
+
+        try:
+            tokens, node = routed(
+                self.redis, keys[0], self.names, "acquire", attempt, str(uuid.uuid4()), self._wait_ms(blocking, blocking_timeout)
+            )
+        except BaseException:
+            self._acquire_failed(owner, token)
+            raise
+        if tokens is None:
+            return False
+        at = time.monotonic()
+        for lock, granted in zip(self._locks, tokens):
+            lock._granted(node, owner, int(granted), at)
+        self._grouped()
+        return True
+
+    def _acquire_on(self, node, command: list, owner: bytes, wait_ms: Optional[int], cancel, rid: str):
+        """The tokens, or None: a try through ``node``'s pool, or a wait on
+        a connection of its own to ``node`` (the keys' server)."""
+        if wait_ms is None:
+            return send(node.execute_command, (*command, "ID", rid))
+        try:
+            with Dedicated(node, wait_socket_timeout(wait_ms), cancel, self.names) as connection:
+                return send(connection.call, (*command, "WAIT", wait_ms, "ID", rid))
+        except ResponseError:
+            raise
+        except BaseException:
+            self._give_back(node, command, owner, rid)
+            raise
+
+    def _give_back(self, node, command: list, owner: bytes, rid: str) -> None:
+        """A wait that ended without its reply (cancelled, interrupted, or
+        the reply lost after every resend) may have been granted: the same
+        request without WAIT answers its tokens if so (or takes the keys
+        now), and a RELEASEALL gives them back."""
+        try:
+            for attempt in range(1, RESENDS + 2):
+                try:
+                    tokens = send(node.execute_command, (*command, "ID", rid))
+                    break
+                except ResponseError as e:
+                    if not is_queued(e) or attempt > RESENDS:
+                        raise
+                    time.sleep(GIVE_BACK_PAUSE * attempt)
+            if tokens is not None:
+                send(node.execute_command, self._release_all_command(owner))
+        except Exception as e:
+            logger.warning("FLOCK: could not give back the locks %r of a wait that ended: %s", self.names, e)
+
+    def release(self) -> None:
+        """Releases one hold of every key (FLOCK.RELEASEALL), all or none:
+        each key passes at once to its next waiter. As Lock's, forgets the
+        grant whatever the outcome (a reentrant one keeps it while holds
+        are left)."""
+        owner = self._held("Cannot release a lock that's not owned or is already unlocked.")
+        command = self._release_all_command(owner)
+        key = self.redis.get_encoder().encode(self.names[0])
+        left = None
+        with ExitStack() as stack:
+            for mutex in self._mutexes():
+                stack.enter_context(mutex)
+            try:
+                left = routed(
+                    self.redis, key, self.names, "release", lambda node, *_: send(node.execute_command, command),
+                    lost=self.lost_reason,
+                )
+            finally:
+                self._released(left)
+
+    def extend(self, additional_time: Number, replace_ttl: bool = False) -> Literal[True]:
+        """Lock.extend on every key, one after the other."""
+        self._held("Cannot extend an unlocked lock")
+        for lock in self._locks:
+            lock.extend(additional_time, replace_ttl)
+        return True
+
+    def reacquire(self) -> Literal[True]:
+        """Lock.reacquire on every key, one after the other."""
+        self._held("Cannot reacquire an unlocked lock")
+        for lock in self._locks:
+            lock.reacquire()
+        return True
+
+    def locked(self) -> bool:
+        """Whether anyone holds one of the locks."""
+        return any(lock.locked() for lock in self._locks)
+
+    def owned(self) -> bool:
+        """Whether this thread's grant still holds every lock."""
+        return all(lock.owned() for lock in self._locks)

@@ -1,10 +1,14 @@
 """redis.asyncio clients to the session's server (tests/conftest.py), RESP2
-and RESP3, and a blocking client (``inspect``) that reads the server's side."""
+and RESP3, a blocking client (``inspect``) that reads the server's side, and
+a redis.asyncio RedisCluster (``rc``) to the test Cluster."""
 
 import pytest
 import pytest_asyncio
 import redis
 import redis.asyncio
+from redis.asyncio.cluster import RedisCluster
+
+from helpers import until
 
 
 @pytest_asyncio.fixture()
@@ -29,3 +33,13 @@ def inspect(server):
     yield c
     c.flushall()
     c.close()
+
+
+@pytest_asyncio.fixture()
+async def rc(cluster):
+    c = RedisCluster(host="127.0.0.1", port=cluster.ports()[0])
+    yield c
+    await c.aclose()
+    # Sessions end with their connection: the next test starts with none.
+    await until(lambda: cluster.sessions() == [0, 0, 0], what="the sessions of the last test to end")
+    cluster.flushall()

@@ -6,7 +6,6 @@ tests/test_topologies.py with tasks."""
 import asyncio
 
 import pytest
-import pytest_asyncio
 import redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import Sentinel
@@ -15,16 +14,6 @@ from redis.exceptions import LockNotOwnedError
 from helpers import calls, holding, info, until, wait_until
 from redis_flock.asyncio import Lock, LockNotDurableError
 from test_topologies import migrate_slot, on_replica, queued
-
-
-@pytest_asyncio.fixture()
-async def rc(cluster):
-    c = RedisCluster(host="127.0.0.1", port=cluster.ports()[0])
-    yield c
-    await c.aclose()
-    # Sessions end with their connection: the next test starts with none.
-    await until(lambda: cluster.sessions() == [0, 0, 0], what="the sessions of the last test to end")
-    cluster.flushall()
 
 
 async def start_waiters(node, key, n, make_lock, blocking_timeout=10):
