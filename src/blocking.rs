@@ -96,6 +96,8 @@ pub fn leave(ctx: &Context, s: &mut State, wait: WaitId, why: Leave) {
         }
     });
     engine::answer_left(s, wait, why);
+    // A wait for several keys leaves its other queues now, not a timer later.
+    engine::drain(ctx, s);
 }
 
 /// This node stopped being a master: every waiter leaves its queue and is
