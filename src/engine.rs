@@ -19,6 +19,7 @@ use flock_core::deadlines::{DeadlineId, Pop};
 use flock_core::effects::{effects, Counter, End, Leave, Outcome, Reply, Sent};
 use flock_core::holders::{Holder, Terms};
 use flock_core::lock::{Acquired, Lock, Outcomes, Request, RequestId};
+use flock_core::queue::WaiterId;
 use flock_core::record::{holder_set_words, mode_words, request_words, Word};
 use flock_core::requests::Requests;
 
@@ -231,10 +232,9 @@ pub fn drain(ctx: &Context, s: &mut State) {
 fn grant_all(ctx: &Context, s: &mut State, wait: WaitId) {
     let Some(w) = s.waiters.get(wait) else { return };
     let Some(group) = w.group.as_deref() else { return };
-    let owner = w.owner.clone();
-    let keys = group.keys.clone();
+    let (owner, keys) = (w.owner.clone(), group.keys.clone());
     let (lease_ms, session, want) = (group.lease_ms, group.session, group.want);
-    let request = group.request.clone();
+    let request = group.request.clone().unwrap_or_default();
     for (place, _) in keys.iter().filter(|(_, id)| id.is_some()) {
         let mut first = false;
         open_lock_at(ctx, s, place, |_, _, value| first = value.lock.gated_head() == Some((&wait, true)));
@@ -242,43 +242,54 @@ fn grant_all(ctx: &Context, s: &mut State, wait: WaitId) {
             return;
         }
     }
-    let id = request.as_ref().map(|(id, window_ms)| RequestId { id, window_ms: *window_ms });
+    // An empty ID stands for none: a request ID has 1 to 64 bytes.
+    let id = (!request.0.is_empty()).then_some(RequestId { id: &request.0, window_ms: request.1 });
     let req = Request { owner: &owner, lease_ms, session, id, want };
+    match take_keys(ctx, s, &keys, &req) {
+        Some(tokens) => {
+            let grants = keys.into_iter().map(|(place, _)| place).zip(tokens).collect();
+            let reply = waiters::Reply::GrantedAll { grants, delivered: false, at: Instant::now() };
+            s.waiters.answer(&mut s.sessions, wait, reply);
+        }
+        None => answer_left(s, wait, Leave::HoldLost),
+    }
+}
+
+/// Takes every key of a ready wait for several keys for `req`: reenters the
+/// keys it held when it asked (first: if one is lost, only their extra holds
+/// are undone, and `None`), then takes the head of each queue it waits in.
+/// Each key's token, in order.
+fn take_keys(ctx: &Context, s: &mut State, keys: &[(Place, Option<WaiterId>)], req: &Request) -> Option<Vec<u64>> {
     let mut tokens = vec![0; keys.len()];
-    // The held keys first: if one is lost, only their extra holds are undone.
-    let held = keys.iter().enumerate().filter(|(_, (_, id))| id.is_none());
     let mut reentered = Vec::new();
-    for (i, (place, _)) in held {
+    for (i, (place, _)) in keys.iter().enumerate().filter(|(_, (_, id))| id.is_none()) {
         let mut token = None;
         open_lock_at(ctx, s, place, |s, k, value| {
             update(s, k, value, None, |s, lock, out, now| {
-                if lock.holders().token_of(&owner).is_some() {
-                    if let Ok(Acquired::Reentered(t)) = lock.acquire(&req, now, &mut s.tokens, out) {
+                if lock.holders().token_of(req.owner).is_some() {
+                    if let Ok(Acquired::Reentered(t)) = lock.acquire(req, now, &mut s.tokens, out) {
                         token = Some(t);
                     }
                 }
             });
         });
         let Some(token) = token else {
-            give_back(ctx, s, &owner, &reentered);
-            answer_left(s, wait, Leave::HoldLost);
-            return;
+            give_back(ctx, s, req.owner, &reentered);
+            return None;
         };
         tokens[i] = token;
         reentered.push(place.clone());
     }
     for (i, (place, _)) in keys.iter().enumerate().filter(|(_, (_, id))| id.is_some()) {
         open_lock_at(ctx, s, place, |s, k, value| {
-            // Checked above, with nothing but this function run since.
+            // Checked by the caller, with nothing but this function run since.
             if let Some(token) = update(s, k, value, None, |s, lock, out, now| lock.grant_head(now, &mut s.tokens, out))
             {
                 tokens[i] = token;
             }
         });
     }
-    let grants = keys.into_iter().map(|(place, _)| place).zip(tokens).collect();
-    let reply = waiters::Reply::GrantedAll { grants, delivered: false, at: Instant::now() };
-    s.waiters.answer(&mut s.sessions, wait, reply);
+    Some(tokens)
 }
 
 /// Takes back one hold of `owner` at each place: the keys a request for
