@@ -213,7 +213,8 @@ async function startCluster({ replicas = 0 } = {}) {
     const slot = slotOf(key);
     const ranges = await nodes[0].probe.call('CLUSTER', 'SLOTS');
     const range = ranges.find(([start, end]) => slot >= Number(start) && slot <= Number(end));
-    return all.find((n) => n.port === Number(range[2][1]));
+    // During a failover a node's slot map can leave the slot out for a moment: no node yet.
+    return range && all.find((n) => n.port === Number(range[2][1]));
   };
   // The masters serving slots now (a failover changes them).
   const masters = async () => {
