@@ -539,6 +539,8 @@ fn writes(key: &str, owner: &str) -> Vec<Vec<String>> {
         v(&["FLOCK.RELEASE", key, owner]),
         v(&["FLOCK.FORCERELEASE", key]),
         v(&["FLOCK.CANCEL", key, owner]),
+        v(&["FLOCK.ACQUIREALL", "1", key, owner, "1000", "WAIT", "0"]),
+        v(&["FLOCK.RELEASEALL", "1", key, owner]),
     ]
 }
 
@@ -675,6 +677,7 @@ fn acl_categories_write_read_flock_on_redis_8_and_valkey_9_but_none_on_redis_7_0
     // Sorted; the internal FLOCK.HOLDER, FLOCK.ID and FLOCK.STATE are in it too.
     let all = [
         "flock.acquire",
+        "flock.acquireall",
         "flock.cancel",
         "flock.forcerelease",
         "flock.holder",
@@ -682,6 +685,7 @@ fn acl_categories_write_read_flock_on_redis_8_and_valkey_9_but_none_on_redis_7_0
         "flock.inbox",
         "flock.info",
         "flock.release",
+        "flock.releaseall",
         "flock.renew",
         "flock.session",
         "flock.state",
