@@ -162,18 +162,26 @@ class SentinelTest {
         FlockLock held = client().getFairLock("k");
         held.lock();
         FlockClient waiter = client();
-        Future<Long> waited = threads.submit(() -> waiter.getFairLock("k").tryLockAndGetToken(10, 5, TimeUnit.SECONDS));
-        await("the wait queued on the master", () -> {
-            Object info = call(now, "FLOCK.INFO", "k");
-            return info != null && number((List<?>) info, "waiters") == 1;
-        });
-        held.unlock();
-        long token = waited.get(10, TimeUnit.SECONDS);
-        assertEquals(token, number((List<?>) call(now, "FLOCK.INFO", "k"), "token"), "granted on the master");
-        threads.submit(() -> {
-            waiter.getFairLock("k").unlock();
-            return null;
-        }).get();
+        // One thread takes and gives back the waiter's lock: a thread's owner names the thread (a pool may run
+        // the unlock on another; the last fresh-clone CI run saw NOTOWNER so).
+        ExecutorService waiterThread = Executors.newSingleThreadExecutor();
+        try {
+            Future<Long> waited =
+                    waiterThread.submit(() -> waiter.getFairLock("k").tryLockAndGetToken(10, 5, TimeUnit.SECONDS));
+            await("the wait queued on the master", () -> {
+                Object info = call(now, "FLOCK.INFO", "k");
+                return info != null && number((List<?>) info, "waiters") == 1;
+            });
+            held.unlock();
+            long token = waited.get(10, TimeUnit.SECONDS);
+            assertEquals(token, number((List<?>) call(now, "FLOCK.INFO", "k"), "token"), "granted on the master");
+            waiterThread.submit(() -> {
+                waiter.getFairLock("k").unlock();
+                return null;
+            }).get();
+        } finally {
+            waiterThread.shutdownNow();
+        }
         assertNull(call(now, "FLOCK.INFO", "k"));
     }
 
