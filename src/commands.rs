@@ -71,7 +71,7 @@ pub fn with_window(id: Option<&[u8]>) -> Option<RequestId<'_>> {
     id.map(|id| RequestId { id, window_ms: config::retry_window_ms() })
 }
 
-pub fn token_reply(token: u64) -> RedisValue {
+fn token_reply(token: u64) -> RedisValue {
     RedisValue::Integer(token as i64)
 }
 
@@ -361,21 +361,22 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     holders.sort_unstable_by_key(|(h, _)| h.token);
     let now = ffi::now_ms();
     let ttl = |h: &Holder| h.deadline_ms.saturating_sub(now) as i64;
-    match holders.first() {
+    let first = holders.first();
+    if first.is_none() && value.lock.waiter_count() == 0 {
+        return Ok(RedisValue::Null);
+    }
+    ffi::reply_map(ctx, 10);
+    ffi::reply_bytes(ctx, b"owner");
+    match first {
         Some(&(first, first_terms)) => {
-            ffi::reply_map(ctx, 10);
-            ffi::reply_bytes(ctx, b"owner");
             ffi::reply_bytes(ctx, &first.owner);
             reply_holder_fields(ctx, first.holds, first.token, ttl(first), first_terms.session.is_some());
         }
         // Free, but an ACQUIREALL waits first in its queue for its other keys.
-        None if value.lock.waiter_count() > 0 => {
-            ffi::reply_map(ctx, 10);
-            ffi::reply_bytes(ctx, b"owner");
+        None => {
             ctx.reply(Ok(RedisValue::Null));
             reply_holder_fields(ctx, 0, 0, -1, false);
         }
-        None => return Ok(RedisValue::Null),
     }
     let (mode, limit) = match value.lock.mode() {
         Mode::Exclusive => ("exclusive", 0),

@@ -8,7 +8,7 @@
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::blocking;
-use crate::commands::{check_max_lease, entered, once_in, place_of, replay_free, with_key, with_window};
+use crate::commands::{check_max_lease, entered, once_in, place_of, repeated, replay_free, with_key, with_window};
 use crate::config;
 use crate::deadlocks;
 use crate::engine;
@@ -203,10 +203,10 @@ fn replayed(
     let mut replies = Vec::with_capacity(names.len());
     for name in names {
         let found = with_key(ctx, s, name, false, |s, k, value| {
-            engine::update(s, k, value, Some(owner), |_, lock, _, now| lock.repeat(id, kind, owner, now))
+            engine::update(s, k, value, Some(owner), |_, lock, _, now| repeated(lock, Some(id), kind, owner, now))
         })?;
         let reply = match found {
-            Some(found) => found.map_err(lock_error)?,
+            Some(found) => found?,
             None => replay_free(ctx, s, name, Some(id), kind)?,
         };
         match reply {

@@ -8,7 +8,7 @@ use crate::stop::Stop;
 
 pub struct Flock;
 
-pub(super) fn acquire_cmd(key: &str, owner: &str, lease_ms: u64) -> Cmd {
+pub(crate) fn acquire_cmd(key: &str, owner: &str, lease_ms: u64) -> Cmd {
     let mut cmd = redis::cmd("FLOCK.ACQUIRE");
     cmd.arg(key).arg(owner).arg(lease_ms);
     cmd

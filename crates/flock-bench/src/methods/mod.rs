@@ -3,7 +3,7 @@
 //! connection per waiter, or one session for the whole process), and the
 //! recipes used with plain Redis today, as Lua scripts run by EVALSHA.
 
-mod flock;
+pub(crate) mod flock;
 mod flock_session;
 mod listpoll;
 mod pubsub;

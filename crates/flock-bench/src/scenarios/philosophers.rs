@@ -21,6 +21,7 @@ use rand::SeedableRng;
 use redis::{RedisResult, Value};
 
 use crate::client::{now_ns, Client};
+use crate::methods::flock;
 use crate::results::Metric;
 use crate::runner::run_clients;
 use crate::server::Server;
@@ -119,8 +120,8 @@ pub fn run(server: &Server, way: Way, clients: usize, duration: Duration) -> Red
 type Held = Option<Vec<redis::Cmd>>;
 
 fn acquire(key: &str, owner: &str, wait_ms: u64) -> redis::Cmd {
-    let mut cmd = redis::cmd("FLOCK.ACQUIRE");
-    cmd.arg(key).arg(owner).arg(LEASE_MS).arg("WAIT").arg(wait_ms);
+    let mut cmd = flock::acquire_cmd(key, owner, LEASE_MS);
+    cmd.arg("WAIT").arg(wait_ms);
     cmd
 }
 
