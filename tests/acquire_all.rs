@@ -155,6 +155,8 @@ fn a_disconnected_or_cancelled_wait_leaves_every_queue_and_lets_the_next_go() {
     redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id).query::<i64>(&mut c).unwrap();
     assert!(killed.join().unwrap().is_err(), "its connection was closed");
     let cancelled = wait_all(&s, &["a", "b"], "p", LONG_WAIT_MS);
+    // Queued first, so that y's wait is the one behind it.
+    wait_queue(&mut c, "a", &["p"]);
     let y = waiter(&s, "a", "y", 30_000);
     wait_queue(&mut c, "a", &["p", "y"]);
     assert_eq!(redis::cmd("FLOCK.CANCEL").arg("a").arg("p").query::<i64>(&mut c).unwrap(), 1);
