@@ -3,7 +3,8 @@
 # a public method without its docs too, fails the build) and build/flock-client-sources.jar, then (unless given
 # "jar") compiles the tests and the examples against it and runs them on the JUnit 5 console launcher. The tests
 # start their own redis-server with the module: FLOCK_MODULE (default: the repo's
-# target/release/libredis_flock.so), FLOCK_SERVER (default: redis-server). Exits non-zero when a test fails.
+# target/release/libredis_flock.so), FLOCK_SERVER (default: redis-server); their JUnit reports go to
+# $FLOCK_TEST_REPORTS/java/ when that is set. Exits non-zero when a test fails.
 set -euo pipefail
 cd "$(dirname "$0")"
 junit=${JUNIT_JAR:-/usr/share/java/junit-platform-console-standalone.jar}
@@ -21,5 +22,10 @@ echo "built $(pwd)/build/flock-client.jar, flock-client-javadoc.jar, flock-clien
 [ "${1:-}" = jar ] && exit 0
 javac --release 17 -Xlint:all -Werror -d build/test-classes -cp "build/flock-client.jar:$junit" \
     $(find src/test/java examples -name '*.java')
-exec java -jar "$junit" --disable-banner --details=summary --fail-if-no-tests \
+reports=()
+if [ -n "${FLOCK_TEST_REPORTS:-}" ]; then
+    mkdir -p "$FLOCK_TEST_REPORTS/java"
+    reports=(--reports-dir "$FLOCK_TEST_REPORTS/java")
+fi
+exec java -jar "$junit" --disable-banner --details=summary --fail-if-no-tests "${reports[@]}" \
     --class-path "build/flock-client.jar:build/test-classes" --scan-class-path build/test-classes
