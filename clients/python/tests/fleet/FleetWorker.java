@@ -14,8 +14,9 @@ import java.util.concurrent.atomic.AtomicInteger;
 /**
  * One process of the mixed fleet (test_mixed_fleet.py) on the Java client: THREADS threads take the
  * keys at random with {@code FlockLock} and log each request, grant and release through the fleet's
- * script (on a plain RESP connection of their own: the client has no general command API). Prints
- * its counts as one JSON line.
+ * script (on a plain RESP connection of their own: the client has no general command API), until the
+ * script's answer to a request's log says the test has seen enough (or SECONDS pass). Prints its
+ * counts as one JSON line.
  *
  * <p>java -cp flock-client.jar FleetWorker.java PORT SHA SECONDS THREADS KEY...
  */
@@ -38,7 +39,9 @@ public class FleetWorker {
                         ThreadLocalRandom random = ThreadLocalRandom.current();
                         while (System.nanoTime() < end) {
                             String key = keys[random.nextInt(keys.length)];
-                            log(out, in, sha, key, who, "req", 0);
+                            if (log(out, in, sha, key, who, "req", 0) == 1) {
+                                break;
+                            }
                             FlockLock lock = client.getFairLock(key);
                             if (!lock.tryLock(10, 5, TimeUnit.SECONDS)) {
                                 timeouts.incrementAndGet();
@@ -66,10 +69,10 @@ public class FleetWorker {
                 grants.get(), timeouts.get(), errors.get() == 0 ? "" : "\"" + errors.get() + " threads failed\"");
     }
 
-    /** EVALSHA of the fleet's script; reads its one-line integer reply. */
-    static void log(OutputStream out, InputStream in, String sha, String key, String who, String what, int delta)
+    /** EVALSHA of the fleet's script; its integer reply is 1 once the test has seen enough. */
+    static long log(OutputStream out, InputStream in, String sha, String key, String who, String what, int delta)
             throws IOException {
-        String[] words = {"EVALSHA", sha, "2", "fleet:events", "fleet:occupancy:" + key,
+        String[] words = {"EVALSHA", sha, "3", "fleet:events", "fleet:occupancy:" + key, "fleet:stop",
             key + " flock " + who + " " + what, Integer.toString(delta)};
         StringBuilder command = new StringBuilder("*" + words.length + "\r\n");
         for (String w : words) {
@@ -87,5 +90,6 @@ public class FleetWorker {
         if (reply.charAt(0) != ':') {
             throw new IOException("the fleet's script answered " + reply);
         }
+        return Long.parseLong(reply.substring(1).trim());
     }
 }

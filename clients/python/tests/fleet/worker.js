@@ -1,7 +1,9 @@
 // One process of the mixed fleet (test_mixed_fleet.py) on the Node client:
 // TASKS async tasks take the keys at random with redis-flock over ioredis and
-// log each request, grant and release through the fleet's script. Prints its
-// counts as one JSON line. NODE_PATH must hold clients/node/node_modules.
+// log each request, grant and release through the fleet's script, until the
+// script's answer to a request's log says the test has seen enough (or SECONDS
+// pass). Prints its counts as one JSON line. NODE_PATH must hold
+// clients/node/node_modules.
 //
 // node worker.js PORT SHA SECONDS TASKS KEY...
 'use strict';
@@ -17,13 +19,14 @@ const sleep = (ms) => new Promise((done) => setTimeout(done, ms));
 async function main() {
   const redis = new Redis(Number(port), '127.0.0.1');
   const flock = new Flock(redis);
+  // Answers 1 once the test has seen enough.
   const log = (key, what, delta) =>
-    redis.evalsha(sha, 2, 'fleet:events', `fleet:occupancy:${key}`, `${key} flock ${who} ${what}`, delta);
+    redis.evalsha(sha, 3, 'fleet:events', `fleet:occupancy:${key}`, 'fleet:stop', `${key} flock ${who} ${what}`, delta);
   const end = Date.now() + Number(seconds) * 1000;
   const task = async () => {
     while (Date.now() < end) {
       const key = keys[Math.floor(Math.random() * keys.length)];
-      await log(key, 'req', 0);
+      if ((await log(key, 'req', 0)) === 1) break;
       let lock;
       try {
         lock = await flock.acquire(key, { lease: 5000, wait: 10000 });

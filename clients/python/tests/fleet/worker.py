@@ -1,8 +1,9 @@
 """One process of the mixed fleet (test_mixed_fleet.py): takes the keys at
-random for a while with redis-py's own Lock (``legacy``: SET NX PX, polled,
-released by a compare-and-delete script) or with redis_flock.Lock
-(``flock``), and logs each request, grant and release through the fleet's
-script. Prints its counts as one JSON line.
+random with redis-py's own Lock (``legacy``: SET NX PX, polled, released by a
+compare-and-delete script) or with redis_flock.Lock (``flock``), and logs each
+request, grant and release through the fleet's script, until the script's
+answer to a request's log says the test has seen enough (or SECONDS pass).
+Prints its counts as one JSON line.
 
 python worker.py legacy|flock PORT SHA SECONDS KEY..."""
 
@@ -24,18 +25,20 @@ counts = {"side": f"{side} (Python)", "grants": 0, "timeouts": 0, "wrongtype": 0
 
 
 def log(key, what, delta):
-    return r.evalsha(sha, 2, "fleet:events", f"fleet:occupancy:{key}", f"{key} {side} {who} {what}", delta)
+    """Logs the event; answers whether the test has seen enough."""
+    return r.evalsha(sha, 3, "fleet:events", f"fleet:occupancy:{key}", "fleet:stop", f"{key} {side} {who} {what}", delta)
 
 
 end = time.monotonic() + seconds
 while time.monotonic() < end:
     key = random.choice(keys)
+    if log(key, "req", 0):
+        break
     if side == "legacy":
         # As applications use it: a 5 s TTL, polled every 0.1 s (its default).
         lock = redis.lock.Lock(r, key, timeout=5, blocking_timeout=10)
     else:
         lock = redis_flock.Lock(r, key, timeout=5, blocking_timeout=10)
-    log(key, "req", 0)
     try:
         if not lock.acquire():
             counts["timeouts"] += 1
