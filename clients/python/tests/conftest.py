@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from helpers import wait_until
 
@@ -45,35 +47,58 @@ def cluster_port() -> int:
             return port
 
 
+class PortTaken(AssertionError):
+    """The server could not listen: another process took its port (or its
+    cluster bus port) between the test picking it and the server binding it
+    (the other suites start servers on this machine at the same time)."""
+
+
 class Server:
     """One redis-server process with the module (``module=False``: without,
     for a sentinel); ``args`` go after the common ones, ``config`` is a
     config file's text written to its directory and given first (a
-    sentinel's, which Sentinel rewrites). ``stop()`` kills it."""
+    sentinel's, which Sentinel rewrites). Its port is ``pick_port()``'s,
+    picked again if taken before the server could listen. ``stop()`` kills
+    it."""
 
-    def __init__(self, *args, port=None, module=True, config=None):
+    PICKS = 5
+
+    def __init__(self, *args, module=True, config=None, pick_port=free_port):
         if not Path(MODULE).is_file():
             pytest.exit(f"FLOCK module not found at {MODULE} (build it, or set FLOCK_MODULE)", 2)
         self.dir = tempfile.mkdtemp(prefix="flock-py-")
-        self.port = port or free_port()
         self.args = list(args) + (["--loadmodule", MODULE] if module else [])
         self.config = []
         if config is not None:
             path = Path(self.dir) / "server.conf"
             path.write_text(config)
             self.config = [str(path)]
-        self.log = open(Path(self.dir) / "server.log", "wb")
-        self.start()
+        self.log_path = Path(self.dir) / "server.log"
+        self.log = open(self.log_path, "wb")
+        for pick in range(1, self.PICKS + 1):
+            self.port = pick_port()
+            try:
+                self.start()
+                break
+            except PortTaken:
+                if pick == self.PICKS:
+                    self.stop()
+                    raise
 
     def start(self):
+        """Starts the server on its port (again, after kill())."""
+        logged = self.log_path.stat().st_size
         self.process = subprocess.Popen(
             [SERVER, *self.config, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
              "--dir", self.dir, *self.args],
             stdout=self.log, stderr=subprocess.STDOUT,
         )
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        # Without redis-py's retries: each poll sees the process first.
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2, socket_timeout=1, retry=Retry(NoBackoff(), 0))
         try:
-            wait_until(lambda: self._answers(client), timeout=10, what=f"redis-server on port {self.port}")
+            wait_until(lambda: self._answers(client, logged), timeout=10, what=f"redis-server on port {self.port}")
+        except PortTaken:
+            raise
         except AssertionError:
             self.stop()
             raise
@@ -85,12 +110,16 @@ class Server:
         self.process.kill()
         self.process.wait()
 
-    def _answers(self, client) -> bool:
+    def _answers(self, client, logged: int) -> bool:
         if self.process.poll() is not None:
-            raise AssertionError(f"redis-server exited: {(Path(self.dir) / 'server.log').read_text()}")
+            log = self.log_path.read_bytes()[logged:].decode(errors="replace")
+            if "Address already in use" in log:
+                raise PortTaken(log)
+            raise AssertionError(f"redis-server exited: {log}")
         try:
-            return client.ping()
-        except redis.ConnectionError:
+            # This process's, not another one's that has the port.
+            return client.info("server")["process_id"] == self.process.pid
+        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError):
             return False
 
     def stop(self):
@@ -152,6 +181,25 @@ def r_decoded(server, protocol):
     c.close()
 
 
+CLUSTER_NODE = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+# The slots of master i: SHARDS[i] to SHARDS[i + 1] - 1.
+SHARDS = [0, 5461, 10923, 16384]
+
+
+def make_cluster(masters, others=()):
+    """Gives each of ``masters`` (clients) its third of the slots, and makes
+    every node meet every other: none waits for gossip to introduce them (a
+    node turns cluster_state:ok 2 s after its start at the earliest)."""
+    for i, c in enumerate(masters):
+        c.execute_command("CLUSTER", "SET-CONFIG-EPOCH", i + 1)
+        c.execute_command("CLUSTER", "ADDSLOTSRANGE", SHARDS[i], SHARDS[i + 1] - 1)
+    everyone = [*masters, *others]
+    for c in everyone:
+        for other in everyone:
+            if other is not c:
+                c.execute_command("CLUSTER", "MEET", "127.0.0.1", other.connection_pool.connection_kwargs["port"])
+
+
 class Cluster:
     """Three masters (no replicas), each with every third of the slots, made
     by hand as tests/cluster.rs does: ADDSLOTSRANGE, MEET, then waiting until
@@ -161,17 +209,9 @@ class Cluster:
         self.nodes = []
         try:
             for _ in range(3):
-                self.nodes.append(
-                    Server("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                           "--cluster-node-timeout", "5000", port=cluster_port())
-                )
+                self.nodes.append(Server(*CLUSTER_NODE, pick_port=cluster_port))
             self.clients = [redis.Redis(port=node.port) for node in self.nodes]
-            bounds = [0, 5461, 10923, 16384]
-            for i, c in enumerate(self.clients):
-                c.execute_command("CLUSTER", "SET-CONFIG-EPOCH", i + 1)
-                c.execute_command("CLUSTER", "ADDSLOTSRANGE", bounds[i], bounds[i + 1] - 1)
-            for c in self.clients[1:]:
-                c.execute_command("CLUSTER", "MEET", "127.0.0.1", self.nodes[0].port)
+            make_cluster(self.clients)
             wait_until(self._ok, timeout=20, what="the cluster to be ok on every node")
         except BaseException:
             self.stop()
@@ -224,24 +264,13 @@ class ReplicatedCluster(Cluster):
     def __init__(self):
         self.nodes, self.replicas = [], []
         try:
-            # Replicas sync at once, not after the default 5 s delay.
-            args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                    "--cluster-node-timeout", "5000", "--repl-diskless-sync-delay", "0")
             for servers in (self.nodes, self.replicas):
                 for _ in range(3):
-                    servers.append(Server(*args, port=cluster_port()))
+                    # Replicas sync at once, not after the default 5 s delay.
+                    servers.append(Server(*CLUSTER_NODE, "--repl-diskless-sync-delay", "0", pick_port=cluster_port))
             self.clients = [redis.Redis(port=node.port) for node in self.nodes]
             self.replica_clients = [redis.Redis(port=node.port) for node in self.replicas]
-            bounds = [0, 5461, 10923, 16384]
-            for i, c in enumerate(self.clients):
-                c.execute_command("CLUSTER", "SET-CONFIG-EPOCH", i + 1)
-                c.execute_command("CLUSTER", "ADDSLOTSRANGE", bounds[i], bounds[i + 1] - 1)
-            # Every node meets every other: no waiting for gossip to introduce them.
-            everyone = self.clients + self.replica_clients
-            for c in everyone:
-                for node in self.nodes + self.replicas:
-                    if node.port != c.connection_pool.connection_kwargs["port"]:
-                        c.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)
+            make_cluster(self.clients, self.replica_clients)
             ids = [c.execute_command("CLUSTER", "MYID").decode() for c in self.clients]
             wait_until(lambda: all(self._known(c, 6) for c in self.clients + self.replica_clients), timeout=20,
                        what="every node to know the others")
@@ -301,10 +330,9 @@ class ReplicatedCluster(Cluster):
         2) as made, whichever node serves them now. A shard fails over once
         per run: its masters vote for a replica of one master at most once
         in twice the node timeout (10 s)."""
-        bounds = [0, 5461, 10923, 16384]
         slot = self.clients[0]
         return next(f"{prefix}:{n}" for n in range(1000)
-                    if bounds[shard] <= slot.execute_command("CLUSTER", "KEYSLOT", f"{prefix}:{n}") < bounds[shard + 1])
+                    if SHARDS[shard] <= slot.execute_command("CLUSTER", "KEYSLOT", f"{prefix}:{n}") < SHARDS[shard + 1])
 
     def stop(self):
         for c in getattr(self, "replica_clients", ()):
