@@ -12,11 +12,13 @@ import java.util.List;
 import java.util.concurrent.TimeUnit;
 import java.util.function.BooleanSupplier;
 import java.util.function.IntFunction;
+import java.util.function.IntSupplier;
 import java.util.stream.Stream;
 
 /** A redis-server with the FLOCK module on a free loopback port, removed with its directory on close. */
 final class TestServer implements AutoCloseable {
     private static final Duration READY = Duration.ofSeconds(10);
+    private static final java.util.Random RANDOM = new java.util.Random();
 
     final int port;
     /** How connect() and factory() reach it (address, password, TLS). */
@@ -42,17 +44,22 @@ final class TestServer implements AutoCloseable {
 
     /** A server on {@code port} (0: a free one) with {@code args} after the common ones. */
     static TestServer start(int fixedPort, List<String> args) throws IOException {
-        return start(program(), fixedPort, null, true, port -> {
+        return start(fixedPort == 0 ? TestServer::freePort : () -> fixedPort, args);
+    }
+
+    /** A Cluster node (no slots yet) on a port whose bus port, +10000, is free too. */
+    static TestServer startClusterNode() throws IOException {
+        return start(TestServer::clusterPort, List.of("--cluster-enabled", "yes", "--cluster-config-file",
+                "nodes.conf", "--cluster-node-timeout", "5000"));
+    }
+
+    /** A server on a port from {@code ports} (asked again on each attempt) with {@code args}. */
+    private static TestServer start(IntSupplier ports, List<String> args) throws IOException {
+        return start(program(), ports, null, true, port -> {
             List<String> listen = new ArrayList<>(List.of("--port", Integer.toString(port)));
             listen.addAll(args);
             return listen;
         }, port -> new FlockConfig().setAddress("redis://127.0.0.1:" + port));
-    }
-
-    /** A Cluster node (no slots yet) on a port whose bus port, +10000, is free too and fits (at most 55535). */
-    static TestServer startClusterNode() throws IOException {
-        return start(clusterPort(), List.of("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                "--cluster-node-timeout", "5000"));
     }
 
     /** A replica of the server on {@code masterPort}. */
@@ -62,7 +69,8 @@ final class TestServer implements AutoCloseable {
 
     /** A sentinel (the same binary, without the module) with {@code sentinelConf}, a file it rewrites. */
     static TestServer startSentinel(String sentinelConf) throws IOException {
-        return start(program(), 0, sentinelConf, false, port -> List.of("--sentinel", "--port", Integer.toString(port)),
+        return start(program(), TestServer::freePort, sentinelConf, false,
+                port -> List.of("--sentinel", "--port", Integer.toString(port)),
                 port -> new FlockConfig().setAddress("redis://127.0.0.1:" + port));
     }
 
@@ -71,7 +79,7 @@ final class TestServer implements AutoCloseable {
      * and ready when a connection as {@code config} says for that port answers PING.
      */
     static TestServer start(IntFunction<List<String>> listen, IntFunction<FlockConfig> config) throws IOException {
-        return start(program(), 0, null, true, listen, config);
+        return start(program(), TestServer::freePort, null, true, listen, config);
     }
 
     /**
@@ -80,15 +88,15 @@ final class TestServer implements AutoCloseable {
      * is the client's side.
      */
     static TestServer startTls(IntFunction<List<String>> listen, IntFunction<FlockConfig> config) throws IOException {
-        return start("redis-server", 0, null, true, listen, config);
+        return start("redis-server", TestServer::freePort, null, true, listen, config);
     }
 
     /** {@code configFile}: a config file's text, given first (a sentinel's), or null. */
-    private static TestServer start(String program, int fixedPort, String configFile, boolean withModule,
+    private static TestServer start(String program, IntSupplier ports, String configFile, boolean withModule,
             IntFunction<List<String>> listen, IntFunction<FlockConfig> config) throws IOException {
         for (int attempt = 0; ; attempt++) {
             Path dir = Files.createTempDirectory("flock-java");
-            int port = fixedPort != 0 ? fixedPort : freePort();
+            int port = ports.getAsInt();
             List<String> command = new ArrayList<>(List.of(program));
             if (configFile != null) {
                 Path file = dir.resolve("server.conf");
@@ -99,14 +107,15 @@ final class TestServer implements AutoCloseable {
             command.addAll(List.of("--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir",
                     dir.toString()));
             if (withModule) {
-                command.addAll(List.of("--loadmodule", module()));
+                // a replica's (full) sync starts at once, not after Redis 7.0's 5 s diskless delay
+                command.addAll(List.of("--repl-diskless-sync-delay", "0", "--loadmodule", module()));
             }
             Process process = new ProcessBuilder(command)
                     .redirectErrorStream(true)
                     .redirectOutput(dir.resolve("server.log").toFile())
                     .start();
             TestServer server = new TestServer(port, config.apply(port), process, dir);
-            if (server.answersPing()) {
+            if (server.answersAsItself()) {
                 return server;
             }
             String log = Files.readString(dir.resolve("server.log"));
@@ -117,13 +126,20 @@ final class TestServer implements AutoCloseable {
         }
     }
 
-    private boolean answersPing() {
+    /**
+     * Whether this process answers on its port: the answer must name its PID, since the port was free when
+     * chosen but another test's server (classes run side by side) may have taken it since, and this one then
+     * exits on its failed bind.
+     */
+    private boolean answersAsItself() {
+        String ours = "process_id:" + process.pid() + "\r\n";
         long deadline = System.nanoTime() + READY.toNanos();
         while (process.isAlive() && System.nanoTime() < deadline) {
             try (RespConnection c = connect()) {
-                if ("PONG".equals(c.call("PING"))) {
+                if (TestCluster.text(c.call("INFO", "server")).contains(ours)) {
                     return true;
                 }
+                return false;
             } catch (IOException | RedisError notYet) {
                 pause();
             }
@@ -193,12 +209,27 @@ final class TestServer implements AutoCloseable {
         return path.toString();
     }
 
-    /** A free port from 20000 to 45535 whose port + 10000 (a Cluster node's bus) is free too. */
+    /**
+     * A free port from 10000 to 22767 whose port + 10000 (a Cluster node's bus) is free too: both below the
+     * kernel's ephemeral range (32768 and up), so a client connection's own end never takes them.
+     */
     private static int clusterPort() {
-        java.util.Random random = new java.util.Random();
+        return freePort(12_768, 10_000);
+    }
+
+    /**
+     * A free port from 10000 to 22767, below the ephemeral range: a test that restarts its server on the same
+     * port finds it free still, not taken as the local end of some connection while the server was down.
+     */
+    private static int freePort() {
+        return freePort(12_768, 0);
+    }
+
+    /** A random free port from 10000 to 10000 + {@code count} - 1; with {@code bus} != 0, port + bus free too. */
+    private static int freePort(int count, int bus) {
         while (true) {
-            int port = 20_000 + random.nextInt(25_536);
-            if (bindable(port) && bindable(port + 10_000)) {
+            int port = 10_000 + RANDOM.nextInt(count);
+            if (bindable(port) && (bus == 0 || bindable(port + bus))) {
                 return port;
             }
         }
@@ -209,12 +240,6 @@ final class TestServer implements AutoCloseable {
             return s.getLocalPort() == port;
         } catch (IOException taken) {
             return false;
-        }
-    }
-
-    private static int freePort() throws IOException {
-        try (ServerSocket s = new ServerSocket(0)) {
-            return s.getLocalPort();
         }
     }
 
