@@ -8,17 +8,16 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.io.IOException;
 import java.time.Duration;
 import java.util.List;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
 /** AUTH on every connection: the default user's requirepass password, an ACL user, a wrong password. */
 class AuthTest extends ServerTest {
     private static final String ADMIN_PASSWORD = "admin-secret";
 
-    /** Hides ServerTest's: this class's server asks for a password and has the ACL user {@code app}. */
-    @BeforeAll
-    static void startServer() throws IOException {
-        server = TestServer.start(port -> List.of("--port", Integer.toString(port), "--requirepass", ADMIN_PASSWORD,
+    /** This class's server asks for a password and has the ACL user {@code app}. */
+    @Override
+    TestServer startServer() throws IOException {
+        return TestServer.start(port -> List.of("--port", Integer.toString(port), "--requirepass", ADMIN_PASSWORD,
                         "--user", "app", "on", ">app-secret", "~*", "&*", "+@all"),
                 port -> address(port).setPassword(ADMIN_PASSWORD));
     }

@@ -20,7 +20,7 @@ import org.junit.jupiter.api.Test;
 /** FlockConfig's database, timeouts and address against a plain server. */
 class ConfigTest extends ServerTest {
 
-    private static FlockConfig config() {
+    private FlockConfig config() {
         return new FlockConfig().setAddress("redis://127.0.0.1:" + server.port);
     }
 

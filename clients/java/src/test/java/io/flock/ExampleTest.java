@@ -9,10 +9,16 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Paths;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.parallel.ResourceLock;
+import org.junit.jupiter.api.parallel.Resources;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
-/** The README shows each file of examples/ as it is, and each runs against a test server. */
+/**
+ * The README shows each file of examples/ as it is, and each runs against a test server. What an example prints
+ * is read from System.out, which no other test may print to meanwhile.
+ */
+@ResourceLock(Resources.SYSTEM_OUT)
 class ExampleTest extends ServerTest {
 
     @ParameterizedTest
@@ -24,7 +30,7 @@ class ExampleTest extends ServerTest {
     }
 
     /** Runs examples/{@code example}.java's main against the test server; returns what it printed. */
-    private static String run(String example) throws Exception {
+    private String run(String example) throws Exception {
         ByteArrayOutputStream captured = new ByteArrayOutputStream();
         PrintStream stdout = System.out;
         System.setOut(new PrintStream(captured, true, StandardCharsets.UTF_8));

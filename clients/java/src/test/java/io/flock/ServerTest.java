@@ -9,29 +9,52 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.TestInfo;
 
-/** One server per test class, flushed before each test; clients and threads made by a test end with it. */
+/**
+ * One server per test class, flushed before each test; clients and threads made by a test end with it. Test
+ * classes run side by side, so each has a server of its own, kept by class.
+ */
 abstract class ServerTest {
-    static TestServer server;
+    private static final Map<Class<?>, TestServer> SERVERS = new ConcurrentHashMap<>();
+    /** This class's server, started before its first test. */
+    final TestServer server;
     private final List<AutoCloseable> opened = new ArrayList<>();
     private final List<Thread> threads = new ArrayList<>();
     RespConnection admin;
     private FlockClient inspector;
 
-    @BeforeAll
-    static void startServer() throws IOException {
-        server = TestServer.start();
+    /** Starts the class's server with its first test's instance (a class's tests run one after another). */
+    ServerTest() {
+        TestServer started = SERVERS.get(getClass());
+        if (started == null) {
+            try {
+                started = startServer();
+            } catch (IOException e) {
+                throw new java.io.UncheckedIOException(e);
+            }
+            SERVERS.put(getClass(), started);
+        }
+        server = started;
+    }
+
+    /** Starts this class's server: a plain one; a class that needs another (TLS, a password) overrides it. */
+    TestServer startServer() throws IOException {
+        return TestServer.start();
     }
 
     @AfterAll
-    static void stopServer() throws IOException {
-        server.close();
+    static void stopServer(TestInfo testClass) throws IOException {
+        TestServer started = SERVERS.remove(testClass.getTestClass().orElseThrow());
+        if (started != null) {
+            started.close();
+        }
     }
 
     @BeforeEach

@@ -76,7 +76,7 @@ final class TestServer implements AutoCloseable {
 
     /**
      * A server on a free port given to {@code listen} (its port arguments: --port, or --tls-port and TLS files)
-     * and ready when a connection as {@code config} says for that port answers PING.
+     * and ready when a connection as {@code config} says for that port reaches it (its INFO names its PID).
      */
     static TestServer start(IntFunction<List<String>> listen, IntFunction<FlockConfig> config) throws IOException {
         return start(program(), TestServer::freePort, null, true, listen, config);

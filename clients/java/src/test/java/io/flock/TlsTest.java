@@ -17,7 +17,6 @@ import java.util.List;
 import java.util.stream.Stream;
 import javax.net.ssl.SSLHandshakeException;
 import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -27,9 +26,9 @@ import org.junit.jupiter.api.Test;
 class TlsTest extends ServerTest {
     private static Path certs;
 
-    /** Hides ServerTest's: this class's server listens on a TLS port only. */
-    @BeforeAll
-    static void startServer() throws IOException {
+    /** This class's server listens on a TLS port only. */
+    @Override
+    TestServer startServer() throws IOException {
         certs = Files.createTempDirectory("flock-tls");
         openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
                 "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=flock test CA");
@@ -37,7 +36,7 @@ class TlsTest extends ServerTest {
         signed("client", "extendedKeyUsage=clientAuth");
         openssl("pkcs12", "-export", "-in", "client.crt", "-inkey", "client.key", "-out", "client.p12",
                 "-passout", "pass:secret");
-        server = TestServer.startTls(port -> List.of("--port", "0", "--tls-port", Integer.toString(port),
+        return TestServer.startTls(port -> List.of("--port", "0", "--tls-port", Integer.toString(port),
                         "--tls-cert-file", file("server.crt"), "--tls-key-file", file("server.key"),
                         "--tls-ca-cert-file", file("ca.crt"), "--tls-auth-clients", "yes"),
                 port -> tls("localhost", port));
