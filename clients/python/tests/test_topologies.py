@@ -113,12 +113,12 @@ def test_cluster_watchdog_renews_on_the_key_node(cluster, rc):
         return node.info("commandstats").get("cmdstat_flock.renew", {}).get("calls", 0)
 
     before = renewals()
-    lock = Lock(rc, key, watchdog_timeout=0.6)
+    lock = Lock(rc, key, watchdog_timeout=0.9)
     assert lock.acquire()
     token = lock.fencing_token
-    # Three renewals (every 0.2 s) outlast the 0.6 s lease.
+    # Three renewals (every 0.3 s) outlast the 0.9 s lease.
     wait_until(lambda: renewals() >= before + 3, what="three renewals on the key's node")
-    assert info(node, key)["token"] == token and 0 < info(node, key)["ttl-ms"] <= 600
+    assert info(node, key)["token"] == token and 0 < info(node, key)["ttl-ms"] <= 900
     assert lock.owned() and not lock.lost
     lock.release()
     assert info(node, key) is None

@@ -70,10 +70,10 @@ async def test_cluster_watchdog_renews_on_the_key_node(cluster, rc):
         return node.info("commandstats").get("cmdstat_flock.renew", {}).get("calls", 0)
 
     before = renewals()
-    lock = Lock(rc, key, watchdog_timeout=0.6)
+    lock = Lock(rc, key, watchdog_timeout=0.9)
     assert await lock.acquire()
     await until(lambda: renewals() >= before + 3, what="three renewals on the key's node")
-    assert info(node, key)["token"] == lock.fencing_token and 0 < info(node, key)["ttl-ms"] <= 600
+    assert info(node, key)["token"] == lock.fencing_token and 0 < info(node, key)["ttl-ms"] <= 900
     assert await lock.owned() and not lock.lost
     await lock.release()
     assert info(node, key) is None
