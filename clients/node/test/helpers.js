@@ -44,6 +44,16 @@ async function waitUntil(what, check, deadlineMs = DEADLINE_MS) {
   }
 }
 
+// Pushed events arrive within milliseconds; this only bounds a broken client.
+const PUSHED_MS = 3000;
+
+/** Resolves (true) once `signal` aborts. */
+const aborted = (signal) => (signal.aborted ? true : new Promise((resolve) => signal.addEventListener('abort', () => resolve(true), { once: true })));
+
+/** `promise`, or a rejection naming `what` if it has not settled within `ms`. */
+const within = (ms, what, promise) =>
+  Promise.race([promise, new Promise((_, reject) => setTimeout(() => reject(new Error(`not within ${ms} ms: ${what}`)), ms).unref())]);
+
 function freePort() {
   return new Promise((resolve, reject) => {
     const srv = net.createServer();
@@ -268,6 +278,14 @@ async function startSentinels({ replicas = 1 } = {}) {
   const [first] = servers;
   // Started after the sync, or the sentinels would learn the replicas only at their next 10 s check.
   const sentinels = [];
+  // Sentinel's own periods (SENTINEL DEBUG) stay as they are. A sentinel turns a replica that
+  // reports itself master back into a replica 4 publish-periods (8 s) after it saw that: with a
+  // 200 ms publish-period the two other sentinels demoted the replica a SENTINEL FAILOVER had just
+  // promoted, before the leader's new configuration reached them (a failover reads INFO every 1 s
+  // whatever the info-period), and the failover went back. A short info-period speeds up nothing
+  // the tests wait for (an old master is demoted at its first INFO 8 s after the switch; the
+  // durable failover test demotes it itself), and on a busy machine it leaves the replicas' INFO
+  // too old (3 info-periods) to be promoted.
   for (let i = 0; i < 3; i++) sentinels.push(await startServer([first.port], { sentinel: true }));
   await waitUntil(
     'every sentinel knows the replicas and the other sentinels',
@@ -438,6 +456,7 @@ async function flockOf(kind, port, settings) {
 }
 
 module.exports = {
+  aborted,
   eachClient,
   flockOf,
   freePort,
@@ -449,7 +468,9 @@ module.exports = {
   startServer,
   startProxy,
   waitUntil,
+  within,
   CLIENTS,
+  PUSHED_MS,
   REPO,
   WATCHDOG_LEASE,
 };

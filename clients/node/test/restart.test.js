@@ -1,0 +1,50 @@
+'use strict';
+
+// The one documented behaviour for a server restart mid-wait (docs/commands.md, "Sessions"), once
+// per supported client library: the waits retry (a new session, the same request IDs) until their
+// own deadline.
+
+const assert = require('node:assert/strict');
+const { before, describe, it } = require('node:test');
+const { LockBusyError } = require('..');
+const { aborted, eachClient, flockOf, startServer, waitUntil, within, PUSHED_MS } = require('./helpers');
+
+const LEASE = 10000;
+
+describe('a server restart mid-wait', () => {
+  let own;
+  before(async () => {
+    own = await startServer();
+  });
+  eachClient((kind, K) => {
+    it('a wait is resent to the restarted server and granted there (its lock died with the server)', async () => {
+      const flock = await flockOf(kind, own.port);
+      const holder = await flock.acquire(K('restart'), { lease: 60000 });
+      const waiting = flock.acquire(K('restart'), { lease: LEASE, wait: 20000 });
+      await own.queued(K('restart'), 1);
+      await own.kill();
+      // Down long enough that the client's first new session failed and the wait waits to retry.
+      await waitUntil('a new session failed while the server was down', () => [...flock._session.waits.values()].some((w) => w.attempts >= 2));
+      await own.start();
+      const lock = await within(15000, 'the resent wait is granted', waiting);
+      assert.equal((await own.info(K('restart'))).owner, lock.owner);
+      await lock.release();
+      // The holder's grant died with the server: reported when the session reconnected.
+      await within(PUSHED_MS, 'the lost holder reported', aborted(holder.signal));
+    });
+
+    it('a server that stays down past the deadline: the wait ends as a timeout (LockBusyError), not a connection error', async () => {
+      const flock = await flockOf(kind, own.port);
+      const holder = await flock.acquire(K('down'), { lease: 60000 });
+      const waiting = flock.acquire(K('down'), { lease: LEASE, wait: 300 });
+      await own.queued(K('down'), 1);
+      await own.kill();
+      try {
+        await assert.rejects(within(10000, 'the wait ends', waiting), LockBusyError);
+      } finally {
+        await own.start();
+      }
+      void holder;
+    });
+  });
+});
