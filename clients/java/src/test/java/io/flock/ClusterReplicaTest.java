@@ -17,9 +17,11 @@ import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Order;
 import org.junit.jupiter.api.Test;
 
 /** The client on a 3-master Redis Cluster with a replica per master: durable grants and a CLUSTER FAILOVER. */
+@Order(1) // among the longest classes: started first (build.sh orders classes so), not left to end the run
 class ClusterReplicaTest {
     private static TestCluster cluster;
     private final List<FlockClient> clients = new ArrayList<>();

@@ -14,6 +14,7 @@ import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.Order;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -23,6 +24,7 @@ import org.junit.jupiter.api.Test;
  * seconds become sub-second, the watchdog timeout 600 ms. Where FLOCK deliberately differs, a {@code FLOCK:}
  * comment says what upstream asserts and why; the test asserts FLOCK's documented behaviour.
  */
+@Order(1) // among the longest classes: started first (build.sh orders classes so), not left to end the run
 class RedissonReadWriteLockPortTest extends ServerTest {
 
     /** Readers and writers inside at once, as the locks let them in; records any overlap a writer must not have. */
