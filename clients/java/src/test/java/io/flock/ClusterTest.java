@@ -208,13 +208,12 @@ class ClusterTest {
     }
 
     /**
-     * The lease left on the key's node rises 4 times (a renewal every 500 ms of the 1.5 s lease), so it was renewed
-     * there for longer than a lease, and the lock was held with its token all along. Not a 600 ms lease: on a busy
-     * machine a renewal came 400 ms late and the lease ran out.
+     * The lease left on the key's node rises 4 times (a renewal every third of the lease), so it was renewed there
+     * for longer than a lease, and the lock was held with its token all along.
      */
     @Test
     void theWatchdogRenewsOnTheKeysNode() throws IOException {
-        FlockClient client = client(cluster.config().setLockWatchdogTimeout(1_500));
+        FlockClient client = client(cluster.config().setLockWatchdogTimeout(ServerTest.WATCHDOG_MS));
         String key = cluster.keyOn(2, "watchdog");
         FlockLock lock = client.getFairLock(key);
         long token = lock.lockAndGetToken();

@@ -189,7 +189,7 @@ class FlockLockTest extends ServerTest {
 
     @Test
     void watchdogRenewsTheLeaseUntilUnlock() {
-        FlockClient client = client(600);
+        FlockClient client = client(WATCHDOG_MS);
         FlockLock lock = client.getFairLock("k");
         lock.lock();
         // The lease left only rises when a renewal resets it; three rises span more than one lease.
@@ -203,7 +203,7 @@ class FlockLockTest extends ServerTest {
 
     @Test
     void aLostLeaseIsReportedAndUnlockThenThrows() throws Exception {
-        FlockClient client = client(600);
+        FlockClient client = client(WATCHDOG_MS);
         CompletableFuture<String> reported = new CompletableFuture<>();
         client.setLeaseLostListener((name, thread, token, reason) -> reported.complete(name + " " + reason));
         FlockLock lock = client.getFairLock("k");

@@ -183,7 +183,7 @@ class MultiLockTest extends ServerTest {
 
     @Test
     void theWatchdogRenewsEveryKeyUntilUnlock() {
-        FlockClient client = client(600);
+        FlockClient client = client(WATCHDOG_MS);
         FlockMultiLock multi = client.getMultiLock("a", "b");
         multi.lock();
         assertEquals(2, client.watchdogs());

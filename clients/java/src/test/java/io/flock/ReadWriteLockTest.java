@@ -100,7 +100,7 @@ class ReadWriteLockTest extends ServerTest {
 
     @Test
     void theWatchdogKeepsAReadLeaseAlive() {
-        FlockClient client = client(600);
+        FlockClient client = client(WATCHDOG_MS);
         FlockLock read = client.getReadWriteLock("k").readLock();
         read.lock();
         awaitRenewals("k", 3);

@@ -179,7 +179,7 @@ class RedissonPortTest extends ServerTest {
     /** Upstream: a client locks without a lease and shuts down; its watchdog stops and the lease ends. */
     @Test
     void testAutoExpire() throws Exception {
-        FlockClient dying = client(600);
+        FlockClient dying = client(WATCHDOG_MS);
         onOtherThread(() -> dying.getFairLock("lock").lock());
         FlockLock lock = client().getFairLock("lock");
         assertTrue(lock.isLocked());

@@ -21,7 +21,7 @@ import org.junit.jupiter.api.Test;
  * Redisson's own read-write lock tests (redisson/src/test/java/org/redisson/RedissonReadWriteLockTest.java),
  * ported to FLOCK with the upstream names, as {@link RedissonPortTest} ports the lock tests: sleeps used as
  * synchronisation become waits for what the server shows, elapsed-time assertions are dropped, leases of
- * seconds become sub-second, the watchdog timeout 600 ms. Where FLOCK deliberately differs, a {@code FLOCK:}
+ * seconds become sub-second, the watchdog timeout {@link #WATCHDOG_MS}. Where FLOCK deliberately differs, a {@code FLOCK:}
  * comment says what upstream asserts and why; the test asserts FLOCK's documented behaviour.
  */
 @Order(1) // among the longest classes: started first (build.sh orders classes so), not left to end the run
@@ -113,7 +113,7 @@ class RedissonReadWriteLockPortTest extends ServerTest {
     /** Upstream: 50 readers hold the read lock for the watchdog timeout + 5 s; none of their unlocks fails. */
     @Test
     void testReadLockExpirationRenewal() throws Exception {
-        FlockClient client = client(600);
+        FlockClient client = client(WATCHDOG_MS);
         CompletableFuture<Void> gate = new CompletableFuture<>();
         List<CompletableFuture<Void>> readers = new ArrayList<>();
         for (int i = 0; i < 10; i++) {
@@ -382,7 +382,7 @@ class RedissonReadWriteLockPortTest extends ServerTest {
     /** Upstream: with the watchdog, both views keep a lease over 19 s (of 30) for 25 s, and the read after unlock. */
     @Test
     void testReadWriteTTL() {
-        FlockClient client = client(600);
+        FlockClient client = client(WATCHDOG_MS);
         FlockReadWriteLock rwlock = client.getReadWriteLock("rwlock");
         rwlock.writeLock().lock();
         rwlock.readLock().lock();
@@ -428,7 +428,7 @@ class RedissonReadWriteLockPortTest extends ServerTest {
 
     @Test
     void testAutoExpire() throws Exception {
-        FlockClient dying = client(600);
+        FlockClient dying = client(WATCHDOG_MS);
         onOtherThread(() -> dying.getReadWriteLock("lock").writeLock().lock());
         FlockLock lock1 = client().getReadWriteLock("lock").writeLock();
         assertTrue(lock1.isLocked());
@@ -576,10 +576,10 @@ class RedissonReadWriteLockPortTest extends ServerTest {
     /** Upstream sleeps the watchdog timeout + 5 s for the dead client's read lease to end; here it waits for it. */
     @Test
     void testMultiInstanceReadLockZombieCleanup() throws Exception {
-        FlockClient instanceA = client(600);
+        FlockClient instanceA = client(WATCHDOG_MS);
         onOtherThread(() -> instanceA.getReadWriteLock("zombie_test").readLock().lock());
         instanceA.close();
-        FlockClient instanceB = client(600);
+        FlockClient instanceB = client(WATCHDOG_MS);
         FlockReadWriteLock rwB = instanceB.getReadWriteLock("zombie_test");
         rwB.readLock().lock();
         await("instance A's read lease ends", () -> holderCount("zombie_test") == 1);

@@ -72,7 +72,8 @@ class RequestIdTest extends ServerTest {
 
     @Test
     void aResentRenewalKeepsTheLease() throws Exception {
-        FlockClient client = opened(new FlockClient(RespConnection.factory("127.0.0.1", proxy.port()), 600));
+        FlockClient client = opened(new FlockClient(RespConnection.factory("127.0.0.1", proxy.port()),
+                WATCHDOG_MS));
         FlockLock renewed = client.getFairLock("k");
         renewed.lock();
         proxy.dropRepliesTo("FLOCK.RENEW", 1);

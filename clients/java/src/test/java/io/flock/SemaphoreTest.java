@@ -132,7 +132,7 @@ class SemaphoreTest extends ServerTest {
 
     @Test
     void theWatchdogKeepsASemaphoreLeaseAlive() throws Exception {
-        FlockClient client = client(600);
+        FlockClient client = client(WATCHDOG_MS);
         FlockSemaphore semaphore = client.getSemaphore("s", 2);
         semaphore.acquire();
         awaitRenewals("s", 3);

@@ -22,6 +22,12 @@ import org.junit.jupiter.api.TestInfo;
  * classes run side by side, so each has a server of its own, kept by class.
  */
 abstract class ServerTest {
+    /**
+     * The watchdog timeout of the tests that watch renewals, short so that a few renewals (one every third of
+     * it) come soon: a renewal may then come 800 ms late before the lease runs out. With 600 ms (400 ms of
+     * slack) a busy machine lost a lease.
+     */
+    static final long WATCHDOG_MS = 1_200;
     private static final Map<Class<?>, TestServer> SERVERS = new ConcurrentHashMap<>();
     /** This class's server, started before its first test. */
     final TestServer server;
@@ -107,7 +113,7 @@ abstract class ServerTest {
      * release handing it over. {@code config} reaches this class's server.
      */
     void lockWaitReleaseAndRenew(FlockConfig config) throws Exception {
-        FlockLock held = client(config.setLockWatchdogTimeout(600)).getFairLock("k");
+        FlockLock held = client(config.setLockWatchdogTimeout(WATCHDOG_MS)).getFairLock("k");
         FlockClient waiter = client(config);
         held.lock();
         awaitRenewals("k", 2);
