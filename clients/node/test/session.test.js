@@ -147,6 +147,11 @@ eachClient((kind, K) => {
     const cancels = await server.stat('cmdstat_flock.cancel');
     const waiting = flock.acquire(K('cancel'), { lease: LEASE, wait: Infinity, signal: controller.signal });
     await server.queued(K('cancel'), 1);
+    // Queued on the server is not yet answered here: aborted before its WAITING reply is read,
+    // a wait sends a second CANCEL once it is (in case the first overtook a resend). A reply
+    // read after it on the same connection, then a macrotask, and its handlers have run.
+    await flock._conn.send(['PING']);
+    await new Promise(setImmediate);
     controller.abort(new Error('stop'));
     await assert.rejects(waiting, (err) => err instanceof AbortError && err.cause.message === 'stop');
     assert.equal(await server.stat('cmdstat_flock.cancel'), cancels + 1);
