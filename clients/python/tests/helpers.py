@@ -30,9 +30,23 @@ def wait_until(condition, timeout=5.0, what="the condition"):
 
 
 async def until(condition, timeout=5.0, what="the condition"):
-    """wait_until for asyncio tests: lets the event loop run meanwhile."""
+    """wait_until for asyncio tests: lets the event loop run between two
+    checks. ``condition`` runs on the loop: a blocking read of the server in
+    it holds the loop for its round trip (see until_read)."""
     deadline = time.monotonic() + timeout
     while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+async def until_read(condition, timeout=5.0, what="the condition"):
+    """until() for a ``condition`` that only reads the server through a
+    blocking client: it runs in a thread, so that the loop's own work goes on
+    during its round trips. On a busy machine, blocking reads on the loop
+    stretched a watchdog's renewals (every 0.3 s) past its 0.9 s lease. Not
+    for what a thread cannot read: a thread-local lock's state."""
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(condition):
         assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
         await asyncio.sleep(0.01)
 

@@ -8,7 +8,7 @@ import time
 import pytest
 import redis.asyncio
 import redis_flock.asyncio
-from helpers import ReplyDropper, calls, holding, info, lock_kinds, until
+from helpers import ReplyDropper, calls, holding, info, lock_kinds, until, until_read
 from redis.backoff import NoBackoff
 from redis.exceptions import LockNotOwnedError
 from redis.retry import Retry
@@ -67,7 +67,7 @@ async def test_watchdog_keeps_a_short_lease_alive(r, inspect, kind):
     start = info(inspect, "wd")["token"]
     acquired = time.monotonic()
     # Four renewals and more than a lease: without them the lock would be gone.
-    await until(
+    await until_read(
         lambda: calls(inspect, "flock.renew") >= renewals + 4 and time.monotonic() - acquired > 1.2,
         what="four renewals",
     )

@@ -11,7 +11,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ClusterCrossSlotError, LockError, LockNotOwnedError
 from redis.retry import Retry
 
-from helpers import ReplyDropper, calls, holding, info, until
+from helpers import ReplyDropper, calls, holding, info, until, until_read
 from redis_flock import CrossSlotError, DeadlockError
 from redis_flock.asyncio import Lock, MultiLock
 
@@ -203,8 +203,8 @@ async def test_watchdog_keeps_every_lease_alive_and_reports_one_loss(r, inspect)
     renewals = calls(inspect, "flock.renew")
     assert await multi.acquire(blocking=False)
     acquired = time.monotonic()
-    await until(lambda: calls(inspect, "flock.renew") >= renewals + 4 and time.monotonic() - acquired > 1.2,
-                what="two renewals of each key")
+    await until_read(lambda: calls(inspect, "flock.renew") >= renewals + 4 and time.monotonic() - acquired > 1.2,
+                     what="two renewals of each key")
     assert await multi.owned() and not multi.lost
     for key in ("a", "b"):
         inspect.execute_command("FLOCK.FORCERELEASE", key)

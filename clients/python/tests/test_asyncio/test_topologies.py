@@ -11,7 +11,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import LockNotOwnedError
 
-from helpers import calls, holding, info, until, wait_until
+from helpers import calls, holding, info, until, until_read, wait_until
 from redis_flock.asyncio import Lock, LockNotDurableError
 from test_topologies import migrate_slot, on_replica, queued
 
@@ -72,7 +72,7 @@ async def test_cluster_watchdog_renews_on_the_key_node(cluster, rc):
     before = renewals()
     lock = Lock(rc, key, watchdog_timeout=0.9)
     assert await lock.acquire()
-    await until(lambda: renewals() >= before + 3, what="three renewals on the key's node")
+    await until_read(lambda: renewals() >= before + 3, what="three renewals on the key's node")
     assert info(node, key)["token"] == lock.fencing_token and 0 < info(node, key)["ttl-ms"] <= 900
     assert await lock.owned() and not lock.lost
     await lock.release()
