@@ -127,7 +127,9 @@ class TestLock:
     def test_context_manager(self, r):
         # blocking_timeout prevents a deadlock if the lock can't be acquired
         # for some reason
-        with self.get_lock(r, "foo", blocking_timeout=0.2) as lock:
+        # FLOCK: 5 s, not 0.2 s: the wait's time also pays for opening the
+        # client's session, which took longer than 0.2 s on a busy machine.
+        with self.get_lock(r, "foo", blocking_timeout=5) as lock:
             assert owner_of(r, "foo") == lock.local.token
         assert info(r, "foo") is None
 

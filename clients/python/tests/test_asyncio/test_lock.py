@@ -130,7 +130,9 @@ class TestLock:
     async def test_context_manager(self, r, inspect):
         # blocking_timeout prevents a deadlock if the lock can't be acquired
         # for some reason
-        async with self.get_lock(r, "foo", blocking_timeout=0.2) as lock:
+        # FLOCK: 5 s, not 0.2 s: the wait's time also pays for opening the
+        # client's session, which took longer than 0.2 s on a busy machine.
+        async with self.get_lock(r, "foo", blocking_timeout=5) as lock:
             assert owner_of(inspect, "foo") == lock.local.token
         assert info(inspect, "foo") is None
 
