@@ -15,7 +15,13 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 venv=${PYVENV:-../../target/python-venv}
-"$venv/bin/pip" install --quiet --disable-pip-version-check .
+# pip builds and installs the client (5-10 s) only when the installed copy is
+# not src/'s, or pyproject.toml changed since.
+installed=$("$venv/bin/python" -c 'import os, redis_flock; print(os.path.dirname(redis_flock.__file__))' 2>/dev/null || true)
+if [ -z "$installed" ] || [ pyproject.toml -nt "$installed" ] \
+    || ! diff -rq -x __pycache__ src/redis_flock "$installed" >/dev/null; then
+    "$venv/bin/pip" install --quiet --disable-pip-version-check .
+fi
 report=()
 if [ -n "${FLOCK_TEST_REPORTS:-}" ]; then
     mkdir -p "$FLOCK_TEST_REPORTS/python"
