@@ -13,10 +13,13 @@ release (the polling legacy processes win a key a few times a second between
 the FLOCK grants): the test then tells the workers to stop, through the
 script's answer."""
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -41,11 +44,24 @@ return redis.call('EXISTS', KEYS[3])
 """
 
 
-def java_jar() -> Path:
+def java_worker() -> list:
+    """The command of the Java worker: FleetWorker compiled once per version
+    of it and of the client's jar, into target/fleet-classes (the source
+    launcher compiles it at every start: 2-3 s)."""
     jar = REPO / "clients/java/build/flock-client.jar"
     if not jar.is_file():
         subprocess.run([str(REPO / "clients/java/build.sh"), "jar"], cwd=REPO / "clients/java", check=True)
-    return jar
+    source = FLEET / "FleetWorker.java"
+    classes = REPO / "target/fleet-classes" / hashlib.sha256(source.read_bytes() + jar.read_bytes()).hexdigest()[:16]
+    if not classes.is_dir():
+        classes.parent.mkdir(parents=True, exist_ok=True)
+        compiled = Path(tempfile.mkdtemp(dir=classes.parent))
+        subprocess.run(["javac", "-cp", str(jar), "-d", str(compiled), str(source)], check=True)
+        try:
+            compiled.rename(classes)
+        except OSError:  # compiled meanwhile by another run
+            shutil.rmtree(compiled)
+    return ["java", "-cp", f"{jar}{os.pathsep}{classes}", "FleetWorker"]
 
 
 def workers(port: int, sha: str):
@@ -59,7 +75,7 @@ def workers(port: int, sha: str):
         [*python, "flock", *common, *KEYS],
         [*python, "flock", *common, *KEYS],
         ["node", str(FLEET / "worker.js"), *common, "4", *KEYS],
-        ["java", "-cp", str(java_jar()), str(FLEET / "FleetWorker.java"), *common, "4", *KEYS],
+        [*java_worker(), *common, "4", *KEYS],
     ]
     env = dict(os.environ, NODE_PATH=str(node_modules))
     return [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for c in commands]

@@ -18,7 +18,7 @@ import java.util.concurrent.atomic.AtomicInteger;
  * script's answer to a request's log says the test has seen enough (or SECONDS pass). Prints its
  * counts as one JSON line.
  *
- * <p>java -cp flock-client.jar FleetWorker.java PORT SHA SECONDS THREADS KEY...
+ * <p>java -cp flock-client.jar FleetWorker.java PORT SHA SECONDS THREADS KEY... (or compiled: FleetWorker)
  */
 public class FleetWorker {
     public static void main(String[] args) throws Exception {
