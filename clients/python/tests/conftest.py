@@ -16,6 +16,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+import redis_flock._core
+
 from helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[3]
@@ -154,6 +156,14 @@ def m(solo):
     c.config_set("min-replicas-to-write", 0)
     c.flushall()
     c.close()
+
+
+@pytest.fixture()
+def short_local_deadline(monkeypatch):
+    """A session wait's own deadline 0.2 s after the server's, not
+    LOCAL_DEADLINE_MARGIN's 2 s: for a test whose server is gone, where only
+    that deadline can end the wait."""
+    monkeypatch.setattr(redis_flock._core, "LOCAL_DEADLINE_MARGIN", 0.2)
 
 
 @pytest.fixture(params=[2, 3], ids=["resp2", "resp3"])

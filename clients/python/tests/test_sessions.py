@@ -435,7 +435,7 @@ def test_server_restart_mid_wait_the_wait_is_sent_again_and_granted(own_server, 
     c.close()
 
 
-def test_server_down_past_the_deadline_ends_the_wait_as_a_timeout(own_server, protocol):
+def test_server_down_past_the_deadline_ends_the_wait_as_a_timeout(own_server, protocol, short_local_deadline):
     # redis-py's own retry off: its backoff would lengthen the wait's end.
     c = redis.Redis(port=own_server.port, protocol=protocol, retry=Retry(NoBackoff(), 0))
     holder = Lock(c, "down", timeout=30)

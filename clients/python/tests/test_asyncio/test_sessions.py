@@ -291,7 +291,7 @@ def own_server():
     s.stop()
 
 
-async def test_server_down_past_the_deadline_ends_the_wait_as_a_timeout(own_server, protocol):
+async def test_server_down_past_the_deadline_ends_the_wait_as_a_timeout(own_server, protocol, short_local_deadline):
     # redis-py's own retry off: its backoff would lengthen the wait's end.
     c = redis.asyncio.Redis(port=own_server.port, protocol=protocol, retry=Retry(NoBackoff(), 0))
     holder = Lock(c, "down", timeout=30)
