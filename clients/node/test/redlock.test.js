@@ -12,13 +12,13 @@ const { describe, it, before } = require('node:test');
 const Redis = require('ioredis');
 const { createClient } = require('redis');
 const { Flock, LockBusyError, LockNotHeldError } = require('..');
-const { flockOf, freePort, onEnd, startServer, waitUntil, CLIENTS, WATCHDOG_LEASE } = require('./helpers');
+const { flockOf, freePort, onEnd, startServer, waitUntil, CLIENTS } = require('./helpers');
 
 // redlock uses floor(MAX_SAFE_INTEGER / 10) ms; FLOCK caps a lease at flock.max-lease-ms (2^40 by
 // default), so the port uses 2^38 and extends to 3 x 2^38.
 const LONG = 2 ** 38;
-// The lease of the using() tests and when it is extended (see holdThroughRenewals).
-const USING = { lease: WATCHDOG_LEASE, threshold: (2 * WATCHDOG_LEASE) / 3 };
+// The lease of the using() tests and how much of it is left when it is extended (see holdThroughRenewals).
+const USING = { lease: 3000, threshold: 2700 };
 
 let server;
 before(async () => {
@@ -157,17 +157,20 @@ for (const kind of CLIENTS) {
       for (const key of [K('c1'), K('c2'), K('c3')]) assert.equal(await owner(key), null);
     });
 
-    // redlock's two using() tests share this routine. redlock holds a 500 ms lease (extended
-    // when 200 ms are left) and sleeps 700 ms in it "to ensure that the lock is extended"; the
-    // port waits for two renewals and for a whole lease to pass. Its lease is the suite's
-    // WATCHDOG_LEASE, extended when 600 ms are left: renewals as often as redlock's (every 300
-    // ms), but one may come 600 ms late on a busy machine before the lease ends, not 200.
+    // redlock's two using() tests share this routine. redlock holds a 500 ms lease, extended when
+    // 200 ms are left (every 300 ms), and sleeps 700 ms in it "to ensure that the lock is
+    // extended". The port extends as often, but a renewal may come 2.7 s late on a busy machine
+    // (a 3 s lease, extended when 2.7 s are left) instead of 200 ms; it waits for three renewals
+    // and checks the extension itself: the lease then ends later than the first one could.
     const holdThroughRenewals = (key) => async (signal) => {
+      // After the grant: the first lease ends before since + USING.lease.
       const since = Date.now();
       const lockValue = await owner(key);
       assert.equal(typeof lockValue, 'string', 'The lock value was not correctly acquired.');
-      await renewed(2);
-      await waitUntil('the first lease has passed', () => Date.now() - since > USING.lease);
+      await renewed(3);
+      const at = Date.now();
+      const left = Number((await server.info(key))['ttl-ms']);
+      assert.ok(left > USING.lease - (at - since), `The lock was not extended: ${left} ms left ${at - since} ms into its ${USING.lease} ms lease`);
       assert.equal(signal.aborted, false, 'The signal must not be aborted.');
       assert.equal(signal.error, undefined, 'The signal must not have an error.');
       assert.equal(await owner(key), lockValue, 'The lock value should not have changed.');
