@@ -20,8 +20,10 @@ case "${1:-test}" in
     *) echo "usage: $0 [jar | test [JUnit launcher arguments]]" >&2; exit 2 ;;
 esac
 junit=${JUNIT_JAR:-/usr/share/java/junit-platform-console-standalone.jar}
-# C1 only: javac and javadoc are short runs that C2 compiles for more than it saves (about half their CPU)
-quick=-J-XX:TieredStopAtLevel=1
+# C1 only: javac, javadoc and the tests (which mostly wait) are short runs that C2 compiles for more than it
+# saves: about half the CPU of javac and javadoc, a third of the tests'
+c1=-XX:TieredStopAtLevel=1
+quick=-J$c1
 
 # A checksum of this script, ../VERSION and every file's name and content under the directories given.
 stamp() {
@@ -73,7 +75,7 @@ fi
 # Test classes run side by side (each has servers of its own), a class's tests one after another (they share
 # the class's servers); the longest classes (@Order(1)) start first. max-pool-size: no spare threads beyond the
 # jobs (JUnit adds one for each test blocked in a Future's get, and ran 8 classes at once for 4).
-exec java -jar "$junit" --disable-banner --details=summary --fail-if-no-tests "${reports[@]}" \
+exec java $c1 -jar "$junit" --disable-banner --details=summary --fail-if-no-tests "${reports[@]}" \
     --config='junit.jupiter.testclass.order.default=org.junit.jupiter.api.ClassOrderer$OrderAnnotation' \
     --config=junit.jupiter.execution.parallel.enabled=true \
     --config=junit.jupiter.execution.parallel.mode.default=same_thread \
