@@ -44,7 +44,9 @@ describe('Cluster (3 masters, a replica each): durable grants and failover', () 
         const replica = await cluster.replicaOf(old);
         const held = await holders.acquire(key, { lease: 30000 });
         const next = waiter.acquire(key, { lease: 10000, wait: 30000 });
-        next.catch(() => {});
+        // Should the wait end before it queues on the new master, the test fails with its error.
+        let ended = null;
+        next.catch((err) => (ended = err));
         await old.queued(key, 1);
         await waitUntil('the replica has the grant', async () => (await replica.info(key))?.owner === held.owner);
         await replica.probe.call('CLUSTER', 'FAILOVER');
@@ -52,7 +54,14 @@ describe('Cluster (3 masters, a replica each): durable grants and failover', () 
         // The holder keeps its grant on the new master; its release goes there and the waiter,
         // sent again there, gets the lock.
         assert.equal((await replica.info(key)).owner, held.owner);
-        await waitUntil('the waiter queues on the new master', async () => (await replica.info(key))?.waiters === '1', 30000);
+        await waitUntil(
+          'the waiter queues on the new master',
+          async () => {
+            if (ended) throw ended;
+            return (await replica.info(key))?.waiters === '1';
+          },
+          30000,
+        );
         await held.release();
         const lock = await next;
         assert.equal((await replica.info(key)).owner, lock.owner, 'granted by the new master');

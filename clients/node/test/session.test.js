@@ -261,7 +261,7 @@ const port = Number(process.argv[3]);
     it(`${kind}: no session connection, watchdog or timer keeps it alive`, async () => {
       const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'flock-exit-')), 'exit.js');
       fs.writeFileSync(file, script);
-      const { stdout } = await promisify(execFile)(process.execPath, [file, kind, String(server.port)], { timeout: 15000 });
+      const { stdout } = await promisify(execFile)(process.execPath, [file, kind, String(server.port)], { timeout: 60000 });
       const quitAt = Number(/quit at (\d+)/.exec(stdout)[1]);
       assert.ok(Date.now() - quitAt < 5000, `exited ${Date.now() - quitAt} ms after redis.quit()`);
       fs.rmSync(path.dirname(file), { recursive: true, force: true });

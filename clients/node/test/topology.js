@@ -64,7 +64,7 @@ async function exitsAfterQuit(kind, ports) {
   onEnd(() => fs.rmSync(dir, { recursive: true, force: true }));
   const file = path.join(dir, 'exit.js');
   fs.writeFileSync(file, EXIT_SCRIPT);
-  const { stdout } = await promisify(execFile)(process.execPath, [file, kind, ...ports.map(String)], { timeout: 15000 });
+  const { stdout } = await promisify(execFile)(process.execPath, [file, kind, ...ports.map(String)], { timeout: 60000 });
   const [, quitAt, sessions] = /quit at (\d+) sessions (\d+)/.exec(stdout);
   assert.ok(Date.now() - Number(quitAt) < 5000, `exited ${Date.now() - Number(quitAt)} ms after the quit`);
   return Number(sessions);
