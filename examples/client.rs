@@ -8,7 +8,7 @@
 //! It takes a lock, lets a second thread queue for it through the process's
 //! session, keeps a short lease alive with the watchdog, hands the lock over
 //! on release, and shows how a holder learns that it lost the lock (the
-//! session pushes the loss). `tests/examples.rs` runs it too.
+//! session pushes the loss). `tests/integration/examples.rs` runs it too.
 #![allow(dead_code)]
 
 use std::thread;

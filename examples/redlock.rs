@@ -22,7 +22,7 @@
 //! Every server grants its own fencing token; `Lock::tokens` returns them per
 //! server. Use a unique `owner` per holder (e.g. a UUID plus thread id).
 //!
-//! This file is also compiled into `tests/redlock.rs` (`#[path]` include),
+//! This file is also compiled into `tests/integration/redlock.rs` (`#[path]` include),
 //! so the library part is tested against real servers.
 #![allow(dead_code)]
 

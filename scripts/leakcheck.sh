@@ -69,14 +69,12 @@ echo "caught: the probe's 4242-byte leak and its 1-byte overflow"
 echo "== tests against valgrind-run servers (logs in $out)"
 export FLOCK_REDIS_WRAPPER="$valgrind_cmd --log-file=$out/vg.%p.log"
 failed=0
+# One run of the integration binary over those modules; a Cluster of six
+# valgrind-run nodes would take minutes to form: that test runs in make test.
 FLOCK_RANDOM_SECS=${LEAKCHECK_SECS:-20} FLOCK_RANDOM_CLIENTS=${LEAKCHECK_CLIENTS:-50} \
-    cargo test --release --test random_clients -- --nocapture || failed=1
-FLOCK_MEMORY_SCALE=${LEAKCHECK_MEMORY_SCALE:-10} cargo test --release --test memory -- --nocapture --test-threads=1 || failed=1
-cargo test --release --test hostile -- --test-threads=1 || failed=1
-cargo test --release --test legacy_locks -- --test-threads=1 || failed=1
-cargo test --release --test deadlocks -- --test-threads=1 || failed=1
-# A Cluster of six valgrind-run nodes would take minutes to form: that test runs in make test.
-cargo test --release --test acquire_all -- --test-threads=1 --skip in_a_cluster || failed=1
+    FLOCK_MEMORY_SCALE=${LEAKCHECK_MEMORY_SCALE:-10} \
+    cargo test --release --test integration -- --test-threads=2 \
+    random_clients:: memory:: hostile:: legacy_locks:: deadlocks:: acquire_all:: --skip in_a_cluster || failed=1
 
 echo "== valgrind reports"
 bad=0

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Makes the persistence fixtures of tests/fixtures.rs with a given module build:
+# Makes the persistence fixtures of tests/integration/fixtures.rs with a given module build:
 #
 #   scripts/make-fixtures.sh MODULE.so NAME
 #
@@ -11,7 +11,7 @@
 # directory is made by its own server run, so RDB and AOF tokens differ.
 #
 # Leases and the request-ID window are 2^40 ms, so the locks are still held
-# when the tests load the files. The locks (tests/fixtures.rs checks each):
+# when the tests load the files. The locks (tests/integration/fixtures.rs checks each):
 #   phase 1
 #     held2            alice acquires twice (exclusive, holds 2)
 #     bin\x00\xffkey   carol (binary key name)
@@ -33,7 +33,7 @@
 #     semids           ken releases with ID sk-r (a semaphore kept by its IDs)
 #     handoff          quinn releases: nina and omar are granted shared together
 #
-# Fixtures made with it (tests/fixtures.rs has their tokens):
+# Fixtures made with it (tests/integration/fixtures.rs has their tokens):
 #   v3-rdb, v3-aof  module of commit ee21794 (RDB encoding 3; AOF of FLOCK.STATE,
 #                   FLOCK.HOLDER and FLOCK.ID), Redis 7.0.15
 #   v4-rdb, v4-aof  module of the persistence rewrite on top of ee21794 (working
@@ -155,7 +155,7 @@ phase2() {
     grep -qE '^[0-9]+$' "$work/nina.out" && grep -qE '^[0-9]+$' "$work/omar.out"
 }
 
-# Every holder, then the tokens in the order of tests/fixtures.rs's tables.
+# Every holder, then the tokens in the order of tests/integration/fixtures.rs's tables.
 report() {
     local key
     for key in held2 'bin\x00\xffkey' ids rw sem handoff sess; do

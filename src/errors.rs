@@ -1,6 +1,6 @@
 //! Every error FLOCK answers, code and text, in one place: the core reports
 //! plain variants, this turns them into replies. docs/commands.md lists
-//! every code here (tests/docs.rs checks it).
+//! every code here (tests/integration/docs.rs checks it).
 //!
 //! Texts are ASCII: the crate sends an error's text char by char as bytes.
 

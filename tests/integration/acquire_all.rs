@@ -1,8 +1,7 @@
 //! `FLOCK.ACQUIREALL` and `FLOCK.RELEASEALL`: several locks of one owner,
 //! all or none; a wait that holds its place in every key's queue and is
 //! granted every key at once; each key an ordinary hold afterwards.
-mod common;
-use common::*;
+use crate::common::*;
 
 use redis::{Connection, RedisResult, Value};
 use std::thread::JoinHandle;
@@ -351,7 +350,7 @@ fn a_wait_on_a_key_an_old_client_holds_is_granted_when_that_key_goes() {
 
 #[test]
 fn in_a_cluster_keys_of_one_slot_work_and_others_are_crossslot() {
-    let cl = common::cluster::Cluster::start();
+    let cl = crate::common::cluster::Cluster::start();
     let slot = cl.keyslot("{acct}:1");
     let node = cl.owner_of_slot_seen_by(0, slot);
     let mut c = cl.nodes[node].conn();

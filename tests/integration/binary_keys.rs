@@ -3,12 +3,11 @@
 //! name (lease timer, WAIT timeout, SESSION close, hand-off, RENAME/MOVE,
 //! FLUSHDB, DEBUG RELOAD, AOF, replication, cluster), and the server must
 //! stay up.
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::time::{Duration, Instant};
 
-use common::cluster::Cluster;
+use crate::common::cluster::Cluster;
 
 const KEY: &[u8] = b"a\0b\r\n\xff";
 const OTHER: &[u8] = b"\0\xfe\n{}";

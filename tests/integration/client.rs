@@ -1,8 +1,7 @@
 //! The Rust client API (crate `flock-client`) against a
 //! real server: tokens, release on drop, waiting, the watchdog and lease loss.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};

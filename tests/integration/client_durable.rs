@@ -6,8 +6,7 @@
 //! try, a grant pushed to a waiter through the session, a reentry, the
 //! blocking path and a semaphore.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::time::{Duration, Instant};
 
@@ -27,10 +26,9 @@ fn assert_not_durable(e: &redis::RedisError, key: &str, reached: i64, asked: usi
     assert!(text.contains(key) && text.contains(&format!("{reached} of {asked}")), "{text}");
 }
 
-/// A master and its replica, synced (no 5 s wait for more replicas before
-/// the first sync).
+/// A master and its replica, synced.
 fn pair() -> (Server, Server) {
-    let master = Server::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let master = Server::start();
     let replica = Server::replica_of(&master);
     // After a diskless sync the master shows the replica online but sends
     // it the stream (and WAIT counts it) only from its first acknowledgement,

@@ -1,8 +1,7 @@
 //! The Rust client's `MultiLock` (`FLOCK.ACQUIREALL` / `FLOCK.RELEASEALL`)
 //! against a real server: all or none, a wait for every key, one owner with
 //! the thread's single locks.
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::time::Duration;
 

@@ -9,9 +9,8 @@
 //! id>:<thread id>`) and acquiring again reenters. `FLOCK.INFO`,
 //! `FLOCK.FORCERELEASE` go over a connection of the runner's own.
 
-mod common;
-use common::proxy::Proxy;
-use common::*;
+use crate::common::proxy::Proxy;
+use crate::common::*;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

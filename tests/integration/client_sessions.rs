@@ -4,8 +4,7 @@
 //! held grants re-watched, an unreachable server's waits time out), cancellation,
 //! reentry and the server's refusals through the session.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
@@ -471,7 +470,7 @@ fn a_grant_force_released_while_the_session_was_down_is_reported_lost_after_the_
 fn a_session_wait_whose_server_is_unreachable_past_its_deadline_ends_as_a_timeout() {
     let s = Server::start();
     let mut admin = s.conn();
-    let proxy = common::proxy::Proxy::start(s.port);
+    let proxy = crate::common::proxy::Proxy::start(s.port);
     let client = redis::Client::open(proxy.url()).expect("client");
     let _holder = Lock::new("L", 30 * SECOND).with_owner("holder").acquire(s.conn(), None).unwrap();
     let waiting = {
@@ -493,7 +492,7 @@ fn a_session_wait_whose_server_is_unreachable_past_its_deadline_ends_as_a_timeou
 fn a_session_wait_whose_reply_is_lost_as_its_server_becomes_unreachable_ends_as_a_timeout() {
     let s = Server::start();
     let mut admin = s.conn();
-    let proxy = common::proxy::Proxy::start(s.port);
+    let proxy = crate::common::proxy::Proxy::start(s.port);
     let client = redis::Client::open(proxy.url()).expect("client");
     let _holder = Lock::new("L", 30 * SECOND).with_owner("holder").acquire(s.conn(), None).unwrap();
     // Queued on the server; its WAITING and every resend are lost.

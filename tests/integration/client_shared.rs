@@ -2,8 +2,7 @@
 //! against a real server: shared and exclusive guards, permits, the server's
 //! refusals as error codes, the watchdog of a shared holder.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;

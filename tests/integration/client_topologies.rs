@@ -5,10 +5,10 @@
 //! waiter, and a Sentinel failover; and the `redis` crate's own cluster and
 //! sentinel clients' connections given to `acquire`.
 
-mod common;
-use common::cluster::{wait_for, Cluster};
-use common::sentinel::{named_master, sentinel_conn, sentinel_field, Sentinels};
-use common::*;
+use crate::common::cluster::{wait_for, Cluster};
+use crate::common::sentinel::{named_master, sentinel_conn, sentinel_field, Sentinels};
+use crate::common::shared::Shared;
+use crate::common::*;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 use flock_client::{key_slot, LeaseLost, Lock, SentinelMaster};
 
 const MS: Duration = Duration::from_millis(1);
+
+/// The cluster of this module's tests, one test at a time.
+static CLUSTER: Shared<Cluster> = Shared::new();
 
 fn client_cluster(cl: &Cluster) -> flock_client::Cluster {
     flock_client::Cluster::new(cl.nodes.iter().map(|n| n.url()).collect()).expect("cluster client")
@@ -42,7 +45,7 @@ fn wait_queued(cl: &Cluster, node: usize, key: &str, owners: &[&str]) {
 
 #[test]
 fn cluster_waits_are_fifo_one_session_per_node_and_hash_tags_share_a_node() {
-    let cl = Cluster::start();
+    let cl = CLUSTER.turn();
     let cluster = client_cluster(&cl);
 
     // Slots as the server computes them, hash tags included.
@@ -114,7 +117,7 @@ fn cluster_waits_are_fifo_one_session_per_node_and_hash_tags_share_a_node() {
 
 #[test]
 fn cluster_watchdog_renews_on_the_keys_node_and_a_forcerelease_is_pushed() {
-    let cl = Cluster::start();
+    let cl = CLUSTER.turn();
     let cluster = client_cluster(&cl);
     let lease = SECOND;
     for (m, key) in key_per_master(&cl, "dog:") {
@@ -141,7 +144,7 @@ fn cluster_watchdog_renews_on_the_keys_node_and_a_forcerelease_is_pushed() {
 /// on every master, the guard's renewal and release included.
 #[test]
 fn the_redis_crates_cluster_connection_is_a_bare_connection_for_every_node() {
-    let cl = Cluster::start();
+    let cl = CLUSTER.turn();
     for (m, key) in key_per_master(&cl, "rs-cluster:") {
         let lock = Lock::new(&key, 10 * SECOND);
         let mut holder = lock.clone().with_owner("holder").acquire(cl.client(), None).unwrap().expect("free");
@@ -166,7 +169,7 @@ fn is_notowner(e: redis::RedisError) -> bool {
 
 #[test]
 fn cluster_slot_move_keeps_a_held_lock_and_its_waiter_follows_the_key() {
-    let cl = Cluster::start();
+    let cl = CLUSTER.turn();
     let cluster = client_cluster(&cl);
     let key = "moving";
     let slot = cl.keyslot(key);
@@ -258,8 +261,9 @@ fn sentinel_lock_and_wait_survive_a_failover_and_new_locks_go_to_the_new_master(
     wait_until("the sentinels to name the replica", 20 * SECOND, || {
         ports.iter().all(|&p| named_master(p) == Some(replica.port))
     });
-    // Sentinel demotes the old master (closing its clients) 10-20 s later:
-    // until then the session stays there.
+    // Sentinel demotes the old master (closing its clients) once its INFO
+    // shows it still a master (every 200 ms at test pace): until then the
+    // session stays there.
     wait_until("the old master to be demoted", 40 * SECOND, || role(&master) == "slave");
     wait_until("the session to reopen on the new master", 10 * SECOND, || {
         flock_stats(&mut replica.conn())["sessions"] == 1
@@ -285,7 +289,7 @@ fn replica_conn(cl: &Cluster, i: usize) -> Connection {
 
 #[test]
 fn cluster_failover_mid_wait_the_waiter_is_granted_by_the_new_master_and_durable_grants_wait_for_the_replica() {
-    let cl = Cluster::start();
+    let cl = CLUSTER.turn();
     let cluster = client_cluster(&cl);
 
     // A durable grant on each node: WAIT counts the replica of the key's node.
@@ -360,7 +364,7 @@ fn cluster_failover_mid_wait_the_waiter_is_granted_by_the_new_master_and_durable
 
 #[test]
 fn cluster_commands_follow_ask_to_the_importing_node_while_a_slot_is_migrating() {
-    let cl = Cluster::start();
+    let cl = CLUSTER.turn();
     let cluster = client_cluster(&cl);
     let key = "asked";
     let slot = cl.keyslot(key);

@@ -1,6 +1,7 @@
 //! FLOCK on a real local Redis Cluster: 3 masters with 1 replica each on
 //! loopback, module loaded on every node, created with `redis-cli --cluster
-//! create`; each test starts its own cluster (about 3 s) and stops it after:
+//! create`; the tests share one cluster, one test at a time (each turn
+//! begins with a healthy cluster without keys):
 //! 1. a cluster-aware client takes and releases thousands of locks over all
 //!    masters, and hash-tagged related locks land on one slot;
 //! 2. a plain connection to the wrong node gets MOVED (the key is declared);
@@ -12,9 +13,9 @@
 //!    every waiter blocked on the old master (WAIT 0 or 20000, on two locks)
 //!    gets UNBLOCKED at once and leaves its queue;
 //! 5. ACL key patterns apply to FLOCK commands (a plain server).
-mod common;
-use common::cluster::*;
-use common::*;
+use crate::common::cluster::*;
+use crate::common::shared::Shared;
+use crate::common::*;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -37,14 +38,17 @@ fn redirect_port(e: &redis::RedisError) -> Option<u16> {
     e.redirect_node()?.0.rsplit(':').next()?.parse().ok()
 }
 
-/// Starts a cluster, runs `scenario` on it and reports the times.
+static CLUSTER: Shared<Cluster> = Shared::new();
+
+/// Runs `scenario` on this module's cluster when its turn comes, and
+/// reports the times.
 fn on_cluster(name: &str, scenario: impl FnOnce(&Cluster)) {
     let t0 = Instant::now();
-    let cl = Cluster::start();
+    let cl = CLUSTER.turn();
     let up = t0.elapsed();
     let t = Instant::now();
     scenario(&cl);
-    eprintln!("{name}: cluster up in {up:?}, scenario {:?}", t.elapsed());
+    eprintln!("{name}: cluster ready (started, or its turn came) in {up:?}, scenario {:?}", t.elapsed());
 }
 
 #[test]

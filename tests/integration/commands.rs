@@ -1,6 +1,5 @@
 //! The FLOCK commands as the spec describes them, one behaviour per test.
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::time::{Duration, Instant};
 
@@ -258,7 +257,7 @@ fn acquire_by_an_owner_already_queued_is_error_queued() {
 // FLOCK.INFO.
 
 /// The seven fields of an exclusive lock, then those of shared holders and
-/// semaphores (tests/shared_holders.rs checks those for them).
+/// semaphores (tests/integration/shared_holders.rs checks those for them).
 const INFO_FIELDS: [&str; 10] =
     ["owner", "holds", "token", "ttl-ms", "session", "waiters", "queue", "mode", "limit", "holders"];
 

@@ -2,8 +2,7 @@
 //! the holders and earlier waiters of the lock it asks for and what they in
 //! turn wait for, end up waiting for itself is answered at once with
 //! DEADLOCK and the owners of the cycle, and queues nothing.
-mod common;
-use common::*;
+use crate::common::*;
 
 use redis::Connection;
 use std::time::Instant;

@@ -1,8 +1,7 @@
 //! Durability and replication: locks survive DEBUG RELOAD, restarts from RDB
 //! and AOF, DUMP/RESTORE, reach replicas change by change, and a promoted
 //! replica enforces the remaining leases with ever larger fencing tokens.
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

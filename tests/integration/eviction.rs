@@ -4,8 +4,7 @@
 //! force, unless `flock.allow-eviction` is on; `volatile-*` policies (lock
 //! keys have no TTL) and `noeviction` are safe. Locks held before the policy
 //! turned unsafe carry on and can be evicted: these tests show both sides.
-mod common;
-use common::*;
+use crate::common::*;
 
 const MB: u64 = 1024 * 1024;
 

@@ -3,8 +3,7 @@
 //! example (crate flock-client). The Java, Python and Node clients run their
 //! README examples in their own suites (clients/<language>).
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -255,7 +254,7 @@ fn assert_no_lock_left(s: &Server) {
 // -------------------------------------------------------------------- Rust
 
 /// examples/client.rs, compiled into this test (its `main` stays unused).
-#[path = "../examples/client.rs"]
+#[path = "../../examples/client.rs"]
 mod client_example;
 
 #[test]

@@ -35,8 +35,7 @@
 //! both kept by their IDs (free: their keys go once a command touches them,
 //! and their IDs stay).
 //! The tests' token tables are what the script printed when it made each file.
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::path::Path;
 

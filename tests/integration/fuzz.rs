@@ -8,11 +8,11 @@
 //! is stranded: no blocked client, no waiter, and no lock or filed lease on
 //! either server once every lease (at most `MAX_LEASE_MS`) has run out.
 //!
-//! Environment: `FLOCK_FUZZ_SECS` (default 20), `FLOCK_FUZZ_SEED` (replays a
+//! Environment: `FLOCK_FUZZ_SECS` (default 5; in `make soak` FLOCK_SOAK_SECS,
+//! default 20), `FLOCK_FUZZ_SEED` (replays a
 //! run; the seed is printed and in every failure). The seed fixes every
 //! connection's choices; the interleaving is up to the machine.
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -642,7 +642,7 @@ fn settle_and_check(s: &mut Server, r: &mut Server, what: &str) {
 #[test]
 fn random_commands_from_many_connections_never_crash_hang_or_strand_anything() {
     let seed = env_num("FLOCK_FUZZ_SEED").unwrap_or_else(rand::random);
-    let secs = env_num("FLOCK_FUZZ_SECS").unwrap_or(20);
+    let secs = run_secs("FLOCK_FUZZ_SECS", 5, 20);
     eprintln!("fuzz: seed {seed}, {secs} s, {THREADS} connections (replay: FLOCK_FUZZ_SEED={seed})");
     let what = format!("fuzz seed {seed} (FLOCK_FUZZ_SEED={seed} replays it)");
     let mut s = Server::start_with(&["--logfile", LOG]);

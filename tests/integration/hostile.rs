@@ -1,11 +1,10 @@
-//! Bad input and hostile use beyond the table in tests/commands.rs (issue 5):
+//! Bad input and hostile use beyond the table in tests/integration/commands.rs (issue 5):
 //! FLOCK on a replica, inside MULTI/EXEC and inside scripts, binary owners
 //! and keys, the waiter limit, a thousand waiters that vanish at once, and
 //! ACL users. Each case checks the error class and that nothing changed.
 //! Every test ends its servers with SHUTDOWN, so that under `make
 //! leakcheck` valgrind writes a leak report for each.
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::time::{Duration, Instant};
 

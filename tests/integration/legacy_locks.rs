@@ -2,8 +2,7 @@
 //! string set with `SET key token NX PX` is held by a foreign owner. A try
 //! finds it busy, waits queue in FIFO and are granted when the string is
 //! deleted or expires; other types stay WRONGTYPE.
-mod common;
-use common::*;
+use crate::common::*;
 
 use redis::{Connection, Value};
 use std::io::{Read, Write};

@@ -3,8 +3,7 @@
 //! or by their WAIT timeout, also in the same event-loop turn as a hand-off;
 //! WAIT inside MULTI, Lua and functions; WRONGTYPE; fencing tokens; and a
 //! passed TTL on a lock key that the module itself is first to notice.
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -2,8 +2,7 @@
 //! files) is held to what a command could have made: anything else is
 //! refused whole, and tokens never wrap or go negative.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

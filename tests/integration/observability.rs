@@ -2,8 +2,7 @@
 //! COMMAND INFO, COMMAND GETKEYS, module configuration (load arguments and
 //! CONFIG GET/SET), MEMORY USAGE and MODULE LIST.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};

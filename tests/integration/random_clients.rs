@@ -5,7 +5,8 @@
 //! and blocked client is gone and that `INFO flock` adds up.
 //!
 //! Environment: `FLOCK_SEED` (the run's seed, random if unset; printed, and
-//! part of every failure message), `FLOCK_RANDOM_SECS` (default 15),
+//! part of every failure message), `FLOCK_RANDOM_SECS` (default 5; in `make
+//! soak` FLOCK_SOAK_SECS, default 15),
 //! `FLOCK_RANDOM_CLIENTS` (default 60). The seed fixes every client's
 //! choices; the interleaving is up to the machine.
 //!
@@ -19,8 +20,7 @@
 //!   try to release or renew the checked keys they never hold.
 //!
 //! Any client may close its connection while it waits.
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -480,7 +480,7 @@ fn sum(tallies: &[HashMap<&'static str, u64>]) -> std::collections::BTreeMap<&'s
 #[test]
 fn random_clients_never_share_a_lock_and_leave_nothing_behind() {
     let seed = std::env::var("FLOCK_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random::<u64>);
-    let secs = env_num("FLOCK_RANDOM_SECS").unwrap_or(15);
+    let secs = run_secs("FLOCK_RANDOM_SECS", 5, 15);
     let clients = env_num("FLOCK_RANDOM_CLIENTS").unwrap_or(60).max(3) as usize;
     eprintln!("random_clients: FLOCK_SEED={seed} FLOCK_RANDOM_SECS={secs} FLOCK_RANDOM_CLIENTS={clients}");
     let mut s = Server::start();

@@ -3,12 +3,11 @@
 //! leaves nothing behind, a second client is kept out while the lock is
 //! held, partial grants are given back, an attempt that outlives its lease
 //! fails, and tokens come back per server.
-mod common;
-use common::*;
+use crate::common::*;
 
-#[path = "../examples/redlock.rs"]
-mod redlock;
-use redlock::{Redlock, Reply};
+#[path = "../../examples/redlock.rs"]
+mod redlock_example;
+use redlock_example::{Redlock, Reply};
 
 use std::time::{Duration, Instant};
 
@@ -43,7 +42,7 @@ fn majority_with_one_server_down() {
     assert!(lock.tokens[0].is_some() && lock.tokens[1].is_some(), "tokens from the live servers: {:?}", lock.tokens);
     assert_eq!(lock.tokens[2], None, "no token from the stopped server");
     assert!(
-        lock.validity > Duration::ZERO && lock.validity <= lease - redlock::DRIFT_FIXED,
+        lock.validity > Duration::ZERO && lock.validity <= lease - redlock_example::DRIFT_FIXED,
         "validity {:?} for lease {lease:?}",
         lock.validity
     );

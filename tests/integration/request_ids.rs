@@ -4,9 +4,8 @@
 //! default retry, the Rust client); then each rule directly, and the IDs
 //! across reloads, restarts, replication and failover.
 
-mod common;
-use common::proxy::Proxy;
-use common::*;
+use crate::common::proxy::Proxy;
+use crate::common::*;
 
 use std::path::Path;
 use std::process::Command;

@@ -2,9 +2,8 @@
 //! with `INBOX session-id` and answered in the session's inbox; pushed
 //! losses; FLOCK.CANCEL; the end of a session with its connection; NOTOWNER
 //! that says why; RESP2 and RESP3; MULTI, Lua, ACL, demotion and Cluster.
-mod common;
-use common::cluster::Cluster;
-use common::*;
+use crate::common::cluster::Cluster;
+use crate::common::*;
 
 use std::time::{Duration, Instant};
 

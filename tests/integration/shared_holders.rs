@@ -1,8 +1,7 @@
 //! Shared holders (a fair read-write lock, `SHARED`) and semaphores
 //! (`PERMITS n LIMIT m`): every rule of docs/commands.md, "Shared holders and
 //! semaphores", against a real server.
-mod common;
-use common::*;
+use crate::common::*;
 
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -688,7 +687,7 @@ fn a_lapsed_shared_lease_seen_by_a_command_ends_before_the_command_runs() {
 
 #[test]
 fn on_a_cluster_shared_and_semaphore_keys_are_routed_and_move_with_their_slot() {
-    use common::cluster::Cluster;
+    use crate::common::cluster::Cluster;
     let cl = Cluster::start();
     let mut cc = cl.client();
     let (rw, pool) = ("{sh}:rw", "{sh}:pool");

@@ -8,7 +8,7 @@ to swallow the reply to the first FLOCK.RELEASE and drop the connection.
 A holder with 2 holds releases once; redis-py resends the command on a new
 connection (its Retry resends the same argv). Prints one line:
 `redis-py <version> retries=<n> reply=<holds left> holds=<holds now>`.
-tests/request_ids.rs runs it both ways and checks the numbers.
+tests/integration/request_ids.rs runs it both ways and checks the numbers.
 """
 
 import sys

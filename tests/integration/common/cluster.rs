@@ -1,14 +1,50 @@
 //! A real local Redis Cluster for tests: 3 masters with 1 replica each, all
 //! with the module loaded, on loopback ports that leave room for the
 //! cluster bus (port + 10000). Created with `redis-cli --cluster create`;
-//! every node is stopped when the `Cluster` is dropped.
+//! every node is stopped when the `Cluster` is dropped. The tests of a module
+//! share one (`static CLUSTER: Shared<Cluster>`, see common/shared.rs).
 
 use std::collections::HashSet;
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{module_path, server_program, temp_dir, Connection, RedisResult, TempDir, SECOND};
+use super::shared::Fixture;
+use super::{flock_stats, module_path, server_program, temp_dir, Connection, RedisResult, TempDir, SECOND};
+
+impl Fixture for Cluster {
+    fn start() -> Cluster {
+        Cluster::start()
+    }
+
+    /// Healthy again (the test before may have failed over or moved a
+    /// slot: which node is a master is not fixed), no key anywhere, and no
+    /// waiter left by the clients of the test before (their connections
+    /// may still be closing). The Rust client's sessions stay open, as
+    /// they do in any process: one per node for the whole test process.
+    fn reset(&self) {
+        self.wait_healthy();
+        for m in self.masters() {
+            let _: () = redis::cmd("FLUSHALL").query(&mut self.conn(m)).expect("FLUSHALL");
+        }
+        let left = || -> Vec<(u16, i64, Option<i64>)> {
+            self.nodes
+                .iter()
+                .map(|n| {
+                    let mut c = n.conn();
+                    let keys: i64 = redis::cmd("DBSIZE").query(&mut c).unwrap_or(-1);
+                    (n.port, keys, flock_stats(&mut c).get("waiters").copied())
+                })
+                .filter(|&(_, keys, waiters)| keys != 0 || waiters != Some(0))
+                .collect()
+        };
+        let deadline = Instant::now() + 10 * SECOND;
+        while !left().is_empty() {
+            assert!(Instant::now() < deadline, "keys or waiters left on (port, keys, waiters): {:?}", left());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
 
 /// One line of `CLUSTER NODES`.
 #[derive(Debug, Clone)]

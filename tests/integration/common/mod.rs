@@ -26,6 +26,10 @@ pub fn module_path() -> PathBuf {
             let build = Command::new(cargo)
                 .args(["build", "--release", "--package", "redis-flock"])
                 .current_dir(&root)
+                // `make test` sets it for libtest's --report-time only; cargo
+                // counts it in every crate's fingerprint, so passing it on
+                // would rebuild them all, and again at the next plain build.
+                .env_remove("RUSTC_BOOTSTRAP")
                 .output()
                 .expect("run cargo");
             assert!(
@@ -422,6 +426,19 @@ pub fn env_num(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
+/// The soak run (`make soak`: FLOCK_SOAK=1): the long randomized and volume
+/// tests at full scale. `make test` runs them at a scale that still finds
+/// what each is for, in seconds rather than minutes.
+pub fn soak() -> bool {
+    std::env::var("FLOCK_SOAK").is_ok_and(|v| v == "1")
+}
+
+/// How many seconds a timed run lasts: its own variable `knob` if set; in
+/// the soak run FLOCK_SOAK_SECS if set, else `full`; else `test`.
+pub fn run_secs(knob: &str, test: u64, full: u64) -> u64 {
+    env_num(knob).unwrap_or_else(|| if soak() { env_num("FLOCK_SOAK_SECS").unwrap_or(full) } else { test })
+}
+
 /// A long WAIT for waiters that are expected to be granted: finite, so that
 /// a lost grant fails the test instead of hanging it.
 pub const LONG_WAIT_MS: u64 = 30_000;
@@ -559,6 +576,9 @@ impl Server {
                 .arg("--loadmodule")
                 .arg(module_path())
                 .args(["--enable-debug-command", "local"])
+                // A replica's sync starts at once, not after the default 5 s
+                // in which a master waits for more replicas to share it.
+                .args(["--repl-diskless-sync-delay", "0"])
                 .args(&args)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
@@ -654,11 +674,14 @@ impl Server {
     }
 }
 
-/// A local Redis Cluster with the module on every node (tests/cluster.rs).
+/// A local Redis Cluster with the module on every node (tests/integration/cluster.rs).
 pub mod cluster;
 
-/// A TCP proxy that loses chosen replies (tests/request_ids.rs).
+/// A TCP proxy that loses chosen replies (tests/integration/request_ids.rs).
 pub mod proxy;
 
-/// Sentinels watching a master (tests/client_topologies.rs, tests/failover.rs).
+/// Fixtures the tests of a module share (its Cluster).
+pub mod shared;
+
+/// Sentinels watching a master (tests/integration/client_topologies.rs, tests/integration/failover.rs).
 pub mod sentinel;

@@ -1,5 +1,6 @@
 //! Sentinels for tests: each on a free loopback port, watching one master as
-//! `flock` (quorum 2, down after 1000 ms), killed when dropped.
+//! `flock` (quorum 2, down after 1000 ms), at test pace (`SENTINEL DEBUG`,
+//! below), killed when dropped.
 
 use std::process::{Child, Command, Stdio};
 
@@ -11,7 +12,11 @@ pub struct Sentinels(pub Vec<(Child, u16)>);
 impl Sentinels {
     /// `n` sentinels watching `master_port`, their config and logs in `dir`.
     pub fn start(dir: &TempDir, master_port: u16, n: usize) -> Sentinels {
-        Sentinels((0..n).map(|_| start_sentinel(dir, master_port)).collect())
+        let sentinels = Sentinels((0..n).map(|_| start_sentinel(dir, master_port)).collect());
+        for port in sentinels.ports() {
+            at_test_pace(port);
+        }
+        sentinels
     }
 
     pub fn ports(&self) -> Vec<u16> {
@@ -49,6 +54,24 @@ fn start_sentinel(dir: &TempDir, master_port: u16) -> (Child, u16) {
         .spawn()
         .expect("start a sentinel");
     (child, port)
+}
+
+/// Sentinel reads each server's INFO every 10 s, and that is how it sees a
+/// new replica and a deposed master that must be demoted; it greets the
+/// other sentinels every 2 s. `SENTINEL DEBUG` (Redis 7.0+, Valkey) makes
+/// those 200 ms, so a failover test waits for the failover, not the period.
+fn at_test_pace(port: u16) {
+    let deadline = std::time::Instant::now() + 10 * SECOND;
+    loop {
+        let set = sentinel_conn(port).and_then(|mut c| {
+            redis::cmd("SENTINEL").arg("DEBUG").arg("info-period").arg(200).arg("publish-period").arg(200).query(&mut c)
+        });
+        match set {
+            Ok(()) => return,
+            Err(e) if std::time::Instant::now() > deadline => panic!("SENTINEL DEBUG on the sentinel on {port}: {e}"),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    }
 }
 
 /// A connection to the sentinel on `port`, bounded so that a stalled sentinel fails a poll.
