@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MODULE := target/release/libredis_flock.so
 
-.PHONY: deps deps-redis-py deps-clients deps-java deps-python deps-node build run test test-clients test-java test-python test-node test-servers dist deps-dist test-dist layers sizes versions lint leakcheck bench bench-clients clean example-cli example-python example-rust
+.PHONY: deps deps-redis-py deps-clients deps-java deps-python deps-node build run test soak flaky test-clients test-java test-python test-node test-servers dist deps-dist test-dist layers sizes versions lint leakcheck bench bench-clients clean example-cli example-python example-rust
 
 # The server that run, test and bench start: empty for the system's
 # redis-server, or redis-7.0 (the same, checked to be 7.0), redis-8.2 or
@@ -43,15 +43,31 @@ build: deps
 run: build
 	$(with_server) "$${FLOCK_SERVER:-redis-server}" redis.conf.example
 
-# Every crate's tests: the core's unit and property tests, the client's, and
-# the integration tests (they start their own redis-server processes on free
-# loopback ports, with the module rebuilt if it is stale), then the Java,
-# Python and Node clients' suites and their packages (test-dist).
+# Every test on one server, phase by phase (scripts/test.sh): installs what
+# is missing, builds, the crates' unit and property tests, the integration
+# tests (they start their own redis-server processes on free loopback ports,
+# with the module rebuilt if it is stale), the Java, Python and Node
+# clients' suites and their packages (test-dist); then the time of each
+# phase and the 20 slowest tests. About 4 minutes once built (docs/testing.md).
 # `make test SERVER=valkey-9.1`: on that server.
-test: build sizes layers
-	$(with_server) cargo test --workspace --release -- --test-threads=2
-	$(MAKE) --no-print-directory test-clients
-	$(MAKE) --no-print-directory test-dist
+test:
+	$(with_server) scripts/test.sh
+
+# The long runs at full scale (FLOCK_SOAK=1): the fuzzer, the random
+# clients, the contending clients, the failover measurement (each for
+# SOAK_SECS seconds), the memory and backlog tests at 100,000+ locks and
+# waiters, and the Python suite's mixed fleet. `make test` runs each at a
+# scale that still finds what it is for.
+SOAK_SECS ?= 20
+soak: build deps-clients
+	$(with_server) FLOCK_SOAK=1 FLOCK_SOAK_SECS=$(SOAK_SECS) FLOCK_MODULE=$(abspath $(MODULE)) scripts/soak.sh
+
+# The suites RUNS times (default 5) on one server, then every test that
+# failed at least once, with the run and its failure (scripts/flaky.sh;
+# logs in target/flaky).
+RUNS ?= 5
+flaky:
+	$(with_server) scripts/flaky.sh $(RUNS)
 
 # The Java, Python and Node clients' suites (clients/<client>; about a minute
 # in all) against redis-servers they start with the module at $(MODULE), each

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# `make test-servers`: the whole test suite (the Rust tests, then the suites
-# of the clients named in CLIENTS, see scripts/test-clients.sh) on each
-# server named in the arguments (see scripts/server.sh), one after the other,
-# then a line of test counts per server (with the names of any failed
-# tests) and a total. Fails if any server fails a test.
+# `make test-servers`: the whole test suite (scripts/test.sh's phases rust
+# and the clients named in CLIENTS) on each server named in the
+# arguments (see scripts/server.sh), one after the other, then a line of test
+# counts per server (with the names of any failed tests) and a total. Fails
+# if any server fails a test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
@@ -17,11 +17,9 @@ for name in "$@"; do
     fi
     mkdir -p target/servers
     echo "==== $name: $("$bin" --version)"
-    # --no-fail-fast: every test binary runs, so that the counts are complete.
-    FLOCK_SERVER=$bin cargo test --workspace --release --no-fail-fast -- --test-threads=2 2>&1 | tee "$log"
-    [ "${PIPESTATUS[0]}" = 0 ] || status=1
     # shellcheck disable=SC2086 # CLIENTS is a list of words.
-    FLOCK_SERVER=$bin scripts/test-clients.sh ${CLIENTS:-} 2>&1 | tee -a "$log"
+    FLOCK_SERVER=$bin FLOCK_TEST_REPORTS=$PWD/target/test-reports/$name scripts/test.sh rust ${CLIENTS:-} 2>&1 |
+        tee "$log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
     # cargo prints one "test result: ... N passed; N failed; N ignored" per test
     # binary, and scripts/test-clients.sh one per client.
