@@ -43,9 +43,14 @@ class ClusterReplicaTest {
         clients.forEach(FlockClient::close);
     }
 
+    /**
+     * A client whose grants need {@code durableReplicas} acknowledgements: 1 waits up to 10 s for its replica's
+     * (it returns once it comes), 2 of the 1 there is fails after 1 s, long enough for that one's to count on a
+     * busy machine (DurableTest saw 300 ms too short).
+     */
     private FlockClient client(int durableReplicas) {
         FlockClient client = FlockClient.create(cluster.config().setDurableReplicas(durableReplicas)
-                .setDurableTimeout(300));
+                .setDurableTimeout(durableReplicas > 1 ? 1_000 : 10_000));
         clients.add(client);
         return client;
     }

@@ -124,7 +124,8 @@ class SemaphoreTest extends ServerTest {
     @Test
     void aLeaseTimeGivesThePermitsBack() throws Exception {
         FlockSemaphore semaphore = client().getSemaphore("s", 2);
-        semaphore.acquire(2, 100, TimeUnit.MILLISECONDS);
+        // 1 s: the permits are still held when availablePermits() asks, on a busy machine too (100 ms was not)
+        semaphore.acquire(2, 1_000, TimeUnit.MILLISECONDS);
         assertEquals(0, semaphore.availablePermits());
         TestServer.await("the lease ends", () -> semaphore.availablePermits() == 2);
         assertThrows(IllegalMonitorStateException.class, semaphore::release);
