@@ -387,12 +387,18 @@ class SentinelSetup:
                 sentinel = Server("--sentinel", module=False, config=config)
                 self.servers.append(sentinel)
                 self.sentinels.append(sentinel)
-                # INFO every 0.2 s (10 s by default) and hellos every 0.2 s
-                # (2 s): the sentinels learn the replicas and each other at
-                # once, and demote an old master 4 hello periods after its
-                # INFO showed it a master, 0.8 s instead of up to 20 s.
+                # INFO every 0.2 s (10 s by default) and hellos every 1 s
+                # (2 s): an old master is demoted 4 hello periods after its
+                # INFO showed it a master, 4 s instead of 10-20 s. Not
+                # shorter: a sentinel that is not the failover's leader also
+                # turns the replica being promoted back into a replica once
+                # it has seen it a master for 4 hello periods, unless the
+                # leader's hellos named it the new master by then, and the
+                # leader sees the promotion by an INFO every 1 s. (With 0.2 s
+                # hellos, one did so 0.8 s after the SLAVEOF NO ONE, and a
+                # second failover followed.)
                 with redis.Redis(port=sentinel.port) as c:
-                    c.execute_command("SENTINEL", "DEBUG", "info-period", 200, "publish-period", 200)
+                    c.execute_command("SENTINEL", "DEBUG", "info-period", 200, "publish-period", 1000)
             wait_until(self._watching, timeout=15, what="the sentinels to know the replicas and each other")
         except BaseException:
             self.stop()
@@ -460,16 +466,37 @@ class SentinelSetup:
         """Waits until the sentinels name a new master, the old master is its
         replica, and every replica replicates the new master in sync:
         (new, old). Sentinel turns the old master into a replica once its
-        INFO has shown it a master for 4 hello periods (about 1 s with the
+        INFO has shown it a master for 4 hello periods (about 4 s with the
         periods set above), closing its clients."""
-        wait_until(lambda: self.master_port() not in (None, old.port), timeout=15,
+        self._wait(lambda: self.master_port() not in (None, old.port), timeout=15,
                    what="the sentinels to name the new master")
         new = self.current_master()
-        wait_until(lambda: self.role(old) == "slave" and self._synced(old), timeout=45,
+        self._wait(lambda: self.role(old) == "slave" and self._synced(old), timeout=45,
                    what="the old master to become a replica")
-        wait_until(lambda: all(self.master_of(s) == new.port and self._synced(s) for s in self.data if s is not new),
+        self._wait(lambda: all(self.master_of(s) == new.port and self._synced(s) for s in self.data if s is not new),
                    timeout=20, what="every replica to replicate the new master")
         return new, old
+
+    def _wait(self, condition, timeout, what):
+        """wait_until(), telling on a timeout what each server and sentinel
+        says."""
+        try:
+            wait_until(condition, timeout=timeout, what=what)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.state()}") from None
+
+    def state(self) -> str:
+        lines = []
+        for s in self.data:
+            with redis.Redis(port=s.port) as c:
+                info = c.info("replication")
+            fields = ("role", "master_port", "master_link_status", "master_sync_in_progress", "connected_slaves")
+            lines.append(f"server {s.port}: " + ", ".join(f"{k}={info[k]}" for k in fields if k in info))
+            lines += [f"  {line}" for line in s.log_path.read_text(errors="replace").splitlines()[-15:]]
+        for s in self.sentinels:
+            lines.append(f"sentinel {s.port}:")
+            lines += [f"  {line}" for line in s.log_path.read_text(errors="replace").splitlines()[-40:]]
+        return "\n".join(lines)
 
     def failover(self):
         """SENTINEL FAILOVER, then failover_done(): (new, old)."""

@@ -41,10 +41,10 @@ async def until(condition, timeout=5.0, what="the condition"):
 
 async def until_read(condition, timeout=5.0, what="the condition"):
     """until() for a ``condition`` that only reads the server through a
-    blocking client: it runs in a thread, so that the loop's own work goes on
-    during its round trips. On a busy machine, blocking reads on the loop
-    stretched a watchdog's renewals (every 0.3 s) past its 0.9 s lease. Not
-    for what a thread cannot read: a thread-local lock's state."""
+    blocking client: it runs in a thread, so that the loop's own work (a
+    watchdog's renewals) goes on during its round trips, tenths of a second
+    each on a busy machine. Not for what a thread cannot read: a thread-local
+    lock's state."""
     deadline = time.monotonic() + timeout
     while not await asyncio.to_thread(condition):
         assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"

@@ -113,12 +113,12 @@ def test_cluster_watchdog_renews_on_the_key_node(cluster, rc):
         return node.info("commandstats").get("cmdstat_flock.renew", {}).get("calls", 0)
 
     before = renewals()
-    lock = Lock(rc, key, watchdog_timeout=0.9)
+    lock = Lock(rc, key, watchdog_timeout=1.2)
     assert lock.acquire()
     token = lock.fencing_token
-    # Three renewals (every 0.3 s) outlast the 0.9 s lease.
+    # Three renewals (every 0.4 s) outlast the 1.2 s lease.
     wait_until(lambda: renewals() >= before + 3, what="three renewals on the key's node")
-    assert info(node, key)["token"] == token and 0 < info(node, key)["ttl-ms"] <= 900
+    assert info(node, key)["token"] == token and 0 < info(node, key)["ttl-ms"] <= 1200
     assert lock.owned() and not lock.lost
     lock.release()
     assert info(node, key) is None
@@ -204,6 +204,8 @@ def test_cluster_moved_grant_is_watched_on_the_new_node(cluster, rc):
         holder.release()
 
 
+# Over 5 s: a Sentinel failover, whose old master is demoted about 4 s
+# after it (conftest.SentinelSetup.failover_done).
 def test_sentinel_wait_and_failover(sentinel_setup):
     sentinel = Sentinel(sentinel_setup.sentinel_addresses(), socket_timeout=5)
     r = sentinel.master_for(sentinel_setup.NAME, socket_timeout=5)
@@ -256,6 +258,8 @@ def test_sentinel_wait_and_failover(sentinel_setup):
 DURABLE = dict(durable_replicas=2, durable_timeout=0.5)
 
 
+# Over 5 s: a Sentinel failover, whose old master is demoted about 4 s
+# after it (conftest.SentinelSetup.failover_done).
 def test_sentinel_failover_durable_grants_never_overlap_and_resume(sentinel_setup):
     """Four threads take one lock durably (both replicas) in a loop with
     short holds, three through one master_for() client, one through a new

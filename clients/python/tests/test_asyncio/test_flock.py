@@ -61,7 +61,7 @@ def kind(request):
 
 
 async def test_watchdog_keeps_a_short_lease_alive(r, inspect, kind):
-    lock = kind(r, "wd", watchdog_timeout=0.9)
+    lock = kind(r, "wd", watchdog_timeout=1.2)
     renewals = calls(inspect, "flock.renew")
     assert await lock.acquire(blocking=False)
     start = info(inspect, "wd")["token"]

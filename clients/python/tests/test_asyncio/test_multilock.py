@@ -199,11 +199,11 @@ async def test_extend_and_reacquire_renew_every_lease(r, inspect):
 
 async def test_watchdog_keeps_every_lease_alive_and_reports_one_loss(r, inspect):
     losses = []
-    multi = MultiLock(r, ["a", "b"], watchdog_timeout=0.9, on_lost=lambda lock, why: losses.append((lock, why)))
+    multi = MultiLock(r, ["a", "b"], watchdog_timeout=1.2, on_lost=lambda lock, why: losses.append((lock, why)))
     renewals = calls(inspect, "flock.renew")
     assert await multi.acquire(blocking=False)
     acquired = time.monotonic()
-    await until_read(lambda: calls(inspect, "flock.renew") >= renewals + 4 and time.monotonic() - acquired > 1.2,
+    await until_read(lambda: calls(inspect, "flock.renew") >= renewals + 4 and time.monotonic() - acquired > 1.6,
                      what="two renewals of each key")
     assert await multi.owned() and not multi.lost
     for key in ("a", "b"):
