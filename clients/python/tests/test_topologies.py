@@ -15,6 +15,7 @@ from redis.sentinel import Sentinel
 
 from helpers import calls, holding, info, wait_until
 from redis_flock import Lock, LockNotDurableError
+from redis_flock._session import session_of
 
 
 @pytest.fixture()
@@ -229,9 +230,13 @@ def test_sentinel_wait_and_failover(sentinel_setup):
         promoted = redis.Redis(port=new.port)
         try:
             # The demotion closed the session; it was opened again on the
-            # new master, where the grant is watched again: not lost.
-            wait_until(lambda: promoted.info("flock")["flock_sessions"] == 1, timeout=10,
-                       what="the session to reopen on the new master")
+            # new master, where the grant is watched again (before that, a
+            # FORCERELEASE would be found by the re-watch's RENEW, not
+            # pushed): not lost.
+            session = session_of(r)
+            wait_until(lambda: promoted.info("flock")["flock_sessions"] == 1
+                       and session.sid is not None and session.rewatched == session.sid,
+                       timeout=10, what="the session to reopen on the new master and watch the grant there")
             assert not kept.lost and kept.owned()
             assert info(promoted, "sentinel:kept")["token"] == kept.fencing_token
             # A new acquire goes to the new master.

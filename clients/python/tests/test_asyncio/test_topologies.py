@@ -12,6 +12,7 @@ from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import LockNotOwnedError
 
 from helpers import calls, holding, info, until, until_read, wait_until
+from redis_flock._asyncio_session import session_of
 from redis_flock.asyncio import Lock, LockNotDurableError
 from test_topologies import migrate_slot, on_replica, queued
 
@@ -157,8 +158,11 @@ async def test_sentinel_wait_and_failover(sentinel_setup):
         new, _ = await asyncio.to_thread(sentinel_setup.failover)
         promoted = redis.Redis(port=new.port)
         try:
-            await until(lambda: promoted.info("flock")["flock_sessions"] == 1, timeout=10,
-                        what="the session to reopen on the new master")
+            # Watched again there (see the sync test).
+            session = session_of(r)
+            await until(lambda: promoted.info("flock")["flock_sessions"] == 1
+                        and session.sid is not None and session.rewatched == session.sid,
+                        timeout=10, what="the session to reopen on the new master and watch the grant there")
             assert not kept.lost and await kept.owned()
             assert info(promoted, "sentinel:kept")["token"] == kept.fencing_token
             fresh = Lock(r, "sentinel:new", timeout=10)
