@@ -23,6 +23,10 @@ from helpers import wait_until
 REPO = Path(__file__).resolve().parents[3]
 MODULE = os.environ.get("FLOCK_MODULE") or str(REPO / "target/release/libredis_flock.so")
 SERVER = os.environ.get("FLOCK_SERVER") or "redis-server"
+# The servers' files (a cluster node's nodes.conf, a sentinel's config, a
+# replica's RDB), each written and fsynced as the topology changes, go to
+# memory: on a busy disk, a sentinel's config flush took 0.5 s.
+RUN_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 
 
 def free_port() -> int:
@@ -68,7 +72,7 @@ class Server:
     def __init__(self, *args, module=True, config=None, pick_port=free_port):
         if not Path(MODULE).is_file():
             pytest.exit(f"FLOCK module not found at {MODULE} (build it, or set FLOCK_MODULE)", 2)
-        self.dir = tempfile.mkdtemp(prefix="flock-py-")
+        self.dir = tempfile.mkdtemp(prefix="flock-py-", dir=RUN_DIR)
         self.args = list(args) + (["--loadmodule", MODULE] if module else [])
         self.config = []
         if config is not None:
@@ -387,18 +391,21 @@ class SentinelSetup:
                 sentinel = Server("--sentinel", module=False, config=config)
                 self.servers.append(sentinel)
                 self.sentinels.append(sentinel)
-                # INFO every 0.2 s (10 s by default) and hellos every 1 s
-                # (2 s): an old master is demoted 4 hello periods after its
-                # INFO showed it a master, 4 s instead of 10-20 s. Not
-                # shorter: a sentinel that is not the failover's leader also
-                # turns the replica being promoted back into a replica once
-                # it has seen it a master for 4 hello periods, unless the
-                # leader's hellos named it the new master by then, and the
-                # leader sees the promotion by an INFO every 1 s. (With 0.2 s
-                # hellos, one did so 0.8 s after the SLAVEOF NO ONE, and a
-                # second failover followed.)
+                # INFO every 0.5 s (10 s by default) and hellos every 1 s
+                # (2 s): an old master is demoted 4 hello periods after an
+                # INFO showed it a master, 4-5 s after the failover instead
+                # of 10-20 s. Not shorter: a sentinel picks a replica to
+                # promote only if its last INFO of it is at most 3 INFO
+                # periods old (with 0.2 s, a stalled sentinel aborted a
+                # failover: no good replica); and a sentinel that is not the
+                # failover's leader turns the replica being promoted back
+                # into a replica once it has seen it a master for 4 hello
+                # periods, unless the leader's hellos named it the new master
+                # by then, and the leader sees the promotion by an INFO every
+                # 1 s (with 0.2 s hellos, one did so 0.8 s after the SLAVEOF
+                # NO ONE, and a second failover followed).
                 with redis.Redis(port=sentinel.port) as c:
-                    c.execute_command("SENTINEL", "DEBUG", "info-period", 200, "publish-period", 1000)
+                    c.execute_command("SENTINEL", "DEBUG", "info-period", 500, "publish-period", 1000)
             wait_until(self._watching, timeout=15, what="the sentinels to know the replicas and each other")
         except BaseException:
             self.stop()
@@ -452,7 +459,7 @@ class SentinelSetup:
                 return True
             except redis.ResponseError as e:
                 # A replica is a candidate while the sentinel's last INFO of
-                # it is at most 3 INFO periods old (0.6 s here): a busy
+                # it is at most 3 INFO periods old (1.5 s here): a busy
                 # machine can delay one past that for a moment.
                 if "NOGOODSLAVE" not in str(e):
                     raise
@@ -466,7 +473,7 @@ class SentinelSetup:
         """Waits until the sentinels name a new master, the old master is its
         replica, and every replica replicates the new master in sync:
         (new, old). Sentinel turns the old master into a replica once its
-        INFO has shown it a master for 4 hello periods (about 4 s with the
+        INFO has shown it a master for 4 hello periods (4-5 s with the
         periods set above), closing its clients."""
         self._wait(lambda: self.master_port() not in (None, old.port), timeout=15,
                    what="the sentinels to name the new master")

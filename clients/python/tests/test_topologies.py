@@ -205,8 +205,8 @@ def test_cluster_moved_grant_is_watched_on_the_new_node(cluster, rc):
         holder.release()
 
 
-# Over 5 s: a Sentinel failover, whose old master is demoted about 4 s
-# after it (conftest.SentinelSetup.failover_done).
+# Over 5 s: a Sentinel failover, whose old master is demoted 4-5 s after
+# it (conftest.SentinelSetup.failover_done).
 def test_sentinel_wait_and_failover(sentinel_setup):
     sentinel = Sentinel(sentinel_setup.sentinel_addresses(), socket_timeout=5)
     r = sentinel.master_for(sentinel_setup.NAME, socket_timeout=5)
@@ -263,8 +263,8 @@ def test_sentinel_wait_and_failover(sentinel_setup):
 DURABLE = dict(durable_replicas=2, durable_timeout=0.5)
 
 
-# Over 5 s: a Sentinel failover, whose old master is demoted about 4 s
-# after it (conftest.SentinelSetup.failover_done).
+# Over 5 s: a Sentinel failover, whose old master is demoted 4-5 s after
+# it (conftest.SentinelSetup.failover_done).
 def test_sentinel_failover_durable_grants_never_overlap_and_resume(sentinel_setup):
     """Four threads take one lock durably (both replicas) in a loop with
     short holds, three through one master_for() client, one through a new

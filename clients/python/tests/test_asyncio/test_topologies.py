@@ -135,8 +135,8 @@ async def test_cluster_moved_grant_is_watched_on_the_new_node(cluster, rc):
         await holder.release()
 
 
-# Over 5 s: a Sentinel failover, whose old master is demoted about 4 s
-# after it (conftest.SentinelSetup.failover_done).
+# Over 5 s: a Sentinel failover, whose old master is demoted 4-5 s after
+# it (conftest.SentinelSetup.failover_done).
 async def test_sentinel_wait_and_failover(sentinel_setup):
     sentinel = Sentinel(sentinel_setup.sentinel_addresses(), socket_timeout=5)
     r = sentinel.master_for(sentinel_setup.NAME, socket_timeout=5)
