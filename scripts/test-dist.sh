@@ -137,31 +137,45 @@ java_docs_sources() {
     has_line "$(jar tf "$dist/flock-client-$version-sources.jar")" '^io/flock/FlockClient\.java$'
 }
 
-passed=0 failed=0
-check() { # name, function: runs it in a subshell, which stops at its first failed command and names it
-    local name=$1 status
+# Each check runs in a subshell, which stops at its first failed command and
+# names it; its log and status go to files named after its function. The
+# checks that use the server run one after another (the examples take the
+# same lock names); the others meanwhile.
+check() { # function
     (
         set -eE
         # (has_line and released say why they return 1)
         trap '[[ $BASH_COMMAND == return* ]] || echo "failed ($?): $BASH_COMMAND"' ERR
-        "$2"
-    ) >"$work/log" 2>&1
-    status=$?
-    if [ "$status" = 0 ]; then
-        echo "test $name ... ok"
+        "$1"
+    ) >"$work/$1.log" 2>&1
+    echo $? >"$work/$1.status"
+}
+start=$SECONDS
+check python_sdist &
+meanwhile=$!
+check java_docs_sources &
+meanwhile="$meanwhile $!"
+check python_wheel
+check node_tarball
+check java_jar
+# shellcheck disable=SC2086 # two pids (a bare wait would wait for the server too)
+wait $meanwhile
+passed=0 failed=0
+report() { # name, function
+    if [ "$(cat "$work/$2.status")" = 0 ]; then
+        echo "test $1 ... ok"
         passed=$((passed + 1))
     else
-        echo "test $name ... FAILED"
-        sed 's/^/    /' "$work/log"
+        echo "test $1 ... FAILED"
+        sed 's/^/    /' "$work/$2.log"
         failed=$((failed + 1))
     fi
 }
-start=$SECONDS
-check "python: the wheel in a virtualenv runs examples/quickstart.py" python_wheel
-check "python: the sdist in a virtualenv imports" python_sdist
-check "node: the tarball in an npm project runs examples/basic.mjs" node_tarball
-check "java: examples/QuickStart.java on the jar alone" java_jar
-check "java: the javadoc and sources jars" java_docs_sources
+report "python: the wheel in a virtualenv runs examples/quickstart.py" python_wheel
+report "python: the sdist in a virtualenv imports" python_sdist
+report "node: the tarball in an npm project runs examples/basic.mjs" node_tarball
+report "java: examples/QuickStart.java on the jar alone" java_jar
+report "java: the javadoc and sources jars" java_docs_sources
 result=ok
 [ "$failed" = 0 ] || result=FAILED
 echo "the packages' checks took $((SECONDS - start)) s"
