@@ -157,14 +157,16 @@ class TestLock:
 
     @needs_raise_on_release_error  # FLOCK: skipped on a redis-py whose Redis.lock lacks it (5.x)
     async def test_context_manager_not_raise_on_release_lock_error(self, r):
+        # FLOCK: a 10 s lease, not 0.1 s: the release inside the `with` must
+        # find it held, and a busy machine can pause longer than 0.1 s.
         try:
-            async with self.get_lock(r, "foo", timeout=0.1, raise_on_release_error=False) as lock:
+            async with self.get_lock(r, "foo", timeout=10, raise_on_release_error=False) as lock:
                 await lock.release()
         except LockError:
             pytest.fail("LockError should not have been raised")
 
         with pytest.raises(LockError):
-            async with self.get_lock(r, "foo", timeout=0.1, raise_on_release_error=True) as lock:
+            async with self.get_lock(r, "foo", timeout=10, raise_on_release_error=True) as lock:
                 await lock.release()
 
     async def test_high_sleep_small_blocking_timeout(self, r, inspect):
