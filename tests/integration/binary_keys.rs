@@ -190,7 +190,8 @@ fn replica_sees_binary_keys_and_ends_their_lease_once_promoted() {
     let mut r = Server::replica_of(&m);
     let (mut mc, mut rc) = (m.conn(), r.conn());
     // Grant and lease expiry on the master reach the replica (FLOCK.STATE).
-    let t = acquire(&mut mc, OTHER, "x", 500).unwrap().expect("granted");
+    // Long enough to be read back on the replica before it ends.
+    let t = acquire(&mut mc, OTHER, "x", 1_500).unwrap().expect("granted");
     wait_replica_applied(&mut mc, &mut rc);
     assert_eq!(token_of(&mut rc, OTHER), t);
     wait_until("the master to end x's lease", 5 * SECOND, || !exists(&mut mc, OTHER));

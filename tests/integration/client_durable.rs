@@ -30,15 +30,6 @@ fn assert_not_durable(e: &redis::RedisError, key: &str, reached: i64, asked: usi
 fn pair() -> (Server, Server) {
     let master = Server::start();
     let replica = Server::replica_of(&master);
-    // After a diskless sync the master shows the replica online but sends
-    // it the stream (and WAIT counts it) only from its first acknowledgement,
-    // up to a second later.
-    let mut c = master.conn();
-    wait_until("the replica to acknowledge a write", 10 * SECOND, || {
-        let _: () = redis::cmd("SET").arg("sync").arg(1).query(&mut c).expect("SET");
-        let _: () = redis::cmd("DEL").arg("sync").query(&mut c).expect("DEL");
-        redis::cmd("WAIT").arg(1).arg(100).query::<i64>(&mut c).expect("WAIT") == 1
-    });
     (master, replica)
 }
 

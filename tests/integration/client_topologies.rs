@@ -131,6 +131,10 @@ fn cluster_watchdog_renews_on_the_keys_node_and_a_forcerelease_is_pushed() {
             std::thread::sleep(50 * MS);
         }
         assert!(!guard.lost());
+        // Right after a renewal, so that the next one (a third of a lease
+        // later) cannot meet the released lock first and report NotOwner
+        // before the session's push is read.
+        wait_for(&format!("{key} renewed"), 5 * SECOND, || ttl_ms(&mut cl.conn(m), &key) > 900);
         force_release(&mut cl.conn(m), &key).unwrap();
         assert_eq!(lost.recv_timeout(5 * SECOND), Ok(LeaseLost::ForceReleased), "{key}: loss pushed");
         assert_eq!(guard.lost_reason(), Some(LeaseLost::ForceReleased));
@@ -262,8 +266,8 @@ fn sentinel_lock_and_wait_survive_a_failover_and_new_locks_go_to_the_new_master(
         ports.iter().all(|&p| named_master(p) == Some(replica.port))
     });
     // Sentinel demotes the old master (closing its clients) once its INFO
-    // shows it still a master (every 200 ms at test pace): until then the
-    // session stays there.
+    // has shown it a master for 4 greeting periods (about 4 s at test pace):
+    // until then the session stays there.
     wait_until("the old master to be demoted", 40 * SECOND, || role(&master) == "slave");
     wait_until("the session to reopen on the new master", 10 * SECOND, || {
         flock_stats(&mut replica.conn())["sessions"] == 1

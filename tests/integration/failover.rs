@@ -50,7 +50,7 @@
 //! longer when the sentinels need a second try: it is the sentinels' own
 //! pace (promotion after the kill, conversion of the restarted master,
 //! demotion of the deposed master after a graceful failover), which the
-//! test sentinels' 200 ms INFO period keeps short (common/sentinel.rs).
+//! test sentinels' shorter periods keep short (common/sentinel.rs).
 
 use crate::common::sentinel::{named_master, sentinel_conn, sentinel_field, Sentinels};
 use crate::common::*;
@@ -169,7 +169,7 @@ impl Topology {
         let topology = Topology { nodes, sentinels, _dir: dir };
         let ports = topology.sentinels.ports();
         // Sentinels learn replicas from INFO and each other from hellos (at
-        // test pace: every 200 ms); on a busy machine a round can come late:
+        // test pace: every 500 ms and 1 s); on a busy machine a round can come late:
         // a minute, with the first sentinel's log if it is not enough.
         topology.poll("the sentinels to know both replicas and each other", 60 * SECOND, || {
             ports.iter().all(|&p| sentinel_field(p, "num-slaves") >= 2 && sentinel_field(p, "num-other-sentinels") >= 2)

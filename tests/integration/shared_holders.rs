@@ -461,7 +461,8 @@ fn replicas_follow_each_holder_and_a_promoted_replica_ends_their_leases() {
     let mut mc = m.conn();
     let mut rc = r.conn();
     let before = make_state(&m);
-    acq(&mut mc, "rw", "short", 300, &["SHARED"]).unwrap().unwrap();
+    // Long enough to be read back on the replica before it ends.
+    acq(&mut mc, "rw", "short", 1_500, &["SHARED"]).unwrap().unwrap();
     let n: i64 = redis::cmd("WAIT").arg(1).arg(2000).query(&mut mc).unwrap();
     assert_eq!(n, 1);
     assert_eq!(owners(&mut rc, "rw"), ["a", "b", "short"]);

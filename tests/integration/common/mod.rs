@@ -70,9 +70,16 @@ pub struct Server {
     args: Vec<String>,
 }
 
-/// A unique scratch directory removed on drop.
+/// A unique scratch directory removed on drop: in memory (/dev/shm) where
+/// there is one, so that an fsync (`appendfsync always`, a sentinel's
+/// config, an RDB) does not wait for a disk that other work keeps busy.
 pub fn temp_dir(tag: &str) -> TempDir {
-    tempfile::Builder::new().prefix(&format!("flock-test-{tag}-")).tempdir().expect("create temp dir")
+    let prefix = format!("flock-test-{tag}-");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix);
+    let shm = std::path::Path::new("/dev/shm");
+    let dir = if shm.is_dir() { builder.tempdir_in(shm) } else { builder.tempdir() };
+    dir.expect("create temp dir")
 }
 
 /// Waits until the server `child` answers PING at `url`; false if it exits
@@ -641,7 +648,23 @@ impl Server {
         let port = master.port.to_string();
         let replica = Server::start_with(&[&["--replicaof", "127.0.0.1", &port], extra].concat());
         replica.wait_master_link();
+        master.wait_stream_to(1);
         replica
+    }
+
+    /// Waits until `n` replicas acknowledge what the master sends them.
+    /// After a diskless sync the master shows a replica online but sends it
+    /// the stream (and `WAIT` counts it) only from its first
+    /// acknowledgement, up to a second later: a test's first `WAIT` would
+    /// take that second, and a short lease could end meanwhile. The probe
+    /// is a PUBLISH, which replicas receive and `min-replicas-to-write` lets
+    /// through, and which touches no key.
+    pub fn wait_stream_to(&self, n: i64) {
+        let mut c = self.conn();
+        wait_until(&format!("{n} replicas to acknowledge the stream"), 10 * SECOND, || {
+            let _: i64 = redis::cmd("PUBLISH").arg("flock-test:sync").arg(1).query(&mut c).expect("PUBLISH");
+            redis::cmd("WAIT").arg(n).arg(100).query::<i64>(&mut c).expect("WAIT") >= n
+        });
     }
 
     /// Waits until this replica's link to its master is up and synced.

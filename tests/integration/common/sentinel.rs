@@ -56,15 +56,27 @@ fn start_sentinel(dir: &TempDir, master_port: u16) -> (Child, u16) {
     (child, port)
 }
 
-/// Sentinel reads each server's INFO every 10 s, and that is how it sees a
-/// new replica and a deposed master that must be demoted; it greets the
-/// other sentinels every 2 s. `SENTINEL DEBUG` (Redis 7.0+, Valkey) makes
-/// those 200 ms, so a failover test waits for the failover, not the period.
+/// Sentinel reads each server's INFO every 10 s and greets the other
+/// sentinels every 2 s; a deposed master is demoted once its INFO has shown
+/// it a master for 4 greeting periods. `SENTINEL DEBUG` (Redis 7.0+, Valkey)
+/// sets 500 ms and 1 s, so that a failover test waits for the failover, not
+/// the periods (a deposed master goes in about 4 s). Not shorter: a sentinel
+/// promotes only a replica whose INFO is at most 3 periods old, and one
+/// stalled on a busy machine then found no replica good enough; and a
+/// sentinel that was not the leader turned a just-promoted replica back
+/// into a replica after 4 greeting periods of 200 ms, before the leader's
+/// greeting named it (both seen in the Python suite's failover tests).
 fn at_test_pace(port: u16) {
     let deadline = std::time::Instant::now() + 10 * SECOND;
     loop {
         let set = sentinel_conn(port).and_then(|mut c| {
-            redis::cmd("SENTINEL").arg("DEBUG").arg("info-period").arg(200).arg("publish-period").arg(200).query(&mut c)
+            redis::cmd("SENTINEL")
+                .arg("DEBUG")
+                .arg("info-period")
+                .arg(500)
+                .arg("publish-period")
+                .arg(1000)
+                .query(&mut c)
         });
         match set {
             Ok(()) => return,
