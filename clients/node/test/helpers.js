@@ -218,6 +218,7 @@ async function startCluster({ replicas = 0 } = {}) {
   // The masters as created (redis-cli makes the first three masters).
   const roles = await Promise.all(all.map(async (n) => (await n.probe.info('replication')).includes('role:master')));
   const nodes = all.filter((n, i) => roles[i]);
+  if (replicas > 0) await Promise.all(nodes.map((node) => replicasAcknowledge(node, replicas)));
   // The probes read replicas too (FLOCK.INFO there), and so masters that become replicas.
   await Promise.all(all.map((n) => n.probe.call('READONLY')));
   const slotOf = require('cluster-key-slot');
@@ -248,8 +249,26 @@ async function startCluster({ replicas = 0 } = {}) {
 }
 
 /**
- * A master and `replicas` replicas of it, each in sync (its link up and the master counting it):
- * [master, ...replicas].
+ * Waits until `replicas` replicas acknowledge `master`'s writes. A replica the master lists
+ * online, its link up, may get the master's commands only from its next acknowledgement on (up to
+ * a second later: Redis starts the stream at an acknowledgement, and the first can come before
+ * the master counts the replica online), and until then a write's WAIT counts it out: a durable
+ * grant in that second failed NOTDURABLE with 0 replicas. A PUBLISH is a write that leaves no key.
+ */
+async function replicasAcknowledge(master, replicas) {
+  await waitUntil(
+    `${replicas} replica(s) acknowledge the master's writes`,
+    async () => {
+      await master.probe.publish('flock-test:sync', '');
+      return Number(await master.probe.call('WAIT', String(replicas), '100')) >= replicas;
+    },
+    30000,
+  );
+}
+
+/**
+ * A master and `replicas` replicas of it, each in sync (its link up, the master counting it, and
+ * acknowledging its writes): [master, ...replicas].
  */
 async function startReplicated(replicas = 1) {
   const master = await startServer(['--repl-diskless-sync-delay', '0']);
@@ -267,6 +286,7 @@ async function startReplicated(replicas = 1) {
     },
     30000,
   );
+  await replicasAcknowledge(master, replicas);
   return started;
 }
 
