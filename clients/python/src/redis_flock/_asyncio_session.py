@@ -499,6 +499,7 @@ class Session:
     async def _outcome(self, client, wait: TaskWait):
         try:
             await self.send_wait(wait)
+            _raise_lost_cancel()
             deadline = wait.local_deadline()
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
@@ -506,6 +507,7 @@ class Session:
             except asyncio.TimeoutError:
                 # The server's timeout event is late (or the session is down).
                 return await self.cancel(client, wait, keep=True)
+            _raise_lost_cancel()
         except BaseException:
             await self.cancel(client, wait, keep=False)
             raise
@@ -552,6 +554,18 @@ class Session:
             except asyncio.CancelledError:
                 pass
         return outcome
+
+
+def _raise_lost_cancel() -> None:
+    """Raises the cancel of the current task that an asyncio.wait_for lost:
+    before Python 3.12 it returns the result of what it awaited when the
+    cancel comes as that completes (redis-py writes each command through
+    one, and the wait's outcome is awaited through one), and the task went
+    on waiting. The task still counts the cancel (Task.cancelling(), Python
+    3.11; before that, such a cancel stays lost)."""
+    task = asyncio.current_task()
+    if task is not None and getattr(task, "cancelling", lambda: 0)():
+        raise asyncio.CancelledError()
 
 
 async def _disconnect(connection) -> None:

@@ -161,7 +161,7 @@ async def test_a_cancelled_task_leaves_every_queue(r, inspect):
     await until(lambda: waiters(inspect, "b") == 0 and info(inspect, "a") is None, what="the wait to leave the queues")
 
 
-@pytest.mark.parametrize("kind", ["multilock", "lock-without-session"])
+@pytest.mark.parametrize("kind", ["multilock", "lock-without-session", "lock"])
 async def test_a_cancel_as_the_wait_is_written_is_not_lost(r, inspect, kind):
     # redis-py writes through asyncio.wait_for, which before Python 3.12
     # loses a cancel that comes as the write completes: the task waited on
@@ -171,6 +171,7 @@ async def test_a_cancel_as_the_wait_is_written_is_not_lost(r, inspect, kind):
     make = {
         "multilock": lambda: MultiLock(r, ["a", "b"], timeout=10),
         "lock-without-session": lambda: Lock(r, "b", timeout=10, use_session=False),
+        "lock": lambda: Lock(r, "b", timeout=10),
     }[kind]
     for _ in range(40):
         task = asyncio.create_task(make().acquire(blocking_timeout=2))
