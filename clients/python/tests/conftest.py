@@ -135,6 +135,17 @@ class Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def streams_to_replicas(master, key, replicas: int) -> bool:
+    """Whether ``master`` streams its writes to its ``replicas`` (a count): a
+    write to ``key`` that they acknowledge. A replica whose link is up gets
+    the stream only once the master has its first acknowledgement: 1-3 s
+    later on a busy machine, when a durable grant's WAIT found none."""
+    master.incr(key)
+    acknowledged = master.execute_command("WAIT", replicas, 100)
+    master.delete(key)
+    return acknowledged >= replicas
+
+
 @pytest.fixture(scope="session")
 def server():
     s = Server()
@@ -319,8 +330,9 @@ class ReplicatedCluster(Cluster):
 
     def master_and_replica_of(self, key):
         """(the client of the master serving ``key``'s slot now, that of its
-        replica), once that replica is in sync: failovers swap them (the
-        demoted master syncs from the new one)."""
+        replica), once that replica is in sync and acknowledges the master's
+        writes: failovers swap them (the demoted master syncs from the new
+        one)."""
         found = []
 
         def settled() -> bool:
@@ -333,10 +345,14 @@ class ReplicatedCluster(Cluster):
                         info = c.info("replication")
                         if info.get("master_port") == port and info.get("master_link_status") == "up":
                             found[:] = [master, c]
-                            return True
+                            try:
+                                # In the key's slot (its hash tag: the whole key).
+                                return streams_to_replicas(master, f"{{{key}}}:streaming", 1)
+                            except redis.ResponseError:  # MOVED: a failover moved on since CLUSTER SLOTS
+                                return False
             return False
 
-        wait_until(settled, timeout=20, what=f"the master of {key!r} to have a replica in sync")
+        wait_until(settled, timeout=20, what=f"the master of {key!r} to stream to a replica in sync")
         return tuple(found)
 
     def key_in_shard(self, shard: int, prefix: str) -> str:
@@ -383,6 +399,9 @@ class SentinelSetup:
             self.data = [self.master, *self.replicas]
             wait_until(lambda: all(self.master_of(r) == self.master.port and self._synced(r) for r in self.replicas),
                        timeout=10, what="the replicas to sync")
+            with redis.Redis(port=self.master.port) as c:
+                wait_until(lambda: streams_to_replicas(c, "flock-test:streaming", self.REPLICAS), timeout=10,
+                           what="the replicas to acknowledge the master's writes")
             config = (f"sentinel monitor {self.NAME} 127.0.0.1 {self.master.port} 2\n"
                       f"sentinel down-after-milliseconds {self.NAME} 1000\n"
                       f"sentinel failover-timeout {self.NAME} 10000\n")
@@ -527,6 +546,9 @@ class Replicated:
             self.replica = Server("--replicaof", "127.0.0.1", str(self.master.port))
             self.servers.append(self.replica)
             wait_until(lambda: SentinelSetup._synced(self.replica), timeout=10, what="the replica to sync")
+            with redis.Redis(port=self.master.port) as c:
+                wait_until(lambda: streams_to_replicas(c, "flock-test:streaming", 1), timeout=10,
+                           what="the replica to acknowledge the master's writes")
         except BaseException:
             self.stop()
             raise
