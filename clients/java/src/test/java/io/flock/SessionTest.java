@@ -14,6 +14,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -292,7 +293,7 @@ class SessionTest extends ServerTest {
         }
         for (Thread t : threads) {
             t.join(20_000);
-            assertFalse(t.isAlive(), "a thread hangs");
+            assertFalse(t.isAlive(), () -> "a thread hangs: " + hung(t, "k"));
         }
         if (failed.get() != null) {
             throw new AssertionError(failed.get());
@@ -302,6 +303,31 @@ class SessionTest extends ServerTest {
         await("the lock is free", () -> info("k") == null);
         assertEquals(0, client.watchdogs());
         assertTrue(client.grants.isEmpty());
+    }
+
+    /** Where {@code thread} waits and what the server says of {@code key}: a hang's failure message. */
+    private String hung(Thread thread, String key) {
+        StringBuilder where = new StringBuilder(thread.getName() + ", owner <client id>:" + thread.getId());
+        for (StackTraceElement frame : thread.getStackTrace()) {
+            where.append("\n    at ").append(frame);
+        }
+        return where.append("\nFLOCK.INFO ").append(key).append(": ").append(shown(info(key))).toString();
+    }
+
+    /** A reply with its byte strings as text. */
+    private static Object shown(Object reply) {
+        if (reply instanceof byte[]) {
+            return new String((byte[]) reply, StandardCharsets.UTF_8);
+        }
+        if (reply instanceof Map) {
+            Map<Object, Object> fields = new java.util.LinkedHashMap<>();
+            ((Map<?, ?>) reply).forEach((name, value) -> fields.put(name, shown(value)));
+            return fields;
+        }
+        if (reply instanceof List) {
+            return ((List<?>) reply).stream().map(SessionTest::shown).collect(java.util.stream.Collectors.toList());
+        }
+        return reply;
     }
 
     private static boolean lockInterruptibly(FlockLock lock) throws InterruptedException {
