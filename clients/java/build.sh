@@ -31,32 +31,37 @@ stamp() {
 }
 
 main=$(stamp src/main/java)
+jars=
 if [ "$(cat build/main.stamp 2>/dev/null)" != "$main" ]; then
     rm -rf build
     mkdir -p build/classes
     javac $quick --release 17 -Xlint:all -Werror -d build/classes $(find src/main/java -name '*.java')
-    # doclint with -Werror: public API without its comment, @param, @return or @throws fails the build. It runs
-    # beside the rest (the other core), and the build waits for it before it says the jars are built.
-    javadoc $quick -quiet --release 17 -Xdoclint:all -Werror -d build/javadoc $(find src/main/java -name '*.java') &
-    javadoc=$!
-    trap 'kill $javadoc 2>/dev/null || true' EXIT
-    # The version (the clients' one, ../VERSION) in the manifest: Package.getImplementationVersion().
-    printf 'Implementation-Title: flock-client\nImplementation-Version: %s\n' "$(cat ../VERSION)" >build/MANIFEST.MF
-    jar --create --file build/flock-client.jar --manifest build/MANIFEST.MF -C build/classes .
-    jar --create --file build/flock-client-sources.jar -C src/main/java .
+    # The jars and the Javadoc (doclint with -Werror: public API without its comment, @param, @return or
+    # @throws fails the build) are made beside the tests' compile, on the other core; the build waits for them
+    # before it says the jars are built. The version (the clients' one, ../VERSION) goes in the manifest:
+    # Package.getImplementationVersion().
+    {
+        printf 'Implementation-Title: flock-client\nImplementation-Version: %s\n' "$(cat ../VERSION)" \
+            >build/MANIFEST.MF
+        jar --create --file build/flock-client.jar --manifest build/MANIFEST.MF -C build/classes .
+        jar --create --file build/flock-client-sources.jar -C src/main/java .
+        javadoc $quick -quiet --release 17 -Xdoclint:all -Werror -d build/javadoc $(find src/main/java -name '*.java')
+        jar --create --file build/flock-client-javadoc.jar -C build/javadoc .
+    } &
+    jars=$!
+    trap 'pkill -P $jars 2>/dev/null; kill $jars 2>/dev/null || true' EXIT
 fi
 tests=$( { echo "$main $junit"; stamp src/test/java examples; } | sha1sum | cut -d' ' -f1)
 if [ "${1:-test}" != jar ] && [ "$(cat build/test.stamp 2>/dev/null)" != "$tests" ]; then
     rm -rf build/test-classes build/test.stamp
     mkdir -p build/test-classes
-    javac $quick --release 17 -Xlint:all -Werror -d build/test-classes -cp "build/flock-client.jar:$junit" \
+    javac $quick --release 17 -Xlint:all -Werror -d build/test-classes -cp "build/classes:$junit" \
         $(find src/test/java examples -name '*.java')
     echo "$tests" >build/test.stamp
 fi
-if [ -n "${javadoc:-}" ]; then
-    wait "$javadoc"
+if [ -n "$jars" ]; then
+    wait "$jars"
     trap - EXIT
-    jar --create --file build/flock-client-javadoc.jar -C build/javadoc .
     echo "$main" >build/main.stamp
     echo "built $(pwd)/build/flock-client.jar, flock-client-javadoc.jar, flock-client-sources.jar"
 else
