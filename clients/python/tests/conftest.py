@@ -30,9 +30,14 @@ RUN_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port at random below the kernel's ephemeral range: a port the
+    kernel hands out (bind to 0) is soon handed out again once free, and a
+    client of a server a test killed, still reconnecting, reached another
+    worker's server started on it."""
+    while True:
+        port = random.randint(10000, 19999)
+        if _bindable(port):
+            return port
 
 
 def _bindable(port: int) -> bool:

@@ -288,6 +288,9 @@ class Session:
                 try:
                     await connection.send_command("FLOCK.INBOX", INBOX_MS)
                     events = await connection.read_response()
+                    # A cancel (close()) that the write lost: the reader read
+                    # on for ever (and the loop's close waited on it).
+                    _raise_lost_cancel()
                 except ResponseError as e:
                     if is_nosession(e):
                         break
