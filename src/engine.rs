@@ -551,8 +551,9 @@ pub fn detach(value: &mut LockValue, db: i32, key: &[u8], why: End) {
 
 /// The lock arrived under a new name or database (RENAME, MOVE) from
 /// `from`: its leases, session bindings and request IDs follow it, and its
-/// holders are not deleted after all.
-pub fn attach(s: &mut State, value: &mut LockValue, db: i32, key: &[u8], from: Option<Place>) {
+/// holders are not deleted after all. One that holds nothing goes
+/// (`remove_arrived_if_free`).
+pub fn attach(ctx: &Context, s: &mut State, value: &mut LockValue, db: i32, key: &[u8], from: Option<Place>) {
     if let Some(from) = from {
         reclaim_requests(s, &from, value);
     }
@@ -563,4 +564,46 @@ pub fn attach(s: &mut State, value: &mut LockValue, db: i32, key: &[u8], from: O
     for token in tokens {
         file(s, &place, &mut value.lock, token, None, now);
     }
+    if value.lock.is_idle() {
+        remove_arrived_if_free(Some(ctx), place);
+    }
+}
+
+/// A lock that Redis itself put under a key (RENAME, MOVE, RESTORE, a
+/// load) may hold nothing: a key whose only use is a queue (a wait for
+/// several keys queues at a free key too) keeps its lock, and that lock
+/// leaves its waiters behind when it moves (`detach`) and has none saved.
+/// No command would delete it: the key goes once the command that brought
+/// it is done (Redis 7.2 and later: right after it; 7.0: from a timer due
+/// at once), through `update`, which replicates the DEL. That DEL matters
+/// beyond the key: the master replicates holders, not waiters, so its
+/// replicas never had such a key; their RENAME of it failed and left the
+/// lock that the master's RENAME overwrote, until this DEL of its name.
+pub fn remove_arrived_if_free(ctx: Option<&Context>, place: Place) {
+    if let Some(ctx) = ctx {
+        let job_place = place.clone();
+        let queued = ctx.add_post_notification_job(move |ctx| {
+            if state::try_with(|s| remove_free_lock_at(ctx, s, &job_place)).is_none() {
+                ffi::create_timer(0, on_arrived, job_place);
+            }
+        });
+        if matches!(queued, Ok(redis_module::Status::Ok)) {
+            return;
+        }
+    }
+    ffi::create_timer(0, on_arrived, place);
+}
+
+fn on_arrived(ctx: &Context, place: Place) {
+    state::with(|s| remove_free_lock_at(ctx, s, &place));
+}
+
+/// Deletes the lock under `place` if it holds nothing and nobody waits
+/// (a lock made or given a grant since is left as it is).
+fn remove_free_lock_at(ctx: &Context, s: &mut State, place: &Place) {
+    open_lock_at(ctx, s, place, |s, k, value| {
+        if value.lock.is_idle() {
+            update(s, k, value, None, |_, _, _, _| {});
+        }
+    });
 }

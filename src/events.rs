@@ -107,7 +107,7 @@ pub fn on_keyspace_event(ctx: &Context, _: NotifyEvent, event: &str, key: &[u8])
             state::with(|s| {
                 let from = s.moving_from.take();
                 if let Ok(Some(value)) = lock_value(&handle) {
-                    engine::attach(s, value, ffi::selected_db(ctx), key, from);
+                    engine::attach(ctx, s, value, ffi::selected_db(ctx), key, from);
                 }
             });
             // It may land on a name that FLOCK waiters wait on.

@@ -58,6 +58,11 @@ impl KeyType for LockType {
                     let place = s.place(db, &key);
                     engine::file_leases_now(s, &mut value, &place);
                     engine::reclaim_requests(s, &place, &mut value);
+                    // Saved from a key that only a queue kept (or, before
+                    // this version, one kept by its request IDs alone).
+                    if value.lock.is_idle() {
+                        engine::remove_arrived_if_free(None, place);
+                    }
                 });
                 Some(value)
             }

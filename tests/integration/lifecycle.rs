@@ -1073,3 +1073,117 @@ fn many_leases_each_end_on_time_whatever_the_others_do() {
     let st = s.stats();
     assert_eq!((st["lease_expiries"], st["locks"]), ((n - released) as i64, 0));
 }
+
+// ---------------------------------------------------------------------------
+// 11. A key that only a queue keeps. A wait for several keys (ACQUIREALL)
+// queues at a free key too, so the master keeps that key without a holder;
+// it replicates holders, not waiters, so its replica has no such key. Redis
+// itself may then carry the key on (RENAME, MOVE, DUMP and RESTORE, DEBUG
+// RELOAD) with its queue left behind: the lock that arrives holds nothing.
+// It must not stay on either server, and the replica, whose RENAME or MOVE
+// of a key it lacks fails, must end up with what the master has.
+// ---------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug)]
+enum Carry {
+    /// RENAME onto a key that a lock holds: on the master that lock is
+    /// overwritten; on the replica the RENAME fails and it stays.
+    RenameOverHeld,
+    MoveToDb1,
+    /// DUMP of the key, RESTORE of it under another name (on both servers).
+    DumpRestore,
+    /// The reload's flush answers the wait, whose other places then take
+    /// the reloaded key out too.
+    DebugReload,
+}
+
+/// The keys of databases 0 and 1, as (database, name), sorted.
+fn lock_keys_of(s: &Server) -> Vec<(i64, Vec<u8>)> {
+    let mut keys = Vec::new();
+    for db in 0..2 {
+        let names: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(&mut s.conn_db(db)).expect("KEYS");
+        keys.extend(names.into_iter().map(|k| (db, k)));
+    }
+    keys.sort();
+    keys
+}
+
+fn a_key_only_a_queue_keeps(carry: Carry) {
+    let s = Server::start();
+    let r = Server::replica_of(&s);
+    let (mut c, mut rc) = (s.conn(), r.conn());
+    acquire(&mut c, "busy", "x", 60_000).unwrap().expect("x holds busy");
+    acquire(&mut c, "held", "o1", 60_000).unwrap().expect("o1 holds held");
+    let mut w = Raw::connect(&s, 0);
+    w.send(
+        redis::cmd("FLOCK.ACQUIREALL").arg(2).arg("queued").arg("busy").arg("w").arg(60_000).arg("WAIT").arg(60_000),
+    );
+    wait_queue(&mut c, "queued", &["w"]);
+    assert_eq!(owner_of(&mut c, "queued"), None, "queued: no holder, only w's place");
+    wait_replica_applied(&mut c, &mut rc);
+    assert!(!exists(&mut rc, "queued"), "{carry:?}: the replica has no key for a queue alone");
+
+    let (db, carried) = match carry {
+        Carry::RenameOverHeld => {
+            let _: String = redis::cmd("RENAME").arg("queued").arg("held").query(&mut c).unwrap();
+            (0, "held")
+        }
+        Carry::MoveToDb1 => {
+            assert_eq!(redis::cmd("MOVE").arg("queued").arg(1).query::<i64>(&mut c).unwrap(), 1);
+            (1, "queued")
+        }
+        Carry::DumpRestore => {
+            let payload: Vec<u8> = redis::cmd("DUMP").arg("queued").query(&mut c).unwrap();
+            let _: String = redis::cmd("RESTORE").arg("copy").arg(0).arg(payload).query(&mut c).unwrap();
+            (0, "copy")
+        }
+        Carry::DebugReload => {
+            let _: String = redis::cmd("DEBUG").arg("RELOAD").query(&mut c).unwrap();
+            (0, "queued")
+        }
+    };
+    if !matches!(carry, Carry::DumpRestore) {
+        assert!(w.reply().is_lockdeleted(), "{carry:?}: w's place went with the key");
+    }
+    let mut cdb = s.conn_db(db);
+    wait_until(&format!("{carry:?}: the master to drop the lock that holds nothing"), 5 * SECOND, || {
+        !exists(&mut cdb, carried)
+    });
+    wait_replica_applied(&mut c, &mut rc);
+    assert!(!exists(&mut r.conn_db(db), carried), "{carry:?}: the replica still has {carried} in db {db}");
+    // The replica holds what the master holds: no grant the master ended.
+    let master_keys = lock_keys_of(&s);
+    let replica_keys = lock_keys_of(&r);
+    let queue_only = (0, b"queued".to_vec());
+    let expected: Vec<_> = master_keys.iter().filter(|k| **k != queue_only).cloned().collect();
+    assert_eq!(replica_keys, expected, "{carry:?}: the replica's keys beside the master's");
+    assert_eq!(r.stat("locks"), replica_keys.len() as i64, "{carry:?}: the replica's flock_locks");
+    assert_eq!(s.stat("locks"), master_keys.len() as i64, "{carry:?}: the master's flock_locks");
+    for (db, key) in &master_keys {
+        let mut k = s.conn_db(*db);
+        assert!(
+            (*db, key.clone()) == queue_only || owner_of(&mut k, key).is_some(),
+            "{carry:?}: {key:?} holds nothing"
+        );
+    }
+}
+
+#[test]
+fn rename_of_a_key_only_a_queue_keeps_over_a_held_lock_strands_nothing_on_master_or_replica() {
+    a_key_only_a_queue_keeps(Carry::RenameOverHeld);
+}
+
+#[test]
+fn move_of_a_key_only_a_queue_keeps_strands_nothing_on_master_or_replica() {
+    a_key_only_a_queue_keeps(Carry::MoveToDb1);
+}
+
+#[test]
+fn restore_of_a_dumped_key_only_a_queue_keeps_strands_nothing_on_master_or_replica() {
+    a_key_only_a_queue_keeps(Carry::DumpRestore);
+}
+
+#[test]
+fn debug_reload_of_a_key_only_a_queue_keeps_strands_nothing_on_master_or_replica() {
+    a_key_only_a_queue_keeps(Carry::DebugReload);
+}
