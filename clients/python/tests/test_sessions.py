@@ -62,8 +62,13 @@ def start(target, *args):
 
 
 def test_200_waiting_threads_add_at_most_4_connections_and_are_granted_in_queue_order(server, r, protocol):
-    # A pool that refuses a fifth connection: waits do not take one each.
-    c = redis.Redis(port=server.port, protocol=protocol, max_connections=4)
+    # A pool of 4 connections: a wait that took one of its own would leave
+    # the fifth waiter without one (not queued, an error after 20 s). It
+    # makes a thread wait for a connection rather than refusing it: the
+    # releases after the grants take one each, and under a busy machine's
+    # load more than 4 were out at once (MaxConnectionsError).
+    pool = redis.BlockingConnectionPool(port=server.port, protocol=protocol, max_connections=4, timeout=20)
+    c = redis.Redis(connection_pool=pool)
     before = connected(r)
     holder = Lock(c, "many", timeout=30, thread_local=False)
     assert holder.acquire(blocking=False)
