@@ -21,8 +21,11 @@ const SERVER = process.env.FLOCK_SERVER || 'redis-server';
 // How long waitUntil waits by default: it bounds a test that is stuck, it is no guess at how long
 // a wait takes (on a busy machine, with the suite's files side by side, correct ones took 10 s).
 const DEADLINE_MS = 30000;
-// A watchdog lease short enough that tests see several renewals quickly, long enough for a loaded CI machine.
-const WATCHDOG_LEASE = 900;
+// A watchdog lease short enough that tests see several renewals quickly (every lease/3), long
+// enough for a loaded machine: a renewal may come 1 s late. With 900 ms (600 ms to spare) and the
+// suite's files side by side on 2 busy cores, a test process's timers ran late by more, and
+// watchdog tests lost their locks.
+const WATCHDOG_LEASE = 1500;
 
 // Everything a test file started, undone when it ends (also on failure). Registered here at load
 // time: after() called inside a hook would belong to that hook and run as soon as it ends.
@@ -33,16 +36,20 @@ after(async () => {
 });
 const servers = new Set();
 process.on('exit', () => servers.forEach((proc) => proc.kill('SIGKILL')));
-const POLL_MS = 5;
+// waitUntil looks again after 5 ms, then half as long again each time up to 25 ms: most
+// conditions hold within a few looks, and a wait for renewals or a failover (a second or more)
+// does not poll the server (often a whole INFO) 200 times a second, which with the suite's files
+// side by side took CPU the tests' own timers needed.
+const POLL_MS = [5, 25];
 
 /** Polls `check` until it returns a truthy value (returned) or the deadline passes (throws `what`). */
 async function waitUntil(what, check, deadlineMs = DEADLINE_MS) {
   const end = Date.now() + deadlineMs;
-  for (;;) {
+  for (let pause = POLL_MS[0]; ; pause = Math.min(pause * 1.5, POLL_MS[1])) {
     const value = await check();
     if (value) return value;
     if (Date.now() > end) throw new Error(`timed out waiting until ${what}`);
-    await delay(POLL_MS);
+    await delay(pause);
   }
 }
 
