@@ -120,10 +120,13 @@ eachClient((kind, K) => {
   it('a fixed lease with no time left when the new session opens is reported lost (expired), not re-acquired', async () => {
     const proxy = await startProxy(server.port);
     const own = await flockOf(kind, proxy.port);
-    const lock = await own.acquire(K('rewatchend'), { lease: 300 });
+    // Long enough to be held still when the session is killed, on a busy machine too (with 300
+    // ms it had ended first, once: nothing was left to re-watch, and no new session was asked for).
+    const lock = await own.acquire(K('rewatchend'), { lease: 1000 });
     const victim = await proxiedSession(proxy);
     proxy.holdReplies('FLOCK.SESSION');
-    await server.probe.client('KILL', 'ID', victim);
+    const [, [, held]] = await server.probe.multi().client('KILL', 'ID', victim).call('FLOCK.INFO', K('rewatchend')).exec();
+    assert.ok(held, 'the lease had not ended yet when the session was killed');
     await waitUntil('a new session is asked for', () => proxy.heldCount() > 0);
     await waitUntil('the lease ends on the server', async () => (await server.info(K('rewatchend'))) === null);
     await new Promise((resolve) => setTimeout(resolve, 50));

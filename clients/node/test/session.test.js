@@ -111,7 +111,8 @@ eachClient((kind, K) => {
   });
 
   it("a holder's loss is known before a waiter of the same process is granted", async () => {
-    const holder = await flock.acquire(K('order'), { lease: 300 });
+    // Long enough to be held still when the waiter queues, on a busy machine too.
+    const holder = await flock.acquire(K('order'), { lease: 1000 });
     let holderLostFirst = null;
     const waiting = flock.acquire(K('order'), { lease: LEASE, wait: Infinity }).then((lock) => {
       holderLostFirst = holder.signal.aborted;
