@@ -4,13 +4,11 @@
 //! every node is stopped when the `Cluster` is dropped. The tests of a module
 //! share one (`static CLUSTER: Shared<Cluster>`, see common/shared.rs).
 
-use std::collections::HashSet;
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::shared::Fixture;
-use super::{flock_stats, module_path, server_program, temp_dir, Connection, RedisResult, TempDir, SECOND};
+use super::{flock_stats, fresh_port, module_path, server_program, temp_dir, Connection, RedisResult, TempDir, SECOND};
 
 impl Fixture for Cluster {
     fn start() -> Cluster {
@@ -95,23 +93,6 @@ pub fn parse_nodes(text: &str) -> Vec<NodeLine> {
         .collect()
 }
 
-/// A loopback port `p` with `p + 10000` (the cluster bus) also free, and
-/// neither of them in `taken`.
-fn free_cluster_port(taken: &HashSet<u16>) -> u16 {
-    for _ in 0..1000 {
-        let port: u16 = rand::random::<u16>() % 20000 + 15000; // 15000..35000, bus 25000..45000
-        if taken.contains(&port) || taken.contains(&(port + 10000)) {
-            continue;
-        }
-        let ok =
-            TcpListener::bind(("127.0.0.1", port)).is_ok() && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok();
-        if ok {
-            return port;
-        }
-    }
-    panic!("no free port pair (port, port + 10000) on loopback");
-}
-
 /// One cluster node: a redis-server with the module, stopped when dropped.
 pub struct Node {
     pub port: u16,
@@ -121,9 +102,10 @@ pub struct Node {
 
 impl Node {
     /// Starts one cluster-enabled node in its own directory.
-    fn start(taken: &mut HashSet<u16>) -> Node {
+    fn start() -> Node {
         for _ in 0..5 {
-            let port = free_cluster_port(taken);
+            // The node's bus listens on port + 10000.
+            let port = fresh_port(&[0, 10_000]);
             let dir = temp_dir("cluster");
             let child = Command::new(server_program())
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -149,8 +131,6 @@ impl Node {
                 .unwrap_or_else(|e| panic!("spawn {} (is it installed? `make deps`): {e}", server_program()));
             let mut node = Node { port, child, dir };
             if node.wait_ready() {
-                taken.insert(port);
-                taken.insert(port + 10000);
                 return node;
             }
         }
@@ -192,8 +172,7 @@ impl Cluster {
     /// waits until every node reports `cluster_state:ok`, knows all 6 nodes
     /// and every replica's link to its master is up.
     pub fn start() -> Cluster {
-        let mut taken = HashSet::new();
-        let nodes: Vec<Node> = (0..6).map(|_| Node::start(&mut taken)).collect();
+        let nodes: Vec<Node> = (0..6).map(|_| Node::start()).collect();
         let cluster = Cluster { nodes };
         let addrs: Vec<String> = cluster.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
         let out = Command::new("redis-cli")

@@ -82,26 +82,58 @@ pub fn temp_dir(tag: &str) -> TempDir {
     dir.expect("create temp dir")
 }
 
-/// Waits until the server `child` answers PING at `url`; false if it exits
-/// or `timeout` passes first.
+/// Waits until the server `child` answers at `url`; false if it exits or
+/// `timeout` passes first. It must be `child` that answers (its process
+/// id), not a process of another suite that took the port first.
 pub fn wait_ready(child: &mut Child, url: &str, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
+    let pid = format!("process_id:{}", child.id());
     while Instant::now() < deadline {
         if let Ok(Some(_)) = child.try_wait() {
             return false;
         }
         let conn = redis::Client::open(url).and_then(|c| c.get_connection_with_timeout(Duration::from_secs(5)));
-        if conn.is_ok_and(|mut c| redis::cmd("PING").query::<String>(&mut c).is_ok()) {
-            return true;
+        if let Ok(mut c) = conn {
+            if let Ok(info) = redis::cmd("INFO").arg("server").query::<String>(&mut c) {
+                if !info.lines().any(|l| l.trim() == pid) {
+                    return false;
+                }
+                // Not while it still loads its data (PING answers LOADING).
+                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                    return true;
+                }
+            }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     false
 }
 
-/// A loopback port nobody listens on now.
+/// A loopback port that nobody listens on now and that no server of this
+/// test process had before: the tests run side by side, and a test that
+/// restarts its server on its old port, or whose clients reconnect to it,
+/// must never meet another test's server there. Below 32768, where the
+/// kernel starts choosing ports for outgoing connections.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    fresh_port(&[0])
+}
+
+/// A port as `free_port` gives, with the ports at `offsets` from it
+/// (0, and 10000 for a cluster node's bus) all free and given with it.
+pub fn fresh_port(offsets: &[u16]) -> u16 {
+    use rand::Rng;
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let top = 32_768 - offsets.iter().max().copied().unwrap_or(0);
+    for _ in 0..10_000 {
+        let port = rand::thread_rng().gen_range(10_000..top);
+        let ports: Vec<u16> = offsets.iter().map(|o| port + o).collect();
+        let mut given = GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if ports.iter().all(|&p| !given.contains(&p) && TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            given.extend(ports);
+            return port;
+        }
+    }
+    panic!("no free loopback port for {offsets:?}");
 }
 
 impl Server {
