@@ -7,7 +7,7 @@
 const assert = require('node:assert/strict');
 const { before, describe, it } = require('node:test');
 const { Flock, LockLostError, LockNotHeldError } = require('..');
-const { startCluster, waitUntil, WATCHDOG_LEASE } = require('./helpers');
+const { renewals, startCluster, waitUntil, WATCHDOG_LEASE } = require('./helpers');
 const { CLUSTER_CLIENTS, WAIT, exitsAfterQuit, flockOver } = require('./topology');
 
 /**
@@ -142,7 +142,7 @@ describe('Cluster (3 masters)', () => {
         const renews = await node.stat('cmdstat_flock.renew');
         const start = Date.now();
         const lock = await flock.acquire(key);
-        await waitUntil('two renewals on the key\'s node', async () => (await node.stat('cmdstat_flock.renew')) >= renews + 2);
+        await renewals(node, renews, 2, [lock]);
         await waitUntil('one and a half leases pass', () => Date.now() - start > 1.5 * WATCHDOG_LEASE);
         const info = await node.info(key);
         assert.equal(info.owner, lock.owner, 'still held past its first lease');

@@ -352,6 +352,19 @@ async function lockInfo(probe, key) {
   return info;
 }
 
+/**
+ * Waits until `node` (a startServer()) has counted `n` FLOCK.RENEW calls more than `from`. Should
+ * one of `locks` (each with a `signal`) be lost meanwhile, fails at once with that loss (a renewal
+ * that came too late, say) rather than wait out the deadline for renewals that stopped.
+ */
+async function renewals(node, from, n, locks = []) {
+  await waitUntil(`${n} renewals`, async () => {
+    const lost = locks.find((lock) => lock.signal.aborted);
+    if (lost) throw lost.signal.error;
+    return (await node.stat('cmdstat_flock.renew')) >= from + n;
+  });
+}
+
 /** One number from INFO (e.g. `cmdstat_flock.renew` calls, `errorstat_NOTOWNER` count, `flock_grants`). */
 async function stat(probe, name) {
   // 'everything': 'all' leaves out the sections of modules (INFO flock).
@@ -490,6 +503,7 @@ module.exports = {
   flockOf,
   freePort,
   onEnd,
+  renewals,
   requestId,
   startCluster,
   startReplicated,

@@ -5,7 +5,7 @@
 const assert = require('node:assert/strict');
 const { describe, it, before } = require('node:test');
 const { Flock, LockNotHeldError, LockBusyError, LockLostError, AbortError } = require('..');
-const { eachClient, flockOf, onEnd, requestId, startServer, startProxy, waitUntil, WATCHDOG_LEASE } = require('./helpers');
+const { eachClient, flockOf, onEnd, renewals, requestId, startServer, startProxy, waitUntil, WATCHDOG_LEASE } = require('./helpers');
 
 let server;
 before(async () => {
@@ -147,7 +147,7 @@ eachClient((kind, K) => {
     const dog = await flockOf(kind, server.port, { watchdogLease: WATCHDOG_LEASE });
     const lock = await dog.acquire(K('dog'));
     const renews = await server.stat('cmdstat_flock.renew');
-    await waitUntil('three renewals', async () => (await server.stat('cmdstat_flock.renew')) >= renews + 3);
+    await renewals(server, renews, 3, [lock]);
     const info = await server.info(K('dog'));
     assert.equal(info.owner, lock.owner);
     assert.equal(info.token, String(lock.token));
@@ -163,7 +163,7 @@ eachClient((kind, K) => {
     // The next holder's own watchdog is the clock: two of its renewals span two of the old period.
     const next = await dog.acquire(K('dogstop'));
     const renews = await server.stat('cmdstat_flock.renew');
-    await waitUntil('two renewals by the next holder', async () => (await server.stat('cmdstat_flock.renew')) >= renews + 2);
+    await renewals(server, renews, 2, [next]);
     assert.equal(await server.stat('errorstat_NOTOWNER'), notowner, 'the released lock renewed no more');
     assert.equal((await server.info(K('dogstop'))).owner, next.owner);
     await next.release();

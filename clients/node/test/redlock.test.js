@@ -12,7 +12,7 @@ const { describe, it, before } = require('node:test');
 const Redis = require('ioredis');
 const { createClient } = require('redis');
 const { Flock, LockBusyError, LockNotHeldError } = require('..');
-const { flockOf, freePort, onEnd, startServer, waitUntil, CLIENTS } = require('./helpers');
+const { flockOf, freePort, onEnd, renewals, startServer, waitUntil, CLIENTS } = require('./helpers');
 
 // redlock uses floor(MAX_SAFE_INTEGER / 10) ms; FLOCK caps a lease at flock.max-lease-ms (2^40 by
 // default), so the port uses 2^38 and extends to 3 x 2^38.
@@ -38,10 +38,6 @@ const assertLease = async (key, duration, since) => {
   const left = Number((await server.info(key))['ttl-ms']);
   const elapsed = Date.now() - since;
   assert.ok(left <= duration && left >= duration - elapsed - 1, `lease left ${left} ms of ${duration}, ${elapsed} ms after the call: The lock expiration was off`);
-};
-const renewed = async (times) => {
-  const from = await server.stat('cmdstat_flock.renew');
-  await waitUntil(`${times} lease renewals`, async () => (await server.stat('cmdstat_flock.renew')) >= from + times);
 };
 
 for (const kind of CLIENTS) {
@@ -167,7 +163,7 @@ for (const kind of CLIENTS) {
       const since = Date.now();
       const lockValue = await owner(key);
       assert.equal(typeof lockValue, 'string', 'The lock value was not correctly acquired.');
-      await renewed(3);
+      await renewals(server, await server.stat('cmdstat_flock.renew'), 3, [{ signal }]);
       const at = Date.now();
       const left = Number((await server.info(key))['ttl-ms']);
       assert.ok(left > USING.lease - (at - since), `The lock was not extended: ${left} ms left ${at - since} ms into its ${USING.lease} ms lease`);

@@ -6,7 +6,7 @@
 const assert = require('node:assert/strict');
 const { it, before } = require('node:test');
 const { LockBusyError, LockUpgradeError, LockModeError, LockDeadlockError } = require('..');
-const { eachClient, flockOf, requestId, startServer, startProxy, waitUntil, WATCHDOG_LEASE } = require('./helpers');
+const { eachClient, flockOf, renewals, requestId, startServer, startProxy, waitUntil, WATCHDOG_LEASE } = require('./helpers');
 
 const LEASE = 10000;
 
@@ -174,7 +174,7 @@ eachClient((kind, K) => {
     const s = await dog.acquire(K('dog-sem'), { permits: 2, limit: 5 });
     const renews = await server.stat('cmdstat_flock.renew');
     // Four renewals each, every lease/3: together longer than the first lease.
-    await waitUntil('eight renewals', async () => (await server.stat('cmdstat_flock.renew')) >= renews + 8);
+    await renewals(server, renews, 8, [r, s]);
     assert.deepEqual(await holders(K('dog-read')), [[r.owner, '1']]);
     assert.deepEqual(await holders(K('dog-sem')), [[s.owner, '1']]);
     assert.equal(r.signal.aborted || s.signal.aborted, false);
