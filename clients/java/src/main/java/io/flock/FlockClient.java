@@ -671,22 +671,6 @@ public final class FlockClient implements AutoCloseable {
         }
     }
 
-    /** Gives back, off the reader thread, a grant that came for a wait its thread gave up. */
-    void releaseLater(byte[] key, byte[] owner) {
-        try {
-            watchdog.execute(() -> {
-                try {
-                    router.call(key, new byte[][] {bytes("FLOCK.RELEASE"), key, owner, bytes("ID"), requestId()},
-                            node -> node.commands, false);
-                } catch (IOException | RuntimeException ignored) {
-                    // its lease ends it anyway
-                }
-            });
-        } catch (java.util.concurrent.RejectedExecutionException closed) {
-            // the client is closing: the lease ends it
-        }
-    }
-
     /** The thread released its last hold of grant {@code token}. */
     void released(Grant.Key key, long token) {
         synchronized (released) {

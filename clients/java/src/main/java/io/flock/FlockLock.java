@@ -526,10 +526,21 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
 
     /** How long past its WAIT timeout a wait waits for the server's event before it cancels the wait itself. */
     static final long LOCAL_DEADLINE_MARGIN_MS = 2_000;
-    /** How long a cancelled wait waits for its final event before giving up on it (a late grant is released). */
+    /**
+     * How long an ending wait waits for the session to show that the server has nothing more for it; then the
+     * session, which says nothing, is closed (its end says it).
+     */
     static final long CANCEL_GRACE_MS = 10_000;
     /** Between attempts to open a new session while the server cannot be reached. */
     static final long REOPEN_PAUSE_MS = 100;
+
+    /**
+     * Why a wait ends before its outcome came: interrupted, out of time, an error reply, or a reply that answered
+     * it (a grant). It ends once the server can have nothing more for it, so that its thread's next wait of this
+     * lock never takes its event: its final event, its session's end, or a fence after a reply that shows the
+     * server holds no more of it (a CANCEL's, a grant's).
+     */
+    private enum Ending { INTERRUPT, DEADLINE, FAILED, ANSWERED }
 
     /**
      * One {@code FLOCK.ACQUIRE ... [WAIT t] INBOX sid ID rid} on the shared command connection. A try (waitMs 0)
@@ -538,7 +549,8 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
      * local deadline, the WAIT timeout plus a margin) sends FLOCK.CANCEL and the wait's event then decides: a
      * grant that won the race with an interrupt is released. A broken session: the wait is sent again, same
      * request ID, to a new one. While the server cannot be reached (before the first WAITING too) the wait
-     * retries every {@link #REOPEN_PAUSE_MS} until its own deadline, and then ends as one that ran out.
+     * retries every {@link #REOPEN_PAUSE_MS} until its own deadline, and then ends as one that ran out. A wait
+     * that a lost reply may have queued ends only as {@link Ending} says.
      */
     private Long acquireInSession(long waitMs, long lease, boolean interruptible) throws InterruptedException {
         Router.Route route;
@@ -560,7 +572,7 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
                     }
                 } catch (RuntimeException e) {
                     if (sid != null && "NOSESSION".equals(RedisError.codeOf(e)) && attempt++ < FlockClient.RESENDS) {
-                        route.node().session.broken(sid);
+                        route.node().session.forget(sid);
                     } else if (!route.redirected(e)) { // MOVED, ASK: the same request to the node named
                         throw RedisError.specific(e);
                     }
@@ -571,18 +583,21 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
         long now = System.nanoTime();
         long deadline = waitMs == FOREVER ? 0 : now + TimeUnit.MILLISECONDS.toNanos(waitMs);
         long localDeadline = deadline == 0 ? 0 : deadline + TimeUnit.MILLISECONDS.toNanos(LOCAL_DEADLINE_MARGIN_MS);
-        boolean mayBeQueued = false;    // a send's reply was lost: the server may hold a wait
+        boolean onServer = false;       // the session sent to last may hold the wait, or an event for it
         boolean sendNow = true;
         long sendAt = now;              // nanoTime of the next attempt to send, when sendNow waits for it
         boolean firstSend = true;
+        int lost = 0;                   // replies lost in a row: sent again at once, then after a pause
         int noSession = 0;
         boolean interruptedQuietly = false;
-        String cancelledFor = null;     // "interrupt" or "deadline" once FLOCK.CANCEL went out
+        Ending ending = null;
+        Long answered = null;
+        RuntimeException failure = null;
         long giveUpAt = 0;
         try {
             while (true) {
                 now = System.nanoTime();
-                if (sendNow && now - sendAt >= 0 && cancelledFor == null) {
+                if (sendNow && now - sendAt >= 0 && ending == null) {
                     sendNow = false;
                     long remainingMs = 0;
                     if (firstSend) {
@@ -591,49 +606,84 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
                     } else if (deadline != 0) {
                         remainingMs = TimeUnit.NANOSECONDS.toMillis(deadline - now);
                         if (remainingMs <= 0) {
-                            if (mayBeQueued) {
-                                wait.abandon();
+                            // the wait ran out while its session was being replaced, or its replies were lost
+                            ending = Ending.DEADLINE;
+                            if (!onServer) {
+                                return ended(ending, null, null);
                             }
-                            return null; // the wait ran out while its session was being replaced
+                            giveUpAt = cancel(wait);
+                            continue;
                         }
                     }
                     String sid = null;
                     Object reply;
                     try {
                         // on the key's node, naming that node's session
+                        String before = wait.sessionId;
                         sid = route.node().session.register(wait);
-                        reply = route.send(acquireArgs(lease, remainingMs, sid, rid), node -> node.commands);
+                        if (sid == null) {
+                            continue; // the end of the session it was sent to comes, and sends it again
+                        }
+                        if (!sid.equals(before)) {
+                            onServer = false; // that session ended, and the server's wait with it
+                        }
+                        reply = route.sendOnce(acquireArgs(lease, remainingMs, sid, rid), node -> node.commands);
                     } catch (IOException e) {
-                        // The server cannot be reached (before the first WAITING too): try again after a
-                        // pause, until the wait's own deadline, which then ends it as a timeout. On a Cluster
-                        // the slot map is asked again first (a failover may have moved the key's master).
-                        mayBeQueued |= sid != null;
-                        route.reroute();
+                        // The command may have been applied. Sent again at once (the same request ID takes over
+                        // its place); then, the server cannot be reached (before the first WAITING too): try
+                        // again after a pause, until the wait's own deadline, which then ends it as a timeout.
+                        // On a Cluster the slot map is asked again first (a failover may have moved the key's
+                        // master).
+                        onServer |= sid != null;
                         sendNow = true;
-                        sendAt = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(REOPEN_PAUSE_MS);
+                        if (lost++ < FlockClient.RESENDS) {
+                            sendAt = System.nanoTime();
+                        } else {
+                            lost = 0;
+                            route.reroute();
+                            sendAt = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(REOPEN_PAUSE_MS);
+                        }
                         continue;
                     } catch (RuntimeException e) {
+                        lost = 0;
                         boolean noSuchSession = sid != null && "NOSESSION".equals(RedisError.codeOf(e));
                         if (noSuchSession && noSession++ < FlockClient.RESENDS) {
-                            wait.session.broken(sid);
-                            sendNow = true;
+                            // its reader hands out what that session had (for this wait too), then its end
+                            // sends the wait again
+                            wait.session.forget(sid);
                             continue;
                         }
                         if (route.redirected(e)) { // MOVED, ASK: the same request to the node named
                             sendNow = true;
                             continue;
                         }
-                        throw RedisError.specific(e);
+                        failure = RedisError.specific(e);
+                        if (!onServer) {
+                            throw failure;
+                        }
+                        ending = Ending.FAILED; // an earlier send of it may be queued, or its event on its way
+                        giveUpAt = cancel(wait);
+                        continue;
                     }
-                    if (reply == null || reply instanceof Long) {
-                        return (Long) reply; // granted at once (a token) or not (nil)
+                    lost = 0;
+                    if (reply == null || reply instanceof Long) { // granted at once (a token) or not (nil)
+                        if (!onServer) {
+                            return (Long) reply;
+                        }
+                        // an earlier send of it was queued, and its event (its grant's) may be on its way
+                        ending = Ending.ANSWERED;
+                        answered = (Long) reply;
+                        wait.fence();
+                        giveUpAt = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(CANCEL_GRACE_MS);
+                        continue;
                     }
                     if (!"WAITING".equals(text(reply))) { // a status reply; some libraries give it as bytes
                         throw new IllegalStateException("FLOCK.ACQUIRE answered " + text(reply));
                     }
+                    onServer = true;
                     noSession = 0;
                 }
-                long until = cancelledFor != null ? giveUpAt : sendNow ? sendAt : localDeadline;
+                long until = ending != null ? giveUpAt : sendNow ? sendAt : localDeadline;
                 Session.Event event;
                 try {
                     if (until == 0) {
@@ -642,45 +692,60 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
                         event = wait.events.poll(Math.max(0, until - System.nanoTime()), TimeUnit.NANOSECONDS);
                     }
                 } catch (InterruptedException e) {
-                    if (!interruptible) {
+                    if (!interruptible || ending == Ending.FAILED || ending == Ending.ANSWERED) {
                         interruptedQuietly = true; // lock(): as ReentrantLock, keep waiting and keep the flag
-                    } else if (!"interrupt".equals(cancelledFor)) {
-                        boolean wasCancelling = cancelledFor != null;
-                        cancelledFor = "interrupt";
-                        if (!wasCancelling) {
-                            giveUpAt = cancel(wait, sendNow, mayBeQueued);
+                    } else if (ending == null) {
+                        ending = Ending.INTERRUPT;
+                        if (!onServer) {
+                            return ended(ending, null, null);
                         }
+                        giveUpAt = cancel(wait);
+                    } else {
+                        ending = Ending.INTERRUPT; // out of time, and the CANCEL went out
                     }
                     continue;
                 }
                 if (event == null) {
                     now = System.nanoTime();
-                    if (cancelledFor != null && now - giveUpAt >= 0) {
-                        wait.abandon(); // the event never came: a grant that still comes is released
-                        return outcome(cancelledFor, null);
-                    }
-                    if (cancelledFor == null && localDeadline != 0 && now - localDeadline >= 0) {
-                        cancelledFor = "deadline";
-                        giveUpAt = cancel(wait, sendNow, mayBeQueued);
+                    if (ending != null && now - giveUpAt >= 0) {
+                        wait.closeSession();
+                        giveUpAt = 0;
+                    } else if (ending == null && localDeadline != 0 && now - localDeadline >= 0) {
+                        ending = Ending.DEADLINE;
+                        if (!onServer) {
+                            return ended(ending, null, null);
+                        }
+                        giveUpAt = cancel(wait);
                     }
                     continue;
                 }
+                boolean current = event.sessionId().equals(wait.sessionId);
                 switch (event.kind()) {
-                    case Session.Event.GRANTED:
-                        if ("interrupt".equals(cancelledFor)) {
+                    case Session.Event.GRANTED: // from any session: the grant is the wait's, held on the server
+                        if (ending == Ending.ANSWERED) {
+                            continue; // the grant the reply answered, or an earlier one that ended
+                        }
+                        if (ending == Ending.INTERRUPT || ending == Ending.FAILED) {
                             // The grant won the race with FLOCK.CANCEL: give it back whole (a wait's grant is
-                            // never a reentry), then report the interrupt.
+                            // never a reentry), then report the interrupt or the error.
                             call("FLOCK.RELEASE", key, owner(), FlockClient.bytes("ID"), FlockClient.requestId());
-                            return outcome(cancelledFor, null);
+                            return ended(ending, null, failure);
                         }
                         return event.token(); // a grant just past the local deadline is still a grant
                     case Session.Event.TIMEOUT:
                     case Session.Event.CANCELLED:
-                        return outcome(cancelledFor, null);
-                    case Session.Event.ERROR:
-                        if (cancelledFor != null) {
-                            return outcome(cancelledFor, null);
+                        if (!current || ending == Ending.ANSWERED) {
+                            continue; // of a request that a later one (same ID) replaced, or answered
                         }
+                        return ending == null ? null : ended(ending, answered, failure);
+                    case Session.Event.ERROR:
+                        if (!current || ending == Ending.ANSWERED) {
+                            continue;
+                        }
+                        if (ending != null) {
+                            return ended(ending, answered, failure);
+                        }
+                        onServer = false;
                         if ("LOCKDELETED".equals(RedisError.codeOf(new RedisError(event.detail())))
                                 && route.keyMoved()) {
                             // MIGRATE took the key (and its request IDs) to another node: queue there, at
@@ -702,11 +767,13 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
                         }
                         throw RedisError.specific(new RedisError(event.detail()));
                     case Session.Event.BROKEN:
-                        if (!event.sessionId().equals(wait.sessionId)) {
+                    case Session.Event.FENCED: // asked for only while ending
+                        if (!current) {
                             continue; // about a session this wait already left
                         }
-                        if (cancelledFor != null) {
-                            return outcome(cancelledFor, null); // the server dropped the wait with its session
+                        onServer = false; // the server dropped the wait with its session, or holds no more of it
+                        if (ending != null) {
+                            return ended(ending, answered, failure);
                         }
                         sendNow = true;
                         sendAt = System.nanoTime();
@@ -725,29 +792,31 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
         }
     }
 
-    /** A cancelled wait's end: an interrupt throws, a local deadline is a wait that ran out. */
-    private Long outcome(String cancelledFor, Long token) throws InterruptedException {
-        if ("interrupt".equals(cancelledFor)) {
-            throw new InterruptedException("interrupted while waiting for lock '" + name + "'");
+    /** How an ending wait ends once the server has nothing more for it. */
+    private Long ended(Ending ending, Long answered, RuntimeException failure) throws InterruptedException {
+        switch (ending) {
+            case INTERRUPT:
+                throw new InterruptedException("interrupted while waiting for lock '" + name + "'");
+            case FAILED:
+                throw failure;
+            case ANSWERED:
+                return answered;
+            default:
+                return null; // out of time
         }
-        return token;
     }
 
     /**
-     * FLOCK.CANCEL for this thread's wait; between sessions (nothing waits on the server then, unless a lost
-     * reply queued it) the wait ends as cancelled at once. Returns when to stop waiting for its final event.
+     * FLOCK.CANCEL for this thread's wait, which the server may hold, and then a fence: once the session has
+     * handed out what the server had for the wait by the CANCEL (its final event, if any), nothing more comes.
+     * Returns when to stop waiting for that.
      */
-    private long cancel(Session.Wait wait, boolean betweenSessions, boolean mayBeQueued) {
+    private long cancel(Session.Wait wait) {
         try {
             client.command(new byte[][] {FlockClient.bytes("FLOCK.CANCEL"), key, wait.owner});
+            wait.fence();
         } catch (IOException | RuntimeException e) {
-            // the final event (or the session's end) still comes; a late grant is released
-        }
-        if (betweenSessions) {
-            if (mayBeQueued) {
-                wait.abandon(); // a send whose reply was lost may have queued it
-            }
-            wait.events.add(new Session.Event(Session.Event.CANCELLED, 0, "", wait.sessionId));
+            // the final event or the session's end still comes; else, after the grace, the session is closed
         }
         return System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(CANCEL_GRACE_MS);
     }

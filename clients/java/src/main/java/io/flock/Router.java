@@ -236,6 +236,11 @@ final class Router implements AutoCloseable {
             return FlockClient.callResending(link.apply(node), args, asking);
         }
 
+        /** {@link #send}, once: a lost reply is the caller's to resend (the command may have been applied). */
+        Object sendOnce(byte[][] args, Function<Node, Link> link) throws IOException {
+            return link.apply(node).call(args, asking);
+        }
+
         /**
          * {@code commands} in one round trip on an idle durable-grant connection of the node (ASKING first
          * after an ASK); the replies in order, error replies in their places. Sent once: the caller resends.

@@ -3,6 +3,7 @@ package io.flock;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.BlockingQueue;
@@ -16,16 +17,24 @@ import java.util.concurrent.LinkedBlockingQueue;
  * {@code WAITING} and the outcome comes through here, matched to the waiting thread by (key, owner). Losses
  * of watched grants ({@code lost}) are handed to the client at once, in the server's order.
  *
- * <p>When the session connection breaks (or an ACQUIRE answers {@code NOSESSION}) the session is forgotten
- * and each of its pending waits is told ({@link Event#BROKEN}); the waiting thread then registers again,
- * which opens a new session, and resends its ACQUIRE there with its same request ID.
+ * <p>Events carry no request ID, so a wait stays registered until the server can have nothing more for it
+ * (see {@link FlockLock}): a thread's next wait of the same lock never takes its last one's event. When the
+ * session connection breaks (or an ACQUIRE answers {@code NOSESSION}) the session is forgotten, and its reader,
+ * once it has handed out every event it read, tells each of its waits ({@link Event#BROKEN}); the waiting
+ * thread then registers again, which opens a new session, and resends its ACQUIRE there with its same request
+ * ID.
  */
 final class Session implements AutoCloseable {
-    /** How long one FLOCK.INBOX blocks on the server before the reader asks again. */
-    static final long INBOX_TIMEOUT_MS = 10_000;
+    /**
+     * How long one FLOCK.INBOX blocks on the server before the reader asks again: also how long a fence may wait
+     * for a read to end, and a forgotten session's reader for its next reply.
+     */
+    static final long INBOX_TIMEOUT_MS = 1_000;
     private static final byte[][] SESSION = {FlockClient.bytes("FLOCK.SESSION")};
     private static final byte[][] INBOX = {FlockClient.bytes("FLOCK.INBOX"),
         FlockClient.bytes(Long.toString(INBOX_TIMEOUT_MS))};
+    /** A read for a fence: it need not wait for an event, only bring those already there. */
+    private static final byte[][] INBOX_NOW = {FlockClient.bytes("FLOCK.INBOX"), FlockClient.bytes("1")};
 
     /** A wait's identity on the server: key and owner, as raw bytes (ISO-8859-1 keeps them exact). */
     record WaitKey(String key, String owner) {
@@ -41,10 +50,12 @@ final class Session implements AutoCloseable {
         static final String TIMEOUT = "timeout";
         static final String CANCELLED = "cancelled";
         static final String ERROR = "error";
-        /** The client's: the session the wait was sent to ended; send it again. */
+        /** The client's: the session the wait was sent to ended, and every event it had was handed out. */
         static final String BROKEN = "broken";
         /** The client's: the FlockClient was closed. */
         static final String CLOSED = "closed";
+        /** The client's: every event the session had for the wait when it asked ({@link Wait#fence}) is out. */
+        static final String FENCED = "fenced";
     }
 
     /** One thread's wait: registered before its ACQUIRE is sent (the event can beat the WAITING reply). */
@@ -53,11 +64,12 @@ final class Session implements AutoCloseable {
         final byte[] key;
         final byte[] owner;
         final BlockingQueue<Event> events = new LinkedBlockingQueue<>();
-        /** The session its ACQUIRE went to last (on a Cluster, of the node it was sent to) and that session's ID. */
+        /** The session its ACQUIRE went to last (on a Cluster, of the node it was sent to), its reader and ID. */
         volatile Session session;
+        volatile Reader reader;
         volatile String sessionId;
-        /** Given up by its thread without a final event: a grant that still comes is released. */
-        volatile boolean abandoned;
+        /** The reader's INBOX calls sent when the wait asked for a fence; guarded by that reader. */
+        long fencedAfter;
 
         Wait(byte[] key, byte[] owner) {
             this.key = key;
@@ -65,17 +77,29 @@ final class Session implements AutoCloseable {
             this.id = WaitKey.of(key, owner);
         }
 
-        /** The wait ended (its final event read, or its ACQUIRE answered at once). */
+        /** The wait ended: the server has nothing more for it in the session it was sent to last. */
         void unregister() {
             Session last = session;
-            if (last != null && !abandoned) {
+            if (last != null) {
                 last.pending.remove(id, this);
             }
         }
 
-        /** The wait ended without its final event: the reader releases a grant that still comes for it. */
-        void abandon() {
-            abandoned = true;
+        /**
+         * Asks for {@link Event#FENCED} once the reader of the session it was sent to last has handed out every
+         * event the server had for it by now: after a reply that shows the server holds nothing more of the wait
+         * (a CANCEL's, a grant's), an event not come by then never comes. A session that ends first tells
+         * {@link Event#BROKEN} instead.
+         */
+        void fence() {
+            reader.fence(this);
+        }
+
+        /** Closes the connection of the session it was sent to last, which says nothing: its end comes at once. */
+        void closeSession() {
+            Reader r = reader;
+            r.session().forget(r.sid);
+            closeQuietly(r.conn);
         }
     }
 
@@ -83,9 +107,8 @@ final class Session implements AutoCloseable {
     private final ConnectionFactory factory;
     private final Object state = new Object();
     private final Map<WaitKey, Wait> pending = new ConcurrentHashMap<>();
-    private FlockConnection connection;
-    private String id;
-    private Thread reader;
+    /** The open session's reader, null while none is open. */
+    private Reader current;
     private boolean closed;
     /** Sessions opened so far (tests: a broken session was replaced). */
     private int opened;
@@ -98,33 +121,39 @@ final class Session implements AutoCloseable {
     /** The open session's ID, opening one first if there is none. */
     String id() throws IOException {
         synchronized (state) {
-            return openIfNeeded();
+            return openIfNeeded().sid;
         }
     }
 
     /**
-     * Registers {@code wait} under the open session (opening one if needed) and returns that session's ID. A
-     * wait sent to another node before (a Cluster slot moved) leaves that node's session.
+     * Registers {@code wait} under the open session (opening one if needed) and returns that session's ID; null
+     * while the session it was sent to last is ending here (its {@link Event#BROKEN} comes once its reader has
+     * handed out every event it read, which may be this wait's). A wait sent to another node before (a Cluster
+     * slot moved) leaves that node's session.
      */
     String register(Wait wait) throws IOException {
         synchronized (state) {
-            String sid = openIfNeeded();
+            Reader last = wait.reader;
+            if (last != null && last.session() == this && last != current && !last.ended()) {
+                return null;
+            }
+            Reader r = openIfNeeded();
             Session before = wait.session;
             if (before != null && before != this) {
                 before.pending.remove(wait.id, wait);
             }
             wait.session = this;
-            wait.sessionId = sid;
-            wait.abandoned = false;
+            wait.reader = r;
+            wait.sessionId = r.sid;
             pending.put(wait.id, wait);
-            return sid;
+            return r.sid;
         }
     }
 
     /** The reader thread of the last session opened, or null (tests). */
     Thread reader() {
         synchronized (state) {
-            return reader;
+            return current == null ? null : current.thread;
         }
     }
 
@@ -135,12 +164,12 @@ final class Session implements AutoCloseable {
         }
     }
 
-    private String openIfNeeded() throws IOException {
+    private Reader openIfNeeded() throws IOException {
         if (closed) {
             throw new IllegalStateException("the FlockClient is closed");
         }
-        if (id != null) {
-            return id;
+        if (current != null) {
+            return current;
         }
         FlockConnection conn = factory.connect();
         String sid;
@@ -153,55 +182,38 @@ final class Session implements AutoCloseable {
             }
             throw e;
         }
-        connection = conn;
-        id = sid;
+        current = new Reader(sid, conn);
         opened++;
-        reader = new Thread(() -> read(conn, sid), "flock-session-reader");
-        reader.setDaemon(true);
-        reader.start();
-        return sid;
+        current.thread.start();
+        return current;
     }
 
     /**
-     * Session {@code sid} is over (its connection broke, or the server answered NOSESSION): forget it if it
-     * is still the open one, and tell its pending waits to send themselves again.
+     * Session {@code sid} is over (the server answered NOSESSION, or its reader ended): the next wait opens
+     * another, and the grants it watched move there. Its reader goes on to hand out what the server sent it
+     * before (a grant among them), and then ends it.
      */
-    void broken(String sid) {
-        FlockConnection conn = null;
+    void forget(String sid) {
         synchronized (state) {
-            if (sid.equals(id)) {
-                conn = connection;
-                connection = null;
-                id = null;
+            if (current == null || !current.sid.equals(sid)) {
+                return;
             }
+            current = null;
         }
-        if (conn != null) {
-            closeQuietly(conn);
-            client.rewatchLater(0); // the grants it watched: to the next session
-        }
-        for (Wait wait : pending.values()) {
-            if (sid.equals(wait.sessionId)) {
-                if (wait.abandoned) {
-                    pending.remove(wait.id, wait); // the server dropped it with the session
-                } else {
-                    wait.events.add(new Event(Event.BROKEN, 0, "", sid));
-                }
-            }
-        }
+        client.rewatchLater(0);
     }
 
     /** Closes the session connection (the reader ends) and tells every pending wait. */
     @Override
     public void close() {
-        FlockConnection conn;
+        Reader r;
         synchronized (state) {
             closed = true;
-            conn = connection;
-            connection = null;
-            id = null;
+            r = current;
+            current = null;
         }
-        if (conn != null) {
-            closeQuietly(conn);
+        if (r != null) {
+            closeQuietly(r.conn);
         }
         for (Wait wait : pending.values()) {
             wait.events.add(new Event(Event.CLOSED, 0, "", ""));
@@ -215,33 +227,108 @@ final class Session implements AutoCloseable {
         }
     }
 
-    /** The reader thread of session {@code sid}: FLOCK.INBOX until the connection breaks or the client closes. */
-    private void read(FlockConnection conn, String sid) {
-        while (true) {
-            Object reply;
-            try {
-                reply = conn.call(INBOX);
-            } catch (IOException | UncheckedIOException e) {
-                if (!isClosed()) {
-                    broken(sid);
+    private boolean isCurrent(Reader r) {
+        synchronized (state) {
+            return current == r;
+        }
+    }
+
+    /** One session: its connection and the daemon thread that loops FLOCK.INBOX on it, in the server's order. */
+    final class Reader {
+        final String sid;
+        final FlockConnection conn;
+        final Thread thread;
+        /** INBOX calls sent so far; guarded by this reader, as are the next two. */
+        private long calls;
+        private final List<Wait> fenced = new ArrayList<>();
+        private boolean ended;
+
+        Reader(String sid, FlockConnection conn) {
+            this.sid = sid;
+            this.conn = conn;
+            this.thread = new Thread(this::read, "flock-session-reader");
+            thread.setDaemon(true);
+        }
+
+        Session session() {
+            return Session.this;
+        }
+
+        synchronized boolean ended() {
+            return ended;
+        }
+
+        /**
+         * The next INBOX call sent is answered after now on the server, with every event it had: once its reply
+         * is handed out, so is every event of the wait's.
+         */
+        synchronized void fence(Wait wait) {
+            if (!ended) {
+                wait.fencedAfter = calls;
+                fenced.add(wait);
+            }
+        }
+
+        /** FLOCK.INBOX until the connection breaks, the session is forgotten or the client closes. */
+        private void read() {
+            while (true) {
+                long call;
+                byte[][] inbox;
+                synchronized (this) {
+                    call = ++calls;
+                    inbox = fenced.isEmpty() ? INBOX : INBOX_NOW;
                 }
-                return;
-            } catch (RuntimeException e) {
-                if (isClosed()) {
+                Object reply;
+                try {
+                    reply = conn.call(inbox);
+                } catch (IOException | UncheckedIOException e) {
+                    end();
+                    return;
+                } catch (RuntimeException e) {
+                    if (!isClosed() && "UNBLOCKED".equals(RedisError.codeOf(e))) {
+                        // The server was demoted (Redis answers a blocked module command itself); the events
+                        // stay in the inbox for the next read.
+                        pause(100);
+                        continue;
+                    }
+                    end(); // NOSESSION, or anything else: this session is not usable
                     return;
                 }
-                if ("UNBLOCKED".equals(RedisError.codeOf(e))) {
-                    // The server was demoted (Redis answers a blocked module command itself); the events
-                    // stay in the inbox for the next read.
-                    pause(100);
-                    continue;
+                if (reply instanceof List) {
+                    for (Object event : (List<?>) reply) {
+                        dispatch((List<?>) event, sid);
+                    }
                 }
-                broken(sid); // NOSESSION, or anything else: this session is not usable
+                synchronized (this) {
+                    fenced.removeIf(wait -> {
+                        if (wait.fencedAfter >= call) {
+                            return false;
+                        }
+                        wait.events.add(new Event(Event.FENCED, 0, "", sid));
+                        return true;
+                    });
+                }
+                if (!isCurrent(this)) {
+                    end();
+                    return;
+                }
+            }
+        }
+
+        /** After the last event read: the session is over, and each of its waits is told to send itself again. */
+        private void end() {
+            synchronized (this) {
+                ended = true;
+                fenced.clear();
+            }
+            forget(sid);
+            closeQuietly(conn);
+            if (isClosed()) {
                 return;
             }
-            if (reply instanceof List) {
-                for (Object event : (List<?>) reply) {
-                    dispatch((List<?>) event, sid);
+            for (Wait wait : pending.values()) {
+                if (sid.equals(wait.sessionId)) {
+                    wait.events.add(new Event(Event.BROKEN, 0, "", sid));
                 }
             }
         }
@@ -264,17 +351,10 @@ final class Session implements AutoCloseable {
             return;
         }
         Wait wait = pending.get(WaitKey.of(key, owner));
-        if (wait == null) {
-            return; // its thread took the grant from a resend's reply, or never waited here
+        if (wait != null) {
+            wait.events.add(new Event(kind, token, detail, sid));
         }
-        if (wait.abandoned) {
-            pending.remove(wait.id, wait);
-            if (Event.GRANTED.equals(kind)) {
-                client.releaseLater(key, owner);
-            }
-            return;
-        }
-        wait.events.add(new Event(kind, token, detail, sid));
+        // else: a wait that went on to another node's session, which the resend of its same request ID answers
     }
 
     private static byte[] raw(Object reply) {

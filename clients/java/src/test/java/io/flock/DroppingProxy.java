@@ -6,19 +6,27 @@ import java.io.OutputStream;
 import java.net.ServerSocket;
 import java.net.Socket;
 import java.nio.charset.StandardCharsets;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * A TCP proxy in front of the test server that can lose a reply: once armed with a command name, it forwards
  * the next command containing that name to the server, reads the server's reply (so the command was
- * applied) and then closes the client's connection instead of passing the reply on.
+ * applied) and then closes the client's connection instead of passing the reply on; or it loses the command
+ * itself. It can also hold back what the server sends on a FLOCK session's connection, so that an event
+ * reaches the client late.
  */
 final class DroppingProxy implements AutoCloseable {
+    private static final byte[] INBOX = "FLOCK.INBOX".getBytes(StandardCharsets.UTF_8);
     private final ServerSocket listener = new ServerSocket(0);
     private final int upstreamPort;
     private volatile byte[] armed;
+    /** Whether an armed command reaches the server (its reply is lost) or is lost itself. */
+    private volatile boolean forwardArmed;
     private final AtomicInteger dropsLeft = new AtomicInteger();
+    private volatile long sessionDelayMs;
+    private volatile CountDownLatch sessionHeld;
     final AtomicInteger dropped = new AtomicInteger();
 
     DroppingProxy(int upstreamPort) throws IOException {
@@ -32,8 +40,32 @@ final class DroppingProxy implements AutoCloseable {
 
     /** Loses the replies to the next {@code times} commands that contain {@code command}. */
     void dropRepliesTo(String command, int times) {
+        arm(command, times, true);
+    }
+
+    /** Loses the next {@code times} commands that contain {@code command} before the server reads them. */
+    void dropCommands(String command, int times) {
+        arm(command, times, false);
+    }
+
+    private void arm(String command, int times, boolean forward) {
+        forwardArmed = forward;
         armed = command.getBytes(StandardCharsets.UTF_8);
         dropsLeft.set(times);
+    }
+
+    /** Passes on what the server sends on a session connection (one that read FLOCK.INBOX) {@code ms} late. */
+    void delaySessionReplies(long ms) {
+        sessionDelayMs = ms;
+    }
+
+    /** Holds what the server sends on a session connection until {@link #passSessionReplies}. */
+    void holdSessionReplies() {
+        sessionHeld = new CountDownLatch(1);
+    }
+
+    void passSessionReplies() {
+        sessionHeld.countDown();
     }
 
     private void acceptLoop() {
@@ -42,42 +74,63 @@ final class DroppingProxy implements AutoCloseable {
                 Socket client = listener.accept();
                 Socket server = new Socket("127.0.0.1", upstreamPort);
                 AtomicBoolean loseReply = new AtomicBoolean();
-                daemon(() -> pump(client, server, loseReply, true));
-                daemon(() -> pump(server, client, loseReply, false));
+                AtomicBoolean session = new AtomicBoolean();
+                daemon(() -> pump(client, server, loseReply, session, true));
+                daemon(() -> pump(server, client, loseReply, session, false));
             }
         } catch (IOException closed) {
             // the test is over
         }
     }
 
-    private void pump(Socket from, Socket to, AtomicBoolean loseReply, boolean toServer) {
+    private void pump(Socket from, Socket to, AtomicBoolean loseReply, AtomicBoolean session, boolean toServer) {
         byte[] buf = new byte[65536];
         try (from; to) {
             InputStream in = from.getInputStream();
             OutputStream out = to.getOutputStream();
             for (int n; (n = in.read(buf)) > 0; ) {
                 if (toServer && matches(buf, n)) {
+                    if (!forwardArmed) {
+                        dropped.incrementAndGet();
+                        return; // closes both sockets: the server never reads the command
+                    }
                     loseReply.set(true);
+                }
+                if (toServer && contains(buf, n, INBOX)) {
+                    session.set(true);
                 }
                 if (!toServer && loseReply.get()) {
                     dropped.incrementAndGet();
                     return; // closes both sockets: the client never sees the reply
+                }
+                if (!toServer && session.get()) {
+                    CountDownLatch held = sessionHeld;
+                    if (held != null) {
+                        held.await();
+                    }
+                    Thread.sleep(sessionDelayMs);
                 }
                 out.write(buf, 0, n);
                 out.flush();
             }
         } catch (IOException closed) {
             // the other pump closed the pair
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
         }
     }
 
     private boolean matches(byte[] buf, int n) {
         byte[] command = armed;
-        if (command == null || !new String(buf, 0, n, StandardCharsets.ISO_8859_1)
-                .contains(new String(command, StandardCharsets.ISO_8859_1))) {
+        if (command == null || !contains(buf, n, command)) {
             return false;
         }
         return dropsLeft.getAndUpdate(left -> Math.max(0, left - 1)) > 0;
+    }
+
+    private static boolean contains(byte[] buf, int n, byte[] word) {
+        return new String(buf, 0, n, StandardCharsets.ISO_8859_1)
+                .contains(new String(word, StandardCharsets.ISO_8859_1));
     }
 
     private static void daemon(Runnable body) {

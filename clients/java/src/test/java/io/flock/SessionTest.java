@@ -539,6 +539,115 @@ class SessionTest extends ServerTest {
         }
     }
 
+    /**
+     * A wait whose every ACQUIRE reply is lost is queued on the server all the same; it ends (out of time, then
+     * interrupted) only with its own event, which the session connection here brings a second late. Were it
+     * to end at once, the thread's next wait would take that event for its own and end early, and its own
+     * grant would then come with nobody waiting for it (the lock held until its lease ran out), or the server
+     * would still hold the old wait and answer the next one QUEUED.
+     */
+    @Test
+    void theLateEventOfAWaitWhoseRepliesWereLostIsNotTakenByTheNextWait() throws Exception {
+        try (DroppingProxy proxy = new DroppingProxy(server.port)) {
+            FlockLock held = client().getFairLock("k");
+            FlockClient client = opened(new FlockClient(RespConnection.factory("127.0.0.1", proxy.port())));
+            FlockLock lock = client.getFairLock("k");
+            assertTrue(lock.tryLock()); // opens the session
+            lock.unlock();
+            proxy.delaySessionReplies(1_000);
+            for (boolean interrupted : new boolean[] {false, true}) {
+                held.lock();
+                int dropped = proxy.dropped.get();
+                proxy.dropRepliesTo("FLOCK.ACQUIRE", Integer.MAX_VALUE);
+                AtomicReference<Thread> waiter = new AtomicReference<>();
+                CompletableFuture<Boolean> first = new CompletableFuture<>();
+                CompletableFuture<Void> next = new CompletableFuture<>();
+                CompletableFuture<Boolean> second = onThread(() -> {
+                    waiter.set(Thread.currentThread());
+                    try {
+                        first.complete(interrupted ? lockInterruptibly(lock)
+                                : lock.tryLock(300, -1, TimeUnit.MILLISECONDS));
+                    } catch (InterruptedException e) {
+                        first.complete(false);
+                    }
+                    next.get();
+                    boolean granted = lock.tryLock(10, -1, TimeUnit.SECONDS);
+                    if (granted) {
+                        lock.unlock();
+                    }
+                    return granted;
+                });
+                if (interrupted) {
+                    await("the wait is queued, its replies lost",
+                            () -> waiters("k") == 1 && proxy.dropped.get() > dropped);
+                    waiter.get().interrupt();
+                }
+                assertFalse(first.get(10, TimeUnit.SECONDS));
+                await("the first wait left the queue", () -> waiters("k") == 0);
+                proxy.dropRepliesTo("FLOCK.ACQUIRE", 0);
+                next.complete(null);
+                await("the next wait queues", () -> waiters("k") == 1);
+                held.unlock();
+                assertTrue(second.get(10, TimeUnit.SECONDS), "the next wait got its own grant");
+                await("nothing holds the lock", () -> info("k") == null);
+            }
+        }
+    }
+
+    /**
+     * A wait whose every ACQUIRE is lost before the server reads it: nothing will come for it, which a read of
+     * the session after its CANCEL shows, so it ends soon after its deadline; not after the grace, when its
+     * session, which said nothing of it, would be given up.
+     */
+    @Test
+    void aWaitWhoseAcquiresNeverReachedTheServerEndsSoonAfterItsDeadline() throws Exception {
+        try (DroppingProxy proxy = new DroppingProxy(server.port)) {
+            client().getFairLock("k").lock();
+            FlockClient client = opened(new FlockClient(RespConnection.factory("127.0.0.1", proxy.port())));
+            FlockLock lock = client.getFairLock("k");
+            assertFalse(lock.tryLock()); // opens the session
+            proxy.dropCommands("FLOCK.ACQUIRE", Integer.MAX_VALUE);
+            long start = System.nanoTime();
+            assertFalse(onThread(() -> lock.tryLock(300, -1, TimeUnit.MILLISECONDS)).get(20, TimeUnit.SECONDS));
+            long tookMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start);
+            assertTrue(tookMs >= 250 && tookMs < 4_000, "ended after " + tookMs + " ms");
+            assertTrue(proxy.dropped.get() > FlockClient.RESENDS + 1, "lost commands: " + proxy.dropped.get());
+            assertEquals(1, client.session().opened(), "its session was kept");
+            assertEquals(0, waiters("k"), "nothing of it was queued");
+        }
+    }
+
+    /**
+     * The session connection is killed while a grant is on its way there to a thread that is being interrupted,
+     * and another thread's ACQUIRE, naming the session, hears NOSESSION first: the grant still reaches the
+     * interrupted thread, which gives it back, instead of being lost with the connection that thread closed.
+     */
+    @Test
+    void aGrantOnItsWayWhenTheSessionEndsStillReachesItsWait() throws Exception {
+        try (DroppingProxy proxy = new DroppingProxy(server.port)) {
+            admin.call("FLOCK.ACQUIRE", "k", "other", "30000");
+            FlockClient client = opened(new FlockClient(RespConnection.factory("127.0.0.1", proxy.port())));
+            FlockLock lock = client.getFairLock("k");
+            AtomicReference<Thread> waiter = new AtomicReference<>();
+            CompletableFuture<Boolean> interrupted = onThread(() -> {
+                waiter.set(Thread.currentThread());
+                return lockInterruptibly(lock);
+            });
+            await("the waiter queues", () -> waiters("k") == 1);
+            proxy.holdSessionReplies();
+            admin.call("FLOCK.RELEASE", "k", "other");
+            await("the waiter is granted", () -> waiters("k") == 0);
+            waiter.get().interrupt();
+            List<Long> sessions = sessionConnections();
+            assertEquals(1, sessions.size());
+            admin.call("CLIENT", "KILL", "ID", Long.toString(sessions.get(0)));
+            assertFalse(onThread(lock::tryLock).get(10, TimeUnit.SECONDS), "held by the interrupted thread");
+            proxy.passSessionReplies();
+            assertTrue(failure(interrupted) instanceof InterruptedException);
+            await("the grant was given back", () -> info("k") == null);
+        }
+    }
+
     /** Queued, then the server goes away for good: the wait ends as a timeout at its deadline. */
     @Test
     void aQueuedWaitWhoseServerStaysDownEndsAsATimeout() throws Exception {
