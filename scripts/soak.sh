@@ -4,7 +4,8 @@
 # clients, the contending clients and the failover measurement, each for
 # FLOCK_SOAK_SECS seconds (default 20), and the memory and backlog tests at
 # 100,000+ locks and waiters; then the Python suite's mixed fleet of legacy
-# and FLOCK processes for as long. Fails if any fails.
+# and FLOCK processes and the Java suite's random interrupts and session
+# kills, for as long. Fails if any fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export FLOCK_SOAK=1 FLOCK_SOAK_SECS=${FLOCK_SOAK_SECS:-20}
@@ -13,5 +14,7 @@ status=0
 cargo test --release --test integration -- --test-threads="${FLOCK_TEST_JOBS:-4}" \
     fuzz:: random_clients:: fairness::contending failover:: memory:: backlog:: || status=1
 clients/python/run-tests.sh tests/test_mixed_fleet.py || status=1
+clients/java/build.sh test \
+    --select-method 'io.flock.SessionTest#interruptsTimeoutsAndSessionKillsLeaveNothingBehind()' || status=1
 echo "soak ($FLOCK_SOAK_SECS s runs) took $((SECONDS - started)) s"
 exit $status

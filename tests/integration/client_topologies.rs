@@ -115,6 +115,8 @@ fn cluster_waits_are_fifo_one_session_per_node_and_hash_tags_share_a_node() {
     }
 }
 
+/// About 9 s: three leases of 1 s on each of the three masters, so that only
+/// renewals on the key's node can have kept each lock.
 #[test]
 fn cluster_watchdog_renews_on_the_keys_node_and_a_forcerelease_is_pushed() {
     let cl = CLUSTER.turn();
@@ -214,6 +216,8 @@ fn role(s: &Server) -> String {
     text.lines().find_map(|l| l.strip_prefix("role:")).map(|r| r.trim().to_string()).unwrap_or_default()
 }
 
+/// About 7 s: Sentinel's own pace (the replica seen fit to promote, the
+/// vote, the deposed master demoted after 4 hello periods of 1 s).
 #[test]
 fn sentinel_lock_and_wait_survive_a_failover_and_new_locks_go_to_the_new_master() {
     let master = Server::start();

@@ -64,6 +64,8 @@ fn slot_migration() {
     on_cluster("slot_migration", slot_migration_keeps_locks);
 }
 
+/// About 6 s: CLUSTER FAILOVER, then the deposed master's resync as the new
+/// replica, which the next test's turn waits for anyway.
 #[test]
 fn failover() {
     on_cluster("failover", failover_keeps_locks);

@@ -616,6 +616,8 @@ fn table(server: &str, secs: f64, rows: &[Row]) -> String {
     out
 }
 
+/// About 20 s: two failovers at Sentinel's pace, five settings side by side
+/// (see the module's comment).
 #[test]
 fn sentinel_failovers_measured_durable_grants_on_every_replica_are_never_lost_nor_overlap() {
     let secs = run_secs("FLOCK_FAILOVER_SECS", 3, 20) as f64;

@@ -639,6 +639,8 @@ fn settle_and_check(s: &mut Server, r: &mut Server, what: &str) {
     r.assert_alive(&format!("{what}: the replica"));
 }
 
+/// About 9 s: the 5 s run, then every lease (at most MAX_LEASE_MS) running
+/// out before nothing may be left.
 #[test]
 fn random_commands_from_many_connections_never_crash_hang_or_strand_anything() {
     let seed = env_num("FLOCK_FUZZ_SEED").unwrap_or_else(rand::random);

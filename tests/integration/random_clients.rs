@@ -477,6 +477,7 @@ fn sum(tallies: &[HashMap<&'static str, u64>]) -> std::collections::BTreeMap<&'s
     total
 }
 
+/// About 7 s: the 5 s run (FLOCK_RANDOM_SECS), then its leases running out.
 #[test]
 fn random_clients_never_share_a_lock_and_leave_nothing_behind() {
     let seed = std::env::var("FLOCK_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random::<u64>);
