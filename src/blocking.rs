@@ -81,7 +81,8 @@ pub fn register(
 }
 
 /// Takes a waiter out of its lock's queue and answers it, if it is still
-/// waiting. The waiters behind one that held them up are granted from a
+/// waiting (neither is sent to replicas, so this works while writes are
+/// paused too). The waiters behind one that held them up are granted from a
 /// timer: this may run in a callback that cannot replicate (a disconnect).
 pub fn leave(ctx: &Context, s: &mut State, wait: WaitId, why: Leave) {
     let Some((place, id)) = s.waiters.get(wait).map(|w| (w.place.clone(), w.id)) else { return };
@@ -185,7 +186,13 @@ pub fn pass_on(ctx: &Context, (place, token): (Place, u64)) {
 
 /// Tokens are unique, so a holder still has this grant's token only if it
 /// is the same grant: it ends (an undelivered shared grant frees its share).
+/// While writes are paused, once the pause is over.
 pub fn pass_on_now(ctx: &Context, s: &mut State, place: &Place, token: u64) {
+    if engine::paused(s) {
+        let place = place.clone();
+        engine::put_off(s, move |ctx, s| pass_on_now(ctx, s, &place, token));
+        return;
+    }
     engine::open_lock_at(ctx, s, place, |s, k, value| {
         if value.lock.holders().get(token).is_some() {
             engine::update(s, k, value, None, |s, lock, out, now| {
@@ -195,11 +202,18 @@ pub fn pass_on_now(ctx: &Context, s: &mut State, place: &Place, token: u64) {
     });
 }
 
-/// Grants the waiters that a waiter leaving from the head held up.
 fn grant_waiters(ctx: &Context, place: Place) {
-    state::with(|s| {
-        engine::open_lock_at(ctx, s, &place, |s, k, value| {
-            engine::update(s, k, value, None, |s, lock, out, now| lock.grant_waiters(now, &mut s.tokens, out));
-        });
+    state::with(|s| grant_waiters_now(ctx, s, place));
+}
+
+/// Grants the waiters that a waiter leaving from the head held up; while
+/// writes are paused, once the pause is over.
+fn grant_waiters_now(ctx: &Context, s: &mut State, place: Place) {
+    if engine::paused(s) {
+        engine::put_off(s, move |ctx, s| grant_waiters_now(ctx, s, place));
+        return;
+    }
+    engine::open_lock_at(ctx, s, &place, |s, k, value| {
+        engine::update(s, k, value, None, |s, lock, out, now| lock.grant_waiters(now, &mut s.tokens, out));
     });
 }

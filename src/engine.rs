@@ -203,7 +203,11 @@ fn on_drain(ctx: &Context, (): ()) {
 /// of their queues. Runs with no key open: at the end of every command, and
 /// from a timer for other callbacks.
 pub fn drain(ctx: &Context, s: &mut State) {
-    if s.draining {
+    if s.draining || (s.ready.is_empty() && s.waiters.stale.is_empty()) {
+        return;
+    }
+    // Its grants wait for the end of the pause, which drains (`on_resume`).
+    if paused(s) {
         return;
     }
     s.draining = true;
@@ -442,37 +446,116 @@ const CLOCK_EVERY: u64 = 64;
 fn on_tick(ctx: &Context, (): ()) {
     state::with(|s| {
         s.tick = None;
-        let now = ffi::now_ms();
-        let started = Instant::now();
-        for ended in 1.. {
-            if ended % CLOCK_EVERY == 0 && started.elapsed() >= SLICE {
-                break;
-            }
-            let (id, lease) = match s.deadlines.pop_due(now) {
-                Pop::Due(id, lease) => (id, lease),
-                Pop::Moved => continue,
-                Pop::Idle => break,
-            };
-            open_lock_at(ctx, s, &lease.place, |s, k, value| {
-                let token = lease.token;
-                let Some(holder) = value.lock.holder_mut(token).filter(|h| h.deadline_id == Some(id)) else { return };
-                holder.deadline_id = None;
-                update(s, k, value, None, |s, lock, out, now| {
-                    let replica = ffi::is_replica();
-                    if replica || !lock.expire_token(token, now, &mut s.tokens, out) {
-                        // Not due here: filed again (a replica looks again soon).
-                        if let Some(holder) = lock.holder_mut(token) {
-                            file_lease(s, holder, k.place, now);
-                        }
+        tick(ctx, s);
+    });
+}
+
+/// The work of `on_tick`, with no timer set (`s.tick` is `None`). While
+/// writes are paused the due leases stay in the wheel, and the end of the
+/// pause ticks (`on_resume`): a lease ends late then, never early.
+fn tick(ctx: &Context, s: &mut State) {
+    if paused(s) {
+        return;
+    }
+    let now = ffi::now_ms();
+    let started = Instant::now();
+    for ended in 1.. {
+        if ended % CLOCK_EVERY == 0 && started.elapsed() >= SLICE {
+            break;
+        }
+        let (id, lease) = match s.deadlines.pop_due(now) {
+            Pop::Due(id, lease) => (id, lease),
+            Pop::Moved => continue,
+            Pop::Idle => break,
+        };
+        open_lock_at(ctx, s, &lease.place, |s, k, value| {
+            let token = lease.token;
+            let Some(holder) = value.lock.holder_mut(token).filter(|h| h.deadline_id == Some(id)) else { return };
+            holder.deadline_id = None;
+            update(s, k, value, None, |s, lock, out, now| {
+                let replica = ffi::is_replica();
+                if replica || !lock.expire_token(token, now, &mut s.tokens, out) {
+                    // Not due here: filed again (a replica looks again soon).
+                    if let Some(holder) = lock.holder_mut(token) {
+                        file_lease(s, holder, k.place, now);
                     }
-                });
+                }
             });
+        });
+    }
+    s.remembered.prune(now);
+    let next = [s.deadlines.next_deadline(), s.remembered.next_expiry()].into_iter().flatten().min();
+    if let Some(next) = next {
+        wake_at(s, next, ffi::now_ms());
+    }
+}
+
+/// How often, while writes are paused, FLOCK looks whether the pause ended.
+/// Asking ends a pause whose time is up, so put-off work runs at most this
+/// long after the end of a `CLIENT PAUSE`.
+const PAUSE_RECHECK_MS: u64 = 10;
+
+/// True while writes are paused (`ffi::writes_paused`: `CLIENT PAUSE`, a
+/// failover): work that would change a lock outside a command must not run
+/// now (it would be sent to replicas, or lost to them). The caller puts it
+/// off (`put_off`); leases that fall due meanwhile stay in the wheel, and
+/// waits for several keys stay ready. Makes sure the end of the pause is
+/// looked for, which does all of that (`on_resume`).
+///
+/// Commands need not ask: the server runs no write command during a pause
+/// (it holds them back, scripts and MULTI with them too), except those of
+/// a MULTI that paused itself, which it lets replicate. The FLOCK commands
+/// not flagged `write` (SESSION, INBOX, INFO) change no lock, and drain
+/// asks for itself.
+pub fn paused(s: &mut State) -> bool {
+    if !ffi::writes_paused() {
+        return false;
+    }
+    if s.resume.is_none() {
+        s.resume = Some(ffi::create_timer(PAUSE_RECHECK_MS, on_resume, ()));
+    }
+    true
+}
+
+/// Runs `job` once writes are no longer paused, after the work put off
+/// before it. Call it only while `paused` says so.
+pub fn put_off(s: &mut State, job: impl FnOnce(&Context, &mut State) + 'static) {
+    s.put_off.push(Box::new(job));
+}
+
+/// The end of a pause, looked for every `PAUSE_RECHECK_MS`: the work put
+/// off runs in the order it came, then the leases that fell due meanwhile
+/// end, earliest first, then the waits for several keys whose turn came are
+/// granted. A node that became a replica meanwhile (the failover the pause
+/// was for) changes nothing itself: its new master has the grants and ends
+/// each with its lease, and its own leases wait for the master's word.
+fn on_resume(ctx: &Context, (): ()) {
+    state::with(|s| {
+        s.resume = None;
+        if paused(s) {
+            return;
         }
-        s.remembered.prune(now);
-        let next = [s.deadlines.next_deadline(), s.remembered.next_expiry()].into_iter().flatten().min();
-        if let Some(next) = next {
-            wake_at(s, next, ffi::now_ms());
+        let jobs = std::mem::take(&mut s.put_off);
+        if ffi::is_replica() {
+            if !jobs.is_empty() {
+                ffi::log(
+                    c"notice",
+                    &format!(
+                        "FLOCK: this node became a replica while writes were paused; {} change(s) put off \
+                         until the end of the pause are left to its master",
+                        jobs.len()
+                    ),
+                );
+            }
+        } else {
+            for job in jobs {
+                job(ctx, s);
+            }
         }
+        if s.tick.is_none() {
+            tick(ctx, s);
+        }
+        drain(ctx, s);
     });
 }
 
@@ -599,8 +682,14 @@ fn on_arrived(ctx: &Context, place: Place) {
 }
 
 /// Deletes the lock under `place` if it holds nothing and nobody waits
-/// (a lock made or given a grant since is left as it is).
+/// (a lock made or given a grant since is left as it is); while writes are
+/// paused, once the pause is over.
 fn remove_free_lock_at(ctx: &Context, s: &mut State, place: &Place) {
+    if paused(s) {
+        let place = place.clone();
+        put_off(s, move |ctx, s| remove_free_lock_at(ctx, s, &place));
+        return;
+    }
     open_lock_at(ctx, s, place, |s, k, value| {
         if value.lock.is_idle() {
             update(s, k, value, None, |_, _, _, _| {});

@@ -147,8 +147,9 @@ pub fn key_event(ctx: &Context, key: &[u8]) {
 
 /// The waiters on the shadow of `key` of database `db`: granted if the key
 /// has gone, still waiting (its TTL watched) while a string holds it, told
-/// `LOCKDELETED` if something else took the name. `timer`: called from the
-/// TTL timer (which is spent).
+/// `LOCKDELETED` if something else took the name; while writes are paused,
+/// once the pause is over. `timer`: called from the TTL timer (which is
+/// spent).
 fn look_again(ctx: &Context, s: &mut State, db: i32, key: &[u8], timer: bool) {
     let place = s.place(db, key);
     if timer {
@@ -157,6 +158,12 @@ fn look_again(ctx: &Context, s: &mut State, db: i32, key: &[u8], timer: bool) {
         }
     }
     if ffi::is_replica() || !s.shadows.contains_key(&place) {
+        return;
+    }
+    // Making the shadow the key's lock writes the key: once the pause is over.
+    if engine::paused(s) {
+        let key = key.to_vec();
+        engine::put_off(s, move |ctx, s| look_again(ctx, s, db, &key, false));
         return;
     }
     ffi::with_db(ctx, db, || {

@@ -14,6 +14,8 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
+use redis_module::Context;
+
 use crate::ffi::Timer;
 use crate::place::{DbMap, Place};
 use crate::sessions::Sessions;
@@ -39,6 +41,10 @@ pub struct Shadow {
     pub value: LockValue,
     pub watching: Option<u64>,
 }
+
+/// Work that would change locks outside a command, put off while writes
+/// are paused (`engine::put_off`).
+pub type Job = Box<dyn FnOnce(&Context, &mut State)>;
 
 /// What the server's memory settings mean for lock keys, as last read
 /// (see `eviction`).
@@ -125,6 +131,10 @@ pub struct State {
     pub draining: bool,
     /// The timer that drains what a callback other than a command left.
     pub drain_timer: Option<Timer<()>>,
+    /// Work put off while writes are paused, in the order it came, and the
+    /// timer that looks for the end of the pause (`engine::paused`).
+    pub put_off: Vec<Job>,
+    pub resume: Option<Timer<()>>,
 }
 
 impl State {

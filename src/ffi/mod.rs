@@ -40,6 +40,7 @@ required_apis!(
     RedisModule_GetDetachedThreadSafeContext,
     RedisModule_Milliseconds,
     RedisModule_GetContextFlags,
+    RedisModule_AvoidReplicaTraffic,
     RedisModule_GetClientId,
     RedisModule_GetSelectedDb,
     RedisModule_SelectDb,
@@ -131,6 +132,17 @@ pub fn is_replica() -> bool {
     // SAFETY: the module context lives as long as the module.
     let flags = unsafe { api!(RedisModule_GetContextFlags)(module_ctx()) };
     flags & raw::REDISMODULE_CTX_FLAGS_SLAVE as c_int != 0
+}
+
+/// True while the server keeps its data set still for its replicas: `CLIENT
+/// PAUSE ... WRITE` (or `ALL`), and on a master during `FAILOVER` and `CLUSTER
+/// FAILOVER`. Sending anything to replicas or the AOF then aborts the server
+/// (an assertion in its propagation), and a change made without sending it
+/// would be lost in the failover the pause is for. Asking also ends a pause
+/// whose time is up, as the server's own checks do.
+pub fn writes_paused() -> bool {
+    // SAFETY: takes no arguments; only called on the main thread.
+    unsafe { api!(RedisModule_AvoidReplicaTraffic)() != 0 }
 }
 
 pub fn client_id(ctx: &Context) -> u64 {

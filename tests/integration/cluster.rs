@@ -12,7 +12,10 @@
 //!    replica; the old holder releases it there; tokens keep increasing;
 //!    every waiter blocked on the old master (WAIT 0 or 20000, on two locks)
 //!    gets UNBLOCKED at once and leaves its queue;
-//! 5. ACL key patterns apply to FLOCK commands (a plain server).
+//! 5. CLUSTER FAILOVER while leases end every few ms on the master, which
+//!    pauses writes until it is demoted: every node stays up, no lease ends
+//!    early, and both nodes end up without the locks;
+//! 6. ACL key patterns apply to FLOCK commands (a plain server).
 use crate::common::cluster::*;
 use crate::common::shared::Shared;
 use crate::common::*;
@@ -69,6 +72,11 @@ fn slot_migration() {
 #[test]
 fn failover() {
     on_cluster("failover", failover_keeps_locks);
+}
+
+#[test]
+fn failover_while_leases_end() {
+    on_cluster("failover_while_leases_end", failover_while_leases_end_keeps_every_node_up);
 }
 
 /// Scenario 1: thousands of locks through the cluster-aware client, spread
@@ -435,6 +443,82 @@ fn failover_keeps_locks(cl: &Cluster) {
         redis::cmd("FLOCK.RELEASE").arg(key).arg("bob").query(&mut cc).expect("release through the cluster client");
     assert_eq!(left, 0);
     assert!(info(&mut nc, key).is_none(), "released lock is gone from the new master");
+}
+
+/// Scenario 5: CLUSTER FAILOVER while a lease ends every few ms on the
+/// master, some with a waiter to hand on to. From the replica's request
+/// until it is demoted, the master pauses writes, and a lease end or a
+/// hand-off in that window must wait: Redis aborts on anything replicated
+/// during the pause (it did, in the Java suite's CLUSTER FAILOVER test).
+fn failover_while_leases_end_keeps_every_node_up(cl: &Cluster) {
+    const LOCKS: u64 = 400;
+    const FIRST_MS: u64 = 300;
+    const STEP_MS: u64 = 5;
+    let keys: Vec<String> = (0..LOCKS).map(|i| format!("{{pf}}:{i}")).collect();
+    let slot = cl.keyslot(&keys[0]);
+    let m = cl.owner_of_slot(slot);
+    let r = cl.replica_of(m);
+    let mut mc = cl.conn(m);
+    let mut pipe = redis::pipe();
+    for (i, key) in keys.iter().enumerate() {
+        pipe.cmd("FLOCK.ACQUIRE").arg(key).arg("o").arg(FIRST_MS + STEP_MS * i as u64);
+    }
+    let start = Instant::now();
+    let tokens: Vec<Option<i64>> = pipe.query(&mut mc).expect("the acquires");
+    assert!(tokens.iter().all(Option::is_some), "every lock granted");
+    let deadline = |i: u64| start + Duration::from_millis(FIRST_MS + STEP_MS * i);
+    // Waiters, granted short leases of their own before the failover, or
+    // answered UNBLOCKED by it.
+    let waiters: Vec<_> = (0..LOCKS)
+        .step_by(20)
+        .map(|i| {
+            let mut c = cl.conn(m);
+            let key = keys[i as usize].clone();
+            std::thread::spawn(move || {
+                redis::cmd("FLOCK.ACQUIRE")
+                    .arg(&key)
+                    .arg("w")
+                    .arg(300)
+                    .arg("WAIT")
+                    .arg(20_000)
+                    .query::<Option<i64>>(&mut c)
+            })
+        })
+        .collect();
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(2000).query(&mut mc).expect("WAIT");
+    assert_eq!(acked, 1, "the replica has the grants");
+    std::thread::sleep(deadline(LOCKS / 4).saturating_duration_since(Instant::now()));
+    let mut rc = cl.conn(r);
+    assert_eq!(cluster_cmd(&mut rc, &["FAILOVER"]), "OK");
+    wait_for("the replica to become master and the old master a replica", 20 * SECOND, || {
+        cl.role(r) == "master" && cl.role(m) == "slave"
+    });
+    let switched = Instant::now();
+    for node in [m, r] {
+        let pong: RedisResult<String> = redis::cmd("PING").query(&mut cl.conn(node));
+        assert_eq!(pong.as_deref().ok(), Some("PONG"), "node {node} is up after the failover");
+    }
+    // No lease ended early on the new master (a margin for the check's own time).
+    let mut nc = cl.conn(r);
+    for (i, key) in keys.iter().enumerate() {
+        if deadline(i as u64) > Instant::now() + Duration::from_millis(100) {
+            assert!(
+                exists(&mut nc, key),
+                "{key} ended early on the new master (switched {:?} ago)",
+                switched.elapsed()
+            );
+        }
+    }
+    for (n, h) in waiters.into_iter().enumerate() {
+        match h.join().expect("waiter thread") {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("waiter {n}: nil"),
+            Err(e) => assert_eq!(error_code(&e), "UNBLOCKED", "waiter {n}: {e}"),
+        }
+    }
+    wait_for("every lease to end on the new master and its replica", 20 * SECOND, || {
+        cl.dbsize(r) == 0 && cl.dbsize(m) == 0
+    });
 }
 
 /// The declared key also makes ACL key patterns apply (no cluster needed):

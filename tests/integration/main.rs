@@ -34,6 +34,7 @@ mod lifecycle;
 mod loaded_data;
 mod memory;
 mod observability;
+mod paused_writes;
 mod random_clients;
 mod redlock;
 mod request_ids;
