@@ -16,16 +16,22 @@ fn locks() -> usize {
 }
 /// Long enough to queue waiters before anything falls due.
 const LEASE_MS: u64 = 1_500;
+/// The bulk's leases are this much longer than the contended locks' (taken
+/// just before): leases due in the same millisecond end in any order, and
+/// the first of the bulk can be taken within a millisecond of the last
+/// contended lock.
+const BULK_LATER_MS: u64 = 50;
 
-/// Takes [`locks`] locks with `LEASE_MS` leases in one script, so that no
-/// lease can end before the last is taken, then sleeps the server past all
-/// of them, then runs `after` in the same pipeline: when this returns, the
-/// whole backlog was due at once.
+/// Takes [`locks`] locks with `LEASE_MS + BULK_LATER_MS` leases in one
+/// script, so that no lease can end before the last is taken, then sleeps
+/// the server past all of them, then runs `after` in the same pipeline:
+/// when this returns, the whole backlog was due at once.
 fn take_then_sleep_past(c: &mut Connection, after: &[&str]) {
     let fill = "for i = 1, tonumber(ARGV[1]) do redis.call('FLOCK.ACQUIRE', 'bulk:' .. i, 'o', ARGV[2]) end";
-    let sleep_s = (LEASE_MS + 200) as f64 / 1000.0;
+    let lease_ms = LEASE_MS + BULK_LATER_MS;
+    let sleep_s = (lease_ms + 200) as f64 / 1000.0;
     let mut pipe = redis::pipe();
-    pipe.cmd("EVAL").arg(fill).arg(0).arg(locks()).arg(LEASE_MS).ignore();
+    pipe.cmd("EVAL").arg(fill).arg(0).arg(locks()).arg(lease_ms).ignore();
     pipe.cmd("DEBUG").arg("SLEEP").arg(sleep_s).ignore();
     if !after.is_empty() {
         pipe.cmd(after[0]).arg(&after[1..]).ignore();
@@ -85,7 +91,7 @@ fn a_backlog_of_due_leases_all_end_in_deadline_order_and_hand_off_in_fifo_order(
     // any of the bulk's.
     let mut first: Vec<&str> = expired[..contended.len()].iter().map(String::as_str).collect();
     first.sort_unstable();
-    assert_eq!(first, contended);
+    assert_eq!(first, contended, "the first events: {:?}", &expired[..10]);
     let bulk = expired.iter().filter(|k| k.starts_with("bulk:")).collect::<std::collections::HashSet<_>>();
     assert_eq!(bulk.len(), locks(), "one flock.expired event per bulk lock");
     for key in contended {
