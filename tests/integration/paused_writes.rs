@@ -211,6 +211,34 @@ fn a_lease_that_ends_during_a_pause_without_waiters_leaves_the_key_right_after_i
     assert_replica_same(&m, &r, &["k", "later"], "after both leases");
 }
 
+/// Closes `conn` during a WRITE pause while `holder` holds k through it and
+/// `next` waits behind: `holder` keeps k until the pause ends, then `next`
+/// gets it with a token above `token`, and the close counts once in `stat`.
+fn close_during_pause(
+    (m, r): (&mut Server, &Server),
+    mut conn: Connection,
+    (holder, token): (&str, i64),
+    (next, waiter): (&str, JoinHandle<Timed>),
+    stat: &str,
+) {
+    let mut c = m.conn();
+    let id = client_id(&mut conn);
+    let pause = Pause::start(&mut c, PAUSE_MS, "WRITE");
+    drop(conn);
+    wait_closed(&mut c, id);
+    let (owner, queue) = (owner_of(&mut c, "k"), queue_of(&mut c, "k"));
+    if pause.still_on(&format!("{stat} put off")) {
+        assert_eq!(owner.as_deref(), Some(holder), "{holder}'s grant ended during the pause");
+        assert_eq!(queue, [next]);
+    }
+    let (t, at) = granted_at(waiter, next);
+    pause.assert_right_after(PAUSE_MS, at, &format!("{next}'s grant"));
+    assert!(t > token, "{next}'s token {t} is above {holder}'s {token}");
+    assert_up(m, "after the pause");
+    assert_eq!(m.stat(stat), 1);
+    assert_replica_same(m, r, &["k"], stat);
+}
+
 #[test]
 fn a_session_holder_whose_connection_closes_during_a_pause_lets_go_right_after_it() {
     let (mut m, r) = pair();
@@ -220,21 +248,7 @@ fn a_session_holder_whose_connection_closes_during_a_pause_lets_go_right_after_i
         redis::cmd("FLOCK.ACQUIRE").arg("k").arg("A").arg(60_000).arg("SESSION").query(&mut holder).expect("A");
     let b = spawn_cmd(&m, wait_cmd("k", "B", LONG_WAIT_MS, &[]));
     wait_queue(&mut c, "k", &["B"]);
-    let holder_id = client_id(&mut holder);
-    let pause = Pause::start(&mut c, PAUSE_MS, "WRITE");
-    drop(holder);
-    wait_closed(&mut c, holder_id);
-    let (owner, queue) = (owner_of(&mut c, "k"), queue_of(&mut c, "k"));
-    if pause.still_on("the session release put off") {
-        assert_eq!(owner.as_deref(), Some("A"), "A's SESSION grant ended during the pause");
-        assert_eq!(queue, ["B"]);
-    }
-    let (t, at) = granted_at(b, "B");
-    pause.assert_right_after(PAUSE_MS, at, "B's grant");
-    assert!(t > a);
-    assert_up(&mut m, "after the pause");
-    assert_eq!(m.stat("session_releases"), 1);
-    assert_replica_same(&m, &r, &["k"], "after the session release");
+    close_during_pause((&mut m, &r), holder, ("A", a), ("B", b), "session_releases");
 }
 
 #[test]
@@ -252,21 +266,7 @@ fn an_unread_grant_of_a_session_that_closes_during_a_pause_passes_on_right_after
     assert_eq!(release(&mut c, "k", "A").unwrap(), 0);
     assert_eq!(owner_of(&mut c, "k").as_deref(), Some("B"));
     let b = token_of(&mut c, "k");
-    let session_id = client_id(&mut session);
-    let pause = Pause::start(&mut c, PAUSE_MS, "WRITE");
-    drop(session);
-    wait_closed(&mut c, session_id);
-    let (owner, queue) = (owner_of(&mut c, "k"), queue_of(&mut c, "k"));
-    if pause.still_on("the undelivered grant put off") {
-        assert_eq!(owner.as_deref(), Some("B"), "B's undelivered grant ended during the pause");
-        assert_eq!(queue, ["D"]);
-    }
-    let (t, at) = granted_at(d, "D");
-    pause.assert_right_after(PAUSE_MS, at, "D's grant");
-    assert!(t > b);
-    assert_up(&mut m, "after the pause");
-    assert_eq!(m.stat("undelivered_grants"), 1);
-    assert_replica_same(&m, &r, &["k"], "after the pass-on");
+    close_during_pause((&mut m, &r), session, ("B", b), ("D", d), "undelivered_grants");
 }
 
 /// A shared holder; an exclusive waiter at the head that leaves during the

@@ -5,29 +5,18 @@
 // refused give-back is retried at the owner's next grant, read, semaphore and multi-key grants.
 
 const assert = require('node:assert/strict');
-const { before, it } = require('node:test');
-const { eachClient } = require('./helpers');
-const { durableFlocks, rejectsNotDurable, replicated } = require('./durable');
+const { it } = require('node:test');
+const { eachDurableClient, rejectsNotDurable, replicatedServers } = require('./durable');
 
-let master;
-let replica;
-before(async () => {
-  [master, replica] = await replicated();
-});
+const servers = replicatedServers();
 
-eachClient((kind, K) => {
-  let plain;
-  let one;
-  let two;
-  before(async () => {
-    ({ plain, one, two } = await durableFlocks(kind, master.port));
-  });
+eachDurableClient(servers, (kind, K, flocks) => {
 
   it('durable: a reentry that is not durable gives back its one hold, and the first hold stays', async () => {
     const key = K('reentry');
-    const first = await plain.acquire(key, { lease: 10000 });
-    await rejectsNotDurable(two.acquire(key, { lease: 10000, owner: first.owner }), key);
-    const info = await master.info(key);
+    const first = await flocks.plain.acquire(key, { lease: 10000 });
+    await rejectsNotDurable(flocks.two.acquire(key, { lease: 10000, owner: first.owner }), key);
+    const info = await servers.master.info(key);
     assert.equal(info.owner, first.owner);
     assert.equal(info.holds, '1');
     assert.equal(first.signal.aborted, false);
@@ -39,48 +28,48 @@ eachClient((kind, K) => {
     // hold that the same owner's reentries renewed for good.
     const key = K('giveback-refused');
     const owner = `giveback-refused-${kind.name}`;
-    await master.probe.call('ACL', 'SETUSER', 'default', '-flock.release');
+    await servers.master.probe.call('ACL', 'SETUSER', 'default', '-flock.release');
     try {
-      await rejectsNotDurable(two.acquire(key, { lease: 10000, owner }), key);
+      await rejectsNotDurable(flocks.two.acquire(key, { lease: 10000, owner }), key);
     } finally {
-      await master.probe.call('ACL', 'SETUSER', 'default', '+flock.release');
+      await servers.master.probe.call('ACL', 'SETUSER', 'default', '+flock.release');
     }
-    assert.equal((await master.info(key)).holds, '1', 'the give-back was refused');
-    const lock = await one.acquire(key, { lease: 10000, owner });
-    const info = await master.info(key);
+    assert.equal((await servers.master.info(key)).holds, '1', 'the give-back was refused');
+    const lock = await flocks.one.acquire(key, { lease: 10000, owner });
+    const info = await servers.master.info(key);
     assert.equal(info.owner, owner);
     assert.equal(info.holds, '1', 'the stale hold was given back');
-    assert.equal((await replica.info(key)).holds, '1', 'and the replica has that (the durable check came after)');
+    assert.equal((await servers.replica.info(key)).holds, '1', 'and the replica has that (the durable check came after)');
     assert.equal(await lock.release(), 0);
   });
 
   it('durable: read and semaphore grants are confirmed, or given back when not durable', async () => {
     const rw = K('rw');
-    const reader = await plain.acquire(rw, { shared: true, lease: 10000 });
-    await rejectsNotDurable(two.acquire(rw, { shared: true, lease: 10000 }), rw);
-    assert.deepEqual((await master.info(rw)).holders.map((h) => h.owner), [reader.owner]);
-    const durableReader = await one.acquire(rw, { shared: true, lease: 10000 });
-    assert.equal((await replica.info(rw)).holders.length, 2);
+    const reader = await flocks.plain.acquire(rw, { shared: true, lease: 10000 });
+    await rejectsNotDurable(flocks.two.acquire(rw, { shared: true, lease: 10000 }), rw);
+    assert.deepEqual((await servers.master.info(rw)).holders.map((h) => h.owner), [reader.owner]);
+    const durableReader = await flocks.one.acquire(rw, { shared: true, lease: 10000 });
+    assert.equal((await servers.replica.info(rw)).holders.length, 2);
     await durableReader.release();
     await reader.release();
-    const writer = await one.acquire(rw, { lease: 10000 });
-    assert.equal((await replica.info(rw)).owner, writer.owner);
+    const writer = await flocks.one.acquire(rw, { lease: 10000 });
+    assert.equal((await servers.replica.info(rw)).owner, writer.owner);
     await writer.release();
 
     const pool = K('pool');
-    await rejectsNotDurable(two.acquire(pool, { permits: 2, limit: 3, lease: 10000 }), pool);
-    assert.equal(await master.info(pool), null, 'no permit kept');
-    const permits = await one.acquire(pool, { permits: 2, limit: 3, lease: 10000 });
-    assert.equal((await replica.info(pool)).holders[0].permits, '2');
+    await rejectsNotDurable(flocks.two.acquire(pool, { permits: 2, limit: 3, lease: 10000 }), pool);
+    assert.equal(await servers.master.info(pool), null, 'no permit kept');
+    const permits = await flocks.one.acquire(pool, { permits: 2, limit: 3, lease: 10000 });
+    assert.equal((await servers.replica.info(pool)).holders[0].permits, '2');
     await permits.release();
   });
 
   it('durable: several keys: one not durable gives back every key taken', async () => {
     const keys = [K('multi:a'), K('multi:b')];
-    await rejectsNotDurable(two.acquire(keys, { lease: 10000 }), keys[0]);
-    for (const key of keys) assert.equal(await master.info(key), null);
-    const lock = await one.acquire(keys, { lease: 10000 });
-    for (const key of keys) assert.equal((await replica.info(key)).owner, lock.owner);
+    await rejectsNotDurable(flocks.two.acquire(keys, { lease: 10000 }), keys[0]);
+    for (const key of keys) assert.equal(await servers.master.info(key), null);
+    const lock = await flocks.one.acquire(keys, { lease: 10000 });
+    for (const key of keys) assert.equal((await servers.replica.info(key)).owner, lock.owner);
     await lock.release();
   });
 });
