@@ -48,7 +48,7 @@ run: build
 # tests (they start their own redis-server processes on free loopback ports,
 # with the module rebuilt if it is stale), the Java, Python and Node
 # clients' suites and their packages (test-dist); then the time of each
-# phase and the 20 slowest tests. About 4 minutes once built (docs/testing.md).
+# phase and the 20 slowest tests. About 3 minutes once built, 6 from a fresh clone (docs/testing.md).
 # `make test SERVER=valkey-9.1`: on that server.
 test:
 	$(with_server) scripts/test.sh
@@ -147,7 +147,7 @@ deps-dist:
 		$(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-# The whole suite, clients included, on each of $(SERVERS) (about 5 minutes each), then one
+# The whole suite, clients included, on each of $(SERVERS) (about 2.5 minutes each once built), then one
 # line of test counts per server; logs in target/servers/<server>.log.
 test-servers: build sizes layers deps-clients
 	CLIENTS="$(CLIENTS)" FLOCK_MODULE=$(abspath $(MODULE)) scripts/test-servers.sh $(SERVERS)
@@ -179,9 +179,10 @@ lint: sizes layers versions
 # redis-server under valgrind memcheck with the module: a self-test (a probe
 # module that leaks on purpose must be caught), then the randomized, memory
 # and hostile tests at small scale. Fails on any invalid access or on a
-# definite leak in the module. About 1.5 minutes on 2 cores; not part of
-# `make test`, but CI runs it (.ci/run, after `make lint`). Logs in
-# target/leakcheck. See scripts/leakcheck.sh.
+# definite leak in the module. About 2 minutes on 2 cores once built (CI's
+# first build is in its time too); not part of `make test`, but CI runs it
+# (.ci/run, after `make lint`). Logs in target/leakcheck. See
+# scripts/leakcheck.sh.
 leakcheck: build
 	@command -v valgrind >/dev/null || { $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y valgrind; }
 	scripts/leakcheck.sh
