@@ -65,7 +65,8 @@ done
 
 echo "==== the 20 slowest tests"
 scripts/test-report.py slowest 20 "$FLOCK_TEST_REPORTS"
-echo "==== time per phase ($(printf '%s' "${FLOCK_SERVER:-redis-server}" | sed 's|.*/||'))"
+server=${FLOCK_SERVER:-redis-server}
+echo "==== time per phase (${server##*/} $("$server" --version 2>/dev/null | grep -o 'v=[^ ]*'))"
 printf '%s\n' "${times[@]}"
 total=0
 for t in "${times[@]}"; do total=$((total + $(awk '{print $2}' <<<"$t"))); done
