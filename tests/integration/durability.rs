@@ -3,7 +3,6 @@
 //! replica enforces the remaining leases with ever larger fencing tokens.
 use crate::common::*;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 // ---------------------------------------------------------------------------
@@ -129,33 +128,6 @@ fn assert_replicated(mc: &mut Connection, rc: &mut Connection, key: &str, what: 
 fn replicaof_no_one(c: &mut Connection) {
     let ok: String = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(c).expect("REPLICAOF NO ONE");
     assert_eq!(ok, "OK");
-}
-
-fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
-}
-
-/// A server process stopped with SIGSTOP (it neither expires leases nor
-/// propagates anything); SIGCONT on drop, also when the test fails.
-/// Declare it after the `Server` so it is dropped first.
-struct Stopped(u32);
-
-impl Stopped {
-    fn new(s: &Server) -> Stopped {
-        signal(s.pid(), "STOP");
-        let state = || std::fs::read_to_string(format!("/proc/{}/stat", s.pid())).unwrap_or_default();
-        // Field 3 of /proc/PID/stat is the state; `T` = stopped.
-        wait_until("the master to be stopped", 5 * SECOND, || {
-            state().rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
-        });
-        Stopped(s.pid())
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        signal(self.0, "CONT");
-    }
 }
 
 // ---------------------------------------------------------------------------

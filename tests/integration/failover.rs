@@ -108,11 +108,6 @@ fn settle(timeout: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
-/// Sleeps until `at` (the run's schedule, not a synchronisation).
-fn sleep_until(at: Instant) {
-    std::thread::sleep(at.saturating_duration_since(Instant::now()));
-}
-
 fn replication(port: u16) -> std::collections::HashMap<String, String> {
     let text: RedisResult<String> = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
         .and_then(|c| c.get_connection_with_timeout(SECOND))

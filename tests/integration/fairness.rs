@@ -16,10 +16,6 @@ fn guarded_conn(s: &Server) -> Connection {
     c
 }
 
-fn client_id(c: &mut Connection) -> i64 {
-    redis::cmd("CLIENT").arg("ID").query(c).expect("CLIENT ID")
-}
-
 // ---------------------------------------------------------------------------
 
 #[test]

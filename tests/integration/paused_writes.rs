@@ -23,7 +23,6 @@
 //!    pauses itself replicates what it does.
 use crate::common::*;
 
-use std::process::Command;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -134,10 +133,6 @@ fn assert_replica_same(m: &Server, r: &Server, keys: &[&str], what: &str) {
     assert_eq!(dbsize(&mut rc), dbsize(&mut mc), "{what}: keys on the replica vs the master");
 }
 
-fn client_id(c: &mut Connection) -> i64 {
-    redis::cmd("CLIENT").arg("ID").query(c).expect("CLIENT ID")
-}
-
 /// Waits until the server has closed the connection `id` (CLIENT LIST, no
 /// write, runs during a pause).
 fn wait_closed(c: &mut Connection, id: i64) {
@@ -145,11 +140,6 @@ fn wait_closed(c: &mut Connection, id: i64) {
         let listed: String = redis::cmd("CLIENT").arg("LIST").arg("ID").arg(id).query(c).expect("CLIENT LIST");
         listed.is_empty()
     });
-}
-
-/// Sleeps until `at`.
-fn sleep_until(at: Instant) {
-    std::thread::sleep(at.saturating_duration_since(Instant::now()));
 }
 
 fn lease_end_with_a_waiter(mode: &str) {
@@ -430,32 +420,6 @@ fn a_lock_of_another_client_whose_ttl_ends_during_a_pause_goes_to_the_flock_wait
     assert_up(&mut m, "after the pause");
     assert_eq!(owner_of(&mut c, "k").as_deref(), Some("B"));
     assert_replica_same(&m, &r, &["k"], "after B's grant");
-}
-
-/// A replica stopped with SIGSTOP: it acknowledges nothing, so a FAILOVER
-/// to it waits (with writes paused). SIGCONT on drop, also when a test fails.
-struct Stopped(u32);
-
-fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
-}
-
-impl Stopped {
-    fn new(s: &Server) -> Stopped {
-        signal(s.pid(), "STOP");
-        let state = || std::fs::read_to_string(format!("/proc/{}/stat", s.pid())).unwrap_or_default();
-        // Field 3 of /proc/PID/stat is the state; `T` = stopped.
-        wait_until("the replica to be stopped", 5 * SECOND, || {
-            state().rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
-        });
-        Stopped(s.pid())
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        signal(self.0, "CONT");
-    }
 }
 
 fn role(s: &Server) -> String {

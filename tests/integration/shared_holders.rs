@@ -564,10 +564,6 @@ fn a_big_head_that_times_out_or_disconnects_lets_the_waiters_behind_it_in() {
     assert!(s.stat("wait_disconnects") >= 1 && s.stat("wait_timeouts") >= 1);
 }
 
-fn client_id(c: &mut Connection) -> i64 {
-    redis::cmd("CLIENT").arg("ID").query(c).unwrap()
-}
-
 #[test]
 fn an_undelivered_shared_grant_frees_only_its_share() {
     let s = Server::start();

@@ -729,6 +729,44 @@ impl Server {
     }
 }
 
+/// The connection's id (`CLIENT ID`), for `CLIENT KILL ID` and `CLIENT LIST ID`.
+pub fn client_id(c: &mut Connection) -> i64 {
+    redis::cmd("CLIENT").arg("ID").query(c).expect("CLIENT ID")
+}
+
+/// Sleeps until `at`: a point of a test's schedule (a lease running out, a
+/// run's third), not a synchronisation.
+pub fn sleep_until(at: Instant) {
+    std::thread::sleep(at.saturating_duration_since(Instant::now()));
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
+}
+
+/// A server process stopped with SIGSTOP (it neither expires leases nor
+/// propagates nor acknowledges anything); SIGCONT on drop, also when the
+/// test fails. Declare it after the `Server` so it is dropped first.
+pub struct Stopped(u32);
+
+impl Stopped {
+    pub fn new(s: &Server) -> Stopped {
+        signal(s.pid(), "STOP");
+        let state = || std::fs::read_to_string(format!("/proc/{}/stat", s.pid())).unwrap_or_default();
+        // Field 3 of /proc/PID/stat is the state; `T` = stopped.
+        wait_until("the server to be stopped", 5 * SECOND, || {
+            state().rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+        });
+        Stopped(s.pid())
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        signal(self.0, "CONT");
+    }
+}
+
 /// A local Redis Cluster with the module on every node (tests/integration/cluster.rs).
 pub mod cluster;
 
