@@ -142,13 +142,20 @@ fn wait_closed(c: &mut Connection, id: i64) {
     });
 }
 
+/// A holds k on `c`'s server with a `LEASE_MS` lease, and B waits behind
+/// it: when A acquired it, A's token, B's wait.
+fn a_holds_k_and_b_waits(m: &Server, c: &mut Connection) -> (Instant, i64, JoinHandle<Timed>) {
+    let acquired = Instant::now();
+    let a = acquire(c, "k", "A", LEASE_MS).unwrap().expect("A holds k");
+    let b = spawn_cmd(m, wait_cmd("k", "B", LONG_WAIT_MS, &[]));
+    wait_queue(c, "k", &["B"]);
+    (acquired, a, b)
+}
+
 fn lease_end_with_a_waiter(mode: &str) {
     let (mut m, r) = pair();
     let mut c = m.conn();
-    let acquired = Instant::now();
-    let a = acquire(&mut c, "k", "A", LEASE_MS).unwrap().expect("A holds k");
-    let b = spawn_cmd(&m, wait_cmd("k", "B", LONG_WAIT_MS, &[]));
-    wait_queue(&mut c, "k", &["B"]);
+    let (acquired, a, b) = a_holds_k_and_b_waits(&m, &mut c);
     let pause = Pause::start(&mut c, PAUSE_MS, mode);
     sleep_until(acquired + CHECK_AT);
     if mode == "WRITE" {
@@ -422,6 +429,20 @@ fn a_lock_of_another_client_whose_ttl_ends_during_a_pause_goes_to_the_flock_wait
     assert_replica_same(&m, &r, &["k"], "after B's grant");
 }
 
+/// `FAILOVER TIMEOUT timeout_ms` on `c`'s master to its replica `r`, which
+/// is stopped first and so acknowledges nothing: the failover waits for
+/// it (with writes paused) until `r` is let go or the timeout. Also when
+/// the failover was sent.
+fn failover_waiting_for(c: &mut Connection, r: &Server, timeout_ms: u64) -> (Stopped, Instant) {
+    let stopped = Stopped::new(r);
+    // A write the replica has not acknowledged: the failover waits for it.
+    let _: () = redis::cmd("SET").arg("unacknowledged").arg(1).query(c).expect("SET");
+    let sent = Instant::now();
+    let ok: String = redis::cmd("FAILOVER").arg("TIMEOUT").arg(timeout_ms).query(c).expect("FAILOVER");
+    assert_eq!(ok, "OK");
+    (stopped, sent)
+}
+
 fn role(s: &Server) -> String {
     s.info_section("replication").get("role").cloned().unwrap_or_default()
 }
@@ -437,16 +458,8 @@ fn failover_state(s: &Server) -> String {
 fn a_lease_that_ends_while_a_failover_waits_for_its_replica_goes_to_the_waiter_when_the_failover_gives_up() {
     let (mut m, r) = pair();
     let mut c = m.conn();
-    let acquired = Instant::now();
-    let a = acquire(&mut c, "k", "A", LEASE_MS).unwrap().expect("A holds k");
-    let b = spawn_cmd(&m, wait_cmd("k", "B", LONG_WAIT_MS, &[]));
-    wait_queue(&mut c, "k", &["B"]);
-    let stopped = Stopped::new(&r);
-    // A write the replica has not acknowledged: the failover waits for it.
-    let _: () = redis::cmd("SET").arg("unacknowledged").arg(1).query(&mut c).expect("SET");
-    let sent = Instant::now();
-    let ok: String = redis::cmd("FAILOVER").arg("TIMEOUT").arg(PAUSE_MS).query(&mut c).expect("FAILOVER");
-    assert_eq!(ok, "OK");
+    let (acquired, a, b) = a_holds_k_and_b_waits(&m, &mut c);
+    let (stopped, sent) = failover_waiting_for(&mut c, &r, PAUSE_MS);
     let pause = Pause { sent, by: Instant::now() + Duration::from_millis(PAUSE_MS) };
     sleep_until(acquired + CHECK_AT);
     let (owner, state) = (owner_of(&mut c, "k"), failover_state(&m));
@@ -482,14 +495,8 @@ fn work_put_off_by_a_failover_that_completes_is_left_to_the_new_master() {
         .arg("SESSION")
         .query(&mut holder)
         .expect("S holds s");
-    acquire(&mut c, "k", "A", LEASE_MS).unwrap().expect("A holds k");
-    let b = spawn_cmd(&m, wait_cmd("k", "B", LONG_WAIT_MS, &[]));
-    wait_queue(&mut c, "k", &["B"]);
-    let stopped = Stopped::new(&r);
-    // A write the replica has not acknowledged: the failover waits for it.
-    let _: () = redis::cmd("SET").arg("unacknowledged").arg(1).query(&mut c).expect("SET");
-    let ok: String = redis::cmd("FAILOVER").arg("TIMEOUT").arg(20_000).query(&mut c).expect("FAILOVER");
-    assert_eq!(ok, "OK");
+    let (_, _, b) = a_holds_k_and_b_waits(&m, &mut c);
+    let (stopped, _) = failover_waiting_for(&mut c, &r, 20_000);
     drop(holder);
     sleep_until(acquired + CHECK_AT);
     assert_eq!(failover_state(&m), "waiting-for-sync", "the failover waits for the stopped replica");
