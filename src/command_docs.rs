@@ -142,12 +142,12 @@ pub const COMMANDS: [CommandDoc; 13] = [
     },
     CommandDoc {
         name: "flock.session",
-        summary: "Opens the connection's session (or names it): waits sent with INBOX session-id from any connection are answered in its inbox",
+        summary: "Opens the connection's session (or names it, setting its timeout): waits sent with INBOX session-id from any connection are answered in its inbox; it lives while its connection sends FLOCK commands",
         complexity: "O(1)",
-        arity: 1,
+        arity: -1,
         key_flags: 0,
         acl: "connection fast",
-        args: &[],
+        args: &[ArgDoc { name: "ms", kind: INTEGER, token: Some("TIMEOUT"), optional: true, subargs: &[] }],
     },
     CommandDoc {
         name: "flock.inbox",

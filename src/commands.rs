@@ -33,10 +33,14 @@ fn split(args: &[RedisString], min: usize) -> Result<(&RedisString, Vec<&[u8]>),
 }
 
 /// Borrows the state for one command; a FLOCK command that another module
-/// runs from inside one (a keyspace event handler) is refused. Before it
-/// returns, the waits for several keys whose turn it brought are granted.
+/// runs from inside one (a keyspace event handler) is refused. A command on
+/// a session's connection renews the session. Before it returns, the waits
+/// for several keys whose turn it brought are granted.
 pub fn entered<R>(ctx: &Context, f: impl FnOnce(&mut State) -> Result<R, RedisError>) -> Result<R, RedisError> {
     let result = state::try_with(|s| {
+        if !s.sessions.is_empty() {
+            inbox::heard(s, ffi::client_id(ctx));
+        }
         let result = f(s);
         engine::drain(ctx, s);
         result
@@ -89,9 +93,17 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             Some(id) => Some(s.sessions.client_of(id).ok_or(RedisError::Str(errors::NO_SESSION))?),
             None => None,
         };
+        // `lease-ms` 0: the grant lives with the session it is bound to, and
+        // replicas and the disk see the session's timeout as its lease.
+        let session_lease = parsed.lease_ms == 0;
+        let lease_ms = match inbox.and_then(|client| s.sessions.get(client)).filter(|_| session_lease) {
+            Some(session) => session.timeout_ms(),
+            None => parsed.lease_ms,
+        };
         let req = Request {
             owner: parsed.owner,
-            lease_ms: parsed.lease_ms,
+            lease_ms,
+            session_lease,
             session: parsed.session.then(|| inbox.unwrap_or_else(|| ffi::client_id(ctx))),
             id: with_window(parsed.id),
             want: parsed.want,
@@ -149,13 +161,12 @@ pub fn cancel(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     Ok(RedisValue::Integer(i64::from(cancelled.unwrap_or(false))))
 }
 
-/// `FLOCK.SESSION`: the calling connection's session ID, opened now if
-/// it has none.
+/// `FLOCK.SESSION [TIMEOUT ms]`: the calling connection's session ID,
+/// opened now if it has none; `TIMEOUT` sets its timeout.
 pub fn session(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    if args.len() != 1 {
-        return Err(RedisError::WrongArity);
-    }
-    let id = entered(ctx, |s| Ok(s.sessions.open(ffi::client_id(ctx))))?;
+    let rest: Vec<&[u8]> = args.iter().skip(1).map(RedisString::as_slice).collect();
+    let timeout_ms = args::session(&rest).map_err(arg_error)?;
+    let id = entered(ctx, |s| Ok(inbox::open(s, ffi::client_id(ctx), timeout_ms)))?;
     ffi::reply_bytes(ctx, &id);
     Ok(RedisValue::NoReply)
 }
@@ -465,7 +476,8 @@ fn set_replicated(ctx: &Context, key_name: &RedisString, set: Set) -> RedisResul
                 Set::Kind(mode) => lock.restore_absent(None, mode, out),
                 Set::Absent(mode, owner) => lock.restore_absent(Some(&owner), mode, out),
                 Set::Holder(mode, r) => {
-                    let terms = Terms { session: r.session.then_some(REMOTE_SESSION), permits: r.permits };
+                    let terms =
+                        Terms { session: r.session.then_some(REMOTE_SESSION), permits: r.permits, ..Terms::default() };
                     lock.restore(r.holder, terms, mode, out)
                 }
                 Set::Vacant => lock.restore_vacant(out),

@@ -1,12 +1,13 @@
 //! Module settings: `loadmodule ... max-waiters N max-lease-ms N
-//! allow-eviction yes|no legacy-locks ttl|all|no`, and `CONFIG GET/SET
-//! flock.*` at run time.
+//! retry-window-ms N session-timeout-ms N allow-eviction yes|no
+//! legacy-locks ttl|all|no`, and `CONFIG GET/SET flock.*` at run time.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Mutex;
 
 use redis_module::enum_configuration;
 
+use flock_core::args::SESSION_TIMEOUTS;
 use flock_core::limits::MAX_MS;
 
 pub const DEFAULT_MAX_WAITERS: i64 = 100_000;
@@ -25,6 +26,16 @@ pub static RETRY_WINDOW_MS: AtomicI64 = AtomicI64::new(DEFAULT_RETRY_WINDOW_MS);
 
 pub fn retry_window_ms() -> u64 {
     u64::try_from(RETRY_WINDOW_MS.load(Ordering::Relaxed)).unwrap_or(DEFAULT_RETRY_WINDOW_MS as u64)
+}
+
+pub const DEFAULT_SESSION_TIMEOUT_MS: i64 = 10_000;
+
+/// How long a session lives without being heard from, unless it asked for
+/// its own (`FLOCK.SESSION TIMEOUT ms`); read at each renewal.
+pub static SESSION_TIMEOUT_MS: AtomicI64 = AtomicI64::new(DEFAULT_SESSION_TIMEOUT_MS);
+
+pub fn session_timeout_ms() -> u64 {
+    u64::try_from(SESSION_TIMEOUT_MS.load(Ordering::Relaxed)).unwrap_or(DEFAULT_SESSION_TIMEOUT_MS as u64)
 }
 
 /// The operator accepts that an `allkeys-*` maxmemory policy may evict held
@@ -68,7 +79,7 @@ pub fn allow_eviction() -> bool {
 /// that CONFIG SET makes (it reads any bool other than `yes` as `no`): name
 /// value pairs of known options, numbers in range, bools `yes` or `no`.
 pub fn check_load_args(args: &[&[u8]]) -> Result<(), String> {
-    const USAGE: &str = "max-waiters N max-lease-ms N retry-window-ms N allow-eviction yes|no legacy-locks ttl|all|no";
+    const USAGE: &str = "max-waiters N max-lease-ms N retry-window-ms N session-timeout-ms N allow-eviction yes|no legacy-locks ttl|all|no";
     if !args.len().is_multiple_of(2) {
         return Err(format!("module arguments are name value pairs: {USAGE}"));
     }
@@ -77,6 +88,7 @@ pub fn check_load_args(args: &[&[u8]]) -> Result<(), String> {
         let (min, max) = match &*name {
             "max-waiters" => (1, i64::MAX),
             "max-lease-ms" | "retry-window-ms" => (1, MAX_MS as i64),
+            "session-timeout-ms" => (*SESSION_TIMEOUTS.start() as i64, *SESSION_TIMEOUTS.end() as i64),
             "allow-eviction" if matches!(pair[1], b"yes" | b"no") => continue,
             "allow-eviction" => return Err("module argument allow-eviction must be yes or no".into()),
             "legacy-locks" if matches!(pair[1], b"ttl" | b"all" | b"no") => continue,

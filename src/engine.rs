@@ -248,7 +248,7 @@ fn grant_all(ctx: &Context, s: &mut State, wait: WaitId) {
     }
     // An empty ID stands for none: a request ID has 1 to 64 bytes.
     let id = (!request.0.is_empty()).then_some(RequestId { id: &request.0, window_ms: request.1 });
-    let req = Request { owner: &owner, lease_ms, session, id, want };
+    let req = Request { owner: &owner, lease_ms, session, session_lease: false, id, want };
     match take_keys(ctx, s, &keys, &req) {
         Some(tokens) => {
             let grants = keys.into_iter().map(|(place, _)| place).zip(tokens).collect();
@@ -474,7 +474,9 @@ fn tick(ctx: &Context, s: &mut State) {
             holder.deadline_id = None;
             update(s, k, value, None, |s, lock, out, now| {
                 let replica = ffi::is_replica();
-                if replica || !lock.expire_token(token, now, &mut s.tokens, out) {
+                if let Some(client) = lock.session_lease_of(token).filter(|_| !replica) {
+                    follow_session(s, lock, token, client, now, out);
+                } else if replica || !lock.expire_token(token, now, &mut s.tokens, out) {
                     // Not due here: filed again (a replica looks again soon).
                     if let Some(holder) = lock.holder_mut(token) {
                         file_lease(s, holder, k.place, now);
@@ -487,6 +489,29 @@ fn tick(ctx: &Context, s: &mut State) {
     let next = [s.deadlines.next_deadline(), s.remembered.next_expiry()].into_iter().flatten().min();
     if let Some(next) = next {
         wake_at(s, next, ffi::now_ms());
+    }
+}
+
+/// The deadline of a grant that lives with its session came: it moves to
+/// the session's own (what replicas and the disk see, so that there it
+/// ends within the session's timeout of its last renewal), or, the session
+/// not heard from in time, the grant ends with it (the session's timer
+/// ends the rest).
+fn follow_session(
+    s: &mut State,
+    lock: &mut Lock<WaitId>,
+    token: u64,
+    client: u64,
+    now: u64,
+    out: &mut Outcomes<WaitId>,
+) {
+    match s.sessions.left_us(client, ffi::monotonic_us()).filter(|&left| left > 0) {
+        Some(left_us) => {
+            lock.extend(token, now + left_us.div_ceil(1000), out);
+        }
+        None => {
+            lock.end(token, End::SessionClosed, now, &mut s.tokens, out);
+        }
     }
 }
 

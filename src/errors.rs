@@ -103,6 +103,12 @@ pub fn arg_error(e: ArgError) -> RedisError {
         ArgError::NotForAll(o) => {
             format!("ERR option {o} is not for several keys: FLOCK.ACQUIREALL ... WAIT blocks its own connection")
         }
+        ArgError::SessionLease => "ERR lease-ms 0 (held while its session lives) needs INBOX session-id, the session it lives with: give a lease in milliseconds otherwise".into(),
+        ArgError::SessionTimeout => format!(
+            "ERR FLOCK.SESSION takes only TIMEOUT ms, an integer number of milliseconds from {} to {}",
+            args::SESSION_TIMEOUTS.start(),
+            args::SESSION_TIMEOUTS.end()
+        ),
         ArgError::InboxTimeout => format!(
             "ERR invalid timeout-ms: it must be an integer number of milliseconds from 0 (no limit) to {MAX_MS}"
         ),

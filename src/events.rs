@@ -3,16 +3,13 @@
 //! (SESSION locks), demotion to replica (waiters), and CONFIG SET
 //! (eviction).
 
-use std::collections::HashSet;
-
 use redis_module::{Context, NotifyEvent};
 
 use crate::ffi::{self, ServerEvents};
-use crate::place::Place;
-use crate::state::{self, State};
+use crate::state;
 use crate::value::lock_value;
 use crate::{blocking, engine, eviction, inbox, legacy};
-use flock_core::effects::{End, Leave, Loss};
+use flock_core::effects::{Leave, Loss};
 
 pub struct Events;
 
@@ -51,11 +48,7 @@ impl ServerEvents for Events {
     /// A closed connection ends its session, and releases the SESSION grants
     /// it holds, and only those.
     fn client_disconnected(ctx: &Context, client: u64) {
-        state::with(|s| {
-            inbox::close(ctx, s, client);
-            let Some(bound) = s.bindings.remove(&client) else { return };
-            release_session_grants(ctx, s, client, bound);
-        });
+        state::with(|s| inbox::end(ctx, s, client));
     }
 
     /// REPLICAOF or a failover made this master a replica: grants can only
@@ -73,26 +66,6 @@ impl ServerEvents for Events {
 
     fn config_changed(ctx: &Context) {
         state::with(|s| eviction::refresh(ctx, s));
-    }
-}
-
-/// Ends the SESSION grants `bound` to the closed connection `client`; while
-/// writes are paused, once the pause is over (they hold until then).
-fn release_session_grants(ctx: &Context, s: &mut State, client: u64, bound: HashSet<(Place, u64)>) {
-    if engine::paused(s) {
-        engine::put_off(s, move |ctx, s| release_session_grants(ctx, s, client, bound));
-        return;
-    }
-    for (place, token) in bound {
-        engine::open_lock_at(ctx, s, &place, |s, k, value| {
-            engine::update(s, k, value, None, |s, lock, out, now| {
-                // Checked after `update` ended a due lease: the lock may have
-                // passed on, or the binding may be stale (FLUSH, re-creation).
-                if lock.session_of(token) == Some(client) {
-                    lock.end(token, End::SessionClosed, now, &mut s.tokens, out);
-                }
-            });
-        });
     }
 }
 

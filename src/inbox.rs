@@ -1,23 +1,90 @@
 //! The Redis side of sessions: a session's blocked `FLOCK.INBOX` and its
-//! reply, and the end of a session when its connection closes. The
-//! registry is `sessions`.
+//! reply, its timeout, and its end when its connection closes or it is
+//! not heard from in time. The registry is `sessions`.
+
+use std::collections::HashSet;
 
 use redis_module::{Context, RedisResult, RedisValue};
 
 use crate::blocking;
+use crate::engine;
 use crate::errors;
 use crate::ffi::{self, BlockHandlers, BlockedId};
+use crate::place::Place;
 use crate::sessions::{Batch, Event, Kind};
 use crate::state::{self, State};
 use crate::waiters::WaitId;
-use flock_core::effects::{Leave, Loss};
+use flock_core::args::SESSION_ID_LEN;
+use flock_core::effects::{Counter, End, Leave, Loss};
+
+/// `FLOCK.SESSION [TIMEOUT ms]` on connection `client`: its session's ID,
+/// the session opened (and its expiry timer set) if it had none.
+pub fn open(s: &mut State, client: u64, timeout_ms: Option<u64>) -> [u8; SESSION_ID_LEN] {
+    let (id, arm) = s.sessions.open(client, timeout_ms, ffi::monotonic_us());
+    if arm {
+        arm_expiry(s, client);
+    }
+    id
+}
+
+/// A FLOCK command came on connection `client`: its session, if it has one,
+/// lives for its timeout from now.
+pub fn heard(s: &mut State, client: u64) {
+    if s.sessions.heard(client, ffi::monotonic_us()) {
+        arm_expiry(s, client);
+    }
+}
+
+/// Sets the timer that looks whether `client`'s session is due when it
+/// would be if not heard from again.
+fn arm_expiry(s: &mut State, client: u64) {
+    let now_us = ffi::monotonic_us();
+    if let Some(left_us) = s.sessions.left_us(client, now_us) {
+        // Module timers count whole milliseconds: rounded up, never early.
+        let left_ms = left_us.div_ceil(1000).max(1);
+        let timer = ffi::create_timer(left_ms, on_expiry, client);
+        s.sessions.set_expiry(client, timer, now_us + left_ms * 1000);
+    }
+}
+
+/// A session's timer: the session was heard from since (it lives on, and
+/// the timer is set for its new deadline) or it expires now.
+fn on_expiry(ctx: &Context, client: u64) {
+    state::with(|s| match s.sessions.left_us(client, ffi::monotonic_us()) {
+        Some(0) => expire(ctx, s, client),
+        Some(_) => arm_expiry(s, client),
+        None => {}
+    });
+}
+
+/// `client`'s session was not heard from for its timeout: it ends as if
+/// its connection had closed, and the connection is closed so that a late
+/// reader learns at once that its session is gone.
+pub fn expire(ctx: &Context, s: &mut State, client: u64) {
+    s.counters.bump(Counter::SessionExpiries, 1);
+    end(ctx, s, client);
+    // Closing a connection runs Redis's callbacks, which borrow the state:
+    // done from a timer of its own.
+    ffi::create_timer(0, close_connection, client);
+}
+
+fn close_connection(ctx: &Context, client: u64) {
+    // The connection may be gone already; there is nothing to do then.
+    let _ = ctx.call("CLIENT", &["KILL", "ID", &client.to_string()][..]);
+}
 
 /// Blocks `client`'s `FLOCK.INBOX` until an event arrives or `timeout_ms`
-/// passes (0: no limit); false if the server would not block it.
+/// passes (0: no limit), and at most a third of its session's timeout: the
+/// nil that read answers then brings the next read, which keeps the session
+/// alive. False if the server would not block it.
 pub fn block(ctx: &Context, s: &mut State, client: u64, timeout_ms: u64) -> bool {
+    let Some(heartbeat_ms) = s.sessions.get(client).map(|session| (session.timeout_ms() / 3).max(1)) else {
+        return false;
+    };
     let Some(bc) = ffi::block::<Reading>(ctx) else { return false };
-    let timer = (timeout_ms > 0).then(|| ffi::create_timer(timeout_ms, on_read_timeout, client));
-    s.sessions.block_reader(client, bc, timer);
+    let timeout_ms = if timeout_ms == 0 { heartbeat_ms } else { timeout_ms.min(heartbeat_ms) };
+    let timer = ffi::create_timer(timeout_ms, on_read_timeout, client);
+    s.sessions.block_reader(client, bc, Some(timer));
     true
 }
 
@@ -92,16 +159,39 @@ impl BlockHandlers for Reading {
     }
 }
 
-/// `client`'s connection closed: if it had a session, its waiters leave
-/// their queues and the grants in its inbox, which it never read, pass on.
-/// (Its SESSION grants are bound to `client` and end with the connection
-/// like any.)
-pub fn close(ctx: &Context, s: &mut State, client: u64) {
-    let Some(session) = s.sessions.close(client) else { return };
-    for number in session.waits {
-        blocking::leave(ctx, s, WaitId::Session(number), Leave::Disconnected);
+/// `client`'s connection closed, or its session expired: if it had a
+/// session, its waiters leave their queues and the grants in its inbox,
+/// which it never read, pass on; the SESSION grants bound to `client` end.
+pub fn end(ctx: &Context, s: &mut State, client: u64) {
+    if let Some(session) = s.sessions.close(client) {
+        for number in session.waits {
+            blocking::leave(ctx, s, WaitId::Session(number), Leave::Disconnected);
+        }
+        for event in session.inbox.into_iter().filter(|e| e.kind == Kind::Granted) {
+            blocking::pass_on_now(ctx, s, &event.place, event.token);
+        }
     }
-    for event in session.inbox.into_iter().filter(|e| e.kind == Kind::Granted) {
-        blocking::pass_on_now(ctx, s, &event.place, event.token);
+    if let Some(bound) = s.bindings.remove(&client) {
+        release_session_grants(ctx, s, client, bound);
+    }
+}
+
+/// Ends the SESSION grants `bound` to the connection `client`; while
+/// writes are paused, once the pause is over (they hold until then).
+fn release_session_grants(ctx: &Context, s: &mut State, client: u64, bound: HashSet<(Place, u64)>) {
+    if engine::paused(s) {
+        engine::put_off(s, move |ctx, s| release_session_grants(ctx, s, client, bound));
+        return;
+    }
+    for (place, token) in bound {
+        engine::open_lock_at(ctx, s, &place, |s, k, value| {
+            engine::update(s, k, value, None, |s, lock, out, now| {
+                // Checked after `update` ended a due lease: the lock may have
+                // passed on, or the binding may be stale (FLUSH, re-creation).
+                if lock.session_of(token) == Some(client) {
+                    lock.end(token, End::SessionClosed, now, &mut s.tokens, out);
+                }
+            });
+        });
     }
 }

@@ -185,7 +185,7 @@ fn load_holder(lock: &mut Lock<WaitId>, mode: Mode, r: HolderRecord) -> Result<(
     if mode.limit().is_some_and(|limit| holders.used() + u64::from(r.permits) > u64::from(limit)) {
         return Err(Field::Limit);
     }
-    let terms = Terms { session: r.session.then_some(REMOTE_SESSION), permits: r.permits };
+    let terms = Terms { session: r.session.then_some(REMOTE_SESSION), permits: r.permits, ..Terms::default() };
     lock.restore(r.holder, terms, mode, &mut Vec::new());
     Ok(())
 }

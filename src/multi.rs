@@ -70,6 +70,7 @@ pub fn acquire_all(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let req = Request {
         owner: parsed.owner,
         lease_ms: parsed.lease_ms,
+        session_lease: false,
         session: parsed.session.then(|| ffi::client_id(ctx)),
         id: with_window(parsed.id),
         want: parsed.want,

@@ -1,6 +1,8 @@
 //! Sessions: one connection per client process that reads, with
 //! `FLOCK.INBOX`, the outcomes of the waits it sent from any connection
 //! (`ACQUIRE ... INBOX session-id`) and the losses of the grants it holds.
+//! A session lives while it is heard from: each FLOCK command on its
+//! connection renews it for its timeout, on the monotonic clock.
 //!
 //! A session is its connection's state, named by the connection's client id;
 //! its random ID is what other connections name it by. Events wait in its
@@ -11,6 +13,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
+use crate::config;
 use crate::ffi::{self, BlockedClient, BlockedId, Timer};
 use crate::place::Place;
 use flock_core::args::SESSION_ID_LEN;
@@ -57,6 +60,21 @@ pub struct Session {
     pub waits: HashSet<u64>,
     /// The tokens of the grants it watches.
     watched: HashSet<u64>,
+    /// Its own timeout (`FLOCK.SESSION TIMEOUT ms`); `None`: the module's
+    /// `session-timeout-ms` at each renewal.
+    timeout_ms: Option<u64>,
+    /// Monotonic µs by which it must be heard from again.
+    deadline_us: u64,
+    /// The timer that looks whether it is due (`inbox::on_expiry`), and
+    /// the monotonic µs it is set for.
+    expiry: Option<Timer<u64>>,
+    expiry_us: u64,
+}
+
+impl Session {
+    pub fn timeout_ms(&self) -> u64 {
+        self.timeout_ms.unwrap_or_else(config::session_timeout_ms)
+    }
 }
 
 /// A grant a session watches, with what its `lost` event names.
@@ -80,10 +98,14 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    /// The session of connection `client`, opened now if it has none.
-    pub fn open(&mut self, client: u64) -> [u8; SESSION_ID_LEN] {
-        if let Some(session) = self.open.get(&client) {
-            return session.id;
+    /// The session of connection `client`, opened now if it has none, with
+    /// `timeout_ms` as its timeout if given; true if its timer must be set
+    /// (it is new, or its timeout was cut). It is heard from now.
+    pub fn open(&mut self, client: u64, timeout_ms: Option<u64>, now_us: u64) -> ([u8; SESSION_ID_LEN], bool) {
+        if let Some(session) = self.open.get_mut(&client) {
+            session.timeout_ms = timeout_ms.or(session.timeout_ms);
+            let id = session.id;
+            return (id, self.heard(client, now_us));
         }
         let id = loop {
             let id = random_id();
@@ -92,10 +114,52 @@ impl Sessions {
             }
         };
         self.by_id.insert(id, client);
-        let session =
-            Session { id, inbox: VecDeque::new(), reader: None, waits: HashSet::new(), watched: HashSet::new() };
+        let session = Session {
+            id,
+            inbox: VecDeque::new(),
+            reader: None,
+            waits: HashSet::new(),
+            watched: HashSet::new(),
+            timeout_ms,
+            deadline_us: 0,
+            expiry: None,
+            expiry_us: 0,
+        };
         self.open.insert(client, session);
-        id
+        self.heard(client, now_us);
+        (id, true)
+    }
+
+    /// `client`'s session (if it has one) was heard from: it lives for its
+    /// timeout from `now_us`. True if that is before its timer fires (its
+    /// timeout was cut): the caller sets the timer again.
+    pub fn heard(&mut self, client: u64, now_us: u64) -> bool {
+        let Some(session) = self.open.get_mut(&client) else { return false };
+        session.deadline_us = now_us.saturating_add(session.timeout_ms().saturating_mul(1000));
+        session.deadline_us < session.expiry_us
+    }
+
+    /// How long `client`'s session lives from `now_us` unless heard from
+    /// again: `Some(0)` once it is due, `None` if it has none.
+    pub fn left_us(&self, client: u64, now_us: u64) -> Option<u64> {
+        self.open.get(&client).map(|s| s.deadline_us.saturating_sub(now_us))
+    }
+
+    pub fn get(&self, client: u64) -> Option<&Session> {
+        self.open.get(&client)
+    }
+
+    /// The timer that looks whether `client`'s session is due, set for
+    /// `at_us`, in place of the one it had.
+    pub fn set_expiry(&mut self, client: u64, timer: Timer<u64>, at_us: u64) {
+        let Some(session) = self.open.get_mut(&client) else {
+            ffi::stop_timer(timer);
+            return;
+        };
+        if let Some(old) = session.expiry.replace(timer) {
+            ffi::stop_timer(old);
+        }
+        session.expiry_us = at_us;
     }
 
     /// The connection of the session named `id`.
@@ -109,6 +173,10 @@ impl Sessions {
 
     pub fn len(&self) -> usize {
         self.open.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty()
     }
 
     pub fn add_wait(&mut self, client: u64, wait: u64) {
@@ -228,6 +296,9 @@ impl Sessions {
     pub fn close(&mut self, client: u64) -> Option<Session> {
         let mut session = self.open.remove(&client)?;
         self.by_id.remove(&session.id);
+        if let Some(timer) = session.expiry.take() {
+            ffi::stop_timer(timer);
+        }
         for token in session.watched.drain() {
             self.watchers.remove(&token);
         }

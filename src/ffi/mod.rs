@@ -39,6 +39,7 @@ macro_rules! required_apis {
 required_apis!(
     RedisModule_GetDetachedThreadSafeContext,
     RedisModule_Milliseconds,
+    RedisModule_MonotonicMicroseconds,
     RedisModule_GetContextFlags,
     RedisModule_AvoidReplicaTraffic,
     RedisModule_GetClientId,
@@ -125,6 +126,13 @@ pub fn module_ctx() -> RawCtx {
 pub fn now_ms() -> u64 {
     // SAFETY: takes no arguments; only called on the main thread.
     u64::try_from(unsafe { api!(RedisModule_Milliseconds)() }).unwrap_or(0)
+}
+
+/// The server's monotonic clock in microseconds: what a session's timeout
+/// is timed on, so that no wall-clock step ends a session early or late.
+pub fn monotonic_us() -> u64 {
+    // SAFETY: takes no arguments; only called on the main thread.
+    unsafe { api!(RedisModule_MonotonicMicroseconds)() }
 }
 
 /// True on a replica: it follows its master's state and acts on no timer.

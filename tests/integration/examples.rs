@@ -161,6 +161,7 @@ flock_waiters_demoted:0
 flock_waiters_resent:0
 flock_wait_cancels:0
 flock_deadlocks:0
+flock_session_expiries:0
 flock_handoff_latency_mean_us:0
 flock_handoff_latency_max_us:0
 flock_eviction_unsafe:0

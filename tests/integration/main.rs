@@ -38,5 +38,6 @@ mod paused_writes;
 mod random_clients;
 mod redlock;
 mod request_ids;
+mod session_leases;
 mod sessions;
 mod shared_holders;

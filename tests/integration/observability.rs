@@ -13,7 +13,7 @@ const MS: Duration = Duration::from_millis(1);
 // ---------------------------------------------------------------- INFO flock
 
 /// Every field of `INFO flock`, in order (Redis adds the `flock_` prefix).
-const INFO_FIELDS: [&str; 26] = [
+const INFO_FIELDS: [&str; 27] = [
     "locks",
     "waiters",
     "leases",
@@ -34,6 +34,7 @@ const INFO_FIELDS: [&str; 26] = [
     "waiters_resent",
     "wait_cancels",
     "deadlocks",
+    "session_expiries",
     "handoff_latency_mean_us",
     "handoff_latency_max_us",
     "eviction_unsafe",
@@ -325,7 +326,7 @@ fn command_docs_describe_every_command() {
         ("flock.forcerelease", "administrative", vec![key.clone(), id.clone()]),
         ("flock.info", "queue", vec![key.clone()]),
         ("flock.cancel", "wait", vec![key.clone(), owner.clone()]),
-        ("flock.session", "session", vec![]),
+        ("flock.session", "session", vec![arg("ms", "integer", Some("TIMEOUT"), true)]),
         ("flock.inbox", "inbox", vec![arg("timeout-ms", "integer", None, false)]),
         (
             "flock.state",
@@ -467,13 +468,16 @@ fn config_get_and_set_round_trip_and_refuse_out_of_range() {
     assert_eq!(config_get(&mut c, "flock.allow-eviction"), "no");
     assert_eq!(config_get(&mut c, "flock.retry-window-ms"), "60000");
     assert_eq!(config_get(&mut c, "flock.legacy-locks"), "ttl");
-    assert_eq!(all.len(), 10, "{all:?}");
+    assert_eq!(config_get(&mut c, "flock.session-timeout-ms"), "10000");
+    assert_eq!(all.len(), 12, "{all:?}");
 
     let good = [
         ("flock.max-waiters", "7"),
         ("flock.max-lease-ms", "5000"),
         ("flock.max-waiters", "1"),
         ("flock.retry-window-ms", "250"),
+        ("flock.session-timeout-ms", "100"),
+        ("flock.session-timeout-ms", "3600000"),
         ("flock.legacy-locks", "all"),
         ("flock.legacy-locks", "no"),
     ];
@@ -489,6 +493,8 @@ fn config_get_and_set_round_trip_and_refuse_out_of_range() {
         ("flock.max-lease-ms", "1099511627777"),
         ("flock.max-lease-ms", "1.5"),
         ("flock.retry-window-ms", "0"),
+        ("flock.session-timeout-ms", "99"),
+        ("flock.session-timeout-ms", "3600001"),
         ("flock.legacy-locks", "yes"),
     ];
     for (name, value) in bad {
@@ -600,6 +606,8 @@ fn load_arguments_set_the_options() {
         "yes",
         "retry-window-ms",
         "900",
+        "session-timeout-ms",
+        "2500",
         "legacy-locks",
         "all",
     ];
@@ -609,6 +617,7 @@ fn load_arguments_set_the_options() {
     assert_eq!(config_get(&mut c, "flock.max-lease-ms"), "5000");
     assert_eq!(config_get(&mut c, "flock.allow-eviction"), "yes");
     assert_eq!(config_get(&mut c, "flock.retry-window-ms"), "900");
+    assert_eq!(config_get(&mut c, "flock.session-timeout-ms"), "2500");
     assert_eq!(config_get(&mut c, "flock.legacy-locks"), "all");
     assert_eq!(strings(&get(&flock_module(&mut c), "args").unwrap()), load_args);
     assert!(acquire(&mut c, "L", "a", 5001).is_err());
@@ -632,6 +641,8 @@ fn out_of_range_or_unknown_load_arguments_stop_the_server() {
         &["max-waiters", "0"][..],
         &["max-lease-ms", "0"],
         &["max-lease-ms", "1099511627777"],
+        &["session-timeout-ms", "99"],
+        &["session-timeout-ms", "3600001"],
         &["no-such-option", "1"],
         // The crate would read anything but `yes` as `no`.
         &["allow-eviction", "maybe"],

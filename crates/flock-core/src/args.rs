@@ -30,6 +30,11 @@ pub enum ArgError {
     SessionId,
     /// FLOCK.INBOX's timeout-ms.
     InboxTimeout,
+    /// `lease-ms` 0 (the grant lives while its session does) without
+    /// `INBOX session-id` to name that session.
+    SessionLease,
+    /// FLOCK.SESSION's `TIMEOUT ms` outside its range, or another option.
+    SessionTimeout,
     /// `numkeys` outside 1..=`MAX_ALL_KEYS`, or more than the keys given.
     NumKeys,
     /// A key named twice in one ACQUIREALL or RELEASEALL (its position).
@@ -62,7 +67,7 @@ pub fn acquire<'a>(args: &[&'a [u8]]) -> Result<AcquireArgs<'a>, ArgError> {
     };
     let mut parsed = AcquireArgs {
         owner: parse_owner(owner)?,
-        lease_ms: parse_lease(lease)?,
+        lease_ms: parse_ms(lease, 0).ok_or(ArgError::Lease)?,
         wait_ms: None,
         session: false,
         id: None,
@@ -108,7 +113,28 @@ pub fn acquire<'a>(args: &[&'a [u8]]) -> Result<AcquireArgs<'a>, ArgError> {
             return Err(ArgError::UnknownOption(printable(option)));
         }
     }
+    if parsed.lease_ms == 0 {
+        // The session it lives with is the one it is bound to.
+        parsed.session = true;
+        if parsed.inbox.is_none() {
+            return Err(ArgError::SessionLease);
+        }
+    }
     Ok(parsed)
+}
+
+/// The shortest and longest session timeouts, in milliseconds.
+pub const SESSION_TIMEOUTS: std::ops::RangeInclusive<u64> = 100..=3_600_000;
+
+/// `[TIMEOUT ms]` (SESSION): the session's timeout, if given.
+pub fn session(args: &[&[u8]]) -> Result<Option<u64>, ArgError> {
+    match args {
+        [] => Ok(None),
+        [option, ms] if option.eq_ignore_ascii_case(b"TIMEOUT") => {
+            parse_u64(ms).filter(|ms| SESSION_TIMEOUTS.contains(ms)).map(Some).ok_or(ArgError::SessionTimeout)
+        }
+        _ => Err(ArgError::SessionTimeout),
+    }
 }
 
 /// The keys of a command on several keys, and the arguments after them.
@@ -270,7 +296,9 @@ mod tests {
         assert_eq!(acq(&["me"]), Err(ArgError::Arity));
         assert_eq!(acq(&["", "10"]), Err(ArgError::Owner));
         assert_eq!(acq(&[&"x".repeat(257), "10"]), Err(ArgError::Owner));
-        for lease in ["0", "-1", "1.5", "+5", " 5", "1099511627777", "18446744073709551616", "abc"] {
+        assert_eq!(acq(&["me", "0"]), Err(ArgError::SessionLease));
+        assert_eq!(acq(&["me", "0", "SESSION"]), Err(ArgError::SessionLease));
+        for lease in ["-1", "1.5", "+5", " 5", "1099511627777", "18446744073709551616", "abc"] {
             assert_eq!(acq(&["me", lease]), Err(ArgError::Lease), "{lease}");
         }
         assert_eq!(acq(&["me", "10", "WAIT", "-1"]), Err(ArgError::Timeout));
@@ -288,6 +316,25 @@ mod tests {
 
     fn leak(args: &[&str]) -> Vec<&'static [u8]> {
         args.iter().map(|a| &*Box::leak(a.as_bytes().to_vec().into_boxed_slice())).collect()
+    }
+
+    #[test]
+    fn lease_zero_is_a_session_grant_and_needs_its_inbox() {
+        let id = "0123456789abcdef0123456789abcdef";
+        let a = acq(&["me", "0", "INBOX", id]).unwrap();
+        assert_eq!((a.lease_ms, a.session, a.inbox), (0, true, Some(id.as_bytes())));
+    }
+
+    #[test]
+    fn session_takes_only_a_timeout_in_range() {
+        let session = |args: &[&str]| session(&leak(args));
+        assert_eq!(session(&[]), Ok(None));
+        assert_eq!(session(&["timeout", "100"]), Ok(Some(100)));
+        assert_eq!(session(&["TIMEOUT", "3600000"]), Ok(Some(3_600_000)));
+        for bad in [&["TIMEOUT", "99"][..], &["TIMEOUT", "3600001"], &["TIMEOUT"], &["TIMEOUT", "-5"], &["WAIT", "100"]]
+        {
+            assert_eq!(session(bad), Err(ArgError::SessionTimeout), "{bad:?}");
+        }
     }
 
     #[test]
@@ -318,7 +365,7 @@ mod tests {
         let id = "0123456789abcdef0123456789abcdef";
         assert_eq!(all(&["1", "a", "me", "10", "INBOX", id]), Err(ArgError::NotForAll("INBOX")));
         assert_eq!(all(&["1", "a", "me", "10", "PERMITS", "1", "LIMIT", "2"]), Err(ArgError::NotForAll("PERMITS")));
-        assert_eq!(all(&["1", "a", "me", "0"]), Err(ArgError::Lease));
+        assert_eq!(all(&["1", "a", "me", "0"]), Err(ArgError::SessionLease));
     }
 
     #[test]

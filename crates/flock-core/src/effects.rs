@@ -115,10 +115,13 @@ pub enum Counter {
     WaitersResent,
     WaitCancels,
     Deadlocks,
+    /// Sessions that ended because they were not heard from for their
+    /// timeout (counted by the Redis layer, as deadlocks are).
+    SessionExpiries,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 17] = [
+    pub const ALL: [Counter; 18] = [
         Counter::Grants,
         Counter::ImmediateGrants,
         Counter::Handoffs,
@@ -136,6 +139,7 @@ impl Counter {
         Counter::WaitersResent,
         Counter::WaitCancels,
         Counter::Deadlocks,
+        Counter::SessionExpiries,
     ];
 
     /// Its field in `INFO flock`, after the `flock_` prefix.
@@ -158,6 +162,7 @@ impl Counter {
             Counter::WaitersResent => "waiters_resent",
             Counter::WaitCancels => "wait_cancels",
             Counter::Deadlocks => "deadlocks",
+            Counter::SessionExpiries => "session_expiries",
         }
     }
 }

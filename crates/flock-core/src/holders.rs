@@ -37,6 +37,12 @@ pub struct Terms {
     pub session: Option<u64>,
     /// A semaphore holder's permits; 0 for a lock's holders.
     pub permits: u32,
+    /// No lease of its own (`lease-ms` 0): it lives while its session does.
+    /// Its deadline is only what replicas and the disk see (the session's
+    /// timeout, pushed on as the session is heard from), so the master
+    /// never ends it there. Neither replicated nor persisted: a loaded or
+    /// replicated grant has a plain lease.
+    pub session_lease: bool,
 }
 
 /// How a key is held. All of a key's holders hold it in one mode.
@@ -264,11 +270,23 @@ impl Holders {
         if session.is_some() && matches!(self, Holders::One(h) if h.token == token) {
             self.make_table(Mode::Exclusive);
         }
-        if let Some((_, terms)) = match self {
-            Holders::Table(Some(table)) => table.by_token.get_mut(&token),
-            _ => None,
-        } {
+        if let Some(terms) = self.terms_mut(token) {
             terms.session = session;
+        }
+    }
+
+    /// Whether the holder with this token lives while its session does
+    /// (`Terms::session_lease`); only a holder bound to a session can.
+    pub fn set_session_lease(&mut self, token: u64, session_lease: bool) {
+        if let Some(terms) = self.terms_mut(token).filter(|t| t.session.is_some() || !session_lease) {
+            terms.session_lease = session_lease;
+        }
+    }
+
+    fn terms_mut(&mut self, token: u64) -> Option<&mut Terms> {
+        match self {
+            Holders::Table(Some(table)) => table.by_token.get_mut(&token).map(|(_, terms)| terms),
+            _ => None,
         }
     }
 
@@ -345,7 +363,7 @@ mod tests {
         h.insert(holder("b", 2), Terms::default(), Mode::Shared);
         assert_eq!((h.len(), h.used(), h.mode()), (2, 2, Mode::Shared));
         let mut s = Holders::default();
-        s.insert(holder("a", 1), Terms { session: None, permits: 3 }, Mode::Semaphore(5));
+        s.insert(holder("a", 1), Terms { session: None, permits: 3, session_lease: false }, Mode::Semaphore(5));
         assert_eq!((s.used(), s.token_of(b"a")), (3, Some(1)));
         s.remove(1);
         assert_eq!((s.used(), s.mode()), (0, Mode::Semaphore(5)), "a semaphore stays one");

@@ -23,6 +23,7 @@ pub struct Waiter<P> {
     pub owner: Box<[u8]>,
     pub lease_ms: u64,
     pub session: Option<u64>,
+    pub session_lease: bool,
     /// The request ID it waits under and how long its grant is remembered.
     pub request: Option<(Box<[u8]>, u64)>,
     pub want: Want,
@@ -64,8 +65,12 @@ pub enum LockError {
 
 pub struct Request<'a> {
     pub owner: &'a [u8],
+    /// With `session_lease`, the session's timeout: the lease replicas and
+    /// the disk see.
     pub lease_ms: u64,
     pub session: Option<u64>,
+    /// The grant lives while its `session` does (`Terms::session_lease`).
+    pub session_lease: bool,
     pub id: Option<RequestId<'a>>,
     pub want: Want,
 }
@@ -337,7 +342,8 @@ impl<P> Lock<P> {
         }
         let token = tokens.next(now_ms);
         let holder = Holder::new(req.owner.into(), 1, token, now_ms.saturating_add(req.lease_ms));
-        self.holders.insert(holder, Terms { session: req.session, permits: req.want.permits() }, req.want.mode());
+        let terms = Terms { session: req.session, permits: req.want.permits(), session_lease: req.session_lease };
+        self.holders.insert(holder, terms, req.want.mode());
         out.push(Outcome::Granted { token, waiter: None });
         self.remember(req.id, Kind::Acquire, token, now_ms);
         Ok(Acquired::Granted(token))
@@ -361,6 +367,8 @@ impl<P> Lock<P> {
         if req.session.is_some() {
             self.holders.set_session(token, req.session);
         }
+        // A reentry sets the lease: its own, or its session's.
+        self.holders.set_session_lease(token, req.session_lease);
         out.push(Outcome::Changed { token, why: Change::Reentered, old_session: terms.session });
         Ok(())
     }
@@ -439,6 +447,7 @@ impl<P> Lock<P> {
         if let Some((place, waiter)) = self.resent(req) {
             waiter.lease_ms = req.lease_ms;
             waiter.session = req.session;
+            waiter.session_lease = req.session_lease;
             let first = std::mem::replace(&mut waiter.payload, payload);
             out.push(Outcome::Left { waiter: first, why: Leave::Resent });
             return Ok(Some(place));
@@ -462,6 +471,7 @@ impl<P> Lock<P> {
             owner: req.owner.into(),
             lease_ms: req.lease_ms,
             session: req.session,
+            session_lease: req.session_lease,
             request: req.id.map(|id| (id.id.into(), id.window_ms)),
             want: req.want,
             gated,
@@ -530,14 +540,29 @@ impl<P> Lock<P> {
         self.holders.get(token).and_then(|(_, terms)| terms.session)
     }
 
-    /// Resets the lease of `owner`'s grant; its token.
+    /// Resets the lease of `owner`'s grant, a lease of its own from now
+    /// on; its token.
     pub fn renew(&mut self, owner: &[u8], lease_ms: u64, now_ms: u64, out: &mut Outcomes<P>) -> Result<u64, LockError> {
         let token = self.holders.token_of(owner).ok_or(LockError::NotOwner)?;
-        let session = self.session_of(token);
-        let holder = self.holders.get_mut(token).ok_or(LockError::NotOwner)?;
-        holder.deadline_ms = now_ms.saturating_add(lease_ms);
-        out.push(Outcome::Changed { token, why: Change::Renewed, old_session: session });
+        self.holders.set_session_lease(token, false);
+        self.extend(token, now_ms.saturating_add(lease_ms), out).ok_or(LockError::NotOwner)?;
         Ok(token)
+    }
+
+    /// The session a grant that lives with its session (`lease-ms` 0) is
+    /// bound to.
+    pub fn session_lease_of(&self, token: u64) -> Option<u64> {
+        self.holders.get(token).and_then(|(_, terms)| terms.session.filter(|_| terms.session_lease))
+    }
+
+    /// Moves the deadline of the grant with this token to `deadline_ms`
+    /// (a session grant's, as its session is heard from); `None` if no
+    /// holder has it.
+    pub fn extend(&mut self, token: u64, deadline_ms: u64, out: &mut Outcomes<P>) -> Option<()> {
+        let session = self.session_of(token);
+        self.holders.get_mut(token)?.deadline_ms = deadline_ms;
+        out.push(Outcome::Changed { token, why: Change::Renewed, old_session: session });
+        Some(())
     }
 
     /// Ends the leases that a command must not see past their end: the
@@ -555,9 +580,9 @@ impl<P> Lock<P> {
     }
 
     /// Ends the lease with this token if it has run out; false if it has
-    /// not, or no holder has it.
+    /// not, no holder has it, or it lives with its session (which ends it).
     pub fn expire_token(&mut self, token: u64, now_ms: u64, tokens: &mut TokenSource, out: &mut Outcomes<P>) -> bool {
-        if self.holders.get(token).is_none_or(|(h, _)| h.deadline_ms > now_ms) {
+        if self.holders.get(token).is_none_or(|(h, terms)| h.deadline_ms > now_ms || terms.session_lease) {
             return false;
         }
         self.end(token, End::LeaseEnded, now_ms, tokens, out)
@@ -597,7 +622,8 @@ impl<P> Lock<P> {
         let waiter = self.take_waiter(WaitQueue::pop_front)?;
         let token = tokens.next(now_ms);
         let holder = Holder::new(waiter.owner, 1, token, now_ms.saturating_add(waiter.lease_ms));
-        self.holders.insert(holder, Terms { session: waiter.session, permits: want.permits() }, want.mode());
+        let terms = Terms { session: waiter.session, permits: want.permits(), session_lease: waiter.session_lease };
+        self.holders.insert(holder, terms, want.mode());
         // Remembered at the grant: if the reply never reaches the waiter,
         // the grant is passed on and its token no longer held, so a resend
         // is a new request.

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use std::collections::{HashMap, VecDeque};
 
 fn req(owner: &str, lease_ms: u64) -> Request<'_> {
-    Request { owner: owner.as_bytes(), lease_ms, session: None, id: None, want: Want::Exclusive }
+    Request { owner: owner.as_bytes(), lease_ms, session: None, session_lease: false, id: None, want: Want::Exclusive }
 }
 
 /// The holder of an exclusive lock and its terms (`None` for shared or
@@ -389,6 +389,37 @@ fn a_granted_waiter_brings_its_own_session() {
     assert_eq!(handed(&out).iter().map(|g| g.0).collect::<Vec<_>>(), ["b", "c"]);
 }
 
+/// A grant taken with `lease-ms` 0 lives with its session: its deadline
+/// never ends it here (the caller moves it as the session is heard from);
+/// a RENEW or a reentry with a lease gives it a lease of its own again.
+#[test]
+fn a_session_lease_is_never_ended_by_its_deadline_until_renewed_with_a_lease() {
+    let mut tokens = TokenSource::default();
+    let mut lock = Lock::default();
+    let mut out = Vec::new();
+    let with_session = Request { session: Some(7), session_lease: true, ..req("a", 100) };
+    lock.acquire(&with_session, 1000, &mut tokens, &mut out).unwrap();
+    let token = holder(&lock).unwrap().token;
+    assert_eq!(lock.session_lease_of(token), Some(7));
+    lock.enqueue(&Request { session: Some(8), session_lease: true, ..req("b", 100) }, "b").unwrap();
+    assert!(!lock.expire_token(token, 5000, &mut tokens, &mut out), "past its deadline");
+    lock.expire(None, 5000, &mut tokens, &mut out);
+    assert_eq!(holder_owner(&lock), Some(&b"a"[..]));
+    out.clear();
+    lock.extend(token, 9000, &mut out).unwrap();
+    assert_eq!(out, [Outcome::Changed { token, why: Change::Renewed, old_session: Some(7) }]);
+    assert_eq!(holder(&lock).unwrap().deadline_ms, 9000);
+    lock.renew(b"a", 50, 9000, &mut out).unwrap();
+    assert_eq!(lock.session_lease_of(token), None, "renewed: a lease of its own");
+    lock.acquire(&with_session, 9000, &mut tokens, &mut out).unwrap();
+    assert_eq!(lock.session_lease_of(token), Some(7), "a reentry with 0 lives with the session again");
+    lock.acquire(&req("a", 10), 9000, &mut tokens, &mut out).unwrap();
+    assert_eq!((lock.session_lease_of(token), session(&lock)), (None, Some(7)), "a reentry with a lease");
+    assert!(lock.expire_token(token, 9010, &mut tokens, &mut out));
+    let b = holder(&lock).unwrap().token;
+    assert_eq!((holder_owner(&lock), lock.session_lease_of(b)), (Some(&b"b"[..]), Some(8)), "the waiter's own terms");
+}
+
 #[test]
 fn tokens_strictly_increase_and_follow_the_clock() {
     let mut tokens = TokenSource::default();
@@ -530,7 +561,7 @@ impl Model {
 }
 
 fn request(who: usize, lease_ms: u64) -> Request<'static> {
-    Request { owner: OWNERS[who], lease_ms, session: None, id: None, want: Want::Exclusive }
+    Request { owner: OWNERS[who], lease_ms, session: None, session_lease: false, id: None, want: Want::Exclusive }
 }
 
 /// Checks one acquire against the model; whether it answered `Busy`.
@@ -994,7 +1025,14 @@ mod multi {
         ) -> Result<(), TestCaseError> {
             self.expire(key)?;
             let session = session.then_some(self.client[conn]);
-            let req = Request { owner: OWNERS[owner], lease_ms: lease, session, id: None, want: Want::Exclusive };
+            let req = Request {
+                owner: OWNERS[owner],
+                lease_ms: lease,
+                session,
+                session_lease: false,
+                id: None,
+                want: Want::Exclusive,
+            };
             let expect = self.expected_acquire(key, owner);
             let (got, out) = self.run(key, |lock, now, tokens, out| lock.acquire(&req, now, tokens, out));
             match (expect, got) {
