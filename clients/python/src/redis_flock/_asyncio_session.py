@@ -1,17 +1,23 @@
-"""The asyncio flavour's session: one per connection pool and event loop,
-opened on the first acquire. Its reader is a task on that loop looping
-FLOCK.INBOX on a connection of its own; every task's waits go out as one
-``FLOCK.ACQUIRE ... WAIT t INBOX sid ID rid`` on the pool's ordinary
-connections and await their event. See redis_flock._session."""
+"""A FLOCK session: one per connection pool (one per Redis client and server)
+in a process, and for asyncio per event loop too, opened on the first
+acquire. Its reader (the backend's: a daemon thread, or a task on the loop)
+reads its inbox (FLOCK.INBOX) on a connection of its own; every thread's or
+task's waits go out as one ``FLOCK.ACQUIRE ... WAIT t INBOX sid ID rid`` on
+the pool's ordinary connections and wait for their event. docs/commands.md,
+"Sessions"; README.md, "Sessions".
 
-import asyncio
+The blocking flavour's module is generated from the asyncio flavour's
+(scripts/unasync.py); what differs for real between them is in their
+``backend`` module."""
+
 import time
 import uuid
 from typing import Optional
 
-import redis.asyncio
-from redis.exceptions import AskError, ConnectionError, MovedError, ResponseError
+from redis.exceptions import AskError, MovedError, ResponseError
 
+from . import _asyncio_backend as backend
+from ._asyncio_backend import node_client
 from ._core import (
     ASK_PAUSE,
     CANCEL_GRACE,
@@ -24,11 +30,8 @@ from ._core import (
     REDIRECTS,
     RELEASE,
     RESENDS,
-    REOPEN_MAX_DELAY,
-    SEND_CONCURRENCY,
     SESSION_SOCKET_MARGIN,
     TIMEOUT,
-    SessionState,
     Wait,
     _text,
     is_demotion,
@@ -42,8 +45,8 @@ from ._core import (
 
 
 async def send(call, args):
-    """``await call(*args)``, sent again at once with the same arguments
-    (request ID included) when the reply is lost, up to RESENDS times."""
+    """``call(*args)``, sent again at once with the same arguments (request
+    ID included) when the reply is lost, up to RESENDS times."""
     for _ in range(RESENDS):
         try:
             return await call(*args)
@@ -53,7 +56,9 @@ async def send(call, args):
 
 
 async def release_extra(call, grant) -> None:
-    """See redis_flock._session.release_extra."""
+    """Sends the RELEASE of a re-watch's extra hold (again, the same request
+    ID, if its reply was lost before); kept for later when the server cannot
+    be reached. A NOTOWNER: the grant ended, its holder's release says so."""
     try:
         await send(call, grant.extra_release)
     except ResponseError:
@@ -62,8 +67,12 @@ async def release_extra(call, grant) -> None:
 
 
 async def confirm_durable(lock, node, owner: bytes, token: Optional[int] = None) -> None:
-    """See redis_flock._session.confirm_durable. A cancelled task gives the
-    hold back too."""
+    """A durable grant's check (docs/client-protocol.md, "Durable grants";
+    the commands and the verdict are LockBase's): RENEW and WAIT in one
+    round trip on a connection of ``node``, the key's server (sent again,
+    with a new RENEW, when the reply is lost); too few replicas, or
+    a failed RENEW: the hold is given back and LockNotDurableError raised.
+    A cancelled task gives the hold back too."""
     if not lock.durable_replicas:
         return
     renew, wait, release = lock._durable_commands(owner)
@@ -90,59 +99,43 @@ async def confirm_durable(lock, node, owner: bytes, token: Optional[int] = None)
     raise error
 
 
-class TaskWait(Wait):
+class SessionWait(Wait):
+    """A wait of this flavour: its event wakes its waiter."""
+
     def __init__(self, *args):
         super().__init__(*args)
-        self.future = asyncio.get_running_loop().create_future()
-        self.sending = asyncio.Lock()
+        self.event = backend.Event()
+        # One sender at a time: its waiter, or the reader resending.
+        self.sending = backend.mutex()
 
     def wake(self) -> None:
-        if not self.future.done():
-            self.future.set_result(self.outcome)
-
-
-async def node_client(client, key: bytes):
-    """The client of the server that holds ``key`` (see
-    redis_flock._session.node_client). A redis.asyncio RedisCluster learns
-    its slots on its first command (initialize() here), and its nodes have
-    no Redis of their own: one is made per node, with the node's connection
-    settings, kept on the cluster client and closed by its aclose()."""
-    if not hasattr(client, "get_node_from_key"):
-        return client
-    await client.initialize()
-    node = client.get_node_from_key(key)
-    nodes = client.__dict__.get("_flock_nodes")
-    if nodes is None:
-        nodes = client._flock_nodes = {}
-        original = client.aclose
-
-        async def aclose(*args, **kwargs):
-            for redis_client in list(nodes.values()):
-                # The pool's disconnect() also closes its sessions.
-                await redis_client.connection_pool.disconnect()
-            nodes.clear()
-            return await original(*args, **kwargs)
-
-        client.aclose = aclose
-    redis_client = nodes.get(node.name)
-    if redis_client is None:
-        pool = redis.asyncio.ConnectionPool(connection_class=node.connection_class, **node.connection_kwargs)
-        redis_client = nodes[node.name] = redis.asyncio.Redis(connection_pool=pool)
-    return redis_client
+        self.event.set()
 
 
 async def redirected(client, error: AskError, attempt: int) -> None:
-    """See redis_flock._session.redirected."""
+    """A command sent to a cluster node's own Redis answered MOVED (the slot
+    moved: the cluster client learns its new node) or ASK (the slot is being
+    migrated and the key is already gone: a short pause until it is done)."""
     if isinstance(error, MovedError):
         await client.nodes_manager.move_slot(error)
     else:
-        await asyncio.sleep(ASK_PAUSE * attempt)
+        await backend.sleep(ASK_PAUSE * attempt)
 
 
-async def routed(client, key: bytes, name, action: str, attempt, rid: Optional[str] = None,
-                 wait_ms: Optional[int] = None, lost: Optional[str] = None):
-    """``await attempt(node, rid, wait_ms)`` on the key's node, following
-    Cluster redirections (see redis_flock._session.routed)."""
+async def routed(
+    client, key: bytes, name, action: str, attempt, rid: Optional[str] = None, wait_ms: Optional[int] = None,
+    lost: Optional[str] = None,
+):
+    """``attempt(node, rid, wait_ms)`` on ``node``, the client of ``key``'s
+    server (node_client), and on the key's node again after a Cluster
+    redirection (MOVED; ASK after a pause), with what is left of
+    ``wait_ms``. A wait that a slot migration ended (LOCKDELETED) follows
+    the key as a new request (a new ``rid``: the request IDs moved with the
+    key); one that a CLUSTER FAILOVER ended (UNBLOCKED: the node is a
+    replica of the key's new master now) keeps its ``rid``, so that a grant
+    the old master made and replicated is recognised and a replicated
+    waiter's place taken over. Other error replies raise as lock_error makes
+    them (``action`` and ``lost`` for its text)."""
     started = time.monotonic()
     for attempts in range(REDIRECTS + 1):
         node = await node_client(client, key)
@@ -161,7 +154,9 @@ async def routed(client, key: bytes, name, action: str, attempt, rid: Optional[s
 
 
 async def moved_away(node, key: bytes) -> Optional[AskError]:
-    """See redis_flock._session.moved_away."""
+    """After a wait on Cluster node ``node`` ended with LOCKDELETED: the
+    MOVED or ASK the node answers for ``key`` now (its slot is migrating or
+    migrated: MIGRATE deleted the key here), or None (the key was deleted)."""
     try:
         await node.execute_command("FLOCK.INFO", key)
     except AskError as e:
@@ -170,7 +165,15 @@ async def moved_away(node, key: bytes) -> Optional[AskError]:
 
 
 async def rewatch_moved(old, key: bytes, entries) -> None:
-    """See redis_flock._session.rewatch_moved."""
+    """After a ``moved`` event on the session of ``old`` (a Cluster node's
+    client: the key went, with its grants, to another node): each grant is
+    watched again through the session of the key's new node (a RENEW, a
+    reentrant ``ACQUIRE ... INBOX``, a RELEASE of that hold:
+    Session._rewatch_one), so that its losses there are pushed. The new node
+    is the one ``old`` names in its MOVED for the key (the event comes with
+    MIGRATE, before the slot's owner changes: ASK until then, asked again
+    after a pause). Not on a single server's client (MIGRATE to a server it
+    does not know): such a grant stays unwatched, its watchdog finds a loss."""
     for lock, grant in entries:
         if not hasattr(lock.redis, "get_node_from_key"):
             continue
@@ -182,7 +185,7 @@ async def rewatch_moved(old, key: bytes, entries) -> None:
                     break
                 if redirect is None:
                     raise ResponseError("the old node answers for the key itself")
-                await asyncio.sleep(ASK_PAUSE * attempt)
+                await backend.sleep(ASK_PAUSE * attempt)
             else:
                 raise ResponseError("the slot's migration did not end")
             session = session_of(await node_client(lock.redis, key))
@@ -192,62 +195,30 @@ async def rewatch_moved(old, key: bytes, entries) -> None:
                 session.state.stale = True
                 session._start_reopening()
         except Exception as e:
+            # Registered on the new node's session: its reader tries again;
+            # not yet: the grant stays unwatched, as a single server's.
             logger.info("FLOCK: watching a moved grant of %r again failed (%s)", lock.name, e)
 
 
 def session_of(client) -> "Session":
-    """The session of ``client``'s pool on the running loop, made on first
-    use. The pool's disconnect() (what Redis.aclose() calls) also closes it."""
-    pool = client.connection_pool
-    loop = asyncio.get_running_loop()
-    sessions = pool.__dict__.get("_flock_sessions")
-    if sessions is None:
-        sessions = pool._flock_sessions = {}
-        original = pool.disconnect
-
-        async def disconnect(*args, **kwargs):
-            if args[0] if args else kwargs.get("inuse_connections", True):
-                running = asyncio.get_running_loop()
-                for loop, session in list(sessions.items()):
-                    # A session of another loop cannot be awaited here.
-                    if loop is running:
-                        await session.close()
-                    else:
-                        sessions.pop(loop, None)
-            return await original(*args, **kwargs)
-
-        pool.disconnect = disconnect
-    for other in [other for other in sessions if other.is_closed()]:
-        del sessions[other]
-    session = sessions.get(loop)
-    if session is None:
-        session = sessions[loop] = Session(pool, loop)
-    return session
+    """The session of ``client``'s connection pool (for asyncio, on the
+    running loop), made on first use (see the backend's session_of). The
+    pool's disconnect() (what Redis.close() and aclose() call) also closes
+    it."""
+    return backend.session_of(client, Session)
 
 
-class Session:
-    def __init__(self, pool, loop):
-        self.pool = pool
-        self.loop = loop
-        self.state = SessionState()
-        self.opening = asyncio.Lock()
-        self.connection = None
-        self.sid: Optional[str] = None
-        self.reader: Optional[asyncio.Task] = None
-        self.reopening: Optional[asyncio.Task] = None
-        self.limiter = asyncio.Semaphore(SEND_CONCURRENCY)
-        self.client = redis.asyncio.Redis(connection_pool=pool)
-        # Tasks the reader started (releases): kept until done.
-        self.tasks: set = set()
-        # The session whose grants were all re-watched.
-        self.rewatched: Optional[str] = None
+class Session(backend.SessionConnection):
+    """A session: its connection and reader are the backend's
+    (SessionConnection: opening a new session when it breaks, closing it);
+    what goes through them is here."""
 
     async def open(self) -> str:
         """The session ID, opening the session (connection, FLOCK.SESSION,
-        reader task) if it is not open."""
+        reader) if it is not open."""
         if self.sid is not None:
             return self.sid
-        async with self.opening:
+        async with self.lock:
             if self.sid is not None:
                 return self.sid
             kwargs = dict(
@@ -257,138 +228,80 @@ class Session:
             )
             connection = self.pool.connection_class(**kwargs)
             try:
-                # connect() first (see redis_flock._session.Session.open).
+                # connect() first: there a Sentinel-managed connection asks
+                # the sentinels for the master (send_command's own connect
+                # would go to the default address).
                 await connection.connect()
                 await connection.send_command("FLOCK.SESSION")
                 sid = _text(await connection.read_response())
             except BaseException:
-                await _disconnect(connection)
+                await backend.disconnect(connection)
                 raise
             self.connection, self.sid = connection, sid
             self.state.current_sid = sid
-            self.reader = self.loop.create_task(self._read(connection), name="flock-session")
+            self._start_reader(connection)
             return sid
 
-    async def close(self) -> None:
-        """Closes the session's connection; waits in progress raise
-        ConnectionError. A later acquire opens a new session."""
-        connection, self.connection, self.sid = self.connection, None, None
-        for task in (self.reader, self.reopening):
-            if task is not None and task is not asyncio.current_task():
-                task.cancel()
-        self.reader = self.reopening = None
-        if connection is not None:
-            await _disconnect(connection)
-        self.state.fail_all(ConnectionError("the FLOCK session was closed (the client was closed)"))
-
-    async def _read(self, connection) -> None:
-        """Reads the inbox of ``connection``'s session until it breaks."""
+    async def _inbox(self, connection) -> bool:
+        """One FLOCK.INBOX on ``connection``, the session's: its events
+        handled in the server's order. False when the server answers
+        NOSESSION; another error reply is logged (and UNBLOCKED, the server
+        demoted, does what that demotion's events would have); a broken
+        connection raises."""
         try:
-            while True:
-                try:
-                    await connection.send_command("FLOCK.INBOX", INBOX_MS)
-                    events = await connection.read_response()
-                    # A cancel (close()) that the write lost: the reader read
-                    # on for ever (and the loop's close waited on it).
-                    _raise_lost_cancel()
-                except ResponseError as e:
-                    if is_nosession(e):
-                        break
-                    logger.warning("FLOCK session: FLOCK.INBOX answered %s", e)
-                    if is_demotion(e):
-                        self.state.demoted(e)
-                    await asyncio.sleep(0.05)
-                    continue
-                for event in events or ():
-                    try:
-                        action = self.state.dispatch(event)
-                        if action is not None and action[0] == RELEASE:
-                            self._spawn(self._release(*action[1:]))
-                        elif action is not None:
-                            self._spawn(rewatch_moved(self.client, *action[1:]))
-                    except Exception:
-                        logger.exception("FLOCK session: event %r", event)
-                if self.state.stale:
-                    # A grant watched by an earlier session: re-watched here.
-                    self._start_reopening()
-        except asyncio.CancelledError:
-            await _disconnect(connection)
-            raise
-        except Exception as e:
-            logger.info("FLOCK session connection lost (%s): reopening", e)
-        self._broken(connection)
-        await _disconnect(connection)
-
-    def _broken(self, connection) -> None:
-        if self.connection is not connection:
-            return
-        self.connection = self.sid = None
-        self.state.session_ended()
-        if self.state.has_pending() or self.state.has_watched():
-            self._start_reopening()
-
-    def _start_reopening(self) -> None:
-        if self.reopening is None or self.reopening.done():
-            self.reopening = self.loop.create_task(self._reopen(), name="flock-session-reopen")
-
-    def _gone(self, sid: str) -> None:
-        """The server said NOSESSION for ``sid``: drop that connection and
-        reopen (the waits are sent again)."""
-        if self.sid != sid:
-            return
-        connection, reader = self.connection, self.reader
-        self.reader = None
-        if reader is not None:
-            reader.cancel()
-        self._broken(connection)
-
-    async def _reopen(self) -> None:
-        """Opens a new session, checks the grants held that another session
-        watched and moves their watch there, and sends the live waits there
-        again, until each is there (or ended); pauses doubling up to
-        REOPEN_MAX_DELAY between failed attempts."""
-        delay = 0.0
-        while self.state.has_pending() or self.state.has_watched():
+            await connection.send_command("FLOCK.INBOX", INBOX_MS)
+            events = await connection.read_response()
+            # A cancel (close()) that the write lost: the reader read on for
+            # ever (and the loop's close waited on it).
+            backend.raise_lost_cancel()
+        except ResponseError as e:
+            if is_nosession(e):
+                return False
+            logger.warning("FLOCK session: FLOCK.INBOX answered %s", e)
+            if is_demotion(e):
+                self.state.demoted(e)
+            await backend.sleep(0.05)
+            return True
+        for event in events or ():
             try:
-                sid = await self.open()
-                rewatched = await self._rewatch(sid)
-                todo = [wait for wait in self.state.pending() if wait.sent_to != sid]
-                if rewatched and not todo:
-                    return
-                for wait in todo:
-                    await self.send_wait(wait)
-                if not rewatched:
-                    raise ConnectionError("a grant could not be re-watched")
-                delay = 0.0
-                continue  # check again: the session may have broken meanwhile
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                logger.debug("FLOCK session: reopening failed: %s", e)
-                delay = min(max(delay * 2, 0.05), REOPEN_MAX_DELAY)
-            await asyncio.sleep(delay)
+                action = self.state.dispatch(event)
+                # Each waits on a server: not on the reader.
+                if action is not None and action[0] == RELEASE:
+                    backend.spawn("flock-release", self._release, *action[1:])
+                elif action is not None:
+                    backend.spawn("flock-moved", rewatch_moved, self.client, *action[1:])
+            except Exception:
+                logger.exception("FLOCK session: event %r", event)
+        return True
 
     async def _rewatch(self, sid: str) -> bool:
-        """Checks every grant held that another session watched and moves its
-        watch to session ``sid`` (see redis_flock._session.Session._rewatch);
-        False when that could not be done now."""
+        """Checks every grant held that another session watched, and moves
+        its watch to session ``sid``; False when that could not be done now
+        (tried again after a pause)."""
+        if self.rewatched == sid and not self.state.stale:
+            return True
         for lock, grant in self.state.to_rewatch(sid):
             try:
                 if not await self._rewatch_one(lock, grant, sid):
                     self.state.stale = True
                     return False
-            except asyncio.CancelledError:
-                self.state.stale = True
-                raise
             except Exception as e:
                 logger.info("FLOCK session: re-watching a grant of %r failed (%s)", lock.name, e)
                 self.state.stale = True
                 return False
+            except BaseException:
+                self.state.stale = True
+                raise
         self.rewatched = sid
         return True
 
     async def _rewatch_one(self, lock, grant, sid: str) -> bool:
-        """See redis_flock._session.Session._rewatch_one."""
+        """A RENEW (NOTOWNER: the grant is lost, with that text), then a
+        reentrant ``ACQUIRE ... INBOX sid`` (the same token, one more hold)
+        and a RELEASE of that hold, under the grant's mutex: the holder's
+        own release waits, so the hold count is right. A fixed lease asks
+        for what is left of it; none left: lost (``expired``, the push went
+        with the old session). False on NOSESSION."""
         call = lock.redis.execute_command
         async with grant.mutex:
             if grant.stopped or grant.lost:
@@ -413,7 +326,8 @@ class Session:
                     logger.warning("FLOCK session: checking a grant of %r answered %s", lock.name, e)
                 return True
             try:
-                # On the session's own server (see redis_flock._session).
+                # On the session's own server: through a RedisCluster, a slot
+                # that moved would take it to a node that knows no ``sid``.
                 token = await send(self.client.execute_command, acquire)
             except ResponseError as e:
                 if is_nosession(e):
@@ -432,13 +346,8 @@ class Session:
                 lock._grant_lost(grant, "NOTOWNER the grant ended while the session was replaced")
             return True
 
-    def _spawn(self, coroutine) -> None:
-        task = self.loop.create_task(coroutine)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
     async def _release(self, key: bytes, owner: bytes) -> None:
-        """A grant for a wait its task gave up on: give it back."""
+        """A grant for a wait its thread or task gave up on: give it back."""
         try:
             await send(self.client.execute_command, ("FLOCK.RELEASE", key, owner, "ID", str(uuid.uuid4())))
         except Exception as e:
@@ -447,6 +356,9 @@ class Session:
     # Acquiring.
 
     async def try_acquire(self, client, command: list, rid: str):
+        """``command`` (ACQUIRE without WAIT) once, with request ID ``rid``,
+        watched by this session: (a token or None, the session ID, when the
+        reply came)."""
         for attempt in range(RESENDS + 1):
             sid = await self.open()
             try:
@@ -457,7 +369,9 @@ class Session:
                     raise
                 self._gone(sid)
 
-    async def send_wait(self, wait: TaskWait) -> None:
+    async def send_wait(self, wait: SessionWait) -> None:
+        """Sends ``wait`` to the current session unless it is there already;
+        settles it when the reply ends it (a token, an error)."""
         async with wait.sending:
             while True:
                 if wait.outcome is not None or not wait.live():
@@ -468,7 +382,7 @@ class Session:
                 if wait.expired():
                     self.state.settle(wait, (TIMEOUT, 0, ""))
                     return
-                wait.sent_to = sid  # being sent: _reopen leaves it alone
+                wait.sent_to = sid  # being sent: the reader leaves it alone
                 try:
                     async with self.limiter:
                         reply = await send(wait.client.execute_command, wait.args(sid))
@@ -476,9 +390,10 @@ class Session:
                     wait.sent_to = None
                     if is_nosession(e):
                         self._gone(sid)
-                        if self.sid is not None and self.sid != sid:
+                        current = self.sid
+                        if current is not None and current != sid:
                             continue
-                        return  # reopened by _reopen, which sends it
+                        return  # the reader reopens and sends it
                     self.state.settle(wait, (ERROR, 0, e))
                     return
                 self.state.queued(wait, sid)
@@ -490,33 +405,46 @@ class Session:
                     self.state.settle(wait, (ERROR, 0, ResponseError(f"unexpected reply {reply!r}")))
                 return
 
-    async def wait(self, client, key: bytes, owner: bytes, command: list, wait_ms: int, rid: str):
-        """Queues ``command`` with WAIT ``wait_ms`` through the session and
-        awaits its outcome: ((kind, token, detail), the wait; see
-        redis_flock._session.Session.wait). Cancelling the task sends
-        FLOCK.CANCEL; a grant that won the race is released."""
-        wait = TaskWait(client, key, owner, command, wait_ms, rid)
+    async def wait(self, client, key: bytes, owner: bytes, command: list, wait_ms: int, rid: str, cancel=None):
+        """Queues ``command`` with WAIT ``wait_ms`` and request ID ``rid``
+        (the same when it is sent again) through the session and
+        waits for its outcome: ((kind, token, detail), the wait, whose
+        ``sent_to`` and ``settled_at`` say which session granted it and
+        when). Interrupted (an exception in the waiting thread, a cancelled
+        task) or cancelled (``cancel``, a CancelToken), it cancels the wait
+        first; a grant that won the race is released; cancelled, its outcome
+        is (CANCELLED, ...)."""
+        wait = SessionWait(client, key, owner, command, wait_ms, rid)
         self.state.register(wait)
-        return await self._outcome(client, wait), wait
+        return await self._outcome(client, wait, cancel), wait
 
-    async def _outcome(self, client, wait: TaskWait):
+    async def _outcome(self, client, wait: SessionWait, cancel):
+        # The token's cancel() wakes the waiting thread, which sends the CANCEL.
+        unsubscribe = cancel._subscribe(wait.wake) if cancel is not None else None
         try:
-            await self.send_wait(wait)
-            _raise_lost_cancel()
+            if not (cancel is not None and cancel.cancelled):
+                await self.send_wait(wait)
+            backend.raise_lost_cancel()
             deadline = wait.local_deadline()
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                await asyncio.wait_for(asyncio.shield(wait.future), timeout)
-            except asyncio.TimeoutError:
+            woken = cancel is not None and cancel.cancelled
+            if not woken:
+                woken = await wait.event.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if cancel is not None and cancel.cancelled:
+                await self.cancel(client, wait, keep=False)
+                return (CANCELLED, 0, "")
+            if not woken:
                 # The server's timeout event is late (or the session is down).
                 return await self.cancel(client, wait, keep=True)
-            _raise_lost_cancel()
+            backend.raise_lost_cancel()
         except BaseException:
             await self.cancel(client, wait, keep=False)
             raise
+        finally:
+            if unsubscribe is not None:
+                unsubscribe()
         return wait.outcome
 
-    async def cancel(self, client, wait: TaskWait, keep: bool):
+    async def cancel(self, client, wait: SessionWait, keep: bool):
         """Sends FLOCK.CANCEL for ``wait``, and its event decides: the
         outcome, whose grant is kept (``keep``) or released. No event within
         CANCEL_GRACE (or cancelled again): TIMEOUT, and a grant coming later
@@ -529,50 +457,27 @@ class Session:
         if outcome is None:
             try:
                 await client.execute_command("FLOCK.CANCEL", wait.key, wait.owner)
-                await asyncio.wait_for(asyncio.shield(wait.future), CANCEL_GRACE)
-            except asyncio.TimeoutError:
-                pass
-            except (Exception, asyncio.CancelledError) as e:
+                await wait.event.wait(CANCEL_GRACE)
+            except BaseException as e:
                 if keep and isinstance(e, LOST_REPLY):
                     # The server cannot be reached past the wait's deadline: a
-                    # timeout (see redis_flock._session.Session.cancel).
+                    # timeout (the session that queued it is gone, or a grant
+                    # coming later is the reader's to release).
                     outcome = self.state.abandon(wait)
                     if outcome is None:
                         return (TIMEOUT, 0, "")
                     return outcome
-                if keep:
+                if keep or not isinstance(e, backend.CANCEL_SURVIVES):
                     self.state.abandon(wait)
                     raise
-                logger.debug("FLOCK: cancelling a wait: %r", e)
+                logger.debug("FLOCK: cancelling a wait failed: %r", e)
             outcome = self.state.abandon(wait)
             if outcome is None:
                 return (TIMEOUT, 0, "")
         if outcome[0] == GRANTED and not keep:
-            # In a task of its own: a second cancel does not stop it.
-            release = self.loop.create_task(self._release(wait.key, wait.owner))
-            self.tasks.add(release)
-            release.add_done_callback(self.tasks.discard)
-            try:
-                await asyncio.shield(release)
-            except asyncio.CancelledError:
-                pass
+            # To its end, even if the task is cancelled again meanwhile.
+            await backend.finish(self._release, wait.key, wait.owner)
         return outcome
 
 
-def _raise_lost_cancel() -> None:
-    """Raises the cancel of the current task that an asyncio.wait_for lost:
-    before Python 3.12 it returns the result of what it awaited when the
-    cancel comes as that completes (redis-py writes each command through
-    one, and the wait's outcome is awaited through one), and the task went
-    on waiting. The task still counts the cancel (Task.cancelling(), Python
-    3.11; before that, such a cancel stays lost)."""
-    task = asyncio.current_task()
-    if task is not None and getattr(task, "cancelling", lambda: 0)():
-        raise asyncio.CancelledError()
-
-
-async def _disconnect(connection) -> None:
-    try:
-        await connection.disconnect()
-    except Exception:
-        pass
+__all__ = ["Session", "confirm_durable", "moved_away", "node_client", "redirected", "routed", "session_of", "send"]

@@ -1,20 +1,26 @@
-"""The blocking flavour's session: one per connection pool (one per Redis
-client and server) in a process, opened on the first acquire. A daemon thread
-reads its inbox (FLOCK.INBOX) on a connection of its own; every thread's
-waits go out as one ``FLOCK.ACQUIRE ... WAIT t INBOX sid ID rid`` on the
-pool's ordinary connections and wait for their event. docs/commands.md,
-"Sessions"; README.md, "Sessions"."""
+# Generated from _asyncio_session.py by clients/python/scripts/unasync.py: do not edit.
+# Edit _asyncio_session.py (or _backend.py, what only the blocking flavour does), then
+# run `python3 clients/python/scripts/unasync.py`; `make unasync` checks.
+"""A FLOCK session: one per connection pool (one per Redis client and server)
+in a process, and for asyncio per event loop too, opened on the first
+acquire. Its reader (the backend's: a daemon thread, or a task on the loop)
+reads its inbox (FLOCK.INBOX) on a connection of its own; every thread's or
+task's waits go out as one ``FLOCK.ACQUIRE ... WAIT t INBOX sid ID rid`` on
+the pool's ordinary connections and wait for their event. docs/commands.md,
+"Sessions"; README.md, "Sessions".
 
-import os
-import socket
-import threading
+The blocking flavour's module is generated from the asyncio flavour's
+(scripts/unasync.py); what differs for real between them is in their
+``backend`` module."""
+
 import time
 import uuid
 from typing import Optional
 
-import redis
-from redis.exceptions import AskError, ConnectionError, MovedError, ResponseError
+from redis.exceptions import AskError, MovedError, ResponseError
 
+from . import _backend as backend
+from ._backend import node_client
 from ._core import (
     ASK_PAUSE,
     CANCEL_GRACE,
@@ -27,11 +33,8 @@ from ._core import (
     REDIRECTS,
     RELEASE,
     RESENDS,
-    REOPEN_MAX_DELAY,
-    SEND_CONCURRENCY,
     SESSION_SOCKET_MARGIN,
     TIMEOUT,
-    SessionState,
     Wait,
     _text,
     is_demotion,
@@ -71,7 +74,8 @@ def confirm_durable(lock, node, owner: bytes, token: Optional[int] = None) -> No
     the commands and the verdict are LockBase's): RENEW and WAIT in one
     round trip on a connection of ``node``, the key's server (sent again,
     with a new RENEW, when the reply is lost); too few replicas, or
-    a failed RENEW: the hold is given back and LockNotDurableError raised."""
+    a failed RENEW: the hold is given back and LockNotDurableError raised.
+    A cancelled task gives the hold back too."""
     if not lock.durable_replicas:
         return
     renew, wait, release = lock._durable_commands(owner)
@@ -98,27 +102,17 @@ def confirm_durable(lock, node, owner: bytes, token: Optional[int] = None) -> No
     raise error
 
 
-class ThreadWait(Wait):
+class SessionWait(Wait):
+    """A wait of this flavour: its event wakes its waiter."""
+
     def __init__(self, *args):
         super().__init__(*args)
-        self.event = threading.Event()
-        # One sender at a time: the waiting thread, or the reader resending.
-        self.sending = threading.Lock()
+        self.event = backend.Event()
+        # One sender at a time: its waiter, or the reader resending.
+        self.sending = backend.mutex()
 
     def wake(self) -> None:
         self.event.set()
-
-
-_REGISTRY = threading.Lock()
-
-
-def node_client(client, key: bytes):
-    """The client of the server that holds ``key``: ``client`` itself, or for
-    a RedisCluster the Redis of the key's node, whose own pool gives that
-    node its own session (a session lives on one server)."""
-    if not hasattr(client, "get_node_from_key"):
-        return client
-    return client.get_redis_connection(client.get_node_from_key(key))
 
 
 def redirected(client, error: AskError, attempt: int) -> None:
@@ -128,11 +122,13 @@ def redirected(client, error: AskError, attempt: int) -> None:
     if isinstance(error, MovedError):
         client.nodes_manager.move_slot(error)
     else:
-        time.sleep(ASK_PAUSE * attempt)
+        backend.sleep(ASK_PAUSE * attempt)
 
 
-def routed(client, key: bytes, name, action: str, attempt, rid: Optional[str] = None, wait_ms: Optional[int] = None,
-           lost: Optional[str] = None):
+def routed(
+    client, key: bytes, name, action: str, attempt, rid: Optional[str] = None, wait_ms: Optional[int] = None,
+    lost: Optional[str] = None,
+):
     """``attempt(node, rid, wait_ms)`` on ``node``, the client of ``key``'s
     server (node_client), and on the key's node again after a Cluster
     redirection (MOVED; ASK after a pause), with what is left of
@@ -192,7 +188,7 @@ def rewatch_moved(old, key: bytes, entries) -> None:
                     break
                 if redirect is None:
                     raise ResponseError("the old node answers for the key itself")
-                time.sleep(ASK_PAUSE * attempt)
+                backend.sleep(ASK_PAUSE * attempt)
             else:
                 raise ResponseError("the slot's migration did not end")
             session = session_of(node_client(lock.redis, key))
@@ -200,6 +196,7 @@ def rewatch_moved(old, key: bytes, entries) -> None:
             session.state.watch(key, grant.owner, grant.token, lock, grant, None)
             if not session._rewatch_one(lock, grant, sid):
                 session.state.stale = True
+                session._start_reopening()
         except Exception as e:
             # Registered on the new node's session: its reader tries again;
             # not yet: the grant stays unwatched, as a single server's.
@@ -207,63 +204,23 @@ def rewatch_moved(old, key: bytes, entries) -> None:
 
 
 def session_of(client) -> "Session":
-    """The session of ``client``'s connection pool, made on first use (and
-    again in a forked child: the parent's is the parent's). The pool's
-    disconnect() (what Redis.close() calls) also closes it."""
-    pool = client.connection_pool
-    with _REGISTRY:
-        session = pool.__dict__.get("_flock_session")
-        if session is None or session.pid != os.getpid():
-            if session is None:
-                original = pool.disconnect
-
-                def disconnect(*args, **kwargs):
-                    current = pool.__dict__.get("_flock_session")
-                    if current is not None and current.pid == os.getpid():
-                        if args[0] if args else kwargs.get("inuse_connections", True):
-                            current.close()
-                    return original(*args, **kwargs)
-
-                pool.disconnect = disconnect
-            session = pool._flock_session = Session(pool)
-        return session
+    """The session of ``client``'s connection pool (for asyncio, on the
+    running loop), made on first use (see the backend's session_of). The
+    pool's disconnect() (what Redis.close() and aclose() call) also closes
+    it."""
+    return backend.session_of(client, Session)
 
 
-def _shutdown(connection) -> None:
-    """Wakes a thread reading ``connection`` (its read fails): shuts the
-    socket down without touching the parser that thread is in."""
-    sock = getattr(connection, "_sock", None)
-    if sock is None:
-        return
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-
-
-class Session:
-    def __init__(self, pool):
-        self.pool = pool
-        self.pid = os.getpid()
-        self.state = SessionState()
-        # Guards the connection, the session ID, the reader and the generation.
-        self.lock = threading.Lock()
-        self.connection = None
-        self.sid: Optional[str] = None
-        self.reader: Optional[threading.Thread] = None
-        # close() starts a new generation: the old reader ends.
-        self.generation = 0
-        self.limiter = threading.BoundedSemaphore(SEND_CONCURRENCY)
-        # For the reader's own commands (releasing a grant nobody waits for).
-        self.client = redis.Redis(connection_pool=pool)
-        # The session whose grants were all re-watched.
-        self.rewatched: Optional[str] = None
-
-    # The session's connection and reader.
+class Session(backend.SessionConnection):
+    """A session: its connection and reader are the backend's
+    (SessionConnection: opening a new session when it breaks, closing it);
+    what goes through them is here."""
 
     def open(self) -> str:
         """The session ID, opening the session (connection, FLOCK.SESSION,
-        reader thread) if it is not open."""
+        reader) if it is not open."""
+        if self.sid is not None:
+            return self.sid
         with self.lock:
             if self.sid is not None:
                 return self.sid
@@ -281,121 +238,49 @@ class Session:
                 connection.send_command("FLOCK.SESSION")
                 sid = _text(connection.read_response())
             except BaseException:
-                connection.disconnect()
+                backend.disconnect(connection)
                 raise
             self.connection, self.sid = connection, sid
             self.state.current_sid = sid
-            if self.reader is None:
-                self.reader = threading.Thread(
-                    target=self._read, args=(self.generation,), name="flock-session", daemon=True
-                )
-                self.reader.start()
+            self._start_reader(connection)
             return sid
 
-    def close(self) -> None:
-        """Closes the session's connection (the server ends the session: its
-        waits leave their queues); waits in progress raise ConnectionError. A
-        later acquire opens a new session."""
-        with self.lock:
-            self.generation += 1
-            connection, self.connection, self.sid, self.reader = self.connection, None, None, None
-        if connection is not None:
-            _shutdown(connection)
-        self.state.fail_all(ConnectionError("the FLOCK session was closed (the client was closed)"))
-
-    def _read(self, generation: int) -> None:
-        delay = 0.0
-        while True:
-            with self.lock:
-                if self.generation != generation:
-                    return
-                connection, sid = self.connection, self.sid
-                if connection is None and not self.state.has_pending() and not self.state.has_watched():
-                    # Broken with nothing waiting or held: the next acquire reopens.
-                    self.reader = None
-                    return
-            if connection is None:
-                time.sleep(delay)
-                try:
-                    self.open()
-                    delay = 0.0
-                except Exception as e:
-                    delay = min(max(delay * 2, 0.05), REOPEN_MAX_DELAY)
-                    logger.debug("FLOCK session: reopening failed: %s", e)
-                continue
-            # Grants watched by a session before this one are checked and
-            # re-watched here; waits queued on a session before this one (or
-            # answered NOSESSION) are sent here again, in the order they had
-            # queued.
-            if not self._rewatch(sid) or not self._resend(sid):
-                delay = min(max(delay * 2, 0.05), REOPEN_MAX_DELAY)
-                time.sleep(delay)
-                continue
-            delay = 0.0
-            try:
-                connection.send_command("FLOCK.INBOX", INBOX_MS)
-                events = connection.read_response()
-            except ResponseError as e:
-                if is_nosession(e):
-                    self._broken(connection)
-                    continue
-                logger.warning("FLOCK session: FLOCK.INBOX answered %s", e)
-                if is_demotion(e):
-                    self.state.demoted(e)
-                time.sleep(0.05)
-                continue
-            except Exception as e:
-                if self.generation == generation:
-                    logger.info("FLOCK session connection lost (%s): reopening", e)
-                self._broken(connection)
-                continue
-            for event in events or ():
-                try:
-                    action = self.state.dispatch(event)
-                    if action is not None and action[0] == RELEASE:
-                        self._release(*action[1:])
-                    elif action is not None:
-                        # Another server's I/O: not on the reader.
-                        threading.Thread(
-                            target=rewatch_moved, args=(self.client, *action[1:]), name="flock-moved", daemon=True
-                        ).start()
-                except Exception:
-                    logger.exception("FLOCK session: event %r", event)
-
-    def _broken(self, connection) -> None:
-        with self.lock:
-            if self.connection is connection:
-                self.connection = self.sid = None
-        connection.disconnect()
-        self.state.session_ended()
-
-    def _gone(self, sid: str) -> None:
-        """The server said NOSESSION for ``sid``: drop that connection, the
-        reader reopens and sends the waits again."""
-        with self.lock:
-            connection = self.connection if self.sid == sid else None
-            if connection is not None:
-                self.connection = self.sid = None
-        if connection is not None:
-            _shutdown(connection)
-
-    def _resend(self, sid: str) -> bool:
-        """Sends the live waits not (being) sent to session ``sid`` there;
-        False when one could not be sent (tried again after a pause)."""
-        for wait in self.state.pending():
-            if wait.sent_to == sid:
-                continue
-            try:
-                self.send_wait(wait)
-            except Exception as e:
-                logger.info("FLOCK session: sending a wait again failed (%s)", e)
+    def _inbox(self, connection) -> bool:
+        """One FLOCK.INBOX on ``connection``, the session's: its events
+        handled in the server's order. False when the server answers
+        NOSESSION; another error reply is logged (and UNBLOCKED, the server
+        demoted, does what that demotion's events would have); a broken
+        connection raises."""
+        try:
+            connection.send_command("FLOCK.INBOX", INBOX_MS)
+            events = connection.read_response()
+            # A cancel (close()) that the write lost: the reader read on for
+            # ever (and the loop's close waited on it).
+            backend.raise_lost_cancel()
+        except ResponseError as e:
+            if is_nosession(e):
                 return False
+            logger.warning("FLOCK session: FLOCK.INBOX answered %s", e)
+            if is_demotion(e):
+                self.state.demoted(e)
+            backend.sleep(0.05)
+            return True
+        for event in events or ():
+            try:
+                action = self.state.dispatch(event)
+                # Each waits on a server: not on the reader.
+                if action is not None and action[0] == RELEASE:
+                    backend.spawn("flock-release", self._release, *action[1:])
+                elif action is not None:
+                    backend.spawn("flock-moved", rewatch_moved, self.client, *action[1:])
+            except Exception:
+                logger.exception("FLOCK session: event %r", event)
         return True
 
     def _rewatch(self, sid: str) -> bool:
         """Checks every grant held that another session watched, and moves
-        its watch to session ``sid``; False when the server could not be
-        reached (tried again after a pause)."""
+        its watch to session ``sid``; False when that could not be done now
+        (tried again after a pause)."""
         if self.rewatched == sid and not self.state.stale:
             return True
         for lock, grant in self.state.to_rewatch(sid):
@@ -407,6 +292,9 @@ class Session:
                 logger.info("FLOCK session: re-watching a grant of %r failed (%s)", lock.name, e)
                 self.state.stale = True
                 return False
+            except BaseException:
+                self.state.stale = True
+                raise
         self.rewatched = sid
         return True
 
@@ -462,7 +350,7 @@ class Session:
             return True
 
     def _release(self, key: bytes, owner: bytes) -> None:
-        """A grant for a wait its thread gave up on: give it back."""
+        """A grant for a wait its thread or task gave up on: give it back."""
         try:
             send(self.client.execute_command, ("FLOCK.RELEASE", key, owner, "ID", str(uuid.uuid4())))
         except Exception as e:
@@ -484,7 +372,7 @@ class Session:
                     raise
                 self._gone(sid)
 
-    def send_wait(self, wait: ThreadWait) -> None:
+    def send_wait(self, wait: SessionWait) -> None:
         """Sends ``wait`` to the current session unless it is there already;
         settles it when the reply ends it (a token, an error)."""
         with wait.sending:
@@ -505,8 +393,7 @@ class Session:
                     wait.sent_to = None
                     if is_nosession(e):
                         self._gone(sid)
-                        with self.lock:
-                            current = self.sid
+                        current = self.sid
                         if current is not None and current != sid:
                             continue
                         return  # the reader reopens and sends it
@@ -524,21 +411,23 @@ class Session:
     def wait(self, client, key: bytes, owner: bytes, command: list, wait_ms: int, rid: str, cancel=None):
         """Queues ``command`` with WAIT ``wait_ms`` and request ID ``rid``
         (the same when it is sent again) through the session and
-        blocks until its outcome: ((kind, token, detail), the wait, whose
+        waits for its outcome: ((kind, token, detail), the wait, whose
         ``sent_to`` and ``settled_at`` say which session granted it and
-        when). Interrupted (an exception in this thread) or cancelled
-        (``cancel``, a CancelToken), it cancels the wait first; cancelled,
-        its outcome is (CANCELLED, ...)."""
-        wait = ThreadWait(client, key, owner, command, wait_ms, rid)
+        when). Interrupted (an exception in the waiting thread, a cancelled
+        task) or cancelled (``cancel``, a CancelToken), it cancels the wait
+        first; a grant that won the race is released; cancelled, its outcome
+        is (CANCELLED, ...)."""
+        wait = SessionWait(client, key, owner, command, wait_ms, rid)
         self.state.register(wait)
         return self._outcome(client, wait, cancel), wait
 
-    def _outcome(self, client, wait: ThreadWait, cancel):
-        # The token's cancel() wakes this thread, which sends the CANCEL.
+    def _outcome(self, client, wait: SessionWait, cancel):
+        # The token's cancel() wakes the waiting thread, which sends the CANCEL.
         unsubscribe = cancel._subscribe(wait.wake) if cancel is not None else None
         try:
             if not (cancel is not None and cancel.cancelled):
                 self.send_wait(wait)
+            backend.raise_lost_cancel()
             deadline = wait.local_deadline()
             woken = cancel is not None and cancel.cancelled
             if not woken:
@@ -549,6 +438,7 @@ class Session:
             if not woken:
                 # The server's timeout event is late (or the session is down).
                 return self.cancel(client, wait, keep=True)
+            backend.raise_lost_cancel()
         except BaseException:
             self.cancel(client, wait, keep=False)
             raise
@@ -557,11 +447,11 @@ class Session:
                 unsubscribe()
         return wait.outcome
 
-    def cancel(self, client, wait: ThreadWait, keep: bool):
+    def cancel(self, client, wait: SessionWait, keep: bool):
         """Sends FLOCK.CANCEL for ``wait``, and its event decides: the
         outcome, whose grant is kept (``keep``) or released. No event within
-        CANCEL_GRACE: TIMEOUT, and a grant coming later is the reader's to
-        release. With ``keep``, a failed CANCEL raises."""
+        CANCEL_GRACE (or cancelled again): TIMEOUT, and a grant coming later
+        is the reader's to release. With ``keep``, a failed CANCEL raises."""
         outcome = self.state.cancelling(wait)
         if outcome is None and wait.sent_to is None:
             # Never sent (the session could not be opened): nothing to cancel.
@@ -580,15 +470,16 @@ class Session:
                     if outcome is None:
                         return (TIMEOUT, 0, "")
                     return outcome
-                if keep or not isinstance(e, Exception):
+                if keep or not isinstance(e, backend.CANCEL_SURVIVES):
                     self.state.abandon(wait)
                     raise
-                logger.debug("FLOCK: cancelling a wait failed: %s", e)
+                logger.debug("FLOCK: cancelling a wait failed: %r", e)
             outcome = self.state.abandon(wait)
             if outcome is None:
                 return (TIMEOUT, 0, "")
         if outcome[0] == GRANTED and not keep:
-            self._release(wait.key, wait.owner)
+            # To its end, even if the task is cancelled again meanwhile.
+            backend.finish(self._release, wait.key, wait.owner)
         return outcome
 
 

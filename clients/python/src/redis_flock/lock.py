@@ -37,7 +37,8 @@ from ._core import (
     wait_socket_timeout,
     with_id,
 )
-from ._session import _shutdown, confirm_durable, release_extra, routed, send, session_of
+from ._backend import shutdown
+from ._session import confirm_durable, release_extra, routed, send, session_of
 
 
 class Dedicated:
@@ -51,7 +52,7 @@ class Dedicated:
         self.cancel, self.name = cancel, name
         # A cancel (CancelToken) shuts the socket down: the wait's read fails
         # and the server takes the waiter out of the queue.
-        self.unsubscribe = cancel._subscribe(lambda: _shutdown(self.connection)) if cancel is not None else None
+        self.unsubscribe = cancel._subscribe(lambda: shutdown(self.connection)) if cancel is not None else None
 
     def call(self, *args):
         try:

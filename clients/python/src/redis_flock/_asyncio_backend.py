@@ -1,0 +1,268 @@
+"""What only the asyncio flavour does, hand-written: its primitives
+(asyncio's), and a session's connection and its reader task.
+redis_flock._asyncio_session imports it; scripts/unasync.py makes the
+blocking flavour's module of it, which imports redis_flock._backend, this
+module's counterpart with the same names, instead."""
+
+import asyncio
+from typing import Optional
+
+import redis.asyncio
+from redis.exceptions import ConnectionError
+
+from ._core import REOPEN_MAX_DELAY, SEND_CONCURRENCY, SessionState, logger
+
+# --- Primitives ---------------------------------------------------------------
+
+mutex = asyncio.Lock
+sleep = asyncio.sleep
+
+# What a wait's clean-up (FLOCK.CANCEL, then its event) lets pass with
+# keep=False: an error, and a second cancel of the task, which must not stop
+# it (the first one is raised when it is done).
+CANCEL_SURVIVES = (Exception, asyncio.CancelledError)
+
+# A release() that did not complete (cancelled, a lost reply, refused) keeps
+# the grant: the next release() resends the same request (README.md,
+# "Errors"). A NOTOWNER forgets it.
+KEEPS_UNFINISHED_RELEASE = True
+
+
+class Event:
+    """threading.Event's set() and wait(timeout) for the tasks of one loop:
+    wait() answers whether it was set."""
+
+    def __init__(self):
+        self.future = asyncio.get_running_loop().create_future()
+
+    def set(self) -> None:
+        if not self.future.done():
+            self.future.set_result(None)
+
+    async def wait(self, timeout: Optional[float] = None) -> bool:
+        try:
+            # Shielded: a timeout does not cancel the future, which can be
+            # awaited again.
+            await asyncio.wait_for(asyncio.shield(self.future), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+
+def raise_lost_cancel() -> None:
+    """Raises the cancel of the current task that an asyncio.wait_for lost:
+    before Python 3.12 it returns the result of what it awaited when the
+    cancel comes as that completes (redis-py writes each command through
+    one, and the wait's outcome is awaited through one), and the task went
+    on waiting. The task still counts the cancel (Task.cancelling(), Python
+    3.11; before that, such a cancel stays lost)."""
+    task = asyncio.current_task()
+    if task is not None and getattr(task, "cancelling", lambda: 0)():
+        raise asyncio.CancelledError()
+
+
+# Tasks started here, referenced until they end.
+_BACKGROUND: set = set()
+
+
+def _keep(task: asyncio.Future) -> asyncio.Future:
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
+    return task
+
+
+def spawn(name: str, function, *args) -> None:
+    """``function(*args)`` in a task of its own on the running loop: work
+    for the session's reader that waits on a server."""
+    _keep(asyncio.get_running_loop().create_task(function(*args), name=name))
+
+
+async def finish(function, *args) -> None:
+    """``function(*args)`` in a task of its own, awaited through a shield: a
+    second cancel of the caller does not stop it (the caller raises its
+    first one)."""
+    task = _keep(asyncio.ensure_future(function(*args)))
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        pass
+
+
+async def disconnect(connection) -> None:
+    try:
+        await connection.disconnect()
+    except Exception:
+        pass
+
+
+async def node_client(client, key: bytes):
+    """The client of the server that holds ``key``: ``client`` itself, or for
+    a RedisCluster a Redis of the key's node, whose own pool gives that node
+    its own session (a session lives on one server). A redis.asyncio
+    RedisCluster learns its slots on its first command (initialize() here),
+    and its nodes have no Redis of their own: one is made per node, with the
+    node's connection settings, kept on the cluster client and closed by its
+    aclose()."""
+    if not hasattr(client, "get_node_from_key"):
+        return client
+    await client.initialize()
+    node = client.get_node_from_key(key)
+    nodes = client.__dict__.get("_flock_nodes")
+    if nodes is None:
+        nodes = client._flock_nodes = {}
+        original = client.aclose
+
+        async def aclose(*args, **kwargs):
+            for redis_client in list(nodes.values()):
+                # The pool's disconnect() also closes its sessions.
+                await redis_client.connection_pool.disconnect()
+            nodes.clear()
+            return await original(*args, **kwargs)
+
+        client.aclose = aclose
+    redis_client = nodes.get(node.name)
+    if redis_client is None:
+        pool = redis.asyncio.ConnectionPool(connection_class=node.connection_class, **node.connection_kwargs)
+        redis_client = nodes[node.name] = redis.asyncio.Redis(connection_pool=pool)
+    return redis_client
+
+
+# --- Sessions -----------------------------------------------------------------
+
+
+def session_of(client, make):
+    """The session of ``client``'s pool on the running loop, made by
+    ``make(pool, loop)`` on first use. The pool's disconnect() (what
+    Redis.aclose() calls) also closes it."""
+    pool = client.connection_pool
+    loop = asyncio.get_running_loop()
+    sessions = pool.__dict__.get("_flock_sessions")
+    if sessions is None:
+        sessions = pool._flock_sessions = {}
+        original = pool.disconnect
+
+        async def disconnect(*args, **kwargs):
+            if args[0] if args else kwargs.get("inuse_connections", True):
+                running = asyncio.get_running_loop()
+                for loop, session in list(sessions.items()):
+                    # A session of another loop cannot be awaited here.
+                    if loop is running:
+                        await session.close()
+                    else:
+                        sessions.pop(loop, None)
+            return await original(*args, **kwargs)
+
+        pool.disconnect = disconnect
+    for other in [other for other in sessions if other.is_closed()]:
+        del sessions[other]
+    session = sessions.get(loop)
+    if session is None:
+        session = sessions[loop] = make(pool, loop)
+    return session
+
+
+class SessionConnection:
+    """A session's connection and its reader: a task on the loop
+    (``flock-session``) that reads the inbox of one connection until it
+    breaks; then a task (``flock-session-reopen``) opens a new session,
+    re-watches the grants held and sends the waits again there. The
+    session's protocol (open(), _inbox(), _rewatch(), send_wait(), ...) is
+    redis_flock._asyncio_session.Session's, this class's subclass."""
+
+    def __init__(self, pool, loop):
+        self.pool = pool
+        self.loop = loop
+        self.state = SessionState()
+        # Guards opening.
+        self.lock = asyncio.Lock()
+        self.connection = None
+        self.sid: Optional[str] = None
+        self.reader: Optional[asyncio.Task] = None
+        self.reopening: Optional[asyncio.Task] = None
+        self.limiter = asyncio.Semaphore(SEND_CONCURRENCY)
+        # For the reader's own commands (releasing a grant nobody waits for).
+        self.client = redis.asyncio.Redis(connection_pool=pool)
+        # The session whose grants were all re-watched.
+        self.rewatched: Optional[str] = None
+
+    def _start_reader(self, connection) -> None:
+        """open() made ``connection`` the session's: a reader reads it."""
+        self.reader = self.loop.create_task(self._read(connection), name="flock-session")
+
+    async def close(self) -> None:
+        """Closes the session's connection (the server ends the session: its
+        waits leave their queues); waits in progress raise ConnectionError. A
+        later acquire opens a new session."""
+        connection, self.connection, self.sid = self.connection, None, None
+        for task in (self.reader, self.reopening):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        self.reader = self.reopening = None
+        if connection is not None:
+            await disconnect(connection)
+        self.state.fail_all(ConnectionError("the FLOCK session was closed (the client was closed)"))
+
+    async def _read(self, connection) -> None:
+        """Reads the inbox of ``connection``'s session until it breaks."""
+        try:
+            while await self._inbox(connection):
+                if self.state.stale:
+                    # A grant watched by an earlier session: re-watched here.
+                    self._start_reopening()
+        except asyncio.CancelledError:
+            await disconnect(connection)
+            raise
+        except Exception as e:
+            logger.info("FLOCK session connection lost (%s): reopening", e)
+        self._broken(connection)
+        await disconnect(connection)
+
+    def _broken(self, connection) -> None:
+        if self.connection is not connection:
+            return
+        self.connection = self.sid = None
+        self.state.session_ended()
+        if self.state.has_pending() or self.state.has_watched():
+            self._start_reopening()
+
+    def _start_reopening(self) -> None:
+        if self.reopening is None or self.reopening.done():
+            self.reopening = self.loop.create_task(self._reopen(), name="flock-session-reopen")
+
+    def _gone(self, sid: str) -> None:
+        """The server said NOSESSION for ``sid``: drop that connection and
+        reopen (the waits are sent again)."""
+        if self.sid != sid:
+            return
+        connection, reader = self.connection, self.reader
+        self.reader = None
+        if reader is not None:
+            reader.cancel()
+        self._broken(connection)
+
+    async def _reopen(self) -> None:
+        """Opens a new session, checks the grants held that another session
+        watched and moves their watch there, and sends the live waits there
+        again, until each is there (or ended); pauses doubling up to
+        REOPEN_MAX_DELAY between failed attempts."""
+        delay = 0.0
+        while self.state.has_pending() or self.state.has_watched():
+            try:
+                sid = await self.open()
+                rewatched = await self._rewatch(sid)
+                todo = [wait for wait in self.state.pending() if wait.sent_to != sid]
+                if rewatched and not todo:
+                    return
+                for wait in todo:
+                    await self.send_wait(wait)
+                if not rewatched:
+                    raise ConnectionError("a grant could not be re-watched")
+                delay = 0.0
+                continue  # check again: the session may have broken meanwhile
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                logger.debug("FLOCK session: reopening failed: %s", e)
+                delay = min(max(delay * 2, 0.05), REOPEN_MAX_DELAY)
+            await asyncio.sleep(delay)
+
