@@ -29,6 +29,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "src" / "redis_flock"
 # (asyncio source, blocking module generated from it), in PACKAGE.
 FILES = [
     ("_asyncio_session.py", "_session.py"),
+    ("asyncio.py", "lock.py"),
 ]
 
 # Applied in order to the whole text, docstrings and comments included.

@@ -1,16 +1,19 @@
 """What only the asyncio flavour does, hand-written: its primitives
-(asyncio's), and a session's connection and its reader task.
-redis_flock._asyncio_session imports it; scripts/unasync.py makes the
-blocking flavour's module of it, which imports redis_flock._backend, this
+(asyncio's), a session's connection and its reader task, a wait on a
+connection of its own (``use_session=False``), the watchdog's task per
+grant, and acquire()'s arguments. redis_flock._asyncio_session and
+redis_flock.asyncio import it; scripts/unasync.py makes the blocking
+flavour's modules of theirs, which import redis_flock._backend, this
 module's counterpart with the same names, instead."""
 
 import asyncio
+import time
 from typing import Optional
 
 import redis.asyncio
 from redis.exceptions import ConnectionError
 
-from ._core import REOPEN_MAX_DELAY, SEND_CONCURRENCY, SessionState, logger
+from ._core import REOPEN_MAX_DELAY, SEND_CONCURRENCY, Number, SessionState, logger
 
 # --- Primitives ---------------------------------------------------------------
 
@@ -266,3 +269,120 @@ class SessionConnection:
                 delay = min(max(delay * 2, 0.05), REOPEN_MAX_DELAY)
             await asyncio.sleep(delay)
 
+
+# --- Locks --------------------------------------------------------------------
+
+
+class Dedicated:
+    """A connection of its own, made with the client pool's settings, for a
+    blocking wait without a session (``use_session=False``): it holds that
+    connection for its whole length, never a pool's. A cancelled task
+    closes it (``cancel`` and ``name`` are the blocking flavour's)."""
+
+    def __init__(self, client, socket_timeout: Optional[float], cancel=None, name=None):
+        pool = client.connection_pool
+        self.connection = pool.connection_class(**dict(pool.connection_kwargs, socket_timeout=socket_timeout))
+        self.closed = False
+
+    async def call(self, *args):
+        # The connection's work runs in a task of its own, awaited through a
+        # shield, so that a cancel of the caller always raises here: redis-py
+        # writes through asyncio.wait_for on a socket with a timeout, which
+        # before Python 3.12 loses a cancel that comes as the write completes,
+        # and the caller would wait on. That task ends with the close
+        # (__aexit__): its read fails, or it finds the connection closed.
+        work = asyncio.ensure_future(self._call(args))
+        work.add_done_callback(_retrieved)
+        return await asyncio.shield(work)
+
+    async def _call(self, args):
+        # connect() first: there a Sentinel-managed connection asks the
+        # sentinels for the master (send_command's own connect would go to
+        # the default address).
+        await self.connection.connect()
+        await self._check_open()
+        await self.connection.send_command(*args)
+        await self._check_open()
+        return await self.connection.read_response()
+
+    async def _check_open(self) -> None:
+        if self.closed:
+            # Closed while this task was connecting or writing.
+            await self.connection.disconnect()
+            raise ConnectionError("the wait's connection was closed")
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        # Closing the connection also takes a cancelled waiter out of the queue.
+        self.closed = True
+        await self.connection.disconnect()
+
+
+def _retrieved(task: asyncio.Future) -> None:
+    """Retrieves the outcome of a Dedicated call nobody awaits any more (its
+    caller was cancelled), so that asyncio does not log it as lost."""
+    if not task.cancelled():
+        task.exception()
+
+
+class Watchdog:
+    """A task per grant without a timeout (``flock-watchdog <name>``), on the
+    loop: renews it every third of its lease, through its lock's client (the
+    pool), and marks it lost on NOTOWNER or when no renewal got through for
+    a whole lease (the lock's _watchdog_renew); cancelled when the grant
+    stops."""
+
+    def watch(self, lock, grant) -> None:
+        task = asyncio.create_task(self._run(lock, grant), name=f"flock-watchdog {lock.name!r}")
+        grant.on_stop.append(task.cancel)
+
+    @staticmethod
+    async def _run(lock, grant) -> None:
+        lease_ms = lock._lease_ms()
+        interval = lease_ms / 3000
+        confirmed = time.monotonic()
+        while confirmed is not None:
+            await asyncio.sleep(interval)
+            confirmed = await lock._watchdog_renew(grant, lease_ms, confirmed)
+
+
+WATCHDOG = Watchdog()
+
+
+class LockFlavour:
+    """acquire() as redis-py's ``redis.asyncio.lock.Lock.acquire`` takes it
+    (no ``sleep``); the lock's _acquire does it."""
+
+    async def acquire(
+        self,
+        blocking: Optional[bool] = None,
+        blocking_timeout: Optional[Number] = None,
+        token=None,
+    ) -> bool:
+        """Takes the lock; True once granted. Not blocking: one try. Blocking:
+        one ``FLOCK.ACQUIRE ... WAIT`` that queues in the server's FIFO queue,
+        up to ``blocking_timeout`` seconds (None: no limit), through the
+        session of this loop (or, ``use_session=False``, on a connection of
+        its own). Cancelling the task sends FLOCK.CANCEL; a grant that won
+        the race is released."""
+        return await self._acquire(blocking, blocking_timeout, token, None)
+
+
+class MultiLockFlavour:
+    """MultiLock's acquire(), with Lock's arguments."""
+
+    async def acquire(
+        self,
+        blocking: Optional[bool] = None,
+        blocking_timeout: Optional[Number] = None,
+        token=None,
+    ) -> bool:
+        """Takes every lock for one owner, or none: one FLOCK.ACQUIREALL;
+        True once all are granted. Not blocking: one try. Blocking: ``...
+        WAIT`` on a connection of its own, in every key's FIFO queue at
+        once, up to ``blocking_timeout`` seconds (None: no limit); a key its
+        owner holds already is reentered. Cancelling the task ends the wait
+        (its connection closes); a grant that won the race is given back."""
+        return await self._acquire(blocking, blocking_timeout, token, None)

@@ -1,9 +1,13 @@
 """What only the blocking flavour does, hand-written: its primitives
-(threading's), and a session's connection and its reader thread.
-redis_flock._session is generated from the asyncio flavour's module
-(scripts/unasync.py), which imports redis_flock._asyncio_backend, this
-module's counterpart with the same names, where it imports this one."""
+(threading's), a session's connection and its reader thread, a wait on a
+connection of its own (``use_session=False``), the process's one watchdog
+thread, and acquire()'s arguments. redis_flock._session and redis_flock.lock
+are generated from the asyncio flavour's modules (scripts/unasync.py), which
+import redis_flock._asyncio_backend, this module's counterpart with the same
+names, where these import this one."""
 
+import heapq
+import itertools
 import os
 import socket
 import threading
@@ -13,7 +17,7 @@ from typing import Optional
 import redis
 from redis.exceptions import ConnectionError
 
-from ._core import REOPEN_MAX_DELAY, SEND_CONCURRENCY, SessionState, logger
+from ._core import REOPEN_MAX_DELAY, SEND_CONCURRENCY, CancelToken, Number, SessionState, logger
 
 # --- Primitives ---------------------------------------------------------------
 
@@ -219,3 +223,164 @@ class SessionConnection:
                 return False
         return True
 
+
+# --- Locks --------------------------------------------------------------------
+
+
+class Dedicated:
+    """A connection of its own, made with the client pool's settings, for a
+    blocking wait without a session (``use_session=False``): it holds that
+    connection for its whole length, never a pool's."""
+
+    def __init__(self, client, socket_timeout: Optional[float], cancel=None, name=None):
+        pool = client.connection_pool
+        self.connection = pool.connection_class(**dict(pool.connection_kwargs, socket_timeout=socket_timeout))
+        self.cancel, self.name = cancel, name
+        # A cancel (CancelToken) shuts the socket down: the wait's read fails
+        # and the server takes the waiter out of the queue.
+        self.unsubscribe = cancel._subscribe(lambda: shutdown(self.connection)) if cancel is not None else None
+
+    def call(self, *args):
+        try:
+            # Connected before the check: a cancel after it finds the socket.
+            # (And a Sentinel-managed connection finds the master in connect(),
+            # not in send_command's own.)
+            self.connection.connect()
+            if self.cancel is not None:
+                self.cancel._check(self.name)
+            self.connection.send_command(*args)
+            return self.connection.read_response()
+        except Exception:
+            if self.cancel is not None:
+                self.cancel._check(self.name)
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.unsubscribe is not None:
+            self.unsubscribe()
+        # Closing the connection also takes an abandoned waiter out of the queue.
+        self.connection.disconnect()
+
+
+class Watchdog:
+    """The process's one watchdog thread (``flock-watchdog``): renews every
+    held grant without a timeout every third of its lease, through its lock's
+    client (the pool), and marks it lost on NOTOWNER or when no renewal got
+    through for a whole lease (the lock's _watchdog_renew). The thread ends
+    when nothing is left to renew and starts again with the next grant."""
+
+    class Entry:
+        def __init__(self, lock, grant):
+            self.lock = lock
+            self.grant = grant
+            self.lease_ms = lock._lease_ms()
+            self.interval = self.lease_ms / 3000
+            self.confirmed = time.monotonic()
+
+    def __init__(self):
+        self.condition = threading.Condition()
+        self.heap: list = []
+        self.order = itertools.count()
+        self.thread: Optional[threading.Thread] = None
+
+    def watch(self, lock, grant) -> None:
+        entry = self.Entry(lock, grant)
+        grant.on_stop.append(self.wake)
+        self._schedule(entry)
+
+    def entries(self) -> list:
+        """The grants renewed now (for tests and debugging)."""
+        with self.condition:
+            return [entry.grant for _, _, entry in self.heap if not self._done(entry)]
+
+    def wake(self) -> None:
+        with self.condition:
+            self.condition.notify()
+
+    def _schedule(self, entry) -> None:
+        with self.condition:
+            heapq.heappush(self.heap, (time.monotonic() + entry.interval, next(self.order), entry))
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="flock-watchdog", daemon=True)
+                self.thread.start()
+            self.condition.notify()
+
+    @staticmethod
+    def _done(entry) -> bool:
+        return entry.grant.stopped or entry.grant.lost
+
+    def _run(self) -> None:
+        while True:
+            with self.condition:
+                while True:
+                    if not self.heap:
+                        self.thread = None
+                        return
+                    due, _, entry = self.heap[0]
+                    if self._done(entry):
+                        heapq.heappop(self.heap)
+                        continue
+                    delay = due - time.monotonic()
+                    if delay <= 0:
+                        heapq.heappop(self.heap)
+                        break
+                    self.condition.wait(delay)
+            try:
+                confirmed = entry.lock._watchdog_renew(entry.grant, entry.lease_ms, entry.confirmed)
+            except Exception:
+                logger.exception("FLOCK watchdog of lock %r", entry.lock.name)
+                confirmed = entry.confirmed
+            if confirmed is not None:
+                entry.confirmed = confirmed
+                self._schedule(entry)
+
+
+WATCHDOG = Watchdog()
+
+
+class LockFlavour:
+    """acquire() as redis-py's ``redis.lock.Lock.acquire`` takes it, plus
+    ``cancel=``; the lock's _acquire does it."""
+
+    def acquire(
+        self,
+        sleep: Optional[Number] = None,
+        blocking: Optional[bool] = None,
+        blocking_timeout: Optional[Number] = None,
+        token=None,
+        *,
+        cancel: Optional[CancelToken] = None,
+    ) -> bool:
+        """Takes the lock; True once granted. Not blocking: one try. Blocking:
+        one ``FLOCK.ACQUIRE ... WAIT`` that queues in the server's FIFO queue,
+        up to ``blocking_timeout`` seconds (None: no limit): through the
+        process's session (the reply is at once, the grant comes in the
+        session's inbox), or, with ``use_session=False``, blocking on a
+        connection of its own. ``sleep`` is unused. ``cancel``: a
+        CancelToken whose cancel() (from another thread) ends the wait with
+        AcquireCancelled."""
+        return self._acquire(blocking, blocking_timeout, token, cancel)
+
+
+class MultiLockFlavour:
+    """MultiLock's acquire(), with Lock's arguments."""
+
+    def acquire(
+        self,
+        sleep: Optional[Number] = None,
+        blocking: Optional[bool] = None,
+        blocking_timeout: Optional[Number] = None,
+        token=None,
+        *,
+        cancel: Optional[CancelToken] = None,
+    ) -> bool:
+        """Takes every lock for one owner, or none: one FLOCK.ACQUIREALL;
+        True once all are granted. Not blocking: one try. Blocking: ``...
+        WAIT`` on a connection of its own, in every key's FIFO queue at
+        once, up to ``blocking_timeout`` seconds (None: no limit); a key its
+        owner holds already is reentered. ``sleep`` is unused. ``cancel``: a
+        CancelToken whose cancel() ends the wait with AcquireCancelled."""
+        return self._acquire(blocking, blocking_timeout, token, cancel)

@@ -1,29 +1,37 @@
 """``redis_flock.asyncio.Lock``: redis-py's ``redis.asyncio.lock.Lock`` on FLOCK."""
 
-import asyncio
+# The blocking flavour's module is generated from the asyncio flavour's
+# (scripts/unasync.py); what differs for real between them is in their
+# ``backend`` module.
+
 import time
 import uuid
 from contextlib import AsyncExitStack
-from typing import Awaitable, Literal, Optional
+from types import TracebackType
+from typing import Awaitable, Literal, Optional, Type
 
-from redis.exceptions import ConnectionError, LockError, LockNotOwnedError, ResponseError
+from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
+from . import _asyncio_backend as backend
+from ._asyncio_backend import WATCHDOG
 from ._asyncio_session import confirm_durable, release_extra, routed, send, session_of
 from ._core import (
+    CANCELLED,
     ERROR,
     GIVE_BACK_PAUSE,
     GRANTED,
     RELEASED,
     RENEWAL_ERRORS,
     RESENDS,
+    AcquireCancelled,
     LockBase,
     LockNotDurableError,
     MultiLockBase,
     MultiPart,
+    Number,
     ReadSide,
     ReadWriteLockBase,
     SemaphoreBase,
-    Number,
     is_queued,
     lock_error,
     logger,
@@ -37,66 +45,22 @@ from ._core import (
 __all__ = ["Lock", "LockNotDurableError", "MultiLock", "ReadLock", "ReadWriteLock", "Semaphore"]
 
 
-class Dedicated:
-    """A connection of its own, made with the client pool's settings, for a
-    blocking wait without a session (see redis_flock.lock.Dedicated)."""
-
-    def __init__(self, client, socket_timeout: Optional[float]):
-        pool = client.connection_pool
-        self.connection = pool.connection_class(**dict(pool.connection_kwargs, socket_timeout=socket_timeout))
-        self.closed = False
-
-    async def call(self, *args):
-        # The connection's work runs in a task of its own, awaited through a
-        # shield, so that a cancel of the caller always raises here: redis-py
-        # writes through asyncio.wait_for on a socket with a timeout, which
-        # before Python 3.12 loses a cancel that comes as the write completes,
-        # and the caller would wait on. That task ends with the close
-        # (__aexit__): its read fails, or it finds the connection closed.
-        work = asyncio.ensure_future(self._call(args))
-        work.add_done_callback(_retrieved)
-        return await asyncio.shield(work)
-
-    async def _call(self, args):
-        # connect() first (see redis_flock._session.Session.open).
-        await self.connection.connect()
-        await self._check_open()
-        await self.connection.send_command(*args)
-        await self._check_open()
-        return await self.connection.read_response()
-
-    async def _check_open(self) -> None:
-        if self.closed:
-            # Closed while this task was connecting or writing.
-            await self.connection.disconnect()
-            raise ConnectionError("the wait's connection was closed")
-
-    async def __aenter__(self):
-        return self
-
-    async def __aexit__(self, *exc):
-        # Closing the connection also takes a cancelled waiter out of the queue.
-        self.closed = True
-        await self.connection.disconnect()
-
-
-def _retrieved(task: asyncio.Future) -> None:
-    """Retrieves the outcome of a Dedicated call nobody awaits any more (its
-    caller was cancelled), so that asyncio does not log it as lost."""
-    if not task.cancelled():
-        task.exception()
-
-
 class AsyncManaged:
-    """``async with lock:`` for Lock and MultiLock (see
-    redis_flock.lock.Managed)."""
+    """``async with lock:`` for Lock and MultiLock, as redis-py's: LockError
+    (with ``lock_name``) when not acquired; a release error raised on exit
+    unless ``raise_on_release_error`` is False (then logged)."""
 
     async def __aenter__(self):
         if await self.acquire():
             return self
         raise self._unlocked_error()
 
-    async def __aexit__(self, exc_type, exc_value, traceback) -> None:
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
         try:
             await self.release()
         except LockError:
@@ -105,40 +69,35 @@ class AsyncManaged:
             logger.warning("Lock was unlocked or no longer owned when exiting context manager.")
 
 
-class Lock(AsyncManaged, LockBase):
+class Lock(backend.LockFlavour, AsyncManaged, LockBase):
     """A fair distributed lock, used like redis-py's
     ``redis.asyncio.lock.Lock``: ``redis_flock.asyncio.Lock(r, "orders:42")``
-    or ``r.lock("orders:42", lock_class=redis_flock.asyncio.Lock)``."""
+    or ``r.lock("orders:42", lock_class=redis_flock.asyncio.Lock)``. See
+    README.md for every difference."""
 
     def _encoder(self):
         try:
             return self.redis.connection_pool.get_encoder()
         except AttributeError:
+            # A RedisCluster.
             return self.redis.get_encoder()
 
-    async def acquire(
-        self,
-        blocking: Optional[bool] = None,
-        blocking_timeout: Optional[Number] = None,
-        token=None,
-    ) -> bool:
-        """Takes the lock; True once granted. Not blocking: one try. Blocking:
-        one ``FLOCK.ACQUIRE ... WAIT`` that queues in the server's FIFO queue,
-        up to ``blocking_timeout`` seconds (None: no limit), through the
-        session of this loop (or, ``use_session=False``, on a connection of
-        its own). Cancelling the task sends FLOCK.CANCEL; a grant that won
-        the race is released."""
+    async def _acquire(self, blocking: Optional[bool], blocking_timeout: Optional[Number], token, cancel) -> bool:
+        """acquire(), whose arguments are the flavour's (the backend's
+        LockFlavour): ``cancel``, a CancelToken or None."""
+        if cancel is not None:
+            cancel._check(self.name)
         encoder = self._encoder()
         owner = self._owner(token, encoder)
         key = encoder.encode(self.name)
 
         async def attempt(node, rid, wait_ms):
-            # A session per server (see redis_flock.lock.Lock.acquire).
+            # A session per server: a RedisCluster's node of the key.
             session = session_of(node) if self.use_session else None
             if session is not None:
-                granted, sid, at = await self._acquire_in(session, node, key, owner, wait_ms, rid)
+                granted, sid, at = await self._acquire_in(session, node, key, owner, wait_ms, cancel, rid)
             else:
-                granted, sid, at = await self._acquire_blocking(node, owner, wait_ms, rid), None, None
+                granted, sid, at = await self._acquire_blocking(node, owner, wait_ms, cancel, rid), None, None
             return granted, node, session, sid, at
 
         try:
@@ -155,10 +114,12 @@ class Lock(AsyncManaged, LockBase):
         return True
 
     async def _granted(self, node, owner: bytes, granted: int, at: Optional[float], session=None, key=None, sid=None):
-        """See redis_flock.lock.Lock._granted."""
+        """Records the grant of token ``granted`` made on ``node`` (its
+        reply came at ``at``; through ``session`` ``sid``, which watches it
+        from now on), and starts its watchdog."""
         if self._is_stale(owner, granted):
-            # A reentry of a hold this task released: the release was lost
-            # in a failover or refused. Its holds go back first.
+            # A reentry of a hold this thread (task) released: the release
+            # was lost in a failover or refused. Its holds go back first.
             await self._give_back_stale(owner, granted)
         elif self._release_pending(owner, granted):
             # A reentry of the grant whose release() did not complete (the
@@ -169,62 +130,78 @@ class Lock(AsyncManaged, LockBase):
         # Durable grants: counted once enough replicas have it, else given
         # back (LockNotDurableError), before this object records anything.
         await confirm_durable(self, node, owner, granted)
-        grant, replaced = self._new_grant(owner, granted, asyncio.Lock(), at)
+        grant, replaced = self._new_grant(owner, granted, backend.mutex(), at)
         if replaced is not None:
             replaced.stop()
         if grant is not None:
             if session is not None:
                 session.state.watch(key, owner, granted, self, grant, sid)
             if self.watchdog and not grant.lost:
-                grant.on_stop.append(asyncio.create_task(self._watch(grant), name=f"flock-watchdog {self.name!r}").cancel)
+                WATCHDOG.watch(self, grant)
 
-    async def _acquire_in(self, session, node, key: bytes, owner: bytes, wait_ms: Optional[int], rid: str):
+    async def _acquire_in(self, session, node, key: bytes, owner: bytes, wait_ms: Optional[int], cancel, rid: str):
         """(token or None, the session that granted it, when its reply came),
         sent on ``node``, the session's server."""
         command = self._acquire_base(owner)
         if wait_ms is None:
             return await session.try_acquire(node, command, rid)
-        (kind, token, detail), wait = await session.wait(node, key, owner, command, wait_ms, rid)
+        (kind, token, detail), wait = await session.wait(node, key, owner, command, wait_ms, rid, cancel)
         if kind == GRANTED:
             return token, wait.sent_to, wait.settled_at
+        if kind == CANCELLED and cancel is not None and cancel.cancelled:
+            raise AcquireCancelled("acquire() was cancelled", lock_name=self.name)
         if kind == ERROR:
             raise detail if isinstance(detail, Exception) else ResponseError(detail)
         return None, None, None
 
-    async def _acquire_blocking(self, node, owner: bytes, wait_ms: Optional[int], rid: str) -> Optional[int]:
+    async def _acquire_blocking(self, node, owner: bytes, wait_ms: Optional[int], cancel, rid: str) -> Optional[int]:
         """A try through the client, then a wait blocking on a connection of
-        its own to ``node``, the key's server; the wait with request ID
-        ``rid`` and the try with one made from it (see redis_flock.lock)."""
+        its own to ``node``, the key's server. The wait has request ID
+        ``rid``, the try one made from it: sent again to a Cluster's new
+        master after a failover, a grant the old master made and replicated
+        is recognised (no second hold)."""
         granted = await send(self.redis.execute_command, self._acquire_command(owner, None, rid + ":try"))
         if granted is None and wait_ms is not None:
-            async with Dedicated(node, wait_socket_timeout(wait_ms)) as connection:
-                granted = await send(connection.call, self._acquire_command(owner, wait_ms, rid))
+            try:
+                async with backend.Dedicated(node, wait_socket_timeout(wait_ms), cancel, self.name) as connection:
+                    granted = await send(connection.call, self._acquire_command(owner, wait_ms, rid))
+            except AcquireCancelled:
+                # A grant that won the race (its reply lost with the socket)
+                # is given back: this owner held nothing before its wait.
+                try:
+                    await send(self.redis.execute_command, with_id("FLOCK.RELEASE", self.name, owner))
+                except ResponseError:
+                    pass
+                raise
         return granted
 
-    async def _watch(self, grant) -> None:
-        """Renews the grant every third of its lease, through the client's
-        pool, until released; marks it lost on NOTOWNER, or when no renewal
-        got through for a whole lease."""
-        lease_ms = self._lease_ms()
-        interval = lease_ms / 3000
-        confirmed = time.monotonic()
-        while True:
-            await asyncio.sleep(interval)
-            async with grant.mutex:
-                if grant.stopped or grant.lost:
-                    return
-                sent = time.monotonic()
-                try:
-                    await send(self.redis.execute_command, self._renew_command(grant.owner, lease_ms))
-                    confirmed = sent
-                except RENEWAL_ERRORS as e:
-                    reason = renewal_lost(e, time.monotonic() - confirmed, lease_ms)
-                    if reason is not None:
-                        self._grant_lost(grant, reason)
-                        return
+    async def _watchdog_renew(self, grant, lease_ms: int, confirmed: float) -> Optional[float]:
+        """One renewal of the watchdog's (the backend's WATCHDOG schedules
+        them, every third of the lease), under the grant's mutex, through the
+        client's pool: when a renewal last got through (now, or
+        ``confirmed``), or None once the grant is released or lost. NOTOWNER,
+        or no renewal through for a whole lease since ``confirmed``, marks it
+        lost."""
+        async with grant.mutex:
+            if grant.stopped or grant.lost:
+                return None
+            sent = time.monotonic()
+            try:
+                await send(self.redis.execute_command, self._renew_command(grant.owner, lease_ms))
+            except RENEWAL_ERRORS as e:
+                reason = renewal_lost(e, time.monotonic() - confirmed, lease_ms)
+                if reason is not None:
+                    self._grant_lost(grant, reason)
+                    return None
+                return confirmed
+            return sent
 
     async def _give_back_stale(self, owner: bytes, token: int) -> None:
-        """See redis_flock.lock.Lock._give_back_stale."""
+        """Releases the holds of grant ``token`` that this thread (task)
+        released before (docs/client-protocol.md, "Durable grants"): the
+        caller holds one. When that fails, the token is remembered again and
+        the next grant with it tries again; the acquire holds the lock
+        either way."""
         try:
             for _ in range(self._stale_holds(owner, token, await self._info())):
                 await send(self.redis.execute_command, with_id("FLOCK.RELEASE", self.name, owner))
@@ -256,33 +233,47 @@ class Lock(AsyncManaged, LockBase):
         return await self._info() is not None
 
     async def owned(self) -> bool:
-        """Whether this grant still holds the lock."""
+        """Whether this thread's (task's) grant still holds the lock."""
         return self._is_owner(await self._info())
 
     async def _info(self):
         return parse_info(await self.redis.execute_command("FLOCK.INFO", self.name))
 
     async def release(self) -> None:
-        """Releases one hold; the lock passes at once to the next waiter. As
-        redis-py's asyncio lock, keeps the token when the release did not
-        complete (cancelled, connection lost): calling release() again
-        resends the same request ID, so it is applied once."""
+        """Releases one hold; the lock passes at once to the next waiter. A
+        release that did not complete (cancelled, connection lost, refused):
+        the blocking flavour forgets the token whatever the outcome, as
+        redis-py's (a reentrant lock keeps it while holds are left); the
+        asyncio one keeps it, as redis-py's asyncio lock, and calling
+        release() again resends the same request ID, so it is applied once."""
         command = self._release_command()
         grant = self.local.grant
         async with grant.mutex:
-            if grant.extra_release is not None:
-                # A re-watch's extra hold whose RELEASE did not get through.
-                await release_extra(self.redis.execute_command, grant)
-            grant.pending_release = grant.pending_release or command
             try:
+                if grant.extra_release is not None:
+                    # A re-watch's extra hold whose RELEASE did not get through.
+                    await release_extra(self.redis.execute_command, grant)
+                grant.pending_release = grant.pending_release or command
                 left = await send(self.redis.execute_command, grant.pending_release)
             except ResponseError as e:
                 error = self._release_error(e)
-                if isinstance(error, LockNotOwnedError):
-                    self._dropped()
+                self._release_failed(grant, error)
                 raise error from e
+            except BaseException as e:
+                self._release_failed(grant, e)
+                raise
             grant.pending_release = None
             self._released_one(left)
+
+    def _release_failed(self, grant, error: BaseException) -> None:
+        """A release() of ``grant`` that raised ``error``: the backend says
+        whether the grant is kept for the next release() to send again
+        (KEEPS_UNFINISHED_RELEASE; not after a NOTOWNER), or forgotten."""
+        if not backend.KEEPS_UNFINISHED_RELEASE:
+            grant.pending_release = None
+            self._released_one(0)
+        elif isinstance(error, LockNotOwnedError):
+            self._dropped()
 
     def extend(self, additional_time: Number, replace_ttl: bool = False) -> Awaitable[Literal[True]]:
         """Adds ``additional_time`` seconds to the lease left (or makes it the
@@ -328,38 +319,31 @@ class Semaphore(SemaphoreBase, Lock):
     Lock's other arguments and methods: ``Semaphore(r, "pool", 3)``."""
 
 
-# Give-backs of cancelled MultiLock waits, referenced until they end.
-_BACKGROUND: set = set()
-
-
 class _Part(MultiPart, Lock):
     """One key of a MultiLock."""
 
 
-class MultiLock(AsyncManaged, MultiLockBase):
+class MultiLock(backend.MultiLockFlavour, AsyncManaged, MultiLockBase):
     """Several locks taken for one owner at once, all or none, and released
-    together, with redis_flock.asyncio.Lock's arguments (see
-    redis_flock.lock.MultiLock)."""
+    together: ``MultiLock(r, ["{account:42}:from", "{account:42}:to"])``,
+    with Lock's arguments (README.md, "Several locks at once"). In a Redis
+    Cluster the keys must share a hash slot (a hash tag), else
+    CrossSlotError."""
 
     part_class = _Part
 
-    async def acquire(
-        self,
-        blocking: Optional[bool] = None,
-        blocking_timeout: Optional[Number] = None,
-        token=None,
-    ) -> bool:
-        """Takes every lock for one owner, or none: one FLOCK.ACQUIREALL (see
-        redis_flock.lock.MultiLock.acquire). Cancelling the task ends the
-        wait (its connection closes); a grant that won the race is given
-        back."""
+    async def _acquire(self, blocking: Optional[bool], blocking_timeout: Optional[Number], token, cancel) -> bool:
+        """acquire(), whose arguments are the flavour's (the backend's
+        MultiLockFlavour): ``cancel``, a CancelToken or None."""
+        if cancel is not None:
+            cancel._check(self.names)
         encoder = self._locks[0]._encoder()
         owner = self._owner(token, encoder)
         keys = [encoder.encode(name) for name in self.names]
         command = self._acquire_all_command(keys, owner)
 
         async def attempt(node, rid, wait_ms):
-            return await self._acquire_on(node, command, owner, wait_ms, rid), node
+            return await self._acquire_on(node, command, owner, wait_ms, cancel, rid), node
 
         try:
             tokens, node = await routed(
@@ -376,28 +360,26 @@ class MultiLock(AsyncManaged, MultiLockBase):
         self._grouped()
         return True
 
-    async def _acquire_on(self, node, command: list, owner: bytes, wait_ms: Optional[int], rid: str):
-        """See redis_flock.lock.MultiLock._acquire_on."""
+    async def _acquire_on(self, node, command: list, owner: bytes, wait_ms: Optional[int], cancel, rid: str):
+        """The tokens, or None: a try through ``node``'s pool, or a wait on
+        a connection of its own to ``node`` (the keys' server)."""
         if wait_ms is None:
             return await send(node.execute_command, (*command, "ID", rid))
         try:
-            async with Dedicated(node, wait_socket_timeout(wait_ms)) as connection:
+            async with backend.Dedicated(node, wait_socket_timeout(wait_ms), cancel, self.names) as connection:
                 return await send(connection.call, (*command, "WAIT", wait_ms, "ID", rid))
         except ResponseError:
             raise
         except BaseException:
-            # In a task of its own: a second cancel does not stop it.
-            give_back = asyncio.ensure_future(self._give_back(node, command, owner, rid))
-            _BACKGROUND.add(give_back)
-            give_back.add_done_callback(_BACKGROUND.discard)
-            try:
-                await asyncio.shield(give_back)
-            except asyncio.CancelledError:
-                pass
+            # To its end, even if the task is cancelled again meanwhile.
+            await backend.finish(self._give_back, node, command, owner, rid)
             raise
 
     async def _give_back(self, node, command: list, owner: bytes, rid: str) -> None:
-        """See redis_flock.lock.MultiLock._give_back."""
+        """A wait that ended without its reply (cancelled, interrupted, or
+        the reply lost after every resend) may have been granted: the same
+        request without WAIT answers its tokens if so (or takes the keys
+        now), and a RELEASEALL gives them back."""
         try:
             for attempt in range(1, RESENDS + 2):
                 try:
@@ -406,17 +388,16 @@ class MultiLock(AsyncManaged, MultiLockBase):
                 except ResponseError as e:
                     if not is_queued(e) or attempt > RESENDS:
                         raise
-                    await asyncio.sleep(GIVE_BACK_PAUSE * attempt)
+                    await backend.sleep(GIVE_BACK_PAUSE * attempt)
             if tokens is not None:
                 await send(node.execute_command, self._release_all_command(owner))
         except Exception as e:
             logger.warning("FLOCK: could not give back the locks %r of a wait that ended: %s", self.names, e)
 
     async def release(self) -> None:
-        """Releases one hold of every key (FLOCK.RELEASEALL), all or none. As
-        Lock's, keeps the grant when the release did not complete
-        (cancelled, connection lost): calling release() again resends the
-        same request ID, so it is applied once."""
+        """Releases one hold of every key (FLOCK.RELEASEALL), all or none:
+        each key passes at once to its next waiter. A release that did not
+        complete: forgotten or kept as Lock's release() does it."""
         owner = self._held("Cannot release a lock that's not owned or is already unlocked.")
         key = self._locks[0]._encoder().encode(self.names[0])
         async with AsyncExitStack() as stack:
@@ -431,13 +412,22 @@ class MultiLock(AsyncManaged, MultiLockBase):
                     self.redis, key, self.names, "release", lambda node, *_: send(node.execute_command, command),
                     lost=self.lost_reason,
                 )
-            except LockNotOwnedError:
-                for lock in self._locks:
-                    lock._dropped()
+            except BaseException as e:
+                self._release_failed(grants, e)
                 raise
             for grant in grants:
                 grant.pending_release = None
             self._released(left)
+
+    def _release_failed(self, grants: list, error: BaseException) -> None:
+        """As Lock._release_failed, for every key."""
+        if not backend.KEEPS_UNFINISHED_RELEASE:
+            for grant in grants:
+                grant.pending_release = None
+            self._released(None)
+        elif isinstance(error, LockNotOwnedError):
+            for lock in self._locks:
+                lock._dropped()
 
     def extend(self, additional_time: Number, replace_ttl: bool = False) -> Awaitable[Literal[True]]:
         """Lock.extend on every key, one after the other."""
@@ -464,7 +454,7 @@ class MultiLock(AsyncManaged, MultiLockBase):
         return False
 
     async def owned(self) -> bool:
-        """Whether this task's grant still holds every lock."""
+        """Whether this thread's (task's) grant still holds every lock."""
         for lock in self._locks:
             if not await lock.owned():
                 return False

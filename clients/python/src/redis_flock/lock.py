@@ -1,33 +1,40 @@
+# Generated from asyncio.py by clients/python/scripts/unasync.py: do not edit.
+# Edit asyncio.py (or _backend.py, what only the blocking flavour does), then
+# run `python3 clients/python/scripts/unasync.py`; `make unasync` checks.
 """``redis_flock.Lock``: redis-py's ``redis.lock.Lock`` on FLOCK."""
 
-import heapq
-import itertools
-import threading
+# The blocking flavour's module is generated from the asyncio flavour's
+# (scripts/unasync.py); what differs for real between them is in their
+# ``backend`` module.
+
 import time
 import uuid
 from contextlib import ExitStack
 from types import TracebackType
 from typing import Literal, Optional, Type
 
-from redis.exceptions import LockError, ResponseError
+from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
+from . import _backend as backend
+from ._backend import WATCHDOG
+from ._session import confirm_durable, release_extra, routed, send, session_of
 from ._core import (
     CANCELLED,
     ERROR,
-    AcquireCancelled,
-    CancelToken,
     GIVE_BACK_PAUSE,
     GRANTED,
     RELEASED,
     RENEWAL_ERRORS,
     RESENDS,
+    AcquireCancelled,
     LockBase,
+    LockNotDurableError,
     MultiLockBase,
     MultiPart,
+    Number,
     ReadSide,
     ReadWriteLockBase,
     SemaphoreBase,
-    Number,
     is_queued,
     lock_error,
     logger,
@@ -37,143 +44,14 @@ from ._core import (
     wait_socket_timeout,
     with_id,
 )
-from ._backend import shutdown
-from ._session import confirm_durable, release_extra, routed, send, session_of
 
-
-class Dedicated:
-    """A connection of its own, made with the client pool's settings, for a
-    blocking wait without a session (``use_session=False``): it holds that
-    connection for its whole length, never a pool's."""
-
-    def __init__(self, client, socket_timeout: Optional[float], cancel=None, name=None):
-        pool = client.connection_pool
-        self.connection = pool.connection_class(**dict(pool.connection_kwargs, socket_timeout=socket_timeout))
-        self.cancel, self.name = cancel, name
-        # A cancel (CancelToken) shuts the socket down: the wait's read fails
-        # and the server takes the waiter out of the queue.
-        self.unsubscribe = cancel._subscribe(lambda: shutdown(self.connection)) if cancel is not None else None
-
-    def call(self, *args):
-        try:
-            # Connected before the check: a cancel after it finds the socket.
-            # (And a Sentinel-managed connection finds the master in connect(),
-            # not in send_command's own.)
-            self.connection.connect()
-            if self.cancel is not None:
-                self.cancel._check(self.name)
-            self.connection.send_command(*args)
-            return self.connection.read_response()
-        except Exception:
-            if self.cancel is not None:
-                self.cancel._check(self.name)
-            raise
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if self.unsubscribe is not None:
-            self.unsubscribe()
-        # Closing the connection also takes an abandoned waiter out of the queue.
-        self.connection.disconnect()
-
-
-class Watchdog:
-    """The process's one watchdog thread (``flock-watchdog``): renews every
-    held grant without a timeout every third of its lease, through its lock's
-    client (the pool), and marks it lost on NOTOWNER or when no renewal got
-    through for a whole lease. The thread ends when nothing is left to renew
-    and starts again with the next grant."""
-
-    class Entry:
-        def __init__(self, lock: "Lock", grant):
-            self.lock = lock
-            self.grant = grant
-            self.lease_ms = lock._lease_ms()
-            self.interval = self.lease_ms / 3000
-            self.confirmed = time.monotonic()
-
-    def __init__(self):
-        self.condition = threading.Condition()
-        self.heap: list = []
-        self.order = itertools.count()
-        self.thread: Optional[threading.Thread] = None
-
-    def watch(self, lock: "Lock", grant) -> None:
-        entry = self.Entry(lock, grant)
-        grant.on_stop.append(self.wake)
-        self._schedule(entry)
-
-    def entries(self) -> list:
-        """The grants renewed now (for tests and debugging)."""
-        with self.condition:
-            return [entry.grant for _, _, entry in self.heap if not self._done(entry)]
-
-    def wake(self) -> None:
-        with self.condition:
-            self.condition.notify()
-
-    def _schedule(self, entry) -> None:
-        with self.condition:
-            heapq.heappush(self.heap, (time.monotonic() + entry.interval, next(self.order), entry))
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._run, name="flock-watchdog", daemon=True)
-                self.thread.start()
-            self.condition.notify()
-
-    @staticmethod
-    def _done(entry) -> bool:
-        return entry.grant.stopped or entry.grant.lost
-
-    def _run(self) -> None:
-        while True:
-            with self.condition:
-                while True:
-                    if not self.heap:
-                        self.thread = None
-                        return
-                    due, _, entry = self.heap[0]
-                    if self._done(entry):
-                        heapq.heappop(self.heap)
-                        continue
-                    delay = due - time.monotonic()
-                    if delay <= 0:
-                        heapq.heappop(self.heap)
-                        break
-                    self.condition.wait(delay)
-            try:
-                again = self._renew(entry)
-            except Exception:
-                logger.exception("FLOCK watchdog of lock %r", entry.lock.name)
-                again = True
-            if again:
-                self._schedule(entry)
-
-    def _renew(self, entry) -> bool:
-        lock, grant = entry.lock, entry.grant
-        with grant.mutex:
-            if self._done(entry):
-                return False
-            sent = time.monotonic()
-            try:
-                send(lock.redis.execute_command, lock._renew_command(grant.owner, entry.lease_ms))
-                entry.confirmed = sent
-            except RENEWAL_ERRORS as e:
-                reason = renewal_lost(e, time.monotonic() - entry.confirmed, entry.lease_ms)
-                if reason is not None:
-                    lock._grant_lost(grant, reason)
-                    return False
-        return True
-
-
-WATCHDOG = Watchdog()
+__all__ = ["Lock", "LockNotDurableError", "MultiLock", "ReadLock", "ReadWriteLock", "Semaphore"]
 
 
 class Managed:
-    """``with lock:`` for Lock and MultiLock, as redis-py's: LockError (with
-    ``lock_name``) when not acquired; a release error raised on exit unless
-    ``raise_on_release_error`` is False (then logged)."""
+    """``with lock:`` for Lock and MultiLock, as redis-py's: LockError
+    (with ``lock_name``) when not acquired; a release error raised on exit
+    unless ``raise_on_release_error`` is False (then logged)."""
 
     def __enter__(self):
         if self.acquire():
@@ -194,31 +72,25 @@ class Managed:
             logger.warning("Lock was unlocked or no longer owned when exiting context manager.")
 
 
-class Lock(Managed, LockBase):
-    """A fair distributed lock, used like redis-py's ``redis.lock.Lock``:
-    ``redis_flock.Lock(r, "orders:42")`` or ``r.lock("orders:42",
-    lock_class=redis_flock.Lock)``. See README.md for every difference."""
+class Lock(backend.LockFlavour, Managed, LockBase):
+    """A fair distributed lock, used like redis-py's
+    ``redis.lock.Lock``: ``redis_flock.Lock(r, "orders:42")``
+    or ``r.lock("orders:42", lock_class=redis_flock.Lock)``. See
+    README.md for every difference."""
 
-    def acquire(
-        self,
-        sleep: Optional[Number] = None,
-        blocking: Optional[bool] = None,
-        blocking_timeout: Optional[Number] = None,
-        token=None,
-        *,
-        cancel: Optional[CancelToken] = None,
-    ) -> bool:
-        """Takes the lock; True once granted. Not blocking: one try. Blocking:
-        one ``FLOCK.ACQUIRE ... WAIT`` that queues in the server's FIFO queue,
-        up to ``blocking_timeout`` seconds (None: no limit): through the
-        process's session (the reply is at once, the grant comes in the
-        session's inbox), or, with ``use_session=False``, blocking on a
-        connection of its own. ``sleep`` is unused. ``cancel``: a
-        CancelToken whose cancel() (from another thread) ends the wait with
-        AcquireCancelled."""
+    def _encoder(self):
+        try:
+            return self.redis.connection_pool.get_encoder()
+        except AttributeError:
+            # A RedisCluster.
+            return self.redis.get_encoder()
+
+    def _acquire(self, blocking: Optional[bool], blocking_timeout: Optional[Number], token, cancel) -> bool:
+        """acquire(), whose arguments are the flavour's (the backend's
+        LockFlavour): ``cancel``, a CancelToken or None."""
         if cancel is not None:
             cancel._check(self.name)
-        encoder = self.redis.get_encoder()
+        encoder = self._encoder()
         owner = self._owner(token, encoder)
         key = encoder.encode(self.name)
 
@@ -249,13 +121,19 @@ class Lock(Managed, LockBase):
         reply came at ``at``; through ``session`` ``sid``, which watches it
         from now on), and starts its watchdog."""
         if self._is_stale(owner, granted):
-            # A reentry of a hold this thread released: the release was
-            # lost in a failover or refused. Its holds go back first.
+            # A reentry of a hold this thread (task) released: the release
+            # was lost in a failover or refused. Its holds go back first.
             self._give_back_stale(owner, granted)
+        elif self._release_pending(owner, granted):
+            # A reentry of the grant whose release() did not complete (the
+            # server refused it, or its reply was lost): that release is
+            # sent again first, so that the caller holds one more hold than
+            # it kept, not two.
+            self._resend_release()
         # Durable grants: counted once enough replicas have it, else given
         # back (LockNotDurableError), before this object records anything.
         confirm_durable(self, node, owner, granted)
-        grant, replaced = self._new_grant(owner, granted, threading.Lock(), at)
+        grant, replaced = self._new_grant(owner, granted, backend.mutex(), at)
         if replaced is not None:
             replaced.stop()
         if grant is not None:
@@ -288,7 +166,7 @@ class Lock(Managed, LockBase):
         granted = send(self.redis.execute_command, self._acquire_command(owner, None, rid + ":try"))
         if granted is None and wait_ms is not None:
             try:
-                with Dedicated(node, wait_socket_timeout(wait_ms), cancel, self.name) as connection:
+                with backend.Dedicated(node, wait_socket_timeout(wait_ms), cancel, self.name) as connection:
                     granted = send(connection.call, self._acquire_command(owner, wait_ms, rid))
             except AcquireCancelled:
                 # A grant that won the race (its reply lost with the socket)
@@ -300,11 +178,33 @@ class Lock(Managed, LockBase):
                 raise
         return granted
 
+    def _watchdog_renew(self, grant, lease_ms: int, confirmed: float) -> Optional[float]:
+        """One renewal of the watchdog's (the backend's WATCHDOG schedules
+        them, every third of the lease), under the grant's mutex, through the
+        client's pool: when a renewal last got through (now, or
+        ``confirmed``), or None once the grant is released or lost. NOTOWNER,
+        or no renewal through for a whole lease since ``confirmed``, marks it
+        lost."""
+        with grant.mutex:
+            if grant.stopped or grant.lost:
+                return None
+            sent = time.monotonic()
+            try:
+                send(self.redis.execute_command, self._renew_command(grant.owner, lease_ms))
+            except RENEWAL_ERRORS as e:
+                reason = renewal_lost(e, time.monotonic() - confirmed, lease_ms)
+                if reason is not None:
+                    self._grant_lost(grant, reason)
+                    return None
+                return confirmed
+            return sent
+
     def _give_back_stale(self, owner: bytes, token: int) -> None:
-        """Releases the holds of grant ``token`` that this thread released
-        before (docs/client-protocol.md, "Durable grants"): the caller holds
-        one. When that fails, the token is remembered again and the next
-        grant with it tries again; the acquire holds the lock either way."""
+        """Releases the holds of grant ``token`` that this thread (task)
+        released before (docs/client-protocol.md, "Durable grants"): the
+        caller holds one. When that fails, the token is remembered again and
+        the next grant with it tries again; the acquire holds the lock
+        either way."""
         try:
             for _ in range(self._stale_holds(owner, token, self._info())):
                 send(self.redis.execute_command, with_id("FLOCK.RELEASE", self.name, owner))
@@ -312,41 +212,80 @@ class Lock(Managed, LockBase):
             RELEASED.remember(self.name, owner, token)
             logger.warning("FLOCK: could not give back the stale holds of %r: %s", self.name, e)
 
+    def _release_pending(self, owner: bytes, token: int) -> bool:
+        grant = self.local.grant
+        return grant is not None and grant.owner == owner and grant.token == token and grant.pending_release is not None
+
+    def _resend_release(self) -> None:
+        """Sends the grant's pending RELEASE again (its request ID: applied
+        once) and counts it; on failure it stays pending."""
+        grant = self.local.grant
+        with grant.mutex:
+            if grant.pending_release is None:
+                return
+            try:
+                send(self.redis.execute_command, grant.pending_release)
+            except RENEWAL_ERRORS as e:
+                logger.warning("FLOCK: could not release the hold of %r a release() left: %s", self.name, e)
+                return
+            grant.pending_release = None
+            grant.holds -= 1
+
     def locked(self) -> bool:
         """Whether anyone holds the lock."""
         return self._info() is not None
 
     def owned(self) -> bool:
-        """Whether this thread's grant still holds the lock."""
+        """Whether this thread's (task's) grant still holds the lock."""
         return self._is_owner(self._info())
 
     def _info(self):
         return parse_info(self.redis.execute_command("FLOCK.INFO", self.name))
 
     def release(self) -> None:
-        """Releases one hold; the lock passes at once to the next waiter. As
-        redis-py's, forgets the token whatever the outcome (a reentrant
-        lock keeps it while holds are left)."""
+        """Releases one hold; the lock passes at once to the next waiter. A
+        release that did not complete (cancelled, connection lost, refused):
+        the blocking flavour forgets the token whatever the outcome, as
+        redis-py's (a reentrant lock keeps it while holds are left); the
+        asyncio one keeps it, as redis-py's asyncio lock, and calling
+        release() again resends the same request ID, so it is applied once."""
         command = self._release_command()
-        left = 0
         grant = self.local.grant
         with grant.mutex:
             try:
                 if grant.extra_release is not None:
                     # A re-watch's extra hold whose RELEASE did not get through.
                     release_extra(self.redis.execute_command, grant)
-                left = send(self.redis.execute_command, command)
+                grant.pending_release = grant.pending_release or command
+                left = send(self.redis.execute_command, grant.pending_release)
             except ResponseError as e:
-                raise self._release_error(e) from e
-            finally:
-                self._released_one(left)
+                error = self._release_error(e)
+                self._release_failed(grant, error)
+                raise error from e
+            except BaseException as e:
+                self._release_failed(grant, e)
+                raise
+            grant.pending_release = None
+            self._released_one(left)
+
+    def _release_failed(self, grant, error: BaseException) -> None:
+        """A release() of ``grant`` that raised ``error``: the backend says
+        whether the grant is kept for the next release() to send again
+        (KEEPS_UNFINISHED_RELEASE; not after a NOTOWNER), or forgotten."""
+        if not backend.KEEPS_UNFINISHED_RELEASE:
+            grant.pending_release = None
+            self._released_one(0)
+        elif isinstance(error, LockNotOwnedError):
+            self._dropped()
 
     def extend(self, additional_time: Number, replace_ttl: bool = False) -> Literal[True]:
         """Adds ``additional_time`` seconds to the lease left (or makes it the
         lease, ``replace_ttl=True``)."""
         owner = self._held("Cannot extend an unlocked lock")
         self._timed("extend")
-        additional_ms = to_ms(additional_time)
+        return self._extend(owner, to_ms(additional_time), replace_ttl)
+
+    def _extend(self, owner: bytes, additional_ms: int, replace_ttl: bool) -> Literal[True]:
         lease_ms = additional_ms if replace_ttl else self._extended_lease(self._info(), owner, additional_ms)
         return self._renew(owner, lease_ms, "extend")
 
@@ -387,7 +326,7 @@ class _Part(MultiPart, Lock):
     """One key of a MultiLock."""
 
 
-class MultiLock(Managed, MultiLockBase):
+class MultiLock(backend.MultiLockFlavour, Managed, MultiLockBase):
     """Several locks taken for one owner at once, all or none, and released
     together: ``MultiLock(r, ["{account:42}:from", "{account:42}:to"])``,
     with Lock's arguments (README.md, "Several locks at once"). In a Redis
@@ -396,24 +335,12 @@ class MultiLock(Managed, MultiLockBase):
 
     part_class = _Part
 
-    def acquire(
-        self,
-        sleep: Optional[Number] = None,
-        blocking: Optional[bool] = None,
-        blocking_timeout: Optional[Number] = None,
-        token=None,
-        *,
-        cancel: Optional[CancelToken] = None,
-    ) -> bool:
-        """Takes every lock for one owner, or none: one FLOCK.ACQUIREALL;
-        True once all are granted. Not blocking: one try. Blocking: ``...
-        WAIT`` on a connection of its own, in every key's FIFO queue at
-        once, up to ``blocking_timeout`` seconds (None: no limit); a key its
-        owner holds already is reentered. ``sleep`` is unused. ``cancel``: a
-        CancelToken whose cancel() ends the wait with AcquireCancelled."""
+    def _acquire(self, blocking: Optional[bool], blocking_timeout: Optional[Number], token, cancel) -> bool:
+        """acquire(), whose arguments are the flavour's (the backend's
+        MultiLockFlavour): ``cancel``, a CancelToken or None."""
         if cancel is not None:
             cancel._check(self.names)
-        encoder = self.redis.get_encoder()
+        encoder = self._locks[0]._encoder()
         owner = self._owner(token, encoder)
         keys = [encoder.encode(name) for name in self.names]
         command = self._acquire_all_command(keys, owner)
@@ -442,12 +369,13 @@ class MultiLock(Managed, MultiLockBase):
         if wait_ms is None:
             return send(node.execute_command, (*command, "ID", rid))
         try:
-            with Dedicated(node, wait_socket_timeout(wait_ms), cancel, self.names) as connection:
+            with backend.Dedicated(node, wait_socket_timeout(wait_ms), cancel, self.names) as connection:
                 return send(connection.call, (*command, "WAIT", wait_ms, "ID", rid))
         except ResponseError:
             raise
         except BaseException:
-            self._give_back(node, command, owner, rid)
+            # To its end, even if the task is cancelled again meanwhile.
+            backend.finish(self._give_back, node, command, owner, rid)
             raise
 
     def _give_back(self, node, command: list, owner: bytes, rid: str) -> None:
@@ -463,7 +391,7 @@ class MultiLock(Managed, MultiLockBase):
                 except ResponseError as e:
                     if not is_queued(e) or attempt > RESENDS:
                         raise
-                    time.sleep(GIVE_BACK_PAUSE * attempt)
+                    backend.sleep(GIVE_BACK_PAUSE * attempt)
             if tokens is not None:
                 send(node.execute_command, self._release_all_command(owner))
         except Exception as e:
@@ -471,42 +399,66 @@ class MultiLock(Managed, MultiLockBase):
 
     def release(self) -> None:
         """Releases one hold of every key (FLOCK.RELEASEALL), all or none:
-        each key passes at once to its next waiter. As Lock's, forgets the
-        grant whatever the outcome (a reentrant one keeps it while holds
-        are left)."""
+        each key passes at once to its next waiter. A release that did not
+        complete: forgotten or kept as Lock's release() does it."""
         owner = self._held("Cannot release a lock that's not owned or is already unlocked.")
-        command = self._release_all_command(owner)
-        key = self.redis.get_encoder().encode(self.names[0])
-        left = None
+        key = self._locks[0]._encoder().encode(self.names[0])
         with ExitStack() as stack:
             for mutex in self._mutexes():
                 stack.enter_context(mutex)
+            grants = self._grants()
+            command = grants[0].pending_release or self._release_all_command(owner)
+            for grant in grants:
+                grant.pending_release = command
             try:
                 left = routed(
                     self.redis, key, self.names, "release", lambda node, *_: send(node.execute_command, command),
                     lost=self.lost_reason,
                 )
-            finally:
-                self._released(left)
+            except BaseException as e:
+                self._release_failed(grants, e)
+                raise
+            for grant in grants:
+                grant.pending_release = None
+            self._released(left)
+
+    def _release_failed(self, grants: list, error: BaseException) -> None:
+        """As Lock._release_failed, for every key."""
+        if not backend.KEEPS_UNFINISHED_RELEASE:
+            for grant in grants:
+                grant.pending_release = None
+            self._released(None)
+        elif isinstance(error, LockNotOwnedError):
+            for lock in self._locks:
+                lock._dropped()
 
     def extend(self, additional_time: Number, replace_ttl: bool = False) -> Literal[True]:
         """Lock.extend on every key, one after the other."""
         self._held("Cannot extend an unlocked lock")
-        for lock in self._locks:
-            lock.extend(additional_time, replace_ttl)
-        return True
+        self._locks[0]._timed("extend")
+        return self._each(lambda lock: lock.extend(additional_time, replace_ttl))
 
     def reacquire(self) -> Literal[True]:
         """Lock.reacquire on every key, one after the other."""
         self._held("Cannot reacquire an unlocked lock")
+        self._locks[0]._timed("reacquire")
+        return self._each(lambda lock: lock.reacquire())
+
+    def _each(self, call) -> Literal[True]:
         for lock in self._locks:
-            lock.reacquire()
+            call(lock)
         return True
 
     def locked(self) -> bool:
         """Whether anyone holds one of the locks."""
-        return any(lock.locked() for lock in self._locks)
+        for lock in self._locks:
+            if lock.locked():
+                return True
+        return False
 
     def owned(self) -> bool:
-        """Whether this thread's grant still holds every lock."""
-        return all(lock.owned() for lock in self._locks)
+        """Whether this thread's (task's) grant still holds every lock."""
+        for lock in self._locks:
+            if not lock.owned():
+                return False
+        return True
