@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MODULE := target/release/libredis_flock.so
 
-.PHONY: deps deps-redis-py deps-clients deps-java deps-python deps-node build run test soak flaky test-clients test-java test-python test-node test-servers dist deps-dist test-dist layers sizes versions lint leakcheck bench bench-clients clean example-cli example-python example-rust
+.PHONY: deps deps-redis-py deps-clients deps-java deps-python deps-node build run test soak flaky test-clients test-java test-python test-node test-servers dist deps-dist test-dist layers sizes versions unasync lint leakcheck bench bench-clients clean example-cli example-python example-rust
 
 # The server that run, test and bench start: empty for the system's
 # redis-server, or redis-7.0 (the same, checked to be 7.0), redis-8.2 or
@@ -169,10 +169,16 @@ sizes:
 versions:
 	@scripts/check-versions.sh >/dev/null
 
+# The Python client's blocking modules (lock.py, _session.py) are generated
+# from its asyncio modules (asyncio.py, _asyncio_session.py): fails when one
+# is stale. `python3 clients/python/scripts/unasync.py` writes them again.
+unasync:
+	python3 clients/python/scripts/unasync.py --check
+
 # What CI checks besides the tests: formatting (rustfmt.toml), clippy with
 # warnings as errors on every crate and target, file sizes, the layers, the
-# clients' versions.
-lint: sizes layers versions
+# clients' versions, the Python client's generated code.
+lint: sizes layers versions unasync
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets --release -- -D warnings
 

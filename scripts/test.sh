@@ -4,7 +4,9 @@
 # 20 slowest tests. The phases (arguments, in this order; all by default):
 #   deps      installs what is missing (make deps deps-clients deps-dist)
 #   build     the module and every test binary (cargo, release)
-#   checks    no tracked file over 1 MB, the Redis layer's imports one way
+#   checks    no tracked file over 1 MB, the Redis layer's imports one way,
+#             the Python client's blocking code generated from its asyncio
+#             code as it is now (clients/python/scripts/unasync.py --check)
 #   rust      every crate's tests: the core's unit and property tests, the
 #             client's and the benchmark's, the integration tests
 #             (tests/integration, one binary) on FLOCK_TEST_JOBS threads
@@ -36,7 +38,10 @@ run_phase() {
     # Every cargo command here selects the whole workspace and the test
     # targets, so that they resolve one feature set and build it once.
     build) cargo build --release && cargo test --workspace --release --tests --no-run ;;
-    checks) scripts/check-file-sizes.sh && scripts/check-layers.sh && scripts/check-state-borrow.sh ;;
+    checks)
+        scripts/check-file-sizes.sh && scripts/check-layers.sh && scripts/check-state-borrow.sh &&
+            python3 clients/python/scripts/unasync.py --check
+        ;;
     rust)
         mkdir -p "$FLOCK_TEST_REPORTS/rust"
         # The doc tests run without the runner, and so without the option.

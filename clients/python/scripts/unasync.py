@@ -14,7 +14,8 @@ begin with a header that says so.
     python3 clients/python/scripts/unasync.py           # writes them
     python3 clients/python/scripts/unasync.py --check   # fails when one is stale
 
-Standard library only."""
+``--check`` runs in `make lint` (`make unasync`; CI) and in scripts/test.sh's
+checks phase. Standard library only."""
 
 import argparse
 import difflib
