@@ -147,7 +147,10 @@ pub const COMMANDS: [CommandDoc; 13] = [
         arity: -1,
         key_flags: 0,
         acl: "connection fast",
-        args: &[ArgDoc { name: "ms", kind: INTEGER, token: Some("TIMEOUT"), optional: true, subargs: &[] }],
+        args: &[
+            ArgDoc { name: "ms", kind: INTEGER, token: Some("TIMEOUT"), optional: true, subargs: &[] },
+            ArgDoc { name: "withtimeout", kind: PURE_TOKEN, token: Some("WITHTIMEOUT"), optional: true, subargs: &[] },
+        ],
     },
     CommandDoc {
         name: "flock.inbox",

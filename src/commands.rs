@@ -161,12 +161,26 @@ pub fn cancel(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     Ok(RedisValue::Integer(i64::from(cancelled.unwrap_or(false))))
 }
 
-/// `FLOCK.SESSION [TIMEOUT ms]`: the calling connection's session ID,
-/// opened now if it has none; `TIMEOUT` sets its timeout.
+/// `FLOCK.SESSION [TIMEOUT ms] [WITHTIMEOUT]`: the calling connection's
+/// session ID, opened now if it has none; `TIMEOUT` sets its timeout.
+/// `WITHTIMEOUT` answers the timeout too, and the session keeps it: its
+/// client counts its deadlines from it, so a later `CONFIG SET` must not
+/// shorten it.
 pub fn session(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let rest: Vec<&[u8]> = args.iter().skip(1).map(RedisString::as_slice).collect();
-    let timeout_ms = args::session(&rest).map_err(arg_error)?;
-    let id = entered(ctx, |s| Ok(inbox::open(s, ffi::client_id(ctx), timeout_ms)))?;
+    let (timeout_ms, with_timeout) = args::session(&rest).map_err(arg_error)?;
+    let (id, timeout_ms) = entered(ctx, |s| {
+        let client = ffi::client_id(ctx);
+        let pinned = timeout_ms.or_else(|| {
+            with_timeout.then(|| s.sessions.get(client).map_or_else(config::session_timeout_ms, |x| x.timeout_ms()))
+        });
+        Ok(inbox::open(s, client, pinned))
+    })?;
+    if with_timeout {
+        ffi::reply_array(ctx, 2);
+        ffi::reply_bytes(ctx, &id);
+        return Ok(RedisValue::Integer(timeout_ms as i64));
+    }
     ffi::reply_bytes(ctx, &id);
     Ok(RedisValue::NoReply)
 }

@@ -44,8 +44,11 @@ fn follow(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, now: u64, scrat
                 }
                 // A wait for several keys is answered once all are granted.
                 if let Some(wait) = waiter.filter(|&w| !s.waiters.is_group(w)) {
+                    let until_ms =
+                        lock.holders().get(token).filter(|(_, terms)| !terms.session_lease).map(|(h, _)| h.deadline_ms);
+                    let place = place.clone();
                     let reply =
-                        waiters::Reply::Granted { token, place: place.clone(), delivered: false, at: Instant::now() };
+                        waiters::Reply::Granted { token, place, until_ms, delivered: false, at: Instant::now() };
                     s.waiters.answer(&mut s.sessions, wait, reply);
                 }
                 Send::Holder(token)

@@ -105,7 +105,7 @@ pub fn arg_error(e: ArgError) -> RedisError {
         }
         ArgError::SessionLease => "ERR lease-ms 0 (held while its session lives) needs INBOX session-id, the session it lives with: give a lease in milliseconds otherwise".into(),
         ArgError::SessionTimeout => format!(
-            "ERR FLOCK.SESSION takes only TIMEOUT ms, an integer number of milliseconds from {} to {}",
+            "ERR FLOCK.SESSION takes only TIMEOUT ms, an integer number of milliseconds from {} to {}, and WITHTIMEOUT, each once",
             args::SESSION_TIMEOUTS.start(),
             args::SESSION_TIMEOUTS.end()
         ),

@@ -17,14 +17,15 @@ use crate::waiters::WaitId;
 use flock_core::args::SESSION_ID_LEN;
 use flock_core::effects::{Counter, End, Leave, Loss};
 
-/// `FLOCK.SESSION [TIMEOUT ms]` on connection `client`: its session's ID,
-/// the session opened (and its expiry timer set) if it had none.
-pub fn open(s: &mut State, client: u64, timeout_ms: Option<u64>) -> [u8; SESSION_ID_LEN] {
+/// `FLOCK.SESSION [TIMEOUT ms]` on connection `client`: its session's ID
+/// and timeout, the session opened (and its expiry timer set) if it had
+/// none.
+pub fn open(s: &mut State, client: u64, timeout_ms: Option<u64>) -> ([u8; SESSION_ID_LEN], u64) {
     let (id, arm) = s.sessions.open(client, timeout_ms, ffi::monotonic_us());
     if arm {
         arm_expiry(s, client);
     }
-    id
+    (id, s.sessions.get(client).map_or(0, |session| session.timeout_ms()))
 }
 
 /// A FLOCK command came on connection `client`: its session, if it has one,
@@ -99,9 +100,13 @@ pub fn reply_events(ctx: &Context, events: &[Event]) -> RedisResult {
         return Ok(RedisValue::Null);
     }
     ffi::reply_array(ctx, events.len());
+    let now = ffi::now_ms();
     for event in events {
+        // The lease left now: a client counts its grant's deadline from the
+        // moment it sent this read, which is before now.
+        let lease_left = event.until_ms.map(|until| until.saturating_sub(now).to_string());
         let (kind, detail) = match event.kind {
-            Kind::Granted => ("granted", ""),
+            Kind::Granted => ("granted", lease_left.as_deref().unwrap_or("")),
             Kind::TimedOut => ("timeout", ""),
             Kind::Cancelled => ("cancelled", ""),
             Kind::Error(why) => ("error", errors::left_text(why)),

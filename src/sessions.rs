@@ -35,6 +35,10 @@ pub struct Event {
     pub place: Place,
     pub owner: Box<[u8]>,
     pub token: u64,
+    /// A grant's lease end (unix ms), told as the lease left when the event
+    /// is read; `None` for a grant that lives with its session, and for
+    /// every other kind.
+    pub until_ms: Option<u64>,
 }
 
 /// What a blocked `FLOCK.INBOX` is answered with.
@@ -271,7 +275,7 @@ impl Sessions {
     pub fn ended(&mut self, token: u64, loss: Option<Loss>) {
         let Some(watch) = self.unwatch(token) else { return };
         if let Some(loss) = loss {
-            let event = Event { kind: Kind::Lost(loss), place: watch.place, owner: watch.owner, token };
+            let event = Event { kind: Kind::Lost(loss), place: watch.place, owner: watch.owner, token, until_ms: None };
             self.push(watch.client, None, event);
         }
     }

@@ -30,6 +30,9 @@ pub enum Reply {
     Granted {
         token: u64,
         place: Place,
+        /// The lease's end (unix ms), for a session's `granted` event;
+        /// `None` for a grant that lives with its session.
+        until_ms: Option<u64>,
         delivered: bool,
         at: Instant,
     },
@@ -177,24 +180,24 @@ impl Waiters {
         match waiter.via {
             via @ Via::Blocked { .. } => self.unblock(via, reply),
             Via::Session { client, number } => {
-                let (kind, token) = match reply {
-                    Reply::Granted { token, .. } => (Kind::Granted, token),
+                let (kind, token, until_ms) = match reply {
+                    Reply::Granted { token, until_ms, .. } => (Kind::Granted, token, until_ms),
                     // Waits for several keys block their client.
                     Reply::GrantedAll { .. } => return true,
-                    Reply::Nil => (Kind::TimedOut, 0),
-                    Reply::Cancelled => (Kind::Cancelled, 0),
+                    Reply::Nil => (Kind::TimedOut, 0, None),
+                    Reply::Cancelled => (Kind::Cancelled, 0, None),
                     // A resend took its place: its outcome is the one the
                     // session hears.
                     Reply::Error(Leave::Resent) | Reply::Silent => {
                         sessions.drop_wait(client, number);
                         return true;
                     }
-                    Reply::Error(why) => (Kind::Error(why), 0),
+                    Reply::Error(why) => (Kind::Error(why), 0, None),
                 };
                 if kind == Kind::Granted {
                     sessions.watch(client, token, &waiter.place, &waiter.owner);
                 }
-                let event = Event { kind, place: waiter.place, owner: waiter.owner, token };
+                let event = Event { kind, place: waiter.place, owner: waiter.owner, token, until_ms };
                 sessions.push(client, Some(number), event);
             }
         }

@@ -326,7 +326,14 @@ fn command_docs_describe_every_command() {
         ("flock.forcerelease", "administrative", vec![key.clone(), id.clone()]),
         ("flock.info", "queue", vec![key.clone()]),
         ("flock.cancel", "wait", vec![key.clone(), owner.clone()]),
-        ("flock.session", "session", vec![arg("ms", "integer", Some("TIMEOUT"), true)]),
+        (
+            "flock.session",
+            "session",
+            vec![
+                arg("ms", "integer", Some("TIMEOUT"), true),
+                arg("withtimeout", "pure-token", Some("WITHTIMEOUT"), true),
+            ],
+        ),
         ("flock.inbox", "inbox", vec![arg("timeout-ms", "integer", None, false)]),
         (
             "flock.state",

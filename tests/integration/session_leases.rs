@@ -185,6 +185,33 @@ fn a_session_grant_reaches_replicas_with_the_sessions_timeout_as_its_lease() {
     wait_until("the promoted replica to end the session grant", 5 * SECOND, || !exists(&mut rc, "g"));
 }
 
+/// `FLOCK.SESSION WITHTIMEOUT` answers the timeout the session keeps, and
+/// a `granted` event tells the lease left when it is read (nothing for a
+/// grant that lives with its session), so that a client can count its
+/// grant's deadline from the moment it sent the read.
+#[test]
+fn withtimeout_names_the_timeout_and_granted_events_tell_the_lease_left() {
+    let s = Server::start_with(&["--flock.session-timeout-ms", "5000"]);
+    let mut c = s.conn();
+    let (id, timeout): (String, u64) = redis::cmd("FLOCK.SESSION").arg("WITHTIMEOUT").query(&mut c).unwrap();
+    assert_eq!((id.len(), timeout), (32, 5000));
+    config_set(&mut s.conn(), &[("flock.session-timeout-ms", "100")]);
+    let again: (String, u64) = redis::cmd("FLOCK.SESSION").arg("WITHTIMEOUT").query(&mut c).unwrap();
+    assert_eq!(again, (id.clone(), 5000), "the session keeps the timeout it answered");
+    let mut pool = s.conn();
+    assert!(acquire(&mut pool, "k", "other", 60_000).unwrap().is_some());
+    assert!(matches!(acquire_for(&mut pool, "k", "p:1", 30_000, Some(0), &id), Value::SimpleString(_)));
+    assert!(matches!(acquire_for(&mut pool, "k", "p:2", 0, Some(0), &id), Value::SimpleString(_)));
+    assert_eq!(release(&mut pool, "k", "other").unwrap(), 0);
+    type Event = (String, String, String, i64, String);
+    let events: Vec<Event> = redis::from_redis_value(&read_inbox(&mut c, 1000).unwrap()).unwrap();
+    let left: u64 = events[0].4.parse().expect("the lease left");
+    assert!(left > 0 && left <= 30_000, "{events:?}");
+    assert_eq!(release(&mut pool, "k", "p:1").unwrap(), 0);
+    let events: Vec<Event> = redis::from_redis_value(&read_inbox(&mut c, 1000).unwrap()).unwrap();
+    assert_eq!((events[0].0.as_str(), events[0].4.as_str()), ("granted", ""), "a grant that lives with the session");
+}
+
 /// A reentry with a lease, or a RENEW, gives a session grant a lease of its
 /// own; a reentry with `lease-ms` 0 makes it live with the session again.
 #[test]

@@ -15,12 +15,19 @@ fn open_session(c: &mut Connection) -> String {
 }
 
 /// `FLOCK.INBOX timeout-ms`: the events, empty when it timed out (nil).
+/// A `granted` event's detail, the lease left (session_leases.rs checks
+/// it), is blanked so that events compare whatever time has passed.
 fn read_inbox(c: &mut Connection, timeout_ms: u64) -> Vec<Event> {
     let v: Value = redis::cmd("FLOCK.INBOX").arg(timeout_ms).query(c).expect("FLOCK.INBOX");
-    match v {
+    let mut events: Vec<Event> = match v {
         Value::Nil => Vec::new(),
         v => redis::from_redis_value(&v).unwrap_or_else(|e| panic!("events: {e}: {v:?}")),
+    };
+    for event in events.iter_mut().filter(|e| e.0 == "granted") {
+        assert!(event.4.parse::<u64>().is_ok(), "a granted event's lease left: {event:?}");
+        event.4.clear();
     }
+    events
 }
 
 /// Reads until `n` events came, each read waiting at most until `within`.

@@ -126,15 +126,22 @@ pub fn acquire<'a>(args: &[&'a [u8]]) -> Result<AcquireArgs<'a>, ArgError> {
 /// The shortest and longest session timeouts, in milliseconds.
 pub const SESSION_TIMEOUTS: std::ops::RangeInclusive<u64> = 100..=3_600_000;
 
-/// `[TIMEOUT ms]` (SESSION): the session's timeout, if given.
-pub fn session(args: &[&[u8]]) -> Result<Option<u64>, ArgError> {
-    match args {
-        [] => Ok(None),
-        [option, ms] if option.eq_ignore_ascii_case(b"TIMEOUT") => {
-            parse_u64(ms).filter(|ms| SESSION_TIMEOUTS.contains(ms)).map(Some).ok_or(ArgError::SessionTimeout)
+/// `[TIMEOUT ms] [WITHTIMEOUT]` (SESSION): the session's timeout, if
+/// given, and whether the reply names the timeout.
+pub fn session(args: &[&[u8]]) -> Result<(Option<u64>, bool), ArgError> {
+    let (mut timeout, mut with_timeout) = (None, false);
+    let mut rest = args.iter();
+    while let Some(option) = rest.next() {
+        if option.eq_ignore_ascii_case(b"TIMEOUT") && timeout.is_none() {
+            let ms = rest.next().and_then(|ms| parse_u64(ms)).filter(|ms| SESSION_TIMEOUTS.contains(ms));
+            timeout = Some(ms.ok_or(ArgError::SessionTimeout)?);
+        } else if option.eq_ignore_ascii_case(b"WITHTIMEOUT") && !with_timeout {
+            with_timeout = true;
+        } else {
+            return Err(ArgError::SessionTimeout);
         }
-        _ => Err(ArgError::SessionTimeout),
     }
+    Ok((timeout, with_timeout))
 }
 
 /// The keys of a command on several keys, and the arguments after them.
@@ -326,13 +333,22 @@ mod tests {
     }
 
     #[test]
-    fn session_takes_only_a_timeout_in_range() {
+    fn session_takes_only_a_timeout_in_range_and_withtimeout() {
         let session = |args: &[&str]| session(&leak(args));
-        assert_eq!(session(&[]), Ok(None));
-        assert_eq!(session(&["timeout", "100"]), Ok(Some(100)));
-        assert_eq!(session(&["TIMEOUT", "3600000"]), Ok(Some(3_600_000)));
-        for bad in [&["TIMEOUT", "99"][..], &["TIMEOUT", "3600001"], &["TIMEOUT"], &["TIMEOUT", "-5"], &["WAIT", "100"]]
-        {
+        assert_eq!(session(&[]), Ok((None, false)));
+        assert_eq!(session(&["timeout", "100"]), Ok((Some(100), false)));
+        assert_eq!(session(&["WithTimeout", "TIMEOUT", "3600000"]), Ok((Some(3_600_000), true)));
+        assert_eq!(session(&["WITHTIMEOUT"]), Ok((None, true)));
+        let bad: [&[&str]; 7] = [
+            &["TIMEOUT", "99"],
+            &["TIMEOUT", "3600001"],
+            &["TIMEOUT"],
+            &["TIMEOUT", "-5"],
+            &["WAIT", "100"],
+            &["TIMEOUT", "100", "TIMEOUT", "200"],
+            &["WITHTIMEOUT", "WITHTIMEOUT"],
+        ];
+        for bad in bad {
             assert_eq!(session(bad), Err(ArgError::SessionTimeout), "{bad:?}");
         }
     }
