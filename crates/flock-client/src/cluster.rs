@@ -17,6 +17,7 @@ use redis::{
     RedisResult, Value,
 };
 
+use crate::mutex::lock;
 use crate::session::{self, Server};
 
 /// How many `MOVED`/`ASK` redirections one command follows.
@@ -82,7 +83,7 @@ impl Cluster {
     /// answers: the nodes of the current map, then the seeds.
     pub fn refresh(&self) -> RedisResult<()> {
         let known: Vec<ConnectionInfo> = {
-            let slots = session::lock(&self.inner.slots);
+            let slots = lock(&self.inner.slots);
             let mut addrs: Vec<&ConnectionAddr> = slots.iter().map(|(_, _, a)| a).collect();
             addrs.dedup();
             addrs.into_iter().map(|a| self.info(a.clone())).collect()
@@ -91,7 +92,7 @@ impl Cluster {
         for info in known.iter().chain(&self.inner.seeds) {
             match read_slots(info) {
                 Ok(map) if !map.is_empty() => {
-                    *session::lock(&self.inner.slots) = map;
+                    *lock(&self.inner.slots) = map;
                     return Ok(());
                 }
                 Ok(_) => {}
@@ -105,7 +106,7 @@ impl Cluster {
     pub fn client_for(&self, key: &str) -> RedisResult<Client> {
         let slot = key_slot(key.as_bytes());
         let addr = {
-            let slots = session::lock(&self.inner.slots);
+            let slots = lock(&self.inner.slots);
             slots.iter().find(|(first, last, _)| (*first..=*last).contains(&slot)).map(|(_, _, a)| a.clone())
         };
         match addr {
@@ -169,7 +170,7 @@ impl Cluster {
 
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let nodes = session::lock(&self.inner.slots).len();
+        let nodes = lock(&self.inner.slots).len();
         f.debug_struct("Cluster").field("seeds", &self.inner.seeds.len()).field("slot_ranges", &nodes).finish()
     }
 }

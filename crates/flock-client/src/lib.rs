@@ -145,16 +145,24 @@ use redis::{Client, Cmd, Connection, ConnectionLike, FromRedisValue, RedisError,
 use flock_core::limits::MAX_MS;
 
 mod cluster;
+mod loss;
 mod multi;
+mod mutex;
+mod request;
 mod sentinel;
 mod session;
 mod watchdog;
 use cluster::Via;
 pub use cluster::{key_slot, Cluster, Routed};
+pub use loss::LeaseLost;
+use loss::Loss;
 pub use multi::{MultiGuard, MultiLock};
+use mutex::lock;
+use request::Acquire;
+pub use request::Mode;
 pub use sentinel::SentinelMaster;
 pub use session::close_session;
-use session::{Acquire, Loss, Outcome};
+use session::Outcome;
 
 /// As `wait`: queue without a time limit (`WAIT 0` on the server).
 pub const FOREVER: Duration = Duration::MAX;
@@ -167,17 +175,6 @@ pub const RESENDS: usize = 3;
 /// `timeout` before it sends `FLOCK.CANCEL`, and then for the wait's last
 /// event before it gives up.
 pub const WAIT_MARGIN: Duration = Duration::from_secs(2);
-
-/// How a grant holds its key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// [`Lock`], or the write side of an [`RwLock`]: the only holder.
-    Exclusive,
-    /// The read side of an [`RwLock`] (`SHARED`): with any other readers.
-    Shared,
-    /// `permits` of the `limit` of a [`Semaphore`] (`PERMITS n LIMIT m`).
-    Permits { permits: u32, limit: u32 },
-}
 
 /// What every kind of lock keeps: the key, the lease each grant gets, the
 /// owner it acquires as, where a new connection (and the session) comes
@@ -607,7 +604,7 @@ impl CancelToken {
     /// Cancels the waits of the locks given this token.
     pub fn cancel(&self) {
         self.inner.cancelled.store(true, Ordering::SeqCst);
-        for (_, waiter) in self.inner.waiters.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        for (_, waiter) in lock(&self.inner.waiters).iter() {
             let _ = waiter.send(Outcome::CancelRequested);
         }
     }
@@ -618,7 +615,7 @@ impl CancelToken {
 
     fn attach(&self, waiter: Sender<Outcome>) -> u64 {
         let id = self.inner.next.fetch_add(1, Ordering::SeqCst);
-        let mut waiters = self.inner.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        let mut waiters = lock(&self.inner.waiters);
         if self.is_cancelled() {
             let _ = waiter.send(Outcome::CancelRequested);
         }
@@ -627,7 +624,7 @@ impl CancelToken {
     }
 
     fn detach(&self, id: u64) {
-        self.inner.waiters.lock().unwrap_or_else(|e| e.into_inner()).retain(|(i, _)| *i != id);
+        lock(&self.inner.waiters).retain(|(i, _)| *i != id);
     }
 }
 
@@ -938,36 +935,6 @@ impl Semaphore {
     }
 }
 
-/// Why a grant was lost: pushed by the session ([`Expired`],
-/// [`ForceReleased`], [`Deleted`], [`Demoted`]) or found by a renewal
-/// ([`NotOwner`], [`Unconfirmed`]).
-///
-/// [`Expired`]: LeaseLost::Expired
-/// [`ForceReleased`]: LeaseLost::ForceReleased
-/// [`Deleted`]: LeaseLost::Deleted
-/// [`Demoted`]: LeaseLost::Demoted
-/// [`NotOwner`]: LeaseLost::NotOwner
-/// [`Unconfirmed`]: LeaseLost::Unconfirmed
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LeaseLost {
-    /// `FLOCK.RENEW` answered `NOTOWNER` (a renewal, or the check of a held
-    /// grant after its session broke): the lease ran out or an
-    /// administrator force-released the lock; another owner may hold it now.
-    NotOwner,
-    /// No renewal got through for a whole lease (server unreachable): the
-    /// lock must be presumed lost.
-    Unconfirmed,
-    /// The session heard that the lease ran out (no renewal in time), or a
-    /// fixed lease ran out while the session was being replaced.
-    Expired,
-    /// The session heard of a `FLOCK.FORCERELEASE`.
-    ForceReleased,
-    /// The session heard that the key was deleted (DEL, FLUSH, eviction...).
-    Deleted,
-    /// The session heard that the server became a replica.
-    Demoted,
-}
-
 /// One hold of a lock, of either side of a read-write lock or of permits of
 /// a semaphore: released (one hold) when dropped. Errors on drop are
 /// ignored; call [`Guard::release`] to see them.
@@ -994,7 +961,7 @@ impl<C: ConnectionLike> Guard<C> {
     /// is the only one. Kept abandoned if the server refuses again.
     fn reclaim(&mut self) {
         let entry = (self.key.clone(), self.owner.clone(), self.token);
-        if !abandoned().lock().unwrap_or_else(|e| e.into_inner()).remove(&entry) {
+        if !lock(abandoned()).remove(&entry) {
             return;
         }
         let released: RedisResult<u64> = self.link.query(redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner));
@@ -1133,7 +1100,7 @@ impl<C: ConnectionLike> Guard<C> {
         self.released = true;
         // Not while a re-watch on a new session holds its extra hold.
         let hold = self.session.as_ref().and_then(|s| s.hold_lock(&self.key, &self.owner, self.token));
-        let _hold = hold.as_ref().map(|h| h.lock().unwrap_or_else(|e| e.into_inner()));
+        let _hold = hold.as_ref().map(|h| lock(h));
         if let Some(session) = &self.session {
             session.unwatch(&self.key, &self.owner, self.token, &self.loss);
         }
@@ -1162,7 +1129,7 @@ fn abandoned() -> &'static Mutex<std::collections::HashSet<(String, String, u64)
 }
 
 fn abandon(key: &str, owner: &str, token: u64) {
-    abandoned().lock().unwrap_or_else(|e| e.into_inner()).insert((key.to_string(), owner.to_string(), token));
+    lock(abandoned()).insert((key.to_string(), owner.to_string(), token));
 }
 
 impl Guard<Routed> {

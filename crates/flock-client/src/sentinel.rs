@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{Client, IntoConnectionInfo, RedisResult};
 
+use crate::mutex::lock;
 use crate::session::{self, Server};
 
 /// The master that sentinels know as `master_name`. Locks acquired with
@@ -35,7 +36,7 @@ impl SentinelMaster {
         let mut finder = SentinelClient::build(sentinels, master_name.to_string(), node, SentinelServerType::Master)?;
         let client = finder.get_client()?;
         let finder = Mutex::new(finder);
-        let resolve = Box::new(move || session::lock(&finder).get_client());
+        let resolve = Box::new(move || lock(&finder).get_client());
         Ok(SentinelMaster { server: session::server_named(name, client, Some(resolve)) })
     }
 

@@ -7,14 +7,16 @@
 //! re-watches the held grants (RENEW, reentrant ACQUIRE ... INBOX, RELEASE).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use redis::{Client, Cmd, Connection, ConnectionLike, RedisError, RedisResult, Value};
 
-use crate::{LeaseLost, Mode, RESENDS};
+use crate::loss::{LeaseLost, Loss};
+use crate::mutex::lock;
+use crate::request::{Acquire, Mode};
+use crate::RESENDS;
 
 /// How long one `FLOCK.INBOX` blocks (ms); its connection's read timeout is
 /// this plus [`INBOX_SLACK`], so a server that went silent is noticed.
@@ -37,138 +39,6 @@ pub(crate) enum Outcome {
     Error(RedisError),
     /// Its [`crate::CancelToken`] was cancelled: send `FLOCK.CANCEL`.
     CancelRequested,
-}
-
-/// One grant's loss, shared by its guard, its watchdog and its session.
-#[derive(Default)]
-pub(crate) struct Loss {
-    reason: Mutex<Option<LeaseLost>>,
-    flag: AtomicBool,
-    subscribers: Mutex<Vec<Sender<LeaseLost>>>,
-    /// How the guard's lease goes on, for a re-watch on a new session.
-    lease: Mutex<Lease>,
-}
-
-/// A guard's lease: its length (ms), when it ends if nothing renews it
-/// (counted from when the grant's reply came), and whether a watchdog
-/// renews it.
-#[derive(Clone, Copy, Default)]
-struct Lease {
-    ms: u64,
-    ends: Option<Instant>,
-    watchdog: bool,
-}
-
-impl Loss {
-    /// The grant's reply (or event) came at `at`, with a lease of `ms`.
-    pub(crate) fn granted(&self, ms: u64, at: Instant) {
-        let mut lease = lock(&self.lease);
-        lease.ms = ms;
-        lease.ends = Some(at + Duration::from_millis(ms));
-    }
-
-    /// A renewal sent at `at` got through: a fresh lease from then.
-    pub(crate) fn renewed(&self, at: Instant) {
-        let mut lease = lock(&self.lease);
-        lease.ends = Some(at + Duration::from_millis(lease.ms));
-    }
-
-    /// A watchdog renews the lease from now on.
-    pub(crate) fn set_watchdog(&self, on: bool) {
-        lock(&self.lease).watchdog = on;
-    }
-
-    /// Marks the grant lost (the first reason wins) and tells every subscriber.
-    pub(crate) fn mark(&self, why: LeaseLost) -> bool {
-        let mut reason = lock(&self.reason);
-        if reason.is_some() {
-            return false;
-        }
-        *reason = Some(why);
-        self.flag.store(true, Ordering::SeqCst);
-        for subscriber in lock(&self.subscribers).drain(..) {
-            let _ = subscriber.send(why);
-        }
-        true
-    }
-
-    pub(crate) fn is_lost(&self) -> bool {
-        self.flag.load(Ordering::SeqCst)
-    }
-
-    pub(crate) fn reason(&self) -> Option<LeaseLost> {
-        *lock(&self.reason)
-    }
-
-    /// A receiver that gets the reason once (at once if already lost) and
-    /// disconnects when the guard is released.
-    pub(crate) fn subscribe(&self) -> Receiver<LeaseLost> {
-        let (tx, rx) = mpsc::channel();
-        let reason = lock(&self.reason);
-        match *reason {
-            Some(why) => {
-                let _ = tx.send(why);
-            }
-            None => lock(&self.subscribers).push(tx),
-        }
-        rx
-    }
-
-    /// The guard is gone: its receivers disconnect.
-    pub(crate) fn close(&self) {
-        let _reason = lock(&self.reason);
-        lock(&self.subscribers).clear();
-    }
-}
-
-/// What it takes to send a wait again on a new session.
-#[derive(Clone)]
-pub(crate) struct Acquire {
-    pub key: String,
-    pub owner: String,
-    pub lease_ms: u64,
-    pub mode: Mode,
-    pub rid: String,
-    /// `WAIT` ms (0: no limit); `None` for a try.
-    pub wait_ms: Option<u64>,
-    pub started: Instant,
-}
-
-impl Acquire {
-    /// The command, on session `sid` if given; a wait resent later asks
-    /// for what is left of its time.
-    pub(crate) fn cmd(&self, sid: Option<&str>) -> Cmd {
-        let mut cmd = redis::cmd("FLOCK.ACQUIRE");
-        cmd.arg(&self.key).arg(&self.owner).arg(self.lease_ms);
-        if self.wait_ms.is_some() {
-            cmd.arg("WAIT").arg(self.left_ms().unwrap_or(1));
-        }
-        if let Some(sid) = sid {
-            cmd.arg("INBOX").arg(sid);
-        }
-        cmd.arg("ID").arg(&self.rid);
-        match self.mode {
-            Mode::Exclusive => {}
-            Mode::Shared => {
-                cmd.arg("SHARED");
-            }
-            Mode::Permits { permits, limit } => {
-                cmd.arg("PERMITS").arg(permits).arg("LIMIT").arg(limit);
-            }
-        }
-        cmd
-    }
-
-    /// What is left of a bounded wait (`Some(0)`: no limit; `None`: over).
-    pub(crate) fn left_ms(&self) -> Option<u64> {
-        match self.wait_ms {
-            None | Some(0) => Some(0),
-            Some(ms) => {
-                let spent = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-                ms.checked_sub(spent).filter(|left| *left > 0)
-            }
-        }
-    }
 }
 
 struct Pending {
@@ -207,7 +77,7 @@ impl Watch {
             .filter_map(Weak::upgrade)
             .filter(|loss| !loss.is_lost())
             .map(|loss| {
-                let lease = *lock(&loss.lease);
+                let lease = loss.lease();
                 if lease.watchdog {
                     return lease.ms;
                 }
@@ -259,10 +129,6 @@ pub(crate) struct Server {
 
 /// How many idle [`Server::with_spare`] connections a server keeps.
 const SPARES: usize = 8;
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// The process's [`Server`] for `client`'s address, database and user.
 pub(crate) fn server(client: &Client) -> Arc<Server> {

@@ -5,14 +5,16 @@
 //! confirmed renewal marks the guard lost.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis::{Cmd, Connection, ConnectionLike, RedisResult};
 
 use crate::cluster::{self, Via};
-use crate::session::{Loss, Server};
-use crate::{is_notowner, LeaseLost, RESENDS};
+use crate::loss::{LeaseLost, Loss};
+use crate::mutex::lock;
+use crate::session::Server;
+use crate::{is_notowner, RESENDS};
 
 struct Entry {
     /// The lock's key, which routes a cluster renewal.
@@ -41,10 +43,6 @@ pub(crate) struct Renewer {
     via: Via,
     schedule: Mutex<Schedule>,
     changed: Condvar,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The process's renewer for a server (or cluster), its thread started once.
