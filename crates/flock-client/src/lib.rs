@@ -140,41 +140,35 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use redis::{Client, Cmd, Connection, ConnectionLike, FromRedisValue, RedisError, RedisResult, Value};
-
-use flock_core::limits::MAX_MS;
+use redis::{Client, Cmd, ConnectionLike, FromRedisValue, RedisError, RedisResult, Value};
 
 mod cluster;
+mod link;
 mod loss;
 mod multi;
 mod mutex;
+mod owner;
 mod request;
 mod sentinel;
 mod session;
+mod times;
 mod watchdog;
 use cluster::Via;
 pub use cluster::{key_slot, Cluster, Routed};
+use link::Link;
+pub use link::RESENDS;
 pub use loss::LeaseLost;
 use loss::Loss;
 pub use multi::{MultiGuard, MultiLock};
 use mutex::lock;
+use owner::{is_notowner, thread_owner};
 use request::Acquire;
 pub use request::Mode;
 pub use sentinel::SentinelMaster;
 pub use session::close_session;
 use session::Outcome;
-
-/// As `wait`: queue without a time limit (`WAIT 0` on the server).
-pub const FOREVER: Duration = Duration::MAX;
-
-/// How many times a command whose reply was lost is sent again, with the
-/// same request ID.
-pub const RESENDS: usize = 3;
-
-/// How long past its own time a session wait waits for the server's
-/// `timeout` before it sends `FLOCK.CANCEL`, and then for the wait's last
-/// event before it gives up.
-pub const WAIT_MARGIN: Duration = Duration::from_secs(2);
+use times::{millis, wait_ms};
+pub use times::{FOREVER, WAIT_MARGIN};
 
 /// What every kind of lock keeps: the key, the lease each grant gets, the
 /// owner it acquires as, where a new connection (and the session) comes
@@ -1162,47 +1156,6 @@ impl<C: ConnectionLike> std::fmt::Debug for Guard<C> {
     }
 }
 
-/// The connection a lock's commands go over, and where another comes from
-/// when it breaks.
-pub(crate) struct Link<C> {
-    pub(crate) conn: C,
-    pub(crate) client: Option<Client>,
-    /// From `client`, once `conn` broke.
-    pub(crate) spare: Option<Connection>,
-}
-
-impl<C: ConnectionLike> Link<C> {
-    /// Sends `cmd` with a fresh request ID, and again with the same ID (up
-    /// to [`RESENDS`] times) while its reply is lost.
-    pub(crate) fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<T> {
-        let mut cmd = cmd.clone();
-        cmd.arg("ID").arg(uuid::Uuid::new_v4().to_string());
-        self.send(&cmd)
-    }
-
-    /// Sends `cmd` as it is, again while its reply is lost.
-    fn send<T: FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<T> {
-        let mut resends = 0;
-        loop {
-            match self.current().and_then(|conn| cmd.query(conn)) {
-                Err(e) if e.is_io_error() && resends < RESENDS => resends += 1,
-                result => return result,
-            }
-        }
-    }
-
-    /// `conn`, or a connection from `client` while `conn` is broken and
-    /// there is a client to reconnect with.
-    pub(crate) fn current(&mut self) -> RedisResult<&mut dyn ConnectionLike> {
-        let Some(client) = self.client.as_ref().filter(|_| !self.conn.is_open()) else { return Ok(&mut self.conn) };
-        let spare = match self.spare.take().filter(ConnectionLike::is_open) {
-            Some(spare) => spare,
-            None => client.get_connection()?,
-        };
-        Ok(self.spare.insert(spare))
-    }
-}
-
 /// What the check of a durable grant found.
 enum Durable {
     /// `RENEW` held; `WAIT` answered this many replicas.
@@ -1312,28 +1265,4 @@ fn renew_cmd(key: &str, owner: &str, lease_ms: u64) -> Cmd {
     let mut cmd = redis::cmd("FLOCK.RENEW");
     cmd.arg(key).arg(owner).arg(lease_ms);
     cmd
-}
-
-pub(crate) fn is_notowner(e: &redis::RedisError) -> bool {
-    e.code() == Some("NOTOWNER")
-}
-
-/// A wait as `WAIT timeout-ms` says it: `None` (or zero) tries once,
-/// [`FOREVER`] or more than 2^40 ms is `0` (no limit).
-fn wait_ms(wait: Option<Duration>) -> Option<u64> {
-    wait.filter(|w| !w.is_zero()).map(|w| Some(millis(w)).filter(|&ms| ms <= MAX_MS).unwrap_or(0))
-}
-
-/// Whole milliseconds, rounded up, at least 1.
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX).max(1)
-}
-
-/// `<random UUID of this process>:<thread id>`.
-fn thread_owner() -> String {
-    static PROCESS: OnceLock<String> = OnceLock::new();
-    let process = PROCESS.get_or_init(|| uuid::Uuid::new_v4().to_string());
-    let thread = format!("{:?}", std::thread::current().id());
-    let thread = thread.trim_start_matches("ThreadId(").trim_end_matches(')');
-    format!("{process}:{thread}")
 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use redis::{Client, ConnectionLike, RedisResult};
 
-use crate::{is_notowner, millis, thread_owner, wait_ms, Link};
+use crate::link::Link;
+use crate::owner::{is_notowner, thread_owner};
+use crate::times::{millis, wait_ms};
 
 /// The locks under `keys`, taken together; each grant lasts `lease`.
 #[derive(Clone, Debug)]

@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 
 use redis::{Client, Cmd, Connection, ConnectionLike, RedisError, RedisResult, Value};
 
+use crate::link::RESENDS;
 use crate::loss::{LeaseLost, Loss};
 use crate::mutex::lock;
+use crate::owner::is_notowner;
 use crate::request::{Acquire, Mode};
-use crate::RESENDS;
 
 /// How long one `FLOCK.INBOX` blocks (ms); its connection's read timeout is
 /// this plus [`INBOX_SLACK`], so a server that went silent is noticed.
@@ -480,7 +481,7 @@ impl Server {
             renew.arg(key).arg(owner).arg(lease_ms).arg("ID").arg(uuid::Uuid::new_v4().to_string());
             match self.command::<Value>(&renew) {
                 Ok(_) => {}
-                Err(e) if crate::is_notowner(&e) => {
+                Err(e) if is_notowner(&e) => {
                     self.lost(grant, LeaseLost::NotOwner);
                     continue;
                 }

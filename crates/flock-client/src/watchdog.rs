@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 use redis::{Cmd, Connection, ConnectionLike, RedisResult};
 
 use crate::cluster::{self, Via};
+use crate::link::RESENDS;
 use crate::loss::{LeaseLost, Loss};
 use crate::mutex::lock;
+use crate::owner::is_notowner;
 use crate::session::Server;
-use crate::{is_notowner, RESENDS};
 
 struct Entry {
     /// The lock's key, which routes a cluster renewal.
