@@ -1,0 +1,172 @@
+//! Durable grants ([`Lock::durable`](crate::Lock::durable)): a grant counts
+//! once the replicas named have it, or is given back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{ConnectionLike, FromRedisValue, RedisError, RedisResult, Value};
+
+use crate::cluster::{self, Via};
+use crate::guard::{renew_cmd, Guard};
+use crate::link::RESENDS;
+use crate::owner::is_notowner;
+use crate::session;
+use crate::times::{millis, WAIT_MARGIN};
+
+/// Durable grants: `FLOCK.RENEW key owner lease-ms ID <uuid>` and `WAIT
+/// replicas timeout-ms` in one round trip on one connection to the key's
+/// node (through `via`, the lock's route or its client's server: a
+/// connection of its own from the process's pool for that node; `None`, no
+/// client or route: the connection given to acquire). The RENEW is this connection's write, after the grant in the
+/// replication stream, so the WAIT's count covers the grant even when
+/// the grant was another connection's write (pushed to the session,
+/// handed over by a release). Fewer than `replicas`, or `NOTOWNER`: the
+/// hold is given back (one hold: a reentry keeps the ones before) and
+/// the acquire fails with `NOTDURABLE`. Any other error (the node could
+/// not be reached after [`RESENDS`] tries, each a fresh RENEW) also
+/// gives the hold back, and is returned as it is.
+pub(crate) fn confirm<C: ConnectionLike>(
+    via: Option<Via>,
+    mut guard: Guard<C>,
+    replicas: usize,
+    timeout: Duration,
+) -> RedisResult<Guard<C>> {
+    let (key, owner, lease_ms) = (guard.key.clone(), guard.owner.clone(), guard.lease_ms);
+    let timeout_ms = millis(timeout);
+    let checked = match via {
+        Some(via) => durable_via(&via, &key, &owner, lease_ms, replicas, timeout_ms),
+        None => {
+            let mut tries = 0;
+            loop {
+                let result = guard
+                    .link
+                    .current()
+                    .and_then(|c| durable_on(c, &key, &owner, lease_ms, replicas, timeout_ms))
+                    .map(|d| (d, None));
+                match result {
+                    Err(e) if e.is_io_error() && tries < RESENDS => tries += 1,
+                    result => break result,
+                }
+            }
+        }
+    };
+    match checked {
+        Ok((Durable::Acked(n), node)) if n >= replicas as i64 => {
+            guard.node = node;
+            Ok(guard)
+        }
+        Ok((short, _)) => {
+            let _ = guard.release_once();
+            Err(short.error(&key, replicas, timeout_ms))
+        }
+        Err(e) => {
+            let _ = guard.release_once();
+            Err(e)
+        }
+    }
+}
+
+/// What the check of a durable grant found.
+enum Durable {
+    /// `RENEW` held; `WAIT` answered this many replicas.
+    Acked(i64),
+    /// `RENEW` answered `NOTOWNER` (its text): the grant was gone.
+    NotOwner(String, i64),
+}
+
+impl Durable {
+    /// The `NOTDURABLE` error of a check that fell short.
+    fn error(&self, key: &str, replicas: usize, timeout_ms: u64) -> RedisError {
+        let text = match self {
+            Durable::Acked(n) => format!(
+                "{key}: {n} of {replicas} replicas acknowledged the grant within {timeout_ms} ms; the hold was given back"
+            ),
+            Durable::NotOwner(why, n) => format!(
+                "{key}: the grant was gone before {replicas} replicas acknowledged it ({n} did): {why}"
+            ),
+        };
+        redis::make_extension_error("NOTDURABLE".into(), Some(text))
+    }
+}
+
+/// The durable check (see `confirm`) on the key's node of `via`:
+/// again (a fresh RENEW each time) after an I/O error or `READONLY` (the
+/// server was demoted: a sentinel's master is asked for again) and, on a
+/// cluster, on the node a `MOVED` or `ASK` names.
+fn durable_via(
+    via: &Via,
+    key: &str,
+    owner: &str,
+    lease_ms: u64,
+    replicas: usize,
+    timeout_ms: u64,
+) -> RedisResult<(Durable, Option<String>)> {
+    let (mut tries, mut redirects) = (0, 0);
+    let mut asked: Option<Arc<session::Server>> = None;
+    loop {
+        let asking = asked.is_some();
+        let server = match asked.take() {
+            Some(server) => Ok(server),
+            None => via.server(key),
+        };
+        let result = server.and_then(|server| {
+            server.with_spare(|addr, conn| {
+                conn.set_read_timeout(Some(Duration::from_millis(timeout_ms) + WAIT_MARGIN))?;
+                if asking {
+                    cluster::asking(conn)?;
+                }
+                Ok((durable_on(conn, key, owner, lease_ms, replicas, timeout_ms)?, Some(addr.to_string())))
+            })
+        });
+        match result {
+            Err(e) if (e.is_io_error() || e.kind() == redis::ErrorKind::ReadOnly) && tries < RESENDS => {
+                tries += 1;
+                if !e.is_io_error() {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+            Err(e) if redirects < cluster::REDIRECTS && !e.is_io_error() => {
+                asked = via.asked(&e);
+                if asked.is_none() && !via.redirected(&e) {
+                    return Err(e);
+                }
+                redirects += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// `FLOCK.RENEW key owner lease-ms ID <uuid>` then `WAIT replicas
+/// timeout-ms`, in one round trip on `conn`.
+fn durable_on(
+    conn: &mut dyn ConnectionLike,
+    key: &str,
+    owner: &str,
+    lease_ms: u64,
+    replicas: usize,
+    timeout_ms: u64,
+) -> RedisResult<Durable> {
+    let mut pipe = redis::pipe();
+    pipe.add_command(renew_cmd(key, owner, lease_ms).arg("ID").arg(uuid::Uuid::new_v4().to_string()).clone());
+    pipe.cmd("WAIT").arg(replicas).arg(timeout_ms);
+    let replies = conn.req_packed_commands(&pipe.get_packed_pipeline(), 0, 2)?;
+    let [renewed, acked] = <[Value; 2]>::try_from(replies).map_err(|r| {
+        RedisError::from((redis::ErrorKind::TypeError, "unexpected replies to FLOCK.RENEW and WAIT", format!("{r:?}")))
+    })?;
+    let renewed = match renewed {
+        Value::ServerError(e) => Err(RedisError::from(e)),
+        other => Ok(other),
+    };
+    match renewed {
+        Err(e) if is_notowner(&e) => Ok(Durable::NotOwner(
+            e.detail().unwrap_or_default().to_string(),
+            i64::from_redis_value(&acked).unwrap_or(0),
+        )),
+        Err(e) => Err(e),
+        Ok(_) => match acked {
+            Value::ServerError(e) => Err(RedisError::from(e)),
+            acked => Ok(Durable::Acked(i64::from_redis_value(&acked)?)),
+        },
+    }
+}

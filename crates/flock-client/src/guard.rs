@@ -1,0 +1,251 @@
+//! [`Guard`]: one hold of a lock, its lease, its watchdog, how it is known
+//! lost and its release; and the holds whose release the server refused.
+
+use std::collections::HashSet;
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use redis::{Client, Cmd, ConnectionLike, RedisResult};
+
+use crate::cluster::{Routed, Via};
+use crate::link::Link;
+use crate::loss::{LeaseLost, Loss};
+use crate::mutex::lock;
+use crate::owner::is_notowner;
+use crate::request::{Acquire, Mode};
+use crate::session;
+use crate::watchdog;
+
+/// One hold of a lock, of either side of a read-write lock or of permits of
+/// a semaphore: released (one hold) when dropped. Errors on drop are
+/// ignored; call [`Guard::release`] to see them.
+pub struct Guard<C: ConnectionLike> {
+    pub(crate) link: Link<C>,
+    pub(crate) key: String,
+    pub(crate) owner: String,
+    mode: Mode,
+    token: u64,
+    pub(crate) lease_ms: u64,
+    loss: Arc<Loss>,
+    /// The session watching this grant.
+    session: Option<Arc<session::Server>>,
+    /// The process's renewer of this grant's server, and its entry there.
+    watchdog: Option<(Arc<watchdog::Renewer>, u64)>,
+    released: bool,
+    /// Of a durable grant: the address of the node that confirmed it.
+    pub(crate) node: Option<String>,
+}
+
+impl<C: ConnectionLike> Guard<C> {
+    /// A grant of the token of an abandoned hold of this owner (see
+    /// `abandoned`) reentered it: that hold is released now, so this guard's
+    /// is the only one. Kept abandoned if the server refuses again.
+    pub(crate) fn reclaim(&mut self) {
+        let entry = (self.key.clone(), self.owner.clone(), self.token);
+        if !lock(abandoned()).remove(&entry) {
+            return;
+        }
+        let released: RedisResult<u64> = self.link.query(redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner));
+        if let Err(e) = released {
+            if !is_notowner(&e) && !e.is_io_error() {
+                abandon(&self.key, &self.owner, self.token);
+            }
+        }
+    }
+
+    pub(crate) fn new(
+        link: Link<C>,
+        acquire: Acquire,
+        token: u64,
+        loss: Arc<Loss>,
+        session: Option<Arc<session::Server>>,
+    ) -> Self {
+        Guard {
+            link,
+            key: acquire.key,
+            owner: acquire.owner,
+            mode: acquire.mode,
+            token,
+            lease_ms: acquire.lease_ms,
+            loss,
+            session,
+            watchdog: None,
+            released: false,
+            node: None,
+        }
+    }
+
+    /// The fencing token of this grant: give it to the resource you protect.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// Of a durable grant ([`Lock::durable`](crate::Lock::durable)) acquired with a client or a
+    /// route: the address (`host:port`) of the node where its `RENEW` and
+    /// `WAIT` were answered, the node that held it with its replicas. `None`
+    /// otherwise.
+    pub fn node(&self) -> Option<&str> {
+        self.node.as_deref()
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The connection the lock was acquired on, for work in between.
+    pub fn conn(&mut self) -> &mut C {
+        &mut self.link.conn
+    }
+
+    /// True once the lock is known lost: the session pushed the loss (a
+    /// lock with a client), or a renewal (the watchdog's or
+    /// [`Guard::renew`]) found it. Stop acting on the protected resource.
+    pub fn lost(&self) -> bool {
+        self.loss.is_lost()
+    }
+
+    /// Why it was lost, once it is.
+    pub fn lost_reason(&self) -> Option<LeaseLost> {
+        self.loss.reason()
+    }
+
+    /// A receiver that gets one [`LeaseLost`] when the lock is lost (at
+    /// once if it already is), and disconnects without a message when the
+    /// guard is released. With a session (a lock with a client) the loss is
+    /// pushed by the server, watchdog or not.
+    pub fn lost_channel(&self) -> Receiver<LeaseLost> {
+        self.loss.subscribe()
+    }
+
+    /// `FLOCK.RENEW` by hand: a fresh lease from now. A `NOTOWNER` error
+    /// also marks the guard lost.
+    pub fn renew(&mut self) -> RedisResult<u64> {
+        let sent = Instant::now();
+        let renewed = self.link.query(&renew_cmd(&self.key, &self.owner, self.lease_ms)).inspect_err(|e| {
+            if is_notowner(e) {
+                self.loss.mark(LeaseLost::NotOwner);
+            }
+        });
+        if renewed.is_ok() {
+            self.loss.renewed(sent);
+        }
+        renewed
+    }
+
+    /// Starts a thread that renews the lease every third of it on its own
+    /// connection from `client`, until the guard is released or dropped or
+    /// the lock is lost. The receiver (as [`Guard::lost_channel`]) gets one
+    /// [`LeaseLost`] if the lock is lost; it disconnects without a message
+    /// when the guard is released. A watchdog already running is replaced.
+    /// Unless the lock was given another, `client` also replaces the
+    /// guard's connection if it breaks.
+    pub fn watchdog(&mut self, client: &Client) -> RedisResult<Receiver<LeaseLost>> {
+        self.link.client.get_or_insert_with(|| client.clone());
+        self.start_renewer(&Via::Server(session::server(client)))
+    }
+
+    fn start_renewer(&mut self, via: &Via) -> RedisResult<Receiver<LeaseLost>> {
+        self.stop_watchdog();
+        let renewer = watchdog::renewer(via)?;
+        let lost = self.loss.subscribe();
+        let cmd = renew_cmd(&self.key, &self.owner, self.lease_ms);
+        let id = renewer.start(&self.key, cmd, Duration::from_millis(self.lease_ms), Arc::clone(&self.loss));
+        self.watchdog = Some((renewer, id));
+        self.loss.set_watchdog(true);
+        Ok(lost)
+    }
+
+    /// Releases this hold; returns the holds left (`0`: the lock is free
+    /// or handed to the next waiter). `NOTOWNER` if it was lost meanwhile
+    /// (its text says why: the lease ended, force-released, deleted).
+    pub fn release(mut self) -> RedisResult<u64> {
+        self.release_once()
+    }
+
+    fn stop_watchdog(&mut self) {
+        if let Some((renewer, id)) = self.watchdog.take() {
+            renewer.stop(id);
+        }
+    }
+
+    pub(crate) fn release_once(&mut self) -> RedisResult<u64> {
+        self.stop_watchdog();
+        self.released = true;
+        // Not while a re-watch on a new session holds its extra hold.
+        let hold = self.session.as_ref().and_then(|s| s.hold_lock(&self.key, &self.owner, self.token));
+        let _hold = hold.as_ref().map(|h| lock(h));
+        if let Some(session) = &self.session {
+            session.unwatch(&self.key, &self.owner, self.token, &self.loss);
+        }
+        self.loss.close();
+        let released = self.link.query(redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner));
+        if let Err(e) = &released {
+            if !is_notowner(e) && !e.is_io_error() {
+                abandon(&self.key, &self.owner, self.token);
+            }
+        }
+        released
+    }
+}
+
+/// Holds whose release the server refused (`NOREPLICAS`, `READONLY`,
+/// `NOPERM`, ...: an error reply other than `NOTOWNER`), as (key, owner,
+/// token): the server still has them. Left alone, the same owner's next
+/// acquire would reenter such a hold (same token, one more hold) and every
+/// release would leave it behind, its lease renewed by each reentry: seen in
+/// the failover test, a thread whose give-back was refused during a
+/// failover held the lock for good and starved every other. A grant with
+/// the token of an abandoned hold releases that hold first.
+fn abandoned() -> &'static Mutex<HashSet<(String, String, u64)>> {
+    static ABANDONED: OnceLock<Mutex<HashSet<(String, String, u64)>>> = OnceLock::new();
+    ABANDONED.get_or_init(Default::default)
+}
+
+fn abandon(key: &str, owner: &str, token: u64) {
+    lock(abandoned()).insert((key.to_string(), owner.to_string(), token));
+}
+
+impl Guard<Routed> {
+    /// [`Guard::watchdog`] through where the lock was acquired: the
+    /// renewals follow the key to its node (a cluster) or go to the master
+    /// the sentinels name now; one renewal thread per cluster or server.
+    pub fn start_watchdog(&mut self) -> RedisResult<Receiver<LeaseLost>> {
+        let via = self.link.conn.via.clone();
+        self.start_renewer(&via)
+    }
+}
+
+impl<C: ConnectionLike> Drop for Guard<C> {
+    fn drop(&mut self) {
+        if !self.released {
+            let _ = self.release_once();
+        }
+    }
+}
+
+impl<C: ConnectionLike> std::fmt::Debug for Guard<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("key", &self.key)
+            .field("owner", &self.owner)
+            .field("mode", &self.mode)
+            .field("token", &self.token)
+            .field("lost", &self.lost())
+            .finish()
+    }
+}
+
+pub(crate) fn renew_cmd(key: &str, owner: &str, lease_ms: u64) -> Cmd {
+    let mut cmd = redis::cmd("FLOCK.RENEW");
+    cmd.arg(key).arg(owner).arg(lease_ms);
+    cmd
+}
