@@ -152,10 +152,12 @@ deps-dist:
 test-servers: build sizes layers deps-clients
 	CLIENTS="$(CLIENTS)" FLOCK_MODULE=$(abspath $(MODULE)) scripts/test-servers.sh $(SERVERS)
 
-# In each of the three crates with modules in levels, the Redis layer (src/,
-# see src/lib.rs), the core (crates/flock-core/src) and the benchmark
-# (crates/flock-bench/src), the modules import one another without a cycle;
-# prints the level of each, per crate, and the modules of any cycle. And the
+# In each of the four crates with modules in levels, the Redis layer (src/,
+# see src/lib.rs), the core (crates/flock-core/src), the benchmark
+# (crates/flock-bench/src) and the Rust client (crates/flock-client/src), the
+# modules import one another without a cycle and no module imports an item of
+# its crate root; prints the level of each, per crate, and the modules of any
+# cycle. And the
 # Redis layer borrows its state once per callback (scripts/check-state-borrow.sh).
 layers:
 	scripts/check-layers.sh

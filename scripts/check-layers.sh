@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Checks that the modules of each crate import one another without a cycle,
 # and prints each one's level (0: imports no other module of the crate; n:
-# imports modules of levels below n only). Three trees, each its own crate:
-#   src                    the Redis layer
-#   crates/flock-core/src  the pure core
-#   crates/flock-bench/src the benchmark
+# imports modules of levels below n only). Four trees, each its own crate:
+#   src                     the Redis layer
+#   crates/flock-core/src   the pure core
+#   crates/flock-bench/src  the benchmark
+#   crates/flock-client/src the Rust client
 # A module is a top-level file of the tree, or a directory (src/ffi/,
 # methods/, scenarios/) as a whole; a file that a module includes with
 # `#[path = "..."]` (the core's lock_tests.rs and shared_tests.rs) is folded
@@ -12,17 +13,20 @@
 # everything, is left out. An import is any `crate::name` path in a module's
 # code (`use` lines and inline paths, `crate::{a, b}` groups too) that names
 # another module of the same tree (the Redis layer names the core's modules
-# `flock_core::...`: another crate, which cannot import the layer).
+# `flock_core::...`: another crate, which cannot import the layer). A
+# `crate::name` that is no module names an item of the crate root: the root
+# imports every module, so that would be a cycle the levels cannot show;
+# such imports are printed and fail the check too.
 # On a cycle, prints the modules that import one another in a circle (their
-# level is then the one they share) and, after all three trees, exits 1.
+# level is then the one they share) and, after all four trees, exits 1.
 set -u
 cd "$(dirname "$0")/.."
 
 # The `crate::` names that a file's code mentions, one a line.
 crate_names() {
     # Comments may name modules without importing them.
-    sed 's|//.*||' "$1" | grep -oE 'crate::(\{[^}]*\}|[a-z_]+)' | sed -E 's/^crate:://; s/[{}]//g' |
-        tr ',' '\n' | sed -E 's/^ *//; s/::.*//' | grep -E '^[a-z_]+$'
+    sed 's|//.*||' "$1" | grep -oE 'crate::(\{[^}]*\}|[A-Za-z_][A-Za-z0-9_]*)' | sed -E 's/^crate:://; s/[{}]//g' |
+        tr ',' '\n' | sed -E 's/^ *//; s/::.*//' | grep -E '^[A-Za-z_][A-Za-z0-9_]*$'
 }
 
 # Prints the modules that `$1` reaches through imports, itself only if it
@@ -56,10 +60,11 @@ set_level() {
 }
 
 # check_tree DIR ROOT TITLE: prints the levels of the modules of DIR (ROOT is
-# its crate root, left out); returns 1 on a cycle.
+# its crate root, left out); returns 1 on a cycle or an import of an item of
+# the root.
 check_tree() {
     local dir=$1 root=$2 file rel name to m others
-    local -A module=() imports=() reached=() cycle=() level=()
+    local -A module=() imports=() rooted=() reached=() cycle=() level=()
     echo "== $dir ($3) =="
     # Files that a module includes with #[path], relative to its own directory.
     for file in $(find "$dir" -name '*.rs' | sort); do
@@ -77,7 +82,9 @@ check_tree() {
     for file in "${!module[@]}"; do
         name=${module[$file]}
         for to in $(crate_names "$file"); do
-            if [ -n "${imports[$to]+known}" ] && [ "$to" != "$name" ] && [[ " ${imports[$name]} " != *" $to "* ]]; then
+            if [ -z "${imports[$to]+known}" ]; then
+                [[ " ${rooted[$name]:-} " == *" $to "* ]] || rooted[$name]+=" $to"
+            elif [ "$to" != "$name" ] && [[ " ${imports[$name]} " != *" $to "* ]]; then
                 imports[$name]+=" $to"
             fi
         done
@@ -99,12 +106,15 @@ check_tree() {
     for name in "${!imports[@]}"; do
         echo "${level[$name]} $name -> ${imports[$name]:-(nothing)}${cycle[$name]:+  (cycle)}"
     done | sort -n -k1,1 -k2,2
-    if [ ${#cycle[@]} -eq 0 ]; then
+    for name in "${!rooted[@]}"; do
+        echo "imports items of the crate root ($root): $name ->$(tr ' ' '\n' <<<"${rooted[$name]}" | sort | xargs -r printf ' %s')"
+    done | sort
+    if [ ${#cycle[@]} -eq 0 ] && [ ${#rooted[@]} -eq 0 ]; then
         echo "no import cycle"
         return 0
     fi
     printf '%s\n' "${cycle[@]}" | sort -u | while read -r others; do
-        echo "import cycle: $others"
+        [ -n "$others" ] && echo "import cycle: $others"
     done
     return 1
 }
@@ -115,4 +125,6 @@ echo
 check_tree crates/flock-core/src lib.rs "the core" || status=1
 echo
 check_tree crates/flock-bench/src main.rs "the benchmark" || status=1
+echo
+check_tree crates/flock-client/src lib.rs "the Rust client" || status=1
 exit $status
