@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MODULE := target/release/libredis_flock.so
 
-.PHONY: deps deps-redis-py deps-clients deps-java deps-python deps-node build run test soak flaky test-clients test-java test-python test-node test-servers dist deps-dist test-dist layers sizes versions unasync lint leakcheck bench bench-clients clean example-cli example-python example-rust
+.PHONY: deps deps-redis-py deps-clients deps-java deps-python deps-node build run test soak flaky test-clients test-java test-python test-node test-servers dist deps-dist test-dist layers sizes versions unasync lint leakcheck bench bench-instructions bench-clients clean example-cli example-python example-rust
 
 # The server that run, test and bench start: empty for the system's
 # redis-server, or redis-7.0 (the same, checked to be 7.0), redis-8.2 or
@@ -203,6 +203,12 @@ leakcheck: build
 # docs/benchmark.md.
 bench: build
 	$(with_server) cargo run --release --package flock-bench -- $(ARGS)
+
+# Instructions redis-server runs per uncontended ACQUIRE + RELEASE pair
+# (callgrind, 10,000 pairs through redis-cli --pipe), beside SET NX PX with a
+# Lua compare-and-delete: scripts/instructions-per-pair.sh, about a minute.
+bench-instructions: build
+	$(with_server) scripts/instructions-per-pair.sh $(abspath $(MODULE))
 
 # One process's waiters through each client (connections, server memory per
 # waiter, how soon a holder hears of FORCERELEASE): docs/benchmark.md.

@@ -16,7 +16,8 @@ usage: flock-bench [options]
   --duration-s SECONDS    length of each run (default 2; expiry runs at least 0.45 s)
   --repeats N             repeats of every run; tables show medians (default 3)
   --methods LIST          of flock,setnx,listpoll,redisson (default all)
-  --scenarios LIST        of ping,uncontended,contended,expiry,backlog,rwlock,semaphore,scale,waiters,philosophers
+  --scenarios LIST        of ping,uncontended,contended,expiry,vanished,backlog,rwlock,semaphore,scale,waiters,
+                          philosophers
                           (default all)
   --hold-us LIST          contended hold times in µs (default 100,0)
   --locks N               idle locks for scale (default 1000000)

@@ -10,7 +10,7 @@ use redis::RedisResult;
 
 use crate::config::Config;
 use crate::results::{combine, Sample};
-use crate::scenarios::{backlog, expiry, philosophers, scale, shared, waiters};
+use crate::scenarios::{backlog, expiry, philosophers, scale, shared, vanished, waiters};
 use crate::server::{field, info, Server};
 use crate::{chart, targets};
 
@@ -88,6 +88,14 @@ fn legend(scenario: &str, config: &Config) -> String {
              delay: from a lease's end to the next grant. max req waiting: most requests a waiter sent between joining and its grant.",
             expiry::LEASE_MS
         ),
+        "vanished" => format!(
+            "A process holding a lock through its session (lease-ms 0) and waiting for another vanishes: its connections stay \
+             open and silent, as behind a partition. Its session has a {} ms timeout; {} trials. freed late: from the last command \
+             on its session's connection to the next waiter's grant, less the timeout. waits left: trials in which its own wait \
+             had left the other lock's queue by then.",
+            vanished::TIMEOUT_MS,
+            vanished::TRIALS
+        ),
         "backlog" => format!(
             "The leases, {} ms each, taken by scripts in one pipeline that then sleeps {} ms (DEBUG SLEEP: the event loop was busy), \
              all due at once when it wakes; setnx: SET NX PX keys, ended by Redis's active expiry. all ended: until DBSIZE is 0. \
@@ -164,7 +172,7 @@ pub fn render(config: &Config, machine: &Machine, samples: &[Sample], elapsed: D
     }
     let checks = targets::check(samples, &rows);
     if !checks.is_empty() {
-        out.push_str("\n#### targets (issues 4, 13 and 23)\n\nRatios are medians of per-repeat ratios between methods run back to back.\n\n| target | FLOCK | met |\n|---|---|---|\n");
+        out.push_str("\n#### targets (issues 4, 13, 23 and 30)\n\nRatios are medians of per-repeat ratios between methods run back to back.\n\n| target | FLOCK | met |\n|---|---|---|\n");
         for c in checks {
             let _ = writeln!(out, "| {} | {} | {} |", c.target, c.measured, if c.met { "yes" } else { "**no**" });
         }

@@ -11,7 +11,8 @@ use crate::config::Config;
 use crate::methods::{self, SharedKind};
 use crate::results::{Metric, Sample};
 use crate::scenarios::{
-    backlog, contended, contended_label, expiry, philosophers, ping, scale, shared, uncontended, waiters, Scenario,
+    backlog, contended, contended_label, expiry, philosophers, ping, scale, shared, uncontended, vanished, waiters,
+    Scenario,
 };
 use crate::server::{flushall, Server};
 
@@ -78,6 +79,10 @@ pub fn run_all(server: &Server, config: &Config) -> Result<Vec<Sample>, Box<dyn 
                         rec.measure(&backlog::label(leases), kind.name(), 1, || backlog::run(server, kind, leases))?;
                     }
                 }
+                continue;
+            }
+            if scenario == Scenario::Vanished {
+                rec.measure("vanished", "flock-session", 1, || vanished::run(server))?;
                 continue;
             }
             if scenario == Scenario::Philosophers {

@@ -1,9 +1,9 @@
-//! Where FLOCK stands against the targets of issues 4, 13 and 23, from the samples of
+//! Where FLOCK stands against the targets of issues 4, 13, 23 and 30, from the samples of
 //! this run. Targets whose runs were not chosen are left out.
 
 use crate::results::{Metric, Sample};
 use crate::scenarios::shared::{self, Shape};
-use crate::scenarios::{contended, contended_label, expiry, philosophers, ping, scale, uncontended, waiters};
+use crate::scenarios::{contended, contended_label, expiry, philosophers, ping, scale, uncontended, vanished, waiters};
 use crate::stats::median;
 
 pub struct Check {
@@ -142,6 +142,14 @@ pub fn check(samples: &[Sample], rows: &[Sample]) -> Vec<Check> {
         add(format!("expiry x{n}: delay p50 within 2 ms"), at(expiry::DELAY_P50), &ms, &|v| v <= 2.0);
         add(format!("expiry x{n}: delay never over 10 ms"), at(expiry::DELAY_MAX), &ms, &|v| v <= 10.0);
         add(format!("expiry x{n}: no request while waiting"), at(expiry::WAITING_REQUESTS), &plain, &|v| v == 0.0);
+    }
+
+    if let Some(row) = rows.iter().find(|r| r.scenario == "vanished") {
+        let ms = |v: f64| format!("{v:.1} ms");
+        let late = row.get(vanished::LATE_MAX);
+        add("vanished: freed within 100 ms of the session timeout".into(), late, &ms, &|v| v <= 100.0);
+        let left = row.get(vanished::WAITS_LEFT);
+        add("vanished: its waits left with it".into(), left, &plain, &|v| v == vanished::TRIALS as f64);
     }
 
     if let Some(row) = rows.iter().find(|r| r.scenario == "scale" && r.method == "flock") {

@@ -8,6 +8,7 @@ pub mod ping;
 pub mod scale;
 pub mod shared;
 pub mod uncontended;
+pub mod vanished;
 pub mod waiters;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,6 +17,7 @@ pub enum Scenario {
     Uncontended,
     Contended,
     Expiry,
+    Vanished,
     Backlog,
     RwLock,
     Semaphore,
@@ -25,11 +27,12 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 10] = [
+    pub const ALL: [Scenario; 11] = [
         Scenario::Ping,
         Scenario::Uncontended,
         Scenario::Contended,
         Scenario::Expiry,
+        Scenario::Vanished,
         Scenario::Backlog,
         Scenario::RwLock,
         Scenario::Semaphore,
@@ -44,6 +47,7 @@ impl Scenario {
             Scenario::Uncontended => "uncontended",
             Scenario::Contended => "contended",
             Scenario::Expiry => "expiry",
+            Scenario::Vanished => "vanished",
             Scenario::Backlog => "backlog",
             Scenario::RwLock => "rwlock",
             Scenario::Semaphore => "semaphore",
