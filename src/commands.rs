@@ -38,14 +38,19 @@ fn split(args: &[RedisString], min: usize) -> Result<(&RedisString, Vec<&[u8]>),
 /// for several keys whose turn it brought are granted.
 pub fn entered<R>(ctx: &Context, f: impl FnOnce(&mut State) -> Result<R, RedisError>) -> Result<R, RedisError> {
     let result = state::try_with(|s| {
-        if !s.sessions.is_empty() {
-            inbox::heard(s, ffi::client_id(ctx));
-        }
+        renew_session(ctx, s);
         let result = f(s);
         engine::drain(ctx, s);
         result
     });
     result.unwrap_or(Err(RedisError::Str(errors::NESTED)))
+}
+
+/// The calling connection's session, if it has one, is heard from now.
+fn renew_session(ctx: &Context, s: &mut State) {
+    if !s.sessions.is_empty() {
+        inbox::heard(s, ffi::client_id(ctx));
+    }
 }
 
 /// Runs `f` on the lock under `key_name` (`legacy::with_lock`), or on a
@@ -375,6 +380,8 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if args.len() != 2 {
         return Err(RedisError::WrongArity);
     }
+    // It reads the key without the state, but it is heard from as any command.
+    state::try_with(|s| renew_session(ctx, s));
     let key = ctx.open_key(&args[1]);
     let value = match read_lock_value(&key) {
         Ok(value) => value,

@@ -139,6 +139,30 @@ fn a_session_heard_from_lives_past_its_timeout_and_its_grant_with_it() {
     assert_eq!(released, 0);
 }
 
+/// Not only its reads: any FLOCK command on the session's connection keeps
+/// the session, and a PING does not (Redis 7.0 does not tell a module which
+/// connection sent it).
+#[test]
+fn any_flock_command_on_its_connection_renews_a_session_and_ping_does_not() {
+    const TIMEOUT_MS: u64 = 300;
+    let s = Server::start();
+    let (mut session_conn, _) = session(&s, Some(TIMEOUT_MS));
+    let until = Instant::now() + Duration::from_millis(3 * TIMEOUT_MS);
+    let mut last_sent = Instant::now();
+    while Instant::now() < until {
+        assert_eq!(info(&mut session_conn, "nothing"), None);
+        last_sent = Instant::now();
+        let _: i64 = redis::cmd("FLOCK.CANCEL").arg("nothing").arg("me").query(&mut session_conn).unwrap();
+        thread::sleep(Duration::from_millis(TIMEOUT_MS / 10));
+    }
+    assert_eq!(s.stat("session_expiries"), 0);
+    wait_until("a session kept by PINGs alone to expire", 5 * SECOND, || {
+        let _: String = redis::cmd("PING").query(&mut session_conn).unwrap_or_default();
+        s.stat("session_expiries") == 1
+    });
+    assert!(last_sent.elapsed() >= Duration::from_millis(TIMEOUT_MS), "expired before its timeout");
+}
+
 /// A session without a timeout of its own takes the module's at each
 /// renewal; one with `TIMEOUT` keeps its own.
 #[test]

@@ -30,7 +30,8 @@ pub fn run(server: &Server) -> RedisResult<Vec<(Metric, f64)>> {
         let mut session = server.connect()?;
         let id: String = redis::cmd("FLOCK.SESSION").arg("TIMEOUT").arg(TIMEOUT_MS).query(&mut session)?;
         let heard = Instant::now();
-        let _: i64 = redis::cmd("FLOCK.ACQUIRE").arg(&held).arg("gone").arg(0).arg("INBOX").arg(&id).query(&mut control)?;
+        let _: i64 =
+            redis::cmd("FLOCK.ACQUIRE").arg(&held).arg("gone").arg(0).arg("INBOX").arg(&id).query(&mut control)?;
         let _: i64 = redis::cmd("FLOCK.ACQUIRE").arg(&busy).arg("other").arg(60_000).query(&mut control)?;
         let _: Value = redis::cmd("FLOCK.ACQUIRE")
             .arg(&busy)
@@ -42,7 +43,8 @@ pub fn run(server: &Server) -> RedisResult<Vec<(Metric, f64)>> {
             .arg(&id)
             .query(&mut control)?;
         let mut next = server.connect()?;
-        let _: i64 = redis::cmd("FLOCK.ACQUIRE").arg(&held).arg("next").arg(60_000).arg("WAIT").arg(0).query(&mut next)?;
+        let _: i64 =
+            redis::cmd("FLOCK.ACQUIRE").arg(&held).arg("next").arg(60_000).arg("WAIT").arg(0).query(&mut next)?;
         late.push(heard.elapsed().saturating_sub(Duration::from_millis(TIMEOUT_MS)).as_nanos() as u64);
         let info: Vec<Value> = redis::cmd("FLOCK.INFO").arg(&busy).query(&mut control)?;
         let waiters = info.chunks(2).find(|f| matches!(&f[0], Value::BulkString(b) if b == b"waiters"));
