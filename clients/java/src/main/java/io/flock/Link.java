@@ -55,6 +55,23 @@ final class Link implements AutoCloseable {
     }
 
     /**
+     * {@link #call(byte[][], boolean)} within {@code timeoutMs} ({@link Timed}): a command the client sends for
+     * itself, given the time until the deadline it serves.
+     */
+    synchronized Object call(byte[][] args, boolean asking, int timeoutMs) throws IOException {
+        try {
+            open();
+            if (asking) {
+                Timed.call(conn, timeoutMs, ASKING);
+            }
+            return Timed.call(conn, timeoutMs, args);
+        } catch (IOException | UncheckedIOException e) {
+            close();
+            throw e instanceof IOException ? (IOException) e : ((UncheckedIOException) e).getCause();
+        }
+    }
+
+    /**
      * Sends {@code commands} one after the other on this connection and returns their replies in order, an
      * error reply as the RuntimeException in its place: in one round trip when the connection can pipeline
      * ({@link Pipelined}: the built-in one, directly or through Sentinel), else one call after the other (an

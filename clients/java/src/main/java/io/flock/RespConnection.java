@@ -34,7 +34,7 @@ import javax.net.ssl.TrustManagerFactory;
  * command may block on the server, since a FLOCK wait may block for as long as its WAIT allows. One command at
  * a time per connection (calls are synchronized).
  */
-public final class RespConnection implements FlockConnection, Pipelined {
+public final class RespConnection implements FlockConnection, Pipelined, Timed {
     private final Socket socket;
     private final InputStream in;
     private final OutputStream out;
@@ -213,9 +213,29 @@ public final class RespConnection implements FlockConnection, Pipelined {
      */
     @Override
     public synchronized Object call(byte[]... args) throws IOException {
+        return send(readTimeoutMs(timeoutMs, args), args);
+    }
+
+    /**
+     * Sends one command and reads its reply within {@code timeoutMs}, whatever the config's command timeout and
+     * however long the command may block on the server: FLOCK's client gives the commands it sends for itself
+     * (heartbeats, renewals) the time until the deadline they serve. A timeout closes the connection, as in
+     * {@link #call(byte[][])}.
+     *
+     * @param timeoutMs milliseconds, at least 1
+     * @param args the command and its arguments
+     * @return the reply, mapped as {@link FlockCommands} says
+     * @throws IOException if the reply was lost or late (the connection is then closed)
+     */
+    @Override
+    public synchronized Object call(int timeoutMs, byte[]... args) throws IOException {
+        return send(Math.max(1, timeoutMs), args);
+    }
+
+    private Object send(int readTimeoutMs, byte[][] args) throws IOException {
         Object reply;
         try {
-            socket.setSoTimeout(readTimeoutMs(timeoutMs, args));
+            socket.setSoTimeout(readTimeoutMs);
             write(args);
             out.flush();
             reply = read();

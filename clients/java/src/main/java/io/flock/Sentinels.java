@@ -29,7 +29,7 @@ final class Sentinels {
     }
 
     /** A connection to the master: a reply saying it stopped being one is a lost reply. */
-    private static final class MasterConnection implements FlockConnection, Pipelined {
+    private static final class MasterConnection implements FlockConnection, Pipelined, Timed {
         private final FlockConnection master;
 
         MasterConnection(FlockConnection master) {
@@ -40,6 +40,15 @@ final class Sentinels {
         public Object call(byte[]... args) throws IOException {
             try {
                 return master.call(args);
+            } catch (RuntimeException e) {
+                throw demoted(e);
+            }
+        }
+
+        @Override
+        public Object call(int timeoutMs, byte[]... args) throws IOException {
+            try {
+                return Timed.call(master, timeoutMs, args);
             } catch (RuntimeException e) {
                 throw demoted(e);
             }
