@@ -9,7 +9,9 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
-import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
@@ -18,15 +20,23 @@ import java.util.concurrent.TimeoutException;
  * What {@code RedissonClient} is to {@code RLock}: one per application and server (or Redis Cluster, or
  * Sentinel-watched master; on a Cluster what follows holds per node: connections and a session on each node
  * used, each lock's commands sent to the master of its key's slot). It owns a UUID (the
- * first half of every owner it uses, {@code <uuid>:<thread id>}), a command connection shared by its locks,
- * a watchdog thread with a connection of its own, and a FLOCK session: one more connection, opened on the
- * first acquire, on which a daemon thread reads the outcome of every thread's wait and the losses of its
- * grants ({@code FLOCK.INBOX}). So any number of waiting threads costs three connections in all (but for the
- * waits of a {@link FlockMultiLock}, each of which blocks a connection of its own).
+ * first half of every owner it uses, {@code <uuid>:<thread id>}), a command connection shared by its locks, a
+ * FLOCK session (one more connection, opened on the first acquire, on which a daemon thread reads the outcome of
+ * every thread's wait and the losses of its grants, {@code FLOCK.INBOX}, every third of the session timeout at
+ * least: the session's heartbeat), a timer thread for the deadlines, and a watchdog connection. So any number of
+ * waiting threads costs three connections in all (but for the waits of a {@link FlockMultiLock}, each of which
+ * blocks a connection of its own).
+ *
+ * <p>A lock taken without a lease time lives with the session ({@code FLOCK.ACQUIRE ... 0 ... INBOX}): no lease,
+ * no renewals. It is reported lost ({@link LossReason#UNCONFIRMED}) when no heartbeat confirmed the session for
+ * its timeout ({@link FlockConfig#setSessionTimeout}), which is before the server can give it to another, and
+ * ({@link LossReason#SESSIONENDED}) when the session ends. A lock taken with a lease time is lost at its
+ * lease's end ({@link LossReason#EXPIRED}). Locks taken without a session (a {@link FlockMultiLock}'s, durable
+ * grants', every lock's with {@code sessions} false) get the watchdog's lease, renewed every third of it.
  *
  * <p>With {@code sessions} false (the constructor's option) waits block a connection each instead
  * ({@code FLOCK.ACQUIRE ... WAIT} on a connection of its own, as BLPOP), and losses are only found by the
- * watchdog's renewals and by unlock.
+ * watchdog's renewals, its deadline and by unlock.
  */
 public final class FlockClient implements AutoCloseable {
     /** The lease of a lock taken without a lease time, renewed every third of it: Redisson's lockWatchdogTimeout. */
@@ -39,8 +49,16 @@ public final class FlockClient implements AutoCloseable {
     private final long watchdogTimeoutMs;
     /** Each key's server: its connections and session. */
     final Router router;
-    private final ScheduledExecutorService watchdog = Executors.newSingleThreadScheduledExecutor(daemon("flock-watchdog"));
+    /**
+     * Runs the deadlines: each session's, each grant's own lease end, each watchdog renewal's start. It never
+     * waits for I/O, so no slow server delays another deadline.
+     */
+    private final ScheduledThreadPoolExecutor timer = new ScheduledThreadPoolExecutor(1, daemon("flock-timer"));
+    /** Renewals (one at a time per node) and re-watches: the I/O the timer starts. */
+    final ExecutorService io = Executors.newCachedThreadPool(daemon("flock-io"));
     private final ExecutorService waiters = Executors.newCachedThreadPool(daemon("flock-wait"));
+    /** The session timeout asked for ({@link FlockConfig#setSessionTimeout}), or 0: the server's. */
+    final long sessionTimeoutMs;
     final Map<Grant.Key, Grant> grants = new ConcurrentHashMap<>();
     private volatile LeaseLostListener leaseLostListener = (name, thread, token, reason) -> {};
     private volatile boolean sessions;
@@ -48,11 +66,11 @@ public final class FlockClient implements AutoCloseable {
     final int durableReplicas;
     final int durableTimeoutMs;
     /** Losses pushed before their grant was known here (the grant's reply still on its way): key -> reason. */
-    private final Map<String, String> earlyLosses = new java.util.LinkedHashMap<>() {
+    private final Map<String, LossReason> earlyLosses = new java.util.LinkedHashMap<>() {
         private static final long serialVersionUID = 1L;
 
         @Override
-        protected boolean removeEldestEntry(Map.Entry<String, String> eldest) {
+        protected boolean removeEldestEntry(Map.Entry<String, LossReason> eldest) {
             return size() > 1024;
         }
     };
@@ -104,26 +122,27 @@ public final class FlockClient implements AutoCloseable {
      */
     public FlockClient(ConnectionFactory factory, long watchdogTimeoutMs, boolean sessions) {
         this(client -> new Router(client, factory), watchdogTimeoutMs, sessions, 0,
-                FlockConfig.DEFAULT_DURABLE_TIMEOUT_MS);
+                FlockConfig.DEFAULT_DURABLE_TIMEOUT_MS, 0);
     }
 
     /**
      * A client on connections from {@code factory} (a Jedis, Lettuce or Spring adapter) with the options of
-     * {@code options} that do not concern connecting: the watchdog timeout and durable grants
-     * ({@link FlockConfig#setDurableReplicas}, {@link FlockConfig#setDurableTimeout}); sessions on.
+     * {@code options} that do not concern connecting: the session timeout, the watchdog timeout and durable
+     * grants ({@link FlockConfig#setSessionTimeout}, {@link FlockConfig#setLockWatchdogTimeout},
+     * {@link FlockConfig#setDurableReplicas}, {@link FlockConfig#setDurableTimeout}); sessions on.
      *
      * @param factory opens each connection the client needs (never a shared one)
-     * @param options the watchdog timeout and the durable-grant options (address, credentials, TLS and
-     *     topology are the factory's, not taken from it)
+     * @param options the session and watchdog timeouts and the durable-grant options (address, credentials,
+     *     TLS and topology are the factory's, not taken from it)
      */
     public FlockClient(ConnectionFactory factory, FlockConfig options) {
         this(client -> new Router(client, factory), options.lockWatchdogTimeoutMs, true, options.durableReplicas,
-                options.durableTimeoutMs);
+                options.durableTimeoutMs, options.sessionTimeoutMs);
     }
 
     /** Every option (tests: durable grants without sessions). */
     FlockClient(java.util.function.Function<FlockClient, Router> router, long watchdogTimeoutMs,
-            boolean sessions, int durableReplicas, int durableTimeoutMs) {
+            boolean sessions, int durableReplicas, int durableTimeoutMs, long sessionTimeoutMs) {
         if (watchdogTimeoutMs < 3) {
             throw new IllegalArgumentException("watchdog timeout must be at least 3 ms");
         }
@@ -131,6 +150,8 @@ public final class FlockClient implements AutoCloseable {
         this.sessions = sessions;
         this.durableReplicas = durableReplicas;
         this.durableTimeoutMs = durableTimeoutMs;
+        this.sessionTimeoutMs = sessionTimeoutMs;
+        timer.setRemoveOnCancelPolicy(true);
         this.router = router.apply(this);
     }
 
@@ -162,7 +183,7 @@ public final class FlockClient implements AutoCloseable {
      */
     public static FlockClient create(FlockConfig config) {
         return new FlockClient(client -> Router.of(client, config), config.lockWatchdogTimeoutMs, true,
-                config.durableReplicas, config.durableTimeoutMs);
+                config.durableReplicas, config.durableTimeoutMs, config.sessionTimeoutMs);
     }
 
     /**
@@ -286,9 +307,11 @@ public final class FlockClient implements AutoCloseable {
     }
 
     /**
-     * Told once per grant found lost: at once when the server pushes the loss (reason {@code expired},
-     * {@code forcereleased}, {@code deleted} or {@code demoted}; on the session's reader thread), or when a
-     * watchdog renewal finds it gone ({@code NOTOWNER}, {@code UNCONFIRMED}; on the watchdog thread).
+     * Told once per grant found lost, with the {@link LossReason} word: at once when the server pushes the loss
+     * ({@code expired}, {@code forcereleased}, {@code deleted} or {@code demoted}), at a deadline ({@code expired}
+     * for a fixed lease, {@code unconfirmed} for a grant no heartbeat or renewal confirmed in time), at its
+     * session's end ({@code sessionended}), or when a renewal finds it gone ({@code notowner}). See
+     * {@link LeaseLostListener} for the thread it runs on.
      *
      * @param listener the listener, or null for none
      */
@@ -309,9 +332,25 @@ public final class FlockClient implements AutoCloseable {
         return command(args);
     }
 
+    /**
+     * The session timeout T: the one the last session opened was given by its server (its
+     * {@link FlockConfig#setSessionTimeout} if set, else the server's {@code flock.session-timeout-ms}); before
+     * any session, the one asked for, else the server default (10 s). A session grant (a lock taken without a
+     * lease time) is reported lost when no heartbeat confirmed its session for about this long.
+     *
+     * @return the session timeout
+     */
+    public java.time.Duration getSessionTimeout() {
+        for (Node node : router.nodes()) {
+            return java.time.Duration.ofMillis(node.session.timeoutMs());
+        }
+        return java.time.Duration.ofMillis(sessionTimeoutMs > 0 ? sessionTimeoutMs : Protocol.DEFAULT_SESSION_TIMEOUT_MS);
+    }
+
     @Override
     public void close() {
-        watchdog.shutdownNow();
+        timer.shutdownNow();
+        io.shutdownNow();
         waiters.shutdownNow();
         router.close();
     }
@@ -447,29 +486,191 @@ public final class FlockClient implements AutoCloseable {
         return new IOException(cause);
     }
 
-    void startWatchdog(Grant grant) {
-        long period = watchdogTimeoutMs / 3;
-        grant.watchdog = watchdog.scheduleWithFixedDelay(() -> renew(grant), period, period, TimeUnit.MILLISECONDS);
+    /** Runs {@code task} on the client's timer after {@code nanos}; nothing once the client is closed. */
+    ScheduledFuture<?> schedule(Runnable task, long nanos) {
+        try {
+            return timer.schedule(task, Math.max(0, nanos), TimeUnit.NANOSECONDS);
+        } catch (RejectedExecutionException closed) {
+            return null;
+        }
     }
 
-    private void renew(Grant grant) {
-        if (grant.lostReason != null) {
-            return;
+    /**
+     * How a grant was taken, for its deadline: its token; when the command that answered it (the acquire, or the
+     * FLOCK.INBOX read that brought its event) was sent; its lease ({@code leaseMs} 0: none of its own, it lives
+     * with session {@code via}; else its lease, or its lease left when the event was read); whether the watchdog
+     * renews it; and the session that watches it (null without one).
+     */
+    record Taken(long token, long sentNanos, long leaseMs, boolean renewed, Session.Reader via) {
+    }
+
+    /**
+     * The terms of {@code grant} after an acquire (a new grant or a reentry, which gives it the acquire's lease,
+     * or makes it live with the session again for lease-ms 0) and the timers they need: the session's deadline
+     * covers a grant that lives with it; a lease of its own has a timer at its deadline, and the watchdog's
+     * renewals when it renews it.
+     */
+    void track(Grant grant, Taken taken) {
+        Session.Reader bindTo = null;
+        synchronized (grant) {
+            if (grant.lostReason != null) {
+                return;
+            }
+            if (taken.via() != null) {
+                grant.watcher = taken.via();
+            }
+            if (taken.leaseMs() == 0) {
+                grant.leaseMs = 0;
+                grant.renewed = false;
+                grant.cancelTimers();
+                if (grant.session != taken.via()) {
+                    Session.Reader before = grant.session;
+                    if (before != null) {
+                        before.unbind(grant);
+                    }
+                    grant.session = taken.via();
+                    bindTo = taken.via();
+                }
+            } else {
+                // a reentry with a lease keeps the grant bound to its session too (the server keeps it so)
+                grant.leaseMs = taken.leaseMs();
+                grant.leaseDeadline = Protocol.deadline(taken.sentNanos(), taken.leaseMs());
+                grant.renewed = taken.renewed();
+                armDeadline(grant);
+                if (taken.renewed()) {
+                    startWatchdog(grant, taken.sentNanos());
+                } else {
+                    grant.stopWatchdog();
+                }
+            }
         }
-        try {
-            router.call(grant.lockKey, grant.renewArgs(watchdogTimeoutMs), node -> node.renewals, false);
-            grant.confirmedNanos = System.nanoTime();
-        } catch (IOException | RuntimeException e) {
-            if ("NOTOWNER".equals(RedisError.codeOf(e))) {
-                leaseLost(grant, "NOTOWNER", "the watchdog's renewal was refused: " + new RedisError(e).getMessage());
-            } else if (System.nanoTime() - grant.confirmedNanos > TimeUnit.MILLISECONDS.toNanos(watchdogTimeoutMs)) {
-                leaseLost(grant, "UNCONFIRMED", "no renewal was confirmed for a whole lease ("
-                        + watchdogTimeoutMs + " ms): the lease may have ended");
+        if (bindTo != null) {
+            LossReason gone = bindTo.bind(grant);
+            if (gone != null) {
+                leaseLost(grant, gone, gone == LossReason.UNCONFIRMED
+                        ? "its session's deadline passed before the grant was known"
+                        : "the session it lived with ended before the grant was known: the server ended it");
             }
         }
     }
 
-    private void leaseLost(Grant grant, String reason, String message) {
+    /** The timer at {@code grant}'s own lease deadline (again, when a renewal or reentry moved it). */
+    private void armDeadline(Grant grant) {
+        synchronized (grant) {
+            if (grant.lostReason != null || grant.leaseMs == 0) {
+                return;
+            }
+            grant.cancelDeadline();
+            grant.deadlineCheck = schedule(() -> checkDeadline(grant), grant.leaseDeadline - System.nanoTime());
+        }
+    }
+
+    /** On the timer: {@code grant}'s deadline came (lost, unless a renewal moved it on meanwhile). */
+    private void checkDeadline(Grant grant) {
+        if (grants.get(grant.key) != grant || grant.lostReason != null) {
+            return;
+        }
+        if (!lostByNow(grant)) {
+            armDeadline(grant);
+        }
+    }
+
+    /**
+     * Whether {@code grant} is known lost, or its deadline (its session's, its own lease's) has passed by the
+     * clock now, which reports it lost: a process paused past its deadline sees it at its first check.
+     */
+    boolean lostByNow(Grant grant) {
+        if (grant.lostReason != null) {
+            return true;
+        }
+        long now = System.nanoTime();
+        LossReason due = grant.due(now);
+        if (due == null) {
+            return false;
+        }
+        Session.Reader session = grant.session;
+        if (session != null && now - session.deadline() >= 0) {
+            // its session is over, for all its grants: it is closed, so that the server ends them all too
+            session.expire();
+        }
+        leaseLost(grant, due, due == LossReason.EXPIRED ? lossMessage("expired")
+                : grant.leaseMs > 0 && grant.renewed ? "no renewal was confirmed for a whole lease ("
+                        + grant.leaseMs + " ms): the lease may have ended"
+                : "no heartbeat of its session confirmed it for the session's timeout: the server may have ended it");
+        return grant.lostReason != null;
+    }
+
+    /** The watchdog's renewals of {@code grant}: the first a third of the lease after {@code sentNanos}. */
+    private void startWatchdog(Grant grant, long sentNanos) {
+        synchronized (grant) {
+            if (grant.watchdog != null) {
+                return;
+            }
+            long period = TimeUnit.MILLISECONDS.toNanos(watchdogTimeoutMs / Protocol.WATCHDOG_RENEW_FRACTION);
+            try {
+                grant.watchdog = timer.scheduleWithFixedDelay(() -> renewSoon(grant),
+                        Math.max(0, sentNanos + period - System.nanoTime()), period, TimeUnit.NANOSECONDS);
+            } catch (RejectedExecutionException closed) {
+                // the client is closing
+            }
+        }
+    }
+
+    /** On the timer: a renewal of {@code grant}, one at a time per node, unless one is under way. */
+    private void renewSoon(Grant grant) {
+        if (grant.lostReason != null || !grant.renewing.compareAndSet(false, true)) {
+            return;
+        }
+        try {
+            router.renewerOf(grant.lockKey).execute(() -> {
+                try {
+                    renew(grant);
+                } finally {
+                    grant.renewing.set(false);
+                }
+            });
+        } catch (RejectedExecutionException closed) {
+            grant.renewing.set(false);
+        }
+    }
+
+    /**
+     * FLOCK.RENEW of {@code grant}, resent with its request ID at once when a reply is lost, each send given the
+     * time left until the grant's deadline. A reply moves the deadline to the first send's time + the lease (the
+     * server applied it then at the earliest); NOTOWNER is a loss; anything else leaves the deadline as it is.
+     */
+    private void renew(Grant grant) {
+        if (grants.get(grant.key) != grant || grant.lostReason != null) {
+            return;
+        }
+        byte[][] args = grant.renewArgs(watchdogTimeoutMs);
+        long sent = System.nanoTime();
+        for (int attempt = 0; attempt <= RESENDS; attempt++) {
+            long deadline = grant.leaseDeadline;
+            if (System.nanoTime() - deadline >= 0) {
+                return; // its timer reports it
+            }
+            try {
+                router.route(grant.lockKey).callTimed(args, node -> node.renewals, Protocol.msUntil(deadline));
+                grant.confirmed(sent, watchdogTimeoutMs);
+                return;
+            } catch (IOException e) {
+                // lost: sent again at once, same ID
+            } catch (RuntimeException e) {
+                if ("NOTOWNER".equals(RedisError.codeOf(e))) {
+                    leaseLost(grant, LossReason.NOTOWNER, "the watchdog's renewal was refused: "
+                            + new RedisError(e).getMessage());
+                }
+                return;
+            }
+        }
+    }
+
+    /**
+     * Reports {@code grant} lost, once (a push, a timer and a renewal may all find it): stops its timers, and
+     * tells the listener on the calling thread.
+     */
+    void leaseLost(Grant grant, LossReason reason, String message) {
         if (grants.get(grant.key) != grant) {
             return; // released meanwhile: the renewal raced the unlock
         }
@@ -480,8 +681,8 @@ public final class FlockClient implements AutoCloseable {
             grant.lostMessage = message;
             grant.lostReason = reason;
         }
-        grant.stopWatchdog();
-        leaseLostListener.onLeaseLost(grant.key.name, grant.key.threadId, grant.token, reason);
+        grant.stop();
+        leaseLostListener.onLeaseLost(grant.key.name, grant.key.threadId, grant.token, reason.reason());
     }
 
     /** What a pushed loss's reason means, for the exception of a later unlock. */
@@ -506,12 +707,16 @@ public final class FlockClient implements AutoCloseable {
         if (threadId < 0) {
             return;
         }
+        LossReason why = LossReason.of(reason);
+        if (why == null) {
+            why = LossReason.DELETED; // a reason newer than this client: the server ended it all the same
+        }
         Grant grant = grantOf(name, owner, token);
         if (grant != null) {
-            leaseLost(grant, reason, lossMessage(reason));
+            leaseLost(grant, why, lossMessage(reason));
         } else {
             synchronized (earlyLosses) {
-                earlyLosses.put(lossKey(name, threadId, token), reason);
+                earlyLosses.put(lossKey(name, threadId, token), why);
             }
         }
     }
@@ -538,12 +743,12 @@ public final class FlockClient implements AutoCloseable {
 
     /** A grant just became known: if its loss was pushed already, it is lost now. */
     void checkEarlyLoss(Grant grant) {
-        String reason;
+        LossReason reason;
         synchronized (earlyLosses) {
             reason = earlyLosses.remove(lossKey(grant.key.name, grant.key.threadId, grant.token));
         }
         if (reason != null) {
-            leaseLost(grant, reason, lossMessage(reason));
+            leaseLost(grant, reason, lossMessage(reason.reason()));
         }
     }
 
@@ -557,36 +762,45 @@ public final class FlockClient implements AutoCloseable {
     final java.util.concurrent.atomic.AtomicInteger rewatched = new java.util.concurrent.atomic.AtomicInteger();
 
     /**
-     * After a session broke: moves the watch of every grant held to a new session of its key's node, so that
-     * their losses are still pushed (on the watchdog thread, at once or after {@code delayMs}).
+     * After a session broke: moves the watch of every grant with a lease of its own that it watched to a new
+     * session of its key's node, so that their losses are still pushed (on an I/O thread, at once or after
+     * {@code delayMs}). The grants that lived with it ended with it.
      */
     void rewatchLater(long delayMs) {
         if (!sessions) {
             return;
         }
-        try {
-            watchdog.schedule((Runnable) this::rewatch, delayMs, TimeUnit.MILLISECONDS);
-        } catch (java.util.concurrent.RejectedExecutionException closed) {
-            // the client is closing
+        Runnable task = () -> {
+            try {
+                io.execute(this::rewatch);
+            } catch (RejectedExecutionException closed) {
+                // the client is closing
+            }
+        };
+        if (delayMs == 0) {
+            task.run();
+        } else {
+            schedule(task, TimeUnit.MILLISECONDS.toNanos(delayMs));
         }
     }
 
     /**
      * The session's reader heard {@code moved}: the grant went with its key to another node (a Cluster slot
-     * move) and is held there; watch it from that node's session (on the watchdog thread).
+     * move) and is held there; watch it from that node's session (on an I/O thread).
      */
-    void movedAway(String name, String owner, long token) {
+    void movedAway(String name, String owner, long token, Session.Reader from) {
         Grant grant = grantOf(name, owner, token);
         if (grant == null) {
             return;
         }
+        from.unbind(grant); // it no longer ends with that session
         try {
-            watchdog.execute(() -> {
-                if (rewatch(grant) == Rewatch.UNREACHABLE) {
+            io.execute(() -> {
+                if (rewatch(grant, true) == Rewatch.UNREACHABLE) {
                     rewatchLater(REWATCH_RETRY_MS);
                 }
             });
-        } catch (java.util.concurrent.RejectedExecutionException closed) {
+        } catch (RejectedExecutionException closed) {
             // the client is closing
         }
     }
@@ -594,7 +808,9 @@ public final class FlockClient implements AutoCloseable {
     private void rewatch() {
         boolean unreachable = false;
         for (Grant grant : grants.values()) {
-            if (grant.lostReason == null && rewatch(grant) == Rewatch.UNREACHABLE) {
+            Session.Reader watcher = grant.watcher;
+            if (grant.lostReason == null && grant.leaseMs > 0 && watcher != null && watcher.over()
+                    && rewatch(grant, false) == Rewatch.UNREACHABLE) {
                 unreachable = true;
             }
         }
@@ -609,66 +825,97 @@ public final class FlockClient implements AutoCloseable {
     /**
      * A RENEW (NOTOWNER: the grant is gone, reported lost), then, on the node that answered it, a reentrant
      * ACQUIRE ... INBOX with that node's session (the same token, one more hold, the lease reset to the
-     * watchdog's as a renewal does, or for a fixed lease to the lease it has left) and a RELEASE of that hold;
-     * the thread's own unlock() waits meanwhile. Anything but the same token means the grant ended in
-     * between: it is reported lost (and a new grant so made is given back).
+     * watchdog's as a renewal does, for a fixed lease to the lease it has left, or lease-ms 0 again for a grant
+     * that lived with its session and {@code moved} with its key) and a RELEASE of that hold; the thread's own
+     * unlock() waits meanwhile. Each command may take until the grant's deadline (a third of the session timeout
+     * for a grant without a lease). Anything but the same token means the grant ended in between: it is reported
+     * lost (and a new grant so made is given back).
      */
-    private Rewatch rewatch(Grant grant) {
+    private Rewatch rewatch(Grant grant, boolean moved) {
         synchronized (grant.holdsLock) {
-            if (grants.get(grant.key) != grant || grant.lostReason != null) {
+            if (grants.get(grant.key) != grant || lostByNow(grant)) {
                 return Rewatch.DONE;
             }
+            boolean sessionGrant = grant.leaseMs == 0;
+            if (sessionGrant && !moved) {
+                return Rewatch.DONE; // it ended with its session (reported so)
+            }
             long leaseMs = watchdogTimeoutMs;
-            long leaseEnd = grant.leaseEndNanos;
-            if (grant.watchdog == null && leaseEnd != 0) {
-                // A fixed lease keeps its end: the lease left, measured from when the grant's reply came (the
-                // server's lease began before, so this never shortens it).
-                leaseMs = TimeUnit.NANOSECONDS.toMillis(leaseEnd - System.nanoTime());
+            if (!sessionGrant && !grant.renewed) {
+                // A fixed lease keeps its end: the lease left until its deadline (already taken in by the margin,
+                // so this never lengthens it on the server).
+                leaseMs = TimeUnit.NANOSECONDS.toMillis(grant.leaseDeadline - System.nanoTime());
                 if (leaseMs <= 0) {
-                    leaseLost(grant, "expired", lossMessage("expired")); // its push went with the old session
+                    leaseLost(grant, LossReason.EXPIRED, lossMessage("expired")); // its push went with the old session
                     return Rewatch.DONE;
                 }
             }
             Router.Route route;
-            String sid;
+            Session.Reader reader;
+            long sent = System.nanoTime();
             try {
                 route = router.route(grant.lockKey);
                 Node node = route.node();
-                sid = node.session.id();
-                route.call(grant.renewArgs(leaseMs), n -> n.commands, false); // still ours? (no new grant if not)
+                reader = node.session.current();
+                if (sessionGrant) {
+                    leaseMs = reader.timeoutMs;
+                }
+                // still ours? (no new grant if not)
+                route.callTimed(grant.renewArgs(leaseMs), n -> n.commands, commandMs(grant, reader));
                 if (route.node() != node) { // redirected: the grant is on the node named
-                    sid = route.node().session.id();
+                    reader = route.node().session.current();
                 }
             } catch (IOException | RuntimeException e) {
                 if ("NOTOWNER".equals(RedisError.codeOf(e))) {
-                    leaseLost(grant, "NOTOWNER", "the server ended the grant: " + new RedisError(e).getMessage());
+                    leaseLost(grant, LossReason.NOTOWNER, "the server ended the grant: " + new RedisError(e).getMessage());
                     return Rewatch.DONE;
                 }
-                // not closed: the node cannot be reached now (the watchdog tells if it stays so)
+                // not closed: the node cannot be reached now (its deadline tells if it stays so)
                 return e instanceof IllegalStateException ? Rewatch.DONE : Rewatch.UNREACHABLE;
+            }
+            if (grant.renewed) {
+                grant.confirmed(sent, leaseMs);
             }
             Object reply;
             try {
-                reply = route.send(grant.rewatchArgs(leaseMs, sid), node -> node.commands);
+                reply = route.callTimed(grant.rewatchArgs(sessionGrant ? 0 : leaseMs, reader.sid), n -> n.commands,
+                        commandMs(grant, reader));
             } catch (IOException | RuntimeException e) {
-                return Rewatch.DONE; // NOSESSION: that session's end re-watches again; anything else: the watchdog tells
+                return Rewatch.DONE; // NOSESSION: that session's end re-watches again; anything else: the deadline tells
             }
             if (reply instanceof Long) {
                 try {
-                    route.send(grant.releaseArgs(), node -> node.commands);
+                    route.callTimed(grant.releaseArgs(), n -> n.commands, commandMs(grant, reader));
                 } catch (IOException | RuntimeException e) {
                     // the extra hold stays until the thread's last unlock finds it: its lease ends it
                 }
                 if ((Long) reply != grant.token) {
-                    leaseLost(grant, "NOTOWNER", "the grant ended while the client's session was being replaced");
-                } else {
-                    rewatched.incrementAndGet();
+                    leaseLost(grant, LossReason.NOTOWNER, "the grant ended while the client's session was being replaced");
+                    return Rewatch.DONE;
                 }
+                grant.watcher = reader;
+                if (sessionGrant) {
+                    grant.session = reader;
+                    LossReason gone = reader.bind(grant);
+                    if (gone != null) {
+                        leaseLost(grant, gone, "the session it was moved to ended");
+                        return Rewatch.DONE;
+                    }
+                }
+                rewatched.incrementAndGet();
             } else if (reply == null) {
-                leaseLost(grant, "NOTOWNER", "the grant ended while the client's session was being replaced");
+                leaseLost(grant, LossReason.NOTOWNER, "the grant ended while the client's session was being replaced");
             }
             return Rewatch.DONE;
         }
+    }
+
+    /** How long a command the client sends for {@code grant} may take: until its deadline, else T/3. */
+    private static int commandMs(Grant grant, Session.Reader session) {
+        if (grant.leaseMs > 0) {
+            return Protocol.msUntil(grant.leaseDeadline);
+        }
+        return (int) Protocol.heartbeatMs(session.timeoutMs);
     }
 
     /** The thread released its last hold of grant {@code token}. */

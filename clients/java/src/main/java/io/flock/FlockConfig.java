@@ -41,6 +41,8 @@ public final class FlockConfig {
     int connectTimeoutMs = DEFAULT_CONNECT_TIMEOUT_MS;
     int timeoutMs = DEFAULT_TIMEOUT_MS;
     long lockWatchdogTimeoutMs = FlockClient.DEFAULT_WATCHDOG_TIMEOUT_MS;
+    /** 0: the server's {@code flock.session-timeout-ms}. */
+    long sessionTimeoutMs;
     int durableReplicas;
     int durableTimeoutMs = DEFAULT_DURABLE_TIMEOUT_MS;
     Path sslTruststore;
@@ -141,6 +143,28 @@ public final class FlockConfig {
             throw new IllegalArgumentException("timeout must be 0 (no limit) or more: " + timeoutMs);
         }
         this.timeoutMs = timeoutMs;
+        return this;
+    }
+
+    /**
+     * The session timeout T (default: the server's {@code flock.session-timeout-ms}, 10 s unless configured): how
+     * long the client's session lives on the server without being heard from. A lock taken without a lease time
+     * lives with the session (no lease, no renewals); the session's reader is heard from every T/3, and when no
+     * heartbeat confirmed the session for T (less a drift margin of 10 ms + 1%) its locks are reported lost
+     * ({@link LossReason#UNCONFIRMED}), before the server can give them to anyone else. So a process cut off
+     * from the server, or paused, holds its locks for at most about T. Shorter: losses known and locks passed on
+     * sooner, more heartbeats; a pause (GC, a frozen VM) longer than about T/3 may cost the locks.
+     *
+     * @param timeout from 100 ms to 1 hour (the server's limits), in whole milliseconds
+     * @return this config
+     * @throws IllegalArgumentException if {@code timeout} is outside those limits
+     */
+    public FlockConfig setSessionTimeout(java.time.Duration timeout) {
+        long ms = timeout.toMillis();
+        if (ms < 100 || ms > 3_600_000) {
+            throw new IllegalArgumentException("session timeout must be 100 ms to 1 hour: " + timeout);
+        }
+        this.sessionTimeoutMs = ms;
         return this;
     }
 

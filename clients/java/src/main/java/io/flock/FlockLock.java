@@ -75,7 +75,7 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
     public void unlock() {
         Grant.Key mine = mine();
         Grant grant = client.grants.get(mine);
-        if (grant != null && grant.lostReason != null) {
+        if (grant != null && client.lostByNow(grant)) {
             forget(mine);
             // a grant reported lost as its node was demoted can still be held on the promoted replica: if the
             // thread's next acquire gets its token back, its holds are given back then
@@ -123,7 +123,7 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
     private long releaseUnknownHolds(long left) {
         try {
             while (left > 0) {
-                left = (Long) call("FLOCK.RELEASE", key, owner(), FlockClient.bytes("ID"), FlockClient.requestId());
+                left = (Long) own(releaseArgs());
             }
         } catch (RuntimeException e) {
             if ("NOTOWNER".equals(RedisError.codeOf(e))) {
@@ -207,7 +207,18 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
      */
     public boolean isLeaseLost() {
         Grant grant = client.grants.get(mine());
-        return grant != null && grant.lostReason != null;
+        return grant != null && client.lostByNow(grant);
+    }
+
+    /**
+     * Why the current thread's grant was lost ({@link #isLeaseLost()}), or null while it is held (or the thread
+     * holds none): {@code reason()} gives the word the {@link LeaseLostListener} was told.
+     *
+     * @return the reason, or null
+     */
+    public LossReason getLeaseLostReason() {
+        Grant grant = client.grants.get(mine());
+        return grant != null && client.lostByNow(grant) ? grant.lostReason : null;
     }
 
     /**
@@ -270,7 +281,7 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
             }
             Grant grant = client.grants.get(k);
             if (grant != null) {
-                grant.stopWatchdog();
+                grant.stop();
             }
             return true;
         });
@@ -341,29 +352,48 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
     /**
      * waitMs: 0 tries only, FOREVER queues without limit. Returns the token, or null if not granted. Through the
      * session (the default) or, without sessions, a try on the shared connection and then a blocking WAIT on a
-     * connection of its own.
+     * connection of its own. leaseMs {@link #WATCHDOG}: through the session a grant that lives with the session
+     * ({@code lease-ms 0}: no lease, no renewals), without one (or with durable grants, whose replicas must see a
+     * lease) the watchdog's lease, renewed.
      */
     @Override
     Long acquire(long waitMs, long leaseMs, boolean interruptible) throws InterruptedException {
         if (interruptible && Thread.interrupted()) {
             throw new InterruptedException();
         }
-        long lease = leaseMs > 0 ? leaseMs : client.getWatchdogTimeout();
-        Long token;
-        try {
-            token = acquireWithoutKnownHolds(waitMs, lease, interruptible);
-        } catch (RuntimeException e) {
-            mayHoldUnknowingly();
-            throw e;
-        }
-        if (token != null) {
-            dropLeakedHolds(token);
-            if (client.durableReplicas > 0) {
-                confirmDurable(client, List.of(this), lease, this::giveBack);
+        long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(waitMs);
+        for (int attempt = 0; ; attempt++) {
+            long left = waitMs <= 0 ? waitMs : TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime());
+            FlockClient.Taken taken;
+            try {
+                taken = left <= 0 && waitMs > 0 ? null : acquireWithoutKnownHolds(left, leaseMs, interruptible);
+            } catch (RuntimeException e) {
+                mayHoldUnknowingly();
+                throw e;
             }
-            remember(token, leaseMs == WATCHDOG, lease);
+            if (taken == null) {
+                return null;
+            }
+            boolean fresh = client.grants.get(mine()) == null;
+            if (fresh && taken.leaseMs() == 0 && taken.via().gone() && attempt < FlockClient.RESENDS) {
+                // Granted through a session that ended meanwhile (the server ended the grant with it): not held,
+                // so the acquire goes on through a new session, for the time it has left.
+                continue;
+            }
+            dropLeakedHolds(taken.token());
+            if (client.durableReplicas > 0) {
+                // durable grants have a lease of their own (never lease-ms 0): the one asked, or the watchdog's
+                confirmDurable(client, List.of(this), leaseMs > 0 ? leaseMs : client.getWatchdogTimeout(),
+                        this::giveBack);
+            }
+            Grant grant = remember(taken);
+            if (fresh && grant.session != null && grant.lostReason != null && attempt < FlockClient.RESENDS) {
+                // the same, the session having ended as the grant became known
+                forget(grant.key);
+                continue;
+            }
+            return taken.token();
         }
-        return token;
     }
 
     /**
@@ -374,18 +404,23 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
         client.releasedUnknown(mine());
     }
 
-    private Long acquireWithoutKnownHolds(long waitMs, long lease, boolean interruptible)
+    private FlockClient.Taken acquireWithoutKnownHolds(long waitMs, long leaseMs, boolean interruptible)
             throws InterruptedException {
+        // a lease time under 1 ms but the watchdog's: the watchdog's timeout as a fixed lease
+        long lease = leaseMs > 0 ? leaseMs : client.getWatchdogTimeout();
+        boolean watchdog = leaseMs == WATCHDOG;
         if (!client.usesSessions()) {
-            return acquireBlocking(waitMs, lease, interruptible);
+            return acquireBlocking(waitMs, lease, watchdog, interruptible);
         }
         try {
-            return acquireInSession(waitMs, lease, interruptible);
+            boolean sessionGrant = watchdog && client.durableReplicas == 0;
+            return acquireInSession(waitMs, sessionGrant ? 0 : lease, watchdog && !sessionGrant, interruptible);
         } catch (RuntimeException e) {
             if (!client.sessionsUnsupported(e)) {
                 throw e;
             }
-            return acquireBlocking(waitMs, lease, interruptible); // an older module: wait as it allows
+            // an older module: wait as it allows
+            return acquireBlocking(waitMs, lease, watchdog, interruptible);
         }
     }
 
@@ -404,7 +439,7 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
         Map<String, Object> mine = myHolder();
         long extra = mine == null ? 0 : (Long) mine.get("holds") - 1;
         for (long i = 0; i < extra; i++) {
-            call("FLOCK.RELEASE", key, owner(), FlockClient.bytes("ID"), FlockClient.requestId());
+            own(releaseArgs());
         }
     }
 
@@ -487,22 +522,24 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
     /** The hold a durable grant could not confirm, given back; NOTOWNER (already gone) and I/O errors ignored. */
     private void giveBack() {
         try {
-            client.call(FlockClient.bytes("FLOCK.RELEASE"), key, owner(), FlockClient.bytes("ID"),
-                    FlockClient.requestId());
-        } catch (IOException | RuntimeException e) {
+            own(releaseArgs());
+        } catch (RuntimeException e) {
             // gone already (NOTOWNER), or unreachable: its lease ends it, or the thread's next grant, a
             // reentry of it, gives it back
             mayHoldUnknowingly();
         }
     }
 
-    private Long acquireBlocking(long waitMs, long lease, boolean interruptible) throws InterruptedException {
+    private FlockClient.Taken acquireBlocking(long waitMs, long lease, boolean watchdog, boolean interruptible)
+            throws InterruptedException {
         Object reply;
         boolean interrupted = false;
+        long sent = System.nanoTime();
         try {
             reply = call(acquireArgs(lease, null, null, FlockClient.requestId()));
             if (reply == null && waitMs != 0) {
                 long wait = waitMs == FOREVER ? 0 : waitMs;
+                sent = System.nanoTime();
                 FlockClient.Reply waited = client.callBlocking(acquireArgs(lease, wait, null, FlockClient.requestId()),
                         interruptible);
                 reply = waited.value;
@@ -517,11 +554,12 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
             if (reply != null) {
                 // The grant won the race with CLIENT UNBLOCK; a WAIT grant is never a reentry, so one
                 // RELEASE gives it back whole (to the next in the queue).
-                call("FLOCK.RELEASE", key, owner(), FlockClient.bytes("ID"), FlockClient.requestId());
+                own(releaseArgs());
             }
             throw new InterruptedException("interrupted while waiting for lock '" + name + "'");
         }
-        return (Long) reply;
+        // the lease began on the server after the command that answered it was sent
+        return reply == null ? null : new FlockClient.Taken((Long) reply, sent, lease, watchdog, null);
     }
 
     /** How long past its WAIT timeout a wait waits for the server's event before it cancels the wait itself. */
@@ -530,7 +568,7 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
      * How long an ending wait waits for the session to show that the server has nothing more for it; then the
      * session, which says nothing, is closed (its end says it).
      */
-    static final long CANCEL_GRACE_MS = 10_000;
+    static final long CANCEL_GRACE_MS = Protocol.CANCEL_GRACE_MS;
     /** Between attempts to open a new session while the server cannot be reached. */
     static final long REOPEN_PAUSE_MS = 100;
 
@@ -552,7 +590,8 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
      * retries every {@link #REOPEN_PAUSE_MS} until its own deadline, and then ends as one that ran out. A wait
      * that a lost reply may have queued ends only as {@link Ending} says.
      */
-    private Long acquireInSession(long waitMs, long lease, boolean interruptible) throws InterruptedException {
+    private FlockClient.Taken acquireInSession(long waitMs, long lease, boolean watchdog, boolean interruptible)
+            throws InterruptedException {
         Router.Route route;
         try {
             route = client.router.route(key);
@@ -564,14 +603,18 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
             for (int attempt = 0; ; ) {
                 String sid = null;
                 try {
-                    sid = route.node().session.id();
-                    return (Long) route.send(acquireArgs(lease, null, sid, rid), node -> node.commands);
+                    Session.Reader session = route.node().session.current();
+                    sid = session.sid;
+                    long sent = System.nanoTime();
+                    Long token = (Long) route.send(acquireArgs(lease, null, sid, rid), node -> node.commands);
+                    return token == null ? null : new FlockClient.Taken(token, sent, lease, watchdog, session);
                 } catch (IOException e) {
                     if (!route.failedOver()) {
                         throw new UncheckedIOException(e);
                     }
                 } catch (RuntimeException e) {
                     if (sid != null && "NOSESSION".equals(RedisError.codeOf(e)) && attempt++ < FlockClient.RESENDS) {
+                        // a new session is opened once its reader handed out what that one had
                         route.node().session.forget(sid);
                     } else if (!route.redirected(e)) { // MOVED, ASK: the same request to the node named
                         throw RedisError.specific(e);
@@ -591,7 +634,8 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
         int noSession = 0;
         boolean interruptedQuietly = false;
         Ending ending = null;
-        Long answered = null;
+        FlockClient.Taken answered = null;
+        long ridSent = 0;               // when the request ID in use was first sent (its grant began after)
         RuntimeException failure = null;
         long giveUpAt = 0;
         try {
@@ -626,6 +670,9 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
                         }
                         if (!sid.equals(before)) {
                             onServer = false; // that session ended, and the server's wait with it
+                        }
+                        if (ridSent == 0) {
+                            ridSent = System.nanoTime();
                         }
                         reply = route.sendOnce(acquireArgs(lease, remainingMs, sid, rid), node -> node.commands);
                     } catch (IOException e) {
@@ -667,14 +714,16 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
                     }
                     lost = 0;
                     if (reply == null || reply instanceof Long) { // granted at once (a token) or not (nil)
+                        // the grant, if any, began after this request ID was first sent
+                        answered = reply == null ? null
+                                : new FlockClient.Taken((Long) reply, ridSent, lease, watchdog, wait.reader);
                         if (!onServer) {
-                            return (Long) reply;
+                            return answered;
                         }
                         // an earlier send of it was queued, and its event (its grant's) may be on its way
                         ending = Ending.ANSWERED;
-                        answered = (Long) reply;
                         wait.fence();
-                        giveUpAt = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(CANCEL_GRACE_MS);
+                        giveUpAt = fenceGiveUp(wait);
                         continue;
                     }
                     if (!"WAITING".equals(text(reply))) { // a status reply; some libraries give it as bytes
@@ -728,10 +777,13 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
                         if (ending == Ending.INTERRUPT || ending == Ending.FAILED) {
                             // The grant won the race with FLOCK.CANCEL: give it back whole (a wait's grant is
                             // never a reentry), then report the interrupt or the error.
-                            call("FLOCK.RELEASE", key, owner(), FlockClient.bytes("ID"), FlockClient.requestId());
+                            own(releaseArgs());
                             return ended(ending, null, failure);
                         }
-                        return event.token(); // a grant just past the local deadline is still a grant
+                        // a grant just past the local deadline is still a grant; a lease's left is counted from
+                        // the read that brought it
+                        return new FlockClient.Taken(event.token(), event.readSentNanos(),
+                                lease == 0 ? 0 : leaseLeft(event.detail(), lease), watchdog, event.reader());
                     case Session.Event.TIMEOUT:
                     case Session.Event.CANCELLED:
                         if (!current || ending == Ending.ANSWERED) {
@@ -751,6 +803,7 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
                             // MIGRATE took the key (and its request IDs) to another node: queue there, at
                             // the tail, as a new request with what is left of the wait
                             rid = FlockClient.requestId();
+                            ridSent = 0;
                             sendNow = true;
                             sendAt = System.nanoTime();
                             continue;
@@ -792,8 +845,21 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
         }
     }
 
+    /**
+     * The lease left of a {@code granted} event ({@code detail}, ms when the read answered); {@code lease} when
+     * the detail is not a number (a server that sent none).
+     */
+    private static long leaseLeft(String detail, long lease) {
+        try {
+            return Math.max(1, Math.min(lease, Long.parseLong(detail)));
+        } catch (NumberFormatException e) {
+            return lease;
+        }
+    }
+
     /** How an ending wait ends once the server has nothing more for it. */
-    private Long ended(Ending ending, Long answered, RuntimeException failure) throws InterruptedException {
+    private FlockClient.Taken ended(Ending ending, FlockClient.Taken answered, RuntimeException failure)
+            throws InterruptedException {
         switch (ending) {
             case INTERRUPT:
                 throw new InterruptedException("interrupted while waiting for lock '" + name + "'");
@@ -812,13 +878,26 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
      * Returns when to stop waiting for that.
      */
     private long cancel(Session.Wait wait) {
+        long giveUpAt = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(CANCEL_GRACE_MS);
         try {
-            client.command(new byte[][] {FlockClient.bytes("FLOCK.CANCEL"), key, wait.owner});
+            // sent once, within the grace: no answer by then closes the session (its waits are sent again)
+            client.router.route(key).callTimed(new byte[][] {FlockClient.bytes("FLOCK.CANCEL"), key, wait.owner},
+                    n -> n.commands, (int) CANCEL_GRACE_MS);
             wait.fence();
+            return fenceGiveUp(wait);
         } catch (IOException | RuntimeException e) {
-            // the final event or the session's end still comes; else, after the grace, the session is closed
+            // the final event or the session's end may still come; else, after the grace, the session is closed
         }
-        return System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(CANCEL_GRACE_MS);
+        return giveUpAt;
+    }
+
+    /**
+     * When to stop waiting for the fence just asked for: the session's next read brings it, within a third of
+     * its timeout, or its deadline ends the session; past its timeout and a grace more, the session says nothing
+     * and is closed.
+     */
+    private static long fenceGiveUp(Session.Wait wait) {
+        return System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(wait.reader.timeoutMs + CANCEL_GRACE_MS);
     }
 
     /** waitMs: null for a try, 0 for no limit; sessionId: null without a session. */
@@ -839,30 +918,33 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
         return args.toArray(new byte[0][]);
     }
 
-    /** A new token is a new grant (also after a lost lease); the same token is a reentry of the one known. */
-    void remember(long token, boolean watchdog, long leaseMs) {
+    /**
+     * A new token is a new grant (also after a lost lease); the same token is a reentry of the one known, which
+     * takes the terms of this acquire (its lease, or living with the session again).
+     */
+    Grant remember(FlockClient.Taken taken) {
         Grant.Key mine = mine();
         Grant grant = client.grants.get(mine);
-        if (grant == null || grant.token != token || grant.lostReason != null) {
+        boolean fresh = grant == null || grant.token != taken.token() || grant.lostReason != null;
+        if (fresh) {
             if (grant != null) {
-                grant.stopWatchdog();
+                grant.stop();
             }
-            grant = new Grant(mine, key, owner(), token, acquireOptions);
+            grant = new Grant(mine, key, owner(), taken.token(), acquireOptions);
             client.grants.put(mine, grant);
-            client.checkEarlyLoss(grant);
         }
         grant.holds++;
-        if (watchdog && grant.watchdog == null && grant.lostReason == null) {
-            client.startWatchdog(grant);
+        client.track(grant, taken);
+        if (fresh) {
+            client.checkEarlyLoss(grant);
         }
-        // The server's lease ends by then at the latest (it began before this reply came).
-        grant.leaseEndNanos = grant.watchdog != null ? 0 : System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(leaseMs);
+        return grant;
     }
 
     private void forget(Grant.Key mine) {
         Grant grant = client.grants.remove(mine);
         if (grant != null) {
-            grant.stopWatchdog();
+            grant.stop();
         }
     }
 
@@ -873,6 +955,35 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
 
     private byte[] owner() {
         return client.owner();
+    }
+
+    /** FLOCK.RELEASE of one of the thread's holds, with a request ID of its own. */
+    private byte[][] releaseArgs() {
+        return new byte[][] {FlockClient.bytes("FLOCK.RELEASE"), key, owner(), FlockClient.bytes("ID"),
+            FlockClient.requestId()};
+    }
+
+    /**
+     * A command the client sends for itself (a give-back, a cancel) on the key's node: each send within a third
+     * of the session timeout, a lost reply sent again at once with the same arguments (the same request ID), up
+     * to {@link FlockClient#RESENDS} times; then {@link UncheckedIOException}.
+     */
+    private Object own(byte[][] args) {
+        try {
+            Router.Route route = client.router.route(key);
+            int ms = (int) Protocol.heartbeatMs(route.node().session.timeoutMs());
+            for (int attempt = 0; ; attempt++) {
+                try {
+                    return route.callTimed(args, n -> n.commands, ms);
+                } catch (IOException e) {
+                    if (attempt == FlockClient.RESENDS) {
+                        throw e;
+                    }
+                }
+            }
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
     }
 
     private Object call(Object... args) {

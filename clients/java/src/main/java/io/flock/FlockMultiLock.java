@@ -106,7 +106,7 @@ public final class FlockMultiLock extends AbstractFlockLock<List<Long>> implemen
         List<Grant> grants = new ArrayList<>();
         for (FlockLock lock : locks) {
             Grant grant = client.grants.get(lock.mine());
-            if (grant != null && grant.lostReason != null) {
+            if (grant != null && client.lostByNow(grant)) {
                 unlockEach();
                 return;
             }
@@ -240,6 +240,7 @@ public final class FlockMultiLock extends AbstractFlockLock<List<Long>> implemen
         }
         long lease = leaseMs > 0 ? leaseMs : client.getWatchdogTimeout();
         List<Long> tokens;
+        long sent = System.nanoTime(); // each lease began on the server after this
         try {
             tokens = waitMs == 0 ? tokens(send(acquireArgs(lease, null, FlockClient.requestId())))
                     : await(waitMs, lease, interruptible);
@@ -255,7 +256,7 @@ public final class FlockMultiLock extends AbstractFlockLock<List<Long>> implemen
                 FlockLock.confirmDurable(client, locks, lease, this::giveBack);
             }
             for (int i = 0; i < locks.size(); i++) {
-                locks.get(i).remember(tokens.get(i), leaseMs == WATCHDOG, lease);
+                locks.get(i).remember(new FlockClient.Taken(tokens.get(i), sent, lease, leaseMs == WATCHDOG, null));
             }
         }
         return tokens;

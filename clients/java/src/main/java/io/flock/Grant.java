@@ -4,6 +4,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.atomic.AtomicBoolean;
 
 /** What this client knows of one thread's grant of one lock: its token, its watchdog and whether it was lost. */
 final class Grant {
@@ -21,15 +22,29 @@ final class Grant {
      * acquires, or of a give-back), and unlock() releases them too.
      */
     int holds;
-    volatile ScheduledFuture<?> watchdog;
-    /** Without a watchdog: when the lease ends at the latest (nanoTime); 0 while a watchdog renews it. */
-    volatile long leaseEndNanos;
-    volatile long confirmedNanos = System.nanoTime();
+    /** The session it lives with (lease-ms 0, and a reentry of such a grant): it ends with it. Null if none. */
+    volatile Session.Reader session;
+    /** The session that watches it (pushes its loss), to watch it from a new one when this one ends; or null. */
+    volatile Session.Reader watcher;
+    /** Its own lease in ms: 0 for none (it lives with its session); fixed, or renewed by the watchdog. */
+    volatile long leaseMs;
+    volatile boolean renewed;
     /**
-     * Null while the lease is believed held; else why it is gone: the server's pushed reason (expired,
-     * forcereleased, deleted, demoted) or the watchdog's (NOTOWNER, UNCONFIRMED).
+     * With a lease of its own: its local deadline (nanoTime), the send time of the command that started or last
+     * renewed the lease (whose reply came) + the lease - the drift margin.
      */
-    volatile String lostReason;
+    volatile long leaseDeadline;
+    /** The watchdog's renewals and the timer at the lease deadline; guarded by this grant. */
+    ScheduledFuture<?> watchdog;
+    ScheduledFuture<?> deadlineCheck;
+    /** A renewal is under way (the watchdog starts none meanwhile). */
+    final AtomicBoolean renewing = new AtomicBoolean();
+    /**
+     * Null while the grant is believed held; else why it is gone: the server's pushed reason (expired,
+     * forcereleased, deleted, demoted), its deadline's (expired, unconfirmed), its session's end
+     * (sessionended) or a renewal's answer (notowner).
+     */
+    volatile LossReason lostReason;
     /** The loss in words, for the exception of a later unlock. */
     volatile String lostMessage;
 
@@ -63,11 +78,52 @@ final class Grant {
         };
     }
 
-    void stopWatchdog() {
-        ScheduledFuture<?> running = watchdog;
-        if (running != null) {
-            running.cancel(false);
+    /**
+     * Why the grant is lost by {@code now} on its deadlines, or null: its own lease's (a fixed lease: expired; the
+     * watchdog's: unconfirmed) or its session's (unconfirmed).
+     */
+    LossReason due(long now) {
+        if (leaseMs > 0 && now - leaseDeadline >= 0) {
+            return renewed ? LossReason.UNCONFIRMED : LossReason.EXPIRED;
+        }
+        Session.Reader s = session;
+        return s != null && now - s.deadline() >= 0 ? LossReason.UNCONFIRMED : null;
+    }
+
+    /** A renewal sent at {@code sentNanos} was answered: the lease runs from then at least. */
+    synchronized void confirmed(long sentNanos, long lease) {
+        long deadline = Protocol.deadline(sentNanos, lease);
+        if (leaseMs > 0 && deadline - leaseDeadline > 0) {
+            leaseDeadline = deadline;
+        }
+    }
+
+    synchronized void stopWatchdog() {
+        if (watchdog != null) {
+            watchdog.cancel(false);
             watchdog = null;
+        }
+    }
+
+    synchronized void cancelDeadline() {
+        if (deadlineCheck != null) {
+            deadlineCheck.cancel(false);
+            deadlineCheck = null;
+        }
+    }
+
+    /** No more renewals nor lease deadline (it lives with its session now). */
+    synchronized void cancelTimers() {
+        stopWatchdog();
+        cancelDeadline();
+    }
+
+    /** Released or lost: no timer, and its session no longer ends it. */
+    void stop() {
+        cancelTimers();
+        Session.Reader s = session;
+        if (s != null) {
+            s.unbind(this);
         }
     }
 

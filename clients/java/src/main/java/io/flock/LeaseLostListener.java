@@ -1,11 +1,16 @@
 package io.flock;
 
 /**
- * Told once per grant found lost. At once when the server pushes the loss through the client's session
- * (reason {@code expired}: the lease ran out; {@code forcereleased}; {@code deleted}: the key was deleted;
- * {@code demoted}: the server stopped being a master), on the session's reader thread; or when a watchdog
- * renewal finds the grant gone ({@code NOTOWNER}) or no renewal got through for a whole lease
- * ({@code UNCONFIRMED}), on the watchdog thread. Keep it short: the reader hands out the next events after it.
+ * Told once per grant found lost, with the reason's word ({@link LossReason#reason()}). When the server pushes
+ * the loss through the client's session ({@code expired}: the lease ran out; {@code forcereleased};
+ * {@code deleted}: the key was deleted; {@code demoted}: the server stopped being a master), on the session's
+ * reader thread. When a deadline passes ({@code expired}: a fixed lease's; {@code unconfirmed}: no heartbeat
+ * confirmed the session a grant lives with, or no watchdog renewal confirmed its lease, in time), on the client's
+ * timer thread, or on the thread whose {@code isLeaseLost()} or {@code unlock()} saw the deadline passed first.
+ * When the session a grant lived with ended ({@code sessionended}: its connection closed, or the server no
+ * longer knew it), on the session's reader thread. When a renewal or re-watch was refused ({@code notowner}), on
+ * an I/O thread of the client. Keep it short: the reader hands out the next events after it, and the timer
+ * runs the next deadlines after it.
  */
 @FunctionalInterface
 public interface LeaseLostListener {
@@ -15,8 +20,8 @@ public interface LeaseLostListener {
      * @param lockName the lock's key
      * @param threadId the id of the thread that held it
      * @param token the lost grant's fencing token
-     * @param reason {@code expired}, {@code forcereleased}, {@code deleted}, {@code demoted}, {@code NOTOWNER}
-     *     or {@code UNCONFIRMED}
+     * @param reason why, as {@link LossReason#reason()} words it: {@code expired}, {@code unconfirmed},
+     *     {@code sessionended}, {@code forcereleased}, {@code deleted}, {@code demoted} or {@code notowner}
      */
     void onLeaseLost(String lockName, long threadId, long token, String reason);
 }

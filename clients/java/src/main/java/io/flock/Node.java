@@ -14,6 +14,8 @@ final class Node implements AutoCloseable {
     final Link commands;
     final Link renewals;
     final Session session;
+    /** Runs this node's watchdog renewals one at a time on the client's I/O threads. */
+    final Serial renewer;
     final ConcurrentLinkedDeque<Link> idleWaitLinks = new ConcurrentLinkedDeque<>();
     /**
      * Idle connections for durable grants' {@code RENEW} + {@code WAIT} (one per grant being confirmed at a
@@ -27,6 +29,7 @@ final class Node implements AutoCloseable {
         this.commands = new Link(factory, false);
         this.renewals = new Link(factory, false);
         this.session = new Session(client, factory);
+        this.renewer = new Serial(client.io);
     }
 
     @Override

@@ -104,6 +104,19 @@ final class Router implements AutoCloseable {
         return route(key).call(args, link, waitForFailover);
     }
 
+    /**
+     * The renewals of {@code key}'s node, as the slot map known now says (asking nothing: the timer calls it);
+     * a key whose node is not known yet shares the first node's.
+     */
+    Serial renewerOf(byte[] key) {
+        if (single != null) {
+            return single.renewer;
+        }
+        AtomicReferenceArray<FlockConfig.Address> map = slots;
+        FlockConfig.Address address = map == null ? null : map.get(slot(key));
+        return address != null ? node(address).renewer : node(seeds.get(0)).renewer;
+    }
+
     private Node nodeFor(byte[] key) throws IOException {
         if (single != null) {
             return single;
@@ -239,6 +252,23 @@ final class Router implements AutoCloseable {
         /** {@link #send}, once: a lost reply is the caller's to resend (the command may have been applied). */
         Object sendOnce(byte[][] args, Function<Node, Link> link) throws IOException {
             return link.apply(node).call(args, asking);
+        }
+
+        /**
+         * {@code args} on {@code link}'s connection of the node within {@code timeoutMs}, once (the caller
+         * resends), following MOVED and ASK: a command the client sends for itself, given the time until the
+         * deadline it serves.
+         */
+        Object callTimed(byte[][] args, Function<Node, Link> link, int timeoutMs) throws IOException {
+            while (true) {
+                try {
+                    return link.apply(node).call(args, asking, timeoutMs);
+                } catch (RuntimeException e) {
+                    if (!redirected(e)) {
+                        throw e;
+                    }
+                }
+            }
         }
 
         /**

@@ -6,9 +6,11 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
 
 /**
  * The client's FLOCK session on its server: one connection of its own, opened on first use, that called
@@ -23,17 +25,16 @@ import java.util.concurrent.LinkedBlockingQueue;
  * once it has handed out every event it read, tells each of its waits ({@link Event#BROKEN}); the waiting
  * thread then registers again, which opens a new session, and resends its ACQUIRE there with its same request
  * ID.
+ *
+ * <p>The session's timeout T is the one its {@code FLOCK.SESSION [TIMEOUT ms] WITHTIMEOUT} answered. Each
+ * {@code FLOCK.INBOX} read waits at most T/3 on the server (whose nil reply is the heartbeat), and the session's
+ * local deadline is the send time of the last read (or of FLOCK.SESSION) whose reply came, plus T, less the drift
+ * margin ({@link Protocol}). A read may take until that deadline; when it passes unconfirmed a timer reports every
+ * grant that lives with the session lost ({@link LossReason#UNCONFIRMED}) and closes the connection, so that the
+ * server ends them too if it had not yet. A session that ends otherwise (its connection closed, NOSESSION) ends
+ * those grants on the server: they are reported lost ({@link LossReason#SESSIONENDED}), never taken again.
  */
 final class Session implements AutoCloseable {
-    /**
-     * How long one FLOCK.INBOX blocks on the server before the reader asks again: also how long a fence may wait
-     * for a read to end, and a forgotten session's reader for its next reply.
-     */
-    static final long INBOX_TIMEOUT_MS = 1_000;
-    private static final byte[][] SESSION = {FlockClient.bytes("FLOCK.SESSION")};
-    private static final byte[][] INBOX = {FlockClient.bytes("FLOCK.INBOX"),
-        FlockClient.bytes(Long.toString(INBOX_TIMEOUT_MS))};
-    /** A read for a fence: it need not wait for an event, only bring those already there. */
     private static final byte[][] INBOX_NOW = {FlockClient.bytes("FLOCK.INBOX"), FlockClient.bytes("1")};
 
     /** A wait's identity on the server: key and owner, as raw bytes (ISO-8859-1 keeps them exact). */
@@ -44,8 +45,16 @@ final class Session implements AutoCloseable {
         }
     }
 
-    /** An outcome pushed to a wait: the server's (granted, timeout, cancelled, error) or the client's own. */
-    record Event(String kind, long token, String detail, String sessionId) {
+    /**
+     * An outcome pushed to a wait: the server's (granted, timeout, cancelled, error) or the client's own; the
+     * session that read it ({@code reader}, null for {@link #CLOSED}) and when it sent the read that brought it.
+     */
+    record Event(String kind, long token, String detail, Reader reader, long readSentNanos) {
+        /** The ID of the session that read it ("" for none). */
+        String sessionId() {
+            return reader == null ? "" : reader.sid;
+        }
+
         static final String GRANTED = "granted";
         static final String TIMEOUT = "timeout";
         static final String CANCELLED = "cancelled";
@@ -109,20 +118,52 @@ final class Session implements AutoCloseable {
     private final Map<WaitKey, Wait> pending = new ConcurrentHashMap<>();
     /** The open session's reader, null while none is open. */
     private Reader current;
+    /** The last session opened (current, or ended or ending). */
+    private Reader previous;
     private boolean closed;
     /** Sessions opened so far (tests: a broken session was replaced). */
     private int opened;
+    /** The last timeout a server answered (or, before, the one asked for, else the server default). */
+    private volatile long timeoutMs;
 
     Session(FlockClient client, ConnectionFactory factory) {
         this.client = client;
         this.factory = factory;
+        this.timeoutMs = client.sessionTimeoutMs > 0 ? client.sessionTimeoutMs : Protocol.DEFAULT_SESSION_TIMEOUT_MS;
     }
 
     /** The open session's ID, opening one first if there is none. */
     String id() throws IOException {
+        return current().sid;
+    }
+
+    /** The open session, opening one first if there is none. */
+    Reader current() throws IOException {
+        awaitLastEnded();
         synchronized (state) {
-            return openIfNeeded().sid;
+            return openIfNeeded();
         }
+    }
+
+    /**
+     * Before a new session is opened: the last one's reader has handed out every event it read and reported
+     * the grants that lived with it lost, so that no thread of this process is granted through the new session
+     * before a loss of the old one is known. (It ends at once once its connection closed, by its deadline at the
+     * latest.)
+     */
+    private void awaitLastEnded() {
+        Reader last;
+        synchronized (state) {
+            last = current == null ? previous : null;
+        }
+        if (last != null) {
+            last.awaitEnd();
+        }
+    }
+
+    /** The session timeout T of the last session opened (before any: the one asked for, else 10 s). */
+    long timeoutMs() {
+        return timeoutMs;
     }
 
     /**
@@ -132,6 +173,7 @@ final class Session implements AutoCloseable {
      * slot moved) leaves that node's session.
      */
     String register(Wait wait) throws IOException {
+        awaitLastEnded();
         synchronized (state) {
             Reader last = wait.reader;
             if (last != null && last.session() == this && last != current && !last.ended()) {
@@ -173,8 +215,12 @@ final class Session implements AutoCloseable {
         }
         FlockConnection conn = factory.connect();
         String sid;
+        long timeout;
+        long sent = System.nanoTime();
         try {
-            sid = FlockLock.text(conn.call(SESSION));
+            List<?> reply = (List<?>) Timed.call(conn, (int) Protocol.heartbeatMs(timeoutMs), sessionArgs());
+            sid = FlockLock.text(reply.get(0));
+            timeout = (Long) reply.get(1);
         } catch (IOException | RuntimeException e) {
             closeQuietly(conn);
             if (e instanceof UncheckedIOException) {
@@ -182,10 +228,22 @@ final class Session implements AutoCloseable {
             }
             throw e;
         }
-        current = new Reader(sid, conn);
+        timeoutMs = timeout;
+        current = new Reader(sid, conn, timeout, Protocol.deadline(sent, timeout));
+        previous = current;
         opened++;
         current.thread.start();
+        current.watchDeadline();
         return current;
+    }
+
+    /** FLOCK.SESSION [TIMEOUT ms] WITHTIMEOUT: the reply names the timeout the session keeps. */
+    private byte[][] sessionArgs() {
+        if (client.sessionTimeoutMs > 0) {
+            return new byte[][] {FlockClient.bytes("FLOCK.SESSION"), FlockClient.bytes("TIMEOUT"),
+                FlockClient.bytes(Long.toString(client.sessionTimeoutMs)), FlockClient.bytes("WITHTIMEOUT")};
+        }
+        return new byte[][] {FlockClient.bytes("FLOCK.SESSION"), FlockClient.bytes("WITHTIMEOUT")};
     }
 
     /**
@@ -216,7 +274,7 @@ final class Session implements AutoCloseable {
             closeQuietly(r.conn);
         }
         for (Wait wait : pending.values()) {
-            wait.events.add(new Event(Event.CLOSED, 0, "", ""));
+            wait.events.add(new Event(Event.CLOSED, 0, "", null, 0));
         }
         pending.clear();
     }
@@ -233,19 +291,35 @@ final class Session implements AutoCloseable {
         }
     }
 
-    /** One session: its connection and the daemon thread that loops FLOCK.INBOX on it, in the server's order. */
+    /**
+     * One session: its connection, its timeout and deadline, the grants that live with it, and the daemon thread
+     * that loops FLOCK.INBOX on it, handing out the events in the server's order.
+     */
     final class Reader {
         final String sid;
         final FlockConnection conn;
         final Thread thread;
-        /** INBOX calls sent so far; guarded by this reader, as are the next two. */
+        /** T: the timeout the server answered for this session. */
+        final long timeoutMs;
+        private final byte[][] inbox;
+        /** The local deadline (nanoTime): moved on by each read's reply, by the reader thread alone. */
+        private volatile long deadline;
+        /** The grants that live with this session (lease-ms 0): they end with it. */
+        private final Set<Grant> grants = ConcurrentHashMap.newKeySet();
+        /** INBOX calls sent so far; guarded by this reader, as is the next one. */
         private long calls;
         private final List<Wait> fenced = new ArrayList<>();
-        private boolean ended;
+        private volatile boolean ended;
+        /** Its deadline passed unconfirmed: it was ended here. */
+        private volatile boolean expired;
 
-        Reader(String sid, FlockConnection conn) {
+        Reader(String sid, FlockConnection conn, long timeoutMs, long deadline) {
             this.sid = sid;
             this.conn = conn;
+            this.timeoutMs = timeoutMs;
+            this.deadline = deadline;
+            this.inbox = new byte[][] {FlockClient.bytes("FLOCK.INBOX"),
+                FlockClient.bytes(Long.toString(Protocol.heartbeatMs(timeoutMs)))};
             this.thread = new Thread(this::read, "flock-session-reader");
             thread.setDaemon(true);
         }
@@ -254,8 +328,60 @@ final class Session implements AutoCloseable {
             return Session.this;
         }
 
-        synchronized boolean ended() {
+        boolean ended() {
             return ended;
+        }
+
+        /** Ended, or found past its deadline: the grants that lived with it are gone. */
+        boolean gone() {
+            return ended || expired;
+        }
+
+        /** Ended, or no longer the session its node sends waits to. */
+        boolean over() {
+            return ended || !isCurrent(this);
+        }
+
+        /**
+         * Waits for the reader to have handed out its last events and ended (the server said NOSESSION: its
+         * connection is closed or closing), at the latest until its deadline, when it ends by itself.
+         */
+        void awaitEnd() {
+            if (Thread.currentThread() == thread) {
+                return;
+            }
+            try {
+                thread.join(Math.max(1, TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime()) + 1));
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }
+
+        /** When the grants that live with it are lost unless a read's reply confirms it first (nanoTime). */
+        long deadline() {
+            return deadline;
+        }
+
+        /**
+         * {@code grant} lives with this session from now on (ends with it); null, or why it is lost already: the
+         * session ended before (the server ended the grant with it) or its deadline passed.
+         */
+        LossReason bind(Grant grant) {
+            grants.add(grant);
+            if (ended || expired || System.nanoTime() - deadline >= 0) {
+                grants.remove(grant);
+                return lossNow();
+            }
+            return null;
+        }
+
+        void unbind(Grant grant) {
+            grants.remove(grant);
+        }
+
+        /** Why a grant that lived with this session is lost, the session being over. */
+        private LossReason lossNow() {
+            return expired || System.nanoTime() - deadline >= 0 ? LossReason.UNCONFIRMED : LossReason.SESSIONENDED;
         }
 
         /**
@@ -269,18 +395,58 @@ final class Session implements AutoCloseable {
             }
         }
 
+        /** On the client's timer at the deadline: moved on meanwhile, or the session is over here. */
+        void watchDeadline() {
+            if (ended) {
+                return;
+            }
+            long left = deadline - System.nanoTime();
+            if (left > 0) {
+                client.schedule(this::watchDeadline, left);
+                return;
+            }
+            expire();
+        }
+
+        /**
+         * The deadline passed unconfirmed (seen by the timer, or by a check of the clock): every grant that lives
+         * with the session is lost, and the session is over here.
+         */
+        void expire() {
+            synchronized (this) {
+                if (expired) {
+                    return;
+                }
+                expired = true;
+            }
+            for (Grant grant : grants) {
+                client.leaseLost(grant, LossReason.UNCONFIRMED, "no heartbeat of the session confirmed it for its "
+                        + "timeout (" + timeoutMs + " ms): the server may have ended it");
+            }
+            // The server ends the session's grants when it sees the connection close, if it has not already; the
+            // reader's read fails at once and its waits are sent again on a new session.
+            forget(sid);
+            closeQuietly(conn);
+        }
+
         /** FLOCK.INBOX until the connection breaks, the session is forgotten or the client closes. */
         private void read() {
             while (true) {
                 long call;
-                byte[][] inbox;
+                byte[][] args;
                 synchronized (this) {
                     call = ++calls;
-                    inbox = fenced.isEmpty() ? INBOX : INBOX_NOW;
+                    args = fenced.isEmpty() ? inbox : INBOX_NOW;
+                }
+                long sent = System.nanoTime();
+                if (deadline - sent <= 0 || expired) {
+                    end();
+                    return;
                 }
                 Object reply;
                 try {
-                    reply = conn.call(inbox);
+                    // the read may take until the deadline it would confirm, no longer
+                    reply = Timed.call(conn, Protocol.msUntil(deadline), args);
                 } catch (IOException | UncheckedIOException e) {
                     end();
                     return;
@@ -294,9 +460,13 @@ final class Session implements AutoCloseable {
                     end(); // NOSESSION, or anything else: this session is not usable
                     return;
                 }
+                long confirmed = Protocol.deadline(sent, timeoutMs);
+                if (confirmed - deadline > 0) {
+                    deadline = confirmed;
+                }
                 if (reply instanceof List) {
                     for (Object event : (List<?>) reply) {
-                        dispatch((List<?>) event, sid);
+                        dispatch((List<?>) event, this, sent);
                     }
                 }
                 synchronized (this) {
@@ -304,7 +474,7 @@ final class Session implements AutoCloseable {
                         if (wait.fencedAfter >= call) {
                             return false;
                         }
-                        wait.events.add(new Event(Event.FENCED, 0, "", sid));
+                        wait.events.add(new Event(Event.FENCED, 0, "", this, sent));
                         return true;
                     });
                 }
@@ -315,12 +485,22 @@ final class Session implements AutoCloseable {
             }
         }
 
-        /** After the last event read: the session is over, and each of its waits is told to send itself again. */
+        /**
+         * After the last event read: the session is over. The grants that lived with it are lost (the server
+         * ended them with it), and each of its waits is told to send itself again.
+         */
         private void end() {
             synchronized (this) {
                 ended = true;
                 fenced.clear();
             }
+            LossReason why = lossNow();
+            for (Grant grant : grants) {
+                client.leaseLost(grant, why, why == LossReason.UNCONFIRMED
+                        ? "no heartbeat of the session confirmed it for its timeout (" + timeoutMs + " ms)"
+                        : "the session it lived with ended (its connection closed): the server ended the grant");
+            }
+            grants.clear();
             forget(sid);
             closeQuietly(conn);
             if (isClosed()) {
@@ -328,14 +508,14 @@ final class Session implements AutoCloseable {
             }
             for (Wait wait : pending.values()) {
                 if (sid.equals(wait.sessionId)) {
-                    wait.events.add(new Event(Event.BROKEN, 0, "", sid));
+                    wait.events.add(new Event(Event.BROKEN, 0, "", this, 0));
                 }
             }
         }
     }
 
     /** One event, in the server's order: a loss to the client at once, an outcome to its wait. */
-    private void dispatch(List<?> event, String sid) {
+    private void dispatch(List<?> event, Reader reader, long readSent) {
         String kind = FlockLock.text(event.get(0));
         byte[] key = raw(event.get(1));
         byte[] owner = raw(event.get(2));
@@ -347,12 +527,13 @@ final class Session implements AutoCloseable {
             return;
         }
         if ("moved".equals(kind)) {
-            client.movedAway(new String(key, StandardCharsets.UTF_8), new String(owner, StandardCharsets.UTF_8), token);
+            client.movedAway(new String(key, StandardCharsets.UTF_8), new String(owner, StandardCharsets.UTF_8), token,
+                    reader);
             return;
         }
         Wait wait = pending.get(WaitKey.of(key, owner));
         if (wait != null) {
-            wait.events.add(new Event(kind, token, detail, sid));
+            wait.events.add(new Event(kind, token, detail, reader, readSent));
         }
         // else: a wait that went on to another node's session, which the resend of its same request ID answers
     }

@@ -34,10 +34,10 @@ class AuthTest extends ServerTest {
     @Test
     void anAclUserAuthenticatesEveryConnection() throws Exception {
         lockWaitReleaseAndRenew(address(server.port).setUsername("app").setPassword("app-secret"));
-        // the holder's commands, watchdog and session, the waiter's commands and session
+        // the holder's commands, watchdog, session and multi-lock wait, the waiter's commands and session
         String clients = new String((byte[]) admin.call("CLIENT", "LIST"), java.nio.charset.StandardCharsets.UTF_8);
         long asApp = clients.lines().filter(line -> line.contains(" user=app ")).count();
-        assertEquals(5, asApp, clients);
+        assertEquals(6, asApp, clients);
     }
 
     @Test

@@ -188,8 +188,22 @@ class FlockLockTest extends ServerTest {
     }
 
     @Test
-    void watchdogRenewsTheLeaseUntilUnlock() {
-        FlockClient client = client(WATCHDOG_MS);
+    void aLockWithoutLeaseTimeLivesWithTheSessionWithoutRenewals() {
+        FlockClient client = sessionClient(WATCHDOG_MS);
+        FlockLock lock = client.getFairLock("k");
+        lock.lock();
+        assertEquals(1L, info("k").get("session"), "bound to the session");
+        awaitRenewals("k", 3); // the session's heartbeats move it on, for longer than the timeout
+        assertTrue(lock.isHeldByCurrentThread());
+        assertFalse(lock.isLeaseLost());
+        assertEquals(0, client.watchdogs());
+        lock.unlock();
+        assertNull(info("k"));
+    }
+
+    @Test
+    void watchdogRenewsTheLeaseUntilUnlockWithoutSessions() {
+        FlockClient client = watchdogClient(WATCHDOG_MS);
         FlockLock lock = client.getFairLock("k");
         lock.lock();
         // The lease left only rises when a renewal resets it; three rises span more than one lease.
@@ -211,7 +225,7 @@ class FlockLockTest extends ServerTest {
         assertEquals(1L, admin.call("FLOCK.FORCERELEASE", "k"));
         // Sessions: the server pushes the loss ("forcereleased"); a renewal in flight may find it first.
         String report = reported.get(10, TimeUnit.SECONDS);
-        assertTrue(report.equals("k forcereleased") || report.equals("k NOTOWNER"), report);
+        assertTrue(report.equals("k forcereleased") || report.equals("k notowner"), report);
         assertTrue(lock.isLeaseLost());
         assertThrows(IllegalMonitorStateException.class, lock::unlock);
         assertFalse(lock.isLeaseLost());

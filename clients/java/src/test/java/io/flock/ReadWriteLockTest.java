@@ -99,8 +99,20 @@ class ReadWriteLockTest extends ServerTest {
     }
 
     @Test
-    void theWatchdogKeepsAReadLeaseAlive() {
-        FlockClient client = client(WATCHDOG_MS);
+    void theSessionKeepsAReadLockAlive() {
+        FlockClient client = sessionClient(WATCHDOG_MS);
+        FlockLock read = client.getReadWriteLock("k").readLock();
+        read.lock();
+        awaitRenewals("k", 3); // the session's heartbeats, for longer than its timeout
+        assertFalse(read.isLeaseLost());
+        assertEquals(0, client.watchdogs(), "it lives with the session: no renewals");
+        read.unlock();
+        assertNull(info("k"));
+    }
+
+    @Test
+    void theWatchdogKeepsAReadLeaseAliveWithoutSessions() {
+        FlockClient client = watchdogClient(WATCHDOG_MS);
         FlockLock read = client.getReadWriteLock("k").readLock();
         read.lock();
         awaitRenewals("k", 3);

@@ -72,8 +72,9 @@ class RequestIdTest extends ServerTest {
 
     @Test
     void aResentRenewalKeepsTheLease() throws Exception {
+        // the watchdog renews locks taken without a session
         FlockClient client = opened(new FlockClient(RespConnection.factory("127.0.0.1", proxy.port()),
-                WATCHDOG_MS));
+                WATCHDOG_MS, false));
         FlockLock renewed = client.getFairLock("k");
         renewed.lock();
         proxy.dropRepliesTo("FLOCK.RENEW", 1);

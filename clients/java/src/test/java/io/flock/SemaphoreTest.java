@@ -132,8 +132,20 @@ class SemaphoreTest extends ServerTest {
     }
 
     @Test
-    void theWatchdogKeepsASemaphoreLeaseAlive() throws Exception {
-        FlockClient client = client(WATCHDOG_MS);
+    void theSessionKeepsSemaphorePermitsAlive() throws Exception {
+        FlockClient client = sessionClient(WATCHDOG_MS);
+        FlockSemaphore semaphore = client.getSemaphore("s", 2);
+        semaphore.acquire();
+        awaitRenewals("s", 3); // the session's heartbeats, for longer than its timeout
+        assertFalse(semaphore.isLeaseLost());
+        assertEquals(0, client.watchdogs(), "they live with the session: no renewals");
+        semaphore.release();
+        assertNull(info("s"));
+    }
+
+    @Test
+    void theWatchdogKeepsASemaphoreLeaseAliveWithoutSessions() throws Exception {
+        FlockClient client = watchdogClient(WATCHDOG_MS);
         FlockSemaphore semaphore = client.getSemaphore("s", 2);
         semaphore.acquire();
         awaitRenewals("s", 3);

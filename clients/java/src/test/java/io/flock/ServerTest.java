@@ -94,6 +94,17 @@ abstract class ServerTest {
         return opened(new FlockClient(server.factory(), watchdogTimeoutMs));
     }
 
+    /** A client whose sessions time out after {@code ms} (a heartbeat every third of it). */
+    FlockClient sessionClient(long ms) {
+        return opened(new FlockClient(server.factory(),
+                new FlockConfig().setSessionTimeout(java.time.Duration.ofMillis(ms))));
+    }
+
+    /** A client without sessions: blocking waits, every lock kept by the watchdog, of lease {@code watchdogMs}. */
+    FlockClient watchdogClient(long watchdogMs) {
+        return opened(new FlockClient(server.factory(), watchdogMs, false));
+    }
+
     /** A started thread, interrupted and joined after the test. */
     Thread spawn(Runnable body) {
         Thread t = new Thread(body);
@@ -108,15 +119,22 @@ abstract class ServerTest {
     }
 
     /**
-     * What every connection option must keep working, on every connection a client opens: a lock kept by the
-     * watchdog (renewals seen on the server), another client waiting for it through its session, and the
-     * release handing it over. {@code config} reaches this class's server.
+     * What every connection option must keep working, on every connection a client opens: a lock that lives with
+     * the holder's session (its heartbeats seen on the server), a multi-lock kept by the watchdog (renewals seen
+     * there too), another client waiting for the lock through its session, and the release handing it over.
+     * {@code config} reaches this class's server.
      */
     void lockWaitReleaseAndRenew(FlockConfig config) throws Exception {
-        FlockLock held = client(config.setLockWatchdogTimeout(WATCHDOG_MS)).getFairLock("k");
+        FlockClient holder = client(config.setLockWatchdogTimeout(WATCHDOG_MS)
+                .setSessionTimeout(java.time.Duration.ofMillis(WATCHDOG_MS)));
+        FlockLock held = holder.getFairLock("k");
+        FlockMultiLock renewed = holder.getMultiLock("m");
         FlockClient waiter = client(config);
         held.lock();
+        renewed.lock();
         awaitRenewals("k", 2);
+        awaitRenewals("m", 2);
+        renewed.unlock();
         CompletableFuture<Boolean> waited = onThread(() -> waiter.getFairLock("k").tryLock(10_000, 10_000,
                 TimeUnit.MILLISECONDS));
         TestServer.await("the other client waits", () -> waiters("k") == 1);
@@ -239,7 +257,10 @@ abstract class ServerTest {
         }
     }
 
-    /** Waits until the lease left of {@code key}'s first holder has risen {@code n} times: only a renewal raises it. */
+    /**
+     * Waits until the lease left of {@code key}'s first holder has risen {@code n} times: only a renewal raises it
+     * (a watchdog's; for a grant that lives with its session, a heartbeat of the session).
+     */
     void awaitRenewals(String key, int n) {
         long[] last = {(Long) info(key).get("ttl-ms")};
         for (int renewals = 0; renewals < n; renewals++) {
