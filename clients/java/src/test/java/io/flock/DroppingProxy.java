@@ -15,7 +15,9 @@ import java.util.concurrent.atomic.AtomicInteger;
  * the next command containing that name to the server, reads the server's reply (so the command was
  * applied) and then closes the client's connection instead of passing the reply on; or it loses the command
  * itself. It can also hold back what the server sends on a FLOCK session's connection, so that an event
- * reaches the client late.
+ * reaches the client late. And it can cut every connection through it as a partition does ({@link #partition}):
+ * nothing is read from either socket until {@link #heal}, so nothing flows and nothing is lost, and no socket is
+ * closed meanwhile (a close of either end is passed on after the heal, as TCP would).
  */
 final class DroppingProxy implements AutoCloseable {
     private static final byte[] INBOX = "FLOCK.INBOX".getBytes(StandardCharsets.UTF_8);
@@ -28,6 +30,8 @@ final class DroppingProxy implements AutoCloseable {
     private volatile long sessionDelayMs;
     private volatile CountDownLatch sessionHeld;
     final AtomicInteger dropped = new AtomicInteger();
+    private final Object gate = new Object();
+    private boolean cut;
 
     DroppingProxy(int upstreamPort) throws IOException {
         this.upstreamPort = upstreamPort;
@@ -68,6 +72,29 @@ final class DroppingProxy implements AutoCloseable {
         sessionHeld.countDown();
     }
 
+    /** Carries nothing either way from now on, keeping every socket open, until {@link #heal}. */
+    void partition() {
+        synchronized (gate) {
+            cut = true;
+        }
+    }
+
+    /** Carries the bytes again, those held back first. */
+    void heal() {
+        synchronized (gate) {
+            cut = false;
+            gate.notifyAll();
+        }
+    }
+
+    private void awaitHealed() throws InterruptedException {
+        synchronized (gate) {
+            while (cut) {
+                gate.wait();
+            }
+        }
+    }
+
     private void acceptLoop() {
         try {
             while (true) {
@@ -88,7 +115,13 @@ final class DroppingProxy implements AutoCloseable {
         try (from; to) {
             InputStream in = from.getInputStream();
             OutputStream out = to.getOutputStream();
-            for (int n; (n = in.read(buf)) > 0; ) {
+            while (true) {
+                awaitHealed();
+                int n = in.read(buf);
+                awaitHealed(); // what came while cut (or the close of this end) waits for the heal
+                if (n <= 0) {
+                    break;
+                }
                 if (toServer && matches(buf, n)) {
                     if (!forwardArmed) {
                         dropped.incrementAndGet();

@@ -31,6 +31,7 @@ import java.util.stream.Stream;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.DynamicTest;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestFactory;
 
 /**
@@ -60,15 +61,46 @@ class ScenarioTest {
     Stream<DynamicTest> scenarios() throws IOException {
         Path file = scenariosFile();
         Map<String, Object> root = object(Json.parse(Files.readString(file, StandardCharsets.UTF_8)), file.toString());
-        assertEquals(1L, root.get("version"), file + ": a version this runner does not know");
+        assertEquals(2L, root.get("version"), file + ": a version this runner does not know");
         List<Object> scenarios = list(root.get("scenarios"));
         assertFalse(scenarios.isEmpty(), file + " has no scenarios");
         return scenarios.stream().map(s -> {
             Map<String, Object> scenario = object(s, "a scenario");
             String name = (String) scenario.get("name");
             List<Object> steps = list(scenario.get("steps"));
-            return DynamicTest.dynamicTest(name, () -> new Run(name).play(steps));
+            long sessionTimeoutMs = number(scenario, "session_timeout_ms", 0);
+            return DynamicTest.dynamicTest(name, () -> new Run(name, sessionTimeoutMs).play(steps));
         });
+    }
+
+    /** The client's constants are the ones every client shares (the file's {@code protocol} block). */
+    @Test
+    void theProtocolConstantsAreTheSharedOnes() throws IOException {
+        Path file = scenariosFile();
+        Map<String, Object> root = object(Json.parse(Files.readString(file, StandardCharsets.UTF_8)), file.toString());
+        Map<String, Object> protocol = object(root.get("protocol"), "the protocol block");
+        assertEquals(protocol.get("heartbeat_fraction"), (long) Protocol.HEARTBEAT_FRACTION, "heartbeat_fraction");
+        assertEquals(protocol.get("drift_margin_ms"), Protocol.DRIFT_MARGIN_MS, "drift_margin_ms");
+        assertEquals(protocol.get("drift_margin_percent"), Protocol.DRIFT_MARGIN_PERCENT, "drift_margin_percent");
+        assertEquals(protocol.get("watchdog_lease_ms"), FlockClient.DEFAULT_WATCHDOG_TIMEOUT_MS, "watchdog_lease_ms");
+        assertEquals(protocol.get("watchdog_renew_fraction"), (long) Protocol.WATCHDOG_RENEW_FRACTION,
+                "watchdog_renew_fraction");
+        assertEquals(protocol.get("resends"), (long) FlockClient.RESENDS, "resends");
+        assertEquals(protocol.get("cancel_grace_ms"), Protocol.CANCEL_GRACE_MS, "cancel_grace_ms");
+        assertEquals(protocol.get("cancel_grace_ms"), FlockLock.CANCEL_GRACE_MS, "the wait's cancel grace");
+        List<String> reasons = new ArrayList<>();
+        for (LossReason reason : LossReason.values()) {
+            reasons.add(reason.reason());
+            assertEquals(reason.reason(), reason.toString());
+            assertEquals(reason, LossReason.of(reason.reason()));
+        }
+        assertEquals(protocol.get("loss_reasons"), reasons, "loss_reasons");
+        // the margin: 10 ms + 1% of the span, e.g. 14 ms of a 400 ms timeout
+        assertEquals(TimeUnit.MILLISECONDS.toNanos(14), Protocol.marginNanos(400));
+        assertEquals(TimeUnit.MILLISECONDS.toNanos(310), Protocol.marginNanos(30_000));
+        assertEquals(133, Protocol.heartbeatMs(400));
+        // the default wait: until granted (lock() waits without limit)
+        assertEquals(-1, AbstractFlockLock.FOREVER);
     }
 
     /**
@@ -104,22 +136,28 @@ class ScenarioTest {
     /** One scenario on the (flushed) server: its processes, actors and proxy, all ended when it ends. */
     static final class Run {
         final String scenario;
+        /** The session timeout of every process (0: the server's). */
+        final long sessionTimeoutMs;
         final Map<String, Proc> processes = new LinkedHashMap<>();
         final Map<String, Actor> actors = new LinkedHashMap<>();
         RespConnection admin;
-        DroppingProxy proxy;
         /** drop_next_reply steps so far: each must have lost a reply by the next one and by the end. */
         int drops;
 
-        Run(String scenario) {
+        Run(String scenario, long sessionTimeoutMs) {
             this.scenario = scenario;
+            this.sessionTimeoutMs = sessionTimeoutMs;
+        }
+
+        /** Replies the processes' proxies dropped. */
+        private int dropped() {
+            return processes.values().stream().mapToInt(p -> p.proxy.dropped.get()).sum();
         }
 
         void play(List<Object> steps) throws Exception {
             admin = server.connect();
             try {
                 admin.call("FLUSHALL");
-                proxy = new DroppingProxy(server.port);
                 for (int i = 0; i < steps.size(); i++) {
                     Map<String, Object> step = object(steps.get(i), "a step");
                     try {
@@ -128,7 +166,7 @@ class ScenarioTest {
                         throw new AssertionError(scenario + ", step " + (i + 1) + " " + step + ": " + e.getMessage(), e);
                     }
                 }
-                assertEquals(drops, proxy.dropped.get(), scenario + ": replies the proxy was to drop, and dropped");
+                assertEquals(drops, dropped(), scenario + ": replies the proxy was to drop, and dropped");
             } finally {
                 end();
             }
@@ -216,15 +254,41 @@ class ScenarioTest {
                 case "expect_not_lost": {
                     Actor actor = actor(step);
                     String key = key(step);
-                    boolean lost = await(actor.submit(() -> actor.proc.client.getFairLock(key).isLeaseLost()),
-                            DEFAULT_DEADLINE_MS, "isLeaseLost()");
-                    assertFalse(lost, "isLeaseLost() of " + actor.name);
+                    long forMs = number(step, "for_ms", 0);
+                    String lost = await(actor.submit(() -> lostWithin(actor, key, forMs)),
+                            forMs + DEFAULT_DEADLINE_MS, "isLeaseLost()");
+                    assertNull(lost, "isLeaseLost() of " + actor.name);
                     break;
                 }
-                case "drop_next_reply":
-                    assertEquals(drops, proxy.dropped.get(), "the previous drop_next_reply never dropped a reply");
+                case "expect_lost_before": {
+                    Actor actor = actor(step);
+                    Actor granted = actors.get((String) step.get("granted"));
+                    assertTrue(granted != null && granted.grantedAt != null, step.get("granted") + " was not granted");
+                    Long lostAt = actor.proc.lostAt.get(key(step) + "\0" + actor.thread.getId());
+                    assertTrue(lostAt != null, actor.name + "'s hold was not reported lost");
+                    assertTrue(lostAt - granted.grantedAt < 0, actor.name + "'s hold was reported lost "
+                            + TimeUnit.NANOSECONDS.toMicros(lostAt - granted.grantedAt) + " us after "
+                            + granted.name + "'s acquire returned granted");
+                    break;
+                }
+                case "drop_next_reply": {
+                    Proc proc = process((String) step.getOrDefault("process", "main"));
+                    assertEquals(drops, dropped(), "the previous drop_next_reply never dropped a reply");
                     drops++;
-                    proxy.dropRepliesTo((String) step.get("command"), 1);
+                    proc.proxy.dropRepliesTo((String) step.get("command"), 1);
+                    break;
+                }
+                case "partition": {
+                    Proc proc = process((String) step.getOrDefault("process", "main"));
+                    proc.proxy.partition();
+                    if (step.containsKey("for_ms")) {
+                        Thread.sleep(number(step, "for_ms", 0)); // the partition's length is what is tested
+                        proc.proxy.heal();
+                    }
+                    break;
+                }
+                case "heal":
+                    process((String) step.getOrDefault("process", "main")).proxy.heal();
                     break;
                 case "kill_process":
                     kill(process((String) step.get("process")));
@@ -258,6 +322,9 @@ class ScenarioTest {
                             break;
                         default:
                             throw new IllegalArgumentException("unknown mode " + mode);
+                    }
+                    if (granted) {
+                        actor.grantedAt = System.nanoTime();
                     }
                     return granted ? "granted" : "busy";
                 } catch (InterruptedException e) {
@@ -323,6 +390,24 @@ class ScenarioTest {
         }
 
         /**
+         * On the actor's thread: the first time isLeaseLost() is true within {@code forMs} (checked every few
+         * ms, and once at least), as "lost (reason)"; null if it never is.
+         */
+        private String lostWithin(Actor actor, String key, long forMs) throws InterruptedException {
+            FlockLock lock = actor.proc.client.getFairLock(key);
+            long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(forMs);
+            while (true) {
+                if (lock.isLeaseLost()) {
+                    return "lost (" + lock.getLeaseLostReason() + ")";
+                }
+                if (System.nanoTime() - end >= 0) {
+                    return null;
+                }
+                Thread.sleep(5);
+            }
+        }
+
+        /**
          * A killed process: its client can open no connection any more, every connection it opened is killed
          * (CLIENT KILL), and then its client is closed, which ends its actors' waits.
          */
@@ -350,8 +435,9 @@ class ScenarioTest {
             for (Proc proc : processes.values()) {
                 proc.client.close();
             }
-            if (proxy != null) {
-                proxy.close();
+            for (Proc proc : processes.values()) {
+                proc.proxy.heal();
+                proc.proxy.close();
             }
             admin.close();
         }
@@ -368,7 +454,13 @@ class ScenarioTest {
         }
 
         private Proc process(String name) {
-            return processes.computeIfAbsent(name, n -> new Proc(n, proxy.port()));
+            return processes.computeIfAbsent(name, n -> {
+                try {
+                    return new Proc(n, new DroppingProxy(server.port), sessionTimeoutMs);
+                } catch (IOException e) {
+                    throw new java.io.UncheckedIOException(e);
+                }
+            });
         }
 
         private String key(Map<String, Object> step) {
@@ -407,17 +499,28 @@ class ScenarioTest {
         }
     }
 
-    /** A process: one FlockClient, whose connections (through the scenario's proxy) are known by server ID. */
+    /**
+     * A process: one FlockClient behind a proxy of its own (to lose a reply, to be cut off), whose connections
+     * are known by server ID.
+     */
     static final class Proc {
         final String name;
+        final DroppingProxy proxy;
         final List<Long> connections = new CopyOnWriteArrayList<>();
-        /** What the LeaseLostListener was told: "key\0thread id" to reason. */
+        /** What the LeaseLostListener was told: "key\0thread id" to reason, and when (nanoTime). */
         final Map<String, String> lost = new ConcurrentHashMap<>();
+        final Map<String, Long> lostAt = new ConcurrentHashMap<>();
         final FlockClient client;
         volatile boolean killed;
 
-        Proc(String name, int port) {
+        Proc(String name, DroppingProxy proxy, long sessionTimeoutMs) {
             this.name = name;
+            this.proxy = proxy;
+            int port = proxy.port();
+            FlockConfig options = new FlockConfig();
+            if (sessionTimeoutMs > 0) {
+                options.setSessionTimeout(java.time.Duration.ofMillis(sessionTimeoutMs));
+            }
             this.client = new FlockClient(() -> {
                 if (killed) {
                     throw new IOException("process " + name + " was killed");
@@ -430,8 +533,11 @@ class ScenarioTest {
                     throw e;
                 }
                 return c;
+            }, options);
+            client.setLeaseLostListener((lock, thread, token, reason) -> {
+                lostAt.put(lock + "\0" + thread, System.nanoTime());
+                lost.put(lock + "\0" + thread, reason);
             });
-            client.setLeaseLostListener((lock, thread, token, reason) -> lost.put(lock + "\0" + thread, reason));
         }
     }
 
@@ -444,6 +550,8 @@ class ScenarioTest {
         private volatile boolean stopped;
         /** The outcome of its start_acquire, until await_result reads it. */
         CompletableFuture<String> started;
+        /** When its last acquire returned granted (nanoTime). */
+        volatile Long grantedAt;
 
         Actor(String scenario, String name, Proc proc) {
             this.name = name;
