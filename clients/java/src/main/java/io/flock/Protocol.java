@@ -42,9 +42,12 @@ final class Protocol {
         return Math.max(1, sessionTimeoutMs / HEARTBEAT_FRACTION);
     }
 
-    /** Milliseconds from now until {@code deadlineNanos}, at least 1 (a socket timeout of 0 would mean none). */
+    /**
+     * Milliseconds from now until {@code deadlineNanos}, rounded up (a command given this much ends at the deadline
+     * or after, never before it), at least 1 (a socket timeout of 0 would mean none).
+     */
     static int msUntil(long deadlineNanos) {
-        long ms = TimeUnit.NANOSECONDS.toMillis(deadlineNanos - System.nanoTime());
+        long ms = TimeUnit.NANOSECONDS.toMillis(deadlineNanos - System.nanoTime() + 999_999);
         return (int) Math.max(1, Math.min(Integer.MAX_VALUE, ms));
     }
 }

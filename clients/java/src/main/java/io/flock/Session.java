@@ -312,6 +312,8 @@ final class Session implements AutoCloseable {
         private volatile boolean ended;
         /** Its deadline passed unconfirmed: it was ended here. */
         private volatile boolean expired;
+        /** Its last read got no reply by the deadline. */
+        private volatile boolean unconfirmed;
 
         Reader(String sid, FlockConnection conn, long timeoutMs, long deadline) {
             this.sid = sid;
@@ -381,7 +383,8 @@ final class Session implements AutoCloseable {
 
         /** Why a grant that lived with this session is lost, the session being over. */
         private LossReason lossNow() {
-            return expired || System.nanoTime() - deadline >= 0 ? LossReason.UNCONFIRMED : LossReason.SESSIONENDED;
+            return expired || unconfirmed || System.nanoTime() - deadline >= 0 ? LossReason.UNCONFIRMED
+                    : LossReason.SESSIONENDED;
         }
 
         /**
@@ -448,6 +451,8 @@ final class Session implements AutoCloseable {
                     // the read may take until the deadline it would confirm, no longer
                     reply = Timed.call(conn, Protocol.msUntil(deadline), args);
                 } catch (IOException | UncheckedIOException e) {
+                    // no reply by the deadline: the session is unconfirmed, whatever the clock says now
+                    unconfirmed = e instanceof java.net.SocketTimeoutException;
                     end();
                     return;
                 } catch (RuntimeException e) {
