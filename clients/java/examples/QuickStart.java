@@ -8,7 +8,7 @@ public class QuickStart {
         int port = args.length > 1 ? Integer.parseInt(args[1]) : 6379;
         try (FlockClient client = FlockClient.create(host, port)) {
             FlockLock lock = client.getFairLock("orders:42");
-            // Queue (FIFO) for up to 5 s; no lease given, so the watchdog keeps it while held.
+            // Queue (FIFO) for up to 5 s; no lease given, so it lives with the client's session.
             if (lock.tryLock(5, -1, TimeUnit.SECONDS)) {
                 try {
                     long token = lock.getToken(); // fencing token: pass it to the protected resource

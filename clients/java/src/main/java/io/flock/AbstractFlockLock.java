@@ -72,7 +72,8 @@ abstract class AbstractFlockLock<T> {
 
     /**
      * Waits in the queue (a {@link FlockMultiLock}: in every key's queue at once), without limit, not answering
-     * interrupts (as ReentrantLock); watchdog lease.
+     * interrupts (as ReentrantLock); no lease time: a {@link FlockLock}'s grant lives with the client's session, a
+     * {@link FlockMultiLock}'s has the watchdog's lease.
      */
     public void lock() {
         lockUninterruptibly(WATCHDOG);
@@ -102,7 +103,7 @@ abstract class AbstractFlockLock<T> {
     }
 
     /**
-     * Waits up to {@code time} (&le; 0: tries once) with the watchdog's lease: {@code tryLock(time, -1, unit)}.
+     * Waits up to {@code time} (&le; 0: tries once) without a lease time: {@code tryLock(time, -1, unit)}.
      *
      * @param time how long to wait in the queue (a {@link FlockMultiLock}: in every key's queue)
      * @param unit the unit of {@code time}
@@ -152,11 +153,12 @@ abstract class AbstractFlockLock<T> {
 
     /**
      * Waits up to {@code waitTime} (&le; 0: tries once; a {@link FlockMultiLock}: for every key);
-     * {@code leaseTime} &le; 0 means the watchdog lease.
+     * {@code leaseTime} &le; 0 means none of its own.
      *
      * @param waitTime how long to wait in the queue (a {@link FlockMultiLock}: in every key's queue)
-     * @param leaseTime how long the grant (a {@link FlockMultiLock}: each key's) lasts; &le; 0: the watchdog's
-     *     lease, renewed until unlock
+     * @param leaseTime how long the grant (a {@link FlockMultiLock}: each key's) lasts; &le; 0: a {@link FlockLock}'s
+     *     lives with the client's session, a {@link FlockMultiLock}'s gets the watchdog's lease, renewed until
+     *     unlock
      * @param unit the unit of both times
      * @return true if granted (a {@link FlockMultiLock}: if every key was granted; none is taken otherwise)
      * @throws InterruptedException if interrupted while waiting (a grant that raced it is given back)

@@ -344,7 +344,8 @@ public final class FlockClient implements AutoCloseable {
         for (Node node : router.nodes()) {
             return java.time.Duration.ofMillis(node.session.timeoutMs());
         }
-        return java.time.Duration.ofMillis(sessionTimeoutMs > 0 ? sessionTimeoutMs : Protocol.DEFAULT_SESSION_TIMEOUT_MS);
+        return java.time.Duration.ofMillis(sessionTimeoutMs > 0 ? sessionTimeoutMs
+                : Protocol.DEFAULT_SESSION_TIMEOUT_MS);
     }
 
     @Override
@@ -819,6 +820,8 @@ public final class FlockClient implements AutoCloseable {
         }
     }
 
+    private static final String REPLACED = "the grant ended while the client's session was being replaced";
+
     /** How a re-watch ended: UNREACHABLE, no session could be opened on the key's node (try again later). */
     private enum Rewatch { DONE, UNREACHABLE }
 
@@ -867,7 +870,8 @@ public final class FlockClient implements AutoCloseable {
                 }
             } catch (IOException | RuntimeException e) {
                 if ("NOTOWNER".equals(RedisError.codeOf(e))) {
-                    leaseLost(grant, LossReason.NOTOWNER, "the server ended the grant: " + new RedisError(e).getMessage());
+                    leaseLost(grant, LossReason.NOTOWNER, "the server ended the grant: "
+                            + new RedisError(e).getMessage());
                     return Rewatch.DONE;
                 }
                 // not closed: the node cannot be reached now (its deadline tells if it stays so)
@@ -881,7 +885,8 @@ public final class FlockClient implements AutoCloseable {
                 reply = route.callTimed(grant.rewatchArgs(sessionGrant ? 0 : leaseMs, reader.sid), n -> n.commands,
                         commandMs(grant, reader));
             } catch (IOException | RuntimeException e) {
-                return Rewatch.DONE; // NOSESSION: that session's end re-watches again; anything else: the deadline tells
+                // NOSESSION: that session's end re-watches again; anything else: the deadline tells
+                return Rewatch.DONE;
             }
             if (reply instanceof Long) {
                 try {
@@ -890,7 +895,7 @@ public final class FlockClient implements AutoCloseable {
                     // the extra hold stays until the thread's last unlock finds it: its lease ends it
                 }
                 if ((Long) reply != grant.token) {
-                    leaseLost(grant, LossReason.NOTOWNER, "the grant ended while the client's session was being replaced");
+                    leaseLost(grant, LossReason.NOTOWNER, REPLACED);
                     return Rewatch.DONE;
                 }
                 grant.watcher = reader;
@@ -904,7 +909,7 @@ public final class FlockClient implements AutoCloseable {
                 }
                 rewatched.incrementAndGet();
             } else if (reply == null) {
-                leaseLost(grant, LossReason.NOTOWNER, "the grant ended while the client's session was being replaced");
+                leaseLost(grant, LossReason.NOTOWNER, REPLACED);
             }
             return Rewatch.DONE;
         }

@@ -16,11 +16,13 @@ import java.util.concurrent.locks.Lock;
  *
  * <p>The owner is {@code <client UUID>:<thread id>}: the same thread of the same client reenters (one more
  * hold, the same token, the lease reset); another thread, or another client, waits its turn. Each
- * {@code lock}/{@code tryLock} that returned true needs one {@link #unlock}. Without a lease time the lease is
- * the client's watchdog timeout (30 s by default) and a watchdog renews it every third of that until the
- * last unlock; with a lease time the lock ends by itself after it. A wait is one {@code FLOCK.ACQUIRE ... WAIT}
- * through the client's session (no connection of its own); the server pushes the loss of a grant at once
- * ({@link #isLeaseLost()}, the client's {@link LeaseLostListener}). A wait whose server cannot be reached
+ * {@code lock}/{@code tryLock} that returned true needs one {@link #unlock}. Without a lease time the grant lives
+ * with the client's session ({@code FLOCK.ACQUIRE ... 0 ... INBOX}: no lease, no renewals) until the last unlock
+ * or the session's end (without a session, the watchdog's lease, renewed every third of it); with a lease time
+ * the lock ends by itself after it. A wait is one {@code FLOCK.ACQUIRE ... WAIT} through the client's session (no
+ * connection of its own); the server pushes the loss of a grant at once, and a grant whose deadline passes
+ * unconfirmed (its session's, its lease's) is lost then ({@link #isLeaseLost()}, {@link #getLeaseLostReason()},
+ * the client's {@link LeaseLostListener}). A wait whose server cannot be reached
  * retries until its own deadline and then ends as a wait that ran out ({@code tryLock} false; {@code lock()}
  * retries without limit, {@code lockInterruptibly()} until interrupted). Other I/O failures that outlast
  * {@link FlockClient#RESENDS} resends (a try without wait, unlock, info) surface as
@@ -42,7 +44,7 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
      * {@code acquireOptions} go into every FLOCK.ACQUIRE after the lease: the hook for the read and
      * semaphore variants, which differ from this lock only in those arguments.
      *
-     * @param client the client whose connections, session and watchdog the lock uses
+     * @param client the client whose connections, session, timer and watchdog the lock uses
      * @param name the lock's key
      * @param acquireOptions FLOCK.ACQUIRE options ({@code SHARED}, {@code PERMITS n LIMIT m}), or none
      */
@@ -175,7 +177,8 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
      * the wait ran out.
      *
      * @param waitTime how long to wait in the queue
-     * @param leaseTime how long the grant lasts; &le; 0: the watchdog's lease, renewed until unlock
+     * @param leaseTime how long the grant lasts; &le; 0: none, the grant lives with the client's session (the
+     *     watchdog's lease, renewed until unlock, without one)
      * @param unit the unit of both times
      * @return the grant's fencing token, or null
      * @throws InterruptedException if interrupted while waiting (a grant that raced it is released)
@@ -200,8 +203,10 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
 
     /**
      * True once the current thread's grant is known gone: at once when the server pushes the loss through the
-     * session (lease ended, force-released, key deleted, demoted; with or without a watchdog), or when a
-     * watchdog renewal finds it gone. The next unlock() then throws.
+     * session (lease ended, force-released, key deleted, demoted), when its session ended, when a watchdog
+     * renewal finds it gone, or once its deadline has passed: a fixed lease's end, or the session's (no heartbeat
+     * confirmed it for the session timeout), compared with the clock at this call too, so that a process paused
+     * past it sees the loss at its first check. The next unlock() then throws.
      *
      * @return whether the current thread's grant was lost
      */

@@ -4,9 +4,9 @@ import java.util.concurrent.locks.ReadWriteLock;
 
 /**
  * Redisson's {@code RReadWriteLock} on one FLOCK key: {@link #readLock()} takes it {@code SHARED}, {@link
- * #writeLock()} exclusively; both are {@link FlockLock}s (watchdog, tokens, request IDs as for any lock). One FIFO
- * queue serves both: readers behind a waiting writer wait too (no writer starvation). A writer may also take the
- * read lock (one more hold on its write grant); a reader asking for the write lock gets {@link UpgradeException}.
+ * #writeLock()} exclusively; both are {@link FlockLock}s (session grants, tokens, request IDs as for any lock).
+ * One FIFO queue serves both: readers behind a waiting writer wait too (no writer starvation). A writer may also
+ * take the read lock (one more hold on its write grant); a reader asking for the write lock gets {@link UpgradeException}.
  */
 public final class FlockReadWriteLock implements ReadWriteLock {
     private final String name;

@@ -7,7 +7,7 @@ import java.util.concurrent.TimeUnit;
 /**
  * A semaphore of {@code limit} permits on one FLOCK key ({@code PERMITS n LIMIT m}), with Redisson's
  * {@code RSemaphore} / {@code RPermitExpirableSemaphore} shapes. Permits are held by an owner, as a lock is:
- * {@code <client UUID>:<thread id>}, with a lease (the watchdog's when none is given) and a fencing token. A
+ * {@code <client UUID>:<thread id>}, with a lease (or none: they live with the client's session) and a fencing token. A
  * thread holds one grant of n permits at a time: acquiring again with the same n adds a hold (each needs a
  * {@link #release()}), another n is an error. Requests are served in FIFO order, and a request that does not
  * fit stops the queue: a big request at the head is not overtaken by smaller ones, nor by a try. With durable
@@ -59,7 +59,7 @@ public final class FlockSemaphore {
     }
 
     /**
-     * Waits in the queue for one permit; watchdog lease.
+     * Waits in the queue for one permit; no lease time (they live with the client's session).
      *
      * @throws InterruptedException if interrupted while waiting (the waiter leaves the queue)
      */
@@ -68,7 +68,7 @@ public final class FlockSemaphore {
     }
 
     /**
-     * Waits in the queue for {@code permits} permits, taken as one grant; watchdog lease.
+     * Waits in the queue for {@code permits} permits, taken as one grant; no lease time.
      *
      * @param permits how many, 1 to the limit
      * @throws InterruptedException if interrupted while waiting (the waiter leaves the queue)
@@ -109,7 +109,7 @@ public final class FlockSemaphore {
     }
 
     /**
-     * Waits up to {@code waitTime} for one permit; watchdog lease.
+     * Waits up to {@code waitTime} for one permit; no lease time.
      *
      * @param waitTime how long to wait in the queue
      * @param unit the unit of {@code waitTime}
@@ -121,7 +121,7 @@ public final class FlockSemaphore {
     }
 
     /**
-     * Waits up to {@code waitTime} for {@code permits} permits; watchdog lease.
+     * Waits up to {@code waitTime} for {@code permits} permits; no lease time.
      *
      * @param permits how many, 1 to the limit
      * @param waitTime how long to wait in the queue
@@ -134,11 +134,12 @@ public final class FlockSemaphore {
     }
 
     /**
-     * Waits up to {@code waitTime}; {@code leaseTime} &le; 0 means the watchdog lease.
+     * Waits up to {@code waitTime}; {@code leaseTime} &le; 0 means none (they live with the client's session).
      *
      * @param permits how many, 1 to the limit
      * @param waitTime how long to wait in the queue
-     * @param leaseTime how long the grant lasts; &le; 0: the watchdog's lease, renewed until release
+     * @param leaseTime how long the grant lasts; &le; 0: none, they live with the client's session (the
+     *     watchdog's lease, renewed until release, without one)
      * @param unit the unit of both times
      * @return true if granted
      * @throws InterruptedException if interrupted while waiting (the waiter leaves the queue)

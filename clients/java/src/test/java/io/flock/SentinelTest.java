@@ -244,7 +244,9 @@ class SentinelTest {
         await("the old master to become a replica", Duration.ofSeconds(45),
                 () -> replication(old).contains("role:slave") && replication(old).contains("master_link_status:up"));
         FlockLock after = client.getFairLock("after");
-        long token = after.lockAndGetToken();
+        // A lease of its own: Sentinel may still close the new master's clients as it finishes reconfiguring,
+        // which would end a grant that lived with the session there (reported lost, sessionended).
+        long token = after.lockAndGetToken(30, TimeUnit.SECONDS);
         assertEquals(token, number((List<?>) call(promoted, "FLOCK.INFO", "after"), "token"), "held on the new master");
         FlockClient waiter = client();
         Future<Long> waited = threads.submit(() -> waiter.getFairLock("after").tryLockAndGetToken(10, 5,
