@@ -99,28 +99,15 @@ class ReadWriteLockTest extends ServerTest {
     }
 
     @Test
-    void theSessionKeepsAReadLockAlive() {
-        FlockClient client = sessionClient(WATCHDOG_MS);
-        FlockLock read = client.getReadWriteLock("k").readLock();
-        read.lock();
-        awaitRenewals("k", 3); // the session's heartbeats, for longer than its timeout
-        assertFalse(read.isLeaseLost());
-        assertEquals(0, client.watchdogs(), "it lives with the session: no renewals");
-        read.unlock();
-        assertNull(info("k"));
+    void theSessionKeepsAReadLockAlive() throws Exception {
+        FlockLock read = sessionClient(WATCHDOG_MS).getReadWriteLock("k").readLock();
+        keptAlive(read.client, "k", read, read::lock, read::unlock);
     }
 
     @Test
-    void theWatchdogKeepsAReadLeaseAliveWithoutSessions() {
-        FlockClient client = watchdogClient(WATCHDOG_MS);
-        FlockLock read = client.getReadWriteLock("k").readLock();
-        read.lock();
-        awaitRenewals("k", 3);
-        assertFalse(read.isLeaseLost());
-        assertEquals(1, client.watchdogs());
-        read.unlock();
-        assertEquals(0, client.watchdogs());
-        assertNull(info("k"));
+    void theWatchdogKeepsAReadLeaseAliveWithoutSessions() throws Exception {
+        FlockLock read = watchdogClient(WATCHDOG_MS).getReadWriteLock("k").readLock();
+        keptAlive(read.client, "k", read, read::lock, read::unlock);
     }
 
     @Test

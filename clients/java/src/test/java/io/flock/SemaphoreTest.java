@@ -133,26 +133,13 @@ class SemaphoreTest extends ServerTest {
 
     @Test
     void theSessionKeepsSemaphorePermitsAlive() throws Exception {
-        FlockClient client = sessionClient(WATCHDOG_MS);
-        FlockSemaphore semaphore = client.getSemaphore("s", 2);
-        semaphore.acquire();
-        awaitRenewals("s", 3); // the session's heartbeats, for longer than its timeout
-        assertFalse(semaphore.isLeaseLost());
-        assertEquals(0, client.watchdogs(), "they live with the session: no renewals");
-        semaphore.release();
-        assertNull(info("s"));
+        FlockSemaphore semaphore = sessionClient(WATCHDOG_MS).getSemaphore("s", 2);
+        keptAlive(semaphore.permits(1).client, "s", semaphore.permits(1), semaphore::acquire, semaphore::release);
     }
 
     @Test
     void theWatchdogKeepsASemaphoreLeaseAliveWithoutSessions() throws Exception {
-        FlockClient client = watchdogClient(WATCHDOG_MS);
-        FlockSemaphore semaphore = client.getSemaphore("s", 2);
-        semaphore.acquire();
-        awaitRenewals("s", 3);
-        assertFalse(semaphore.isLeaseLost());
-        assertEquals(1, client.watchdogs());
-        semaphore.release();
-        assertEquals(0, client.watchdogs());
-        assertNull(info("s"));
+        FlockSemaphore semaphore = watchdogClient(WATCHDOG_MS).getSemaphore("s", 2);
+        keptAlive(semaphore.permits(1).client, "s", semaphore.permits(1), semaphore::acquire, semaphore::release);
     }
 }

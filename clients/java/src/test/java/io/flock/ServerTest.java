@@ -1,6 +1,8 @@
 package io.flock;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
@@ -255,6 +257,22 @@ abstract class ServerTest {
             release.complete(null);
             done.get(10, TimeUnit.SECONDS);
         }
+    }
+
+    /**
+     * {@code take} (on the test thread) takes {@code key} through {@code client}: with sessions, the grant lives
+     * with the session, whose heartbeats move its lease on for longer than its timeout, and no watchdog runs;
+     * without, the watchdog renews it. Not lost meanwhile; {@code release} frees the key and stops the watchdog.
+     */
+    void keptAlive(FlockClient client, String key, FlockLock view, ThrowingRunnable take, ThrowingRunnable release)
+            throws Exception {
+        take.run();
+        awaitRenewals(key, 3);
+        assertFalse(view.isLeaseLost());
+        assertEquals(client.usesSessions() ? 0 : 1, client.watchdogs(), "a watchdog only without a session");
+        release.run();
+        assertEquals(0, client.watchdogs());
+        assertNull(info(key));
     }
 
     /**
