@@ -132,8 +132,10 @@ public final class FlockConfig {
      * How long a command's reply may take once it is sent (default {@value #DEFAULT_TIMEOUT_MS}; 0: no limit).
      * A reply that does not come in time is a lost reply: the connection is closed and the command resent as
      * any lost reply. A command that blocks on the server ({@code FLOCK.ACQUIRE ... WAIT t} without
-     * {@code INBOX}, {@code FLOCK.INBOX t}) gets its own time {@code t} on top ({@code t} 0: no limit), so waits
-     * and the session's inbox read are never cut by it.
+     * {@code INBOX}) gets its own time {@code t} on top ({@code t} 0: no limit), so waits are never cut by it.
+     * The commands the client sends for itself have limits of their own instead: the session's
+     * {@code FLOCK.INBOX} reads until the session's deadline, a watchdog renewal until its grant's, its own
+     * releases a third of the session timeout, a cancel 2 s.
      *
      * @param timeoutMs milliseconds, 0 for no limit
      * @return this config
