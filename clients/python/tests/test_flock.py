@@ -1,6 +1,6 @@
 """What redis_flock.Lock adds to redis-py's Lock: FIFO waits (through the
-session: tests/test_sessions.py), fencing tokens, the watchdog, reentrancy,
-request IDs."""
+session: tests/test_sessions.py), fencing tokens, session grants and the
+watchdog (without a session), reentrancy, request IDs."""
 
 import threading
 import time
@@ -14,7 +14,7 @@ from redis.exceptions import LockNotOwnedError
 from redis.retry import Retry
 
 from redis_flock import Lock
-from redis_flock.lock import WATCHDOG
+from redis_flock._backend import TIMERS
 
 
 def test_waiters_are_granted_in_fifo_order(r):
@@ -106,8 +106,25 @@ def kind(request):
     return KINDS[request.param]
 
 
+def test_a_lock_without_timeout_holds_a_session_grant_renewed_by_nothing(r, kind):
+    lock = kind(r, "sg", session_timeout=0.6)
+    renewals = calls(r, "flock.renew")
+    assert lock.acquire(blocking=False)
+    mine = holding(r, "sg", lock.local.token)
+    # FLOCK.INFO shows the session's timeout as its lease, and its session.
+    assert mine["session"] == 1 and 0 < mine["ttl-ms"] <= 600
+    acquired = time.monotonic()
+    # Held past its session's timeout twice over by the heartbeat alone.
+    wait_until(lambda: time.monotonic() - acquired > 1.3, what="1.3 s")
+    assert lock.owned() and not lock.lost and calls(r, "flock.renew") == renewals
+    assert lock.local.grant.renewal_timer is None and lock.local.grant.deadline_timer is None
+    lock.release()
+    assert info(r, "sg") is None
+
+
 def test_watchdog_keeps_a_short_lease_alive(r, kind):
-    lock = kind(r, "wd", watchdog_timeout=1.2)
+    # Without a session: a lease, renewed.
+    lock = kind(r, "wd", watchdog_timeout=1.2, use_session=False)
     renewals = calls(r, "flock.renew")
     assert lock.acquire(blocking=False)
     acquired = time.monotonic()
@@ -122,25 +139,27 @@ def test_watchdog_keeps_a_short_lease_alive(r, kind):
 
 
 def test_watchdog_reports_loss_after_forcerelease(r):
-    lock = Lock(r, "wd", watchdog_timeout=0.3)
+    lock = Lock(r, "wd", watchdog_timeout=0.3, use_session=False)
     assert lock.acquire(blocking=False)
     r.execute_command("FLOCK.FORCERELEASE", "wd")
     wait_until(lambda: lock.lost, what="the watchdog to report the loss")
+    assert lock.lost_reason == "notowner" and lock.lost_detail.startswith("NOTOWNER")
     assert not lock.owned()
     with pytest.raises(LockNotOwnedError, match="NOTOWNER"):
         lock.release()
 
 
 def test_watchdog_stops_on_release(r):
-    # One watchdog thread per process renews every grant (it was a thread per
-    # grant): the released grant leaves its schedule.
-    lock = Lock(r, "wd-stop", watchdog_timeout=0.3)
+    # One deadline thread per process times every grant's renewal and
+    # deadline (it was a thread per grant): the released grant leaves its
+    # schedule.
+    lock = Lock(r, "wd-stop", watchdog_timeout=0.3, use_session=False)
     assert lock.acquire(blocking=False)
     grant = lock.local.grant
-    assert grant in WATCHDOG.entries()
-    assert any(t.name == "flock-watchdog" for t in threading.enumerate())
+    assert any(args == (grant,) for _, args in TIMERS.pending())
+    assert [t.name for t in threading.enumerate()].count("flock-deadlines") == 1
     lock.release()
-    assert grant not in WATCHDOG.entries()
+    assert not any(grant in args for _, args in TIMERS.pending())
 
 
 def test_notowner_is_lock_not_owned_error(r):

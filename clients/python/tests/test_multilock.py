@@ -12,7 +12,6 @@ from redis.sentinel import Sentinel
 
 from helpers import calls, holding, info, wait_until
 from redis_flock import AcquireCancelled, CancelToken, CrossSlotError, DeadlockError, Lock, MultiLock
-from redis_flock.lock import WATCHDOG
 from test_flock import via_proxy  # noqa: F401 (a fixture)
 from test_topologies import rc  # noqa: F401 (a fixture)
 
@@ -228,7 +227,7 @@ def test_watchdog_keeps_every_lease_alive_and_reports_one_loss(r):
     renewals = calls(r, "flock.renew")
     assert multi.acquire(blocking=False)
     grants = multi._grants()
-    assert all(grant in WATCHDOG.entries() for grant in grants)
+    assert all(grant.renewal_timer is not None for grant in grants)
     acquired = time.monotonic()
     # Two rounds for each key and more than a lease: without them both would be gone.
     wait_until(lambda: calls(r, "flock.renew") >= renewals + 4 and time.monotonic() - acquired > 1.6,
@@ -237,12 +236,13 @@ def test_watchdog_keeps_every_lease_alive_and_reports_one_loss(r):
     for key in ("a", "b"):
         r.execute_command("FLOCK.FORCERELEASE", key)
     wait_until(lambda: all(grant.lost for grant in grants), what="the watchdog to find both losses")
+    wait_until(lambda: losses, what="on_lost (called after lost is set)")
     # One call for the MultiLock, not one per key.
-    assert len(losses) == 1 and losses[0][0] is multi and losses[0][1].startswith("NOTOWNER")
-    assert multi.lost and multi.lost_reason.startswith("NOTOWNER")
+    assert len(losses) == 1 and losses[0][0] is multi and losses[0][1] == "notowner"
+    assert multi.lost and multi.lost_reason == "notowner" and multi.lost_detail.startswith("NOTOWNER")
     with pytest.raises(LockNotOwnedError, match="NOTOWNER"):
         multi.release()
-    assert not any(grant in WATCHDOG.entries() for grant in grants)
+    assert all(grant.renewal_timer.cancelled for grant in grants)
 
 
 def test_every_command_carries_a_request_id(r):

@@ -114,7 +114,7 @@ def test_cluster_watchdog_renews_on_the_key_node(cluster, rc):
         return node.info("commandstats").get("cmdstat_flock.renew", {}).get("calls", 0)
 
     before = renewals()
-    lock = Lock(rc, key, watchdog_timeout=1.2)
+    lock = Lock(rc, key, watchdog_timeout=1.2, use_session=False)  # without a session: a lease, renewed
     assert lock.acquire()
     token = lock.fencing_token
     # Three renewals (every 0.4 s) outlast the 1.2 s lease.

@@ -1,7 +1,7 @@
 """What only the asyncio flavour does, hand-written: its primitives
-(asyncio's), a session's connection and its reader task, a wait on a
-connection of its own (``use_session=False``), the watchdog's task per
-grant, and acquire()'s arguments. redis_flock._asyncio_session and
+(asyncio's), commands with a timeout of their own, timers (the loop's), a
+session's connection and its reader task, a wait on a connection of its own
+(``use_session=False``), and acquire()'s arguments. redis_flock._asyncio_session and
 redis_flock.asyncio import it; scripts/unasync.py makes the blocking
 flavour's modules of theirs, which import redis_flock._backend, this
 module's counterpart with the same names, instead."""
@@ -11,7 +11,7 @@ import time
 from typing import Optional
 
 import redis.asyncio
-from redis.exceptions import ConnectionError
+from redis.exceptions import ConnectionError, TimeoutError
 
 from ._core import REOPEN_MAX_DELAY, SEND_CONCURRENCY, Number, SessionState, logger
 
@@ -98,6 +98,44 @@ async def disconnect(connection) -> None:
         pass
 
 
+if hasattr(asyncio, "timeout"):
+
+    async def _within(awaitable, timeout: float):
+        async with asyncio.timeout(timeout):
+            return await awaitable
+
+else:  # Python < 3.11
+
+    async def _within(awaitable, timeout: float):
+        return await asyncio.wait_for(awaitable, timeout)
+
+
+async def call(client, args, timeout: Optional[float]):
+    """``await client.execute_command(*args)``, given up on after ``timeout``
+    seconds (docs/client-protocol.md: a command the client sends for itself
+    never hangs): redis-py closes a connection whose command was cancelled."""
+    if timeout is None:
+        return await client.execute_command(*args)
+    try:
+        return await _within(client.execute_command(*args), timeout)
+    except asyncio.TimeoutError as e:
+        raise TimeoutError(f"no reply to {args[0]} within {timeout:.3f} s") from e
+
+
+async def exchange(connection, args, timeout: float):
+    """Sends ``args`` on ``connection`` (a session's own) and reads the reply
+    within ``timeout`` seconds."""
+    await connection.send_command(*args)
+    return await connection.read_response(timeout=timeout)
+
+
+def schedule(when: float, function, *args) -> asyncio.TimerHandle:
+    """Calls ``function(*args)`` on the running loop at ``when`` (on
+    time.monotonic(), the loop's clock): the loop's own heap of timers, no
+    task per grant. ``cancel()`` stops it."""
+    return asyncio.get_running_loop().call_later(max(0.0, when - time.monotonic()), function, *args)
+
+
 async def node_client(client, key: bytes):
     """The client of the server that holds ``key``: ``client`` itself, or for
     a RedisCluster a Redis of the key's node, whose own pool gives that node
@@ -133,10 +171,11 @@ async def node_client(client, key: bytes):
 # --- Sessions -----------------------------------------------------------------
 
 
-def session_of(client, make):
-    """The session of ``client``'s pool on the running loop, made by
-    ``make(pool, loop)`` on first use. The pool's disconnect() (what
-    Redis.aclose() calls) also closes it."""
+def session_of(client, make, timeout: Optional[float] = None):
+    """The session of ``client``'s pool on the running loop with the
+    timeout asked (``timeout`` seconds; None: the server's), made by
+    ``make(pool, timeout, loop)`` on first use. The pool's disconnect()
+    (what Redis.aclose() calls) also closes them."""
     pool = client.connection_pool
     loop = asyncio.get_running_loop()
     sessions = pool.__dict__.get("_flock_sessions")
@@ -147,20 +186,20 @@ def session_of(client, make):
         async def disconnect(*args, **kwargs):
             if args[0] if args else kwargs.get("inuse_connections", True):
                 running = asyncio.get_running_loop()
-                for loop, session in list(sessions.items()):
+                for (loop, asked), session in list(sessions.items()):
                     # A session of another loop cannot be awaited here.
                     if loop is running:
                         await session.close()
                     else:
-                        sessions.pop(loop, None)
+                        sessions.pop((loop, asked), None)
             return await original(*args, **kwargs)
 
         pool.disconnect = disconnect
-    for other in [other for other in sessions if other.is_closed()]:
+    for other in [other for other in sessions if other[0].is_closed()]:
         del sessions[other]
-    session = sessions.get(loop)
+    session = sessions.get((loop, timeout))
     if session is None:
-        session = sessions[loop] = make(pool, loop)
+        session = sessions[(loop, timeout)] = make(pool, timeout, loop)
     return session
 
 
@@ -172,8 +211,10 @@ class SessionConnection:
     session's protocol (open(), _inbox(), _rewatch(), send_wait(), ...) is
     redis_flock._asyncio_session.Session's, this class's subclass."""
 
-    def __init__(self, pool, loop):
+    def __init__(self, pool, timeout: Optional[float], loop):
         self.pool = pool
+        # The timeout asked for (FLOCK.SESSION TIMEOUT), None: the server's.
+        self.asked = timeout
         self.loop = loop
         self.state = SessionState()
         # Guards opening.
@@ -187,28 +228,35 @@ class SessionConnection:
         self.client = redis.asyncio.Redis(connection_pool=pool)
         # The session whose grants were all re-watched.
         self.rewatched: Optional[str] = None
+        # The timer of the session's deadline.
+        self.timer = None
 
     def _start_reader(self, connection) -> None:
         """open() made ``connection`` the session's: a reader reads it."""
-        self.reader = self.loop.create_task(self._read(connection), name="flock-session")
+        self.reader = self.loop.create_task(self._read(connection, self.sid), name="flock-session")
 
     async def close(self) -> None:
         """Closes the session's connection (the server ends the session: its
-        waits leave their queues); waits in progress raise ConnectionError. A
+        waits leave their queues, its session grants end); waits in progress
+        raise ConnectionError, session grants are lost (``sessionended``). A
         later acquire opens a new session."""
-        connection, self.connection, self.sid = self.connection, None, None
+        connection, sid, self.connection, self.sid = self.connection, self.sid, None, None
         for task in (self.reader, self.reopening):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
         self.reader = self.reopening = None
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         if connection is not None:
             await disconnect(connection)
+        self.state.session_ended(sid)
         self.state.fail_all(ConnectionError("the FLOCK session was closed (the client was closed)"))
 
-    async def _read(self, connection) -> None:
-        """Reads the inbox of ``connection``'s session until it breaks."""
+    async def _read(self, connection, sid: str) -> None:
+        """Reads the inbox of ``connection``'s session ``sid`` until it breaks."""
         try:
-            while await self._inbox(connection):
+            while await self._inbox(connection, sid):
                 if self.state.stale:
                     # A grant watched by an earlier session: re-watched here.
                     self._start_reopening()
@@ -223,8 +271,9 @@ class SessionConnection:
     def _broken(self, connection) -> None:
         if self.connection is not connection:
             return
+        sid = self.sid
         self.connection = self.sid = None
-        self.state.session_ended()
+        self.state.session_ended(sid)
         if self.state.has_pending() or self.state.has_watched():
             self._start_reopening()
 
@@ -325,30 +374,6 @@ def _retrieved(task: asyncio.Future) -> None:
     caller was cancelled), so that asyncio does not log it as lost."""
     if not task.cancelled():
         task.exception()
-
-
-class Watchdog:
-    """A task per grant without a timeout (``flock-watchdog <name>``), on the
-    loop: renews it every third of its lease, through its lock's client (the
-    pool), and marks it lost on NOTOWNER or when no renewal got through for
-    a whole lease (the lock's _watchdog_renew); cancelled when the grant
-    stops."""
-
-    def watch(self, lock, grant) -> None:
-        task = asyncio.create_task(self._run(lock, grant), name=f"flock-watchdog {lock.name!r}")
-        grant.on_stop.append(task.cancel)
-
-    @staticmethod
-    async def _run(lock, grant) -> None:
-        lease_ms = lock._lease_ms()
-        interval = lease_ms / 3000
-        confirmed = time.monotonic()
-        while confirmed is not None:
-            await asyncio.sleep(interval)
-            confirmed = await lock._watchdog_renew(grant, lease_ms, confirmed)
-
-
-WATCHDOG = Watchdog()
 
 
 class LockFlavour:

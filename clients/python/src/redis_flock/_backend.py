@@ -1,7 +1,8 @@
 """What only the blocking flavour does, hand-written: its primitives
-(threading's), a session's connection and its reader thread, a wait on a
-connection of its own (``use_session=False``), the process's one watchdog
-thread, and acquire()'s arguments. redis_flock._session and redis_flock.lock
+(threading's), commands with a socket timeout of their own, the process's
+one deadline thread (its timers), a session's connection and its reader
+thread, a wait on a connection of its own (``use_session=False``), and
+acquire()'s arguments. redis_flock._session and redis_flock.lock
 are generated from the asyncio flavour's modules (scripts/unasync.py), which
 import redis_flock._asyncio_backend, this module's counterpart with the same
 names, where these import this one."""
@@ -22,8 +23,65 @@ from ._core import REOPEN_MAX_DELAY, SEND_CONCURRENCY, CancelToken, Number, Sess
 # --- Primitives ---------------------------------------------------------------
 
 mutex = threading.Lock
-Event = threading.Event
 sleep = time.sleep
+
+# Guards Event.set(): each sets once.
+_SETTING = threading.Lock()
+
+
+class Event:
+    """threading.Event's set() and wait(timeout), for a wait's one waiting
+    thread, on a lock held until set(): a tenth of the cost of a
+    threading.Event (no Condition), made for every acquire."""
+
+    __slots__ = ("_lock", "_set")
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._set = False
+
+    def set(self) -> None:
+        with _SETTING:
+            if self._set:
+                return
+            self._set = True
+        self._lock.release()
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        if self._set:
+            return True
+        if self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            self._lock.release()
+            return True
+        return self._set
+
+
+class Limiter:
+    """At most ``n`` holders at once (``with limiter:``), as a
+    threading.BoundedSemaphore, at a fraction of its cost when nobody waits."""
+
+    def __init__(self, n: int):
+        self.free = n
+        self.waiting = 0
+        self.lock = threading.Lock()
+        self.condition = threading.Condition(self.lock)
+
+    def __enter__(self):
+        with self.lock:
+            while self.free == 0:
+                self.waiting += 1
+                try:
+                    self.condition.wait()
+                finally:
+                    self.waiting -= 1
+            self.free -= 1
+
+    def __exit__(self, *exc):
+        with self.lock:
+            self.free += 1
+            if self.waiting:
+                self.condition.notify()
 
 # What a wait's clean-up (FLOCK.CANCEL, then its event) lets pass with
 # keep=False: an error; anything else (KeyboardInterrupt) ends it.
@@ -57,6 +115,151 @@ def disconnect(connection) -> None:
         pass
 
 
+def _get_connection(pool, until: float):
+    """A connection of ``pool`` (redis-py 5.0's get_connection() takes a
+    command name, later ones none). A pool at its max_connections raises
+    at once; this waits for a connection to come back, up to ``until``
+    (as a BlockingConnectionPool does), so that renewals due together share
+    a small pool."""
+    while True:
+        try:
+            try:
+                return pool.get_connection()
+            except TypeError:
+                return pool.get_connection("FLOCK")
+        except ConnectionError as e:
+            if "Too many connections" not in str(e) or time.monotonic() >= until:
+                raise
+        time.sleep(0.002)
+
+
+def call(client, args, timeout: Optional[float]):
+    """``client.execute_command(*args)`` with a socket timeout of ``timeout``
+    seconds for this command alone (docs/client-protocol.md: a command the
+    client sends for itself never hangs), on a connection of the client's
+    pool. A RedisCluster (no pool of its own: it routes by key and follows
+    MOVED) sends it itself, with its nodes' own socket timeout."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None or timeout is None or getattr(client, "connection", None) is not None:
+        return client.execute_command(*args)
+    connection = _get_connection(pool, time.monotonic() + timeout)
+    try:
+        if connection._sock is None:
+            connection.connect()
+        connection._sock.settimeout(timeout)
+        connection.send_command(*args)
+        # An error reply raises without breaking the connection; a timeout
+        # or an I/O error disconnects it (redis-py), and it goes back closed.
+        return connection.read_response()
+    finally:
+        if connection._sock is not None:
+            connection._sock.settimeout(connection.socket_timeout)
+        pool.release(connection)
+
+
+def exchange(connection, args, timeout: float):
+    """Sends ``args`` on ``connection`` (a session's own) and reads the reply,
+    within ``timeout`` seconds each."""
+    if connection._sock is None:
+        connection.connect()
+    connection._sock.settimeout(timeout)
+    connection.send_command(*args)
+    return connection.read_response()
+
+
+class Timer:
+    """One timer of TIMERS: ``cancel()`` stops it."""
+
+    __slots__ = ("timers", "function", "args", "cancelled")
+
+    def __init__(self, timers, function, args):
+        self.timers = timers
+        self.function = function
+        self.args = args
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        if not self.cancelled:
+            self.cancelled = True
+            self.timers._cancelled()
+
+
+class Timers:
+    """The process's one deadline thread (``flock-deadlines``, a daemon): a
+    heap of timers, each a function to call at a moment of time.monotonic():
+    a deadline (a grant lost unless confirmed since), a watchdog's renewal
+    (started on a thread of its own, so that a slow one delays no other).
+    Started by the first timer and never ended (in a forked child, started
+    again): no thread per grant, none started per acquire. Timer functions
+    must not block."""
+
+    def __init__(self):
+        self._reset()
+        if hasattr(os, "register_at_fork"):
+            # The parent's timers are the parent's; its thread is not here.
+            os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self.condition = threading.Condition()
+        self.heap: list = []
+        self.order = itertools.count()
+        self.thread: Optional[threading.Thread] = None
+        self.cancelled_count = 0
+
+    def schedule(self, when: float, function, *args) -> Timer:
+        """Calls ``function(*args)`` on the deadline thread at ``when``."""
+        timer = Timer(self, function, args)
+        with self.condition:
+            heapq.heappush(self.heap, (when, next(self.order), timer))
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="flock-deadlines", daemon=True)
+                self.thread.start()
+            elif self.heap[0][2] is timer:
+                self.condition.notify()
+        return timer
+
+    def pending(self) -> list:
+        """The (function, args) of the timers not yet due (for tests)."""
+        with self.condition:
+            return [(t.function, t.args) for _, _, t in sorted(self.heap, key=lambda e: e[:2]) if not t.cancelled]
+
+    def _cancelled(self) -> None:
+        # A heap of mostly cancelled timers (grants released long before
+        # their deadline) is rebuilt without them.
+        with self.condition:
+            self.cancelled_count += 1
+            if self.cancelled_count > 256 and 2 * self.cancelled_count > len(self.heap):
+                self.heap = [entry for entry in self.heap if not entry[2].cancelled]
+                heapq.heapify(self.heap)
+                self.cancelled_count = 0
+
+    def _run(self) -> None:
+        while True:
+            with self.condition:
+                while True:
+                    if not self.heap:
+                        self.condition.wait()
+                        continue
+                    when, _, timer = self.heap[0]
+                    if timer.cancelled:
+                        heapq.heappop(self.heap)
+                        self.cancelled_count = max(0, self.cancelled_count - 1)
+                        continue
+                    delay = when - time.monotonic()
+                    if delay <= 0:
+                        heapq.heappop(self.heap)
+                        break
+                    self.condition.wait(delay)
+            try:
+                timer.function(*timer.args)
+            except Exception:
+                logger.exception("FLOCK deadline timer %r", timer.function)
+
+
+TIMERS = Timers()
+schedule = TIMERS.schedule
+
+
 def shutdown(connection) -> None:
     """Wakes a thread reading ``connection`` (its read fails): shuts the
     socket down without touching the parser that thread is in."""
@@ -81,28 +284,40 @@ def node_client(client, key: bytes):
 # --- Sessions -----------------------------------------------------------------
 
 _REGISTRY = threading.Lock()
+# This process's ID (os.getpid() is a system call), updated in a forked child.
+_PID = [os.getpid()]
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 
 
-def session_of(client, make):
-    """The session of ``client``'s connection pool, made by ``make(pool)`` on
-    first use (and again in a forked child: the parent's is the parent's).
-    The pool's disconnect() (what Redis.close() calls) also closes it."""
+def session_of(client, make, timeout: Optional[float] = None):
+    """The session of ``client``'s connection pool with the timeout asked
+    (``timeout`` seconds; None: the server's), made by ``make(pool,
+    timeout)`` on first use (and again in a forked child: the parent's is
+    the parent's). The pool's disconnect() (what Redis.close() calls) also
+    closes them."""
     pool = client.connection_pool
+    sessions = pool.__dict__.get("_flock_sessions")
+    session = sessions.get(timeout) if sessions else None
+    if session is not None and session.pid == _PID[0]:
+        return session
     with _REGISTRY:
-        session = pool.__dict__.get("_flock_session")
-        if session is None or session.pid != os.getpid():
-            if session is None:
-                original = pool.disconnect
+        sessions = pool.__dict__.get("_flock_sessions")
+        if sessions is None:
+            sessions = pool._flock_sessions = {}
+            original = pool.disconnect
 
-                def disconnect(*args, **kwargs):
-                    current = pool.__dict__.get("_flock_session")
-                    if current is not None and current.pid == os.getpid():
-                        if args[0] if args else kwargs.get("inuse_connections", True):
+            def disconnect(*args, **kwargs):
+                if args[0] if args else kwargs.get("inuse_connections", True):
+                    for current in list(sessions.values()):
+                        if current.pid == _PID[0]:
                             current.close()
-                    return original(*args, **kwargs)
+                return original(*args, **kwargs)
 
-                pool.disconnect = disconnect
-            session = pool._flock_session = make(pool)
+            pool.disconnect = disconnect
+        session = sessions.get(timeout)
+        if session is None or session.pid != _PID[0]:
+            session = sessions[timeout] = make(pool, timeout)
         return session
 
 
@@ -114,9 +329,11 @@ class SessionConnection:
     _inbox(), _rewatch(), send_wait(), ...) is redis_flock._session.Session's,
     this class's subclass."""
 
-    def __init__(self, pool):
+    def __init__(self, pool, timeout: Optional[float]):
         self.pool = pool
-        self.pid = os.getpid()
+        # The timeout asked for (FLOCK.SESSION TIMEOUT), None: the server's.
+        self.asked = timeout
+        self.pid = _PID[0]
         self.state = SessionState()
         # Guards opening, the connection, the session ID, the reader and the
         # generation.
@@ -126,11 +343,13 @@ class SessionConnection:
         self.reader: Optional[threading.Thread] = None
         # close() starts a new generation: the old reader ends.
         self.generation = 0
-        self.limiter = threading.BoundedSemaphore(SEND_CONCURRENCY)
+        self.limiter = Limiter(SEND_CONCURRENCY)
         # For the reader's own commands (releasing a grant nobody waits for).
         self.client = redis.Redis(connection_pool=pool)
         # The session whose grants were all re-watched.
         self.rewatched: Optional[str] = None
+        # The timer of the session's deadline.
+        self.timer = None
 
     def _start_reader(self, connection) -> None:
         """open() made ``connection`` the session's (under ``self.lock``):
@@ -147,13 +366,19 @@ class SessionConnection:
 
     def close(self) -> None:
         """Closes the session's connection (the server ends the session: its
-        waits leave their queues); waits in progress raise ConnectionError. A
+        waits leave their queues, its session grants end); waits in progress
+        raise ConnectionError, session grants are lost (``sessionended``). A
         later acquire opens a new session."""
         with self.lock:
             self.generation += 1
-            connection, self.connection, self.sid, self.reader = self.connection, None, None, None
+            connection, sid = self.connection, self.sid
+            self.connection, self.sid, self.reader = None, None, None
+            timer, self.timer = self.timer, None
+        if timer is not None:
+            timer.cancel()
         if connection is not None:
             shutdown(connection)
+        self.state.session_ended(sid)
         self.state.fail_all(ConnectionError("the FLOCK session was closed (the client was closed)"))
 
     def _read(self, generation: int) -> None:
@@ -186,7 +411,7 @@ class SessionConnection:
                 continue
             delay = 0.0
             try:
-                if not self._inbox(connection):
+                if not self._inbox(connection, sid):
                     self._broken(connection)
             except Exception as e:
                 if self.generation == generation:
@@ -194,11 +419,13 @@ class SessionConnection:
                 self._broken(connection)
 
     def _broken(self, connection) -> None:
+        sid = None
         with self.lock:
             if self.connection is connection:
+                sid = self.sid
                 self.connection = self.sid = None
         connection.disconnect()
-        self.state.session_ended()
+        self.state.session_ended(sid)
 
     def _gone(self, sid: str) -> None:
         """The server said NOSESSION for ``sid``: drop that connection, the
@@ -209,6 +436,7 @@ class SessionConnection:
                 self.connection = self.sid = None
         if connection is not None:
             shutdown(connection)
+            self.state.session_ended(sid)
 
     def _resend(self, sid: str) -> bool:
         """Sends the live waits not (being) sent to session ``sid`` there;
@@ -263,82 +491,6 @@ class Dedicated:
             self.unsubscribe()
         # Closing the connection also takes an abandoned waiter out of the queue.
         self.connection.disconnect()
-
-
-class Watchdog:
-    """The process's one watchdog thread (``flock-watchdog``): renews every
-    held grant without a timeout every third of its lease, through its lock's
-    client (the pool), and marks it lost on NOTOWNER or when no renewal got
-    through for a whole lease (the lock's _watchdog_renew). The thread ends
-    when nothing is left to renew and starts again with the next grant."""
-
-    class Entry:
-        def __init__(self, lock, grant):
-            self.lock = lock
-            self.grant = grant
-            self.lease_ms = lock._lease_ms()
-            self.interval = self.lease_ms / 3000
-            self.confirmed = time.monotonic()
-
-    def __init__(self):
-        self.condition = threading.Condition()
-        self.heap: list = []
-        self.order = itertools.count()
-        self.thread: Optional[threading.Thread] = None
-
-    def watch(self, lock, grant) -> None:
-        entry = self.Entry(lock, grant)
-        grant.on_stop.append(self.wake)
-        self._schedule(entry)
-
-    def entries(self) -> list:
-        """The grants renewed now (for tests and debugging)."""
-        with self.condition:
-            return [entry.grant for _, _, entry in self.heap if not self._done(entry)]
-
-    def wake(self) -> None:
-        with self.condition:
-            self.condition.notify()
-
-    def _schedule(self, entry) -> None:
-        with self.condition:
-            heapq.heappush(self.heap, (time.monotonic() + entry.interval, next(self.order), entry))
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._run, name="flock-watchdog", daemon=True)
-                self.thread.start()
-            self.condition.notify()
-
-    @staticmethod
-    def _done(entry) -> bool:
-        return entry.grant.stopped or entry.grant.lost
-
-    def _run(self) -> None:
-        while True:
-            with self.condition:
-                while True:
-                    if not self.heap:
-                        self.thread = None
-                        return
-                    due, _, entry = self.heap[0]
-                    if self._done(entry):
-                        heapq.heappop(self.heap)
-                        continue
-                    delay = due - time.monotonic()
-                    if delay <= 0:
-                        heapq.heappop(self.heap)
-                        break
-                    self.condition.wait(delay)
-            try:
-                confirmed = entry.lock._watchdog_renew(entry.grant, entry.lease_ms, entry.confirmed)
-            except Exception:
-                logger.exception("FLOCK watchdog of lock %r", entry.lock.name)
-                confirmed = entry.confirmed
-            if confirmed is not None:
-                entry.confirmed = confirmed
-                self._schedule(entry)
-
-
-WATCHDOG = Watchdog()
 
 
 class LockFlavour:

@@ -2,10 +2,11 @@
 commands, replies and errors. No I/O here: each flavour sends the commands."""
 
 import inspect
+import itertools
 import logging
+import os
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from types import SimpleNamespace
 from typing import Any, Callable, Optional, Union
@@ -21,9 +22,25 @@ from redis.exceptions import (
 
 logger = logging.getLogger("redis_flock")
 
-# The lease of a lock created without a timeout, renewed by the watchdog every
-# third of it (Redisson's lockWatchdogTimeout is 30 s too).
+# The rules every client shares (docs/client-protocol.md; the `protocol` block
+# of clients/scenarios.json holds the same values, tests/test_protocol.py
+# checks them).
+#
+# A session's reader reads its inbox (FLOCK.INBOX) for at most a third of the
+# session's timeout T: the server answers nil by then, the heartbeat.
+HEARTBEAT_FRACTION = 3
+# Every local deadline is taken in by this margin, 10 ms + 1% of the lease or
+# timeout it applies to: for the clocks' rates and a timer firing late.
+DRIFT_MARGIN = 0.010
+DRIFT_MARGIN_PERCENT = 1
+# A grant taken without a session (use_session=False, a MultiLock's, a
+# durable one) and without a timeout has this lease, renewed by the watchdog
+# every third of it (Redisson's lockWatchdogTimeout is 30 s too).
 WATCHDOG_TIMEOUT = 30.0
+WATCHDOG_RENEW_FRACTION = 3
+# T for the command timeouts of a lock that has no session of its own to ask:
+# the server's default flock.session-timeout-ms.
+DEFAULT_SESSION_TIMEOUT = 10.0
 
 # A command whose reply was lost is sent again at once with the same request
 # ID, up to this many times; the server applies it once (docs/commands.md,
@@ -39,11 +56,19 @@ WAIT_SOCKET_MARGIN = 10.0
 # ended, someone force-released it, the key was deleted (the text says which).
 LOST_PREFIXES = ("NOTOWNER",)
 
-# Sessions (docs/commands.md, "Sessions"). The reader blocks on FLOCK.INBOX
-# this long per call, on a socket that gives up SESSION_SOCKET_MARGIN later:
-# a dead server is noticed within their sum.
-INBOX_MS = 5000
-SESSION_SOCKET_MARGIN = 5.0
+# Why a grant was lost (lost_reason, on_lost's reason): docs/client-protocol.md.
+EXPIRED = "expired"  # a fixed lease reached its deadline, or the server pushed it
+UNCONFIRMED = "unconfirmed"  # a session or watchdog grant's deadline passed unconfirmed
+SESSIONENDED = "sessionended"  # the session that held it closed or expired
+NOTOWNER = "notowner"  # a renewal or check answered NOTOWNER (lost_detail: its text)
+LOSS_REASONS = (EXPIRED, UNCONFIRMED, SESSIONENDED, "forcereleased", "deleted", "demoted", NOTOWNER)
+
+
+def drift_margin(seconds: float) -> float:
+    """What a deadline counted over ``seconds`` is taken in by."""
+    return DRIFT_MARGIN + seconds * DRIFT_MARGIN_PERCENT / 100
+
+
 # A session wait ends with the server's `timeout` event; the client's own
 # deadline is this much later (then it sends FLOCK.CANCEL), and after a CANCEL
 # it waits this long for the wait's event before giving up on it (a grant that
@@ -97,26 +122,35 @@ def wait_socket_timeout(wait_ms: int) -> Optional[float]:
     return None if wait_ms == 0 else wait_ms / 1000 + WAIT_SOCKET_MARGIN
 
 
+# Request IDs and random owners: 96 random bits made once per process (again
+# in a forked child), then a counter. Unique across clients as a UUID v4 is,
+# and the prefix names the process; at a tenth of uuid4()'s cost, paid on
+# every acquire and release.
+_IDS = [os.urandom(12).hex(), itertools.count()]
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _IDS.__setitem__(slice(None), [os.urandom(12).hex(), itertools.count()]))
+
+
+def new_id() -> str:
+    """A request ID, or a random owner, never made before by any client."""
+    prefix, counter = _IDS
+    return f"{prefix}{next(counter):x}"
+
+
 def with_id(*args):
     """The command with a request ID of its own: a resend of these very
     arguments is applied once."""
-    return (*args, "ID", str(uuid.uuid4()))
+    return (*args, "ID", new_id())
 
 
 # What a watchdog's renewal can fail with without ending the watchdog's loop.
 RENEWAL_ERRORS = (ResponseError, *LOST_REPLY)
 
 
-def renewal_lost(error: Exception, unconfirmed_s: float, lease_ms: int) -> Optional[str]:
-    """Why a failed renewal means the grant is lost, or None: the server said
-    it is not ours (NOTOWNER, whose text says why), or no renewal got through
-    for a whole lease (the server has ended it by now). Other errors are
-    tried again."""
-    if isinstance(error, ResponseError):
-        return str(error) if str(error).startswith(LOST_PREFIXES) else None
-    if unconfirmed_s >= lease_ms / 1000:
-        return f"no renewal got through for a whole lease ({error})"
-    return None
+def is_notowner(error: BaseException) -> bool:
+    """NOTOWNER: the server says the grant is not this owner's (any more);
+    its text says why."""
+    return isinstance(error, ResponseError) and str(error).startswith(LOST_PREFIXES)
 
 
 class UpgradeError(LockError, ResponseError):
@@ -245,7 +279,9 @@ def lock_error(error: ResponseError, action: str, name, lost: Optional[str] = No
 def call_on_lost(lock, reason: str) -> None:
     """``lock.on_lost(lock, reason)`` if given; an awaitable it returns is
     scheduled on the running loop. Its exceptions are logged, not raised:
-    it runs on the session's reader or the watchdog."""
+    it runs on the session's reader, the process's deadline timer (thread or
+    event loop), a renewal, or the thread that read ``lost`` first after the
+    deadline."""
     if lock.on_lost is None:
         return
     try:
@@ -258,12 +294,15 @@ def call_on_lost(lock, reason: str) -> None:
         logger.exception("FLOCK on_lost callback of lock %r failed", lock.name)
 
 
-# The `lost` events' reasons, as a person reads them.
+# The reasons of a loss, as a person reads them.
 LOSS_TEXT = {
-    "expired": "its lease ended",
+    EXPIRED: "its lease ended",
+    UNCONFIRMED: "its session or watchdog did not confirm it before its deadline",
+    SESSIONENDED: "the session that held it ended",
     "forcereleased": "it was force-released",
     "deleted": "the lock key was deleted",
     "demoted": "the server stopped being a master",
+    NOTOWNER: "the server answered NOTOWNER",
 }
 
 
@@ -293,34 +332,45 @@ def holder(info: Optional[dict], owner: Optional[bytes]) -> Optional[dict]:
     return next((h for h in info["holders"] if _as_bytes(h["owner"]) == owner), None)
 
 
+# What keeps a grant (docs/client-protocol.md, "The rules every client
+# shares"): its session (``FLOCK.ACQUIRE key owner 0 ... INBOX sid``, lost with
+# the session), a fixed lease (``timeout=``), or the watchdog's renewals (a
+# grant taken without a session and without a timeout).
+SESSION_GRANT, FIXED_GRANT, WATCHDOG_GRANT = "session", "fixed", "watchdog"
+
+
 class Grant:
     """One grant of the lock to this Lock object: the owner sent to the server,
-    the fencing token, and the watchdog's state. ``mutex`` orders the
-    watchdog's RENEW before the RELEASE, so a renewal never follows the
-    release and reports a loss that did not happen."""
+    the fencing token, its deadline, and the watchdog's state. ``mutex``
+    orders the watchdog's RENEW before the RELEASE, so a renewal never follows
+    the release and reports a loss that did not happen."""
 
-    def __init__(self, owner: bytes, token: int, mutex):
+    def __init__(self, owner: bytes, token: int, mutex, kind: str = FIXED_GRANT):
         self.owner = owner
         self.token = token
         self.mutex = mutex
+        self.kind = kind
         # The holds taken through this Lock object: the server's count also has
         # those of the other side of a read-write lock sharing the owner.
         self.holds = 1
         self.lost = False
-        # Why it was lost: a `lost` event's reason (expired, forcereleased,
-        # deleted, demoted) or the NOTOWNER text a renewal got.
+        # Why it was lost (LOSS_REASONS), and for NOTOWNER the server's text.
         self.lost_reason: Optional[str] = None
+        self.lost_detail: Optional[str] = None
         self.stopped = False
         # The RELEASE (with its request ID) an asyncio release() sent and did
         # not see answered: sent again by the next release().
         self.pending_release = None
-        # Called on stop(): wake the watchdog, stop the session's watch.
-        self.on_stop: list = []
-        # A fixed lease (ms, None under a watchdog) and when it began, as
-        # this process knows it (when the grant's reply came, or the last
-        # renewal was sent): a re-watch asks for what is left, never more.
-        self.lease_ms: Optional[int] = None
+        # A fixed or watchdog lease (ms) and the moment it counts from, as
+        # this process knows it: the send time of the command that set it
+        # (the acquire, the INBOX read that brought the grant, the last
+        # renewal whose reply came). The deadline is their sum less the
+        # drift margin; a re-watch asks for what is left, never more.
+        self.lease_ms: int = 0
         self.lease_from = time.monotonic()
+        # A session grant's session (its SessionState): its deadline is the
+        # session's.
+        self.session: Optional["SessionState"] = None
         # The session that watches it (its `lost` events), and the RELEASE of
         # a re-watch's extra hold that did not get through (sent before the
         # holder's own release).
@@ -332,19 +382,44 @@ class Grant:
         # The grants one FLOCK.ACQUIREALL made with it (a MultiLock's keys):
         # the loss of the first of them is reported, not of each.
         self.group: tuple = (self,)
+        self.reported = False
+        # The backend's timers of its deadline and of the watchdog's next
+        # renewal (cancel()), cancelled when it stops.
+        self.deadline_timer = None
+        self.renewal_timer = None
+        # (SessionState, ident) of the session that watches it: unwatched
+        # when it stops.
+        self.watch = None
+
+    def due(self) -> tuple:
+        """(its deadline on time.monotonic(), the reason it is lost then)."""
+        if self.kind == SESSION_GRANT:
+            return self.session.deadline_of(self.watched_sid)
+        seconds = self.lease_ms / 1000
+        return self.lease_from + seconds - drift_margin(seconds), EXPIRED if self.kind == FIXED_GRANT else UNCONFIRMED
+
+    def left_ms(self) -> int:
+        """What is left of its fixed lease, as this process counts it."""
+        return self.lease_ms - int((time.monotonic() - self.lease_from) * 1000)
 
     def stop(self) -> None:
         self.stopped = True
-        for callback in self.on_stop:
-            callback()
+        if self.deadline_timer is not None:
+            self.deadline_timer.cancel()
+        if self.renewal_timer is not None:
+            self.renewal_timer.cancel()
+        if self.watch is not None:
+            state, ident = self.watch
+            state.unwatch(ident, self)
 
-    def mark_lost(self, name, why) -> bool:
+    def mark_lost(self, name, why: str, detail: Optional[str] = None) -> bool:
         """Marks the grant lost; False when it already was."""
         if self.lost:
             return False
         self.lost = True
-        self.lost_reason = str(why)
-        logger.warning("FLOCK lock %r lost: %s", name, LOSS_TEXT.get(str(why), why))
+        self.lost_reason = why
+        self.lost_detail = detail
+        logger.warning("FLOCK lock %r lost: %s", name, detail or LOSS_TEXT.get(why, why))
         return True
 
 
@@ -412,6 +487,12 @@ class LockBase:
     LockNotDurableError. Name every replica of the deployment (README.md,
     "Durable grants").
 
+    ``session_timeout`` (seconds, None: the server's
+    ``flock.session-timeout-ms``) is the timeout T of the session this lock
+    waits and holds through: a lock without a ``timeout`` holds a session
+    grant, lost when its session is not heard from for T (docs/client-protocol.md,
+    "The rules every client shares").
+
     ``acquire_options`` are extra FLOCK.ACQUIRE arguments placed before WAIT
     and ID: the read side of a read-write lock or a semaphore (FLOCK's
     ``SHARED``, ``PERMITS n LIMIT m``) are subclasses that set them."""
@@ -435,6 +516,7 @@ class LockBase:
         use_session: bool = True,
         durable_replicas: int = 0,
         durable_timeout: Number = 1.0,
+        session_timeout: Optional[Number] = None,
     ):
         self.redis = redis
         self.name = name
@@ -448,13 +530,19 @@ class LockBase:
         self.reentrant = reentrant
         self.watchdog_timeout = watchdog_timeout
         # Called as on_lost(lock, reason) when a grant of this lock is lost
-        # (pushed by the server, or a renewal answered NOTOWNER), on the
-        # session's reader (thread or task) or the watchdog; an awaitable it
-        # returns is scheduled on the loop.
+        # (its deadline passed, the server pushed its end, its session ended,
+        # a renewal answered NOTOWNER), on the session's reader, the deadline
+        # timer or a renewal (thread or task); an awaitable it returns is
+        # scheduled on the loop.
         self.on_lost = on_lost
         # Waits go through the process's session (FLOCK.INBOX), or, False,
         # block on a connection of their own (FLOCK.ACQUIRE ... WAIT).
         self.use_session = use_session
+        # The session's timeout T in seconds (FLOCK.SESSION TIMEOUT), None:
+        # the server's. A session per pool and T.
+        if session_timeout is not None and not 0.1 <= session_timeout <= 3600:
+            raise ValueError("session_timeout must be None or from 0.1 to 3600 seconds")
+        self.session_timeout = session_timeout
         # Durable grants (docs/client-protocol.md, "Durable grants"): a grant
         # counts once this many replicas acknowledged it, within
         # durable_timeout seconds; else it is given back and the acquire
@@ -464,7 +552,19 @@ class LockBase:
         self.durable_replicas = int(durable_replicas)
         self.durable_timeout = durable_timeout
         self.local = _Local() if self.thread_local else SimpleNamespace(token=None, grant=None)
-        self._object_id = uuid.uuid4().hex
+
+    @property
+    def _object_id(self) -> str:
+        """This lock object's ID, made on first use (a reentrant owner is
+        made of it): most locks never need it."""
+        made = self.__dict__.get("_object_id_made")
+        if made is None:
+            made = self._object_id_made = new_id()
+        return made
+
+    @_object_id.setter
+    def _object_id(self, value: str) -> None:
+        self._object_id_made = value
 
     @property
     def fencing_token(self) -> Optional[int]:
@@ -474,32 +574,86 @@ class LockBase:
 
     @property
     def lost(self) -> bool:
-        """True once this grant is known lost: the server pushed its end (lease
-        ended, force-released, key deleted, demoted) or a renewal answered
+        """True once this grant is known lost: its deadline passed (checked
+        against the clock here too, so that a process paused past it sees
+        it at once), the server pushed its end (lease ended, force-released,
+        key deleted, demoted), its session ended, or a renewal answered
         NOTOWNER. The grant is kept until release(), which then raises
         LockNotOwnedError."""
         grant = self.local.grant
-        return bool(grant and grant.lost)
+        if grant is None:
+            return False
+        if not grant.lost:
+            self._check_due(grant)
+        return grant.lost
 
     @property
     def lost_reason(self) -> Optional[str]:
-        """Why this grant was lost (``expired``, ``forcereleased``, ``deleted``,
-        ``demoted``, or the NOTOWNER text), or None."""
-        grant = self.local.grant
-        return grant.lost_reason if grant else None
+        """Why this grant was lost, or None: ``expired`` (its fixed lease ran
+        out), ``unconfirmed`` (its session's heartbeat or the watchdog's
+        renewal did not confirm it before its deadline), ``sessionended``
+        (its session closed or expired), ``forcereleased``, ``deleted``,
+        ``demoted`` (pushed by the server) or ``notowner`` (a renewal or
+        check answered NOTOWNER: ``lost_detail`` has the server's text)."""
+        return self.local.grant.lost_reason if self.lost else None
 
-    def _grant_lost(self, grant: "Grant", reason: str) -> None:
+    @property
+    def lost_detail(self) -> Optional[str]:
+        """The server's text when ``lost_reason`` is ``notowner``, else None."""
+        return self.local.grant.lost_detail if self.lost else None
+
+    def _grant_lost(self, grant: "Grant", reason: str, detail: Optional[str] = None) -> None:
         """Marks ``grant`` lost at once and calls ``on_lost``."""
-        if grant.mark_lost(self.name, reason):
+        if grant.mark_lost(self.name, reason, detail):
             call_on_lost(self, reason)
+
+    def _check_due(self, grant: "Grant") -> Optional[float]:
+        """Marks ``grant`` lost when its deadline has passed; else returns
+        the deadline (None once it is lost or stopped)."""
+        if grant.lost or grant.stopped:
+            return None
+        deadline, reason = grant.due()
+        if time.monotonic() < deadline:
+            return deadline
+        self._grant_lost(grant, reason)
+        return None
 
     @property
     def watchdog(self) -> bool:
-        """Whether grants are renewed by a watchdog (no ``timeout`` given)."""
-        return not self.timeout
+        """Whether grants are renewed by a watchdog: no ``timeout`` and no
+        session to hold them (``use_session=False``, a MultiLock's keys, or
+        durable grants, which outlive a session)."""
+        return self._kind() == WATCHDOG_GRANT
+
+    def _kind(self) -> str:
+        """What keeps this lock's grants: a fixed lease (``timeout``), the
+        session, or the watchdog."""
+        if self.timeout:
+            return FIXED_GRANT
+        if self.use_session and not self.durable_replicas:
+            return SESSION_GRANT
+        return WATCHDOG_GRANT
 
     def _lease_ms(self) -> int:
-        return to_ms(self.watchdog_timeout if self.watchdog else self.timeout)
+        """The lease-ms FLOCK.ACQUIRE asks: 0 for a session grant."""
+        kind = self._kind()
+        if kind == SESSION_GRANT:
+            return 0
+        return to_ms(self.watchdog_timeout if kind == WATCHDOG_GRANT else self.timeout)
+
+    def _command_timeout(self) -> float:
+        """The socket timeout of a command this lock sends for itself that
+        serves no deadline (a release, a cancel): a third of the session's
+        timeout."""
+        return (self.session_timeout or DEFAULT_SESSION_TIMEOUT) / HEARTBEAT_FRACTION
+
+    def _grant_timeout(self, grant: "Grant") -> float:
+        """The socket timeout of a command that serves ``grant`` (a renewal,
+        a re-watch): until its deadline, at least a millisecond; a session
+        grant's, a third of the session's timeout."""
+        if grant.kind == SESSION_GRANT:
+            return self._command_timeout()
+        return max(0.001, grant.due()[0] - time.monotonic())
 
     def _owner(self, token, encoder) -> bytes:
         if token is not None:
@@ -509,7 +663,7 @@ class LockBase:
                 return f"{self._object_id}:{threading.get_ident()}".encode()
             return self._object_id.encode()
         # As redis-py: a new token per acquire, so acquiring again does not reenter.
-        self.local.random_owner = uuid.uuid4().hex.encode()
+        self.local.random_owner = new_id().encode()
         return self.local.random_owner
 
     def _wait_ms(self, blocking, blocking_timeout) -> Optional[int]:
@@ -589,6 +743,22 @@ class LockBase:
         if token is not None:
             RELEASED.remember(self.name, owner, token)
 
+    def _lost_by_deadline(self, grant: Grant) -> bool:
+        """Whether ``grant`` is lost by what this process found (its
+        deadline passed, its session ended): the server may hold it a moment
+        longer, and a RELEASE still succeed. (A loss the server pushed or a
+        NOTOWNER the server's RELEASE answers itself.)"""
+        if not grant.lost:
+            self._check_due(grant)
+        return grant.lost and grant.lost_reason in (EXPIRED, UNCONFIRMED, SESSIONENDED)
+
+    def _lost_error(self, grant: Grant) -> LockError:
+        """What a release() of a grant known lost raises (once its RELEASE
+        was sent all the same): LockNotOwnedError, with the reason."""
+        return lock_error(
+            ResponseError("NOTOWNER the grant was lost before its release"), "release", self.name, grant.lost_reason
+        )
+
     def _release_error(self, error: ResponseError) -> Exception:
         grant = self.local.grant
         return lock_error(error, "release", self.name, grant.lost_reason if grant else None)
@@ -609,7 +779,7 @@ class LockBase:
         return token
 
     def _timed(self, action: str) -> int:
-        if self.watchdog:
+        if not self.timeout:
             raise LockError(f"Cannot {action} a lock with no timeout", lock_name=self.name)
         return to_ms(self.timeout)
 
@@ -624,25 +794,48 @@ class LockBase:
     def _is_owner(self, info) -> bool:
         return holder(info, self.local.token) is not None
 
-    def _new_grant(self, owner: bytes, token: int, mutex, at: Optional[float] = None):
-        """(the Grant to start a watchdog for, the one it replaces): (None,
-        None) when this is a reentry of the grant this thread already has. A
-        replaced grant was lost: this thread could not have acquired again.
-        ``at``: when the grant's reply came (its lease counts from then; a
-        reentry resets the lease)."""
-        at = time.monotonic() if at is None else at
+    def _new_grant(self, owner: bytes, token: int, mutex, basis: Optional[float] = None,
+                   lease_ms: Optional[int] = None, session=None, sid: Optional[str] = None):
+        """(the Grant whose timers start, the one it replaces): (None, None)
+        when this is a reentry of the grant this thread already has, kept as
+        it was kept. A replaced grant was lost: this thread could not have
+        acquired again. ``basis``: the send time of the command that brought
+        the grant (its lease counts from then; a reentry resets the lease);
+        ``lease_ms``: the lease left a grant's event named (None: the lease
+        asked); ``session``, ``sid``: the session (SessionState) and its ID
+        that granted it, whose grant it is when the lock holds session
+        grants."""
+        basis = time.monotonic() if basis is None else basis
+        kind = self._kind()
         current = self.local.grant
         if current is not None and current.owner == owner and current.token == token:
             current.holds += 1
-            current.lease_from = at
-            return None, None
-        self.local.token = owner
-        self.local.grant = Grant(owner, token, mutex)
+            changed = current.kind != kind
+            self._keep(current, kind, basis, lease_ms, session, sid)
+            # A reentry with a lease gives a session grant a lease of its
+            # own (and one with 0 makes a leased grant its session's).
+            return (current if changed else None), None
+        grant = Grant(owner, token, mutex, kind)
         # A new owner per acquire (not reentrant, no token=) never comes back.
-        self.local.grant.owner_reused = self.reentrant or owner != self._last_random_owner()
-        self.local.grant.lease_ms = None if self.watchdog else self._lease_ms()
-        self.local.grant.lease_from = at
-        return self.local.grant, current
+        grant.owner_reused = self.reentrant or owner != self._last_random_owner()
+        self._keep(grant, kind, basis, lease_ms, session, sid)
+        self.local.token = owner
+        self.local.grant = grant
+        return grant, current
+
+    def _keep(self, grant: Grant, kind: str, basis: float, lease_ms: Optional[int], session, sid) -> None:
+        """What keeps ``grant`` from now on, and its deadline."""
+        grant.kind = kind
+        if kind == SESSION_GRANT:
+            grant.session, grant.watched_sid = session, sid
+        elif kind == WATCHDOG_GRANT:
+            # Renewed with the watchdog's lease; a lease left that an event
+            # named moves its start back instead.
+            grant.lease_ms = self._lease_ms()
+            grant.lease_from = basis - (0 if lease_ms is None else (grant.lease_ms - lease_ms) / 1000)
+        else:
+            grant.lease_ms = self._lease_ms() if lease_ms is None else lease_ms
+            grant.lease_from = basis
 
     def _last_random_owner(self) -> Optional[bytes]:
         """The owner _owner made up for this thread's last acquire (no
@@ -652,18 +845,19 @@ class LockBase:
     def _lease_renewed(self, lease_ms: int, sent: float) -> None:
         """A RENEW sent at ``sent`` (extend, reacquire) made the lease ``lease_ms``."""
         grant = self.local.grant
-        if grant is not None and grant.lease_ms is not None:
+        if grant is not None and grant.kind == FIXED_GRANT:
             grant.lease_ms, grant.lease_from = lease_ms, sent
 
     def _rewatch_commands(self, grant: "Grant", sid: str):
         """The re-watch of ``grant`` on session ``sid``: (RENEW, reentrant
         ACQUIRE ... INBOX sid, RELEASE of that extra hold), each with a
         request ID of its own; None when its fixed lease has run out. The
-        lease asked: the watchdog's, or what is left of the fixed one."""
-        if grant.lease_ms is None:
-            lease = self._lease_ms()
+        lease asked: the watchdog's, or what is left of the fixed one. (A
+        session grant is never re-watched: it ended with its session.)"""
+        if grant.kind == WATCHDOG_GRANT:
+            lease = to_ms(self.watchdog_timeout)
         else:
-            lease = grant.lease_ms - int((time.monotonic() - grant.lease_from) * 1000)
+            lease = grant.left_ms()
             if lease < 1:
                 return None
         return (
@@ -790,9 +984,18 @@ class MultiPart:
 
     multi: "MultiLockBase"
 
-    def _grant_lost(self, grant: Grant, reason: str) -> None:
-        if grant.mark_lost(self.name, reason) and not any(g.lost for g in grant.group if g is not grant):
-            call_on_lost(self.multi, reason)
+    def _grant_lost(self, grant: Grant, reason: str, detail: Optional[str] = None) -> None:
+        if not grant.mark_lost(self.name, reason, detail):
+            return
+        # Keys are lost on different threads (renewals) at once: one reports.
+        with _GROUP_LOSSES:
+            if any(g.reported for g in grant.group):
+                return
+            grant.reported = True
+        call_on_lost(self.multi, reason)
+
+
+_GROUP_LOSSES = threading.Lock()
 
 
 class MultiLockBase:
@@ -843,7 +1046,8 @@ class MultiLockBase:
         self.on_lost = on_lost
         self._locks = [
             self.part_class(redis, name, timeout, sleep, blocking, blocking_timeout, thread_local,
-                            raise_on_release_error, reentrant=reentrant, watchdog_timeout=watchdog_timeout)
+                            raise_on_release_error, reentrant=reentrant, watchdog_timeout=watchdog_timeout,
+                            use_session=False)
             for name in names
         ]
         for lock in self._locks:
@@ -866,13 +1070,19 @@ class MultiLockBase:
     @property
     def lost(self) -> bool:
         """True once the grant of one of the keys is known lost (a watchdog
-        renewal answered NOTOWNER, or none got through for a whole lease)."""
-        return any(lock.lost for lock in self._locks)
+        renewal answered NOTOWNER, none was confirmed before the deadline, or
+        a fixed lease ran out)."""
+        return any([lock.lost for lock in self._locks])
 
     @property
     def lost_reason(self) -> Optional[str]:
-        """Why the first key lost was lost, or None."""
-        return next((lock.lost_reason for lock in self._locks if lock.lost_reason is not None), None)
+        """Why the first key lost was lost (Lock.lost_reason), or None."""
+        return next((lock.lost_reason for lock in self._locks if lock.lost), None)
+
+    @property
+    def lost_detail(self) -> Optional[str]:
+        """The server's text when ``lost_reason`` is ``notowner``."""
+        return next((lock.lost_detail for lock in self._locks if lock.lost), None)
 
     def _owner(self, token, encoder) -> bytes:
         first = self._locks[0]
@@ -928,6 +1138,12 @@ class MultiLockBase:
 
     def _unlocked_error(self) -> LockError:
         return LockError("Unable to acquire lock within the time specified", lock_name=self.names)
+
+    def _lost_error(self, grant: Grant) -> LockError:
+        """As Lock's: a release of keys one of which was lost by its deadline."""
+        return lock_error(
+            ResponseError("NOTOWNER a grant was lost before its release"), "release", self.names, grant.lost_reason
+        )
 
 
 def _as_bytes(value) -> bytes:
@@ -1003,8 +1219,10 @@ class Wait:
         # sent again on a new session go in the order they had queued.
         self.sent_to: Optional[str] = None
         self.queued = 0
-        # When its outcome came (a grant's lease counts from then).
-        self.settled_at: Optional[float] = None
+        # The send time of the command whose reply or event brought its
+        # outcome (the ACQUIRE, or the FLOCK.INBOX read): a grant's lease
+        # counts from then.
+        self.basis: Optional[float] = None
 
     def args(self, sid: str) -> tuple:
         """The command for session ``sid``: what is left of the wait, the
@@ -1044,6 +1262,78 @@ class SessionState:
         # another one (its grants are re-watched there).
         self.current_sid: Optional[str] = None
         self.stale = False
+        # The session's timeout T (seconds, as FLOCK.SESSION WITHTIMEOUT
+        # answered it) and its deadline on time.monotonic(): the send time of
+        # the last FLOCK.INBOX (or FLOCK.SESSION) whose reply came, plus T,
+        # less the drift margin. Its session grants are lost then.
+        self.timeout: Optional[float] = None
+        self.deadline = float("-inf")
+
+    # The session's life.
+
+    def opened(self, sid: str, timeout: float, sent: float) -> None:
+        """FLOCK.SESSION, sent at ``sent``, opened ``sid`` with timeout T."""
+        with self.mutex:
+            self.current_sid, self.timeout = sid, timeout
+            self.deadline = sent + timeout - drift_margin(timeout)
+
+    def confirmed(self, sid: str, sent: float) -> bool:
+        """A FLOCK.INBOX of ``sid`` sent at ``sent`` was answered: the
+        session lived then. False when its deadline has passed all the same
+        (the reply came late: a paused process); then its grants are lost."""
+        with self.mutex:
+            if sid == self.current_sid:
+                self.deadline = max(self.deadline, sent + self.timeout - drift_margin(self.timeout))
+        return self.check(sid)
+
+    def check(self, sid: str) -> bool:
+        """Whether session ``sid`` is alive by its deadline; when it is not,
+        its session grants are lost (``unconfirmed``)."""
+        deadline, reason = self.deadline_of(sid)
+        if time.monotonic() < deadline:
+            return True
+        self.lose_session_grants(sid, reason)
+        return False
+
+    def deadline_of(self, sid: Optional[str]) -> tuple:
+        """(the deadline of session ``sid``, the reason its grants are lost
+        then): ``unconfirmed`` for the session open now, ``sessionended``
+        (now) for one that ended. (Read without the mutex: a session that
+        ends meanwhile loses its grants itself.)"""
+        if sid is not None and sid == self.current_sid:
+            return self.deadline, UNCONFIRMED
+        return float("-inf"), SESSIONENDED
+
+    def session_ended(self, sid: Optional[str] = None) -> None:
+        """Session ``sid``'s connection closed (or it answered NOSESSION): the
+        server ended the session, its waiters left their queues (cancelled
+        waits get no event any more), and its session grants are lost:
+        ``unconfirmed`` if its deadline had passed, else ``sessionended``."""
+        reason = SESSIONENDED
+        with self.mutex:
+            if sid is not None and sid == self.current_sid:
+                if time.monotonic() >= self.deadline:
+                    reason = UNCONFIRMED
+                self.current_sid = None
+            gone = [w for w in self.waits.values() if not w.live()]
+        for wait in gone:
+            self.settle(wait, (CANCELLED, 0, ""))
+        if sid is not None:
+            self.lose_session_grants(sid, reason)
+
+    def lose_session_grants(self, sid: str, reason: str) -> None:
+        """Every session grant of session ``sid`` is lost, for ``reason``."""
+        with self.mutex:
+            lost = []
+            for ident, entries in list(self.watched.items()):
+                mine = [(lock, g) for lock, g in entries if g.kind == SESSION_GRANT and g.watched_sid == sid]
+                if mine:
+                    lost += mine
+                    entries[:] = [entry for entry in entries if entry not in mine]
+                    if not entries:
+                        del self.watched[ident]
+        for lock, grant in lost:
+            lock._grant_lost(grant, reason)
 
     # Waits.
 
@@ -1055,13 +1345,14 @@ class SessionState:
                 raise ResponseError("QUEUED this owner already waits for this lock (in this process)")
             self.waits[wait.ident] = wait
 
-    def settle(self, wait: Wait, outcome) -> bool:
-        """Sets the wait's outcome once (a reply or an event) and wakes it."""
+    def settle(self, wait: Wait, outcome, basis: Optional[float] = None) -> bool:
+        """Sets the wait's outcome once (a reply or an event, brought by a
+        command sent at ``basis``) and wakes it."""
         with self.mutex:
             if wait.outcome is not None:
                 return False
             wait.outcome = outcome
-            wait.settled_at = time.monotonic()
+            wait.basis = time.monotonic() if basis is None else basis
             if self.waits.get(wait.ident) is wait:
                 del self.waits[wait.ident]
         wait.wake()
@@ -1090,23 +1381,22 @@ class SessionState:
         with self.mutex:
             return sorted((w for w in self.waits.values() if w.live()), key=lambda w: w.queued)
 
-    def queued(self, wait: Wait, sid: str) -> None:
-        """``wait`` was sent to session ``sid``."""
+    def queued(self, wait: Wait, sid: str, outcome=None, basis: Optional[float] = None) -> None:
+        """``wait`` was sent to session ``sid``; ``outcome``: the reply ended
+        it at once (a grant), settled as settle() does."""
         with self.mutex:
             self.sends += 1
             wait.sent_to, wait.queued = sid, self.sends
+            if outcome is None or wait.outcome is not None:
+                return
+            wait.outcome, wait.basis = outcome, basis
+            if self.waits.get(wait.ident) is wait:
+                del self.waits[wait.ident]
+        wait.wake()
 
     def has_pending(self) -> bool:
         with self.mutex:
             return any(w.live() for w in self.waits.values())
-
-    def session_ended(self) -> None:
-        """The session's connection closed: the server took its waiters out
-        of the queues, so cancelled waits get no event any more."""
-        with self.mutex:
-            gone = [w for w in self.waits.values() if not w.live()]
-        for wait in gone:
-            self.settle(wait, (CANCELLED, 0, ""))
 
     def fail_all(self, error: Exception) -> None:
         """The session was closed by its client: every wait ends with ``error``."""
@@ -1119,17 +1409,21 @@ class SessionState:
 
     def watch(self, key: bytes, owner: bytes, token: int, lock, grant: Grant, sid: Optional[str] = None) -> None:
         """Registers a grant made with INBOX (on session ``sid``): its `lost`
-        event marks it. A loss that came first is applied at once."""
+        event marks it. A loss that came first is applied at once; a session
+        grant whose session ended, or whose deadline passed, meanwhile is
+        lost at once."""
         ident = (key, owner, token)
         with self.mutex:
             self.watched.setdefault(ident, []).append((lock, grant))
             grant.watched_sid = sid
-            if sid != self.current_sid:
+            if sid != self.current_sid and grant.kind != SESSION_GRANT:
                 self.stale = True
-            reason = self.recent_losses.pop(ident, None)
-        grant.on_stop.append(lambda: self.unwatch(ident, grant))
+            reason = self.recent_losses.pop(ident, None) if self.recent_losses else None
+        grant.watch = (self, ident)
         if reason is not None:
             lock._grant_lost(grant, reason)
+        elif grant.kind == SESSION_GRANT and not (sid == self.current_sid and time.monotonic() < self.deadline):
+            self.check(sid)
 
     def unwatch(self, ident, grant: Grant) -> None:
         with self.mutex:
@@ -1149,7 +1443,8 @@ class SessionState:
                 (lock, grant)
                 for entries in self.watched.values()
                 for lock, grant in entries
-                if not (grant.stopped or grant.lost) and (grant.watched_sid != sid or grant.extra_release is not None)
+                if not (grant.stopped or grant.lost or grant.kind == SESSION_GRANT)
+                and (grant.watched_sid != sid or grant.extra_release is not None)
             ]
 
     def has_watched(self) -> bool:
@@ -1178,8 +1473,9 @@ class SessionState:
 
     # Events.
 
-    def dispatch(self, event) -> Optional[tuple]:
-        """Applies one INBOX event, in order. Returns what the reader does
+    def dispatch(self, event, sent: Optional[float] = None) -> Optional[tuple]:
+        """Applies one INBOX event, brought by a read sent at ``sent``, in
+        order. Returns what the reader does
         next: (RELEASE, key, owner) when a grant nobody waits for any more
         must be released; (REWATCH, key, [(lock, grant), ...]) when grants
         this session watched went with their key to another server (a
@@ -1203,7 +1499,7 @@ class SessionState:
             wait = self.waits.get((key, owner))
             abandoned = wait is None or wait.abandoned
         if wait is not None:
-            self.settle(wait, (kind, token, detail))
+            self.settle(wait, (kind, token, detail), sent)
         if kind == GRANTED and abandoned and not self.holds(key, owner, token):
             return RELEASE, key, owner
         return None

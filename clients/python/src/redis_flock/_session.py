@@ -14,10 +14,9 @@ The blocking flavour's module is generated from the asyncio flavour's
 ``backend`` module."""
 
 import time
-import uuid
 from typing import Optional
 
-from redis.exceptions import AskError, MovedError, ResponseError
+from redis.exceptions import AskError, MovedError, ResponseError, TimeoutError
 
 from . import _backend as backend
 from ._backend import node_client
@@ -25,24 +24,27 @@ from ._core import (
     ASK_PAUSE,
     CANCEL_GRACE,
     CANCELLED,
+    DEFAULT_SESSION_TIMEOUT,
     ERROR,
     GRANTED,
-    INBOX_MS,
-    LOST_PREFIXES,
+    HEARTBEAT_FRACTION,
     LOST_REPLY,
+    NOTOWNER,
     REDIRECTS,
     RELEASE,
     RESENDS,
-    SESSION_SOCKET_MARGIN,
     TIMEOUT,
     Wait,
     _text,
     is_demotion,
     is_key_gone,
     is_nosession,
+    is_notowner,
     is_waiting,
     lock_error,
     logger,
+    new_id,
+    to_ms,
     wait_left,
 )
 
@@ -58,12 +60,25 @@ def send(call, args):
     return call(*args)
 
 
-def release_extra(call, grant) -> None:
+def send_own(client, args, timeout):
+    """send() of a command the client sends for itself (an acquire through
+    the session, a release, a renewal, a re-watch) on ``client``: each
+    attempt with a socket timeout of ``timeout`` seconds, or of what
+    ``timeout()`` answers then (until the deadline the command serves)."""
+    for attempt in range(RESENDS + 1):
+        try:
+            return backend.call(client, args, timeout() if callable(timeout) else timeout)
+        except LOST_REPLY:
+            if attempt == RESENDS:
+                raise
+
+
+def release_extra(client, timeout, grant) -> None:
     """Sends the RELEASE of a re-watch's extra hold (again, the same request
     ID, if its reply was lost before); kept for later when the server cannot
     be reached. A NOTOWNER: the grant ended, its holder's release says so."""
     try:
-        send(call, grant.extra_release)
+        send_own(client, grant.extra_release, timeout)
     except ResponseError:
         pass
     grant.extra_release = None
@@ -139,6 +154,12 @@ def routed(
     the old master made and replicated is recognised and a replicated
     waiter's place taken over. Other error replies raise as lock_error makes
     them (``action`` and ``lost`` for its text)."""
+    if not hasattr(client, "get_node_from_key"):
+        # A single server's client: nothing to follow.
+        try:
+            return attempt(client, rid, wait_ms)
+        except ResponseError as e:
+            raise lock_error(e, action, name, lost) from e
     started = time.monotonic()
     for attempts in range(REDIRECTS + 1):
         node = node_client(client, key)
@@ -147,7 +168,7 @@ def routed(
         except ResponseError as e:
             redirect = e
             if node is not client and is_key_gone(e):
-                redirect, rid = moved_away(node, key), str(uuid.uuid4())
+                redirect, rid = moved_away(node, key), new_id()
             elif node is not client and is_demotion(e):
                 redirect = moved_away(node, key)
             if node is client or not isinstance(redirect, AskError) or attempts == REDIRECTS:
@@ -191,7 +212,7 @@ def rewatch_moved(old, key: bytes, entries) -> None:
                 backend.sleep(ASK_PAUSE * attempt)
             else:
                 raise ResponseError("the slot's migration did not end")
-            session = session_of(node_client(lock.redis, key))
+            session = session_of(node_client(lock.redis, key), lock.session_timeout)
             sid = session.open()
             session.state.watch(key, grant.owner, grant.token, lock, grant, None)
             if not session._rewatch_one(lock, grant, sid):
@@ -203,12 +224,12 @@ def rewatch_moved(old, key: bytes, entries) -> None:
             logger.info("FLOCK: watching a moved grant of %r again failed (%s)", lock.name, e)
 
 
-def session_of(client) -> "Session":
+def session_of(client, timeout: Optional[float] = None) -> "Session":
     """The session of ``client``'s connection pool (for asyncio, on the
-    running loop), made on first use (see the backend's session_of). The
-    pool's disconnect() (what Redis.close() and aclose() call) also closes
-    it."""
-    return backend.session_of(client, Session)
+    running loop) with timeout ``timeout`` seconds (None: the server's),
+    made on first use (see the backend's session_of). The pool's
+    disconnect() (what Redis.close() and aclose() call) also closes it."""
+    return backend.session_of(client, Session, timeout)
 
 
 class Session(backend.SessionConnection):
@@ -216,44 +237,69 @@ class Session(backend.SessionConnection):
     (SessionConnection: opening a new session when it breaks, closing it);
     what goes through them is here."""
 
+    def command_timeout(self) -> float:
+        """The socket timeout of a command sent for the session that serves
+        no deadline: a third of its timeout (the asked or the server's
+        default until the session says)."""
+        return (self.state.timeout or self.asked or DEFAULT_SESSION_TIMEOUT) / HEARTBEAT_FRACTION
+
     def open(self) -> str:
-        """The session ID, opening the session (connection, FLOCK.SESSION,
-        reader) if it is not open."""
+        """The session ID, opening the session (connection, ``FLOCK.SESSION
+        [TIMEOUT ms] WITHTIMEOUT``, reader, deadline timer) if it is not
+        open. Its deadline counts from the send time of FLOCK.SESSION."""
         if self.sid is not None:
             return self.sid
         with self.lock:
             if self.sid is not None:
                 return self.sid
-            kwargs = dict(
-                self.pool.connection_kwargs,
-                socket_timeout=INBOX_MS / 1000 + SESSION_SOCKET_MARGIN,
-                decode_responses=False,
-            )
+            third = self.command_timeout()
+            kwargs = dict(self.pool.connection_kwargs, socket_timeout=third, decode_responses=False)
+            if kwargs.get("socket_connect_timeout") is None:
+                kwargs["socket_connect_timeout"] = third
             connection = self.pool.connection_class(**kwargs)
+            command = ["FLOCK.SESSION", "WITHTIMEOUT"]
+            if self.asked is not None:
+                command[1:1] = ["TIMEOUT", to_ms(self.asked)]
             try:
                 # connect() first: there a Sentinel-managed connection asks
                 # the sentinels for the master (send_command's own connect
                 # would go to the default address).
                 connection.connect()
-                connection.send_command("FLOCK.SESSION")
-                sid = _text(connection.read_response())
+                sent = time.monotonic()
+                sid, timeout_ms = backend.exchange(connection, command, third)
+                sid = _text(sid)
             except BaseException:
                 backend.disconnect(connection)
                 raise
             self.connection, self.sid = connection, sid
-            self.state.current_sid = sid
+            self.state.opened(sid, int(timeout_ms) / 1000, sent)
+            self._deadline(sid)
             self._start_reader(connection)
             return sid
 
-    def _inbox(self, connection) -> bool:
-        """One FLOCK.INBOX on ``connection``, the session's: its events
-        handled in the server's order. False when the server answers
-        NOSESSION; another error reply is logged (and UNBLOCKED, the server
-        demoted, does what that demotion's events would have); a broken
-        connection raises."""
+    def _deadline(self, sid: str) -> None:
+        """The session's deadline timer: at the deadline of session ``sid``
+        (moved on by each heartbeat since), its session grants are lost
+        (``unconfirmed``) unless a heartbeat confirmed it meanwhile."""
+        if self.state.check(sid):
+            self.timer = backend.schedule(self.state.deadline, self._deadline, sid)
+
+    def _inbox(self, connection, sid: str) -> bool:
+        """One FLOCK.INBOX on ``connection``, the session ``sid``'s, waiting
+        at most a third of the session's timeout (the heartbeat), its reply
+        awaited until the session's deadline: a reply confirms the session as
+        of the read's send time, and its events are handled in the server's
+        order. False when the server answers NOSESSION; another error reply
+        is logged (and UNBLOCKED, the server demoted, does what that
+        demotion's events would have); a broken connection, or a reply that
+        did not come by the deadline, raises."""
+        sent = time.monotonic()
+        left = self.state.deadline_of(sid)[0] - sent
+        if left <= 0:
+            raise TimeoutError("the session's deadline passed without a heartbeat")
         try:
-            connection.send_command("FLOCK.INBOX", INBOX_MS)
-            events = connection.read_response()
+            heartbeat = max(1, int(self.state.timeout * 1000) // HEARTBEAT_FRACTION)
+            events = backend.exchange(connection, ("FLOCK.INBOX", heartbeat), left)
             # A cancel (close()) that the write lost: the reader read on for
             # ever (and the loop's close waited on it).
             backend.raise_lost_cancel()
@@ -265,9 +311,10 @@ class Session(backend.SessionConnection):
                 self.state.demoted(e)
             backend.sleep(0.05)
             return True
+        self.state.confirmed(sid, sent)
         for event in events or ():
             try:
-                action = self.state.dispatch(event)
+                action = self.state.dispatch(event, sent)
                 # Each waits on a server: not on the reader.
                 if action is not None and action[0] == RELEASE:
                     backend.spawn("flock-release", self._release, *action[1:])
@@ -304,13 +351,14 @@ class Session(backend.SessionConnection):
         and a RELEASE of that hold, under the grant's mutex: the holder's
         own release waits, so the hold count is right. A fixed lease asks
         for what is left of it; none left: lost (``expired``, the push went
-        with the old session). False on NOSESSION."""
-        call = lock.redis.execute_command
+        with the old session). False on NOSESSION. Each command has a
+        socket timeout until the grant's deadline."""
+        timeout = lambda: lock._grant_timeout(grant)  # noqa: E731
         with grant.mutex:
             if grant.stopped or grant.lost:
                 return True
             if grant.extra_release is not None:
-                release_extra(call, grant)
+                release_extra(lock.redis, timeout, grant)
             if grant.watched_sid == sid:
                 return True
             commands = lock._rewatch_commands(grant, sid)
@@ -319,19 +367,23 @@ class Session(backend.SessionConnection):
                 lock._grant_lost(grant, "expired")
                 return True
             renew, acquire, release = commands
+            sent = time.monotonic()
             try:
-                send(call, renew)
+                send_own(lock.redis, renew, timeout)
             except ResponseError as e:
                 grant.watched_sid = sid
-                if str(e).startswith(LOST_PREFIXES):
-                    lock._grant_lost(grant, str(e))
+                if is_notowner(e):
+                    lock._grant_lost(grant, NOTOWNER, str(e))
                 else:
                     logger.warning("FLOCK session: checking a grant of %r answered %s", lock.name, e)
                 return True
+            # The RENEW set the lease from when it was sent (what was left of
+            # a fixed one, the watchdog's): a renewal.
+            grant.lease_ms, grant.lease_from = renew[3], sent
             try:
                 # On the session's own server: through a RedisCluster, a slot
                 # that moved would take it to a node that knows no ``sid``.
-                token = send(self.client.execute_command, acquire)
+                token = send_own(self.client, acquire, timeout)
             except ResponseError as e:
                 if is_nosession(e):
                     self._gone(sid)
@@ -341,18 +393,18 @@ class Session(backend.SessionConnection):
                 return True
             grant.watched_sid = sid
             if token is None:
-                lock._grant_lost(grant, "NOTOWNER the grant ended while the session was replaced")
+                lock._grant_lost(grant, NOTOWNER, "NOTOWNER the grant ended while the session was replaced")
                 return True
             grant.extra_release = release
-            release_extra(call, grant)
+            release_extra(lock.redis, timeout, grant)
             if token != grant.token:
-                lock._grant_lost(grant, "NOTOWNER the grant ended while the session was replaced")
+                lock._grant_lost(grant, NOTOWNER, "NOTOWNER the grant ended while the session was replaced")
             return True
 
     def _release(self, key: bytes, owner: bytes) -> None:
         """A grant for a wait its thread or task gave up on: give it back."""
         try:
-            send(self.client.execute_command, ("FLOCK.RELEASE", key, owner, "ID", str(uuid.uuid4())))
+            send_own(self.client, ("FLOCK.RELEASE", key, owner, "ID", new_id()), self.command_timeout())
         except Exception as e:
             logger.warning("FLOCK: could not release an abandoned grant of %r: %s", key, e)
 
@@ -360,13 +412,14 @@ class Session(backend.SessionConnection):
 
     def try_acquire(self, client, command: list, rid: str):
         """``command`` (ACQUIRE without WAIT) once, with request ID ``rid``,
-        watched by this session: (a token or None, the session ID, when the
-        reply came)."""
+        watched by this session: (a token or None, the session ID, the send
+        time of the command that answered: a lease counts from then)."""
         for attempt in range(RESENDS + 1):
             sid = self.open()
+            sent = time.monotonic()
             try:
-                reply = send(client.execute_command, (*command, "INBOX", sid, "ID", rid))
-                return reply, sid, time.monotonic()
+                reply = send_own(client, (*command, "INBOX", sid, "ID", rid), self.command_timeout())
+                return reply, sid, sent
             except ResponseError as e:
                 if not is_nosession(e) or attempt == RESENDS:
                     raise
@@ -386,9 +439,10 @@ class Session(backend.SessionConnection):
                     self.state.settle(wait, (TIMEOUT, 0, ""))
                     return
                 wait.sent_to = sid  # being sent: the reader leaves it alone
+                sent = time.monotonic()
                 try:
                     with self.limiter:
-                        reply = send(wait.client.execute_command, wait.args(sid))
+                        reply = send_own(wait.client, wait.args(sid), self.command_timeout())
                 except ResponseError as e:
                     wait.sent_to = None
                     if is_nosession(e):
@@ -399,10 +453,11 @@ class Session(backend.SessionConnection):
                         return  # the reader reopens and sends it
                     self.state.settle(wait, (ERROR, 0, e))
                     return
-                self.state.queued(wait, sid)
                 if isinstance(reply, int):
-                    self.state.settle(wait, (GRANTED, reply, ""))
-                elif reply is None:
+                    self.state.queued(wait, sid, (GRANTED, reply, ""), sent)
+                    return
+                self.state.queued(wait, sid)
+                if reply is None:
                     self.state.settle(wait, (TIMEOUT, 0, ""))
                 elif not is_waiting(reply):
                     self.state.settle(wait, (ERROR, 0, ResponseError(f"unexpected reply {reply!r}")))
@@ -412,8 +467,9 @@ class Session(backend.SessionConnection):
         """Queues ``command`` with WAIT ``wait_ms`` and request ID ``rid``
         (the same when it is sent again) through the session and
         waits for its outcome: ((kind, token, detail), the wait, whose
-        ``sent_to`` and ``settled_at`` say which session granted it and
-        when). Interrupted (an exception in the waiting thread, a cancelled
+        ``sent_to`` and ``basis`` say which session granted it and the send
+        time of the command that brought the grant; a granted event's
+        detail is the lease left when its read answered). Interrupted (an exception in the waiting thread, a cancelled
         task) or cancelled (``cancel``, a CancelToken), it cancels the wait
         first; a grant that won the race is released; cancelled, its outcome
         is (CANCELLED, ...)."""
@@ -459,7 +515,7 @@ class Session(backend.SessionConnection):
             return wait.outcome
         if outcome is None:
             try:
-                client.execute_command("FLOCK.CANCEL", wait.key, wait.owner)
+                backend.call(client, ("FLOCK.CANCEL", wait.key, wait.owner), self.command_timeout())
                 wait.event.wait(CANCEL_GRACE)
             except BaseException as e:
                 if keep and isinstance(e, LOST_REPLY):
@@ -483,4 +539,4 @@ class Session(backend.SessionConnection):
         return outcome
 
 
-__all__ = ["Session", "confirm_durable", "moved_away", "node_client", "redirected", "routed", "session_of", "send"]
+__all__ = ["Session", "confirm_durable", "moved_away", "node_client", "redirected", "routed", "send", "send_own", "session_of"]

@@ -5,7 +5,6 @@
 # ``backend`` module.
 
 import time
-import uuid
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Awaitable, Literal, Optional, Type
@@ -13,16 +12,20 @@ from typing import Awaitable, Literal, Optional, Type
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
 from . import _asyncio_backend as backend
-from ._asyncio_backend import WATCHDOG
-from ._asyncio_session import confirm_durable, release_extra, routed, send, session_of
+from ._asyncio_session import confirm_durable, release_extra, routed, send, send_own, session_of
 from ._core import (
     CANCELLED,
     ERROR,
     GIVE_BACK_PAUSE,
     GRANTED,
+    LOST_REPLY,
+    NOTOWNER,
     RELEASED,
     RENEWAL_ERRORS,
     RESENDS,
+    SESSION_GRANT,
+    WATCHDOG_GRANT,
+    WATCHDOG_RENEW_FRACTION,
     AcquireCancelled,
     LockBase,
     LockNotDurableError,
@@ -32,11 +35,13 @@ from ._core import (
     ReadSide,
     ReadWriteLockBase,
     SemaphoreBase,
+    holder,
+    is_notowner,
     is_queued,
     lock_error,
     logger,
+    new_id,
     parse_info,
-    renewal_lost,
     to_ms,
     wait_socket_timeout,
     with_id,
@@ -76,11 +81,16 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
     README.md for every difference."""
 
     def _encoder(self):
-        try:
-            return self.redis.connection_pool.get_encoder()
-        except AttributeError:
-            # A RedisCluster.
-            return self.redis.get_encoder()
+        # Made once per client: its settings do not change.
+        encoder = self.redis.__dict__.get("_flock_encoder")
+        if encoder is None:
+            try:
+                encoder = self.redis.connection_pool.get_encoder()
+            except AttributeError:
+                # A RedisCluster.
+                encoder = self.redis.get_encoder()
+            self.redis._flock_encoder = encoder
+        return encoder
 
     async def _acquire(self, blocking: Optional[bool], blocking_timeout: Optional[Number], token, cancel) -> bool:
         """acquire(), whose arguments are the flavour's (the backend's
@@ -93,16 +103,17 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
 
         async def attempt(node, rid, wait_ms):
             # A session per server: a RedisCluster's node of the key.
-            session = session_of(node) if self.use_session else None
+            session = session_of(node, self.session_timeout) if self.use_session else None
             if session is not None:
-                granted, sid, at = await self._acquire_in(session, node, key, owner, wait_ms, cancel, rid)
+                granted, sid, basis, lease_ms = await self._acquire_in(session, node, key, owner, wait_ms, cancel, rid)
             else:
-                granted, sid, at = await self._acquire_blocking(node, owner, wait_ms, cancel, rid), None, None
-            return granted, node, session, sid, at
+                granted, basis, lease_ms = await self._acquire_blocking(node, owner, wait_ms, cancel, rid)
+                sid = None
+            return granted, node, session, sid, basis, lease_ms
 
         try:
-            granted, node, session, sid, at = await routed(
-                self.redis, key, self.name, "acquire", attempt, str(uuid.uuid4()), self._wait_ms(blocking, blocking_timeout)
+            granted, node, session, sid, basis, lease_ms = await routed(
+                self.redis, key, self.name, "acquire", attempt, new_id(), self._wait_ms(blocking, blocking_timeout)
             )
         except BaseException:
             # Perhaps granted all the same (see _acquire_failed).
@@ -110,13 +121,18 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
             raise
         if granted is None:
             return False
-        await self._granted(node, owner, granted, at, session, key, sid)
+        await self._granted(node, owner, granted, basis, session, key, sid, lease_ms)
         return True
 
-    async def _granted(self, node, owner: bytes, granted: int, at: Optional[float], session=None, key=None, sid=None):
-        """Records the grant of token ``granted`` made on ``node`` (its
-        reply came at ``at``; through ``session`` ``sid``, which watches it
-        from now on), and starts its watchdog."""
+    async def _granted(
+        self, node, owner: bytes, granted: int, basis: Optional[float], session=None, key=None, sid=None,
+        lease_ms: Optional[int] = None,
+    ):
+        """Records the grant of token ``granted`` made on ``node`` by a
+        command sent at ``basis`` (its lease counts from then: ``lease_ms``
+        if the grant's event named what was left, else the lease asked);
+        through ``session`` ``sid``, which watches it from now on (and holds
+        it, for a session grant). Then its deadline is watched (_arm)."""
         if self._is_stale(owner, granted):
             # A reentry of a hold this thread (task) released: the release
             # was lost in a failover or refused. Its holds go back first.
@@ -130,39 +146,102 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
         # Durable grants: counted once enough replicas have it, else given
         # back (LockNotDurableError), before this object records anything.
         await confirm_durable(self, node, owner, granted)
-        grant, replaced = self._new_grant(owner, granted, backend.mutex(), at)
+        grant, replaced = self._new_grant(
+            owner, granted, backend.mutex(), basis, lease_ms, session.state if session is not None else None, sid
+        )
         if replaced is not None:
             replaced.stop()
         if grant is not None:
-            if session is not None:
+            if session is not None and grant.holds == 1:
                 session.state.watch(key, owner, granted, self, grant, sid)
-            if self.watchdog and not grant.lost:
-                WATCHDOG.watch(self, grant)
+            self._arm(grant)
+
+    def _arm(self, grant) -> None:
+        """Watches the deadline of ``grant`` (docs/client-protocol.md, "The
+        rules every client shares"): a session grant's is its session's (the
+        session's timer); a fixed lease's or the watchdog's, a timer of the
+        backend's at it (no thread or task per grant), and for the
+        watchdog, its first renewal a third of the lease after the grant."""
+        if grant.kind == SESSION_GRANT:
+            return
+        self._deadline_timer(grant)
+        if grant.kind == WATCHDOG_GRANT:
+            self._renew_at(grant, grant.lease_from + grant.lease_ms / 1000 / WATCHDOG_RENEW_FRACTION)
+
+    def _deadline_timer(self, grant) -> None:
+        """At the deadline of ``grant``: lost (``expired``, ``unconfirmed``)
+        unless it moved on meanwhile (then the timer is set again there)."""
+        if grant.kind == SESSION_GRANT:
+            return
+        deadline = self._check_due(grant)
+        if deadline is not None:
+            if grant.deadline_timer is not None:
+                grant.deadline_timer.cancel()
+            grant.deadline_timer = backend.schedule(deadline, self._deadline_timer, grant)
+
+    def _renew_at(self, grant, when: float) -> None:
+        """Starts the watchdog's renewal of ``grant`` at ``when``, in a
+        thread or task of its own (backend.spawn): a slow renewal delays no
+        other, nor the deadline timers."""
+        if not (grant.stopped or grant.lost):
+            grant.renewal_timer = backend.schedule(when, backend.spawn, "flock-watchdog", self._watchdog_renew, grant)
+
+    async def _watchdog_renew(self, grant) -> None:
+        """One renewal of the watchdog's, under the grant's mutex, through the
+        client's pool, with a socket timeout until the grant's deadline. Its
+        reply confirms the grant: the deadline moves to the RENEW's send time
+        plus the lease (less the margin), and the next renewal is a third of
+        the lease later. NOTOWNER: lost (``notowner``). Another failure: tried
+        again a ninth of the lease later; the deadline timer marks the grant
+        lost (``unconfirmed``) if none gets through in time."""
+        interval = grant.lease_ms / 1000 / WATCHDOG_RENEW_FRACTION
+        async with grant.mutex:
+            if grant.stopped or grant.lost or grant.kind != WATCHDOG_GRANT or self._check_due(grant) is None:
+                return
+            sent = time.monotonic()
+            try:
+                await send_own(
+                    self.redis, self._renew_command(grant.owner, grant.lease_ms), lambda: self._grant_timeout(grant)
+                )
+            except RENEWAL_ERRORS as e:
+                if is_notowner(e):
+                    self._grant_lost(grant, NOTOWNER, str(e))
+                    return
+                logger.info("FLOCK watchdog: renewing %r failed (%s): trying again", self.name, e)
+                next_at = time.monotonic() + interval / WATCHDOG_RENEW_FRACTION
+            else:
+                grant.lease_from = sent
+                next_at = sent + interval
+        self._renew_at(grant, next_at)
 
     async def _acquire_in(self, session, node, key: bytes, owner: bytes, wait_ms: Optional[int], cancel, rid: str):
-        """(token or None, the session that granted it, when its reply came),
-        sent on ``node``, the session's server."""
+        """(token or None, the session that granted it, the send time of
+        the command that brought the grant, the lease left its event named
+        or None), sent on ``node``, the session's server."""
         command = self._acquire_base(owner)
         if wait_ms is None:
-            return await session.try_acquire(node, command, rid)
+            return (*await session.try_acquire(node, command, rid), None)
         (kind, token, detail), wait = await session.wait(node, key, owner, command, wait_ms, rid, cancel)
         if kind == GRANTED:
-            return token, wait.sent_to, wait.settled_at
+            return token, wait.sent_to, wait.basis, int(detail) if detail else None
         if kind == CANCELLED and cancel is not None and cancel.cancelled:
             raise AcquireCancelled("acquire() was cancelled", lock_name=self.name)
         if kind == ERROR:
             raise detail if isinstance(detail, Exception) else ResponseError(detail)
-        return None, None, None
+        return None, None, None, None
 
-    async def _acquire_blocking(self, node, owner: bytes, wait_ms: Optional[int], cancel, rid: str) -> Optional[int]:
+    async def _acquire_blocking(self, node, owner: bytes, wait_ms: Optional[int], cancel, rid: str):
         """A try through the client, then a wait blocking on a connection of
-        its own to ``node``, the key's server. The wait has request ID
-        ``rid``, the try one made from it: sent again to a Cluster's new
-        master after a failover, a grant the old master made and replicated
-        is recognised (no second hold)."""
+        its own to ``node``, the key's server: (the token or None, the send
+        time its lease counts from, the lease left or None). The wait has
+        request ID ``rid``, the try one made from it: sent again to a
+        Cluster's new master after a failover, a grant the old master made
+        and replicated is recognised (no second hold)."""
+        sent = time.monotonic()
         granted = await send(self.redis.execute_command, self._acquire_command(owner, None, rid + ":try"))
         if granted is None and wait_ms is not None:
             try:
+                sent = time.monotonic()
                 async with backend.Dedicated(node, wait_socket_timeout(wait_ms), cancel, self.name) as connection:
                     granted = await send(connection.call, self._acquire_command(owner, wait_ms, rid))
             except AcquireCancelled:
@@ -173,28 +252,31 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
                 except ResponseError:
                     pass
                 raise
-        return granted
+            if granted is not None:
+                return (granted, *await self._waited(owner, sent))
+        return granted, sent, None
 
-    async def _watchdog_renew(self, grant, lease_ms: int, confirmed: float) -> Optional[float]:
-        """One renewal of the watchdog's (the backend's WATCHDOG schedules
-        them, every third of the lease), under the grant's mutex, through the
-        client's pool: when a renewal last got through (now, or
-        ``confirmed``), or None once the grant is released or lost. NOTOWNER,
-        or no renewal through for a whole lease since ``confirmed``, marks it
-        lost."""
-        async with grant.mutex:
-            if grant.stopped or grant.lost:
-                return None
-            sent = time.monotonic()
-            try:
-                await send(self.redis.execute_command, self._renew_command(grant.owner, lease_ms))
-            except RENEWAL_ERRORS as e:
-                reason = renewal_lost(e, time.monotonic() - confirmed, lease_ms)
-                if reason is not None:
-                    self._grant_lost(grant, reason)
-                    return None
-                return confirmed
-            return sent
+    async def _waited(self, owner: bytes, sent: float):
+        """A grant that a wait blocking on a connection of its own brought,
+        whose ACQUIRE was sent at ``sent``: its lease began when it was
+        granted, at some moment since. Counted from ``sent``, a long wait
+        leaves little of it; after a wait of more than a third of the lease
+        the lease is read again (the watchdog's renewed: a RENEW; a fixed
+        one: FLOCK.INFO's lease left), counted from that command's send
+        time. (the send time, the lease left or None)."""
+        lease_ms = self._lease_ms()
+        if time.monotonic() - sent <= lease_ms / 1000 / WATCHDOG_RENEW_FRACTION:
+            return sent, None
+        again = time.monotonic()
+        try:
+            if self._kind() == WATCHDOG_GRANT:
+                await send_own(self.redis, self._renew_command(owner, lease_ms), self._command_timeout())
+                return again, None
+            mine = holder(await self._info(), owner)
+        except (ResponseError, *LOST_REPLY) as e:
+            logger.info("FLOCK: reading the lease of %r after its wait failed (%s)", self.name, e)
+            return sent, None
+        return (again, int(mine["ttl-ms"])) if mine is not None else (sent, None)
 
     async def _give_back_stale(self, owner: bytes, token: int) -> None:
         """Releases the holds of grant ``token`` that this thread (task)
@@ -245,16 +327,22 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
         the blocking flavour forgets the token whatever the outcome, as
         redis-py's (a reentrant lock keeps it while holds are left); the
         asyncio one keeps it, as redis-py's asyncio lock, and calling
-        release() again resends the same request ID, so it is applied once."""
+        release() again resends the same request ID, so it is applied once.
+        A grant this process found lost by its deadline or its session's end
+        (``expired``, ``unconfirmed``, ``sessionended``) is released all the
+        same, in case the server still holds it, and then LockNotOwnedError
+        raised, as redis-py's lock does once its key expired."""
         command = self._release_command()
         grant = self.local.grant
+        timeout = self._command_timeout()
         async with grant.mutex:
+            lost = self._lost_by_deadline(grant)
             try:
                 if grant.extra_release is not None:
                     # A re-watch's extra hold whose RELEASE did not get through.
-                    await release_extra(self.redis.execute_command, grant)
+                    await release_extra(self.redis, timeout, grant)
                 grant.pending_release = grant.pending_release or command
-                left = await send(self.redis.execute_command, grant.pending_release)
+                left = await send_own(self.redis, grant.pending_release, timeout)
             except ResponseError as e:
                 error = self._release_error(e)
                 self._release_failed(grant, error)
@@ -264,6 +352,10 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
                 raise
             grant.pending_release = None
             self._released_one(left)
+            if lost:
+                if self.local.grant is grant:
+                    self._dropped()
+                raise self._lost_error(grant)
 
     def _release_failed(self, grant, error: BaseException) -> None:
         """A release() of ``grant`` that raised ``error``: the backend says
@@ -294,7 +386,7 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
     async def _renew(self, owner: bytes, lease_ms: int, action: str) -> Literal[True]:
         sent = time.monotonic()
         try:
-            await send(self.redis.execute_command, self._renew_command(owner, lease_ms))
+            await send_own(self.redis, self._renew_command(owner, lease_ms), self._command_timeout())
         except ResponseError as e:
             raise lock_error(e, action, self.name, self.lost_reason) from e
         self._lease_renewed(lease_ms, sent)
@@ -343,20 +435,22 @@ class MultiLock(backend.MultiLockFlavour, AsyncManaged, MultiLockBase):
         command = self._acquire_all_command(keys, owner)
 
         async def attempt(node, rid, wait_ms):
-            return await self._acquire_on(node, command, owner, wait_ms, cancel, rid), node
+            sent = time.monotonic()
+            return await self._acquire_on(node, command, owner, wait_ms, cancel, rid), node, sent, wait_ms is not None
 
         try:
-            tokens, node = await routed(
-                self.redis, keys[0], self.names, "acquire", attempt, str(uuid.uuid4()), self._wait_ms(blocking, blocking_timeout)
+            tokens, node, sent, waited = await routed(
+                self.redis, keys[0], self.names, "acquire", attempt, new_id(), self._wait_ms(blocking, blocking_timeout)
             )
         except BaseException:
             self._acquire_failed(owner, token)
             raise
         if tokens is None:
             return False
-        at = time.monotonic()
         for lock, granted in zip(self._locks, tokens):
-            await lock._granted(node, owner, int(granted), at)
+            # A wait's grant: its lease read again after a long wait.
+            basis, lease_ms = await lock._waited(owner, sent) if waited else (sent, None)
+            await lock._granted(node, owner, int(granted), basis, lease_ms=lease_ms)
         self._grouped()
         return True
 
@@ -404,6 +498,7 @@ class MultiLock(backend.MultiLockFlavour, AsyncManaged, MultiLockBase):
             for mutex in self._mutexes():
                 await stack.enter_async_context(mutex)
             grants = self._grants()
+            lost = any([lock._lost_by_deadline(lock.local.grant) for lock in self._locks if lock.local.grant is not None])
             command = grants[0].pending_release or self._release_all_command(owner)
             for grant in grants:
                 grant.pending_release = command
@@ -418,6 +513,10 @@ class MultiLock(backend.MultiLockFlavour, AsyncManaged, MultiLockBase):
             for grant in grants:
                 grant.pending_release = None
             self._released(left)
+            if lost:
+                for lock in self._locks:
+                    lock._dropped()
+                raise self._lost_error(next((grant for grant in grants if grant.lost), grants[0]))
 
     def _release_failed(self, grants: list, error: BaseException) -> None:
         """As Lock._release_failed, for every key."""

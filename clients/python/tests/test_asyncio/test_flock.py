@@ -60,8 +60,23 @@ def kind(request):
     return KINDS[request.param]
 
 
+async def test_a_lock_without_timeout_holds_a_session_grant_renewed_by_nothing(r, inspect, kind):
+    lock = kind(r, "sg", session_timeout=0.6)
+    renewals = calls(inspect, "flock.renew")
+    assert await lock.acquire(blocking=False)
+    mine = holding(inspect, "sg", lock.local.token)
+    assert mine["session"] == 1 and 0 < mine["ttl-ms"] <= 600
+    # Held past its session's timeout twice over by the heartbeat alone.
+    await asyncio.sleep(1.3)
+    assert await lock.owned() and not lock.lost and calls(inspect, "flock.renew") == renewals
+    assert lock.local.grant.renewal_timer is None and lock.local.grant.deadline_timer is None
+    await lock.release()
+    assert info(inspect, "sg") is None
+
+
 async def test_watchdog_keeps_a_short_lease_alive(r, inspect, kind):
-    lock = kind(r, "wd", watchdog_timeout=1.2)
+    # Without a session: a lease, renewed.
+    lock = kind(r, "wd", watchdog_timeout=1.2, use_session=False)
     renewals = calls(inspect, "flock.renew")
     assert await lock.acquire(blocking=False)
     start = info(inspect, "wd")["token"]
@@ -78,10 +93,11 @@ async def test_watchdog_keeps_a_short_lease_alive(r, inspect, kind):
 
 
 async def test_watchdog_reports_loss_after_forcerelease(r, inspect):
-    lock = Lock(r, "wd", watchdog_timeout=0.3)
+    lock = Lock(r, "wd", watchdog_timeout=0.3, use_session=False)
     assert await lock.acquire(blocking=False)
     inspect.execute_command("FLOCK.FORCERELEASE", "wd")
     await until(lambda: lock.lost, what="the watchdog to report the loss")
+    assert lock.lost_reason == "notowner" and lock.lost_detail.startswith("NOTOWNER")
     assert not await lock.owned()
     with pytest.raises(LockNotOwnedError, match="NOTOWNER"):
         await lock.release()

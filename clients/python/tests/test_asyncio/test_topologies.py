@@ -71,7 +71,7 @@ async def test_cluster_watchdog_renews_on_the_key_node(cluster, rc):
         return node.info("commandstats").get("cmdstat_flock.renew", {}).get("calls", 0)
 
     before = renewals()
-    lock = Lock(rc, key, watchdog_timeout=1.2)
+    lock = Lock(rc, key, watchdog_timeout=1.2, use_session=False)  # without a session: a lease, renewed
     assert await lock.acquire()
     await until_read(lambda: renewals() >= before + 3, what="three renewals on the key's node")
     assert info(node, key)["token"] == lock.fencing_token and 0 < info(node, key)["ttl-ms"] <= 1200
