@@ -1,5 +1,6 @@
 """Helpers the tests share: FLOCK.INFO, taking a lock from its holder, waiting
-for an observable condition with a deadline, a proxy that loses a reply."""
+for an observable condition with a deadline, a proxy that loses a reply or
+cuts a process off."""
 
 import asyncio
 import inspect
@@ -120,6 +121,11 @@ class ReplyDropper:
     """A TCP proxy to a server that, once armed with ``drop_reply_to(marker)``,
     forwards the next command containing ``marker`` and then closes the
     connection instead of forwarding its reply: a reply lost on the way.
+    ``partition()`` stops carrying bytes both ways, keeping every socket
+    open (no FIN, no RST: a partition, a dead host, a frozen VM); it reads
+    nothing from either side meanwhile, so that nothing is lost, and
+    ``heal()`` carries them again, what it held back first (as TCP does). A
+    connection made meanwhile is not carried to the server until then.
     ``kill()`` plays the death of the process behind it: no new connection
     gets through, and every connection it carries is closed."""
 
@@ -134,12 +140,23 @@ class ReplyDropper:
         self.killed = False
         self.sockets: list = []
         self.mutex = threading.Lock()
+        # Set while bytes flow; cleared by partition().
+        self.flowing = threading.Event()
+        self.flowing.set()
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def partition(self) -> None:
+        self.flowing.clear()
+
+    def heal(self) -> None:
+        self.flowing.set()
 
     def kill(self) -> None:
         with self.mutex:
             self.killed = True
             sockets, self.sockets = self.sockets, []
+        # Nothing waits for a heal any more: the sockets are closed.
+        self.flowing.set()
         self.listener.close()
         for s in sockets:
             with contextlib.suppress(OSError):
@@ -159,6 +176,7 @@ class ReplyDropper:
                 downstream, _ = self.listener.accept()
             except OSError:
                 return
+            self.flowing.wait()
             try:
                 upstream = socket.create_connection(("127.0.0.1", self.server_port))
             except OSError:
@@ -176,8 +194,8 @@ class ReplyDropper:
             threading.Thread(target=self._down, args=(upstream, downstream, marked), daemon=True).start()
 
     def _up(self, downstream, upstream, marked) -> None:
-        with _closing(downstream, upstream):
-            while data := downstream.recv(65536):
+        with _closing(downstream, upstream, after=self.flowing.wait):
+            while data := self._read(downstream):
                 if self.marker is not None and self.marker in data:
                     self.times -= 1
                     if self.times <= 0:
@@ -186,22 +204,34 @@ class ReplyDropper:
                 upstream.sendall(data)
 
     def _down(self, upstream, downstream, marked) -> None:
-        with _closing(downstream, upstream):
-            while data := upstream.recv(65536):
+        with _closing(downstream, upstream, after=self.flowing.wait):
+            while data := self._read(upstream):
                 if marked.is_set():
                     self.drops += 1
                     self.dropped.set()
                     return
                 downstream.sendall(data)
 
+    def _read(self, s) -> bytes:
+        """What ``s`` sends next (b"": it closed), carried on only while not
+        partitioned: what comes meanwhile, a close included, waits for the
+        heal."""
+        self.flowing.wait()
+        data = s.recv(65536)
+        self.flowing.wait()
+        return data
+
 
 @contextlib.contextmanager
-def _closing(*sockets):
+def _closing(*sockets, after=lambda: None):
+    """Closes ``sockets`` at the end, once ``after()`` returns (a partition
+    holds a close back too)."""
     try:
         yield
     except OSError:
         pass
     finally:
+        after()
         for s in sockets:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)

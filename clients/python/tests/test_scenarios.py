@@ -16,6 +16,10 @@ threads (``redis_flock``) and once with asyncio tasks
   owner) or, for ``permits``, a ``Semaphore``.
 - ``cancel``: threads, the CancelToken given to the started ``acquire``;
   asyncio, ``Task.cancel()`` of the actor's task.
+- ``session_timeout_ms``: every lock object gets ``session_timeout=``.
+  ``partition``/``heal`` cut the process's proxy off and heal it. A loss's
+  time is when ``on_lost`` was called, a grant's when ``acquire()`` returned
+  True, both on time.monotonic(): ``expect_lost_before`` compares them.
 - FLOCK.INFO, FLOCK.FORCERELEASE and CLIENT KILL go on a raw connection of the
   runner's own. Awaits poll with a deadline; nothing sleeps a fixed time.
 """
@@ -176,6 +180,8 @@ class Actor:
         self.last: dict = {}
         self.started = None
         self.cancel_token = None
+        # When its last acquire returned True (time.monotonic()).
+        self.granted_at = None
 
 
 class Process:
@@ -251,6 +257,13 @@ class Runner:
         self.processes: dict = {}
         self.actors: dict = {}
         self.armed: list = []
+        timeout = scenario.get("session_timeout_ms")
+        self.session_timeout = None if timeout is None else timeout / 1000
+        # When each lock object's grant was last reported lost (on_lost).
+        self.lost_at: dict = {}
+
+    def on_lost(self, lock, reason) -> None:
+        self.lost_at[lock] = time.monotonic()
 
     def key(self, step) -> str:
         return f"{self.name}:{step['key']}"
@@ -284,13 +297,17 @@ class Runner:
             lock = actor.locks.get(ident)
             if lock is None:
                 lock = actor.locks[ident] = module.Semaphore(
-                    actor.process.client, key, step["limit"], permits=step["permits"], reentrant=True
+                    actor.process.client, key, step["limit"], permits=step["permits"], reentrant=True,
+                    session_timeout=self.session_timeout, on_lost=self.on_lost,
                 )
         else:
             assert mode in ("exclusive", "shared"), f"unknown mode {mode}"
             both = actor.locks.get((key, "rw"))
             if both is None:
-                both = actor.locks[(key, "rw")] = module.ReadWriteLock(actor.process.client, key, reentrant=True)
+                both = actor.locks[(key, "rw")] = module.ReadWriteLock(
+                    actor.process.client, key, reentrant=True, session_timeout=self.session_timeout,
+                    on_lost=self.on_lost,
+                )
             lock = both.read_lock() if mode == "shared" else both.write_lock()
         return lock
 
@@ -329,6 +346,27 @@ class Runner:
             raise value
         return value
 
+    @staticmethod
+    def timed(actor: Actor, call):
+        """``call`` (an acquire), noting when it returned True."""
+
+        def granted(value):
+            if value is True:
+                actor.granted_at = time.monotonic()
+            return value
+
+        def run():
+            result = call()
+            if inspect.isawaitable(result):
+
+                async def finish():
+                    return granted(await result)
+
+                return finish()
+            return granted(result)
+
+        return run
+
     # Steps.
 
     async def play(self) -> None:
@@ -365,7 +403,7 @@ class Runner:
         lock = self.lock(actor, step)
         lock.timeout = step["lease_ms"] / 1000 if "lease_ms" in step else None
         actor.last[self.key(step)] = lock
-        call = self.flavour.acquire_call(actor, lock, step.get("wait_ms", 0), started=False)
+        call = self.timed(actor, self.flavour.acquire_call(actor, lock, step.get("wait_ms", 0), started=False))
         outcome = acquire_outcome(await self.on_actor(actor, call, "acquire"))
         assert outcome == step["expect"], f"{actor.name} acquiring: {outcome}, expected {step['expect']}"
 
@@ -375,7 +413,7 @@ class Runner:
         lock = self.lock(actor, step)
         lock.timeout = step["lease_ms"] / 1000 if "lease_ms" in step else None
         actor.last[self.key(step)] = lock
-        call = self.flavour.acquire_call(actor, lock, step.get("wait_ms", 20000), started=True)
+        call = self.timed(actor, self.flavour.acquire_call(actor, lock, step.get("wait_ms", 20000), started=True))
         actor.started = actor.worker.run(call)
 
     async def op_await_result(self, step):
@@ -452,8 +490,35 @@ class Runner:
     async def op_expect_not_lost(self, step):
         actor = self.actor(step)
         lock = self.held(actor, step)
-        lost = await self.value_on_actor(actor, lambda: lock.lost, "read lost")
-        assert not lost, f"{actor.name}'s {step['key']} is reported lost ({lock.lost_reason})"
+        until = time.monotonic() + step.get("for_ms", 0) / 1000
+        while True:
+            lost = await self.value_on_actor(actor, lambda: lock.lost, "read lost")
+            assert not lost, f"{actor.name}'s {step['key']} is reported lost ({lock.lost_reason})"
+            if time.monotonic() >= until:
+                return
+            await asyncio.sleep(0.01)
+
+    async def op_expect_lost_before(self, step):
+        actor = self.actor(step)
+        lock = self.held(actor, step)
+        other = self.actors[step["granted"]]
+        lost_at = self.lost_at.get(lock)
+        assert lost_at is not None, f"{actor.name}'s {step['key']} was never reported lost through on_lost"
+        assert other.granted_at is not None, f"{other.name} was never granted"
+        assert lost_at < other.granted_at, (
+            f"{actor.name}'s {step['key']} was reported lost {1000 * (lost_at - other.granted_at):.1f} ms after"
+            f" {other.name}'s acquire returned granted"
+        )
+
+    async def op_partition(self, step):
+        process = self.process(step.get("process", "main"))
+        process.proxy.partition()
+        if "for_ms" in step:
+            await asyncio.sleep(step["for_ms"] / 1000)
+            process.proxy.heal()
+
+    async def op_heal(self, step):
+        self.process(step.get("process", "main")).proxy.heal()
 
     async def op_drop_next_reply(self, step):
         process = self.process(step.get("process", "main"))
