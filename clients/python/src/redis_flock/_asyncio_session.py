@@ -106,7 +106,7 @@ async def confirm_durable(lock, node, owner: bytes, token: Optional[int] = None)
     if error is None:
         return
     try:
-        await send(lock.redis.execute_command, release)
+        await send_own(lock.redis, release, lock._command_timeout())
     except Exception as e:
         lock._give_back_failed(owner, token, e)
     if not isinstance(replies, Exception) and isinstance(replies, BaseException):

@@ -109,7 +109,7 @@ def confirm_durable(lock, node, owner: bytes, token: Optional[int] = None) -> No
     if error is None:
         return
     try:
-        send(lock.redis.execute_command, release)
+        send_own(lock.redis, release, lock._command_timeout())
     except Exception as e:
         lock._give_back_failed(owner, token, e)
     if not isinstance(replies, Exception) and isinstance(replies, BaseException):

@@ -203,11 +203,13 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
                 await send_own(
                     self.redis, self._renew_command(grant.owner, grant.lease_ms), lambda: self._grant_timeout(grant)
                 )
-            except RENEWAL_ERRORS as e:
+            except Exception as e:
+                # NOTOWNER ends it; anything else (an I/O error, its client
+                # closed under it) is tried again while the deadline allows.
                 if is_notowner(e):
                     self._grant_lost(grant, NOTOWNER, str(e))
                     return
-                logger.info("FLOCK watchdog: renewing %r failed (%s): trying again", self.name, e)
+                logger.info("FLOCK watchdog: renewing %r failed (%r): trying again", self.name, e)
                 next_at = time.monotonic() + interval / WATCHDOG_RENEW_FRACTION
             else:
                 grant.lease_from = sent
@@ -248,7 +250,7 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
                 # A grant that won the race (its reply lost with the socket)
                 # is given back: this owner held nothing before its wait.
                 try:
-                    await send(self.redis.execute_command, with_id("FLOCK.RELEASE", self.name, owner))
+                    await send_own(self.redis, with_id("FLOCK.RELEASE", self.name, owner), self._command_timeout())
                 except ResponseError:
                     pass
                 raise
@@ -286,7 +288,7 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
         either way."""
         try:
             for _ in range(self._stale_holds(owner, token, await self._info())):
-                await send(self.redis.execute_command, with_id("FLOCK.RELEASE", self.name, owner))
+                await send_own(self.redis, with_id("FLOCK.RELEASE", self.name, owner), self._command_timeout())
         except RENEWAL_ERRORS as e:
             RELEASED.remember(self.name, owner, token)
             logger.warning("FLOCK: could not give back the stale holds of %r: %s", self.name, e)
@@ -303,7 +305,7 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
             if grant.pending_release is None:
                 return
             try:
-                await send(self.redis.execute_command, grant.pending_release)
+                await send_own(self.redis, grant.pending_release, self._command_timeout())
             except RENEWAL_ERRORS as e:
                 logger.warning("FLOCK: could not release the hold of %r a release() left: %s", self.name, e)
                 return
@@ -477,14 +479,14 @@ class MultiLock(backend.MultiLockFlavour, AsyncManaged, MultiLockBase):
         try:
             for attempt in range(1, RESENDS + 2):
                 try:
-                    tokens = await send(node.execute_command, (*command, "ID", rid))
+                    tokens = await send_own(node, (*command, "ID", rid), self._locks[0]._command_timeout())
                     break
                 except ResponseError as e:
                     if not is_queued(e) or attempt > RESENDS:
                         raise
                     await backend.sleep(GIVE_BACK_PAUSE * attempt)
             if tokens is not None:
-                await send(node.execute_command, self._release_all_command(owner))
+                await send_own(node, self._release_all_command(owner), self._locks[0]._command_timeout())
         except Exception as e:
             logger.warning("FLOCK: could not give back the locks %r of a wait that ended: %s", self.names, e)
 
@@ -504,8 +506,8 @@ class MultiLock(backend.MultiLockFlavour, AsyncManaged, MultiLockBase):
                 grant.pending_release = command
             try:
                 left = await routed(
-                    self.redis, key, self.names, "release", lambda node, *_: send(node.execute_command, command),
-                    lost=self.lost_reason,
+                    self.redis, key, self.names, "release",
+                    lambda node, *_: send_own(node, command, self._locks[0]._command_timeout()), lost=self.lost_reason,
                 )
             except BaseException as e:
                 self._release_failed(grants, e)

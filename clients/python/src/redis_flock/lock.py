@@ -206,11 +206,13 @@ class Lock(backend.LockFlavour, Managed, LockBase):
                 send_own(
                     self.redis, self._renew_command(grant.owner, grant.lease_ms), lambda: self._grant_timeout(grant)
                 )
-            except RENEWAL_ERRORS as e:
+            except Exception as e:
+                # NOTOWNER ends it; anything else (an I/O error, its client
+                # closed under it) is tried again while the deadline allows.
                 if is_notowner(e):
                     self._grant_lost(grant, NOTOWNER, str(e))
                     return
-                logger.info("FLOCK watchdog: renewing %r failed (%s): trying again", self.name, e)
+                logger.info("FLOCK watchdog: renewing %r failed (%r): trying again", self.name, e)
                 next_at = time.monotonic() + interval / WATCHDOG_RENEW_FRACTION
             else:
                 grant.lease_from = sent
@@ -251,7 +253,7 @@ class Lock(backend.LockFlavour, Managed, LockBase):
                 # A grant that won the race (its reply lost with the socket)
                 # is given back: this owner held nothing before its wait.
                 try:
-                    send(self.redis.execute_command, with_id("FLOCK.RELEASE", self.name, owner))
+                    send_own(self.redis, with_id("FLOCK.RELEASE", self.name, owner), self._command_timeout())
                 except ResponseError:
                     pass
                 raise
@@ -289,7 +291,7 @@ class Lock(backend.LockFlavour, Managed, LockBase):
         either way."""
         try:
             for _ in range(self._stale_holds(owner, token, self._info())):
-                send(self.redis.execute_command, with_id("FLOCK.RELEASE", self.name, owner))
+                send_own(self.redis, with_id("FLOCK.RELEASE", self.name, owner), self._command_timeout())
         except RENEWAL_ERRORS as e:
             RELEASED.remember(self.name, owner, token)
             logger.warning("FLOCK: could not give back the stale holds of %r: %s", self.name, e)
@@ -306,7 +308,7 @@ class Lock(backend.LockFlavour, Managed, LockBase):
             if grant.pending_release is None:
                 return
             try:
-                send(self.redis.execute_command, grant.pending_release)
+                send_own(self.redis, grant.pending_release, self._command_timeout())
             except RENEWAL_ERRORS as e:
                 logger.warning("FLOCK: could not release the hold of %r a release() left: %s", self.name, e)
                 return
@@ -480,14 +482,14 @@ class MultiLock(backend.MultiLockFlavour, Managed, MultiLockBase):
         try:
             for attempt in range(1, RESENDS + 2):
                 try:
-                    tokens = send(node.execute_command, (*command, "ID", rid))
+                    tokens = send_own(node, (*command, "ID", rid), self._locks[0]._command_timeout())
                     break
                 except ResponseError as e:
                     if not is_queued(e) or attempt > RESENDS:
                         raise
                     backend.sleep(GIVE_BACK_PAUSE * attempt)
             if tokens is not None:
-                send(node.execute_command, self._release_all_command(owner))
+                send_own(node, self._release_all_command(owner), self._locks[0]._command_timeout())
         except Exception as e:
             logger.warning("FLOCK: could not give back the locks %r of a wait that ended: %s", self.names, e)
 
@@ -507,8 +509,8 @@ class MultiLock(backend.MultiLockFlavour, Managed, MultiLockBase):
                 grant.pending_release = command
             try:
                 left = routed(
-                    self.redis, key, self.names, "release", lambda node, *_: send(node.execute_command, command),
-                    lost=self.lost_reason,
+                    self.redis, key, self.names, "release",
+                    lambda node, *_: send_own(node, command, self._locks[0]._command_timeout()), lost=self.lost_reason,
                 )
             except BaseException as e:
                 self._release_failed(grants, e)
