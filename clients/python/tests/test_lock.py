@@ -27,7 +27,8 @@ class TestLock:
         assert lock.acquire(blocking=False)
         assert owner_of(r, "foo") == lock.local.token
         # FLOCK: upstream asserts TTL -1 (no expiry). No timeout here means a
-        # watchdog-renewed lease of WATCHDOG_TIMEOUT.
+        # session grant, whose lease FLOCK.INFO shows as its session's timeout
+        # (10 s by default; never above WATCHDOG_TIMEOUT).
         assert 0 < ttl_ms(r, "foo") <= WATCHDOG_TIMEOUT * 1000
         lock.release()
         assert info(r, "foo") is None
@@ -231,7 +232,7 @@ class TestLock:
             lock.extend(10)
 
     def test_extending_lock_with_no_timeout_raises_error(self, r):
-        # Same as upstream; in FLOCK the watchdog owns the lease of such a lock.
+        # Same as upstream; in FLOCK such a lock's grant lives with its session.
         lock = self.get_lock(r, "foo")
         assert lock.acquire(blocking=False)
         with pytest.raises(LockError):

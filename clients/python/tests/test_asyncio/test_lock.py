@@ -25,7 +25,7 @@ class TestLock:
         lock = self.get_lock(r, "foo")
         assert await lock.acquire(blocking=False)
         assert owner_of(inspect, "foo") == lock.local.token
-        assert 0 < ttl_ms(inspect, "foo") <= WATCHDOG_TIMEOUT * 1000  # FLOCK: watchdog lease, not TTL -1
+        assert 0 < ttl_ms(inspect, "foo") <= WATCHDOG_TIMEOUT * 1000  # FLOCK: a session grant, not TTL -1
         await lock.release()
         assert info(inspect, "foo") is None
 
