@@ -13,7 +13,7 @@ from typing import Optional
 import redis.asyncio
 from redis.exceptions import ConnectionError, TimeoutError
 
-from ._core import REOPEN_MAX_DELAY, SEND_CONCURRENCY, Number, SessionState, logger
+from ._core import REOPEN_MAX_DELAY, SEND_CONCURRENCY, Number, SessionState, logger, pack
 
 # --- Primitives ---------------------------------------------------------------
 
@@ -125,7 +125,12 @@ async def call(client, args, timeout: Optional[float]):
 async def exchange(connection, args, timeout: float):
     """Sends ``args`` on ``connection`` (a session's own) and reads the reply
     within ``timeout`` seconds."""
-    await connection.send_command(*args)
+    if not connection.is_connected:
+        # connect() itself: there a Sentinel-managed connection asks the
+        # sentinels for the master (send's own would go to the default
+        # address).
+        await connection.connect()
+    await connection.send_packed_command([pack(args, connection.encoder)])
     return await connection.read_response(timeout=timeout)
 
 
@@ -230,6 +235,8 @@ class SessionConnection:
         self.rewatched: Optional[str] = None
         # The timer of the session's deadline.
         self.timer = None
+        # The session's own idle connections for sending (Session.send).
+        self.senders: list = []
 
     def _start_reader(self, connection) -> None:
         """open() made ``connection`` the session's: a reader reads it."""
@@ -250,6 +257,9 @@ class SessionConnection:
             self.timer = None
         if connection is not None:
             await disconnect(connection)
+        senders, self.senders = self.senders, []
+        for sender in senders:
+            await disconnect(sender)
         self.state.session_ended(sid)
         self.state.fail_all(ConnectionError("the FLOCK session was closed (the client was closed)"))
 

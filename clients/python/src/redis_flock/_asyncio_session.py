@@ -240,6 +240,41 @@ class Session(backend.SessionConnection):
         default until the session says)."""
         return (self.state.timeout or self.asked or DEFAULT_SESSION_TIMEOUT) / HEARTBEAT_FRACTION
 
+    def _connection(self):
+        """A connection of the session's own, made with the pool's connection
+        class and settings (host, auth, TLS, db, RESP version), not counted in
+        its max_connections."""
+        third = self.command_timeout()
+        kwargs = dict(self.pool.connection_kwargs, socket_timeout=third, decode_responses=False)
+        if kwargs.get("socket_connect_timeout") is None:
+            kwargs["socket_connect_timeout"] = third
+        return self.pool.connection_class(**kwargs)
+
+    async def send(self, args, timeout: float):
+        """``args`` to the session's server, on one of the session's own
+        connections for sending (at most SEND_CONCURRENCY, kept open: no
+        pool's connection taken and given back per command), with a socket
+        timeout of ``timeout``; sent again as send() does when the reply is
+        lost."""
+        async with self.limiter:
+            for attempt in range(RESENDS + 1):
+                connection = self.senders.pop() if self.senders else self._connection()
+                try:
+                    reply = await backend.exchange(connection, args, timeout)
+                except ResponseError:
+                    self.senders.append(connection)
+                    raise
+                except LOST_REPLY:
+                    await backend.disconnect(connection)
+                    if attempt == RESENDS:
+                        raise
+                    continue
+                except BaseException:
+                    await backend.disconnect(connection)
+                    raise
+                self.senders.append(connection)
+                return reply
+
     async def open(self) -> str:
         """The session ID, opening the session (connection, ``FLOCK.SESSION
         [TIMEOUT ms] WITHTIMEOUT``, reader, deadline timer) if it is not
@@ -250,10 +285,7 @@ class Session(backend.SessionConnection):
             if self.sid is not None:
                 return self.sid
             third = self.command_timeout()
-            kwargs = dict(self.pool.connection_kwargs, socket_timeout=third, decode_responses=False)
-            if kwargs.get("socket_connect_timeout") is None:
-                kwargs["socket_connect_timeout"] = third
-            connection = self.pool.connection_class(**kwargs)
+            connection = self._connection()
             command = ["FLOCK.SESSION", "WITHTIMEOUT"]
             if self.asked is not None:
                 command[1:1] = ["TIMEOUT", to_ms(self.asked)]
@@ -380,7 +412,7 @@ class Session(backend.SessionConnection):
             try:
                 # On the session's own server: through a RedisCluster, a slot
                 # that moved would take it to a node that knows no ``sid``.
-                token = await send_own(self.client, acquire, timeout)
+                token = await self.send(acquire, lock._grant_timeout(grant))
             except ResponseError as e:
                 if is_nosession(e):
                     self._gone(sid)
@@ -401,7 +433,7 @@ class Session(backend.SessionConnection):
     async def _release(self, key: bytes, owner: bytes) -> None:
         """A grant for a wait its thread or task gave up on: give it back."""
         try:
-            await send_own(self.client, ("FLOCK.RELEASE", key, owner, "ID", new_id()), self.command_timeout())
+            await self.send(("FLOCK.RELEASE", key, owner, "ID", new_id()), self.command_timeout())
         except Exception as e:
             logger.warning("FLOCK: could not release an abandoned grant of %r: %s", key, e)
 
@@ -415,7 +447,7 @@ class Session(backend.SessionConnection):
             sid = await self.open()
             sent = time.monotonic()
             try:
-                reply = await send_own(client, (*command, "INBOX", sid, "ID", rid), self.command_timeout())
+                reply = await self.send((*command, "INBOX", sid, "ID", rid), self.command_timeout())
                 return reply, sid, sent
             except ResponseError as e:
                 if not is_nosession(e) or attempt == RESENDS:
@@ -438,8 +470,7 @@ class Session(backend.SessionConnection):
                 wait.sent_to = sid  # being sent: the reader leaves it alone
                 sent = time.monotonic()
                 try:
-                    async with self.limiter:
-                        reply = await send_own(wait.client, wait.args(sid), self.command_timeout())
+                    reply = await self.send(wait.args(sid), self.command_timeout())
                 except ResponseError as e:
                     wait.sent_to = None
                     if is_nosession(e):
@@ -512,7 +543,7 @@ class Session(backend.SessionConnection):
             return wait.outcome
         if outcome is None:
             try:
-                await backend.call(client, ("FLOCK.CANCEL", wait.key, wait.owner), self.command_timeout())
+                await self.send(("FLOCK.CANCEL", wait.key, wait.owner), self.command_timeout())
                 await wait.event.wait(CANCEL_GRACE)
             except BaseException as e:
                 if keep and isinstance(e, LOST_REPLY):

@@ -18,7 +18,7 @@ from typing import Optional
 import redis
 from redis.exceptions import ConnectionError
 
-from ._core import REOPEN_MAX_DELAY, SEND_CONCURRENCY, CancelToken, Number, SessionState, logger
+from ._core import REOPEN_MAX_DELAY, SEND_CONCURRENCY, CancelToken, Number, SessionState, logger, pack
 
 # --- Primitives ---------------------------------------------------------------
 
@@ -147,7 +147,7 @@ def call(client, args, timeout: Optional[float]):
         if connection._sock is None:
             connection.connect()
         connection._sock.settimeout(timeout)
-        connection.send_command(*args)
+        connection.send_packed_command([pack(args, connection.encoder)])
         # An error reply raises without breaking the connection; a timeout
         # or an I/O error disconnects it (redis-py), and it goes back closed.
         return connection.read_response()
@@ -161,9 +161,11 @@ def exchange(connection, args, timeout: float):
     """Sends ``args`` on ``connection`` (a session's own) and reads the reply,
     within ``timeout`` seconds each."""
     if connection._sock is None:
+        # connect() itself: there a Sentinel-managed connection asks the
+        # sentinels for the master.
         connection.connect()
     connection._sock.settimeout(timeout)
-    connection.send_command(*args)
+    connection.send_packed_command([pack(args, connection.encoder)])
     return connection.read_response()
 
 
@@ -350,6 +352,8 @@ class SessionConnection:
         self.rewatched: Optional[str] = None
         # The timer of the session's deadline.
         self.timer = None
+        # The session's own idle connections for sending (Session.send).
+        self.senders: list = []
 
     def _start_reader(self, connection) -> None:
         """open() made ``connection`` the session's (under ``self.lock``):
@@ -378,6 +382,9 @@ class SessionConnection:
             timer.cancel()
         if connection is not None:
             shutdown(connection)
+        senders, self.senders = self.senders, []
+        for sender in senders:
+            disconnect(sender)
         self.state.session_ended(sid)
         self.state.fail_all(ConnectionError("the FLOCK session was closed (the client was closed)"))
 

@@ -243,6 +243,41 @@ class Session(backend.SessionConnection):
         default until the session says)."""
         return (self.state.timeout or self.asked or DEFAULT_SESSION_TIMEOUT) / HEARTBEAT_FRACTION
 
+    def _connection(self):
+        """A connection of the session's own, made with the pool's connection
+        class and settings (host, auth, TLS, db, RESP version), not counted in
+        its max_connections."""
+        third = self.command_timeout()
+        kwargs = dict(self.pool.connection_kwargs, socket_timeout=third, decode_responses=False)
+        if kwargs.get("socket_connect_timeout") is None:
+            kwargs["socket_connect_timeout"] = third
+        return self.pool.connection_class(**kwargs)
+
+    def send(self, args, timeout: float):
+        """``args`` to the session's server, on one of the session's own
+        connections for sending (at most SEND_CONCURRENCY, kept open: no
+        pool's connection taken and given back per command), with a socket
+        timeout of ``timeout``; sent again as send() does when the reply is
+        lost."""
+        with self.limiter:
+            for attempt in range(RESENDS + 1):
+                connection = self.senders.pop() if self.senders else self._connection()
+                try:
+                    reply = backend.exchange(connection, args, timeout)
+                except ResponseError:
+                    self.senders.append(connection)
+                    raise
+                except LOST_REPLY:
+                    backend.disconnect(connection)
+                    if attempt == RESENDS:
+                        raise
+                    continue
+                except BaseException:
+                    backend.disconnect(connection)
+                    raise
+                self.senders.append(connection)
+                return reply
+
     def open(self) -> str:
         """The session ID, opening the session (connection, ``FLOCK.SESSION
         [TIMEOUT ms] WITHTIMEOUT``, reader, deadline timer) if it is not
@@ -253,10 +288,7 @@ class Session(backend.SessionConnection):
             if self.sid is not None:
                 return self.sid
             third = self.command_timeout()
-            kwargs = dict(self.pool.connection_kwargs, socket_timeout=third, decode_responses=False)
-            if kwargs.get("socket_connect_timeout") is None:
-                kwargs["socket_connect_timeout"] = third
-            connection = self.pool.connection_class(**kwargs)
+            connection = self._connection()
             command = ["FLOCK.SESSION", "WITHTIMEOUT"]
             if self.asked is not None:
                 command[1:1] = ["TIMEOUT", to_ms(self.asked)]
@@ -383,7 +415,7 @@ class Session(backend.SessionConnection):
             try:
                 # On the session's own server: through a RedisCluster, a slot
                 # that moved would take it to a node that knows no ``sid``.
-                token = send_own(self.client, acquire, timeout)
+                token = self.send(acquire, lock._grant_timeout(grant))
             except ResponseError as e:
                 if is_nosession(e):
                     self._gone(sid)
@@ -404,7 +436,7 @@ class Session(backend.SessionConnection):
     def _release(self, key: bytes, owner: bytes) -> None:
         """A grant for a wait its thread or task gave up on: give it back."""
         try:
-            send_own(self.client, ("FLOCK.RELEASE", key, owner, "ID", new_id()), self.command_timeout())
+            self.send(("FLOCK.RELEASE", key, owner, "ID", new_id()), self.command_timeout())
         except Exception as e:
             logger.warning("FLOCK: could not release an abandoned grant of %r: %s", key, e)
 
@@ -418,7 +450,7 @@ class Session(backend.SessionConnection):
             sid = self.open()
             sent = time.monotonic()
             try:
-                reply = send_own(client, (*command, "INBOX", sid, "ID", rid), self.command_timeout())
+                reply = self.send((*command, "INBOX", sid, "ID", rid), self.command_timeout())
                 return reply, sid, sent
             except ResponseError as e:
                 if not is_nosession(e) or attempt == RESENDS:
@@ -441,8 +473,7 @@ class Session(backend.SessionConnection):
                 wait.sent_to = sid  # being sent: the reader leaves it alone
                 sent = time.monotonic()
                 try:
-                    with self.limiter:
-                        reply = send_own(wait.client, wait.args(sid), self.command_timeout())
+                    reply = self.send(wait.args(sid), self.command_timeout())
                 except ResponseError as e:
                     wait.sent_to = None
                     if is_nosession(e):
@@ -515,7 +546,7 @@ class Session(backend.SessionConnection):
             return wait.outcome
         if outcome is None:
             try:
-                backend.call(client, ("FLOCK.CANCEL", wait.key, wait.owner), self.command_timeout())
+                self.send(("FLOCK.CANCEL", wait.key, wait.owner), self.command_timeout())
                 wait.event.wait(CANCEL_GRACE)
             except BaseException as e:
                 if keep and isinstance(e, LOST_REPLY):

@@ -154,6 +154,10 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
         if grant is not None:
             if session is not None and grant.holds == 1:
                 session.state.watch(key, owner, granted, self, grant, sid)
+                if node is self.redis:
+                    # A single server's: released through the session's own
+                    # connections (a Cluster's follows its key).
+                    grant.sender = session
             self._arm(grant)
 
     def _arm(self, grant) -> None:
@@ -344,7 +348,10 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
                     # A re-watch's extra hold whose RELEASE did not get through.
                     await release_extra(self.redis, timeout, grant)
                 grant.pending_release = grant.pending_release or command
-                left = await send_own(self.redis, grant.pending_release, timeout)
+                if grant.sender is not None:
+                    left = await grant.sender.send(grant.pending_release, timeout)
+                else:
+                    left = await send_own(self.redis, grant.pending_release, timeout)
             except ResponseError as e:
                 error = self._release_error(e)
                 self._release_failed(grant, error)

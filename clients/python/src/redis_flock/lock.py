@@ -157,6 +157,10 @@ class Lock(backend.LockFlavour, Managed, LockBase):
         if grant is not None:
             if session is not None and grant.holds == 1:
                 session.state.watch(key, owner, granted, self, grant, sid)
+                if node is self.redis:
+                    # A single server's: released through the session's own
+                    # connections (a Cluster's follows its key).
+                    grant.sender = session
             self._arm(grant)
 
     def _arm(self, grant) -> None:
@@ -347,7 +351,10 @@ class Lock(backend.LockFlavour, Managed, LockBase):
                     # A re-watch's extra hold whose RELEASE did not get through.
                     release_extra(self.redis, timeout, grant)
                 grant.pending_release = grant.pending_release or command
-                left = send_own(self.redis, grant.pending_release, timeout)
+                if grant.sender is not None:
+                    left = grant.sender.send(grant.pending_release, timeout)
+                else:
+                    left = send_own(self.redis, grant.pending_release, timeout)
             except ResponseError as e:
                 error = self._release_error(e)
                 self._release_failed(grant, error)
