@@ -158,6 +158,14 @@ def server():
     s.stop()
 
 
+@pytest.fixture()
+def own_server():
+    """A server of the test's own, to kill and start again."""
+    s = Server()
+    yield s
+    s.stop()
+
+
 @pytest.fixture(scope="session")
 def solo():
     """A server of its own for tests that change its config (test_stale.py:

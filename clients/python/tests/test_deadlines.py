@@ -4,8 +4,8 @@ stops carrying its bytes, keeping its sockets open) reports its grant lost
 before anyone else is granted it, whatever keeps the grant (its session, a
 fixed lease, the watchdog); a process paused past its deadline sees ``lost``
 at its first check; a process cut off holds nobody up for longer than its
-timeout; a short silence loses nothing; a server restart loses the session's
-grants and sends its waits again. Short timeouts (a few hundred ms); waits
+timeout; a short silence loses nothing (tests/test_sessions.py has a server
+restart: session grants lost, waits sent again). Short timeouts (a few hundred ms); waits
 end on conditions, with deadlines; nothing asserts a duration but the order
 of a loss and the next grant. Run with -s to see the gaps measured."""
 
@@ -18,7 +18,6 @@ import time
 
 import pytest
 import redis
-from conftest import Server
 from helpers import ReplyDropper, holding, info, wait_until
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -251,37 +250,3 @@ def test_a_holder_paused_past_its_deadline_sees_lost_at_its_first_check(r, c, se
         os.kill(child.pid, signal.SIGCONT)
         child.kill()
         child.wait()
-
-
-@pytest.fixture()
-def own_server():
-    s = Server()
-    yield s
-    s.stop()
-
-
-def test_a_server_restart_loses_the_session_grants_and_sends_the_waits_again(own_server):
-    c = redis.Redis(port=own_server.port)
-    other = redis.Redis(port=own_server.port)
-    losses = Losses()
-    held = Lock(c, "held", session_timeout=1, on_lost=losses)
-    fixed = Lock(c, "fixed", timeout=30, session_timeout=1, on_lost=losses)
-    assert held.acquire() and fixed.acquire()
-    blocker = Lock(other, "wanted")
-    assert blocker.acquire()
-    waiter, result = Lock(c, "wanted", session_timeout=1, thread_local=False), []
-    t = start(lambda: result.append(waiter.acquire(blocking_timeout=20)))
-    wait_until(lambda: info(c, "wanted")["waiters"] == 1, what="the waiter to queue")
-    own_server.kill()
-    own_server.start()
-    t.join(20)
-    # The wait was sent again on a new session: the new server has no lock.
-    assert result == [True] and waiter.owned()
-    wait_until(lambda: held.lost and fixed.lost, what="both losses")
-    # The session grant ended with its session; the fixed lease's check
-    # (a RENEW on the new session) found it gone. Neither was taken again.
-    assert held.lost_reason == "sessionended" and fixed.lost_reason == "notowner"
-    assert info(c, "held") is None and info(c, "fixed") is None
-    waiter.release()
-    c.close()
-    other.close()

@@ -12,8 +12,7 @@ import time
 
 import pytest
 import redis
-from conftest import Server
-from helpers import calls, info, stat, wait_until
+from helpers import calls, holding, info, stat, wait_until
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError, LockNotOwnedError, ResponseError
 from redis.retry import Retry
@@ -417,20 +416,13 @@ def test_nothing_keeps_the_process_alive(server, r):
     assert done.stdout.strip() == "ready"
 
 
-@pytest.fixture()
-def own_server():
-    """A server of the test's own, to kill and start again."""
-    s = Server()
-    yield s
-    s.stop()
-
-
-def test_server_restart_mid_wait_the_wait_is_sent_again_and_granted(own_server, protocol):
+def test_server_restart_mid_wait_the_wait_is_sent_again_and_granted_and_the_grants_are_lost(own_server, protocol):
     # The documented behaviour: a waiter keeps trying until its own deadline.
     # The new server starts empty, so the wait sent again is granted at once.
     c = redis.Redis(port=own_server.port, protocol=protocol)
-    holder = Lock(c, "restart", timeout=30)
-    assert holder.acquire(blocking=False)
+    holder = Lock(c, "restart", timeout=30, thread_local=False)
+    held = Lock(c, "held", thread_local=False)  # a session grant
+    assert holder.acquire(blocking=False) and held.acquire(blocking=False)
     waiter, result = Lock(c, "restart", timeout=30, thread_local=False), []
     t = start(lambda: result.append(waiter.acquire(blocking_timeout=30)))
     wait_until(lambda: info(c, "restart")["waiters"] == 1, what="the waiter to queue")
@@ -438,6 +430,12 @@ def test_server_restart_mid_wait_the_wait_is_sent_again_and_granted(own_server, 
     own_server.start()
     t.join(20)
     assert result == [True] and waiter.owned()
+    # The session grant ended with its session; the fixed lease's check on
+    # the new session (a RENEW) found it gone. Neither was taken again.
+    wait_until(lambda: holder.lost and held.lost, what="both losses")
+    assert held.lost_reason == "sessionended" and holder.lost_reason == "notowner"
+    assert info(c, "held") is None and holding(c, "restart", holder.local.token) is None
+    waiter.release()
     c.close()
 
 

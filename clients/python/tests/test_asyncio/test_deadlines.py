@@ -43,14 +43,6 @@ async def c(server):
     await client.aclose()
 
 
-@pytest.fixture()
-def inspect(server):
-    client = redis.Redis(port=server.port)
-    yield client
-    client.flushall()
-    client.close()
-
-
 @pytest.mark.parametrize("keeper", list(KEEPERS))
 async def test_a_cut_off_holder_reports_the_loss_before_the_next_waiter_is_granted(inspect, c, cut_off, keeper):
     proxy, client = cut_off

@@ -281,16 +281,6 @@ async def test_a_re_watch_waits_for_the_holders_release_and_the_holds_stay_right
     assert info(inspect, "serial") is None
 
 
-@pytest.fixture()
-def own_server():
-    """A server of the test's own, to kill."""
-    from conftest import Server
-
-    s = Server()
-    yield s
-    s.stop()
-
-
 async def test_server_down_past_the_deadline_ends_the_wait_as_a_timeout(own_server, protocol, short_local_deadline):
     # redis-py's own retry off: its backoff would lengthen the wait's end.
     c = redis.asyncio.Redis(port=own_server.port, protocol=protocol, retry=Retry(NoBackoff(), 0))
