@@ -287,6 +287,13 @@ class SessionConnection:
         if self.state.has_pending() or self.state.has_watched():
             self._start_reopening()
 
+    def _idle_sender(self):
+        """An idle connection of the session's for sending, or None."""
+        return self.senders.pop() if self.senders else None
+
+    async def _sender_back(self, connection) -> None:
+        self.senders.append(connection)
+
     def _start_reopening(self) -> None:
         if self.reopening is None or self.reopening.done():
             self.reopening = self.loop.create_task(self._reopen(), name="flock-session-reopen")

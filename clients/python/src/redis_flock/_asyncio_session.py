@@ -258,11 +258,11 @@ class Session(backend.SessionConnection):
         lost."""
         async with self.limiter:
             for attempt in range(RESENDS + 1):
-                connection = self.senders.pop() if self.senders else self._connection()
+                connection = self._idle_sender() or self._connection()
                 try:
                     reply = await backend.exchange(connection, args, timeout)
                 except ResponseError:
-                    self.senders.append(connection)
+                    await self._sender_back(connection)
                     raise
                 except LOST_REPLY:
                     await backend.disconnect(connection)
@@ -272,7 +272,7 @@ class Session(backend.SessionConnection):
                 except BaseException:
                     await backend.disconnect(connection)
                     raise
-                self.senders.append(connection)
+                await self._sender_back(connection)
                 return reply
 
     async def open(self) -> str:

@@ -7,6 +7,7 @@ are generated from the asyncio flavour's modules (scripts/unasync.py), which
 import redis_flock._asyncio_backend, this module's counterpart with the same
 names, where these import this one."""
 
+import contextlib
 import heapq
 import itertools
 import os
@@ -345,7 +346,7 @@ class SessionConnection:
         self.reader: Optional[threading.Thread] = None
         # close() starts a new generation: the old reader ends.
         self.generation = 0
-        self.limiter = Limiter(SEND_CONCURRENCY)
+        self._limiter = Limiter(SEND_CONCURRENCY)
         # For the reader's own commands (releasing a grant nobody waits for).
         self.client = redis.Redis(connection_pool=pool)
         # The session whose grants were all re-watched.
@@ -367,6 +368,29 @@ class SessionConnection:
     def _start_reopening(self) -> None:
         """Nothing to start: the reader re-watches the grants before its next
         FLOCK.INBOX."""
+
+    @property
+    def limiter(self):
+        """At most SEND_CONCURRENCY commands sent at once; in a forked child
+        (the parent's state, perhaps held by a thread of the parent's), none."""
+        return self._limiter if self.pid == _PID[0] else contextlib.nullcontext()
+
+    def _idle_sender(self):
+        """An idle connection of the session's for sending, or None. In a
+        forked child (a grant of the parent's released there) the parent's
+        are not the child's to use: None, and a connection is made."""
+        if self.pid != _PID[0]:
+            return None
+        try:
+            return self.senders.pop()
+        except IndexError:
+            return None
+
+    def _sender_back(self, connection) -> None:
+        if self.pid == _PID[0]:
+            self.senders.append(connection)
+        else:
+            disconnect(connection)
 
     def close(self) -> None:
         """Closes the session's connection (the server ends the session: its

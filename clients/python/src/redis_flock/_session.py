@@ -261,11 +261,11 @@ class Session(backend.SessionConnection):
         lost."""
         with self.limiter:
             for attempt in range(RESENDS + 1):
-                connection = self.senders.pop() if self.senders else self._connection()
+                connection = self._idle_sender() or self._connection()
                 try:
                     reply = backend.exchange(connection, args, timeout)
                 except ResponseError:
-                    self.senders.append(connection)
+                    self._sender_back(connection)
                     raise
                 except LOST_REPLY:
                     backend.disconnect(connection)
@@ -275,7 +275,7 @@ class Session(backend.SessionConnection):
                 except BaseException:
                     backend.disconnect(connection)
                     raise
-                self.senders.append(connection)
+                self._sender_back(connection)
                 return reply
 
     def open(self) -> str:
