@@ -251,6 +251,8 @@ class Timers:
                     delay = when - time.monotonic()
                     if delay <= 0:
                         heapq.heappop(self.heap)
+                        # Done: a cancel() now changes nothing.
+                        timer.cancelled = True
                         break
                     self.condition.wait(delay)
             try:

@@ -171,6 +171,9 @@ class Lock(backend.LockFlavour, Managed, LockBase):
         watchdog, its first renewal a third of the lease after the grant."""
         if grant.kind == SESSION_GRANT:
             return
+        if grant.deadline_timer is not None:
+            # A reentry that gave a grant a lease of another kind.
+            grant.deadline_timer.cancel()
         self._deadline_timer(grant)
         if grant.kind == WATCHDOG_GRANT:
             self._renew_at(grant, grant.lease_from + grant.lease_ms / 1000 / WATCHDOG_RENEW_FRACTION)
@@ -182,8 +185,6 @@ class Lock(backend.LockFlavour, Managed, LockBase):
             return
         deadline = self._check_due(grant)
         if deadline is not None:
-            if grant.deadline_timer is not None:
-                grant.deadline_timer.cancel()
             grant.deadline_timer = backend.schedule(deadline, self._deadline_timer, grant)
 
     def _renew_at(self, grant, when: float) -> None:
