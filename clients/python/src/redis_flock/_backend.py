@@ -351,8 +351,11 @@ class SessionConnection:
         self._limiter = Limiter(SEND_CONCURRENCY)
         # For the reader's own commands (releasing a grant nobody waits for).
         self.client = redis.Redis(connection_pool=pool)
-        # The session whose grants were all re-watched.
+        # The session whose grants were all re-watched, and the one whose
+        # waits were all sent (a wait is sent by its own thread while the
+        # session lasts: the reader sends waits again only on a new one).
         self.rewatched: Optional[str] = None
+        self.resent: Optional[str] = None
         # The timer of the session's deadline.
         self.timer = None
         # The session's own idle connections for sending (Session.send).
@@ -472,8 +475,11 @@ class SessionConnection:
             self.state.session_ended(sid)
 
     def _resend(self, sid: str) -> bool:
-        """Sends the live waits not (being) sent to session ``sid`` there;
-        False when one could not be sent (tried again after a pause)."""
+        """Sends the live waits not (being) sent to session ``sid`` there,
+        once per session; False when one could not be sent (tried again
+        after a pause)."""
+        if self.resent == sid:
+            return True
         for wait in self.state.pending():
             if wait.sent_to == sid:
                 continue
@@ -482,6 +488,7 @@ class SessionConnection:
             except Exception as e:
                 logger.info("FLOCK session: sending a wait again failed (%s)", e)
                 return False
+        self.resent = sid
         return True
 
 
