@@ -17,7 +17,7 @@ from redis.retry import Retry
 
 from redis_flock.asyncio import Lock
 
-T = 0.4
+T = 1.0
 
 KEEPERS = {
     "session": (dict(session_timeout=T), "unconfirmed"),
@@ -50,7 +50,7 @@ async def test_a_cut_off_holder_reports_the_loss_before_the_next_waiter_is_grant
     lost_at = []
     holder = Lock(client, "cut", on_lost=lambda lock, why: lost_at.append((time.monotonic(), why)), **kwargs)
     assert await holder.acquire()
-    waiter = Lock(c, "cut", session_timeout=T)
+    waiter = Lock(c, "cut")
 
     async def wait():
         granted = await waiter.acquire(blocking_timeout=10)
@@ -74,5 +74,5 @@ async def test_a_loop_held_up_past_the_deadline_sees_lost_at_its_first_check(ins
     lock = Lock(c, "held-up", on_lost=lambda lock, why: seen.append(why), **kwargs)
     assert await lock.acquire()
     # Nothing of the loop runs meanwhile: its timers, its session's reader.
-    time.sleep(0.6)  # the pause tested
+    time.sleep(T + 0.2)  # the pause tested: past both kinds of deadline
     assert lock.lost and lock.lost_reason == reason and seen == [reason]

@@ -524,6 +524,20 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
         throw new LockNotDurableException(names, reached, replicas, why, cause);
     }
 
+    /**
+     * A grant that won the race with the wait's own end, given back whole. NOTOWNER means it is gone already:
+     * a session grant ends with its session, which a kill or an expiry may have ended meanwhile.
+     */
+    private void giveBackWon() {
+        try {
+            own(releaseArgs());
+        } catch (RuntimeException e) {
+            if (!"NOTOWNER".equals(RedisError.codeOf(e))) {
+                throw e;
+            }
+        }
+    }
+
     /** The hold a durable grant could not confirm, given back; NOTOWNER (already gone) and I/O errors ignored. */
     private void giveBack() {
         try {
@@ -559,7 +573,7 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
             if (reply != null) {
                 // The grant won the race with CLIENT UNBLOCK; a WAIT grant is never a reentry, so one
                 // RELEASE gives it back whole (to the next in the queue).
-                own(releaseArgs());
+                giveBackWon();
             }
             throw new InterruptedException("interrupted while waiting for lock '" + name + "'");
         }
@@ -782,7 +796,7 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
                         if (ending == Ending.INTERRUPT || ending == Ending.FAILED) {
                             // The grant won the race with FLOCK.CANCEL: give it back whole (a wait's grant is
                             // never a reentry), then report the interrupt or the error.
-                            own(releaseArgs());
+                            giveBackWon();
                             return ended(ending, null, failure);
                         }
                         // a grant just past the local deadline is still a grant; a lease's left is counted from
