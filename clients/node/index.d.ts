@@ -17,7 +17,10 @@ export type RedisClient =
 export type Resources = string | readonly string[];
 
 export interface FlockSettings {
-  /** Lease when acquire() is given none; the watchdog renews it every third. Default 30000. */
+  /**
+   * Lease of a lock given none that is not a session grant (`sessions: false`, durable grants);
+   * the watchdog renews it every third. Default 30000.
+   */
   readonly watchdogLease?: number;
   /** Default wait of acquire() in ms (0 = try once, Infinity = no limit). Default 2000, redlock's retry window. */
   readonly wait?: number;
@@ -28,10 +31,20 @@ export interface FlockSettings {
   readonly resends?: number;
   /**
    * Default true: every acquire goes through this Flock's session (one extra connection for all
-   * waits, losses pushed by the server to `lock.signal`). false: each wait blocks a connection of
-   * its own (the blocking `FLOCK.ACQUIRE ... WAIT`), losses found by renewals only.
+   * waits, losses pushed by the server to `lock.signal`), and a lock without a fixed lease is a
+   * session grant: it lives while the session is heard from, with no renewals. false: each wait
+   * blocks a connection of its own (the blocking `FLOCK.ACQUIRE ... WAIT`), a watchdog renews a
+   * lock without a fixed lease, losses found by renewals only.
    */
   readonly sessions?: boolean;
+  /**
+   * The session timeout T in ms (100 to 3600000; `FLOCK.SESSION TIMEOUT`): how long the server
+   * keeps a session, and its session grants, without hearing from it. The reader's heartbeat reads
+   * come every T/3; a session grant is reported lost (`unconfirmed`) once T - (10 ms + 1% of T)
+   * passed since the send of the last read answered. Default: the server's
+   * `flock.session-timeout-ms` (10000 unless configured).
+   */
+  readonly sessionTimeoutMs?: number;
   /**
    * node-redis `createSentinel()` only: options of the client FLOCK opens to the master for its
    * session (the sentinel client's own `nodeClientOptions` are private), e.g. credentials.
@@ -64,9 +77,13 @@ export type LockMode = 'exclusive' | 'shared' | 'semaphore';
 export type AcquireOptions = ModeOptions & BaseAcquireOptions;
 
 export interface BaseAcquireOptions {
-  /** Lease in ms. Absent: a watchdog lease (`watchdogLease`) renewed until release(). */
+  /**
+   * A fixed lease in ms, never renewed: lost (`expired`) when it runs out. Absent: a session grant
+   * (it lives with the Flock's session; with `sessions: false` or durable grants, a watchdog lease
+   * renewed until release()).
+   */
   readonly lease?: number;
-  /** Renew the given lease automatically, as using() does. */
+  /** Keep the lock without a fixed lease (as using() does): a session grant, or a watchdog renewing `lease`. */
   readonly renew?: boolean;
   /** How long to queue, in ms: 0 = try once, Infinity = no limit. Default: the Flock's `wait`. */
   readonly wait?: number;
@@ -81,7 +98,7 @@ export interface BaseAcquireOptions {
   /** redlock's retry settings, used when `wait` is absent (wait = retryCount x retryDelay). */
   readonly retryCount?: number;
   readonly retryDelay?: number;
-  /** redlock's using(): renew when this many ms of the lease are left (default: every lease/3). */
+  /** redlock's using() without a session: the watchdog renews when this many ms of the lease are left (default: every lease/3). */
   readonly automaticExtensionThreshold?: number;
   /** This acquire's durableReplicas (0: not durable); default: the Flock's setting. */
   readonly durableReplicas?: number;
@@ -89,7 +106,11 @@ export interface BaseAcquireOptions {
   readonly durableTimeout?: number;
 }
 
-/** A signal that aborts when a held lock is lost; `error` (and `reason`) says why. Like redlock's RedlockAbortSignal. */
+/**
+ * A signal that aborts when a held lock is lost; `error` (and `reason`) says why. Like redlock's
+ * RedlockAbortSignal. Its `aborted`, `reason` and `throwIfAborted()` compare the lock's deadline
+ * with the clock when they are read.
+ */
 export type LockAbortSignal = AbortSignal & { error?: LockLostError };
 
 /** A held lock. */
@@ -109,17 +130,32 @@ export class Lock {
   readonly token: bigint;
   /** Fencing token of each resource. */
   readonly tokens: ReadonlyMap<string, bigint>;
-  /** The lease in ms (the last one given to extend(), or the watchdog's). */
+  /** The lease in ms (the last one given to extend(), or the watchdog's); 0 for a session grant. */
   readonly lease: number;
-  /** Local estimate (ms since the epoch) of when the lease ends; 0 once released. */
+  /**
+   * The local deadline (ms since the epoch) until which the server is known to hold the lock: the
+   * session's for a session grant, else its lease's, each taken in by the drift margin; 0 once
+   * released or lost.
+   */
   readonly expiration: number;
   /**
-   * Aborts with a LockLostError at once when the server pushes the lock's loss (lease ran out,
-   * force-released, key deleted, demoted), or when the watchdog, extend() or the check after a
-   * session break (a RENEW answered NOTOWNER) finds it lost.
+   * Whether the lock is lost, by the clock when read: a deadline that passed counts at once (and
+   * aborts `signal`), even before its timer ran, so a process paused past it (SIGSTOP, a long GC)
+   * sees it lost at its first check.
+   */
+  readonly lost: boolean;
+  /**
+   * Aborts with a LockLostError when the lock is lost: at its deadline (a timer; `expired` for a
+   * fixed lease, `unconfirmed` for a session or watchdog grant), when the server pushes the loss
+   * (`expired`, `forcereleased`, `deleted`, `demoted`), when its session ends (`sessionended`), or
+   * when a renewal or check answers NOTOWNER (`notowner`). `aborted`, `reason` and
+   * `throwIfAborted()` look at the clock when read, as `lost` does.
    */
   readonly signal: LockAbortSignal;
-  /** Resets the lease of every resource to `lease` ms from now. Rejects with LockNotHeldError if lost. */
+  /**
+   * Resets the lease of every resource to `lease` ms from now (a session grant then has that fixed
+   * lease). Rejects with LockNotHeldError if lost.
+   */
   extend(lease: number): Promise<this>;
   /**
    * Releases one hold of each resource (several: in one call); resolves to the holds left of the
@@ -133,19 +169,25 @@ export class Lock {
 export class Flock {
   /** `client` or `[client]` (redlock's constructor takes a list; FLOCK needs exactly one server). */
   constructor(client: RedisClient | readonly [RedisClient], settings?: FlockSettings);
-  readonly settings: Readonly<Required<Pick<FlockSettings, 'watchdogLease' | 'wait' | 'resends' | 'sessions' | 'durableReplicas' | 'durableTimeout'>>>;
+  readonly settings: Readonly<
+    Required<Pick<FlockSettings, 'watchdogLease' | 'wait' | 'resends' | 'sessions' | 'durableReplicas' | 'durableTimeout'>> &
+      Pick<FlockSettings, 'sessionTimeoutMs'>
+  >;
   acquire(resources: Resources, options?: AcquireOptions): Promise<Lock>;
   /** redlock's shape: a fixed lease of `duration` ms (no watchdog). */
   acquire(resources: Resources, duration: number, settings?: ModeOptions & Omit<BaseAcquireOptions, 'lease'>): Promise<Lock>;
-  /** Runs `routine` under a watchdog lock; releases when it settles. */
+  /** Runs `routine` under a lock without a fixed lease (a session grant); releases when it settles. */
   using<T>(resources: Resources, routine: (signal: LockAbortSignal) => Promise<T>): Promise<T>;
-  /** A watchdog lock with options (a mode, `wait`, `signal`, ...). */
+  /** The same with options (a mode, `wait`, `signal`, ...). */
   using<T>(
     resources: Resources,
     options: ModeOptions & Omit<BaseAcquireOptions, 'lease' | 'renew'>,
     routine: (signal: LockAbortSignal) => Promise<T>,
   ): Promise<T>;
-  /** redlock's shapes: a `duration` ms lease, renewed automatically while the routine runs. */
+  /**
+   * redlock's shapes: held while the routine runs (a session grant; without a session, a
+   * `duration` ms lease renewed automatically).
+   */
   using<T>(resources: Resources, duration: number, routine: (signal: LockAbortSignal) => Promise<T>): Promise<T>;
   using<T>(
     resources: Resources,
@@ -171,8 +213,32 @@ export const DEFAULTS: Readonly<{
   wait: number;
   resends: number;
   sessions: boolean;
+  sessionTimeoutMs: number | undefined;
   durableReplicas: number;
   durableTimeout: number;
+}>;
+
+/** How a lock was lost (docs/client-protocol.md, "Losses"). */
+export type LossReason = 'expired' | 'unconfirmed' | 'sessionended' | 'forcereleased' | 'deleted' | 'demoted' | 'notowner';
+
+/**
+ * The rules every FLOCK client shares (docs/client-protocol.md; clients/scenarios.json's
+ * `protocol` block).
+ */
+export const PROTOCOL: Readonly<{
+  /** The session reader's reads wait at most T / heartbeatFraction. */
+  heartbeatFraction: number;
+  /** A deadline is taken in by driftMarginMs + driftMarginPercent % of its lease or timeout. */
+  driftMarginMs: number;
+  driftMarginPercent: number;
+  /** A grant without a session: this lease, renewed every lease / watchdogRenewFraction. */
+  watchdogLeaseMs: number;
+  watchdogRenewFraction: number;
+  /** Resends of a command whose reply was lost. */
+  resends: number;
+  /** A wait whose FLOCK.CANCEL got no answer and no event within this closes its session. */
+  cancelGraceMs: number;
+  lossReasons: readonly LossReason[];
 }>;
 
 /** NOTOWNER: this owner does not hold the lock (never acquired, released, or its lease ended). */
@@ -191,8 +257,17 @@ export class LockBusyError extends Error {
 export class LockLostError extends Error {
   readonly name: 'LockLostError';
   readonly key: string;
-  /** How it was lost, when known: the server's reason, `superseded` (another owner was granted it) or `unknown`. */
-  readonly reason: 'expired' | 'forcereleased' | 'deleted' | 'demoted' | 'superseded' | 'unknown' | (string & {});
+  /** How it was lost, in one word (the message says more). */
+  readonly reason: LossReason;
+}
+
+/**
+ * A command got no reply within its timeout (a partition, a server that stopped answering), even
+ * after its resends. `code` ETIMEDOUT.
+ */
+export class CommandTimeoutError extends Error {
+  readonly name: 'CommandTimeoutError';
+  readonly code: 'ETIMEDOUT';
 }
 
 /** UPGRADE: this owner holds the lock shared and asked for it exclusively; release the read holds first. */

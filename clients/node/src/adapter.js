@@ -13,6 +13,8 @@
 // that name a session: send(args, node) sends them on that node's own connection, so that the
 // answer is that node's (a MOVED, or NOSESSION only when the session really ended).
 
+const { CommandTimeoutError } = require('./errors');
+
 // node-redis's RESP type byte for integers (RESP_TYPES.NUMBER, ':'); mapping it to String keeps
 // tokens exact without importing the package (it is an optional peer).
 const RESP_NUMBER = 58;
@@ -84,15 +86,21 @@ class Connection {
   get blocking() {
     return true;
   }
-  send(args, node) {
-    return this._refWhile(() => this._send(args, node));
+  /**
+   * Sends `args` (to `node`'s own connection when given); with `timeoutMs`, rejects with a
+   * CommandTimeoutError when no reply came by then (none at all for 0 or less: nothing is sent).
+   * The reply that comes later is read and dropped: the connection stays in step.
+   */
+  send(args, node, timeoutMs) {
+    if (timeoutMs <= 0) return Promise.reject(timedOut(args[0], timeoutMs));
+    return this._refWhile(() => timeboxed(this._send(args, node), timeoutMs, args[0]));
   }
   /**
    * Sends `commands` (argvs) in one round trip on this one connection; resolves to a settled
-   * result per command ({ status, value | reason }, as Promise.allSettled).
+   * result per command ({ status, value | reason }, as Promise.allSettled). `timeoutMs` as send's.
    */
-  pipeline(commands) {
-    return this._refWhile(() => this._pipeline(commands));
+  pipeline(commands, timeoutMs) {
+    return this._refWhile(() => timeboxed(this._pipeline(commands), timeoutMs, commands[0][0]));
   }
   // node-redis writes the commands of one tick together (its auto-pipelining).
   _pipeline(commands) {
@@ -196,6 +204,8 @@ function ioredisSession(redis) {
         autoResubscribe: false,
         enableOfflineQueue: true,
         enableAutoPipelining: false,
+        // FLOCK.SESSION is the first command: no INFO before it (a LOADING server answers it an error).
+        enableReadyCheck: false,
         lazyConnect: false,
       commandTimeout: undefined,
       // A session that a failover leaves on the old master is found out by NOSESSION (or its
@@ -413,6 +423,29 @@ function adapt(client, { nodeOptions } = {}) {
   throw new TypeError('redis-flock needs an ioredis or node-redis (redis >= 5) client');
 }
 
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+function timedOut(what, ms) {
+  return new CommandTimeoutError(`${what} got no reply within ${Math.max(0, Math.round(ms))} ms`);
+}
+
+/**
+ * `promise`, or a CommandTimeoutError after `ms` (none when `ms` is undefined); the timer never
+ * keeps the process alive.
+ */
+function timeboxed(promise, ms, what) {
+  // setTimeout takes at most 2^31-1 ms: a deadline further away than that (a lease of weeks) is none.
+  if (!(ms < MAX_TIMER_MS)) return promise;
+  let timer;
+  const late = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(timedOut(what, ms)), Math.max(0, Math.ceil(ms)));
+    timer.unref();
+  });
+  // Its own outcome once the timeout answered is of no use (a late reply, the connection closed).
+  promise.catch(() => {});
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}
+
 /** An error the server answered (as opposed to a lost reply: I/O error, closed connection). */
 function isReplyError(err) {
   for (let p = err; p && p !== Error.prototype; p = Object.getPrototypeOf(p)) {
@@ -422,4 +455,4 @@ function isReplyError(err) {
   return false;
 }
 
-module.exports = { adapt, commandKeys, isReplyError };
+module.exports = { adapt, commandKeys, isReplyError, timeboxed };

@@ -16,14 +16,17 @@ class LockNotHeldError extends KeyError {}
 class LockBusyError extends KeyError {}
 
 /**
- * A held lock was lost (the server ended its grant, or the watchdog could not renew it in time); set
- * as `lock.signal.error`. `reason` says how, when known: the server's `lost` reason (`expired`,
- * `forcereleased`, `deleted`, `demoted`), `superseded` (another owner was granted it), or `unknown`.
+ * A held lock was lost; set as `lock.signal.error` (and `signal.reason`). `reason` is one word
+ * (docs/client-protocol.md, "Losses"): `expired` (a fixed lease reached its deadline, or the
+ * server pushed it), `unconfirmed` (a session grant's or a watchdog grant's deadline passed with
+ * no heartbeat or renewal reply confirming it), `sessionended` (its session closed or expired),
+ * `forcereleased`, `deleted`, `demoted` (pushed by the server), or `notowner` (a renewal or check
+ * answered NOTOWNER, or another owner was granted it; the message keeps the server's text).
  */
 class LockLostError extends KeyError {
   constructor(message, key, options = {}) {
     super(message, key, options);
-    this.reason = options.reason ?? 'unknown';
+    this.reason = options.reason ?? 'notowner';
   }
 }
 
@@ -54,6 +57,19 @@ class LockNotDurableError extends KeyError {
   }
 }
 
+/**
+ * A command FLOCK sent got no reply within its timeout (a partition, a server that stopped
+ * answering): counted as a lost reply, resent with its request ID up to `resends` times, and
+ * passed on when none of them was answered. Its code is ETIMEDOUT.
+ */
+class CommandTimeoutError extends Error {
+  constructor(message, options) {
+    super(message, options);
+    this.name = 'CommandTimeoutError';
+    this.code = 'ETIMEDOUT';
+  }
+}
+
 /** A wait cancelled through its AbortSignal; `cause` is the signal's reason. Same name and code as Node's own. */
 class AbortError extends Error {
   constructor(message, options) {
@@ -71,5 +87,6 @@ module.exports = {
   LockDeadlockError,
   LockModeError,
   LockNotDurableError,
+  CommandTimeoutError,
   AbortError,
 };

@@ -3,7 +3,10 @@
 const { randomUUID } = require('node:crypto');
 const { setTimeout: delay } = require('node:timers/promises');
 const { adapt, commandKeys, isReplyError } = require('./adapter');
-const { Session, notOwnerReason, redirection } = require('./session');
+const { sweep } = require('./deadlines');
+const { Grant, loss } = require('./grant');
+const { PROTOCOL, SERVER_SESSION_TIMEOUT_MS, margin, now } = require('./protocol');
+const { Session, redirection } = require('./session');
 const {
   LockNotHeldError,
   LockBusyError,
@@ -16,15 +19,21 @@ const {
 } = require('./errors');
 
 const DEFAULTS = Object.freeze({
-  // Watchdog lease when no lease is given (Redisson's lockWatchdogTimeout); renewed every third.
-  watchdogLease: 30000,
+  // The lease of a lock without one that is not a session grant (sessions: false, durable grants,
+  // several keys until their session adopts them): Redisson's lockWatchdogTimeout, renewed every third.
+  watchdogLease: PROTOCOL.watchdogLeaseMs,
   // How long acquire() queues: redlock's default retry window (10 retries x 200 ms).
   wait: 2000,
   // Resends of one command (same request ID) after lost replies.
-  resends: 3,
-  // Waits go through the process's session (one connection for every wait, pushed losses);
-  // false: each wait blocks a connection of its own (FLOCK.ACQUIRE ... WAIT), no pushed losses.
+  resends: PROTOCOL.resends,
+  // Waits go through the process's session (one connection for every wait, pushed losses), and a
+  // lock without a fixed lease is a session grant (it lives with the session);
+  // false: each wait blocks a connection of its own (FLOCK.ACQUIRE ... WAIT), no pushed losses,
+  // a watchdog for a lock without a fixed lease.
   sessions: true,
+  // The session timeout T in ms (FLOCK.SESSION TIMEOUT); undefined: the server's
+  // flock.session-timeout-ms (10 s by default).
+  sessionTimeoutMs: undefined,
   // Durable grants (docs/client-protocol.md, "Durable grants"): a grant counts only once this
   // many replicas acknowledged it (RENEW then WAIT on the key's node); 0: off.
   durableReplicas: 0,
@@ -58,6 +67,18 @@ function durableOf(opts, fallback) {
   // WAIT 0 would wait without a bound.
   if (!Number.isSafeInteger(timeout) || timeout < 1) throw new RangeError(`durableTimeout must be an integer >= 1 (ms), got ${timeout}`);
   return { replicas, timeout };
+}
+
+// FLOCK.SESSION TIMEOUT's range.
+const SESSION_TIMEOUT_RANGE = [100, 3600000];
+
+function sessionTimeoutOf(value) {
+  if (value === undefined) return undefined;
+  const [low, high] = SESSION_TIMEOUT_RANGE;
+  if (!Number.isSafeInteger(value) || value < low || value > high) {
+    throw new RangeError(`sessionTimeoutMs must be an integer from ${low} to ${high} (ms), got ${value}`);
+  }
+  return value;
 }
 
 function integerMs(value, what) {
@@ -139,9 +160,12 @@ class Flock {
       wait: waitOf(settings, DEFAULTS.wait),
       resends: settings.resends ?? DEFAULTS.resends,
       sessions: settings.sessions ?? DEFAULTS.sessions,
+      sessionTimeoutMs: sessionTimeoutOf(settings.sessionTimeoutMs),
       durableReplicas: durable.replicas,
       durableTimeout: durable.timeout,
     });
+    // The session timeout the server last named (FLOCK.SESSION ... WITHTIMEOUT).
+    this._knownSessionTimeout = undefined;
     this._conn = adapt(client, { nodeOptions: settings.nodeOptions });
     if (!this.settings.sessions && !this._conn.blocking) {
       throw new TypeError('sessions: false (a blocked connection per wait) needs a single-server client or ioredis with sentinels');
@@ -215,6 +239,12 @@ class Flock {
   // FLOCK.ACQUIRE(ALL) arguments, one key and several only in how the grant is asked for (one
   // ACQUIRE through the session or blocking; one ACQUIREALL, blocking); what follows a grant
   // (its watch, stale holds, the durable check, the give-back if one of them fails) is the same.
+  //
+  // How the grant lives (its plan; docs/client-protocol.md, "The rules every client shares"): a
+  // lock without a fixed lease is a session grant (lease 0: it lives with the session, no
+  // renewals; several keys are taken with the watchdog's lease and then adopted with 0), unless
+  // it has no session (sessions: false) or must outlive one (durable grants, for a failover):
+  // then a watchdog renews its lease. A fixed lease is never renewed.
   async _acquire(resources, durationOrOptions, settings) {
     const keys = keysOf(resources);
     const opts =
@@ -225,33 +255,47 @@ class Flock {
     if (keys.length > 1 && mode.mode === 'semaphore') {
       throw new TypeError('permits/limit take one resource (a semaphore is one key): acquire several semaphores one by one');
     }
-    const watchdog = opts.lease === undefined;
-    const lease = watchdog ? this.settings.watchdogLease : integerMs(opts.lease, 'Duration');
+    const given = opts.lease !== undefined;
+    const lease = given ? integerMs(opts.lease, 'Duration') : this.settings.watchdogLease;
     if (lease < 1) throw new RangeError('Duration must be at least 1 ms');
     const wait = waitOf(opts, this.settings.wait);
     const { signal } = opts;
     if (signal?.aborted) throw abortError(signal);
     const owner = opts.owner ?? randomUUID();
-    const start = Date.now();
-    const renews = watchdog || Boolean(opts.renew);
     const durable = durableOf(opts, this.settings);
+    const sessions = this.settings.sessions;
+    const plan = given && !opts.renew ? 'fixed' : sessions && durable.replicas === 0 ? 'session' : 'watchdog';
+    const handleLease = plan === 'session' ? 0 : lease;
     const grants =
-      keys.length === 1 && this.settings.sessions
-        ? await this._sessionAcquireKey(keys[0], owner, lease, wait, signal, mode, renews)
+      keys.length === 1 && sessions
+        ? await this._sessionAcquireKey(keys[0], owner, handleLease, wait, signal, mode, plan)
         : await this._acquireBlocking(keys, owner, lease, wait, signal, mode.args);
     if (grants === null) throw new LockBusyError(busyMessage(keys, wait), keys[0]);
     const tokens = grants.map((grant) => grant.token);
-    const watches = grants.flatMap((grant) => grant.watch ?? []);
+    const handles = grants.map((grant) => grant.handle ?? null);
     for (const key of keys) this._hold(key, owner, 1);
     try {
-      if (keys.length > 1 && this.settings.sessions) {
+      if (keys.length > 1 || !sessions) {
+        // Lease deadlines counted from a send long before the grant (a blocking wait) are asked anew.
+        for (const [i, key] of keys.entries()) grants[i].life = await this._confirmLife(key, owner, lease, grants[i].life);
+      }
+      if (keys.length > 1 && sessions) {
         // ACQUIREALL has no INBOX form: its grants are handed to the session's watch now.
         const adopted = await Promise.allSettled(
-          keys.map((key, i) => this._session.adopt(key, owner, String(tokens[i]), mode.mode, { extra: mode.args, lease, renews })),
+          keys.map((key, i) =>
+            this._session.adopt(key, owner, String(tokens[i]), mode.mode, { extra: mode.args, plan, lease: handleLease, life: grants[i].life }),
+          ),
         );
-        for (const result of adopted) if (result.status === 'fulfilled') watches.push(result.value);
+        adopted.forEach((result, i) => result.status === 'fulfilled' && (handles[i] = result.value));
         const failed = adopted.find((result) => result.status === 'rejected');
         if (failed) throw failed.reason;
+      } else if (!sessions) {
+        // No session watches it: a grant of this handle's own, with its lease's deadline.
+        keys.forEach((key, i) => {
+          const grant = new Grant(key, owner, tokens[i], { mode: mode.mode, extra: mode.args });
+          handles[i] = grant.handle(plan, lease);
+          grant.leaseUntil(grants[i].life.until);
+        });
       }
       for (const [i, key] of keys.entries()) {
         // Before the durable check, whose RENEW and WAIT then cover these releases too.
@@ -262,21 +306,25 @@ class Flock {
         for (const [i, key] of keys.entries()) await this._confirmDurable(key, owner, lease, durable, grants[i].node);
       }
     } catch (err) {
-      for (const watch of watches) this._session.unwatch(watch);
+      for (const handle of handles) handle?.grant.drop(handle);
       await this._releaseHolds(keys, owner, tokens).catch(() => {});
       // Uncounted once the give-backs were answered (see Lock#release).
       for (const key of keys) this._hold(key, owner, -1);
       throw err;
     }
-    const renewEvery = renews ? renewPeriod(lease, opts.automaticExtensionThreshold) : 0;
+    const renewEvery = plan === 'watchdog' ? renewPeriod(lease, opts.automaticExtensionThreshold) : 0;
     const held = new Map(keys.map((key, i) => [key, tokens[i]]));
-    return new Lock(this, keys, owner, held, lease, start, renewEvery, mode, watches);
+    const lock = new Lock(this, keys, owner, held, handleLease, renewEvery, mode, handles);
+    // Every deadline of the process that has passed is a loss reported before this grant is
+    // handed over (a holder of this process whose timer has not run yet).
+    sweep();
+    return lock;
   }
 
   // One key through the session: a try is one ACQUIRE with INBOX (its grant is watched); a wait
   // is one ACQUIRE ... WAIT t INBOX sid, answered at once (a token) or by an inbox event.
-  // [{ token, watch, node }], or null when busy.
-  async _sessionAcquireKey(key, owner, lease, wait, signal, mode, renews) {
+  // [{ token, handle, node }], or null when busy. `lease` 0: a session grant.
+  async _sessionAcquireKey(key, owner, lease, wait, signal, mode, plan) {
     const extra = mode.args;
     let outcome;
     if (wait < 1) {
@@ -290,22 +338,25 @@ class Flock {
       throw abortError(signal);
     }
     if (outcome.token) {
-      const watch = this._session.watch(key, owner, outcome.token, outcome.node, mode.mode, { extra, lease, renews });
-      return [{ token: BigInt(outcome.token), watch, node: outcome.node }];
+      const life = await this._confirmLife(key, owner, lease, outcome.life);
+      const handle = this._session.watch(key, owner, outcome.token, outcome.node, mode.mode, { extra, plan, lease, life });
+      return [{ token: BigInt(outcome.token), handle, node: outcome.node }];
     }
     if (outcome.error) throw outcome.error;
     return null;
   }
 
-  // A try through the session of the key's node: { token, node } or { timeout }.
+  // A try through the session of the key's node: { token, node, life } or { timeout }.
   async _try(key, owner, lease, extra) {
     let to;
     for (let attempt = 0; ; attempt++) {
-      const { node, sid } = await this._session.sessionFor(key, to);
+      const { node, sid, entry } = await this._session.sessionFor(key, to);
+      const sent = now();
       try {
         const args = ['FLOCK.ACQUIRE', key, owner, String(lease), 'INBOX', sid, ...extra];
         const reply = await this._send(this._conn, args, { node });
-        return reply === null ? { timeout: true } : { token: String(reply), node };
+        if (reply === null) return { timeout: true };
+        return { token: String(reply), node, life: lease === 0 ? { entry } : { until: sent + lease - margin(lease) } };
       } catch (err) {
         // The session ended under us, or the key is on another node: send again where it is.
         if (attempt >= this.settings.resends) throw err;
@@ -317,6 +368,26 @@ class Flock {
           this._session.ended(node, sid, err);
         }
       }
+    }
+  }
+
+  /**
+   * A grant's lease deadline counted from a send well before the grant (a blocking wait's, a
+   * resent wait's: more than a third of the lease ago) would report it lost early: the lease
+   * left is asked instead (FLOCK.INFO, the holder's ttl-ms, counted from that send). A session
+   * grant, or a deadline counted from a recent send, is left as it is.
+   */
+  async _confirmLife(key, owner, lease, life) {
+    if (life.until === undefined) return life;
+    const basis = life.until + margin(lease) - lease;
+    if (now() - basis <= lease / PROTOCOL.heartbeatFraction) return life;
+    const sent = now();
+    try {
+      const info = await this._send(this._conn, ['FLOCK.INFO', key], { noId: true });
+      const ttl = Number(holderOf(info, owner)?.ttl ?? -1);
+      return ttl >= 0 ? { until: Math.max(life.until, sent + ttl - margin(lease)) } : life;
+    } catch {
+      return life;
     }
   }
 
@@ -337,10 +408,13 @@ class Flock {
       try {
         // A fresh request ID on each attempt: a resend answered from the ID's record writes nothing,
         // and the WAIT after it would count acknowledgements of nothing.
-        [renew, wait] = await conn.pipeline([
-          ['FLOCK.RENEW', key, owner, String(lease), 'ID', randomUUID()],
-          ['WAIT', String(replicas), String(timeout)],
-        ]);
+        [renew, wait] = await conn.pipeline(
+          [
+            ['FLOCK.RENEW', key, owner, String(lease), 'ID', randomUUID()],
+            ['WAIT', String(replicas), String(timeout)],
+          ],
+          timeout + this._commandTimeout(),
+        );
       } catch (err) {
         conn.close();
         if (attempt >= this.settings.resends) throw err;
@@ -397,19 +471,23 @@ class Flock {
    * The blocking form, for several keys (FLOCK.ACQUIREALL has no INBOX form) and for one key with
    * `sessions: false`. A try first, on the shared connection: a free lock then costs one round
    * trip and no connection of its own (a try never overtakes queued waiters, so FIFO order
-   * holds); then a WAIT that blocks a connection of FLOCK's own. [{ token }] in key order, or null.
+   * holds); then a WAIT that blocks a connection of FLOCK's own. [{ token, life }] in key order
+   * (each lease counted from the send of the command that was granted), or null.
    */
   async _acquireBlocking(keys, owner, lease, wait, signal, extra) {
     const base =
       keys.length === 1
         ? ['FLOCK.ACQUIRE', keys[0], owner, String(lease)]
         : ['FLOCK.ACQUIREALL', String(keys.length), ...keys, owner, String(lease)];
+    let sent = now();
     let reply = await this._send(this._conn, [...base, ...extra]);
     if (reply === null && wait >= 1) {
       const giveBack = (granted) => this._releaseHolds(keys, owner, tokensOf(granted));
+      sent = now();
       reply = await this._wait(keys[0], (timeout) => [...base, 'WAIT', timeout, ...extra], wait, signal, giveBack);
     }
-    return reply === null ? null : tokensOf(reply).map((token) => ({ token }));
+    const life = { until: sent + lease - margin(lease) };
+    return reply === null ? null : tokensOf(reply).map((token) => ({ token, life }));
   }
 
   /**
@@ -473,7 +551,10 @@ class Flock {
     const onAbort = () => this._unblock(conn, id, node, () => settled);
     signal?.addEventListener('abort', onAbort, { once: true });
     try {
-      const reply = await this._send(conn, args, { rid, resends: 0 });
+      // Blocked for the wait's time (0: no limit), and a grace for its answer to come.
+      const waitMs = Number(args[args.indexOf('WAIT') + 1]);
+      const timeout = waitMs === 0 ? Infinity : waitMs + PROTOCOL.cancelGraceMs;
+      const reply = await this._send(conn, args, { rid, resends: 0, timeout });
       this._parkOwn(node, conn);
       return reply;
     } catch (err) {
@@ -571,22 +652,37 @@ class Flock {
     }
   }
 
-  async _renewKey(key, owner, lease) {
-    return BigInt(await this._send(this._conn, ['FLOCK.RENEW', key, owner, String(lease)]));
+  // A renewal: its timeout is its grant's deadline (`until`).
+  async _renewKey(key, owner, lease, until) {
+    return BigInt(await this._send(this._conn, ['FLOCK.RENEW', key, owner, String(lease)], { until }));
   }
 
-  // Every command carries a request ID (fresh unless given); a lost reply (I/O error, not an error
-  // reply) is resent at once with the same ID, which the server applies once and answers with the
-  // first reply (`resends` times at most). `noId`: commands without the ID option (CANCEL, INFO).
-  // `node`: sent on that node's own connection (a command that names its session), not routed.
-  async _send(conn, args, { rid = randomUUID(), noId = false, resends = this.settings.resends, node } = {}) {
+  /** The session timeout T: the one asked for, else the one the server last named, else the server's default. */
+  _sessionTimeout() {
+    return this.settings.sessionTimeoutMs ?? this._knownSessionTimeout ?? SERVER_SESSION_TIMEOUT_MS;
+  }
+
+  /** The timeout of a command that serves no deadline: T/3. */
+  _commandTimeout() {
+    return Math.floor(this._sessionTimeout() / PROTOCOL.heartbeatFraction);
+  }
+
+  // Every command carries a request ID (fresh unless given); a lost reply (I/O error, a timeout;
+  // not an error reply) is resent at once with the same ID, which the server applies once and
+  // answers with the first reply (`resends` times at most). `noId`: commands without the ID option
+  // (CANCEL, INFO). `node`: sent on that node's own connection (a command that names its session),
+  // not routed. Each send has a timeout: until `until` (the deadline the command serves: a number
+  // or a function on protocol.now()'s clock), else `timeout` ms, else T/3; none hangs.
+  async _send(conn, args, { rid = randomUUID(), noId = false, resends = this.settings.resends, node, until, timeout } = {}) {
     const full = noId ? args : [...args, 'ID', rid];
     for (let attempt = 0; ; attempt++) {
+      const deadline = typeof until === 'function' ? until() : until;
+      const ms = deadline !== undefined ? deadline - now() : (timeout ?? this._commandTimeout());
       try {
-        return await conn.send(full, node);
+        return await conn.send(full, node, ms);
       } catch (err) {
         if (isReplyError(err)) throw replyError(err, args);
-        if (attempt >= resends) throw err;
+        if (attempt >= resends || ms <= 0) throw err;
       }
     }
   }
@@ -606,13 +702,18 @@ function field(reply, name) {
   return reply?.[name];
 }
 
+// `owner`'s entry in a FLOCK.INFO reply ({ holds, ttl }), or undefined (it holds nothing).
+function holderOf(info, owner) {
+  if (info === null || info === undefined) return undefined;
+  for (const holder of field(info, 'holders') ?? []) {
+    if (String(field(holder, 'owner')) === owner) return { holds: Number(field(holder, 'holds')), ttl: Number(field(holder, 'ttl-ms')) };
+  }
+  return undefined;
+}
+
 // The holds `owner` has according to a FLOCK.INFO reply (0: none, or nobody holds the key).
 function holdsOf(info, owner) {
-  if (info === null || info === undefined) return 0;
-  for (const holder of field(info, 'holders') ?? []) {
-    if (String(field(holder, 'owner')) === owner) return Number(field(holder, 'holds'));
-  }
-  return 0;
+  return holderOf(info, owner)?.holds ?? 0;
 }
 
 // The server's error codes that callers catch by type, and what they say of one key and of
@@ -655,46 +756,69 @@ function replyError(err, args) {
   return new Type(`${what}: ${err.message}`, keys[0], { cause: err });
 }
 
-// A loss the session reported ({ key, reason, text }) as the error of the lock's signal.
+// A loss ({ key, reason, text }) as the error of the lock's signal.
 function lostError(lost) {
   return new LockLostError(lost.text, lost.key, { reason: lost.reason });
 }
 
 // redlock's using() extends when `automaticExtensionThreshold` ms are left; FLOCK's default is lease/3.
 function renewPeriod(lease, threshold) {
-  const period = threshold === undefined ? lease / 3 : lease - threshold;
+  const period = threshold === undefined ? lease / PROTOCOL.watchdogRenewFraction : lease - threshold;
   return Math.max(1, Math.floor(period));
+}
+
+const SIGNAL = AbortSignal.prototype;
+const abortedOf = Object.getOwnPropertyDescriptor(SIGNAL, 'aborted').get;
+const reasonOf = Object.getOwnPropertyDescriptor(SIGNAL, 'reason').get;
+
+/**
+ * `signal`, whose `aborted`, `reason` and `throwIfAborted()` first run `check` (the deadlines due
+ * by the clock now), so that what they answer is true when they are read, even before an overdue
+ * timer has run.
+ */
+function checkedSignal(signal, check) {
+  return Object.defineProperties(signal, {
+    aborted: { configurable: true, get: () => (check(), abortedOf.call(signal)) },
+    reason: { configurable: true, get: () => (check(), reasonOf.call(signal)) },
+    throwIfAborted: { configurable: true, writable: true, value: () => (check(), SIGNAL.throwIfAborted.call(signal)) },
+  });
 }
 
 /**
  * A held lock: `token` (bigint fencing token of the first resource; `tokens` for each),
  * `release()`, `extend(lease)`, and `signal`, which aborts with `signal.error` when the lock is lost.
  * `mode` is how it was asked for: 'exclusive', 'shared' or 'semaphore' (`permits` of it).
+ *
+ * Lost: at its deadline (a timer), when the server pushes the loss, when a renewal answers
+ * NOTOWNER, or when its session ends; `lost`, `signal.aborted`, `signal.reason` and
+ * `signal.throwIfAborted()` also compare the deadline with the clock when they are read.
  */
 class Lock {
-  constructor(flock, resources, owner, tokens, lease, start, renewEvery, { mode, permits }, watches = []) {
+  constructor(flock, resources, owner, tokens, lease, renewEvery, { mode, permits }, handles) {
     this.flock = flock;
     this.resources = resources;
     this.owner = owner;
     this.mode = mode;
     this.permits = permits;
     this.tokens = tokens;
+    // The lease asked for (0: a session grant, which has none of its own).
     this.lease = lease;
-    this.expiration = start + lease;
     this._controller = new AbortController();
-    this.signal = this._controller.signal;
+    this.signal = checkedSignal(this._controller.signal, sweep);
+    this._lostError = null;
     this._renewEvery = renewEvery;
     this._renewing = null;
     this._timer = null;
     this._released = false;
     // Whether release() took this lock's holds off the process's count (Flock#_hold).
     this._uncounted = false;
-    this._watches = watches;
+    // One handle per resource, in order: this lock's hold of each grant.
+    this._handles = handles;
     this._schedule();
-    // Losses the server pushes to the session abort the signal at once (with or without a watchdog).
-    for (const watch of watches) {
-      watch.onLost = (lost) => this._released || this._lose(lostError(lost));
-      if (watch.lost) this._lose(lostError(watch.lost));
+    // A loss (pushed, a deadline, the session's end) aborts the signal at once.
+    for (const handle of handles) {
+      handle.onLost = (lost) => this._released || this._lose(lostError(lost));
+      if (handle.lost) this._lose(lostError(handle.lost));
     }
   }
 
@@ -707,23 +831,47 @@ class Lock {
     return this.owner;
   }
 
-  /** Sets every resource's lease to `lease` ms from now; resolves to this lock (redlock resolves to a new one). */
+  /**
+   * Whether the lock is lost, by the clock now: a deadline that has passed counts at once (the
+   * signal aborts then), before its timer runs: a process paused past it (SIGSTOP, a long GC)
+   * sees it at its first check.
+   */
+  get lost() {
+    sweep();
+    return this._lostError !== null;
+  }
+
+  /** The deadline (ms since the epoch) until which the server is known to hold the lock; 0 once released or lost. */
+  get expiration() {
+    if (this._released || this.lost) return 0;
+    const until = Math.min(...this._handles.map((handle) => handle.grant.until));
+    return Math.floor(Date.now() + (until - now()));
+  }
+
+  /**
+   * Sets every resource's lease to `lease` ms from now (a session grant gets a lease of its own:
+   * from then on it is a fixed lease unless the watchdog renews it); resolves to this lock
+   * (redlock resolves to a new one). A lost lock is not extended: LockNotHeldError.
+   */
   async extend(lease) {
     integerMs(lease, 'Duration');
-    const start = Date.now();
+    if (lease < 1) throw new RangeError('Duration must be at least 1 ms');
+    if (this.lost) {
+      throw new LockNotHeldError(`${this._lostError.message}; it is not extended`, this._lostError.key, { cause: this._lostError });
+    }
+    const sent = now();
     try {
-      await Promise.all(this.resources.map((key) => this.flock._renewKey(key, this.owner, lease)));
+      await Promise.all(this.resources.map((key, i) => this.flock._renewKey(key, this.owner, lease, () => this._handles[i].grant.until)));
     } catch (err) {
       if (err instanceof LockNotHeldError) this._lose(err);
       throw err;
     }
     this.lease = lease;
-    this.expiration = start + lease;
-    // The lease a re-watch gives the grant (after a session break): reset from this reply.
-    const now = Date.now();
-    for (const watch of this._watches) {
-      watch.lease = lease;
-      watch.leaseEnd = now + lease;
+    // Each grant's lease is now this one, counted from the send.
+    for (const handle of this._handles) {
+      handle.lease = lease;
+      if (handle.plan === 'session') handle.plan = 'fixed';
+      handle.grant.leaseUntil(sent + lease - margin(lease));
     }
     return this;
   }
@@ -731,29 +879,33 @@ class Lock {
   /**
    * Releases one hold of each resource (several: one FLOCK.RELEASEALL, all or none); resolves to
    * the holds left of the first. If one was lost, the others are still released and the lost
-   * one's LockNotHeldError is thrown.
+   * one's LockNotHeldError is thrown. A lock reported lost rejects with LockNotHeldError (its
+   * `cause` the loss) whatever the server answers: the RELEASE is still sent, so that a hold the
+   * server still counts (its deadline passed here first) is given back at once.
    */
   async release() {
+    const lost = this.lost ? this._lostError : null;
     this._released = true;
-    for (const watch of this._watches) watch.released = true;
+    for (const handle of this._handles) handle.released = true;
     clearTimeout(this._timer);
     // A renewal in flight would race the release; let it finish (its outcome no longer matters).
     await this._renewing;
     // So would a re-watch's extra hold (added and released after a session break): the hold
     // count this release answers must not count it.
-    await this.flock._session.settled(this._watches);
-    this.expiration = 0;
+    await this.flock._session.settled(this._handles);
     const uncount = !this._uncounted;
     this._uncounted = true;
     try {
       const tokens = this.resources.map((key) => this.tokens.get(key));
-      return (await this.flock._releaseHolds(this.resources, this.owner, tokens))[0];
+      const left = (await this.flock._releaseHolds(this.resources, this.owner, tokens))[0];
+      if (lost) throw new LockNotHeldError(`${lost.message}; it was not held when released`, lost.key, { cause: lost });
+      return left;
     } finally {
       // Uncounted once the releases were answered: a stale-hold check of the same owner meanwhile
       // (Flock#_dropStale) then counts this hold until the server no longer does, and so never
       // gives back more than the stale holds.
       if (uncount) for (const key of this.resources) this.flock._hold(key, this.owner, -1);
-      for (const watch of this._watches) this.flock._session.unwatch(watch);
+      for (const handle of this._handles) handle.grant.drop(handle);
     }
   }
 
@@ -764,17 +916,13 @@ class Lock {
     this._timer.unref();
   }
 
+  // The watchdog: a renewal whose reply is lost or late is tried again at the next period; its
+  // deadline (the last renewal answered + the lease - m) reports the loss when none got through.
   async _renew() {
     try {
       await this.extend(this.lease);
     } catch (err) {
       if (err instanceof LockNotHeldError) return;
-      // A lost reply or a dropped connection: try again until the lease would have ended.
-      if (Date.now() >= this.expiration) {
-        return this._lose(
-          new LockLostError(`The lease of ${this.resources[0]} could not be renewed`, this.resources[0], { cause: err, reason: 'expired' }),
-        );
-      }
     } finally {
       this._renewing = null;
     }
@@ -782,8 +930,9 @@ class Lock {
   }
 
   _lose(err) {
-    if (this.signal.aborted) return;
-    const lost = err instanceof LockLostError ? err : new LockLostError(err.message, err.key, { cause: err, reason: notOwnerReason(err.message) });
+    if (this._lostError) return;
+    const lost = err instanceof LockLostError ? err : new LockLostError(err.message, err.key, { cause: err, reason: 'notowner' });
+    this._lostError = lost;
     clearTimeout(this._timer);
     this._renewEvery = 0;
     this.signal.error = lost;

@@ -1,6 +1,7 @@
 'use strict';
 
 const { Flock, Lock, DEFAULTS } = require('./flock');
+const { PROTOCOL } = require('./protocol');
 
 // The error classes are listed once, in errors.js. Node finds the names of a CommonJS module's
 // exports (for `import { LockBusyError } from 'redis-flock'`) by reading its source: static
@@ -15,4 +16,5 @@ module.exports.default = Flock;
 module.exports.Flock = Flock;
 module.exports.Lock = Lock;
 module.exports.DEFAULTS = DEFAULTS;
+module.exports.PROTOCOL = PROTOCOL;
 __exportStar(require('./errors'), module.exports);

@@ -18,11 +18,16 @@
 // library's slot map may still be refreshing) or ASK (a slot in migration: again a little later).
 
 const { randomUUID } = require('node:crypto');
-const { isReplyError } = require('./adapter');
+const { isReplyError, timeboxed } = require('./adapter');
+const { CommandTimeoutError } = require('./errors');
+const { schedule, sweep } = require('./deadlines');
+const { Grant, grantId, loss } = require('./grant');
+const { PROTOCOL, margin, now } = require('./protocol');
 
-// The local deadline of a wait is its WAIT timeout plus this margin; then the client sends
-// FLOCK.CANCEL itself (the server's `timeout` event should have come long before).
-const DEADLINE_MARGIN_MS = 1000;
+// The local deadline of a wait is its WAIT timeout plus this margin (docs/client-protocol.md,
+// "Timeouts and cancellation"); then the client sends FLOCK.CANCEL itself (the server's `timeout`
+// event should have come long before).
+const DEADLINE_MARGIN_MS = 2000;
 // Pauses between attempts to send a wait again whose session could not be reopened (a server restart).
 const REOPEN_PAUSE_MS = [0, 50, 100, 250, 500, 1000];
 const RECENT_LOSSES = 1000;
@@ -40,25 +45,18 @@ class FlockEventError extends Error {
   }
 }
 
-const LOSS_TEXT = {
-  expired: 'its lease ended on the server (expired)',
-  forcereleased: 'it was force-released (FLOCK.FORCERELEASE)',
-  deleted: 'its key was deleted (DEL, FLUSH, overwrite, eviction, RENAME away...)',
-  demoted: 'the server stopped being a master (demoted)',
-};
-
 const waitKey = (key, owner) => `${key}\u0000${owner}`;
-const grantKey = (key, owner, token) => `${key}\u0000${owner}\u0000${token}`;
 
 class Session {
   constructor(flock) {
     this.flock = flock;
-    // The session of each node: { conn, id, opening }.
+    // The session of each node (an entry: { node, conn, id, opening, timeout, deadline, grants,
+    // broken }); a broken entry leaves the map, and the next wait there opens a new one.
     this.nodes = new Map();
     this._closed = false;
     // Pending waits by (key, owner): an owner waits once per lock.
     this.waits = new Map();
-    // Watched grants by (key, owner, token) -> Set of watch records ({ lost, onLost }).
+    // Watched grants (Grant) by (key, owner, token).
     this.watched = new Map();
     // The watched grants of each key, by key.
     this.byKey = new Map();
@@ -72,83 +70,137 @@ class Session {
     this.rewatched = 0;
   }
 
-  /** The id of `node`'s open session, opening one (a connection of its own and FLOCK.SESSION) if none is open. */
+  /** `node`'s open session (its entry), opening one (a connection of its own and FLOCK.SESSION) if none is open. */
   ensure(node) {
     if (this._closed) return Promise.reject(new Error('This Flock was quit'));
     let entry = this.nodes.get(node);
     if (!entry) {
-      entry = { conn: null, id: null, opening: null };
+      entry = { node, conn: null, id: null, opening: null, timeout: 0, deadline: null, grants: new Set(), broken: false };
       this.nodes.set(node, entry);
     }
-    if (entry.id !== null) return Promise.resolve(entry.id);
+    if (entry.id !== null) return Promise.resolve(entry);
     if (!entry.opening) {
-      entry.opening = this._open(node, entry).finally(() => {
+      entry.opening = this._open(entry).finally(() => {
         entry.opening = null;
       });
     }
     return entry.opening;
   }
 
-  /** `node` (by default the node that holds `key` now) and its session's id. */
+  /** `node` (by default the node that holds `key` now), its session's id and entry. */
   async sessionFor(key, node) {
     node ??= await this.flock._conn.nodeOf(key);
-    return { node, sid: await this.ensure(node) };
+    const entry = await this.ensure(node);
+    return { node, sid: entry.id, entry };
   }
 
-  /** `node` answered NOSESSION for `sid`: if that is still its session, the session broke. */
+  /** `node` answered NOSESSION for `sid`: if that is still its session, the session ended. */
   ended(node, sid, err) {
     const entry = this.nodes.get(node);
-    if (entry?.id === sid) this._broken(node, entry.conn, err);
+    if (entry?.id === sid) this._broken(entry, err);
   }
 
-  async _open(node, entry) {
-    const conn = await this.flock._conn.session(node);
+  /**
+   * Opens the session: a connection of its own, then `FLOCK.SESSION [TIMEOUT ms] WITHTIMEOUT`,
+   * whose reply names the timeout T the session keeps; its deadline is counted from the send of
+   * the one answered. FLOCK.SESSION has a command timeout and is resent (on the same connection
+   * it names the same session), and the connection must open within as long as all of them take:
+   * a partition never holds the open for ever.
+   */
+  async _open(entry) {
+    const flock = this.flock;
+    const commandTimeout = flock._commandTimeout();
+    const resends = flock.settings.resends;
+    const connecting = flock._conn.session(entry.node);
+    let conn;
+    try {
+      conn = await timeboxed(connecting, commandTimeout * (resends + 1), 'opening a session connection');
+    } catch (err) {
+      connecting.then((late) => late.close(), () => {});
+      throw err;
+    }
     // Referenced while it connects or waits are pending: an awaited acquire keeps the process alive.
     conn.setRef(true);
-    let id;
-    try {
-      id = await conn.send(['FLOCK.SESSION']);
-    } catch (err) {
-      conn.close();
-      throw err;
+    const asked = flock.settings.sessionTimeoutMs;
+    const args = ['FLOCK.SESSION', ...(asked ? ['TIMEOUT', String(asked)] : []), 'WITHTIMEOUT'];
+    let reply, sent;
+    for (let attempt = 0; ; attempt++) {
+      sent = now();
+      try {
+        reply = await conn.send(args, undefined, commandTimeout);
+        break;
+      } catch (err) {
+        if (isReplyError(err) || attempt >= resends || conn.closed || this._closed) {
+          conn.close();
+          throw err;
+        }
+      }
     }
     if (this._closed) {
       conn.close();
       throw new Error('This Flock was quit');
     }
+    const [id, timeout] = reply;
     entry.conn = conn;
     entry.id = String(id);
+    entry.timeout = Number(timeout);
+    flock._knownSessionTimeout = entry.timeout;
+    entry.deadline = schedule(sent + entry.timeout - margin(entry.timeout), () => this._broken(entry, null, 'unconfirmed'));
     this._updateRef();
-    this._read(node, entry, conn);
-    return entry.id;
+    this._read(entry);
+    return entry;
   }
 
   _updateRef() {
     for (const { conn } of this.nodes.values()) conn?.setRef(this.waits.size > 0);
   }
 
-  async _read(node, entry, conn) {
+  /**
+   * The reader: FLOCK.INBOX reads that wait at most T/3 (the server answers nil by then: the
+   * heartbeat), each with a socket timeout at the session's deadline. A reply moves the deadline
+   * to the read's send time + T - m; none by the deadline ends the session here. A read waits
+   * less than T/3 when the deadline is nearer than twice that (a slow reply, a slow open), so that
+   * its answer comes back well before it.
+   */
+  async _read(entry) {
+    const { conn } = entry;
+    const third = Math.floor(entry.timeout / PROTOCOL.heartbeatFraction);
     for (;;) {
+      const sent = now();
+      const left = entry.deadline.at - sent;
+      const wait = Math.max(1, Math.min(third, Math.floor(left / 2)));
       let events;
       try {
-        events = await conn.send(['FLOCK.INBOX', '0']);
+        events = await conn.send(['FLOCK.INBOX', String(wait)], undefined, left);
       } catch (err) {
-        if (entry.conn !== conn) return;
+        if (entry.broken) return;
         // Demotion on Redis 7.0 / 8.2 answers a blocked INBOX with UNBLOCKED; the events stay.
         if (isReplyError(err) && /^UNBLOCKED/.test(err.message)) continue;
-        this._broken(node, conn, err);
+        // No reply by the deadline (its timer may run a little before the monotonic clock says so).
+        this._broken(entry, err, err instanceof CommandTimeoutError ? 'unconfirmed' : undefined);
         return;
       }
-      if (entry.conn !== conn) return;
-      if (Array.isArray(events)) for (const event of events) this._event(node, event);
+      // The reply confirms the session until the read's send time + T - m: the server renewed
+      // it when the read came, and answered, so it lived on all along. Then every other deadline
+      // that passed while the reply was on its way (or the process was paused) is a loss, before
+      // this reply's events are handed out.
+      const before = entry.deadline.at;
+      const confirmed = sent + entry.timeout - margin(entry.timeout);
+      if (confirmed > before) entry.deadline.move(confirmed);
+      sweep();
+      if (entry.broken) return;
+      if (Array.isArray(events)) for (const event of events) this._event(entry, event, sent, before);
     }
   }
 
-  _event(node, event) {
+  // One event of an INBOX reply, read by a read sent at `sent`; `before`: the session's deadline
+  // as the previous read confirmed it.
+  _event(entry, event, sent, before) {
+    const { node } = entry;
     const [kind, key, owner, token, detail] = event.map((v) => (v === null || v === undefined ? '' : String(v)));
     if (kind === 'lost') {
-      const id = grantKey(key, owner, token);
-      const lost = { key, reason: detail, text: `The lock ${key} was lost: ${LOSS_TEXT[detail] ?? detail}` };
+      const id = grantId(key, owner, token);
+      const lost = loss(key, detail);
       if (!this.watched.has(id)) {
         this.recentLosses.set(id, lost);
         if (this.recentLosses.size > RECENT_LOSSES) this.recentLosses.delete(this.recentLosses.keys().next().value);
@@ -159,9 +211,14 @@ class Session {
     }
     if (kind === 'moved') {
       // Not a loss: the grant went with its key to another node (a Cluster slot move) and is
-      // held there; watched again through a session of that node (a MOVED leads the re-watch there).
-      const id = grantKey(key, owner, token);
-      if (this.watched.has(id)) this._rewatchSoon(id);
+      // held there; watched again through a session of that node (a MOVED leads the re-watch
+      // there). A session grant is held there with the session's timeout as its lease, counted
+      // from when the server last heard of the session before the move: no earlier than the
+      // previous read was sent, so the deadline that read confirmed stays its deadline.
+      const grant = this.watched.get(grantId(key, owner, token));
+      if (!grant) return;
+      if (grant.session) grant.leaseUntil(before);
+      this._rewatchSoon(grant.id);
       return;
     }
     const wait = this.waits.get(waitKey(key, owner));
@@ -170,8 +227,11 @@ class Session {
       if (kind === 'granted') this.flock._releaseHolds([key], owner, [BigInt(token)]).catch(() => {});
       return;
     }
-    if (kind === 'granted') this._settle(wait, { token, node });
-    else if (kind === 'timeout') this._settle(wait, { timeout: true });
+    if (kind === 'granted') {
+      // The lease left when this read answered (none: a session grant), counted from its send.
+      const life = detail === '' ? { entry } : { until: sent + Number(detail) - margin(wait.lease) };
+      this._settle(wait, { token, node, life });
+    } else if (kind === 'timeout') this._settle(wait, { timeout: true });
     else if (kind === 'cancelled') this._settle(wait, { cancelled: true });
     else if (kind === 'error' && /^UNBLOCKED/.test(detail) && !wait.cancelled && !this._closed) {
       // The node stopped being a master (a failover) and dropped the wait from its queue: sent
@@ -180,83 +240,78 @@ class Session {
     } else if (kind === 'error') this._settle(wait, { error: new FlockEventError(detail) });
   }
 
-  /** Reports the loss of a watched grant to each of its records, and stops watching it. */
+  /** Reports the loss of a watched grant to each of its handles, and stops watching it. */
   lose(id, lost) {
-    const records = this.watched.get(id);
-    if (!records) return;
-    this._forget(id, records);
-    for (const record of records) {
-      record.lost = lost;
-      record.onLost?.(lost);
-    }
+    this.watched.get(id)?.lose(lost);
   }
 
-  _forget(id, records) {
-    this.watched.delete(id);
-    const ids = this.byKey.get(records.key);
-    ids?.delete(id);
-    if (ids?.size === 0) this.byKey.delete(records.key);
+  _forget(grant) {
+    if (this.watched.get(grant.id) !== grant) return;
+    this.watched.delete(grant.id);
+    const ids = this.byKey.get(grant.key);
+    ids?.delete(grant.id);
+    if (ids?.size === 0) this.byKey.delete(grant.key);
   }
 
   /**
-   * Watches a grant (`mode`: exclusive, shared or semaphore) for a pushed loss; `record.onLost` is
-   * called (at once if already lost). A grant of this key to another owner that excludes a grant
-   * this process watches (either is exclusive, its token is newer) proves that one ended: it is
-   * reported lost now, before the new grant reaches its caller, even if the server's `lost`
-   * event is not read yet (the new grant came as a direct reply, not through the inbox).
+   * Watches a grant (`mode`: exclusive, shared or semaphore) for a pushed loss, and returns a new
+   * handle of it (`plan`: session, watchdog or fixed; `lease`: the one asked for); `life` is how
+   * long the server holds it as this reply says: { entry } (a session grant) or { until }.
+   * `handle.onLost` is called (at once if already lost). A grant of this key to another owner
+   * that excludes a grant this process watches (either is exclusive, its token is newer) proves
+   * that one ended: it is reported lost now, before the new grant reaches its caller, even if the
+   * server's `lost` event is not read yet (the new grant came as a direct reply, not through the
+   * inbox).
    */
-  watch(key, owner, token, node, mode = 'exclusive', { extra = [], lease = 0, renews = false } = {}) {
-    const id = grantKey(key, owner, token);
+  watch(key, owner, token, node, mode, { extra = [], plan, lease, life }) {
+    const id = grantId(key, owner, token);
     for (const other of [...(this.byKey.get(key) ?? [])]) {
-      const records = this.watched.get(other);
-      if (records.owner === owner || BigInt(records.token) >= BigInt(token)) continue;
-      if (records.mode !== 'exclusive' && mode !== 'exclusive') continue;
-      this.lose(other, { key, reason: 'superseded', text: `The lock ${key} was lost: another owner was granted it (token ${token})` });
+      const grant = this.watched.get(other);
+      if (grant.owner === owner || BigInt(grant.token) >= BigInt(token)) continue;
+      if (grant.mode !== 'exclusive' && mode !== 'exclusive') continue;
+      this.lose(other, loss(key, 'notowner', `another owner was granted it (token ${token})`));
     }
-    // `lease`/`leaseEnd`: the grant's lease as this handle set it (a reentry resets it) and when it
-    // ends at the latest (counted from the reply); `renews`: a watchdog keeps it renewed.
-    const record = { id, lost: null, onLost: null, lease, leaseEnd: Date.now() + lease, renews, released: false };
     const lost = this.recentLosses.get(id);
     if (lost) {
       this.recentLosses.delete(id);
-      record.lost = lost;
-      return record;
+      const gone = new Grant(key, owner, token, { mode, extra, node });
+      gone.lose(lost);
+      return gone.handle(plan, lease);
     }
-    if (!this.watched.has(id)) {
+    let grant = this.watched.get(id);
+    if (!grant) {
       // `node`: whose session watches it (a re-watch moves it).
-      this.watched.set(id, Object.assign(new Set(), { key, owner, token, mode, extra, node }));
+      grant = new Grant(key, owner, token, { mode, extra, node });
+      grant.onForget = () => this._forget(grant);
+      this.watched.set(id, grant);
       if (!this.byKey.has(key)) this.byKey.set(key, new Set());
       this.byKey.get(key).add(id);
     }
-    this.watched.get(id).add(record);
-    return record;
+    const handle = grant.handle(plan, lease);
+    // What this reply says of the grant is what the server holds now, for every handle of it.
+    if (life.entry) grant.livesWith(life.entry);
+    else grant.leaseUntil(life.until);
+    return handle;
   }
 
   /**
    * Watches a grant that was not made through this session (FLOCK.ACQUIREALL has no INBOX form):
    * recorded as watch() records one, then moved to the session of its key's node as a re-watch
    * after a session break moves one (a RENEW, a reentrant ACQUIRE ... INBOX, a RELEASE of that
-   * hold). Resolves to the record once that session watches the grant, or once it was found lost
-   * (`record.lost`).
+   * hold; a session grant's with lease 0, so that it lives with the session). Resolves to the
+   * handle once that session watches the grant, or once it was found lost (`handle.lost`).
    */
   async adopt(key, owner, token, mode, options) {
     // Opened first: a session that cannot be opened fails the acquire (which gives the grants
     // back) rather than leave the re-watch retrying until release.
     const { node } = await this.sessionFor(key);
-    const record = this.watch(key, owner, token, node, mode, options);
-    if (!record.lost) await this._rewatchSoon(record.id);
-    return record;
-  }
-
-  unwatch(record) {
-    const records = this.watched.get(record.id);
-    if (!records) return;
-    records.delete(record);
-    if (records.size === 0) this._forget(record.id, records);
+    const handle = this.watch(key, owner, token, node, mode, options);
+    if (!handle.lost) await this._rewatchSoon(handle.grant.id);
+    return handle;
   }
 
   /**
-   * Queues `owner` for `key` through the session: resolves to { token } | { timeout } |
+   * Queues `owner` for `key` through the session: resolves to { token, node, life } | { timeout } |
    * { cancelled } | { error }, and to { aborted, token? } when `signal` aborted the wait.
    */
   wait(key, owner, lease, waitMs, extra, signal) {
@@ -273,9 +328,16 @@ class Session {
       key,
       owner,
       rid,
+      lease,
       args: (sid) => ['FLOCK.ACQUIRE', key, owner, String(lease), 'WAIT', timeout(), 'INBOX', sid, ...extra],
+      // When its ACQUIRE was first sent: a direct grant's lease counts from then (a resend of the
+      // same request ID can be answered with a grant the first one made).
+      firstSent: null,
       outcome: null,
       cancelled: null,
+      // Whether its FLOCK.CANCEL was answered, and the grace after which it closes the session.
+      cancelAnswered: false,
+      grace: null,
       // The node and session it was last sent to; `retrying`: it waits to be sent again after a
       // session break, `lastError` the error that keeps it from being sent.
       node: null,
@@ -304,9 +366,9 @@ class Session {
   }
 
   async _submit(wait, to) {
-    let node, sid;
+    let node, sid, entry;
     try {
-      ({ node, sid } = await this.sessionFor(wait.key, to));
+      ({ node, sid, entry } = await this.sessionFor(wait.key, to));
     } catch (err) {
       // No session could be opened: a first wait fails at once; one that was queued before
       // (the session broke mid-wait) keeps retrying until its deadline.
@@ -319,6 +381,7 @@ class Session {
     wait.sentTo = sid;
     wait.retrying = false;
     wait.attempts = 0;
+    wait.firstSent ??= now();
     let reply;
     try {
       reply = await this.flock._send(this.flock._conn, wait.args(sid), { rid: wait.rid, node });
@@ -331,7 +394,7 @@ class Session {
         return;
       }
       if (isReplyError(err) && /^NOSESSION/.test(err.message)) {
-        // The session ended (its connection closed): its break sends every wait it had again.
+        // The session ended (its connection closed): its end sends every wait it had again.
         this.ended(node, sid, err);
         if (!wait.outcome && !wait.retrying) this._submit(wait);
         return;
@@ -352,7 +415,10 @@ class Session {
       return;
     }
     if (reply === null) this._settle(wait, { timeout: true });
-    else this._settle(wait, { token: String(reply), node });
+    else {
+      const life = wait.lease === 0 ? { entry } : { until: wait.firstSent + wait.lease - margin(wait.lease) };
+      this._settle(wait, { token: String(reply), node, life });
+    }
   }
 
   // A wait whose session broke is sent again, after a pause that grows while no session opens.
@@ -374,6 +440,7 @@ class Session {
     }
     wait.outcome = outcome;
     clearTimeout(wait.timer);
+    clearTimeout(wait.grace);
     if (this.waits.get(wait.id) === wait) this.waits.delete(wait.id);
     this._updateRef();
     wait.resolve(outcome);
@@ -398,23 +465,48 @@ class Session {
     return { cancelled: true, error: err ?? undefined };
   }
 
+  // The event decides how a cancelled wait ends. A CANCEL that got no answer, and no event within
+  // the cancel grace, closes the wait's session: its waits are sent again on a new one, and this
+  // one, cancelled, ends then.
   _sendCancel(wait) {
-    this.flock._send(this.flock._conn, ['FLOCK.CANCEL', wait.key, wait.owner], { noId: true }).catch((err) => {
-      // The command connection failed: no event will be asked for; end the wait here (a grant
-      // that still arrives for it is given back as unclaimed).
-      this._settle(wait, this._gaveUp(wait, err));
-    });
+    const { node, sentTo } = wait;
+    if (!wait.grace) {
+      wait.grace = setTimeout(() => {
+        const entry = this.nodes.get(node);
+        if (!wait.outcome && !wait.cancelAnswered && entry?.id === sentTo) {
+          this._broken(entry, new Error(`FLOCK.CANCEL of ${wait.key} got no answer within ${PROTOCOL.cancelGraceMs} ms`));
+        }
+      }, PROTOCOL.cancelGraceMs);
+      wait.grace.unref();
+    }
+    this.flock._send(this.flock._conn, ['FLOCK.CANCEL', wait.key, wait.owner], { noId: true }).then(
+      () => (wait.cancelAnswered = true),
+      () => {},
+    );
   }
 
-  // A node's session connection broke (or a reply said NOSESSION): its waits left their queues on
-  // the server; each is sent again to a new session where its key is now (same request IDs, they
-  // queue at the tail). Grants it watched are no longer pushed to us: each is checked again and
-  // re-watched on a new session (docs/client-protocol.md, "Sessions", point 4).
-  _broken(node, conn, err) {
-    if (this.nodes.get(node)?.conn === conn) this.nodes.delete(node);
-    conn?.close();
-    for (const [id, records] of this.watched) if (records.node === node) this._rewatchSoon(id);
-    for (const wait of [...this.waits.values()]) if (wait.node === node) this._retry(wait, err);
+  /**
+   * A node's session ended: its connection broke, a reply said NOSESSION, or its deadline passed
+   * unconfirmed (`reason`). Its session grants are lost (`unconfirmed` past the deadline, else
+   * `sessionended`) and never taken again; its waits left their queues on the server, and each is
+   * sent again to a new session where its key is now (same request IDs, they queue at the tail,
+   * with the time they have left); grants with a lease of their own it watched are no longer
+   * pushed to us: each is checked and re-watched on a new session (docs/client-protocol.md,
+   * "Sessions", point 4).
+   */
+  _broken(entry, err, reason) {
+    if (entry.broken) return;
+    entry.broken = true;
+    const { node } = entry;
+    if (this.nodes.get(node) === entry) this.nodes.delete(node);
+    const pastDeadline = entry.deadline !== null && entry.deadline.at <= now();
+    entry.deadline?.cancel();
+    entry.conn?.close();
+    reason ??= pastDeadline ? 'unconfirmed' : 'sessionended';
+    const why = reason === 'unconfirmed' ? `no FLOCK.INBOX reply within its session timeout (${entry.timeout} ms, less the margin)` : err?.message;
+    for (const grant of [...entry.grants]) grant.lose(loss(grant.key, reason, why));
+    for (const [id, grant] of this.watched) if (grant.node === node && !grant.session) this._rewatchSoon(id);
+    for (const wait of [...this.waits.values()]) if (wait.node === node) this._retry(wait, err ?? new Error(why));
   }
 
   // One re-watch per grant at a time (chained), registered at once, so that a release() that
@@ -429,58 +521,62 @@ class Session {
     return next;
   }
 
-  /** Resolves when no re-watch of these watch records' grants is under way. */
-  async settled(records) {
-    await Promise.all(records.map((record) => this.rewatching.get(record.id)));
+  /** Resolves when no re-watch of these handles' grants is under way. */
+  async settled(handles) {
+    await Promise.all(handles.map((handle) => this.rewatching.get(handle.grant.id)));
   }
 
   /**
-   * A held grant whose watch ended with its session: a RENEW (NOTOWNER: it is lost, with the
-   * NOTOWNER text), then a reentrant `FLOCK.ACQUIRE key owner lease [mode] INBOX new-sid ID fresh`
-   * that moves the watch to the new session, and a RELEASE of that extra hold. The lease is the
-   * renewing one (a watchdog), or for a fixed lease the time it has left (counted from when its
-   * grant's reply came), never more; none left: lost (expired).
+   * A held grant whose watch ended with its session (or moved with its key, or never was on a
+   * session: adopted): a RENEW (NOTOWNER: it is lost, with the NOTOWNER text), then a reentrant
+   * `FLOCK.ACQUIRE key owner lease [mode] INBOX new-sid ID fresh` that moves the watch to the new
+   * session, and a RELEASE of that extra hold. The lease: a session grant's is 0 (it lives with
+   * the new session; the RENEW gives it T meanwhile), a watchdog's its lease, and a fixed one what
+   * is left of it (counted from the send that set it), never more; none left: lost (expired).
+   * Each command's timeout is the grant's deadline.
    */
   async _rewatch(id, to) {
-    const records = this.watched.get(id);
-    let node, sid;
+    const grant = this.watched.get(id);
+    let node, sid, entry;
     for (;;) {
-      if (this._closed || !this._held(id)) return;
+      if (this._closed || !this._held(grant)) return;
       try {
-        ({ node, sid } = await this.sessionFor(records.key, to));
+        ({ node, sid, entry } = await this.sessionFor(grant.key, to));
         break;
       } catch {
         // The server cannot be reached: try again later, while the grant is still held.
         await new Promise((resolve) => setTimeout(resolve, REWATCH_RETRY_MS).unref());
       }
     }
-    const held = this._held(id);
+    const held = this._held(grant);
     if (!held) return;
-    const { key, owner, token, extra } = records;
+    const { key, owner, token, extra } = grant;
+    const toSession = held.some((h) => h.plan === 'session');
+    const renewed = toSession || held.some((h) => h.plan === 'watchdog');
     let lease;
-    if (held.some((r) => r.renews)) {
-      lease = Math.max(...held.filter((r) => r.renews).map((r) => r.lease));
-    } else {
-      lease = Math.floor(Math.max(...held.map((r) => r.leaseEnd)) - Date.now());
-      if (lease < 1) {
-        this.lose(id, { key, reason: 'expired', text: `The lock ${key} was lost: ${LOSS_TEXT.expired}` });
-        return;
-      }
+    if (toSession) lease = entry.timeout;
+    else if (renewed) lease = Math.max(...held.filter((h) => h.plan === 'watchdog').map((h) => h.lease));
+    else {
+      // What is left of the lease the server holds: the deadline is m before its end at the earliest.
+      const fixed = Math.max(...held.map((h) => h.lease));
+      lease = Math.floor(grant.until + margin(fixed) - now());
+      if (lease < 1) return grant.lose(loss(key, 'expired', 'no time was left of its lease when a new session could watch it'));
     }
     const flock = this.flock;
+    const until = () => grant.until;
+    const sent = now();
     try {
-      await flock._send(flock._conn, ['FLOCK.RENEW', key, owner, String(lease)]);
+      await flock._send(flock._conn, ['FLOCK.RENEW', key, owner, String(lease)], { until });
     } catch (err) {
-      if (/^NOTOWNER/.test(err.cause?.message ?? err.message)) {
-        const text = err.cause?.message ?? err.message;
-        this.lose(id, { key, reason: notOwnerReason(text), text: `The lock ${key} was lost: the server ended it while the session was down (${text})` });
-      }
+      const text = err.cause?.message ?? err.message;
+      if (/^NOTOWNER/.test(text)) grant.lose(loss(key, 'notowner', `the server ended it while the session was down (${text})`));
       // Anything else (the server unreachable again): the next session's break re-watches.
       return;
     }
+    if (renewed) grant.leaseUntil(sent + lease - margin(lease));
     let reply;
     try {
-      reply = await flock._send(flock._conn, ['FLOCK.ACQUIRE', key, owner, String(lease), ...extra, 'INBOX', sid], { node });
+      reply = await flock._send(flock._conn, ['FLOCK.ACQUIRE', key, owner, toSession ? '0' : String(lease), ...extra, 'INBOX', sid], { node, until });
     } catch (err) {
       // MOVED or ASK: again with the session of the node it names. NOSESSION: that session's end
       // re-watches again; anything else: nothing more to learn.
@@ -489,41 +585,32 @@ class Session {
       if (redirect) return this._rewatch(id, redirect.to);
       return;
     }
-    if (reply === null || reply === undefined) {
-      this.lose(id, { key, reason: 'unknown', text: `The lock ${key} was lost: it ended before a session could watch it` });
-      return;
+    if (reply !== null && reply !== undefined && String(reply) === token) {
+      if (toSession) grant.livesWith(entry);
+      grant.node = node;
+      this.rewatched++;
     }
     // Remembered if refused (Flock#_releaseHolds): the owner's next grant of this token gives it back.
-    await flock._releaseHolds([key], owner, [BigInt(reply)]).catch(() => {});
-    if (String(reply) !== token) {
-      this.lose(id, { key, reason: 'unknown', text: `The lock ${key} was lost: it ended before a session could watch it` });
-      return;
+    if (reply !== null && reply !== undefined) await flock._releaseHolds([key], owner, [BigInt(reply)]).catch(() => {});
+    if (reply === null || reply === undefined || String(reply) !== token) {
+      grant.lose(loss(key, 'notowner', 'it ended before a new session could watch it'));
     }
-    records.node = node;
-    this.rewatched++;
   }
 
-  // The watch records of a grant whose handles still hold it (not released), or null.
-  _held(id) {
-    const records = this.watched.get(id);
-    const held = records ? [...records].filter((r) => !r.released && !r.lost) : [];
+  // The handles that still hold a grant (not released), or null.
+  _held(grant) {
+    if (!grant || grant.lost) return null;
+    const held = [...grant.handles].filter((h) => !h.released);
     return held.length > 0 ? held : null;
   }
 
+  /** Ends every wait and session: the session grants end with their sessions on the server, and are reported lost. */
   close() {
     this._closed = true;
-    for (const { conn } of this.nodes.values()) conn?.close();
-    this.nodes.clear();
     for (const wait of [...this.waits.values()]) this._settle(wait, { error: new Error('This Flock was quit while waiting') });
+    for (const entry of [...this.nodes.values()]) this._broken(entry, new Error('This Flock was quit'), 'sessionended');
+    this.nodes.clear();
   }
-}
-
-// How a NOTOWNER reply says the grant ended, when the server remembers it.
-function notOwnerReason(text) {
-  if (/lease of this owner ended/.test(text)) return 'expired';
-  if (/force-released/.test(text)) return 'forcereleased';
-  if (/lock was deleted/.test(text)) return 'deleted';
-  return 'unknown';
 }
 
 /**
@@ -540,4 +627,4 @@ function redirection(err) {
   return undefined;
 }
 
-module.exports = { Session, FlockEventError, notOwnerReason, redirection };
+module.exports = { Session, FlockEventError, redirection };

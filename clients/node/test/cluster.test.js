@@ -7,7 +7,10 @@
 const assert = require('node:assert/strict');
 const { before, describe, it } = require('node:test');
 const { Flock, LockLostError, LockNotHeldError } = require('..');
-const { renewals, startCluster, waitUntil, WATCHDOG_LEASE } = require('./helpers');
+const { startCluster, waitUntil } = require('./helpers');
+
+// A short session timeout: the session grant test holds its lock past one and a half of it.
+const SESSION_TIMEOUT = 1500;
 const { CLUSTER_CLIENTS, WAIT, exitsAfterQuit, flockOver } = require('./topology');
 
 /**
@@ -135,19 +138,18 @@ describe('Cluster (3 masters)', () => {
         await lock.release();
       });
 
-      it('keeps a watchdog lease renewed on the key\'s node', async () => {
-        const flock = await flockOf({ watchdogLease: WATCHDOG_LEASE });
-        const key = K('watchdog');
+      it('takes a lock without a lease as a session grant of the key\'s node, held there with no renewal', async () => {
+        const flock = await flockOf({ sessionTimeoutMs: SESSION_TIMEOUT });
+        const key = K('session-grant');
         const node = await cluster.nodeOf(key);
         const renews = await node.stat('cmdstat_flock.renew');
         const start = Date.now();
         const lock = await flock.acquire(key);
-        await renewals(node, renews, 2, [lock]);
-        await waitUntil('one and a half leases pass', () => Date.now() - start > 1.5 * WATCHDOG_LEASE);
-        const info = await node.info(key);
-        assert.equal(info.owner, lock.owner, 'still held past its first lease');
-        assert.ok(Number(info['ttl-ms']) > 0);
+        assert.equal((await node.info(key)).session, '1');
+        await waitUntil('one and a half session timeouts pass', () => Date.now() - start > 1.5 * SESSION_TIMEOUT);
+        assert.equal((await node.info(key)).owner, lock.owner, 'still held: its session is heard from');
         assert.equal(lock.signal.aborted, false);
+        assert.equal(await node.stat('cmdstat_flock.renew'), renews, 'nothing renewed it');
         await lock.release();
       });
 
@@ -194,20 +196,29 @@ describe('Cluster (3 masters)', () => {
         await lock.release();
       });
 
-      it('watches a held grant again through the new node\'s session after its slot moved (the moved event)', async () => {
+      it('watches held grants again through the new node\'s session after their slot moved (the moved event)', async () => {
         const flock = await flockOf();
-        const key = K('moved-held');
-        const lock = await flock.acquire(key, { lease: 60000 });
-        const to = await moveSlot(cluster, key);
-        assert.equal((await to.info(key)).owner, lock.owner, 'the grant went with its slot');
-        // The old node's session heard `moved`: the grant is watched from a session of the new node.
-        await waitUntil('the grant is re-watched', () => flock._session.rewatched >= 1);
-        assert.equal((await to.info(key)).holds, '1', 'the re-watch left the hold count as it was');
-        assert.equal(lock.signal.aborted, false);
+        // A fixed lease, and a session grant: the new node's session is its session then.
+        const keys = [K('{moved-held}fixed'), K('{moved-held}session')];
+        const fixed = await flock.acquire(keys[0], { lease: 60000 });
+        const session = await flock.acquire(keys[1]);
+        const to = await moveSlot(cluster, keys[0]);
+        for (const [i, lock] of [fixed, session].entries()) {
+          assert.equal((await to.info(keys[i])).owner, lock.owner, 'the grant went with its slot');
+        }
+        // The old node's session heard `moved`: the grants are watched from a session of the new node.
+        await waitUntil('the grants are re-watched', () => flock._session.rewatched >= 2);
+        for (const [i, lock] of [fixed, session].entries()) {
+          assert.equal((await to.info(keys[i])).holds, '1', 'the re-watch left the hold count as it was');
+          assert.equal(lock.signal.aborted, false);
+        }
+        assert.equal((await to.info(keys[1])).session, '1', 'the session grant lives with the new node\'s session');
         // So a loss on the new node is pushed.
-        await to.probe.call('FLOCK.FORCERELEASE', key);
-        await waitUntil('the signal aborts', () => lock.signal.aborted);
-        assert.equal(lock.signal.error.reason, 'forcereleased');
+        for (const [i, lock] of [fixed, session].entries()) {
+          await to.probe.call('FLOCK.FORCERELEASE', keys[i]);
+          await waitUntil('the signal aborts', () => lock.signal.aborted);
+          assert.equal(lock.signal.error.reason, 'forcereleased');
+        }
       });
     });
   }

@@ -37,11 +37,12 @@ describe('Sentinel (1 master, 1 replica, 3 sentinels)', () => {
     });
   }
 
-  it('after SENTINEL FAILOVER a new acquire works on the new master, and a holder at the failover keeps its grant, re-watched there', async () => {
+  it('after SENTINEL FAILOVER a new acquire works on the new master, a holder of a fixed lease at the failover keeps its grant, re-watched there, and a session grant is reported lost (its session ended), not taken again', async () => {
     const clients = await Promise.all(SENTINEL_CLIENTS.map((kind) => kind.connect(topology)));
     const flocks = clients.map((client) => flockOver(client));
     const old = await topology.master();
-    const held = await Promise.all(flocks.map((flock, i) => flock.acquire(`failover:held${i}`)));
+    const held = await Promise.all(flocks.map((flock, i) => flock.acquire(`failover:held${i}`, { lease: 60000 })));
+    const sessionGrants = await Promise.all(flocks.map((flock, i) => flock.acquire(`failover:session${i}`)));
     await topology.sentinels[0].probe.call('SENTINEL', 'FAILOVER', 'mymaster');
     await waitUntil('the sentinels name the replica master', async () => (await topology.master()) !== old, 30000);
     const promoted = await topology.master();
@@ -58,6 +59,12 @@ describe('Sentinel (1 master, 1 replica, 3 sentinels)', () => {
       await waitUntil(`${SENTINEL_CLIENTS[i].name}: its grant is re-watched`, () => flocks[i]._session.rewatched >= 1, 30000);
       assert.equal(lock.signal.aborted, false);
       await lock.release();
+    }
+    for (const [i, lock] of sessionGrants.entries()) {
+      await waitUntil(`${SENTINEL_CLIENTS[i].name}: its session grant is reported lost`, () => lock.signal.aborted, 30000);
+      assert.equal(lock.signal.error.reason, 'sessionended');
+      // Its replicated copy lasts the session's timeout there, and nothing watches it again.
+      await waitUntil('the session grant ends on the new master', async () => (await promoted.info(`failover:session${i}`)) === null, 30000);
     }
   });
 });

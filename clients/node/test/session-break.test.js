@@ -6,7 +6,7 @@
 
 const assert = require('node:assert/strict');
 const { before, it } = require('node:test');
-const { LockLostError } = require('..');
+const { LockLostError, LockNotHeldError } = require('..');
 const { aborted, eachClient, flockOf, startServer, startProxy, waitUntil, within, PUSHED_MS } = require('./helpers');
 
 const LEASE = 10000;
@@ -69,7 +69,6 @@ eachClient((kind, K) => {
 
   for (const [name, what, options] of [
     ['fixed', 'a fixed lease (no watchdog)', { lease: 60000 }],
-    ['dog', 'a watchdog', {}],
     ['shared', 'a shared fixed lease', { lease: 60000, shared: true }],
     ['sem', 'a semaphore fixed lease', { lease: 60000, permits: 2, limit: 3 }],
   ]) {
@@ -97,6 +96,24 @@ eachClient((kind, K) => {
     });
   }
 
+  it('a killed session connection: its session grants are reported lost (sessionended) and never taken again; a later wait of the same owner is a new grant', async () => {
+    const proxy = await startProxy(server.port);
+    const own = await flockOf(kind, proxy.port);
+    const key = K('sessionended');
+    const lock = await own.acquire(key);
+    const victim = await proxiedSession(proxy);
+    const acquires = await server.stat('cmdstat_flock.acquire');
+    await server.probe.client('KILL', 'ID', victim);
+    await within(PUSHED_MS, 'the loss', aborted(lock.signal));
+    assert.equal(lock.signal.error.reason, 'sessionended');
+    await waitUntil('the server ended the grant with its session', async () => (await server.info(key)) === null);
+    assert.equal(await server.stat('cmdstat_flock.acquire'), acquires, 'nothing took it again');
+    await assert.rejects(lock.release(), LockNotHeldError);
+    const again = await own.acquire(key, { owner: lock.owner });
+    assert.notEqual(again.token, lock.token, 'a new grant');
+    await again.release();
+  });
+
   it('a grant force-released while the session is down is reported lost after the reconnect (RENEW: NOTOWNER)', async () => {
     const proxy = await startProxy(server.port);
     const own = await flockOf(kind, proxy.port);
@@ -112,8 +129,8 @@ eachClient((kind, K) => {
     proxy.flush();
     await within(PUSHED_MS, 'the loss found by the RENEW', aborted(lock.signal));
     assert.ok(lock.signal.error instanceof LockLostError);
-    assert.equal(lock.signal.error.reason, 'forcereleased');
-    assert.match(lock.signal.error.message, /NOTOWNER/);
+    assert.equal(lock.signal.error.reason, 'notowner');
+    assert.match(lock.signal.error.message, /NOTOWNER .*force-released/);
     assert.equal(await server.info(K('rewatchgone')), null, 'no grant was made by the re-watch');
   });
 

@@ -95,11 +95,12 @@ eachClient((kind, K) => {
     assert.match(lock.signal.error.message, /force-released/);
   });
 
-  it('a fixed lease that runs out aborts lock.signal (pushed `lost expired`)', async () => {
+  it('a fixed lease aborts lock.signal (expired) at its deadline, before the server ends it', async () => {
     const lock = await flock.acquire(K('expire'), { lease: 200 });
-    await within(PUSHED_MS, 'the pushed expiry', aborted(lock.signal));
+    await within(PUSHED_MS, 'the expiry', aborted(lock.signal));
+    assert.equal(lock.signal.error.reason, 'expired');
     assert.match(lock.signal.error.message, /lease ended/);
-    assert.equal(await server.info(K('expire')), null);
+    await waitUntil('the lease ends on the server', async () => (await server.info(K('expire'))) === null);
     await assert.rejects(lock.release(), (err) => err instanceof LockNotHeldError && /lease/.test(err.message));
   });
 
@@ -128,16 +129,19 @@ eachClient((kind, K) => {
 
   it("a grant answered directly marks this process's excluded holder lost, even before its `lost` event is read", async () => {
     const proxy = await startProxy(server.port);
-    const proxied = await flockOf(kind, proxy.port);
+    // A session timeout long enough that the session's deadline stays far while its replies are held back.
+    const proxied = await flockOf(kind, proxy.port, { sessionTimeoutMs: 60000 });
     // Open the session, then hold back its inbox from the next FLOCK.INBOX on (an event makes
     // the blocked one return, so that the client sends the next).
-    const opener = await proxied.acquire(K('hold-open'), { lease: 50 });
+    const opener = await proxied.acquire(K('hold-open'));
     proxy.holdReplies('FLOCK.INBOX');
-    await within(PUSHED_MS, 'the opener expired', aborted(opener.signal));
-    const holder = await proxied.acquire(K('super'), { lease: 200 });
-    await waitUntil('the lease ended on the server', async () => (await server.info(K('super'))) === null);
+    await server.probe.call('FLOCK.FORCERELEASE', K('hold-open'));
+    await within(PUSHED_MS, 'the opener lost', aborted(opener.signal));
+    const holder = await proxied.acquire(K('super'));
+    await server.probe.call('FLOCK.FORCERELEASE', K('super'));
     const next = await proxied.acquire(K('super'), { lease: LEASE, wait: 0 });
     assert.equal(holder.signal.aborted, true, 'lost before the new grant was returned');
+    assert.equal(holder.signal.error.reason, 'notowner');
     assert.match(holder.signal.error.message, /another owner was granted it/);
     proxy.flush();
     await next.release();

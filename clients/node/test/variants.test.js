@@ -168,8 +168,8 @@ eachClient((kind, K) => {
     await r.release();
   });
 
-  it("the watchdog keeps a reader's and a semaphore holder's lease alive", async () => {
-    const dog = await flockOf(kind, server.port, { watchdogLease: WATCHDOG_LEASE });
+  it("without a session, the watchdog keeps a reader's and a semaphore holder's lease alive", async () => {
+    const dog = await flockOf(kind, server.port, { watchdogLease: WATCHDOG_LEASE, sessions: false });
     const r = await dog.acquire(K('dog-read'), { shared: true });
     const s = await dog.acquire(K('dog-sem'), { permits: 2, limit: 5 });
     const renews = await server.stat('cmdstat_flock.renew');

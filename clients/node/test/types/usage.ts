@@ -2,7 +2,7 @@
 // libraries and types each call shape; the @ts-expect-error lines must stay errors.
 import Redis from 'ioredis';
 import { createClient, createCluster, createSentinel } from 'redis';
-import Flock, { Flock as Named, Lock, LockAbortSignal, LockBusyError, LockNotHeldError, LockLostError, LockUpgradeError, LockModeError, LockNotDurableError, LockDeadlockError, AbortError, LockMode } from 'redis-flock';
+import Flock, { Flock as Named, Lock, LockAbortSignal, LockBusyError, LockNotHeldError, LockLostError, LockUpgradeError, LockModeError, LockNotDurableError, LockDeadlockError, AbortError, LockMode, LossReason, PROTOCOL, CommandTimeoutError } from 'redis-flock';
 
 export async function usage(): Promise<void> {
   const io = new Flock(new Redis());
@@ -14,6 +14,10 @@ export async function usage(): Promise<void> {
   const same: Lock = await lock.extend(10000);
   const left: number = await same.release();
   const lost: boolean = lock.signal.aborted && lock.signal.error instanceof LockLostError;
+  const lostNow: boolean = lock.lost;
+  const why: LossReason | undefined = lock.signal.error?.reason;
+  const timed = new Flock(new Redis(), { sessionTimeoutMs: 3000 });
+  console.log(lostNow, why, timed.settings.sessionTimeoutMs, PROTOCOL.heartbeatFraction, new CommandTimeoutError('x').code);
 
   const redlockShape = await nr.acquire(['a', 'b'], 5000, { retryCount: 3, retryDelay: 100 });
   await redlockShape.release();
