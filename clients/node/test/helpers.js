@@ -411,9 +411,12 @@ function eachClient(suite) {
  * A TCP proxy in front of `port`. `dropReply(word)`: the first reply to a command containing
  * `word` is swallowed and that client connection cut once the server has answered (a lost reply
  * of an applied command). `holdReplies(word)`: replies on the connection that sent `word` are held
- * back until `flush()`. `sent(word)` lists the commands seen containing `word`; `addrs()` the
- * proxied connections as the server sees them (CLIENT LIST addr=). `retarget(port)` cuts every
- * connection and sends the new ones to `port`.
+ * back until `flush()`. `partition()`: nothing flows any more either way on any connection, new
+ * ones included, and every socket stays open (no FIN, no RST), as under a network partition;
+ * `heal()` lets it all flow again, nothing lost (each socket is paused, so what is sent meanwhile
+ * waits in the kernel's buffers, as TCP keeps it). `sent(word)` lists the commands seen
+ * containing `word`; `addrs()` the proxied connections as the server sees them (CLIENT LIST
+ * addr=). `retarget(port)` cuts every connection and sends the new ones to `port`.
  */
 async function startProxy(port) {
   let target = port;
@@ -423,8 +426,14 @@ async function startProxy(port) {
   const holding = [];
   const sockets = new Set();
   const upstreams = new Set();
+  let cut = false;
   const server = net.createServer((client) => {
     const upstream = net.connect(target, '127.0.0.1');
+    // A paused socket is not read (neither its data nor its end is seen) until it is resumed.
+    if (cut) {
+      client.pause();
+      upstream.pause();
+    }
     sockets.add(client).add(upstream);
     upstreams.add(upstream);
     upstream.on('close', () => upstreams.delete(upstream));
@@ -474,6 +483,14 @@ async function startProxy(port) {
         for (const chunk of st.held) st.client.write(chunk);
         st.held = null;
       }
+    },
+    partition: () => {
+      cut = true;
+      for (const s of sockets) s.pause();
+    },
+    heal: () => {
+      cut = false;
+      for (const s of sockets) s.resume();
     },
     sent: (word) => seen.filter((text) => text.includes(word)),
     // The server's view of the proxied connections ('127.0.0.1:port', as CLIENT LIST's addr=).

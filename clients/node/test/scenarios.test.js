@@ -6,26 +6,33 @@
 // `owner` to re-enter); a process is one Flock over one redis client of its own, connected
 // through a proxy of its own (for `drop_next_reply`, and so that `kill_process` can find and end
 // its connections); FLOCK.INFO, FLOCK.FORCERELEASE and CLIENT KILL go on the server's probe
-// connection, the runner's own.
+// connection, the runner's own. A scenario's session_timeout_ms is each process's
+// sessionTimeoutMs; `partition` pauses the process's proxy both ways. Times of a loss and of a
+// grant (expect_lost_before) are taken on the monotonic clock as the client reports them: in the
+// signal's abort listener, and when acquire() resolves.
 
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
+const { performance } = require('node:perf_hooks');
+const { setTimeout: delay } = require('node:timers/promises');
 const { it, before } = require('node:test');
 const Redis = require('ioredis');
 const { createClient } = require('redis');
-const { Flock, LockBusyError, LockNotHeldError, LockUpgradeError, LockModeError, AbortError } = require('..');
+const { Flock, DEFAULTS, PROTOCOL, LockBusyError, LockNotHeldError, LockUpgradeError, LockModeError, AbortError } = require('..');
 const { eachClient, startServer, startProxy, waitUntil } = require('./helpers');
 
 // ../scenarios.json from the client's directory, found from this file (not the working directory).
 const SCENARIOS_FILE = process.env.FLOCK_SCENARIOS || path.resolve(__dirname, '..', '..', 'scenarios.json');
 if (!fs.existsSync(SCENARIOS_FILE)) throw new Error(`the shared scenarios are not at ${SCENARIOS_FILE} (set FLOCK_SCENARIOS)`);
-const { scenarios } = JSON.parse(fs.readFileSync(SCENARIOS_FILE, 'utf8'));
+const { scenarios, protocol } = JSON.parse(fs.readFileSync(SCENARIOS_FILE, 'utf8'));
 
 // SCENARIOS.md: every await_* fails after 10 s (or its within_ms); a started acquire waits 20 s
 // unless told; an acquire is a try unless told.
 const AWAIT_MS = 10000;
 const START_WAIT_MS = 20000;
+// How often expect_not_lost with for_ms looks during its time.
+const NOT_LOST_POLL_MS = 10;
 
 let server;
 before(async () => {
@@ -84,6 +91,8 @@ class Runner {
     this.scenario = scenario;
     this.processes = new Map();
     this.actors = new Map();
+    // When each lock handle was reported lost (performance.now()).
+    this.lostAt = new Map();
   }
 
   key(name) {
@@ -95,7 +104,8 @@ class Runner {
     if (proc) return proc;
     const proxy = await startProxy(server.port);
     const { client, close } = await connect(this.kind, proxy.port);
-    proc = { name, proxy, client, close, flock: new Flock(client), killed: false };
+    const flock = new Flock(client, { sessionTimeoutMs: this.scenario.session_timeout_ms });
+    proc = { name, proxy, client, close, flock, killed: false };
     this.processes.set(name, proc);
     return proc;
   }
@@ -125,6 +135,9 @@ class Runner {
     const pending = { controller, settled: false, outcome: undefined, error: undefined };
     pending.promise = actor.proc.flock.acquire(this.key(step.key), options).then(
       (lock) => {
+        actor.grantedAt = performance.now();
+        if (lock.signal.aborted) this.lostAt.set(lock, actor.grantedAt);
+        else lock.signal.addEventListener('abort', () => this.lostAt.set(lock, performance.now()), { once: true });
         actor.owner ??= lock.owner;
         actor.locks.push(lock);
         return 'granted';
@@ -217,7 +230,11 @@ class Runner {
           },
           step.within_ms ?? AWAIT_MS,
         ).catch((err) => {
-          throw new Error(`${err.message}; last seen ${last}`);
+          // An acquire that ended instead of queuing says why.
+          const ended = [...this.actors.values()]
+            .filter((a) => a.pending?.settled && a.pending.outcome !== 'granted')
+            .map((a) => `${a.name}: ${a.pending.outcome} ${a.pending.error?.message ?? ''}`);
+          throw new Error(`${err.message}; last seen ${last}${ended.length ? `; ended: ${ended.join('; ')}` : ''}`);
         });
         return;
       }
@@ -241,9 +258,38 @@ class Runner {
       case 'expect_not_lost': {
         const actor = await this.actor(step);
         const { lock } = this.lockOf(actor, step);
-        assert.equal(lock.signal.aborted, false, `${actor.name}'s lock of ${step.key} was lost: ${lock.signal.error?.message}`);
+        const end = performance.now() + (step.for_ms ?? 0);
+        for (;;) {
+          assert.equal(lock.signal.aborted, false, `${actor.name}'s lock of ${step.key} was lost: ${lock.signal.error?.message}`);
+          if (performance.now() >= end) return;
+          await delay(Math.min(NOT_LOST_POLL_MS, end - performance.now()));
+        }
+      }
+      case 'expect_lost_before': {
+        const actor = await this.actor(step);
+        const { lock } = this.lockOf(actor, step);
+        const granted = this.actors.get(step.granted);
+        assert.ok(granted?.grantedAt !== undefined, `${step.granted} was granted nothing`);
+        const lostAt = this.lostAt.get(lock);
+        assert.ok(lostAt !== undefined, `${actor.name}'s lock of ${step.key} was never reported lost`);
+        assert.ok(
+          lostAt < granted.grantedAt,
+          `${actor.name}'s lock of ${step.key} was reported lost ${(lostAt - granted.grantedAt).toFixed(1)} ms after ${step.granted} was granted it`,
+        );
         return;
       }
+      case 'partition': {
+        const { proxy } = await this.process(step.process);
+        proxy.partition();
+        if (step.for_ms !== undefined) {
+          await delay(step.for_ms);
+          proxy.heal();
+        }
+        return;
+      }
+      case 'heal':
+        (await this.process(step.process)).proxy.heal();
+        return;
       case 'drop_next_reply':
         (await this.process(step.process)).proxy.dropReply(step.command);
         return;
@@ -300,6 +346,25 @@ class Runner {
     }
   }
 }
+
+it("the client's constants are the protocol block of scenarios.json", () => {
+  assert.deepEqual(
+    {
+      heartbeat_fraction: PROTOCOL.heartbeatFraction,
+      drift_margin_ms: PROTOCOL.driftMarginMs,
+      drift_margin_percent: PROTOCOL.driftMarginPercent,
+      watchdog_lease_ms: PROTOCOL.watchdogLeaseMs,
+      watchdog_renew_fraction: PROTOCOL.watchdogRenewFraction,
+      resends: PROTOCOL.resends,
+      cancel_grace_ms: PROTOCOL.cancelGraceMs,
+      loss_reasons: [...PROTOCOL.lossReasons],
+    },
+    protocol,
+  );
+  // What the client uses is what it declares.
+  assert.equal(DEFAULTS.watchdogLease, protocol.watchdog_lease_ms);
+  assert.equal(DEFAULTS.resends, protocol.resends);
+});
 
 eachClient((kind) => {
   for (const scenario of scenarios) {
