@@ -13,7 +13,9 @@
 // that name a session: send(args, node) sends them on that node's own connection, so that the
 // answer is that node's (a MOVED, or NOSESSION only when the session really ended).
 
+const { schedule } = require('./deadlines');
 const { CommandTimeoutError } = require('./errors');
+const { now } = require('./protocol');
 
 // node-redis's RESP type byte for integers (RESP_TYPES.NUMBER, ':'); mapping it to String keeps
 // tokens exact without importing the package (it is an optional peer).
@@ -80,6 +82,10 @@ class Connection {
   async nodeOf() {
     return '';
   }
+  // The node of `key` if known without a round trip (the slot map is there), else undefined.
+  nodeNow() {
+    return '';
+  }
   // Whether the blocking form of single-key waits (sessions: false) is offered: with one server
   // (also through ioredis's Sentinel support) only; cluster clients and node-redis's sentinel
   // client wait through sessions (their multi-key waits block a dedicated() connection).
@@ -93,25 +99,26 @@ class Connection {
    */
   send(args, node, timeoutMs) {
     if (timeoutMs <= 0) return Promise.reject(timedOut(args[0], timeoutMs));
-    return this._refWhile(() => timeboxed(this._send(args, node), timeoutMs, args[0]));
+    return this._inFlight(this._send(args, node), timeoutMs, args[0]);
   }
   /**
    * Sends `commands` (argvs) in one round trip on this one connection; resolves to a settled
    * result per command ({ status, value | reason }, as Promise.allSettled). `timeoutMs` as send's.
    */
   pipeline(commands, timeoutMs) {
-    return this._refWhile(() => timeboxed(this._pipeline(commands), timeoutMs, commands[0][0]));
+    return this._inFlight(this._pipeline(commands), timeoutMs, commands[0][0]);
+  }
+  // A command in flight: referenced meanwhile (autoRef), until it settles or times out.
+  _inFlight(promise, timeoutMs, what) {
+    if (!this._autoRef) return timeboxed(promise, timeoutMs, what);
+    if (this._inflight++ === 0) this.setRef(true);
+    return timeboxed(promise, timeoutMs, what, () => {
+      if (--this._inflight === 0) this.setRef(false);
+    });
   }
   // node-redis writes the commands of one tick together (its auto-pipelining).
   _pipeline(commands) {
     return Promise.allSettled(commands.map((args) => this._send(args)));
-  }
-  _refWhile(run) {
-    if (!this._autoRef) return run();
-    if (this._inflight++ === 0) this.setRef(true);
-    return run().finally(() => {
-      if (--this._inflight === 0) this.setRef(false);
-    });
   }
   /**
    * A connection of FLOCK's own to `node` (the session's kind: no reconnects of its own, so a
@@ -227,6 +234,9 @@ class IoredisClusterConnection extends Connection {
     super(cluster, false);
     // Node address -> IoredisConnection (a plain client of that node).
     this._nodes = new Map();
+  }
+  nodeNow(key) {
+    return this.client.slots?.[calculateSlot(key)]?.[0];
   }
   async nodeOf(key) {
     const slot = calculateSlot(key);
@@ -353,6 +363,9 @@ class NodeRedisClusterConnection extends NodeRedisConnection {
     const start = client ?? this.client.masters.find((m) => m.client)?.client;
     if (slots && typeof slots.rediscover === 'function' && start) await slots.rediscover(start);
   }
+  nodeNow(key) {
+    return this.client.slots?.[calculateSlot(key)]?.master.address;
+  }
   async nodeOf(key) {
     const slot = calculateSlot(key);
     if (!this.client.slots[slot]) await this.client.connect();
@@ -423,27 +436,35 @@ function adapt(client, { nodeOptions } = {}) {
   throw new TypeError('redis-flock needs an ioredis or node-redis (redis >= 5) client');
 }
 
-const MAX_TIMER_MS = 2 ** 31 - 1;
-
 function timedOut(what, ms) {
   return new CommandTimeoutError(`${what} got no reply within ${Math.max(0, Math.round(ms))} ms`);
 }
 
 /**
- * `promise`, or a CommandTimeoutError after `ms` (none when `ms` is undefined); the timer never
- * keeps the process alive.
+ * `promise`, or a CommandTimeoutError after `ms` (none when `ms` is undefined or Infinity), taken
+ * on the process's deadline heap (no timer of its own: a command costs no timer); `onEnd` runs
+ * once either comes. Its own outcome after the timeout is of no use (a late reply, the
+ * connection closed) and is dropped.
  */
-function timeboxed(promise, ms, what) {
-  // setTimeout takes at most 2^31-1 ms: a deadline further away than that (a lease of weeks) is none.
-  if (!(ms < MAX_TIMER_MS)) return promise;
-  let timer;
-  const late = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(timedOut(what, ms)), Math.max(0, Math.ceil(ms)));
-    timer.unref();
+function timeboxed(promise, ms, what, onEnd) {
+  const bounded = ms !== undefined && ms < Infinity;
+  if (!bounded && !onEnd) return promise;
+  return new Promise((resolve, reject) => {
+    let open = true;
+    let deadline = null;
+    const end = () => {
+      if (!open) return false;
+      open = false;
+      deadline?.cancel();
+      onEnd?.();
+      return true;
+    };
+    if (bounded) deadline = schedule(now() + ms, () => end() && reject(timedOut(what, ms)));
+    promise.then(
+      (value) => end() && resolve(value),
+      (err) => end() && reject(err),
+    );
   });
-  // Its own outcome once the timeout answered is of no use (a late reply, the connection closed).
-  promise.catch(() => {});
-  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
 }
 
 /** An error the server answered (as opposed to a lost reply: I/O error, closed connection). */

@@ -111,10 +111,12 @@ function down(i) {
   }
 }
 
-// The timer follows the earliest deadline; it never keeps the process alive.
+// The timer runs no later than the earliest deadline (it is set again only for an earlier one: a
+// deadline cancelled or moved later leaves it, and it then finds nothing due and is set for the
+// next); it never keeps the process alive.
 function arm() {
   const at = heap.length > 0 ? heap[0].at : Infinity;
-  if (at === timerAt) return;
+  if (at >= timerAt) return;
   clearTimeout(timer);
   timer = null;
   timerAt = at;

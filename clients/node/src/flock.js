@@ -1,10 +1,10 @@
 'use strict';
 
-const { randomUUID } = require('node:crypto');
 const { setTimeout: delay } = require('node:timers/promises');
 const { adapt, commandKeys, isReplyError } = require('./adapter');
 const { sweep } = require('./deadlines');
 const { Grant, loss } = require('./grant');
+const { newOwner, newRequestId } = require('./ids');
 const { PROTOCOL, SERVER_SESSION_TIMEOUT_MS, margin, now } = require('./protocol');
 const { Session, redirection } = require('./session');
 const {
@@ -141,10 +141,10 @@ function abortError(signal) {
 
 /**
  * A FLOCK lock service over one ioredis or node-redis client. Each acquire() gets its own owner
- * (a UUID), so two acquires of one key exclude each other, also within one process; pass
+ * (`<process id>:<n>`), so two acquires of one key exclude each other, also within one process; pass
  * `owner: lock.owner` to re-enter on purpose. Settings: watchdogLease, wait, resends, sessions,
- * nodeOptions, and durableReplicas / durableTimeout (durable grants: each grant confirmed by that
- * many replicas, or given back with LockNotDurableError; also per acquire).
+ * sessionTimeoutMs, nodeOptions, and durableReplicas / durableTimeout (durable grants: each grant
+ * confirmed by that many replicas, or given back with LockNotDurableError; also per acquire).
  */
 class Flock {
   constructor(client, settings = {}) {
@@ -179,18 +179,20 @@ class Flock {
    * Acquires `resources`: a key, or several keys together, all or none (one FLOCK.ACQUIREALL,
    * queued at every key at once; in a Cluster they must share a slot). Either
    * `acquire(resources, {lease, wait, signal, owner})` or redlock's
-   * `acquire(resources, duration, settings)`. Without a lease, a watchdog keeps a
-   * `watchdogLease` lease renewed until release().
+   * `acquire(resources, duration, settings)`. Without a lease it is a session grant, which lives
+   * with this Flock's session until release() (without a session, or for a durable grant, a
+   * watchdog keeps a `watchdogLease` lease renewed instead); a lease is fixed, never renewed.
    */
-  async acquire(resources, durationOrOptions, settings) {
+  acquire(resources, durationOrOptions, settings) {
     return this._acquire(resources, durationOrOptions, settings);
   }
 
   /**
-   * Runs `routine(signal)` while holding `resources`, renewing the lease automatically; `signal`
-   * aborts (with `signal.error`) if the lock is lost. Releases when the routine settles.
-   * Shapes: using(resources, routine), using(resources, options, routine) (a watchdog lease),
-   * using(resources, duration, routine), using(resources, duration, settings, routine).
+   * Runs `routine(signal)` while holding `resources` (a session grant; without a session, a
+   * `duration` lease the watchdog renews); `signal` aborts (with `signal.error`) if the lock is
+   * lost. Releases when the routine settles. Shapes: using(resources, routine),
+   * using(resources, options, routine), using(resources, duration, routine),
+   * using(resources, duration, settings, routine).
    */
   async using(resources, ...rest) {
     const routine = rest.pop();
@@ -261,7 +263,7 @@ class Flock {
     const wait = waitOf(opts, this.settings.wait);
     const { signal } = opts;
     if (signal?.aborted) throw abortError(signal);
-    const owner = opts.owner ?? randomUUID();
+    const owner = opts.owner ?? newOwner();
     const durable = durableOf(opts, this.settings);
     const sessions = this.settings.sessions;
     const plan = given && !opts.renew ? 'fixed' : sessions && durable.replicas === 0 ? 'session' : 'watchdog';
@@ -273,7 +275,9 @@ class Flock {
     if (grants === null) throw new LockBusyError(busyMessage(keys, wait), keys[0]);
     const tokens = grants.map((grant) => grant.token);
     const handles = grants.map((grant) => grant.handle ?? null);
-    for (const key of keys) this._hold(key, owner, 1);
+    // The (key, owner) names of the process's hold counts and remembered releases.
+    const ids = keys.map((key) => holdId(key, owner));
+    for (const id of ids) this._hold(id, 1);
     try {
       if (keys.length > 1 || !sessions) {
         // Lease deadlines counted from a send long before the grant (a blocking wait) are asked anew.
@@ -299,7 +303,7 @@ class Flock {
       }
       for (const [i, key] of keys.entries()) {
         // Before the durable check, whose RENEW and WAIT then cover these releases too.
-        await this._dropStale(key, owner, tokens[i]);
+        if (lastReleases.has(ids[i])) await this._dropStale(key, owner, tokens[i], ids[i]);
       }
       // Each key given back with the others (the catch below) when the replicas do not confirm it.
       if (durable.replicas > 0) {
@@ -307,14 +311,14 @@ class Flock {
       }
     } catch (err) {
       for (const handle of handles) handle?.grant.drop(handle);
-      await this._releaseHolds(keys, owner, tokens).catch(() => {});
+      await this._releaseHolds(keys, owner, tokens, ids).catch(() => {});
       // Uncounted once the give-backs were answered (see Lock#release).
-      for (const key of keys) this._hold(key, owner, -1);
+      for (const id of ids) this._hold(id, -1);
       throw err;
     }
     const renewEvery = plan === 'watchdog' ? renewPeriod(lease, opts.automaticExtensionThreshold) : 0;
     const held = new Map(keys.map((key, i) => [key, tokens[i]]));
-    const lock = new Lock(this, keys, owner, held, handleLease, renewEvery, mode, handles);
+    const lock = new Lock(this, keys, owner, held, handleLease, renewEvery, mode, handles, ids);
     // Every deadline of the process that has passed is a loss reported before this grant is
     // handed over (a holder of this process whose timer has not run yet).
     sweep();
@@ -338,7 +342,7 @@ class Flock {
       throw abortError(signal);
     }
     if (outcome.token) {
-      const life = await this._confirmLife(key, owner, lease, outcome.life);
+      const life = outcome.life.entry ? outcome.life : await this._confirmLife(key, owner, lease, outcome.life);
       const handle = this._session.watch(key, owner, outcome.token, outcome.node, mode.mode, { extra, plan, lease, life });
       return [{ token: BigInt(outcome.token), handle, node: outcome.node }];
     }
@@ -350,7 +354,7 @@ class Flock {
   async _try(key, owner, lease, extra) {
     let to;
     for (let attempt = 0; ; attempt++) {
-      const { node, sid, entry } = await this._session.sessionFor(key, to);
+      const { node, sid, entry } = this._session.openFor(key, to) ?? (await this._session.sessionFor(key, to));
       const sent = now();
       try {
         const args = ['FLOCK.ACQUIRE', key, owner, String(lease), 'INBOX', sid, ...extra];
@@ -410,7 +414,7 @@ class Flock {
         // and the WAIT after it would count acknowledgements of nothing.
         [renew, wait] = await conn.pipeline(
           [
-            ['FLOCK.RENEW', key, owner, String(lease), 'ID', randomUUID()],
+            ['FLOCK.RENEW', key, owner, String(lease), 'ID', newRequestId()],
             ['WAIT', String(replicas), String(timeout)],
           ],
           timeout + this._commandTimeout(),
@@ -500,7 +504,7 @@ class Flock {
    * the race with the abort is handed back (`giveBack(reply)`) before the abort is reported.
    */
   async _wait(key, argsFor, wait, signal, giveBack) {
-    const rid = randomUUID();
+    const rid = newRequestId();
     const deadline = Date.now() + wait;
     let node = await this._conn.nodeOf(key);
     for (let attempt = 0; ; ) {
@@ -591,7 +595,7 @@ class Flock {
    * no longer held (its lease ended, force-released): then each key is released on its own, so
    * that those still held are freed, and the NOTOWNER of the first key lost is thrown.
    */
-  async _releaseHolds(keys, owner, tokens) {
+  async _releaseHolds(keys, owner, tokens, ids = keys.map((key) => holdId(key, owner))) {
     let left;
     try {
       left =
@@ -600,29 +604,28 @@ class Flock {
           : (await this._send(this._conn, ['FLOCK.RELEASEALL', String(keys.length), ...keys, owner])).map(Number);
     } catch (err) {
       if (!(err instanceof LockNotHeldError)) {
-        keys.forEach((key, i) => this._rememberRelease(key, owner, tokens[i]));
+        ids.forEach((id, i) => this._rememberRelease(id, tokens[i]));
         throw err;
       }
       if (keys.length === 1) throw err;
-      const each = await Promise.allSettled(keys.map((key, i) => this._releaseHolds([key], owner, [tokens[i]])));
+      const each = await Promise.allSettled(keys.map((key, i) => this._releaseHolds([key], owner, [tokens[i]], [ids[i]])));
       const failed = each.find((result) => result.status === 'rejected');
       if (failed) throw failed.reason;
       return each.map((result) => result.value[0]);
     }
-    keys.forEach((key, i) => left[i] === 0 && this._rememberRelease(key, owner, tokens[i]));
+    ids.forEach((id, i) => left[i] === 0 && this._rememberRelease(id, tokens[i]));
     return left;
   }
 
-  _rememberRelease(key, owner, token) {
-    const id = holdId(key, owner);
+  // `id`: holdId(key, owner).
+  _rememberRelease(id, token) {
     lastReleases.delete(id);
     lastReleases.set(id, token);
     if (lastReleases.size > REMEMBERED_RELEASES) lastReleases.delete(lastReleases.keys().next().value);
   }
 
   // Counts the holds of (key, owner) that the process's locks have (`by` 1 at a grant, -1 at its release).
-  _hold(key, owner, by) {
-    const id = holdId(key, owner);
+  _hold(id, by) {
     const n = (holding.get(id) ?? 0) + by;
     if (n > 0) holding.set(id, n);
     else holding.delete(id);
@@ -637,8 +640,7 @@ class Flock {
    * are given back now, so that the caller's one release frees the lock. If the server refuses
    * again, the release is remembered again, for the next grant; the acquire stands.
    */
-  async _dropStale(key, owner, token) {
-    const id = holdId(key, owner);
+  async _dropStale(key, owner, token, id) {
     const last = lastReleases.get(id);
     lastReleases.delete(id);
     if (last !== token) return;
@@ -648,7 +650,7 @@ class Flock {
         await this._releaseKey(key, owner);
       }
     } catch (err) {
-      if (!(err instanceof LockNotHeldError)) this._rememberRelease(key, owner, token);
+      if (!(err instanceof LockNotHeldError)) this._rememberRelease(id, token);
     }
   }
 
@@ -673,7 +675,7 @@ class Flock {
   // (CANCEL, INFO). `node`: sent on that node's own connection (a command that names its session),
   // not routed. Each send has a timeout: until `until` (the deadline the command serves: a number
   // or a function on protocol.now()'s clock), else `timeout` ms, else T/3; none hangs.
-  async _send(conn, args, { rid = randomUUID(), noId = false, resends = this.settings.resends, node, until, timeout } = {}) {
+  async _send(conn, args, { rid = newRequestId(), noId = false, resends = this.settings.resends, node, until, timeout } = {}) {
     const full = noId ? args : [...args, 'ID', rid];
     for (let attempt = 0; ; attempt++) {
       const deadline = typeof until === 'function' ? until() : until;
@@ -771,18 +773,29 @@ const SIGNAL = AbortSignal.prototype;
 const abortedOf = Object.getOwnPropertyDescriptor(SIGNAL, 'aborted').get;
 const reasonOf = Object.getOwnPropertyDescriptor(SIGNAL, 'reason').get;
 
-/**
- * `signal`, whose `aborted`, `reason` and `throwIfAborted()` first run `check` (the deadlines due
- * by the clock now), so that what they answer is true when they are read, even before an overdue
- * timer has run.
- */
-function checkedSignal(signal, check) {
-  return Object.defineProperties(signal, {
-    aborted: { configurable: true, get: () => (check(), abortedOf.call(signal)) },
-    reason: { configurable: true, get: () => (check(), reasonOf.call(signal)) },
-    throwIfAborted: { configurable: true, writable: true, value: () => (check(), SIGNAL.throwIfAborted.call(signal)) },
-  });
-}
+// The prototype of a lock's signal: an AbortSignal whose `aborted`, `reason` and
+// `throwIfAborted()` first run the deadlines due by the clock now (sweep), so that what they
+// answer is true when they are read, even before an overdue timer has run.
+const CHECKED_SIGNAL = Object.create(SIGNAL, {
+  aborted: {
+    get() {
+      sweep();
+      return abortedOf.call(this);
+    },
+  },
+  reason: {
+    get() {
+      sweep();
+      return reasonOf.call(this);
+    },
+  },
+  throwIfAborted: {
+    value() {
+      sweep();
+      return SIGNAL.throwIfAborted.call(this);
+    },
+  },
+});
 
 /**
  * A held lock: `token` (bigint fencing token of the first resource; `tokens` for each),
@@ -794,7 +807,7 @@ function checkedSignal(signal, check) {
  * `signal.throwIfAborted()` also compare the deadline with the clock when they are read.
  */
 class Lock {
-  constructor(flock, resources, owner, tokens, lease, renewEvery, { mode, permits }, handles) {
+  constructor(flock, resources, owner, tokens, lease, renewEvery, { mode, permits }, handles, holdIds) {
     this.flock = flock;
     this.resources = resources;
     this.owner = owner;
@@ -803,8 +816,8 @@ class Lock {
     this.tokens = tokens;
     // The lease asked for (0: a session grant, which has none of its own).
     this.lease = lease;
-    this._controller = new AbortController();
-    this.signal = checkedSignal(this._controller.signal, sweep);
+    // The signal's controller, made when `signal` is first read.
+    this._controller = null;
     this._lostError = null;
     this._renewEvery = renewEvery;
     this._renewing = null;
@@ -812,8 +825,9 @@ class Lock {
     this._released = false;
     // Whether release() took this lock's holds off the process's count (Flock#_hold).
     this._uncounted = false;
-    // One handle per resource, in order: this lock's hold of each grant.
+    // One handle per resource, in order: this lock's hold of each grant; and each one's holdId.
     this._handles = handles;
+    this._holdIds = holdIds;
     this._schedule();
     // A loss (pushed, a deadline, the session's end) aborts the signal at once.
     for (const handle of handles) {
@@ -829,6 +843,16 @@ class Lock {
   /** redlock's `lock.value`: what identifies this holder on the server (here its owner). */
   get value() {
     return this.owner;
+  }
+
+  /** Aborts with a LockLostError (also `signal.error`) when the lock is lost. */
+  get signal() {
+    if (!this._controller) {
+      this._controller = new AbortController();
+      Object.setPrototypeOf(this._controller.signal, CHECKED_SIGNAL);
+      if (this._lostError) this._abort();
+    }
+    return this._controller.signal;
   }
 
   /**
@@ -889,22 +913,22 @@ class Lock {
     for (const handle of this._handles) handle.released = true;
     clearTimeout(this._timer);
     // A renewal in flight would race the release; let it finish (its outcome no longer matters).
-    await this._renewing;
+    if (this._renewing) await this._renewing;
     // So would a re-watch's extra hold (added and released after a session break): the hold
     // count this release answers must not count it.
-    await this.flock._session.settled(this._handles);
+    if (this.flock._session.rewatching.size > 0) await this.flock._session.settled(this._handles);
     const uncount = !this._uncounted;
     this._uncounted = true;
     try {
       const tokens = this.resources.map((key) => this.tokens.get(key));
-      const left = (await this.flock._releaseHolds(this.resources, this.owner, tokens))[0];
+      const left = (await this.flock._releaseHolds(this.resources, this.owner, tokens, this._holdIds))[0];
       if (lost) throw new LockNotHeldError(`${lost.message}; it was not held when released`, lost.key, { cause: lost });
       return left;
     } finally {
       // Uncounted once the releases were answered: a stale-hold check of the same owner meanwhile
       // (Flock#_dropStale) then counts this hold until the server no longer does, and so never
       // gives back more than the stale holds.
-      if (uncount) for (const key of this.resources) this.flock._hold(key, this.owner, -1);
+      if (uncount) for (const id of this._holdIds) this.flock._hold(id, -1);
       for (const handle of this._handles) handle.grant.drop(handle);
     }
   }
@@ -935,8 +959,13 @@ class Lock {
     this._lostError = lost;
     clearTimeout(this._timer);
     this._renewEvery = 0;
-    this.signal.error = lost;
-    this._controller.abort(lost);
+    if (this._controller) this._abort();
+  }
+
+  _abort() {
+    const signal = this._controller.signal;
+    signal.error = this._lostError;
+    this._controller.abort(this._lostError);
   }
 }
 

@@ -45,7 +45,7 @@ class Grant {
     // The ACQUIRE arguments of its mode (a re-watch asks for the same), and the node it is on.
     this.extra = extra;
     this.node = node;
-    this.handles = new Set();
+    this.handles = [];
     // The session entry it lives with (a session grant), or null: a lease of its own, confirmed
     // until its Deadline `_own`.
     this.session = null;
@@ -85,7 +85,7 @@ class Grant {
   // unconfirmed, or a fixed one that ran out.
   _expire() {
     this._own = null;
-    const renewed = [...this.handles].some((handle) => !handle.released && handle.plan !== 'fixed');
+    const renewed = this.handles.some((handle) => !handle.released && handle.plan !== 'fixed');
     this.lose(loss(this.key, renewed ? 'unconfirmed' : 'expired', renewed ? undefined : 'its fixed lease reached its deadline'));
   }
 
@@ -103,14 +103,15 @@ class Grant {
   /** A new handle of it (a Lock's, for one acquire). */
   handle(plan, lease) {
     const handle = { grant: this, plan, lease, released: false, lost: this.lost, onLost: null };
-    this.handles.add(handle);
+    this.handles.push(handle);
     return handle;
   }
 
   /** `handle` no longer holds it (released); with no handle left, nothing watches it. */
   drop(handle) {
-    this.handles.delete(handle);
-    if (this.handles.size === 0) this._stop();
+    const at = this.handles.indexOf(handle);
+    if (at >= 0) this.handles.splice(at, 1);
+    if (this.handles.length === 0) this._stop();
   }
 
   _stop() {

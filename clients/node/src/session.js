@@ -17,11 +17,11 @@
 // failover) or when that node answers MOVED (then it goes to the node MOVED names, at once: the
 // library's slot map may still be refreshing) or ASK (a slot in migration: again a little later).
 
-const { randomUUID } = require('node:crypto');
 const { isReplyError, timeboxed } = require('./adapter');
 const { CommandTimeoutError } = require('./errors');
 const { schedule, sweep } = require('./deadlines');
 const { Grant, grantId, loss } = require('./grant');
+const { newRequestId } = require('./ids');
 const { PROTOCOL, margin, now } = require('./protocol');
 
 // The local deadline of a wait is its WAIT timeout plus this margin (docs/client-protocol.md,
@@ -54,11 +54,13 @@ class Session {
     // broken }); a broken entry leaves the map, and the next wait there opens a new one.
     this.nodes = new Map();
     this._closed = false;
+    // Whether the session connections are referenced now (_updateRef).
+    this._referenced = false;
     // Pending waits by (key, owner): an owner waits once per lock.
     this.waits = new Map();
     // Watched grants (Grant) by (key, owner, token).
     this.watched = new Map();
-    // The watched grants of each key, by key.
+    // The watched grants of each key, by key: a Grant, or an array of several.
     this.byKey = new Map();
     // Losses of grants nobody watches yet (a short lease lost before its reply was read), by
     // (key, owner, token); the oldest are forgotten beyond RECENT_LOSSES.
@@ -89,6 +91,17 @@ class Session {
 
   /** `node` (by default the node that holds `key` now), its session's id and entry. */
   async sessionFor(key, node) {
+    return this.openFor(key, node) ?? this._sessionFor(key, node);
+  }
+
+  /** What sessionFor() resolves to when `node`'s (or `key`'s) session is open and known now, else undefined. */
+  openFor(key, node) {
+    node ??= this.flock._conn.nodeNow(key);
+    const entry = node === undefined || this._closed ? undefined : this.nodes.get(node);
+    return entry?.id ? { node, sid: entry.id, entry } : undefined;
+  }
+
+  async _sessionFor(key, node) {
     node ??= await this.flock._conn.nodeOf(key);
     const entry = await this.ensure(node);
     return { node, sid: entry.id, entry };
@@ -146,13 +159,17 @@ class Session {
     entry.timeout = Number(timeout);
     flock._knownSessionTimeout = entry.timeout;
     entry.deadline = schedule(sent + entry.timeout - margin(entry.timeout), () => this._broken(entry, null, 'unconfirmed'));
-    this._updateRef();
+    conn.setRef(this.waits.size > 0);
     this._read(entry);
     return entry;
   }
 
+  // The session connections keep the process alive while a wait is pending, and only then.
   _updateRef() {
-    for (const { conn } of this.nodes.values()) conn?.setRef(this.waits.size > 0);
+    const waiting = this.waits.size > 0;
+    if (waiting === this._referenced) return;
+    this._referenced = waiting;
+    for (const { conn } of this.nodes.values()) conn?.setRef(waiting);
   }
 
   /**
@@ -248,9 +265,12 @@ class Session {
   _forget(grant) {
     if (this.watched.get(grant.id) !== grant) return;
     this.watched.delete(grant.id);
-    const ids = this.byKey.get(grant.key);
-    ids?.delete(grant.id);
-    if (ids?.size === 0) this.byKey.delete(grant.key);
+    const of = this.byKey.get(grant.key);
+    if (of === grant) this.byKey.delete(grant.key);
+    else if (Array.isArray(of)) {
+      const left = of.filter((other) => other !== grant);
+      this.byKey.set(grant.key, left.length === 1 ? left[0] : left);
+    }
   }
 
   /**
@@ -265,11 +285,11 @@ class Session {
    */
   watch(key, owner, token, node, mode, { extra = [], plan, lease, life }) {
     const id = grantId(key, owner, token);
-    for (const other of [...(this.byKey.get(key) ?? [])]) {
-      const grant = this.watched.get(other);
+    const others = this.byKey.get(key);
+    for (const grant of others === undefined ? [] : Array.isArray(others) ? [...others] : [others]) {
       if (grant.owner === owner || BigInt(grant.token) >= BigInt(token)) continue;
       if (grant.mode !== 'exclusive' && mode !== 'exclusive') continue;
-      this.lose(other, loss(key, 'notowner', `another owner was granted it (token ${token})`));
+      grant.lose(loss(key, 'notowner', `another owner was granted it (token ${token})`));
     }
     const lost = this.recentLosses.get(id);
     if (lost) {
@@ -284,8 +304,8 @@ class Session {
       grant = new Grant(key, owner, token, { mode, extra, node });
       grant.onForget = () => this._forget(grant);
       this.watched.set(id, grant);
-      if (!this.byKey.has(key)) this.byKey.set(key, new Set());
-      this.byKey.get(key).add(id);
+      const of = this.byKey.get(key);
+      this.byKey.set(key, of === undefined ? grant : Array.isArray(of) ? [...of, grant] : [of, grant]);
     }
     const handle = grant.handle(plan, lease);
     // What this reply says of the grant is what the server holds now, for every handle of it.
@@ -319,7 +339,7 @@ class Session {
     if (this.waits.has(id)) {
       return Promise.resolve({ error: new Error(`QUEUED this process already waits for ${key} as this owner`) });
     }
-    const rid = randomUUID();
+    const rid = newRequestId();
     const deadlineAt = Date.now() + waitMs;
     // A resend (to a new session) waits for the time the wait has left, not its whole timeout.
     const timeout = () => (waitMs === Infinity ? '0' : String(Math.max(1, Math.ceil(deadlineAt - Date.now()))));
@@ -346,29 +366,40 @@ class Session {
       attempts: 0,
       lastError: null,
       timer: null,
+      localDeadline: Infinity,
       resolve: null,
     };
     const done = new Promise((resolve) => (wait.resolve = resolve));
     // Registered before it is sent: the event can beat the WAITING reply.
     this.waits.set(id, wait);
     this._updateRef();
-    if (waitMs !== Infinity) {
-      wait.timer = setTimeout(() => this._cancel(wait, 'deadline'), waitMs + DEADLINE_MARGIN_MS);
-      wait.timer.unref();
+    // The local deadline, armed once the wait may be queued or is sent again (not for a grant at once).
+    wait.localDeadline = waitMs === Infinity ? Infinity : Date.now() + waitMs + DEADLINE_MARGIN_MS;
+    if (!signal) {
+      this._submit(wait);
+      return done;
     }
     const onAbort = () => this._cancel(wait, 'abort');
-    signal?.addEventListener('abort', onAbort, { once: true });
+    signal.addEventListener('abort', onAbort, { once: true });
     this._submit(wait);
     return done.then((outcome) => {
-      signal?.removeEventListener('abort', onAbort);
-      return wait.cancelled === 'abort' || signal?.aborted ? { ...outcome, aborted: true } : outcome;
+      signal.removeEventListener('abort', onAbort);
+      return wait.cancelled === 'abort' || signal.aborted ? { ...outcome, aborted: true } : outcome;
     });
+  }
+
+  // The wait's local deadline: then the client sends FLOCK.CANCEL itself (or ends a wait that
+  // could not be sent again by then).
+  _armDeadline(wait) {
+    if (wait.timer || wait.outcome || wait.localDeadline === Infinity) return;
+    wait.timer = setTimeout(() => this._cancel(wait, 'deadline'), Math.max(0, wait.localDeadline - Date.now()));
+    wait.timer.unref();
   }
 
   async _submit(wait, to) {
     let node, sid, entry;
     try {
-      ({ node, sid, entry } = await this.sessionFor(wait.key, to));
+      ({ node, sid, entry } = this.openFor(wait.key, to) ?? (await this._sessionFor(wait.key, to)));
     } catch (err) {
       // No session could be opened: a first wait fails at once; one that was queued before
       // (the session broke mid-wait) keeps retrying until its deadline.
@@ -390,6 +421,7 @@ class Session {
       // The key is on another node: sent again (same request ID) with that node's session.
       if (redirect) {
         if (!redirect.pause) return this._submit(wait, redirect.to);
+        this._armDeadline(wait);
         setTimeout(() => wait.outcome || this._submit(wait), redirect.pause);
         return;
       }
@@ -403,12 +435,14 @@ class Session {
       if (!isReplyError(err) && !isReplyError(err.cause) && !this._closed) {
         // The server cannot be reached (no reply, even to the resends): the wait tries again
         // until its own deadline, which ends it as a timeout.
+        this._armDeadline(wait);
         setTimeout(() => wait.outcome || this._submit(wait), RESUBMIT_PAUSE_MS);
         return;
       }
       return this._settle(wait, { error: err });
     }
     if (reply === 'WAITING') {
+      this._armDeadline(wait);
       // Cancelled while the ACQUIRE was on its way: its CANCEL may have overtaken a resend of it,
       // so send another now that it queues (a second CANCEL answers 0 and changes nothing).
       if (wait.cancelled && !wait.outcome) this._sendCancel(wait);
@@ -427,6 +461,7 @@ class Session {
     if (wait.cancelled) return this._settle(wait, this._gaveUp(wait, err));
     wait.retrying = true;
     wait.lastError = err;
+    this._armDeadline(wait);
     const pause = REOPEN_PAUSE_MS[Math.min(wait.attempts++, REOPEN_PAUSE_MS.length - 1)];
     // Referenced: an awaited acquire keeps the process alive.
     setTimeout(() => wait.outcome || this._submit(wait), pause);
@@ -600,7 +635,7 @@ class Session {
   // The handles that still hold a grant (not released), or null.
   _held(grant) {
     if (!grant || grant.lost) return null;
-    const held = [...grant.handles].filter((h) => !h.released);
+    const held = grant.handles.filter((h) => !h.released);
     return held.length > 0 ? held : null;
   }
 
