@@ -15,7 +15,7 @@ const path = require('node:path');
 const { performance } = require('node:perf_hooks');
 const { setTimeout: delay } = require('node:timers/promises');
 const { before, describe, it } = require('node:test');
-const { LockNotHeldError } = require('..');
+const { AbortError, LockNotHeldError, PROTOCOL } = require('..');
 const { eachClient, flockOf, onEnd, startServer, startProxy, waitUntil, within, CLIENTS } = require('./helpers');
 
 // The session timeout of a cut-off process, and a fixed lease as short.
@@ -141,6 +141,24 @@ eachClient((kind, K) => {
       Array.from({ length: N }, (_, i) => i),
     );
     proxy.heal();
+  });
+
+  it('a cancelled wait whose FLOCK.CANCEL gets no answer and no event within the cancel grace closes its session: it ends, and leaves the queue once the server hears of it', async () => {
+    // The default session timeout (10 s): its deadline is far beyond the grace.
+    const { proxy, flock: cut } = await cutOff(kind, { sessionTimeoutMs: undefined });
+    const key = K('cancel-grace');
+    const holder = await flock.acquire(key);
+    const controller = new AbortController();
+    const waiting = cut.acquire(key, { ...WAIT, signal: controller.signal });
+    await server.queued(key, 1);
+    const session = cut._session.nodes.get('');
+    proxy.partition();
+    controller.abort();
+    await assert.rejects(within(PROTOCOL.cancelGraceMs + 3000, 'the wait ends', waiting), AbortError);
+    assert.equal(session.broken, true, 'its session was closed');
+    proxy.heal();
+    await server.queued(key, 0);
+    await holder.release();
   });
 
   it('a session silent for less than its timeout loses nothing: no grant lost, none re-taken', async () => {
