@@ -90,7 +90,7 @@ export interface BaseAcquireOptions {
   /** Aborting it cancels the wait on the server (FLOCK.CANCEL); acquire() then rejects with AbortError. */
   readonly signal?: AbortSignal;
   /**
-   * The owner to acquire as (default: a new UUID per acquire, shared by all its keys). Re-enters a
+   * The owner to acquire as (default: a new one per acquire, `<process id>:<n>`, shared by all its keys). Re-enters a
    * lock this owner holds (`lock.owner`): one more hold, the same token. The same owner on all of
    * a caller's acquires lets the server see a cycle of waits through them (LockDeadlockError).
    */
@@ -118,7 +118,7 @@ export class Lock {
   private constructor();
   readonly flock: Flock;
   readonly resources: readonly string[];
-  /** The owner FLOCK knows this holder by (a UUID per acquire() unless given). */
+  /** The owner FLOCK knows this holder by (`<process id>:<n>`, new per acquire() unless given). */
   readonly owner: string;
   /** redlock's `lock.value`: the same as `owner`. */
   readonly value: string;
