@@ -3,7 +3,7 @@
 const { setTimeout: delay } = require('node:timers/promises');
 const { adapt, commandKeys, isReplyError } = require('./adapter');
 const { sweep } = require('./deadlines');
-const { Grant, loss } = require('./grant');
+const { Grant } = require('./grant');
 const { newOwner, newRequestId } = require('./ids');
 const { PROTOCOL, SERVER_SESSION_TIMEOUT_MS, margin, now } = require('./protocol');
 const { Session, redirection } = require('./session');
