@@ -507,6 +507,15 @@ async function startProxy(port) {
 /** The request ID of a command as the proxy saw it (RESP). */
 const requestId = (text) => /ID\r\n\$\d+\r\n([^\r]+)/.exec(text)[1];
 
+/** Writes `source` to a file of its own (removed at the end) for a child `node` process; its path. */
+function childScript(name, source) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `flock-${name}-`));
+  onEnd(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const file = path.join(dir, `${name}.js`);
+  fs.writeFileSync(file, source);
+  return file;
+}
+
 /** A Flock over a new client of `kind` on `port`, its own connections closed at the end. */
 async function flockOf(kind, port, settings) {
   const flock = new Flock(await kind.connect(port), settings);
@@ -516,6 +525,7 @@ async function flockOf(kind, port, settings) {
 
 module.exports = {
   aborted,
+  childScript,
   eachClient,
   flockOf,
   freePort,

@@ -9,14 +9,12 @@
 
 const assert = require('node:assert/strict');
 const { spawn } = require('node:child_process');
-const fs = require('node:fs');
-const os = require('node:os');
 const path = require('node:path');
 const { performance } = require('node:perf_hooks');
 const { setTimeout: delay } = require('node:timers/promises');
 const { before, describe, it } = require('node:test');
 const { AbortError, LockNotHeldError, PROTOCOL } = require('..');
-const { eachClient, flockOf, onEnd, startServer, startProxy, waitUntil, within, CLIENTS } = require('./helpers');
+const { childScript, eachClient, flockOf, onEnd, startServer, startProxy, waitUntil, within, CLIENTS } = require('./helpers');
 
 // The session timeout of a cut-off process, and a fixed lease as short.
 const T = 500;
@@ -220,10 +218,7 @@ const [kind, port, key, timeout] = process.argv.slice(2);
 `;
   for (const kind of ['ioredis', 'node-redis']) {
     it(`${kind}: after SIGCONT its first check says lost; the lock went to the next waiter meanwhile`, async () => {
-      const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'flock-stop-'));
-      onEnd(() => fs.rmSync(dir, { recursive: true, force: true }));
-      const file = path.join(dir, 'hold.js');
-      fs.writeFileSync(file, script);
+      const file = childScript('stop', script);
       const proxy = await startProxy(server.port);
       onEnd(() => proxy.heal());
       const key = `stopped:${kind}`;

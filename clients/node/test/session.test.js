@@ -7,13 +7,11 @@
 
 const assert = require('node:assert/strict');
 const { execFile } = require('node:child_process');
-const fs = require('node:fs');
-const os = require('node:os');
 const path = require('node:path');
 const { promisify } = require('node:util');
 const { describe, it, before } = require('node:test');
 const { Flock, LockBusyError, LockLostError, LockNotHeldError, AbortError } = require('..');
-const { aborted, eachClient, flockOf, onEnd, startServer, startProxy, waitUntil, within, PUSHED_MS } = require('./helpers');
+const { aborted, childScript, eachClient, flockOf, onEnd, startServer, startProxy, waitUntil, within, PUSHED_MS } = require('./helpers');
 
 const LEASE = 10000;
 
@@ -264,12 +262,10 @@ const port = Number(process.argv[3]);
 `;
   for (const kind of ['ioredis', 'node-redis']) {
     it(`${kind}: no session connection, watchdog or timer keeps it alive`, async () => {
-      const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'flock-exit-')), 'exit.js');
-      fs.writeFileSync(file, script);
+      const file = childScript('exit', script);
       const { stdout } = await promisify(execFile)(process.execPath, [file, kind, String(server.port)], { timeout: 60000 });
       const quitAt = Number(/quit at (\d+)/.exec(stdout)[1]);
       assert.ok(Date.now() - quitAt < 5000, `exited ${Date.now() - quitAt} ms after redis.quit()`);
-      fs.rmSync(path.dirname(file), { recursive: true, force: true });
     });
   }
 });

@@ -5,14 +5,12 @@
 
 const assert = require('node:assert/strict');
 const { execFile } = require('node:child_process');
-const fs = require('node:fs');
-const os = require('node:os');
 const path = require('node:path');
 const { promisify } = require('node:util');
 const Redis = require('ioredis');
 const { createCluster, createSentinel } = require('redis');
 const { Flock } = require('..');
-const { onEnd } = require('./helpers');
+const { childScript, onEnd } = require('./helpers');
 
 const WAIT = { wait: 10000 };
 
@@ -60,10 +58,7 @@ const CLIENTS = {
 
 /** Runs EXIT_SCRIPT; asserts the process ends soon after its quit; resolves to its session count. */
 async function exitsAfterQuit(kind, ports) {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'flock-exit-'));
-  onEnd(() => fs.rmSync(dir, { recursive: true, force: true }));
-  const file = path.join(dir, 'exit.js');
-  fs.writeFileSync(file, EXIT_SCRIPT);
+  const file = childScript('exit', EXIT_SCRIPT);
   const { stdout } = await promisify(execFile)(process.execPath, [file, kind, ...ports.map(String)], { timeout: 60000 });
   const [, quitAt, sessions] = /quit at (\d+) sessions (\d+)/.exec(stdout);
   assert.ok(Date.now() - Number(quitAt) < 5000, `exited ${Date.now() - Number(quitAt)} ms after the quit`);
