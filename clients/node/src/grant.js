@@ -65,9 +65,7 @@ class Grant {
   livesWith(entry) {
     if (this.lost) return;
     if (entry.broken) return this.lose(loss(this.key, 'sessionended', 'it ended before the grant was read'));
-    this._own?.cancel();
-    this._own = null;
-    this.session?.grants.delete(this);
+    this._unlink();
     this.session = entry;
     entry.grants.add(this);
   }
@@ -114,11 +112,16 @@ class Grant {
     if (this.handles.length === 0) this._stop();
   }
 
-  _stop() {
+  // No deadline of its own, no session: nothing counts its time any more.
+  _unlink() {
     this._own?.cancel();
     this._own = null;
     this.session?.grants.delete(this);
     this.session = null;
+  }
+
+  _stop() {
+    this._unlink();
     const forget = this.onForget;
     this.onForget = null;
     forget?.();
