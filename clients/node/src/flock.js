@@ -109,11 +109,14 @@ function permitCount(value, what) {
  * The mode of a grant and the FLOCK.ACQUIRE arguments that ask for it: exclusive (none), the read
  * side of a read-write lock (`shared: true`: SHARED) or `permits` of a semaphore of `limit`.
  */
+const EXCLUSIVE = Object.freeze({ mode: 'exclusive', permits: 0, args: Object.freeze([]) });
+const SHARED = Object.freeze({ mode: 'shared', permits: 0, args: Object.freeze(['SHARED']) });
+
 function modeOf(opts) {
   const semaphore = opts.permits !== undefined || opts.limit !== undefined;
   if (opts.shared && semaphore) throw new TypeError('shared and permits/limit exclude each other');
-  if (opts.shared) return { mode: 'shared', permits: 0, args: ['SHARED'] };
-  if (!semaphore) return { mode: 'exclusive', permits: 0, args: [] };
+  if (opts.shared) return SHARED;
+  if (!semaphore) return EXCLUSIVE;
   if (opts.limit === undefined) throw new TypeError('permits needs the semaphore\'s limit');
   const limit = permitCount(opts.limit, 'limit');
   const permits = permitCount(opts.permits ?? 1, 'permits');
@@ -600,7 +603,7 @@ class Flock {
     try {
       left =
         keys.length === 1
-          ? [await this._releaseKey(keys[0], owner)]
+          ? [Number(await this._send(this._conn, ['FLOCK.RELEASE', keys[0], owner]))]
           : (await this._send(this._conn, ['FLOCK.RELEASEALL', String(keys.length), ...keys, owner])).map(Number);
     } catch (err) {
       if (!(err instanceof LockNotHeldError)) {
@@ -613,7 +616,7 @@ class Flock {
       if (failed) throw failed.reason;
       return each.map((result) => result.value[0]);
     }
-    ids.forEach((id, i) => left[i] === 0 && this._rememberRelease(id, tokens[i]));
+    for (let i = 0; i < ids.length; i++) if (left[i] === 0) this._rememberRelease(ids[i], tokens[i]);
     return left;
   }
 
