@@ -363,6 +363,9 @@ class Flock {
         const args = ['FLOCK.ACQUIRE', key, owner, String(lease), 'INBOX', sid, ...extra];
         const reply = await this._send(this._conn, args, { node });
         if (reply === null) return { timeout: true };
+        // A session grant of a session that ended while the reply was on its way ended with it:
+        // tried again on a new session.
+        if (lease === 0 && entry.broken && attempt < this.settings.resends) continue;
         return { token: String(reply), node, life: lease === 0 ? { entry } : { until: sent + lease - margin(lease) } };
       } catch (err) {
         // The session ended under us, or the key is on another node: send again where it is.

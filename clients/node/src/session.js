@@ -449,7 +449,10 @@ class Session {
       return;
     }
     if (reply === null) this._settle(wait, { timeout: true });
-    else {
+    else if (wait.lease === 0 && entry.broken) {
+      // A session grant of a session that ended while the reply was on its way: it ended with
+      // it. The session's end has sent the wait again (same request ID) to a new session.
+    } else {
       const life = wait.lease === 0 ? { entry } : { until: wait.firstSent + wait.lease - margin(wait.lease) };
       this._settle(wait, { token: String(reply), node, life });
     }

@@ -114,6 +114,27 @@ eachClient((kind, K) => {
     await again.release();
   });
 
+  it('a session grant whose reply comes after its session ended is not handed over: the wait is sent again and granted anew', async () => {
+    const proxy = await startProxy(server.port);
+    const own = await flockOf(kind, proxy.port);
+    const key = K('late-reply');
+    // The session is open before the acquire, so that only the ACQUIRE's replies are held back.
+    await (await own.acquire(K('late-reply:warm'))).release();
+    const victim = await proxiedSession(proxy);
+    proxy.holdReplies('FLOCK.ACQUIRE');
+    const acquiring = own.acquire(key, { wait: 30000 });
+    await waitUntil('the server granted it', async () => (await server.info(key)) !== null);
+    const first = (await server.info(key)).token;
+    await server.probe.client('KILL', 'ID', victim);
+    await waitUntil('the grant ended with its session', async () => (await server.info(key))?.token !== first);
+    proxy.flush();
+    const lock = await within(10000, 'the wait sent again is granted', acquiring);
+    assert.equal(lock.lost, false);
+    assert.notEqual(String(lock.token), first, 'not the grant that ended with the session');
+    assert.equal((await server.info(key)).owner, lock.owner);
+    assert.equal(await lock.release(), 0);
+  });
+
   it('a grant force-released while the session is down is reported lost after the reconnect (RENEW: NOTOWNER)', async () => {
     const proxy = await startProxy(server.port);
     const own = await flockOf(kind, proxy.port);
