@@ -2,16 +2,61 @@
 //! once the replicas named have it, or is given back.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use redis::{ConnectionLike, FromRedisValue, RedisError, RedisResult, Value};
+use redis::{Cmd, ConnectionLike, FromRedisValue, RedisError, RedisResult, Value};
 
 use crate::cluster::{self, Via};
-use crate::guard::{renew_cmd, Guard};
+use crate::guard::{abandon, renew_cmd, Guard};
 use crate::link::RESENDS;
 use crate::owner::is_notowner;
+use crate::request::Acquire;
 use crate::session;
 use crate::times::{millis, WAIT_MARGIN};
+
+/// The write on the checking connection that follows the grant in the
+/// replication stream, so that `WAIT` counts it.
+enum Touch {
+    /// `FLOCK.RENEW key owner lease-ms`: a grant with a lease of its own.
+    Renew(u64),
+    /// A session grant, which a RENEW would give a lease: a reentrant
+    /// `FLOCK.ACQUIRE key owner 0 ... INBOX session-id` (the same token if
+    /// the grant is still there) and a `FLOCK.RELEASE` of that extra hold.
+    Reenter(Acquire, String, u64),
+}
+
+impl Touch {
+    fn cmds(&self, key: &str, owner: &str) -> Vec<Cmd> {
+        let id = || uuid::Uuid::new_v4().to_string();
+        match self {
+            Touch::Renew(lease_ms) => vec![renew_cmd(key, owner, *lease_ms).arg("ID").arg(id()).clone()],
+            Touch::Reenter(acquire, sid, _) => {
+                let mut acquire = acquire.clone();
+                acquire.rid = id();
+                vec![
+                    acquire.cmd(Some(sid)),
+                    redis::cmd("FLOCK.RELEASE").arg(key).arg(owner).arg("ID").arg(id()).clone(),
+                ]
+            }
+        }
+    }
+
+    /// Whether the first reply says the grant is still there: `Ok(None)`
+    /// yes, `Ok(Some(why))` no, an error otherwise.
+    fn gone(&self, reply: Value) -> RedisResult<Option<String>> {
+        let reply = match reply {
+            Value::ServerError(e) => Err(RedisError::from(e)),
+            other => Ok(other),
+        };
+        match (self, reply) {
+            (_, Err(e)) if is_notowner(&e) => Ok(Some(e.detail().unwrap_or_default().to_string())),
+            (_, Err(e)) => Err(e),
+            (Touch::Renew(_), Ok(_)) => Ok(None),
+            (Touch::Reenter(_, _, token), Ok(Value::Int(t))) if t as u64 == *token => Ok(None),
+            (Touch::Reenter(..), Ok(_)) => Ok(Some("the session grant ended".into())),
+        }
+    }
+}
 
 /// Durable grants: `FLOCK.RENEW key owner lease-ms ID <uuid>` and `WAIT
 /// replicas timeout-ms` in one round trip on one connection to the key's
@@ -33,15 +78,39 @@ pub(crate) fn confirm<C: ConnectionLike>(
 ) -> RedisResult<Guard<C>> {
     let (key, owner, lease_ms) = (guard.key.clone(), guard.owner.clone(), guard.lease_ms);
     let timeout_ms = millis(timeout);
+    let touch = match (lease_ms, &guard.session) {
+        (0, Some(server)) => match server.session() {
+            Ok(session) => Touch::Reenter(
+                Acquire {
+                    key: key.clone(),
+                    owner: owner.clone(),
+                    lease_ms: 0,
+                    renew_ms: 0,
+                    mode: guard.mode(),
+                    rid: String::new(),
+                    wait_ms: None,
+                    started: Instant::now(),
+                },
+                session.sid.clone(),
+                guard.token(),
+            ),
+            Err(e) => {
+                let _ = guard.release_once();
+                return Err(e);
+            }
+        },
+        _ => Touch::Renew(lease_ms),
+    };
+    let touch = &touch;
     let checked = match via {
-        Some(via) => durable_via(&via, &key, &owner, lease_ms, replicas, timeout_ms),
+        Some(via) => durable_via(&via, &key, &owner, touch, replicas, timeout_ms),
         None => {
             let mut tries = 0;
             loop {
                 let result = guard
                     .link
                     .current()
-                    .and_then(|c| durable_on(c, &key, &owner, lease_ms, replicas, timeout_ms))
+                    .and_then(|c| durable_on(c, &key, &owner, touch, replicas, timeout_ms))
                     .map(|d| (d, None));
                 match result {
                     Err(e) if e.is_io_error() && tries < RESENDS => tries += 1,
@@ -97,7 +166,7 @@ fn durable_via(
     via: &Via,
     key: &str,
     owner: &str,
-    lease_ms: u64,
+    touch: &Touch,
     replicas: usize,
     timeout_ms: u64,
 ) -> RedisResult<(Durable, Option<String>)> {
@@ -115,7 +184,7 @@ fn durable_via(
                 if asking {
                     cluster::asking(conn)?;
                 }
-                Ok((durable_on(conn, key, owner, lease_ms, replicas, timeout_ms)?, Some(addr.to_string())))
+                Ok((durable_on(conn, key, owner, touch, replicas, timeout_ms)?, Some(addr.to_string())))
             })
         });
         match result {
@@ -137,34 +206,44 @@ fn durable_via(
     }
 }
 
-/// `FLOCK.RENEW key owner lease-ms ID <uuid>` then `WAIT replicas
-/// timeout-ms`, in one round trip on `conn`.
+/// The touch (`FLOCK.RENEW key owner lease-ms ID <uuid>`, or a session
+/// grant's reentry and release) then `WAIT replicas timeout-ms`, in one
+/// round trip on `conn`.
 fn durable_on(
     conn: &mut dyn ConnectionLike,
     key: &str,
     owner: &str,
-    lease_ms: u64,
+    touch: &Touch,
     replicas: usize,
     timeout_ms: u64,
 ) -> RedisResult<Durable> {
     let mut pipe = redis::pipe();
-    pipe.add_command(renew_cmd(key, owner, lease_ms).arg("ID").arg(uuid::Uuid::new_v4().to_string()).clone());
+    let cmds = touch.cmds(key, owner);
+    let n = cmds.len();
+    for cmd in cmds {
+        pipe.add_command(cmd);
+    }
     pipe.cmd("WAIT").arg(replicas).arg(timeout_ms);
-    let replies = conn.req_packed_commands(&pipe.get_packed_pipeline(), 0, 2)?;
-    let [renewed, acked] = <[Value; 2]>::try_from(replies).map_err(|r| {
-        RedisError::from((redis::ErrorKind::TypeError, "unexpected replies to FLOCK.RENEW and WAIT", format!("{r:?}")))
-    })?;
-    let renewed = match renewed {
-        Value::ServerError(e) => Err(RedisError::from(e)),
-        other => Ok(other),
-    };
-    match renewed {
-        Err(e) if is_notowner(&e) => Ok(Durable::NotOwner(
-            e.detail().unwrap_or_default().to_string(),
-            i64::from_redis_value(&acked).unwrap_or(0),
-        )),
-        Err(e) => Err(e),
-        Ok(_) => match acked {
+    let mut replies = conn.req_packed_commands(&pipe.get_packed_pipeline(), 0, n + 1)?;
+    if replies.len() != n + 1 {
+        return Err(RedisError::from((
+            redis::ErrorKind::TypeError,
+            "unexpected replies to the durable check",
+            format!("{replies:?}"),
+        )));
+    }
+    let acked = replies.pop().expect("n + 1 replies");
+    if let (Touch::Reenter(_, _, token), Some(Value::ServerError(e))) = (touch, replies.get(1)) {
+        // The extra hold's release was refused: it stays, to be given
+        // back with the owner's next grant of this token.
+        if e.code() != "NOTOWNER" {
+            abandon(key, owner, *token);
+        }
+    }
+    let first = replies.swap_remove(0);
+    match touch.gone(first)? {
+        Some(why) => Ok(Durable::NotOwner(why, i64::from_redis_value(&acked).unwrap_or(0))),
+        None => match acked {
             Value::ServerError(e) => Err(RedisError::from(e)),
             acked => Ok(Durable::Acked(i64::from_redis_value(&acked)?)),
         },

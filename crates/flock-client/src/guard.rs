@@ -1,7 +1,7 @@
 //! [`Guard`]: one hold of a lock, its lease, its watchdog, how it is known
 //! lost and its release; and the holds whose release the server refused.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -26,10 +26,13 @@ pub struct Guard<C: ConnectionLike> {
     pub(crate) owner: String,
     mode: Mode,
     token: u64,
+    /// The grant's own lease: 0 for a session grant.
     pub(crate) lease_ms: u64,
+    /// The lease a renewal gives.
+    renew_ms: u64,
     loss: Arc<Loss>,
     /// The session watching this grant.
-    session: Option<Arc<session::Server>>,
+    pub(crate) session: Option<Arc<session::Server>>,
     /// The process's renewer of this grant's server, and its entry there.
     watchdog: Option<(Arc<watchdog::Renewer>, u64)>,
     released: bool,
@@ -38,18 +41,19 @@ pub struct Guard<C: ConnectionLike> {
 }
 
 impl<C: ConnectionLike> Guard<C> {
-    /// A grant of the token of an abandoned hold of this owner (see
-    /// `abandoned`) reentered it: that hold is released now, so this guard's
+    /// A grant of the token of abandoned holds of this owner (see
+    /// `abandoned`) reentered them: they are released now, so this guard's
     /// is the only one. Kept abandoned if the server refuses again.
     pub(crate) fn reclaim(&mut self) {
         let entry = (self.key.clone(), self.owner.clone(), self.token);
-        if !lock(abandoned()).remove(&entry) {
-            return;
-        }
-        let released: RedisResult<u64> = self.link.query(redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner));
-        if let Err(e) = released {
-            if !is_notowner(&e) && !e.is_io_error() {
-                abandon(&self.key, &self.owner, self.token);
+        let Some(count) = lock(abandoned()).remove(&entry) else { return };
+        for _ in 0..count {
+            let released: RedisResult<u64> =
+                self.link.query(redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner));
+            if let Err(e) = released {
+                if !is_notowner(&e) && !e.is_io_error() {
+                    abandon(&self.key, &self.owner, self.token);
+                }
             }
         }
     }
@@ -68,6 +72,7 @@ impl<C: ConnectionLike> Guard<C> {
             mode: acquire.mode,
             token,
             lease_ms: acquire.lease_ms,
+            renew_ms: acquire.renew_ms,
             loss,
             session,
             watchdog: None,
@@ -106,9 +111,19 @@ impl<C: ConnectionLike> Guard<C> {
         &mut self.link.conn
     }
 
-    /// True once the lock is known lost: the session pushed the loss (a
-    /// lock with a client), or a renewal (the watchdog's or
-    /// [`Guard::renew`]) found it. Stop acting on the protected resource.
+    /// Whether this hold is a session grant: no lease of its own, it lives
+    /// until released or its session ends, and its deadline is the
+    /// session's (the default for a lock acquired through a session without
+    /// a fixed [`lease`](crate::Lock::lease)).
+    pub fn session_grant(&self) -> bool {
+        self.lease_ms == 0
+    }
+
+    /// True once the lock is known lost: its deadline passed unconfirmed
+    /// (checked against the clock at each call too, so that a process paused
+    /// past it sees the loss at its first check), the session pushed the loss
+    /// or ended, or a renewal found it. Stop acting on the protected
+    /// resource.
     pub fn lost(&self) -> bool {
         self.loss.is_lost()
     }
@@ -126,34 +141,47 @@ impl<C: ConnectionLike> Guard<C> {
         self.loss.subscribe()
     }
 
-    /// `FLOCK.RENEW` by hand: a fresh lease from now. A `NOTOWNER` error
-    /// also marks the guard lost.
+    /// `FLOCK.RENEW` by hand: a fresh lease from now (the lock's lease; a
+    /// session grant gets that lease of its own and from then on no longer
+    /// lives with its session). A `NOTOWNER` error also marks the guard lost.
     pub fn renew(&mut self) -> RedisResult<u64> {
         let sent = Instant::now();
-        let renewed = self.link.query(&renew_cmd(&self.key, &self.owner, self.lease_ms)).inspect_err(|e| {
+        let renewed = self.link.query(&renew_cmd(&self.key, &self.owner, self.renew_ms)).inspect_err(|e| {
             if is_notowner(e) {
                 self.loss.mark(LeaseLost::NotOwner);
             }
         });
         if renewed.is_ok() {
-            self.loss.renewed(sent);
+            if self.lease_ms == 0 {
+                self.lease_ms = self.renew_ms;
+                self.loss.leased(self.renew_ms, sent);
+            } else {
+                self.loss.renewed(sent);
+            }
         }
         renewed
     }
 
-    /// Starts a thread that renews the lease every third of it on its own
-    /// connection from `client`, until the guard is released or dropped or
-    /// the lock is lost. The receiver (as [`Guard::lost_channel`]) gets one
-    /// [`LeaseLost`] if the lock is lost; it disconnects without a message
-    /// when the guard is released. A watchdog already running is replaced.
-    /// Unless the lock was given another, `client` also replaces the
-    /// guard's connection if it breaks.
+    /// Renews the lease every third of it (the process's renewer of
+    /// `client`'s server), until the guard is released or dropped or the
+    /// lock is lost: its deadline is then the send time of the last renewal
+    /// answered + the lease − the drift margin, and passing it unconfirmed
+    /// is a loss ([`LeaseLost::Unconfirmed`]). A session grant has no lease
+    /// to renew: nothing is started, its deadline stays the session's. The
+    /// receiver (as [`Guard::lost_channel`]) gets one [`LeaseLost`] if the
+    /// lock is lost; it disconnects without a message when the guard is
+    /// released. A watchdog already running is replaced. Unless the lock was
+    /// given another, `client` also replaces the guard's connection if it
+    /// breaks.
     pub fn watchdog(&mut self, client: &Client) -> RedisResult<Receiver<LeaseLost>> {
         self.link.client.get_or_insert_with(|| client.clone());
         self.start_renewer(&Via::Server(session::server(client)))
     }
 
     fn start_renewer(&mut self, via: &Via) -> RedisResult<Receiver<LeaseLost>> {
+        if self.session_grant() {
+            return Ok(self.loss.subscribe());
+        }
         self.stop_watchdog();
         let renewer = watchdog::renewer(via)?;
         let lost = self.loss.subscribe();
@@ -166,7 +194,11 @@ impl<C: ConnectionLike> Guard<C> {
 
     /// Releases this hold; returns the holds left (`0`: the lock is free
     /// or handed to the next waiter). `NOTOWNER` if it was lost meanwhile
-    /// (its text says why: the lease ended, force-released, deleted).
+    /// (its text says why: the lease ended, force-released, deleted). A
+    /// guard already known lost ([`Guard::lost`]: its deadline passed
+    /// before the server's end of it, say) still sends the release, so that
+    /// nothing is left held, and fails with `NOTOWNER` whatever the server
+    /// answers.
     pub fn release(mut self) -> RedisResult<u64> {
         self.release_once()
     }
@@ -186,6 +218,7 @@ impl<C: ConnectionLike> Guard<C> {
         if let Some(session) = &self.session {
             session.unwatch(&self.key, &self.owner, self.token, &self.loss);
         }
+        let lost = self.loss.reason();
         self.loss.close();
         let released = self.link.query(redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner));
         if let Err(e) = &released {
@@ -193,7 +226,15 @@ impl<C: ConnectionLike> Guard<C> {
                 abandon(&self.key, &self.owner, self.token);
             }
         }
-        released
+        match (lost, released) {
+            (Some(why), Ok(_)) => Err(redis::make_extension_error(
+                "NOTOWNER".into(),
+                Some(format!(
+                    "the lock was lost ({why}) before its release; the hold the server still had was given back"
+                )),
+            )),
+            (_, released) => released,
+        }
     }
 }
 
@@ -205,13 +246,17 @@ impl<C: ConnectionLike> Guard<C> {
 /// the failover test, a thread whose give-back was refused during a
 /// failover held the lock for good and starved every other. A grant with
 /// the token of an abandoned hold releases that hold first.
-fn abandoned() -> &'static Mutex<HashSet<(String, String, u64)>> {
-    static ABANDONED: OnceLock<Mutex<HashSet<(String, String, u64)>>> = OnceLock::new();
+fn abandoned() -> &'static Mutex<Abandoned> {
+    static ABANDONED: OnceLock<Mutex<Abandoned>> = OnceLock::new();
     ABANDONED.get_or_init(Default::default)
 }
 
-fn abandon(key: &str, owner: &str, token: u64) {
-    lock(abandoned()).insert((key.to_string(), owner.to_string(), token));
+/// How many holds of each (key, owner, token) the server refused to release.
+type Abandoned = HashMap<(String, String, u64), u32>;
+
+/// One more hold of (`key`, `owner`, `token`) whose release was refused.
+pub(crate) fn abandon(key: &str, owner: &str, token: u64) {
+    *lock(abandoned()).entry((key.to_string(), owner.to_string(), token)).or_default() += 1;
 }
 
 impl Guard<Routed> {

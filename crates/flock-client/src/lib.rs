@@ -150,6 +150,7 @@ mod sentinel;
 mod session;
 mod shared;
 mod target;
+mod timer;
 mod times;
 mod watchdog;
 
@@ -164,4 +165,7 @@ pub use request::Mode;
 pub use sentinel::SentinelMaster;
 pub use session::close_session;
 pub use shared::SharedConnection;
-pub use times::{FOREVER, WAIT_MARGIN};
+pub use times::{
+    CANCEL_GRACE, DRIFT_MARGIN_MS, DRIFT_MARGIN_PERCENT, FOREVER, HEARTBEAT_FRACTION, WAIT_MARGIN, WATCHDOG_LEASE,
+    WATCHDOG_RENEW_FRACTION,
+};

@@ -92,6 +92,32 @@ macro_rules! target_methods {
             self
         }
 
+        /// A fixed lease: every grant (through a session too) gets `lease`
+        /// of its own, is never renewed, and is lost ([`LeaseLost::Expired`](crate::LeaseLost::Expired))
+        /// at its deadline: the send time of the acquire (or of the
+        /// `FLOCK.INBOX` read that brought the grant, plus the lease the
+        /// server said was left) + `lease` − the drift margin. Without it, a
+        /// lock acquired through a session takes session grants (`lease-ms`
+        /// 0): no lease of their own and no renewal traffic, held until
+        /// released or their session ends, their deadline the session's.
+        pub fn lease(mut self, lease: Duration) -> Self {
+            self.target.fixed = Some(lease);
+            self
+        }
+
+        /// The timeout T of the session this lock waits through (the
+        /// process's session with its server for that timeout:
+        /// `FLOCK.SESSION TIMEOUT ms WITHTIMEOUT`), 100 ms to 1 h. Without
+        /// it, the server's `flock.session-timeout-ms` (10 s by default). A
+        /// process cut off from the server (or paused) for T loses its
+        /// session grants (and knows it first: its deadline is T − the
+        /// drift margin after the last heartbeat sent and answered); the
+        /// heartbeat comes every T/3.
+        pub fn session_timeout(mut self, timeout: Duration) -> Self {
+            self.target.session_timeout = Some(timeout);
+            self
+        }
+
         /// Acquires as `owner` instead of `<process id>:<thread id>`.
         pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
             self.target.owner = Some(owner.into());

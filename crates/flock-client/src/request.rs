@@ -22,7 +22,10 @@ pub enum Mode {
 pub(crate) struct Acquire {
     pub key: String,
     pub owner: String,
+    /// The lease asked for: 0 for a session grant.
     pub lease_ms: u64,
+    /// The lease a renewal gives (`FLOCK.RENEW`): the lock's.
+    pub renew_ms: u64,
     pub mode: Mode,
     pub rid: String,
     /// `WAIT` ms (0: no limit); `None` for a try.

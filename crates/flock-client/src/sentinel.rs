@@ -36,8 +36,8 @@ impl SentinelMaster {
         let mut finder = SentinelClient::build(sentinels, master_name.to_string(), node, SentinelServerType::Master)?;
         let client = finder.get_client()?;
         let finder = Mutex::new(finder);
-        let resolve = Box::new(move || lock(&finder).get_client());
-        Ok(SentinelMaster { server: session::server_named(name, client, Some(resolve)) })
+        let resolve: session::Resolver = Arc::new(move || lock(&finder).get_client());
+        Ok(SentinelMaster { server: session::server_named(name, client, Some(resolve), None) })
     }
 
     /// The client of the master as last found.

@@ -1,10 +1,19 @@
-//! The process's sessions: one per server, each a dedicated connection that
-//! loops `FLOCK.INBOX` on a reader thread and hands every event to the
-//! thread that waits for it (a channel per wait) or to the guards of a grant
-//! the server ended (their [`Loss`]). Waits are sent from any connection as
-//! `FLOCK.ACQUIRE ... WAIT t INBOX session-id ID request-id`. When the
-//! session breaks, its reader opens another, resends the pending waits and
-//! re-watches the held grants (RENEW, reentrant ACQUIRE ... INBOX, RELEASE).
+//! The process's sessions: one per server (and session timeout), each a
+//! dedicated connection that loops `FLOCK.INBOX` on a reader thread and
+//! hands every event to the thread that waits for it (a channel per wait)
+//! or to the guards of a grant the server ended (their [`Loss`]). Waits are
+//! sent from any connection as `FLOCK.ACQUIRE ... WAIT t INBOX session-id ID
+//! request-id`.
+//!
+//! The session's timeout T is the one `FLOCK.SESSION [TIMEOUT ms]
+//! WITHTIMEOUT` answers. Each `FLOCK.INBOX` waits at most T/3 (the server
+//! answers nil by then: the heartbeat) and gives up at the session's
+//! deadline ([`SessionClock`]: the send time of the last read answered, + T
+//! − the drift margin), when the timer has marked its session grants lost
+//! (`Unconfirmed`). When the session breaks, its session grants are lost
+//! (`SessionEnded`), and its reader opens another, resends the pending
+//! waits and re-watches the held grants with a lease of their own (RENEW,
+//! reentrant ACQUIRE ... INBOX, RELEASE).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::Sender;
@@ -14,15 +23,13 @@ use std::time::{Duration, Instant};
 use redis::{Client, Cmd, Connection, ConnectionLike, RedisError, RedisResult, Value};
 
 use crate::link::RESENDS;
-use crate::loss::{LeaseLost, Loss};
+use crate::loss::{LeaseLost, Loss, SessionClock, Term};
 use crate::mutex::lock;
 use crate::owner::is_notowner;
 use crate::request::{Acquire, Mode};
+use crate::timer::{self, Due};
+use crate::times::{millis, DEFAULT_SESSION_TIMEOUT, HEARTBEAT_FRACTION};
 
-/// How long one `FLOCK.INBOX` blocks (ms); its connection's read timeout is
-/// this plus [`INBOX_SLACK`], so a server that went silent is noticed.
-const INBOX_MS: u64 = 1000;
-const INBOX_SLACK: Duration = Duration::from_secs(5);
 /// Between two attempts to open a session while waits are pending.
 const REOPEN_PAUSE: Duration = Duration::from_millis(100);
 /// Losses of grants whose guard is not watching yet (the event can beat
@@ -32,9 +39,19 @@ const EARLY_LOSSES: usize = 1024;
 type WaitKey = (String, String);
 type GrantKey = (String, String, u64);
 
+/// A grant as the session heard of it: its token, when the command or read
+/// that brought it was sent, the lease left then if the server said
+/// (a `granted` event of a grant with a lease), and the session.
+pub(crate) struct Granted {
+    pub(crate) token: u64,
+    sent: Instant,
+    left_ms: Option<u64>,
+    clock: Arc<SessionClock>,
+}
+
 /// What a waiting thread hears.
 pub(crate) enum Outcome {
-    Granted(u64),
+    Granted(Granted),
     Timeout,
     Cancelled,
     Error(RedisError),
@@ -60,7 +77,8 @@ struct Watch {
 
 /// The lease a re-watch asks for.
 enum Left {
-    /// No guard holds it any more (or it is already known lost).
+    /// No guard holds it any more (or it is already known lost, or it is a
+    /// session grant, which ends with its session).
     Gone,
     /// A fixed lease that ran out while the session was down.
     Expired,
@@ -77,12 +95,13 @@ impl Watch {
             .iter()
             .filter_map(Weak::upgrade)
             .filter(|loss| !loss.is_lost())
-            .map(|loss| {
-                let lease = loss.lease();
+            .map(|loss| loss.view())
+            .filter(|lease| !lease.session)
+            .map(|lease| {
                 if lease.watchdog {
                     return lease.ms;
                 }
-                let ends = lease.ends.unwrap_or(now);
+                let ends = lease.own.unwrap_or(now);
                 u64::try_from(ends.saturating_duration_since(now).as_millis()).unwrap_or(u64::MAX)
             })
             .max();
@@ -94,11 +113,35 @@ impl Watch {
     }
 }
 
+/// One open session: its ID, its deadline, its connection's `CLIENT ID`.
+pub(crate) struct Session {
+    pub(crate) sid: String,
+    pub(crate) clock: Arc<SessionClock>,
+    reader_id: i64,
+    server: Weak<Server>,
+}
+
+impl Due for Session {
+    /// At the session's deadline, unless a heartbeat moved it: its session
+    /// grants are lost (`Unconfirmed`).
+    fn due(&self, now: Instant) -> Option<Instant> {
+        match self.clock.verdict(now) {
+            None => Some(self.clock.deadline()),
+            Some(why) => {
+                if let Some(server) = self.server.upgrade() {
+                    server.session_over(&self.clock, why);
+                }
+                None
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
-    sid: Option<String>,
-    /// The `CLIENT ID` of the session's connection (to close it).
-    reader_id: Option<i64>,
+    session: Option<Arc<Session>>,
+    /// The session timeout the server answered last.
+    timeout: Option<Duration>,
     closed: bool,
     next_seq: u64,
     waits: HashMap<WaitKey, Pending>,
@@ -107,12 +150,16 @@ struct State {
 }
 
 /// Finds a server's current address again (a sentinel's master).
-pub(crate) type Resolver = Box<dyn Fn() -> RedisResult<Client> + Send + Sync>;
+pub(crate) type Resolver = Arc<dyn Fn() -> RedisResult<Client> + Send + Sync>;
 
 /// One server's session and the shared command connection of the process.
 pub(crate) struct Server {
     /// Its key among the process's servers (and watchdogs).
     name: String,
+    /// The server's key without the session timeout.
+    base: String,
+    /// The session timeout asked for (`None`: the server's).
+    timeout: Option<Duration>,
     /// Where the last connection went.
     client: Mutex<Client>,
     /// If set, asked for the address before every new connection, so that
@@ -133,17 +180,33 @@ const SPARES: usize = 8;
 
 /// The process's [`Server`] for `client`'s address, database and user.
 pub(crate) fn server(client: &Client) -> Arc<Server> {
-    server_named(format!("{:?}", client.get_connection_info()), client.clone(), None)
+    server_named(format!("{:?}", client.get_connection_info()), client.clone(), None, None)
 }
 
-/// The process's [`Server`] named `name`, made from `client` and `resolve`
-/// the first time.
-pub(crate) fn server_named(name: String, client: Client, resolve: Option<Resolver>) -> Arc<Server> {
+/// Every [`Server`] of the process, by name.
+fn servers() -> &'static Mutex<HashMap<String, Arc<Server>>> {
     static SERVERS: OnceLock<Mutex<HashMap<String, Arc<Server>>>> = OnceLock::new();
-    let mut servers = lock(SERVERS.get_or_init(Default::default));
-    Arc::clone(servers.entry(name.clone()).or_insert_with(|| {
+    SERVERS.get_or_init(Default::default)
+}
+
+/// The process's [`Server`] named `name` with session timeout `timeout`,
+/// made from `client` and `resolve` the first time.
+pub(crate) fn server_named(
+    name: String,
+    client: Client,
+    resolve: Option<Resolver>,
+    timeout: Option<Duration>,
+) -> Arc<Server> {
+    let key = match timeout {
+        None => name.clone(),
+        Some(t) => format!("{name} session-timeout {}", millis(t)),
+    };
+    let mut servers = lock(servers());
+    Arc::clone(servers.entry(key.clone()).or_insert_with(|| {
         Arc::new(Server {
-            name,
+            name: key,
+            base: name,
+            timeout,
             client: Mutex::new(client),
             resolve,
             state: Mutex::default(),
@@ -190,6 +253,27 @@ impl Server {
         &self.name
     }
 
+    /// This server's sibling with session timeout `timeout` (`None`: the
+    /// server's): the same address, a session (and connections) of its own.
+    pub(crate) fn with_timeout(self: &Arc<Self>, timeout: Option<Duration>) -> Arc<Server> {
+        if timeout == self.timeout {
+            return Arc::clone(self);
+        }
+        server_named(self.base.clone(), self.client(), self.resolve.clone(), timeout)
+    }
+
+    /// The session timeout T: the one the server answered last, else the
+    /// one asked for, else the server's default.
+    pub(crate) fn session_timeout(&self) -> Duration {
+        lock(&self.state).timeout.or(self.timeout).unwrap_or(DEFAULT_SESSION_TIMEOUT)
+    }
+
+    /// How long a command the client sends for itself waits for its
+    /// reply, when no deadline says otherwise: T/3.
+    pub(crate) fn command_timeout(&self) -> Duration {
+        (self.session_timeout() / HEARTBEAT_FRACTION).max(Duration::from_millis(1))
+    }
+
     /// A new connection (`timeout` to connect), to the address the resolver
     /// names now if there is one.
     pub(crate) fn connect(&self, timeout: Option<Duration>) -> RedisResult<Connection> {
@@ -198,6 +282,15 @@ impl Server {
             Some(timeout) => client.get_connection_with_timeout(timeout),
             None => client.get_connection(),
         }
+    }
+
+    /// A new connection whose every step (connect, each command's send
+    /// and reply) gives up after `timeout`.
+    fn connect_within(&self, timeout: Duration) -> RedisResult<Connection> {
+        let conn = self.connect(Some(timeout))?;
+        conn.set_read_timeout(Some(timeout))?;
+        conn.set_write_timeout(Some(timeout))?;
+        Ok(conn)
     }
 
     /// The client of the address the resolver names now (kept as the last
@@ -213,9 +306,10 @@ impl Server {
         })
     }
 
-    /// Runs `f` on the shared command connection, opening it if needed; an
-    /// I/O error drops it so the next use opens another. A server found by
-    /// a resolver that answers `READONLY` was demoted: `f` runs again (it
+    /// Runs `f` on the shared command connection, opening it if needed
+    /// (each of its commands gives up after [`Server::command_timeout`]);
+    /// an I/O error drops it so the next use opens another. A server found
+    /// by a resolver that answers `READONLY` was demoted: `f` runs again (it
     /// was not applied) on a connection to the master named now.
     pub(crate) fn with_conn<T>(&self, mut f: impl FnMut(&mut Connection) -> RedisResult<T>) -> RedisResult<T> {
         let mut slot = lock(&self.commands);
@@ -223,7 +317,7 @@ impl Server {
         loop {
             let conn = match slot.take().filter(ConnectionLike::is_open) {
                 Some(conn) => slot.insert(conn),
-                None => slot.insert(self.connect(None)?),
+                None => slot.insert(self.connect_within(self.command_timeout())?),
             };
             let result = f(conn);
             let readonly = matches!(&result, Err(e) if e.kind() == redis::ErrorKind::ReadOnly);
@@ -249,7 +343,9 @@ impl Server {
             Some(spare) => spare,
             None => {
                 let client = self.current()?;
-                (client.get_connection_info().addr.to_string(), client.get_connection()?)
+                let conn = client.get_connection_with_timeout(self.command_timeout())?;
+                conn.set_write_timeout(Some(self.command_timeout()))?;
+                (client.get_connection_info().addr.to_string(), conn)
             }
         };
         let result = f(&addr, &mut conn);
@@ -278,40 +374,78 @@ impl Server {
         }
     }
 
-    /// The open session's ID, opening one (and its reader) if there is none.
-    pub(crate) fn session_id(self: &Arc<Self>) -> RedisResult<String> {
-        if let Some(sid) = lock(&self.state).sid.clone() {
-            return Ok(sid);
+    /// The open session, opening one (and its reader) if there is none.
+    pub(crate) fn session(self: &Arc<Self>) -> RedisResult<Arc<Session>> {
+        if let Some(session) = lock(&self.state).session.clone() {
+            return Ok(session);
         }
         let _opening = lock(&self.opening);
-        if let Some(sid) = lock(&self.state).sid.clone() {
-            return Ok(sid);
+        if let Some(session) = lock(&self.state).session.clone() {
+            return Ok(session);
         }
-        let mut conn = self.connect(None)?;
-        conn.set_read_timeout(Some(Duration::from_millis(INBOX_MS) + INBOX_SLACK))?;
-        let sid: String = redis::cmd("FLOCK.SESSION").query(&mut conn)?;
-        let id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut conn)?;
+        let mut conn = self.connect_within(self.command_timeout())?;
+        let mut open = redis::cmd("FLOCK.SESSION");
+        if let Some(timeout) = self.timeout {
+            open.arg("TIMEOUT").arg(millis(timeout));
+        }
+        open.arg("WITHTIMEOUT");
+        let sent = Instant::now();
+        let ((sid, timeout_ms), id): ((String, u64), i64) =
+            redis::pipe().add_command(open).cmd("CLIENT").arg("ID").query(&mut conn)?;
+        let timeout = Duration::from_millis(timeout_ms);
+        let session = Arc::new(Session {
+            sid,
+            clock: SessionClock::new(sent, timeout),
+            reader_id: id,
+            server: Arc::downgrade(self),
+        });
+        let due: Weak<dyn Due> = Arc::downgrade(&session) as Weak<dyn Due>;
+        timer::at(session.clock.deadline(), due);
         {
             let mut state = lock(&self.state);
-            state.sid = Some(sid.clone());
-            state.reader_id = Some(id);
+            state.session = Some(Arc::clone(&session));
+            state.timeout = Some(timeout);
             state.closed = false;
         }
         let server = Arc::clone(self);
-        let reader_sid = sid.clone();
+        let reader = Arc::clone(&session);
         std::thread::Builder::new()
             .name("flock-session".into())
-            .spawn(move || server.read(conn, reader_sid))
+            .spawn(move || server.read(conn, reader))
             .map_err(|e| RedisError::from(std::io::Error::other(e)))?;
-        Ok(sid)
+        Ok(session)
     }
 
-    /// A reply `NOSESSION` named `sid`: forget it so the next wait opens another.
-    pub(crate) fn forget(&self, sid: &str) {
-        let mut state = lock(&self.state);
-        if state.sid.as_deref() == Some(sid) {
-            state.sid = None;
+    /// A reply `NOSESSION` named `session`: the server ended it. Its
+    /// session grants are lost, and the next wait opens another.
+    pub(crate) fn forget(&self, session: &Session) {
+        {
+            let mut state = lock(&self.state);
+            if state.session.as_ref().is_some_and(|s| s.sid == session.sid) {
+                state.session = None;
+            }
         }
+        self.session_over(&session.clock, LeaseLost::SessionEnded);
+    }
+
+    /// The session of `clock` is over (its deadline passed, its connection
+    /// broke or closed, the server forgot it): each of its session grants
+    /// is lost, as `why` unless its deadline passed first, and no longer
+    /// watched; it is never taken again quietly.
+    fn session_over(&self, clock: &Arc<SessionClock>, why: LeaseLost) {
+        let verdict = clock.end(why);
+        let mut state = lock(&self.state);
+        state.watches.retain(|_, watch| {
+            watch.losses.retain(|weak| match weak.upgrade() {
+                Some(loss) if loss.clock().is_some_and(|c| Arc::ptr_eq(&c, clock)) => {
+                    loss.mark(verdict);
+                    false
+                }
+                Some(_) => true,
+                None => false,
+            });
+            !watch.losses.is_empty()
+        });
     }
 
     /// Registers a wait before it is sent; false if this owner already
@@ -333,11 +467,12 @@ impl Server {
         lock(&self.state).waits.remove(&(key.to_string(), owner.to_string()));
     }
 
-    /// Watches grant `token` of `acquire` for `loss`, whose reply came now
-    /// (a loss that came first counts).
-    pub(crate) fn watch(&self, acquire: &Acquire, token: u64, loss: &Arc<Loss>) {
+    /// Watches grant `token` of `acquire`, sent at `sent` on `session`, for
+    /// `loss` (a loss that came first counts).
+    pub(crate) fn watch(&self, acquire: &Acquire, token: u64, loss: &Arc<Loss>, sent: Instant, session: &Session) {
+        let term = Term::of(acquire.lease_ms, sent, None, Some(&session.clock));
         let mut state = lock(&self.state);
-        watch_locked(&mut state, acquire, token, loss);
+        watch_locked(&mut state, acquire, token, loss, term);
     }
 
     /// The lock a guard of grant `token` holds while it releases, so that
@@ -358,53 +493,71 @@ impl Server {
         }
     }
 
-    /// Closes the session's connection (its waits end on the server) and
-    /// lets the reader end.
+    /// Closes the session's connection (its waits end on the server, its
+    /// session grants too: they are lost, `SessionEnded`) and lets the
+    /// reader end.
     pub(crate) fn close(&self) -> RedisResult<()> {
-        let id = {
+        let session = {
             let mut state = lock(&self.state);
             state.closed = true;
-            state.sid = None;
-            state.reader_id.take()
+            state.session.take()
         };
-        if let Some(id) = id {
-            let _: RedisResult<i64> = self.command(redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id));
+        if let Some(session) = session {
+            self.session_over(&session.clock, LeaseLost::SessionEnded);
+            let _: RedisResult<i64> = self.command(redis::cmd("CLIENT").arg("KILL").arg("ID").arg(session.reader_id));
         }
         *lock(&self.commands) = None;
         Ok(())
     }
 
-    /// The reader thread: hands out events until the connection breaks,
-    /// then opens a new session and resends the pending waits.
-    fn read(self: Arc<Self>, mut conn: Connection, sid: String) {
+    /// The reader thread: hands out events until the connection breaks or
+    /// the session's deadline passes, each read waiting at most T/3 and
+    /// giving up at the deadline; then the session's grants are lost and a
+    /// new session is opened for the pending waits and the other grants.
+    fn read(self: Arc<Self>, mut conn: Connection, session: Arc<Session>) {
+        let beat_ms = millis(session.clock.timeout / HEARTBEAT_FRACTION);
         loop {
-            match redis::cmd("FLOCK.INBOX").arg(INBOX_MS).query::<Value>(&mut conn) {
-                Ok(Value::Array(events)) => self.dispatch(events),
-                Ok(_) => {}
+            let sent = Instant::now();
+            let left = session.clock.deadline().saturating_duration_since(sent);
+            if left.is_zero() || conn.set_read_timeout(Some(left)).is_err() {
+                break;
+            }
+            match redis::cmd("FLOCK.INBOX").arg(beat_ms).query::<Value>(&mut conn) {
+                Ok(reply) => {
+                    if !session.clock.confirm(sent) {
+                        // Answered after the deadline: what it held is lost.
+                        break;
+                    }
+                    if let Value::Array(events) = reply {
+                        self.dispatch(events, sent, &session);
+                    }
+                }
                 // A demoted server unblocks its blocked clients; one found
                 // by a resolver is left for the new master.
-                Err(e) if !e.is_io_error() && e.code() == Some("UNBLOCKED") && self.resolve.is_none() => {}
+                Err(e) if !e.is_io_error() && e.code() == Some("UNBLOCKED") && self.resolve.is_none() => {
+                    session.clock.confirm(sent);
+                }
                 Err(_) => break,
             }
-            if lock(&self.state).sid.as_deref() != Some(sid.as_str()) {
+            if !lock(&self.state).session.as_ref().is_some_and(|s| Arc::ptr_eq(s, &session)) {
                 break;
             }
         }
         drop(conn);
-        self.reopen(&sid);
+        self.session_over(&session.clock, LeaseLost::SessionEnded);
+        self.reopen(&session);
     }
 
     /// Opens a new session (again and again while the server cannot be
-    /// reached) for the pending waits and the held grants: a wait whose
-    /// time runs out meanwhile ends as a timeout, a fixed lease that runs
-    /// out as a loss (`Expired`).
-    fn reopen(self: &Arc<Self>, old: &str) {
+    /// reached) for the pending waits and the held grants with a lease of
+    /// their own: a wait whose time runs out meanwhile ends as a timeout, a
+    /// fixed lease that runs out as a loss (`Expired`).
+    fn reopen(self: &Arc<Self>, old: &Arc<Session>) {
         loop {
             let (over, expired) = {
                 let mut state = lock(&self.state);
-                if state.sid.as_deref() == Some(old) {
-                    state.sid = None;
-                    state.reader_id = None;
+                if state.session.as_ref().is_some_and(|s| Arc::ptr_eq(s, old)) {
+                    state.session = None;
                 }
                 if state.closed {
                     return;
@@ -428,10 +581,10 @@ impl Server {
                 (over, expired)
             };
             self.end(over, expired);
-            match self.session_id() {
-                Ok(sid) => {
-                    self.resend(&sid);
-                    return self.rewatch(&sid);
+            match self.session() {
+                Ok(session) => {
+                    self.resend(&session);
+                    return self.rewatch(&session);
                 }
                 Err(_) => std::thread::sleep(REOPEN_PAUSE),
             }
@@ -450,12 +603,13 @@ impl Server {
         }
     }
 
-    /// Checks every held grant the broken session watched and moves its
-    /// watch to session `sid`: a `FLOCK.RENEW` (`NOTOWNER`: lost), then a
-    /// reentrant `FLOCK.ACQUIRE ... INBOX sid` (the lease a renewal would
-    /// give: the watchdog's, or what is left of a fixed lease) and a
-    /// `FLOCK.RELEASE` of that extra hold, while no guard of it releases.
-    fn rewatch(&self, sid: &str) {
+    /// Checks every held grant with a lease of its own that the broken
+    /// session watched and moves its watch to `session`: a `FLOCK.RENEW`
+    /// (`NOTOWNER`: lost), then a reentrant `FLOCK.ACQUIRE ... INBOX sid`
+    /// (the lease a renewal would give: the watchdog's, or what is left of
+    /// a fixed lease) and a `FLOCK.RELEASE` of that extra hold, while no
+    /// guard of it releases.
+    fn rewatch(&self, session: &Session) {
         let grants: Vec<(GrantKey, Mode, Arc<Mutex<()>>)> = lock(&self.state)
             .watches
             .iter()
@@ -463,9 +617,13 @@ impl Server {
             .collect();
         for (grant, mode, hold) in grants {
             let _hold = lock(&hold);
-            let left = match lock(&self.state).watches.get(&grant) {
-                Some(watch) if Arc::ptr_eq(&watch.hold, &hold) => watch.left(),
-                _ => Left::Gone,
+            let (left, watchdogs) = match lock(&self.state).watches.get(&grant) {
+                Some(watch) if Arc::ptr_eq(&watch.hold, &hold) => {
+                    let watchdogs: Vec<Arc<Loss>> =
+                        watch.losses.iter().filter_map(Weak::upgrade).filter(|loss| loss.view().watchdog).collect();
+                    (watch.left(), watchdogs)
+                }
+                _ => (Left::Gone, Vec::new()),
             };
             let lease_ms = match left {
                 Left::Gone => continue,
@@ -479,8 +637,13 @@ impl Server {
             let (key, owner, token) = &grant;
             let mut renew = redis::cmd("FLOCK.RENEW");
             renew.arg(key).arg(owner).arg(lease_ms).arg("ID").arg(uuid::Uuid::new_v4().to_string());
+            let sent = Instant::now();
             match self.command::<Value>(&renew) {
-                Ok(_) => {}
+                Ok(_) => {
+                    for loss in &watchdogs {
+                        loss.renewed(sent);
+                    }
+                }
                 Err(e) if is_notowner(&e) => {
                     self.lost(grant, LeaseLost::NotOwner);
                     continue;
@@ -492,12 +655,13 @@ impl Server {
                 key: key.clone(),
                 owner: owner.clone(),
                 lease_ms,
+                renew_ms: lease_ms,
                 mode,
                 rid: uuid::Uuid::new_v4().to_string(),
                 wait_ms: None,
                 started: Instant::now(),
             };
-            match self.command::<Value>(&acquire.cmd(Some(sid))) {
+            match self.command::<Value>(&acquire.cmd(Some(&session.sid))) {
                 Ok(Value::Int(again)) => {
                     let mut release = redis::cmd("FLOCK.RELEASE");
                     release.arg(key).arg(owner).arg("ID").arg(uuid::Uuid::new_v4().to_string());
@@ -515,16 +679,22 @@ impl Server {
         }
     }
 
-    /// Sends every pending wait again on session `sid`, same request IDs.
-    fn resend(&self, sid: &str) {
+    /// Sends every pending wait again on `session`, same request IDs.
+    fn resend(&self, session: &Session) {
         let mut pending: Vec<(u64, Acquire)> =
             lock(&self.state).waits.values().map(|p| (p.seq, p.acquire.clone())).collect();
         pending.sort_by_key(|(seq, _)| *seq);
         for (_, acquire) in pending {
+            let sent = Instant::now();
             let outcome = match acquire.left_ms() {
                 None => Some(Outcome::Timeout),
-                Some(_) => match self.command::<Value>(&acquire.cmd(Some(sid))) {
-                    Ok(Value::Int(token)) => Some(Outcome::Granted(token as u64)),
+                Some(_) => match self.command::<Value>(&acquire.cmd(Some(&session.sid))) {
+                    Ok(Value::Int(token)) => Some(Outcome::Granted(Granted {
+                        token: token as u64,
+                        sent,
+                        left_ms: None,
+                        clock: Arc::clone(&session.clock),
+                    })),
                     Ok(Value::Nil) => Some(Outcome::Timeout),
                     Ok(_) => None,
                     // The new session broke too: its reader resends again.
@@ -539,7 +709,8 @@ impl Server {
         }
     }
 
-    fn dispatch(&self, events: Vec<Value>) {
+    /// Hands out the events of a read sent at `sent` on `session`.
+    fn dispatch(&self, events: Vec<Value>, sent: Instant, session: &Session) {
         let mut orphans = Vec::new();
         for event in events {
             let Value::Array(fields) = event else { continue };
@@ -562,7 +733,12 @@ impl Server {
                     lock(&self.state).watches.remove(&(key, owner, token));
                     continue;
                 }
-                "granted" => Outcome::Granted(token),
+                "granted" => Outcome::Granted(Granted {
+                    token,
+                    sent,
+                    left_ms: detail.parse().ok(),
+                    clock: Arc::clone(&session.clock),
+                }),
                 "timeout" => Outcome::Timeout,
                 "cancelled" => Outcome::Cancelled,
                 "error" => Outcome::Error(error_from_line(&detail)),
@@ -595,21 +771,19 @@ impl Server {
     fn deliver(&self, key: &str, owner: &str, outcome: Outcome) -> Option<(String, String)> {
         let mut state = lock(&self.state);
         let pending = state.waits.remove(&(key.to_string(), owner.to_string()));
-        let granted = match outcome {
-            Outcome::Granted(token) => Some(token),
-            _ => None,
-        };
+        let granted = matches!(outcome, Outcome::Granted(_));
         match pending {
             Some(pending) => {
-                if let Some(token) = granted {
-                    watch_locked(&mut state, &pending.acquire, token, &pending.loss);
+                if let Outcome::Granted(grant) = &outcome {
+                    let term = Term::of(pending.acquire.lease_ms, grant.sent, grant.left_ms, Some(&grant.clock));
+                    watch_locked(&mut state, &pending.acquire, grant.token, &pending.loss, term);
                 }
                 match pending.tx.send(outcome) {
                     Ok(()) => None,
-                    Err(_) => granted.map(|_| (key.to_string(), owner.to_string())),
+                    Err(_) => granted.then(|| (key.to_string(), owner.to_string())),
                 }
             }
-            None => granted.map(|_| (key.to_string(), owner.to_string())),
+            None => granted.then(|| (key.to_string(), owner.to_string())),
         }
     }
 
@@ -622,8 +796,12 @@ impl Server {
     }
 }
 
-fn watch_locked(state: &mut State, acquire: &Acquire, token: u64, loss: &Arc<Loss>) {
-    loss.granted(acquire.lease_ms, Instant::now());
+fn watch_locked(state: &mut State, acquire: &Acquire, token: u64, loss: &Arc<Loss>, term: Term) {
+    let own = match &term {
+        Term::Own { at, .. } => Some(*at),
+        _ => None,
+    };
+    loss.granted(acquire.lease_ms, term);
     let grant = (acquire.key.clone(), acquire.owner.clone(), token);
     if let Some(i) = state.early_losses.iter().position(|(g, _)| *g == grant) {
         let (_, why) = state.early_losses.remove(i).expect("found");
@@ -636,11 +814,21 @@ fn watch_locked(state: &mut State, acquire: &Acquire, token: u64, loss: &Arc<Los
         hold: Arc::default(),
     });
     watch.losses.retain(|w| w.strong_count() > 0);
+    // A reentry with a lease of its own: the grant ends no later than that
+    // for every hold of it.
+    if let Some(at) = own {
+        for other in watch.losses.iter().filter_map(Weak::upgrade) {
+            other.tighten(at);
+        }
+    }
     watch.losses.push(Arc::downgrade(loss));
 }
 
 /// Closes this process's session with the server of `client` (its waits
-/// end); the next wait opens a new one.
+/// end, its session grants are lost: `SessionEnded`); the next wait opens a
+/// new one.
 pub fn close_session(client: &Client) -> RedisResult<()> {
-    server(client).close()
+    let base = server(client).base.clone();
+    let all: Vec<Arc<Server>> = lock(servers()).values().filter(|s| s.base == base).cloned().collect();
+    all.iter().try_for_each(|server| server.close())
 }

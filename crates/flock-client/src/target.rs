@@ -12,21 +12,29 @@ use redis::{Client, ConnectionLike, RedisError, RedisResult, Value};
 use crate::cancel::{cancelled, CancelToken};
 use crate::cluster::{self, Via};
 use crate::durable;
+use crate::guard::renew_cmd;
 use crate::guard::Guard;
 use crate::link::{Link, RESENDS};
-use crate::loss::Loss;
-use crate::owner::thread_owner;
+use crate::loss::{LeaseLost, Loss, Term};
+use crate::owner::{is_notowner, thread_owner};
 use crate::request::{Acquire, Mode};
 use crate::session::{self, Outcome};
 use crate::times::{millis, wait_ms, WAIT_MARGIN};
 
-/// What every kind of lock keeps: the key, the lease each grant gets, the
+/// What every kind of lock keeps: the key, the lease of its grants, the
 /// owner it acquires as, where a new connection (and the session) comes
 /// from, and how it waits.
 #[derive(Clone, Debug)]
 pub(crate) struct Target {
     pub(crate) key: String,
+    /// The lease of a grant without a session (which a watchdog renews),
+    /// and of a renewal.
     pub(crate) lease: Duration,
+    /// Set by `lease`: every grant, a session's too, has this lease of its
+    /// own and is never renewed.
+    pub(crate) fixed: Option<Duration>,
+    /// Set by `session_timeout`: the timeout of the session waits go through.
+    pub(crate) session_timeout: Option<Duration>,
     pub(crate) owner: Option<String>,
     pub(crate) client: Option<Client>,
     /// Set by `acquire_in`: the session and node come from there.
@@ -51,6 +59,8 @@ impl Target {
         Target {
             key: key.into(),
             lease,
+            fixed: None,
+            session_timeout: None,
             owner: None,
             client: None,
             via: None,
@@ -92,32 +102,68 @@ impl Target {
         self.via.clone().or_else(|| self.client.as_ref().map(|c| Via::Server(session::server(c))))
     }
 
+    /// The session server of `via` for `key`, with this lock's session timeout.
+    fn server(&self, via: &Via, key: &str) -> RedisResult<Arc<session::Server>> {
+        Ok(via.server(key)?.with_timeout(self.session_timeout))
+    }
+
     /// The grant itself: `FLOCK.ACQUIRE` in `mode`.
     fn grant<C: ConnectionLike>(&self, conn: C, wait: Option<Duration>, mode: Mode) -> RedisResult<Option<Guard<C>>> {
         if self.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
             return Err(cancelled());
         }
+        let via = self.via().filter(|_| !self.blocking);
+        let renew_ms = millis(self.fixed.unwrap_or(self.lease));
         let acquire = Acquire {
             key: self.key.clone(),
             owner: self.owner(),
-            lease_ms: millis(self.lease),
+            // Through a session, a session grant unless the lease is fixed.
+            lease_ms: match (&via, self.fixed) {
+                (Some(_), None) => 0,
+                _ => renew_ms,
+            },
+            renew_ms,
             mode,
             rid: uuid::Uuid::new_v4().to_string(),
             wait_ms: wait_ms(wait),
             started: Instant::now(),
         };
         let mut link = Link { conn, client: self.client.clone(), spare: None };
-        match self.via().filter(|_| !self.blocking) {
+        match via {
             Some(via) => self.acquire_in_session(link, acquire, via),
             None => {
+                let sent = Instant::now();
                 let Some(token) = link.send::<Option<u64>>(&acquire.cmd(None))? else {
                     return match &self.cancel {
                         Some(cancel) if cancel.is_cancelled() => Err(cancelled()),
                         _ => Ok(None),
                     };
                 };
-                Ok(Some(Guard::new(link, acquire, token, Arc::default(), None)))
+                let loss = Arc::new(Loss::default());
+                loss.granted(acquire.lease_ms, Term::of(acquire.lease_ms, sent, None, None));
+                Self::confirm_after_wait(&mut link, &acquire, &loss, sent);
+                Ok(Some(Guard::new(link, acquire, token, loss, None)))
             }
+        }
+    }
+
+    /// A blocking wait's grant came at some time between the send and the
+    /// reply, so its deadline counts from the send. After a wait of more
+    /// than a third of the lease one `FLOCK.RENEW` (its send time) gives it
+    /// back most of its lease: a contended grant's extra round trip.
+    fn confirm_after_wait<C: ConnectionLike>(link: &mut Link<C>, acquire: &Acquire, loss: &Loss, sent: Instant) {
+        let lease = Duration::from_millis(acquire.lease_ms);
+        if acquire.wait_ms.is_none() || sent.elapsed() < lease / 3 {
+            return;
+        }
+        let renewed_at = Instant::now();
+        match link.query::<u64>(&renew_cmd(&acquire.key, &acquire.owner, acquire.lease_ms)) {
+            Ok(_) => loss.renewed(renewed_at),
+            Err(e) if is_notowner(&e) => {
+                loss.mark(LeaseLost::NotOwner);
+            }
+            // Its deadline stands, counted from the acquire.
+            Err(_) => {}
         }
     }
 
@@ -135,25 +181,27 @@ impl Target {
         loop {
             let asking = asked.is_some();
             let server = match asked.take() {
-                Some(server) => server,
-                None => via.server(&acquire.key)?,
+                Some(server) => server.with_timeout(self.session_timeout),
+                None => self.server(via, &acquire.key)?,
             };
-            let sid = server.session_id()?;
+            let session = server.session()?;
+            let sid = session.sid.as_str();
             // Registered before it is sent: the event can beat the reply.
             let registered = waits && server.register(acquire, tx.clone(), &loss);
+            let sent = Instant::now();
             let reply = match via {
                 // The node importing the key's slot, which an ASK named.
                 Via::Cluster(_) if asking => server.with_conn(|c| {
                     cluster::asking(c)?;
-                    acquire.cmd(Some(&sid)).query::<Value>(c)
+                    acquire.cmd(Some(sid)).query::<Value>(c)
                 }),
                 // To that node itself: a redirection followed elsewhere
                 // would name a session the other node does not know.
-                Via::Cluster(_) => server.command::<Value>(&acquire.cmd(Some(&sid))),
+                Via::Cluster(_) => server.command::<Value>(&acquire.cmd(Some(sid))),
                 // A link that cannot reach the server any more hands over
                 // to the session's own connection, which reconnects.
-                Via::Server(_) => match link.send::<Value>(&acquire.cmd(Some(&sid))) {
-                    Err(e) if e.is_io_error() => server.command::<Value>(&acquire.cmd(Some(&sid))),
+                Via::Server(_) => match link.send::<Value>(&acquire.cmd(Some(sid))) {
+                    Err(e) if e.is_io_error() => server.command::<Value>(&acquire.cmd(Some(sid))),
                     reply => reply,
                 },
             };
@@ -173,11 +221,11 @@ impl Target {
                 Ok(Value::Nil) => return Ok(Queued::Busy),
                 Ok(Value::Int(token)) => {
                     let token = token as u64;
-                    server.watch(acquire, token, &loss);
+                    server.watch(acquire, token, &loss, sent, &session);
                     return Ok(Queued::Granted(token, server, loss));
                 }
                 Err(e) if e.code() == Some("NOSESSION") && nosession < RESENDS => {
-                    server.forget(&sid);
+                    server.forget(&session);
                     nosession += 1;
                 }
                 Err(e) if redirects < cluster::REDIRECTS => {
@@ -335,8 +383,8 @@ impl Target {
         by_user: bool,
     ) -> RedisResult<Option<Guard<C>>> {
         match outcome {
-            Some(Outcome::Granted(token)) => {
-                let guard = Guard::new(link, acquire, token, loss, Some(server));
+            Some(Outcome::Granted(grant)) => {
+                let guard = Guard::new(link, acquire, grant.token, loss, Some(server));
                 if by_user {
                     drop(guard);
                     return Err(cancelled());

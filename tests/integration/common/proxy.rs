@@ -4,10 +4,16 @@
 //! connection (and its server connection) instead. The command was applied,
 //! but its reply is lost: the client sees a broken connection and resends,
 //! as redis-py, ioredis, Lettuce and the Rust client do.
+//!
+//! It can also cut the client off ([`Proxy::partition`]): nothing is
+//! carried either way (commands and replies read meanwhile are held back,
+//! a close on one side is not passed on) and every socket stays open, as
+//! under a network partition, a dead host or a frozen VM; [`Proxy::heal`]
+//! carries what was held back, then goes on.
 
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 #[derive(Default)]
 struct Trigger {
@@ -36,9 +42,32 @@ impl Trigger {
     }
 }
 
+/// Whether bytes flow ([`Proxy::partition`], [`Proxy::heal`]).
+#[derive(Default)]
+struct Gate {
+    cut: Mutex<bool>,
+    healed: Condvar,
+}
+
+impl Gate {
+    /// Returns once bytes flow.
+    fn pass(&self) {
+        let mut cut = self.cut.lock().expect("gate");
+        while *cut {
+            cut = self.healed.wait(cut).expect("gate");
+        }
+    }
+
+    fn set(&self, cut: bool) {
+        *self.cut.lock().expect("gate") = cut;
+        self.healed.notify_all();
+    }
+}
+
 pub struct Proxy {
     pub port: u16,
     trigger: Arc<Mutex<Trigger>>,
+    gate: Arc<Gate>,
 }
 
 impl Proxy {
@@ -48,7 +77,9 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
         let port = listener.local_addr().expect("proxy addr").port();
         let trigger = Arc::new(Mutex::new(Trigger::default()));
+        let gate = Arc::new(Gate::default());
         let shared = Arc::clone(&trigger);
+        let flow = Arc::clone(&gate);
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
                 {
@@ -61,13 +92,24 @@ impl Proxy {
                         t.streams.push(end);
                     }
                 }
-                let trigger = Arc::clone(&shared);
+                let (trigger, gate) = (Arc::clone(&shared), Arc::clone(&flow));
                 std::thread::spawn(move || {
-                    let _ = forward(client, server_port, &trigger);
+                    let _ = forward(client, server_port, &trigger, &gate);
                 });
             }
         });
-        Proxy { port, trigger }
+        Proxy { port, trigger, gate }
+    }
+
+    /// Stops carrying bytes both ways, every socket kept open (a new
+    /// connection is accepted and then carries nothing either).
+    pub fn partition(&self) {
+        self.gate.set(true);
+    }
+
+    /// Carries bytes again, those held back first.
+    pub fn heal(&self) {
+        self.gate.set(false);
     }
 
     pub fn url(&self) -> String {
@@ -87,6 +129,7 @@ impl Proxy {
     /// process cannot reconnect.
     pub fn kill(&self) {
         self.trigger.lock().expect("trigger").die();
+        self.heal();
     }
 
     /// The process dies as the server answers the next `command`: that
@@ -107,11 +150,28 @@ impl Proxy {
     }
 }
 
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.heal();
+    }
+}
+
 /// One client connection: command by command, so that each reply is known
 /// to answer the command before it (pipelined commands queue up in the
-/// client socket meanwhile).
-fn forward(client: TcpStream, server_port: u16, trigger: &Mutex<Trigger>) -> io::Result<()> {
+/// client socket meanwhile). When one side closes, so does the other (once
+/// bytes flow).
+fn forward(client: TcpStream, server_port: u16, trigger: &Mutex<Trigger>, gate: &Gate) -> io::Result<()> {
+    gate.pass();
     let server = TcpStream::connect(("127.0.0.1", server_port))?;
+    let ends = (client.try_clone()?, server.try_clone()?);
+    let relayed = relay(client, server, trigger, gate);
+    gate.pass();
+    let _ = ends.0.shutdown(Shutdown::Both);
+    let _ = ends.1.shutdown(Shutdown::Both);
+    relayed
+}
+
+fn relay(client: TcpStream, server: TcpStream, trigger: &Mutex<Trigger>, gate: &Gate) -> io::Result<()> {
     {
         let mut t = trigger.lock().expect("trigger");
         if t.dead {
@@ -126,6 +186,7 @@ fn forward(client: TcpStream, server_port: u16, trigger: &Mutex<Trigger>) -> io:
     loop {
         let mut command = Vec::new();
         let name = read_command(&mut from_client, &mut command)?;
+        gate.pass();
         to_server.write_all(&command)?;
         let mut reply = Vec::new();
         read_value(&mut from_server, &mut reply)?;
@@ -157,6 +218,7 @@ fn forward(client: TcpStream, server_port: u16, trigger: &Mutex<Trigger>) -> io:
             let _ = to_server.shutdown(Shutdown::Both);
             return Ok(());
         }
+        gate.pass();
         to_client.write_all(&reply)?;
     }
 }
