@@ -7,7 +7,10 @@
 //! session, and its replies can be dropped or its connections killed); an
 //! actor is a thread of its process, so it is one owner (`<process
 //! id>:<thread id>`) and acquiring again reenters. `FLOCK.INFO`,
-//! `FLOCK.FORCERELEASE` go over a connection of the runner's own.
+//! `FLOCK.FORCERELEASE` go over a connection of the runner's own. A
+//! scenario's `session_timeout_ms` is every lock's `.session_timeout`; a
+//! hold without `lease_ms` is the client's default, a session grant; a
+//! `partition` cuts the process's proxy off (sockets kept open).
 
 use crate::common::proxy::Proxy;
 use crate::common::*;
@@ -18,12 +21,10 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flock_client::{CancelToken, Guard, LeaseLost, Lock, RwLock, Semaphore, SharedConnection};
+use flock_client::{CancelToken, Guard, Lock, RwLock, Semaphore, SharedConnection, WATCHDOG_LEASE};
 
 /// How long an `await_*` step waits without its own `within_ms`.
 const AWAIT: Duration = Duration::from_secs(10);
-/// The lease of a grant without `lease_ms`, which the watchdog renews.
-const WATCHDOG_LEASE: Duration = Duration::from_secs(30);
 /// The wait of a `start_acquire` without `wait_ms`.
 const START_WAIT_MS: u64 = 20_000;
 
@@ -59,13 +60,49 @@ scenarios!(
     a_killed_process_waiters_leave,
     wrong_mode_and_upgrade,
     semaphore_limit,
+    cut_off_holder_knows_first,
+    cut_off_holder_with_a_fixed_lease_knows_first,
+    a_session_silent_for_less_than_its_timeout_loses_nothing,
+    a_waiting_process_cut_off_at_its_turn_holds_nobody_up_past_its_timeout,
 );
+
+/// The client's constants are the `protocol` block of the file
+/// (docs/client-protocol.md, "The rules every client shares").
+#[test]
+fn the_clients_constants_are_the_protocol_blocks() {
+    use flock_client::*;
+    let path = scenarios_path();
+    let json = Json::parse(&std::fs::read_to_string(&path).expect("read the scenarios")).expect("parse");
+    let protocol = json.get("protocol").expect("a protocol block");
+    let num = |field: &str| protocol.num(field).unwrap_or_else(|| panic!("protocol.{field}"));
+    assert_eq!(num("heartbeat_fraction"), u64::from(HEARTBEAT_FRACTION));
+    assert_eq!(num("drift_margin_ms"), DRIFT_MARGIN_MS);
+    assert_eq!(num("drift_margin_percent"), u64::from(DRIFT_MARGIN_PERCENT));
+    assert_eq!(num("watchdog_lease_ms"), WATCHDOG_LEASE.as_millis() as u64);
+    assert_eq!(num("watchdog_renew_fraction"), u64::from(WATCHDOG_RENEW_FRACTION));
+    assert_eq!(num("resends"), RESENDS as u64);
+    assert_eq!(num("cancel_grace_ms"), CANCEL_GRACE.as_millis() as u64);
+    let Some(Json::Arr(reasons)) = protocol.get("loss_reasons") else { panic!("protocol.loss_reasons") };
+    let reasons: Vec<&str> = reasons
+        .iter()
+        .map(|r| match r {
+            Json::Str(s) => s.as_str(),
+            other => panic!("a reason {}", other.show()),
+        })
+        .collect();
+    let ours: Vec<&str> = LeaseLost::ALL.iter().map(|r| r.as_str()).collect();
+    assert_eq!(ours, reasons, "LeaseLost::ALL and its names");
+    for reason in LeaseLost::ALL {
+        assert_eq!(reason.to_string(), reason.as_str());
+    }
+}
 
 // ---------------------------------------------------------------------------
 // The file.
 
 struct Scenario {
     name: String,
+    session_timeout: Option<Duration>,
     steps: Vec<Json>,
 }
 
@@ -87,6 +124,7 @@ fn load() -> Vec<Scenario> {
         .iter()
         .map(|s| Scenario {
             name: s.str("name").expect("a scenario without a name").to_string(),
+            session_timeout: s.num("session_timeout_ms").map(Duration::from_millis),
             steps: match s.get("steps") {
                 Some(Json::Arr(steps)) => steps.clone(),
                 _ => panic!("scenario {:?} without steps", s.str("name")),
@@ -298,6 +336,10 @@ type Outcome = String;
 
 type Held = Arc<Mutex<HashMap<String, Vec<Guard<SharedConnection>>>>>;
 
+/// When an actor's acquire of a key returned granted, or its hold of a key
+/// was reported lost (the lost channel's message, as it came), by key.
+type Times = Arc<Mutex<HashMap<String, Instant>>>;
+
 /// What a step asks of an actor's thread.
 enum Job {
     Acquire { key: String, how: How, wait: Option<Duration>, cancel: CancelToken, done: Sender<Outcome> },
@@ -309,8 +351,9 @@ struct How {
     mode: String,
     permits: u32,
     limit: u32,
-    /// A fixed lease, or `None` for the watchdog's.
+    /// A fixed lease, or `None` for the client's default (a session grant).
     lease: Option<Duration>,
+    session_timeout: Option<Duration>,
 }
 
 struct Actor {
@@ -319,6 +362,8 @@ struct Actor {
     jobs: Option<Sender<Job>>,
     /// Its grants by key, the latest last.
     held: Held,
+    granted_at: Times,
+    lost_at: Times,
     /// The started acquire whose outcome is not read yet, and its cancel handle.
     started: Option<(Receiver<Outcome>, CancelToken)>,
 }
@@ -328,13 +373,15 @@ impl Actor {
         let (jobs, inbox) = mpsc::channel::<Job>();
         let (owner_tx, owner_rx) = mpsc::channel();
         let held = Held::default();
+        let (granted_at, lost_at) = (Times::default(), Times::default());
         let (client, mine) = (client.clone(), Arc::clone(&held));
+        let times = (Arc::clone(&granted_at), Arc::clone(&lost_at));
         std::thread::spawn(move || {
             let _ = owner_tx.send(Lock::new("", WATCHDOG_LEASE).owner());
             for job in inbox {
                 match job {
                     Job::Acquire { key, how, wait, cancel, done } => {
-                        let outcome = acquire(&client, &key, &how, wait, &cancel, &mine);
+                        let outcome = acquire(&client, &key, &how, wait, &cancel, &mine, &times);
                         let _ = done.send(outcome);
                     }
                     Job::Release { key, mode, done } => {
@@ -344,7 +391,7 @@ impl Actor {
             }
         });
         let owner = owner_rx.recv_timeout(AWAIT).expect("the actor's thread starts");
-        Actor { process: process.to_string(), owner, jobs: Some(jobs), held, started: None }
+        Actor { process: process.to_string(), owner, jobs: Some(jobs), held, granted_at, lost_at, started: None }
     }
 
     fn send(&self, job: Job) -> Result<(), String> {
@@ -368,21 +415,36 @@ fn acquire(
     wait: Option<Duration>,
     cancel: &CancelToken,
     held: &Held,
+    (granted_at, lost_at): &(Times, Times),
 ) -> Outcome {
-    let lease = how.lease.unwrap_or(WATCHDOG_LEASE);
+    // The same setters on every kind of lock.
+    macro_rules! set {
+        ($lock:expr) => {{
+            let mut lock = $lock.cancel_with(cancel);
+            if let Some(lease) = how.lease {
+                lock = lock.lease(lease);
+            }
+            if let Some(timeout) = how.session_timeout {
+                lock = lock.session_timeout(timeout);
+            }
+            lock
+        }};
+    }
     let result = match how.mode.as_str() {
-        "exclusive" => Lock::new(key, lease).cancel_with(cancel).acquire_on(client, wait),
-        "shared" => RwLock::new(key, lease).cancel_with(cancel).read_on(client, wait),
-        "permits" => Semaphore::new(key, how.limit, lease).cancel_with(cancel).acquire_on(client, how.permits, wait),
+        "exclusive" => set!(Lock::new(key, WATCHDOG_LEASE)).acquire_on(client, wait),
+        "shared" => set!(RwLock::new(key, WATCHDOG_LEASE)).read_on(client, wait),
+        "permits" => set!(Semaphore::new(key, how.limit, WATCHDOG_LEASE)).acquire_on(client, how.permits, wait),
         other => return format!("unknown mode {other:?}"),
     };
     match result {
-        Ok(Some(mut guard)) => {
-            if how.lease.is_none() {
-                if let Err(e) = guard.watchdog(client) {
-                    return format!("granted, but the watchdog did not start: {e}");
+        Ok(Some(guard)) => {
+            granted_at.lock().unwrap().insert(key.to_string(), Instant::now());
+            let (lost, lost_at, key_lost) = (guard.lost_channel(), Arc::clone(lost_at), key.to_string());
+            std::thread::spawn(move || {
+                if lost.recv().is_ok() {
+                    lost_at.lock().unwrap().entry(key_lost).or_insert_with(Instant::now);
                 }
-            }
+            });
             held.lock().unwrap().entry(key.to_string()).or_default().push(guard);
             "granted".into()
         }
@@ -411,17 +473,6 @@ fn mode_name(g: &Guard<SharedConnection>) -> &'static str {
     }
 }
 
-fn reason_name(why: LeaseLost) -> &'static str {
-    match why {
-        LeaseLost::NotOwner => "notowner",
-        LeaseLost::Unconfirmed => "unconfirmed",
-        LeaseLost::Expired => "expired",
-        LeaseLost::ForceReleased => "forcereleased",
-        LeaseLost::Deleted => "deleted",
-        LeaseLost::Demoted => "demoted",
-    }
-}
-
 // ---------------------------------------------------------------------------
 // The runner.
 
@@ -439,6 +490,7 @@ struct Runner {
     processes: HashMap<String, Process>,
     name: String,
     admin: Connection,
+    session_timeout: Option<Duration>,
     server: Server,
 }
 
@@ -458,8 +510,14 @@ fn play(name: &str) {
     let scenario = load().into_iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no scenario {name}"));
     let server = Server::start();
     let admin = server.conn();
-    let mut runner =
-        Runner { actors: HashMap::new(), processes: HashMap::new(), name: name.to_string(), admin, server };
+    let mut runner = Runner {
+        actors: HashMap::new(),
+        processes: HashMap::new(),
+        name: name.to_string(),
+        admin,
+        session_timeout: scenario.session_timeout,
+        server,
+    };
     for (i, step) in scenario.steps.iter().enumerate() {
         if let Err(e) = runner.step(step) {
             panic!("scenario {name}, step {} {}: {e}", i + 1, step.show());
@@ -537,6 +595,7 @@ impl Runner {
                     permits: step.num("permits").unwrap_or(1) as u32,
                     limit: step.num("limit").unwrap_or(1) as u32,
                     lease: step.num("lease_ms").map(Duration::from_millis),
+                    session_timeout: self.session_timeout,
                 };
                 let wait_ms = step.num("wait_ms").unwrap_or(if op == "acquire" { 0 } else { START_WAIT_MS });
                 let wait = (wait_ms > 0).then(|| Duration::from_millis(wait_ms));
@@ -645,17 +704,24 @@ impl Runner {
                 let state = || -> Vec<(bool, Option<&'static str>)> {
                     let held = held.lock().unwrap();
                     held.get(&key).map_or_else(Vec::new, |gs| {
-                        gs.iter().map(|g| (g.lost(), g.lost_reason().map(reason_name))).collect()
+                        gs.iter().map(|g| (g.lost(), g.lost_reason().map(|r| r.as_str()))).collect()
                     })
                 };
                 if state().is_empty() {
                     return Err("the actor holds nothing of this key".into());
                 }
                 if op == "expect_not_lost" {
-                    return match state().iter().find(|(lost, _)| *lost) {
-                        None => Ok(()),
-                        Some((_, why)) => Err(format!("reported lost ({why:?})")),
-                    };
+                    // Throughout `for_ms`, checked every few ms.
+                    let until = Instant::now() + step.num("for_ms").map_or(Duration::ZERO, Duration::from_millis);
+                    loop {
+                        if let Some((_, why)) = state().iter().find(|(lost, _)| *lost) {
+                            return Err(format!("reported lost ({why:?})"));
+                        }
+                        if Instant::now() >= until {
+                            return Ok(());
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
                 }
                 await_until(
                     || format!("reported lost: {:?}", state()),
@@ -676,6 +742,43 @@ impl Runner {
                 process.proxy.drop_reply_to(command, 1);
                 process.drops += 1;
                 Ok(())
+            }
+            "partition" => {
+                let process = step.str("process").unwrap_or("main").to_string();
+                let proxy = &self.process(&process).proxy;
+                proxy.partition();
+                if let Some(ms) = step.num("for_ms") {
+                    // The partition's length under test.
+                    std::thread::sleep(Duration::from_millis(ms));
+                    proxy.heal();
+                }
+                Ok(())
+            }
+            "heal" => {
+                let process = step.str("process").unwrap_or("main").to_string();
+                self.process(&process).proxy.heal();
+                Ok(())
+            }
+            "expect_lost_before" => {
+                let key = self.key(step)?;
+                let lost = self.actor(step)?.lost_at.lock().unwrap().get(&key).copied();
+                let other = step.str("granted").ok_or("no granted")?;
+                let granted = self
+                    .actors
+                    .get(other)
+                    .ok_or_else(|| format!("no actor {other}"))?
+                    .granted_at
+                    .lock()
+                    .unwrap()
+                    .get(&key)
+                    .copied();
+                match (lost, granted) {
+                    (Some(lost), Some(granted)) if lost < granted => Ok(()),
+                    (Some(lost), Some(granted)) => {
+                        Err(format!("reported lost {:?} after {other} was granted", lost - granted))
+                    }
+                    (lost, granted) => Err(format!("lost at {lost:?}, {other} granted at {granted:?}")),
+                }
             }
             "kill_process" => {
                 let process = step.str("process").ok_or("no process")?.to_string();

@@ -29,6 +29,15 @@ fn waiters(c: &mut Connection, key: &str) -> i64 {
     info_field(c, key, "waiters").map(|v| int(&v)).unwrap_or(0)
 }
 
+/// How many `FLOCK.RENEW`s the server ran (`INFO commandstats`).
+fn renew_calls(c: &mut Connection) -> i64 {
+    let text: String = redis::cmd("INFO").arg("commandstats").query(c).expect("INFO commandstats");
+    text.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_flock.renew:calls="))
+        .and_then(|v| v.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// The `CLIENT ID` of the connection that reads the session's inbox.
 fn session_client_id(c: &mut Connection) -> Option<i64> {
     let list: String = redis::cmd("CLIENT").arg("LIST").query(c).expect("CLIENT LIST");
@@ -147,17 +156,46 @@ fn a_loss_is_pushed_on_forcerelease_without_a_watchdog() {
 }
 
 #[test]
-fn a_fixed_lease_that_runs_out_is_pushed_as_expired() {
+fn a_fixed_lease_is_lost_at_its_deadline_and_its_release_fails() {
     let s = Server::start();
+    let mut admin = s.conn();
     let client = client(&s);
-    let guard = Lock::new("L", 200 * MS).acquire_on(&client, None).unwrap().expect("granted");
+    let guard = Lock::new("L", 10 * SECOND).lease(200 * MS).acquire_on(&client, None).unwrap().expect("granted");
+    assert!(!guard.session_grant());
     let lost = guard.lost_channel();
     let started = Instant::now();
     assert_eq!(lost.recv_timeout(5 * SECOND), Ok(LeaseLost::Expired));
     assert!(started.elapsed() < 3 * SECOND);
     assert!(guard.lost());
+    // Lost here before the server's end of it: the release still gives
+    // back whatever the server has, and fails.
     let e = guard.release().unwrap_err();
-    assert!(e.to_string().contains("lease"), "the NOTOWNER text says the lease ended: {e}");
+    assert_eq!(error_code(&e), "NOTOWNER", "{e}");
+    assert!(info(&mut admin, "L").is_none());
+}
+
+#[test]
+fn a_session_grant_has_no_lease_and_ends_with_its_session_reported_as_sessionended() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let client = client(&s);
+    let mut guard = Lock::new("L", 200 * MS).acquire_on(&client, None).unwrap().expect("granted");
+    assert!(guard.session_grant());
+    assert_eq!(int_field(&mut admin, "L", "session"), 1);
+    // No lease of its own, no renewal traffic: it outlives the lock's lease.
+    let lost = guard.watchdog(&client).unwrap();
+    std::thread::sleep(600 * MS);
+    assert!(!guard.lost());
+    assert_eq!(renew_calls(&mut admin), 0, "no watchdog for a session grant");
+    // Its session ends: the server ends the grant, the guard says so, and
+    // the new session does not take it again.
+    let old = wait_session_client_id(&mut admin);
+    let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(old).query(&mut admin).unwrap();
+    assert_eq!(lost.recv_timeout(5 * SECOND), Ok(LeaseLost::SessionEnded));
+    assert_eq!(guard.lost_reason(), Some(LeaseLost::SessionEnded));
+    assert!(info(&mut admin, "L").is_none(), "the session's end ended it");
+    assert_eq!(error_code(&guard.release().unwrap_err()), "NOTOWNER");
+    assert!(info(&mut admin, "L").is_none(), "nobody took it again");
 }
 
 #[test]
@@ -404,7 +442,7 @@ fn a_fixed_lease_grant_is_rewatched_after_the_session_breaks_with_its_holds_and_
     let s = Server::start();
     let mut admin = s.conn();
     let client = client(&s);
-    let lock = Lock::new("L", 60 * SECOND);
+    let lock = Lock::new("L", 60 * SECOND).lease(60 * SECOND);
     let first = lock.acquire_on(&client, None).unwrap().expect("granted");
     let second = lock.acquire_on(&client, None).unwrap().expect("reentered");
     assert_eq!(holds(&mut admin, "L"), 2);
@@ -431,7 +469,8 @@ fn a_watchdog_grant_is_rewatched_with_the_watchdogs_lease_and_released_with_its_
     let s = Server::start();
     let mut admin = s.conn();
     let client = client(&s);
-    let mut guard = Semaphore::new("S", 3, 10 * SECOND).acquire_on(&client, 2, None).unwrap().expect("granted");
+    let mut guard =
+        Semaphore::new("S", 3, 10 * SECOND).lease(10 * SECOND).acquire_on(&client, 2, None).unwrap().expect("granted");
     let lost = guard.watchdog(&client).unwrap();
     kill_session_and_wait_for_rewatch(&s, &mut admin, 1);
     wait_until("the extra hold released", 5 * SECOND, || holds(&mut admin, "S") == 1);
@@ -447,7 +486,7 @@ fn a_grant_force_released_while_the_session_was_down_is_reported_lost_after_the_
     let s = Server::start();
     let mut admin = s.conn();
     let client = client(&s);
-    let guard = Lock::new("L", 60 * SECOND).acquire_on(&client, None).unwrap().expect("granted");
+    let guard = Lock::new("L", 60 * SECOND).lease(60 * SECOND).acquire_on(&client, None).unwrap().expect("granted");
     let lost = guard.lost_channel();
     let old = wait_session_client_id(&mut admin);
     // The session is gone before the loss: its push goes nowhere.

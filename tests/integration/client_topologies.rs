@@ -258,7 +258,8 @@ fn sentinel_lock_and_wait_survive_a_failover_and_new_locks_go_to_the_new_master(
     assert_eq!(guard.release().unwrap(), 0);
 
     // A grant replicated before SENTINEL FAILOVER is kept on the new master.
-    let kept = Lock::new("s:kept", 60 * SECOND).acquire_in(&found, None).unwrap().expect("kept");
+    // A fixed lease: a session grant ends with its session on the old master.
+    let kept = Lock::new("s:kept", 60 * SECOND).lease(60 * SECOND).acquire_in(&found, None).unwrap().expect("kept");
     wait_replica_applied(&mut master.conn(), &mut replica.conn());
     // Refused (NOGOODSLAVE) until the sentinel has seen the replica fit to promote.
     wait_until("SENTINEL FAILOVER to be accepted", 10 * SECOND, || {
@@ -319,7 +320,9 @@ fn cluster_failover_mid_wait_the_waiter_is_granted_by_the_new_master_and_durable
     let m = cl.owner_of_key(key);
     let r = cl.replica_of(m);
     let lock = Lock::new(key, 30 * SECOND);
-    let holder = lock.clone().with_owner("holder").acquire_in(&cluster, None).unwrap().expect("held");
+    // A fixed lease: a session grant would end with the demoted node's session.
+    let holder =
+        lock.clone().with_owner("holder").lease(30 * SECOND).acquire_in(&cluster, None).unwrap().expect("held");
     let (tx, rx) = std::sync::mpsc::channel();
     let waiting = {
         let (lock, cluster) = (lock.clone().with_owner("waiter").durable(1, 5 * SECOND), cluster.clone());
