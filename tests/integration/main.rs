@@ -13,6 +13,7 @@ mod binary_keys;
 mod client;
 mod client_durable;
 mod client_multi;
+mod client_partitions;
 mod client_scenarios;
 mod client_sessions;
 mod client_shared;

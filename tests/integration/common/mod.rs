@@ -751,13 +751,18 @@ pub struct Stopped(u32);
 
 impl Stopped {
     pub fn new(s: &Server) -> Stopped {
-        signal(s.pid(), "STOP");
-        let state = || std::fs::read_to_string(format!("/proc/{}/stat", s.pid())).unwrap_or_default();
+        Stopped::process(s.pid())
+    }
+
+    /// Any process of the test's (a child that runs a client).
+    pub fn process(pid: u32) -> Stopped {
+        signal(pid, "STOP");
+        let state = || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         // Field 3 of /proc/PID/stat is the state; `T` = stopped.
-        wait_until("the server to be stopped", 5 * SECOND, || {
+        wait_until("the process to be stopped", 5 * SECOND, || {
             state().rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
         });
-        Stopped(s.pid())
+        Stopped(pid)
     }
 }
 
