@@ -71,7 +71,9 @@ fn two_hundred_waiting_threads_share_one_session_and_are_granted_in_fifo_order()
         .collect();
     wait_until("200 session waiters queued", 20 * SECOND, || waiters(&mut admin, "L") == N as i64);
     let added = info_clients(&mut admin, "connected_clients") - before;
-    assert!(added <= 4, "200 waiting threads added {added} connections");
+    // The session's, and the command connections the threads share (at
+    // most 4, the pool's size), whatever their number.
+    assert!(added <= 6, "200 waiting threads added {added} connections");
     // Only the session's FLOCK.INBOX blocks (between two reads, not even it).
     assert!(info_clients(&mut admin, "blocked_clients") <= 1);
     assert_eq!(s.stat("sessions"), 1);

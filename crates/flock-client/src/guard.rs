@@ -45,8 +45,15 @@ impl<C: ConnectionLike> Guard<C> {
     /// `abandoned`) reentered them: they are released now, so this guard's
     /// is the only one. Kept abandoned if the server refuses again.
     pub(crate) fn reclaim(&mut self) {
-        let entry = (self.key.clone(), self.owner.clone(), self.token);
-        let Some(count) = lock(abandoned()).remove(&entry) else { return };
+        let count = {
+            let mut abandoned = lock(abandoned());
+            if abandoned.is_empty() {
+                return;
+            }
+            let entry = (self.key.clone(), self.owner.clone(), self.token);
+            let Some(count) = abandoned.remove(&entry) else { return };
+            count
+        };
         for _ in 0..count {
             let released: RedisResult<u64> =
                 self.link.query(redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner));
@@ -213,11 +220,8 @@ impl<C: ConnectionLike> Guard<C> {
         self.stop_watchdog();
         self.released = true;
         // Not while a re-watch on a new session holds its extra hold.
-        let hold = self.session.as_ref().and_then(|s| s.hold_lock(&self.key, &self.owner, self.token));
+        let hold = self.session.as_ref().and_then(|s| s.unwatch(&self.key, &self.owner, self.token, &self.loss));
         let _hold = hold.as_ref().map(|h| lock(h));
-        if let Some(session) = &self.session {
-            session.unwatch(&self.key, &self.owner, self.token, &self.loss);
-        }
         let lost = self.loss.reason();
         self.loss.close();
         let released = self.link.query(redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner));

@@ -146,8 +146,10 @@ macro_rules! target_methods {
         /// shared connection to it.
         fn on(&self, client: &Client) -> (Target, SharedConnection) {
             let mut target = self.target.clone();
-            target.client = Some(client.clone());
-            (target, SharedConnection::new(client))
+            let server = session::server(client);
+            // The same server `with_client` would find, looked up once.
+            target.via = Some(Via::Server(Arc::clone(&server)));
+            (target, SharedConnection::of(server))
         }
     };
 }

@@ -3,13 +3,18 @@
 
 use std::sync::OnceLock;
 
-/// `<random UUID of this process>:<thread id>`.
+/// `<random UUID of this process>:<thread id>` (made once per thread).
 pub(crate) fn thread_owner() -> String {
     static PROCESS: OnceLock<String> = OnceLock::new();
-    let process = PROCESS.get_or_init(|| uuid::Uuid::new_v4().to_string());
-    let thread = format!("{:?}", std::thread::current().id());
-    let thread = thread.trim_start_matches("ThreadId(").trim_end_matches(')');
-    format!("{process}:{thread}")
+    thread_local! {
+        static OWNER: String = {
+            let process = PROCESS.get_or_init(|| uuid::Uuid::new_v4().to_string());
+            let thread = format!("{:?}", std::thread::current().id());
+            let thread = thread.trim_start_matches("ThreadId(").trim_end_matches(')');
+            format!("{process}:{thread}")
+        };
+    }
+    OWNER.with(String::clone)
 }
 
 /// The error code `NOTOWNER`: the owner does not hold the lock (any more).

@@ -17,10 +17,13 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use redis::{Client, Cmd, Connection, ConnectionLike, RedisError, RedisResult, Value};
+use redis::{
+    Client, Cmd, Connection, ConnectionAddr, ConnectionInfo, ConnectionLike, ProtocolVersion, RedisError, RedisResult,
+    Value,
+};
 
 use crate::link::RESENDS;
 use crate::loss::{LeaseLost, Loss, SessionClock, Term};
@@ -168,7 +171,10 @@ pub(crate) struct Server {
     state: Mutex<State>,
     /// Held while a session is being opened, so that only one is.
     opening: Mutex<()>,
-    commands: Mutex<Option<Connection>>,
+    /// The command connections every thread shares.
+    commands: Mutex<Pool>,
+    /// A command connection came back to the pool (or closed).
+    returned: Condvar,
     /// Connections of their own for commands that block for a while (the
     /// `WAIT` of a durable grant), kept so that they do not hold up the
     /// shared one.
@@ -178,9 +184,48 @@ pub(crate) struct Server {
 /// How many idle [`Server::with_spare`] connections a server keeps.
 const SPARES: usize = 8;
 
+/// How many command connections a server's threads share at most: a
+/// command waits for one to be free beyond that, so any number of threads
+/// costs no more connections, and a few threads do not queue behind each
+/// other's round trips.
+pub(crate) const COMMAND_CONNECTIONS: usize = 4;
+
+/// The command connections: idle ones (the last used on top), and how many
+/// are open in all.
+#[derive(Default)]
+struct Pool {
+    idle: Vec<Connection>,
+    open: usize,
+    /// Threads waiting for one to be free.
+    waiting: usize,
+}
+
 /// The process's [`Server`] for `client`'s address, database and user.
 pub(crate) fn server(client: &Client) -> Arc<Server> {
-    server_named(format!("{:?}", client.get_connection_info()), client.clone(), None, None)
+    server_named(server_key(client.get_connection_info()), client.clone(), None, None)
+}
+
+/// The name of the server at `info` (looked up at every acquire, so made
+/// without the derived `Debug`, which costs a few microseconds).
+fn server_key(info: &ConnectionInfo) -> String {
+    let redis = &info.redis;
+    let mut key = match &info.addr {
+        ConnectionAddr::Tcp(host, port) => format!("tcp {host}:{port}"),
+        other => format!("{other:?}"),
+    };
+    key.push_str(" db ");
+    key.push_str(&redis.db.to_string());
+    key.push(' ');
+    key.push_str(redis.username.as_deref().unwrap_or("-"));
+    // The password tells servers apart, unseen in the name.
+    if let Some(password) = &redis.password {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        password.hash(&mut hasher);
+        key.push_str(&format!(" pass {:x}", hasher.finish()));
+    }
+    key.push_str(if redis.protocol == ProtocolVersion::RESP2 { " resp2" } else { " resp3" });
+    key
 }
 
 /// Every [`Server`] of the process, by name.
@@ -202,19 +247,23 @@ pub(crate) fn server_named(
         Some(t) => format!("{name} session-timeout {}", millis(t)),
     };
     let mut servers = lock(servers());
-    Arc::clone(servers.entry(key.clone()).or_insert_with(|| {
-        Arc::new(Server {
-            name: key,
-            base: name,
-            timeout,
-            client: Mutex::new(client),
-            resolve,
-            state: Mutex::default(),
-            opening: Mutex::new(()),
-            commands: Mutex::new(None),
-            spares: Mutex::default(),
-        })
-    }))
+    if let Some(server) = servers.get(&key) {
+        return Arc::clone(server);
+    }
+    let server = Arc::new(Server {
+        name: key.clone(),
+        base: name,
+        timeout,
+        client: Mutex::new(client),
+        resolve,
+        state: Mutex::default(),
+        opening: Mutex::new(()),
+        commands: Mutex::default(),
+        returned: Condvar::new(),
+        spares: Mutex::default(),
+    });
+    servers.insert(key, Arc::clone(&server));
+    server
 }
 
 fn text(v: &Value) -> String {
@@ -306,29 +355,60 @@ impl Server {
         })
     }
 
-    /// Runs `f` on the shared command connection, opening it if needed
-    /// (each of its commands gives up after [`Server::command_timeout`]);
-    /// an I/O error drops it so the next use opens another. A server found
-    /// by a resolver that answers `READONLY` was demoted: `f` runs again (it
-    /// was not applied) on a connection to the master named now.
+    /// Runs `f` on a shared command connection (the last one used that is
+    /// free, or a new one up to [`COMMAND_CONNECTIONS`]; each of its
+    /// commands gives up after [`Server::command_timeout`]); an I/O error
+    /// closes it. A server found by a resolver that answers `READONLY` was
+    /// demoted: `f` runs again (it was not applied) on a connection to the
+    /// master named now.
     pub(crate) fn with_conn<T>(&self, mut f: impl FnMut(&mut Connection) -> RedisResult<T>) -> RedisResult<T> {
-        let mut slot = lock(&self.commands);
         let mut tries = 0;
         loop {
-            let conn = match slot.take().filter(ConnectionLike::is_open) {
-                Some(conn) => slot.insert(conn),
-                None => slot.insert(self.connect_within(self.command_timeout())?),
-            };
-            let result = f(conn);
+            let mut conn = self.checkout()?;
+            let result = f(&mut conn);
             let readonly = matches!(&result, Err(e) if e.kind() == redis::ErrorKind::ReadOnly);
-            if matches!(&result, Err(e) if e.is_io_error()) || !conn.is_open() || readonly {
-                *slot = None;
-            }
+            let broken = matches!(&result, Err(e) if e.is_io_error()) || !conn.is_open() || readonly;
+            self.checkin((!broken).then_some(conn));
             if !(readonly && self.resolve.is_some() && tries < RESENDS) {
                 return result;
             }
             tries += 1;
             std::thread::sleep(REOPEN_PAUSE);
+        }
+    }
+
+    /// A command connection of the pool for this thread alone, until
+    /// [`Server::checkin`].
+    fn checkout(&self) -> RedisResult<Connection> {
+        let mut pool = lock(&self.commands);
+        loop {
+            while let Some(conn) = pool.idle.pop() {
+                if conn.is_open() {
+                    return Ok(conn);
+                }
+                pool.open -= 1;
+            }
+            if pool.open < COMMAND_CONNECTIONS {
+                pool.open += 1;
+                drop(pool);
+                return self.connect_within(self.command_timeout()).inspect_err(|_| self.checkin(None));
+            }
+            pool.waiting += 1;
+            pool = self.returned.wait(pool).unwrap_or_else(|e| e.into_inner());
+            pool.waiting -= 1;
+        }
+    }
+
+    /// A connection back to the pool, or `None` for one that closed.
+    fn checkin(&self, conn: Option<Connection>) {
+        let mut pool = lock(&self.commands);
+        match conn {
+            Some(conn) => pool.idle.push(conn),
+            None => pool.open -= 1,
+        }
+        // Not a wake-up call for nobody: each costs a system call.
+        if pool.waiting > 0 {
+            self.returned.notify_one();
         }
     }
 
@@ -475,22 +555,20 @@ impl Server {
         watch_locked(&mut state, acquire, token, loss, term);
     }
 
-    /// The lock a guard of grant `token` holds while it releases, so that
-    /// a re-watch (its extra hold) is not in between.
-    pub(crate) fn hold_lock(&self, key: &str, owner: &str, token: u64) -> Option<Arc<Mutex<()>>> {
-        let grant = (key.to_string(), owner.to_string(), token);
-        lock(&self.state).watches.get(&grant).map(|w| Arc::clone(&w.hold))
-    }
-
-    pub(crate) fn unwatch(&self, key: &str, owner: &str, token: u64, loss: &Arc<Loss>) {
+    /// Stops watching grant `token` for `loss` (its guard releases), and
+    /// returns the lock that guard holds while it releases, so that a
+    /// re-watch (its extra hold) is not in between: one the re-watch took
+    /// first ends before, one it takes later no longer counts this guard.
+    pub(crate) fn unwatch(&self, key: &str, owner: &str, token: u64, loss: &Arc<Loss>) -> Option<Arc<Mutex<()>>> {
         let mut state = lock(&self.state);
         let grant = (key.to_string(), owner.to_string(), token);
-        if let Some(watch) = state.watches.get_mut(&grant) {
-            watch.losses.retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), Arc::as_ptr(loss)));
-            if watch.losses.is_empty() {
-                state.watches.remove(&grant);
-            }
+        let watch = state.watches.get_mut(&grant)?;
+        let hold = Arc::clone(&watch.hold);
+        watch.losses.retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), Arc::as_ptr(loss)));
+        if watch.losses.is_empty() {
+            state.watches.remove(&grant);
         }
+        Some(hold)
     }
 
     /// Closes the session's connection (its waits end on the server, its
@@ -506,7 +584,9 @@ impl Server {
             self.session_over(&session.clock, LeaseLost::SessionEnded);
             let _: RedisResult<i64> = self.command(redis::cmd("CLIENT").arg("KILL").arg("ID").arg(session.reader_id));
         }
-        *lock(&self.commands) = None;
+        let mut pool = lock(&self.commands);
+        let idle = std::mem::take(&mut pool.idle);
+        pool.open -= idle.len();
         Ok(())
     }
 

@@ -19,7 +19,11 @@ pub struct SharedConnection {
 
 impl SharedConnection {
     pub fn new(client: &Client) -> SharedConnection {
-        SharedConnection { server: session::server(client) }
+        SharedConnection::of(session::server(client))
+    }
+
+    pub(crate) fn of(server: Arc<session::Server>) -> SharedConnection {
+        SharedConnection { server }
     }
 }
 
