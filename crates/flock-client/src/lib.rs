@@ -6,10 +6,12 @@
 //!
 //! # fn main() -> redis::RedisResult<()> {
 //! let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+//! // The lease is that of a grant taken without a session (and of a
+//! // renewal); through a session the lock takes session grants.
 //! let lock = Lock::new("orders:42", Duration::from_secs(10));
 //! // Queue for up to 5 s through the process's session; `None` would only try.
-//! if let Some(mut guard) = lock.acquire_on(&client, Some(Duration::from_secs(5)))? {
-//!     let lost = guard.watchdog(&client)?; // renews every lease / 3
+//! if let Some(guard) = lock.acquire_on(&client, Some(Duration::from_secs(5)))? {
+//!     let lost = guard.lost_channel();
 //!     // ... work, handing guard.token() to the protected resource;
 //!     // stop when guard.lost() is true or `lost` receives a message ...
 //!     guard.release()?; // or let it drop
@@ -21,28 +23,62 @@
 //! **Sessions.** A lock that knows its server's `redis::Client`
 //! ([`Lock::acquire_on`], or [`Lock::with_client`] and then
 //! [`Lock::acquire`] on a connection of yours) waits through the process's
-//! session with that server: one connection per server and process, opened
-//! on its first acquire, whose thread loops `FLOCK.INBOX`. A wait is one
-//! `FLOCK.ACQUIRE ... WAIT t INBOX session-id ID request-id`, answered
-//! `WAITING` at once; the session's thread hands the outcome to the waiting
-//! thread. So any number of threads wait without a connection (or a blocked
-//! server client) each: `acquire_on` sends over the process's
-//! [`SharedConnection`] to that server. Every grant made so is watched: when
-//! the server ends it (lease run out, `FLOCK.FORCERELEASE`, key deleted,
-//! demotion) the guard is marked lost at once ([`Guard::lost`],
-//! [`Guard::lost_reason`], [`Guard::lost_channel`]), watchdog or not. If the
-//! session's connection breaks, a new session is opened and the pending
-//! waits are sent again (same request IDs, the time they have left; they
-//! queue again at the tail); while the server cannot be reached they retry
-//! until their own time is up, then return `None` (a timeout). The grants
-//! the old session watched are checked again and watched by the new one: a
+//! session with that server: one connection per server (and session
+//! timeout) and process, opened on its first acquire with `FLOCK.SESSION
+//! [TIMEOUT ms] WITHTIMEOUT` ([`Lock::session_timeout`]; else the server's
+//! `flock.session-timeout-ms`), whose thread loops `FLOCK.INBOX`, each read
+//! waiting at most a third of the session's timeout T (the heartbeat). A
+//! wait is one `FLOCK.ACQUIRE ... WAIT t INBOX session-id ID request-id`,
+//! answered `WAITING` at once; the session's thread hands the outcome to
+//! the waiting thread. So any number of threads wait without a connection
+//! (or a blocked server client) each: `acquire_on` sends over the
+//! process's [`SharedConnection`] to that server (a pool of at most four).
+//!
+//! **Session grants and deadlines.** Through a session a lock takes
+//! session grants by default (`FLOCK.ACQUIRE key owner 0 ... INBOX
+//! session-id`): no lease of their own, no renewal traffic (no watchdog),
+//! held until released or until their session ends. Each grant has a
+//! deadline on this process's monotonic clock, never later than the
+//! server's end of it (by the drift margin m = 10 ms + 1% of the lease or
+//! timeout counted): a session grant's is the session's (the send time of
+//! the last `FLOCK.INBOX` answered + T − m); a fixed lease's
+//! ([`Lock::lease`]) the send time of its acquire (or of the read that
+//! brought its `granted` event, plus the lease the server said was left) +
+//! the lease − m; a watchdog's ([`Guard::watchdog`], grants without a
+//! session) the send time of its last renewal answered + the lease − m. One
+//! timer thread of the process marks each grant lost at its deadline,
+//! whether or not any I/O fails, and [`Guard::lost`] also compares it with
+//! the clock, so that a process paused past it sees the loss at its first
+//! check: the holder knows before the server can give the lock to anybody
+//! else. Losses ([`LeaseLost`], named as in docs/client-protocol.md):
+//! `expired` (a fixed lease's deadline, or pushed), `unconfirmed` (a session
+//! or watchdog grant's deadline passed unconfirmed), `sessionended` (its
+//! session closed or expired), `forcereleased`, `deleted`, `demoted`
+//! (pushed: every grant made through a session is watched, and the server's
+//! end of it marks the guard at once), `notowner` (a renewal or check
+//! answered `NOTOWNER`). Every command the client sends for itself has a
+//! timeout: a heartbeat until the session's deadline, a watchdog's batch of
+//! renewals until the earliest deadline it serves (each batch on a thread
+//! and connection of its own), the others (releases, cancels, re-watches)
+//! a third of T.
+//!
+//! **A broken session.** If the session's connection breaks or its deadline
+//! passes, its session grants are lost (`sessionended`, or `unconfirmed` if
+//! the deadline passed first) and never taken again quietly. A new session
+//! is opened and the pending waits are sent again (same request IDs, the
+//! time they have left; they queue again at the tail); while the server
+//! cannot be reached they retry until their own time is up, then return
+//! `None` (a timeout). The grants with a lease of their own that the old
+//! session watched are checked again and watched by the new one: a
 //! `FLOCK.RENEW` ([`LeaseLost::NotOwner`] if it is gone), then a reentrant
 //! `FLOCK.ACQUIRE ... INBOX new-session-id` (the watchdog's lease, or what
 //! is left of a fixed lease, never more; none left: [`LeaseLost::Expired`])
 //! and a `FLOCK.RELEASE` of that extra hold, serialized with the guard's own
 //! release: the holds stay as they were and later losses are still pushed.
 //! A lock without a client, or with [`Lock::blocking`], waits as before:
-//! `FLOCK.ACQUIRE ... WAIT t` blocks the connection given to acquire.
+//! `FLOCK.ACQUIRE ... WAIT t` blocks the connection given to acquire, and
+//! its grant has the lock's lease (which [`Guard::watchdog`] renews; the
+//! protocol's watchdog lease is [`WATCHDOG_LEASE`]).
 //!
 //! **Cluster and Sentinel.** [`Lock::acquire_in`] (and [`RwLock::read_in`],
 //! [`RwLock::write_in`], [`Semaphore::acquire_in`]) acquire through a
@@ -91,7 +127,7 @@
 //! (`UNBLOCKED`, or its session closed and the wait sent again there met
 //! `MOVED`) is sent again, same request ID, to the key's master now, until
 //! its own deadline. The watchdog of a cluster lock renews over the
-//! nodes' shared connections, which have no read timeout.
+//! nodes' shared connections.
 //!
 //! A [`SentinelMaster`] asks the sentinels for the master before every new
 //! connection (the session's, the shared one, the watchdog's). After a
