@@ -31,6 +31,15 @@ fn client(url: &str) -> redis::Client {
     redis::Client::open(url).expect("client")
 }
 
+/// A proxy to `s`, and the session grant of `L` held through it (session
+/// timeout `T`).
+fn holder_behind_a_proxy(s: &Server) -> (Proxy, Guard<SharedConnection>) {
+    let proxy = Proxy::start(s.port);
+    let lock = Lock::new("L", 10 * SECOND).session_timeout(T);
+    let guard = lock.acquire_on(&client(&proxy.url()), None).unwrap().expect("granted");
+    (proxy, guard)
+}
+
 /// When the guard was reported lost, and why (its lost channel, read by a
 /// thread of its own as the message came).
 fn lost_at<C: redis::ConnectionLike>(guard: &Guard<C>) -> Receiver<(LeaseLost, Instant)> {
@@ -98,12 +107,7 @@ fn cut_off_holder_knows_first<C: redis::ConnectionLike>(
 #[test]
 fn a_holder_cut_off_with_a_session_grant_knows_it_lost_the_lock_before_the_next_is_granted() {
     let s = Server::start();
-    let proxy = Proxy::start(s.port);
-    let guard = Lock::new("L", 10 * SECOND)
-        .session_timeout(T)
-        .acquire_on(&client(&proxy.url()), None)
-        .unwrap()
-        .expect("granted");
+    let (proxy, guard) = holder_behind_a_proxy(&s);
     assert!(guard.session_grant());
     cut_off_holder_knows_first(&s, &proxy, "L", guard, LeaseLost::Unconfirmed);
 }
@@ -285,12 +289,7 @@ fn a_holder_cut_off_with_a_hundred_waiters_behind_passes_the_lock_on_after_its_t
     const N: usize = 100;
     let s = Server::start();
     let mut admin = s.conn();
-    let proxy = Proxy::start(s.port);
-    let guard = Lock::new("L", 10 * SECOND)
-        .session_timeout(T)
-        .acquire_on(&client(&proxy.url()), None)
-        .unwrap()
-        .expect("granted");
+    let (proxy, guard) = holder_behind_a_proxy(&s);
     let lost = lost_at(&guard);
     let others = client(&s.url());
     let granted = Arc::new(Mutex::new(Vec::new()));

@@ -604,12 +604,15 @@ impl Server {
             }
             match redis::cmd("FLOCK.INBOX").arg(beat_ms).query::<Value>(&mut conn) {
                 Ok(reply) => {
-                    if !session.clock.confirm(sent) {
-                        // Answered after the deadline: what it held is lost.
-                        break;
-                    }
+                    let alive = session.clock.confirm(sent);
+                    // Handed out even when the answer came after the
+                    // deadline: the server counts its grants as delivered
+                    // (the session's own are lost with it).
                     if let Value::Array(events) = reply {
                         self.dispatch(events, sent, &session);
+                    }
+                    if !alive {
+                        break;
                     }
                 }
                 // A demoted server unblocks its blocked clients; one found
