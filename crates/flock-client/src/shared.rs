@@ -1,4 +1,4 @@
-//! [`SharedConnection`]: the process's shared command connection to one
+//! [`SharedConnection`]: the process's shared command connections to one
 //! server, which any thread sends short commands over.
 
 use std::sync::Arc;
@@ -7,11 +7,13 @@ use redis::{Client, ConnectionLike, RedisResult, Value};
 
 use crate::session;
 
-/// The process's shared command connection to the server of a
-/// `redis::Client` (one per server, whatever the number of handles): a
-/// [`ConnectionLike`] for short commands from any thread, which reconnects
-/// by itself. [`Lock::acquire_on`](crate::Lock::acquire_on) and its kin acquire over it, so that
-/// any number of threads wait without a connection each.
+/// The process's shared command connections to the server of a
+/// `redis::Client` (a pool of at most four per server, whatever the number
+/// of handles and threads): a [`ConnectionLike`] for short commands from
+/// any thread, which reconnects by itself. Each command gives up after a
+/// third of the session timeout (an I/O error): not for blocking commands.
+/// [`Lock::acquire_on`](crate::Lock::acquire_on) and its kin acquire over
+/// it, so that any number of threads wait without a connection each.
 #[derive(Clone)]
 pub struct SharedConnection {
     server: Arc<session::Server>,
