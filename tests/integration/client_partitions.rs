@@ -40,19 +40,6 @@ fn holder_behind_a_proxy(s: &Server) -> (Proxy, Guard<SharedConnection>) {
     (proxy, guard)
 }
 
-/// When the guard was reported lost, and why (its lost channel, read by a
-/// thread of its own as the message came).
-fn lost_at<C: redis::ConnectionLike>(guard: &Guard<C>) -> Receiver<(LeaseLost, Instant)> {
-    let lost = guard.lost_channel();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        if let Ok(why) = lost.recv() {
-            let _ = tx.send((why, Instant::now()));
-        }
-    });
-    rx
-}
-
 /// The `CLIENT ID` of the (one) connection that reads a session's inbox.
 fn session_reader(c: &mut Connection) -> i64 {
     let mut id = None;
@@ -88,15 +75,14 @@ fn cut_off_holder_knows_first<C: redis::ConnectionLike>(
     why: LeaseLost,
 ) {
     let mut admin = s.conn();
-    let lost = lost_at(&guard);
     let next = waiter(&s.url(), key);
     wait_until("the waiter to queue", 5 * SECOND, || queue_of(&mut admin, key).len() == 1);
     proxy.partition();
     let (next, granted) = next.join().expect("the waiter");
     let token = next.token();
-    let (reason, lost) = lost.recv_timeout(SECOND).expect("the holder was told");
-    assert!(lost < granted, "reported lost {:?} after the next holder was granted", lost - granted);
-    assert_eq!(reason, why);
+    let lost = guard.lost_at().expect("the holder knows");
+    assert!(lost < granted, "lost {:?} after the next holder was granted", lost - granted);
+    assert_eq!(guard.lost_reason(), Some(why));
     assert!(guard.lost() && token > guard.token());
     proxy.heal();
     // Its release after the loss fails, and leaves the new holder alone.
@@ -290,7 +276,6 @@ fn a_holder_cut_off_with_a_hundred_waiters_behind_passes_the_lock_on_after_its_t
     let s = Server::start();
     let mut admin = s.conn();
     let (proxy, guard) = holder_behind_a_proxy(&s);
-    let lost = lost_at(&guard);
     let others = client(&s.url());
     let granted = Arc::new(Mutex::new(Vec::new()));
     let start = Arc::new(Barrier::new(N));
@@ -315,9 +300,8 @@ fn a_holder_cut_off_with_a_hundred_waiters_behind_passes_the_lock_on_after_its_t
     let granted = granted.lock().unwrap();
     let order: Vec<&str> = granted.iter().map(|(o, _)| o.as_str()).collect();
     assert_eq!(order, queue.iter().map(String::as_str).collect::<Vec<_>>(), "granted in queue order");
-    let (why, lost) = lost.recv_timeout(SECOND).expect("the holder was told");
-    assert_eq!(why, LeaseLost::Unconfirmed);
-    assert!(lost < granted[0].1, "the holder knew first");
+    assert_eq!(guard.lost_reason(), Some(LeaseLost::Unconfirmed));
+    assert!(guard.lost_at().expect("lost") < granted[0].1, "the holder knew first");
     proxy.heal();
     assert!(info(&mut admin, "L").is_none());
 }

@@ -336,8 +336,7 @@ type Outcome = String;
 
 type Held = Arc<Mutex<HashMap<String, Vec<Guard<SharedConnection>>>>>;
 
-/// When an actor's acquire of a key returned granted, or its hold of a key
-/// was reported lost (the lost channel's message, as it came), by key.
+/// When an actor's acquire of a key returned granted, by key.
 type Times = Arc<Mutex<HashMap<String, Instant>>>;
 
 /// What a step asks of an actor's thread.
@@ -363,7 +362,6 @@ struct Actor {
     /// Its grants by key, the latest last.
     held: Held,
     granted_at: Times,
-    lost_at: Times,
     /// The started acquire whose outcome is not read yet, and its cancel handle.
     started: Option<(Receiver<Outcome>, CancelToken)>,
 }
@@ -373,9 +371,8 @@ impl Actor {
         let (jobs, inbox) = mpsc::channel::<Job>();
         let (owner_tx, owner_rx) = mpsc::channel();
         let held = Held::default();
-        let (granted_at, lost_at) = (Times::default(), Times::default());
-        let (client, mine) = (client.clone(), Arc::clone(&held));
-        let times = (Arc::clone(&granted_at), Arc::clone(&lost_at));
+        let granted_at = Times::default();
+        let (client, mine, times) = (client.clone(), Arc::clone(&held), Arc::clone(&granted_at));
         std::thread::spawn(move || {
             let _ = owner_tx.send(Lock::new("", WATCHDOG_LEASE).owner());
             for job in inbox {
@@ -391,7 +388,7 @@ impl Actor {
             }
         });
         let owner = owner_rx.recv_timeout(AWAIT).expect("the actor's thread starts");
-        Actor { process: process.to_string(), owner, jobs: Some(jobs), held, granted_at, lost_at, started: None }
+        Actor { process: process.to_string(), owner, jobs: Some(jobs), held, granted_at, started: None }
     }
 
     fn send(&self, job: Job) -> Result<(), String> {
@@ -415,7 +412,7 @@ fn acquire(
     wait: Option<Duration>,
     cancel: &CancelToken,
     held: &Held,
-    (granted_at, lost_at): &(Times, Times),
+    granted_at: &Times,
 ) -> Outcome {
     // The same setters on every kind of lock.
     macro_rules! set {
@@ -439,12 +436,6 @@ fn acquire(
     match result {
         Ok(Some(guard)) => {
             granted_at.lock().unwrap().insert(key.to_string(), Instant::now());
-            let (lost, lost_at, key_lost) = (guard.lost_channel(), Arc::clone(lost_at), key.to_string());
-            std::thread::spawn(move || {
-                if lost.recv().is_ok() {
-                    lost_at.lock().unwrap().entry(key_lost).or_insert_with(Instant::now);
-                }
-            });
             held.lock().unwrap().entry(key.to_string()).or_default().push(guard);
             "granted".into()
         }
@@ -761,7 +752,8 @@ impl Runner {
             }
             "expect_lost_before" => {
                 let key = self.key(step)?;
-                let lost = self.actor(step)?.lost_at.lock().unwrap().get(&key).copied();
+                // Since when `lost()` says so (its deadline, or the push).
+                let lost = self.actor(step)?.held.lock().unwrap().get(&key).and_then(|gs| gs.last()?.lost_at());
                 let other = step.str("granted").ok_or("no granted")?;
                 let granted = self
                     .actors

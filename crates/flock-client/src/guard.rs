@@ -140,6 +140,13 @@ impl<C: ConnectionLike> Guard<C> {
         self.loss.reason()
     }
 
+    /// Since when it is lost, once it is: the deadline that passed (from
+    /// then on [`Guard::lost`] says so, whenever the timer thread gets to
+    /// run), or when the loss was heard of.
+    pub fn lost_at(&self) -> Option<Instant> {
+        self.loss.lost_since().map(|(_, at)| at)
+    }
+
     /// A receiver that gets one [`LeaseLost`] when the lock is lost (at
     /// once if it already is), and disconnects without a message when the
     /// guard is released. With a session (a lock with a client) the loss is

@@ -80,8 +80,12 @@ impl std::fmt::Display for LeaseLost {
 /// its timeout T, less the drift margin; and, once it is over, why.
 pub(crate) struct SessionClock {
     pub(crate) timeout: Duration,
-    state: Mutex<(Instant, Option<LeaseLost>)>,
+    /// The deadline, and once the session is over why and since when.
+    state: Mutex<(Instant, Option<Lost>)>,
 }
+
+/// Why a grant was lost, and since when (for a deadline, the deadline).
+pub(crate) type Lost = (LeaseLost, Instant);
 
 impl SessionClock {
     /// A session whose `FLOCK.SESSION` was sent at `sent` and answered
@@ -95,11 +99,11 @@ impl SessionClock {
     }
 
     /// What happened to the session's grants by `now`: `None` while it
-    /// lives; `Unconfirmed` once its deadline passed unconfirmed; the reason
-    /// it ended with.
-    pub(crate) fn verdict(&self, now: Instant) -> Option<LeaseLost> {
+    /// lives; `Unconfirmed` since its deadline once that passed unconfirmed;
+    /// the reason it ended with.
+    pub(crate) fn verdict(&self, now: Instant) -> Option<Lost> {
         let state = lock(&self.state);
-        state.1.or((state.0 <= now).then_some(LeaseLost::Unconfirmed))
+        state.1.or((state.0 <= now).then_some((LeaseLost::Unconfirmed, state.0)))
     }
 
     /// A read sent at `sent` was answered now: the deadline moves to
@@ -113,7 +117,7 @@ impl SessionClock {
             return false;
         }
         if state.0 <= now {
-            state.1 = Some(LeaseLost::Unconfirmed);
+            state.1 = Some((LeaseLost::Unconfirmed, state.0));
             return false;
         }
         state.0 = state.0.max(sent + self.timeout - margin(self.timeout));
@@ -121,11 +125,11 @@ impl SessionClock {
     }
 
     /// The session is over (`why`, unless its deadline passed first):
-    /// returns what its grants were lost as.
-    pub(crate) fn end(&self, why: LeaseLost) -> LeaseLost {
+    /// returns what its grants were lost as, and since when.
+    pub(crate) fn end(&self, why: LeaseLost) -> Lost {
         let now = Instant::now();
         let mut state = lock(&self.state);
-        let verdict = state.1.unwrap_or(if state.0 <= now { LeaseLost::Unconfirmed } else { why });
+        let verdict = state.1.unwrap_or(if state.0 <= now { (LeaseLost::Unconfirmed, state.0) } else { (why, now) });
         state.1 = Some(verdict);
         verdict
     }
@@ -184,7 +188,7 @@ struct Lease {
 /// the deadline timer.
 #[derive(Default)]
 pub(crate) struct Loss {
-    reason: Mutex<Option<LeaseLost>>,
+    reason: Mutex<Option<Lost>>,
     flag: AtomicBool,
     closed: AtomicBool,
     subscribers: Mutex<Vec<Sender<LeaseLost>>>,
@@ -291,13 +295,19 @@ impl Loss {
         }
     }
 
-    /// Marks the grant lost (the first reason wins) and tells every subscriber.
+    /// Marks the grant lost now (the first reason wins) and tells every
+    /// subscriber.
     pub(crate) fn mark(&self, why: LeaseLost) -> bool {
+        self.mark_at((why, Instant::now()))
+    }
+
+    /// Marks the grant lost since `at` (its deadline, say).
+    pub(crate) fn mark_at(&self, (why, at): Lost) -> bool {
         let mut reason = lock(&self.reason);
         if reason.is_some() {
             return false;
         }
-        *reason = Some(why);
+        *reason = Some((why, at));
         self.flag.store(true, Ordering::SeqCst);
         for subscriber in lock(&self.subscribers).drain(..) {
             let _ = subscriber.send(why);
@@ -316,13 +326,13 @@ impl Loss {
     fn check(&self) -> bool {
         let now = Instant::now();
         let due = match &lock(&self.lease).term {
-            Term::Own { at, why } => (*at <= now).then_some(*why),
+            Term::Own { at, why } => (*at <= now).then_some((*why, *at)),
             Term::Session(clock) => clock.verdict(now),
             Term::None => None,
         };
         match due {
-            Some(why) => {
-                self.mark(why);
+            Some(lost) => {
+                self.mark_at(lost);
                 true
             }
             None => false,
@@ -330,6 +340,11 @@ impl Loss {
     }
 
     pub(crate) fn reason(&self) -> Option<LeaseLost> {
+        self.lost_since().map(|(why, _)| why)
+    }
+
+    /// Why the grant was lost and since when, once it is.
+    pub(crate) fn lost_since(&self) -> Option<Lost> {
         self.is_lost();
         *lock(&self.reason)
     }
@@ -341,7 +356,7 @@ impl Loss {
         let (tx, rx) = mpsc::channel();
         let reason = lock(&self.reason);
         match *reason {
-            Some(why) => {
+            Some((why, _)) => {
                 let _ = tx.send(why);
             }
             None => lock(&self.subscribers).push(tx),
@@ -373,7 +388,7 @@ impl Due for Loss {
         if at > now {
             return Some(at);
         }
-        self.mark(why);
+        self.mark_at((why, at));
         None
     }
 }

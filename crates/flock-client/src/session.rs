@@ -130,7 +130,7 @@ impl Due for Session {
     fn due(&self, now: Instant) -> Option<Instant> {
         match self.clock.verdict(now) {
             None => Some(self.clock.deadline()),
-            Some(why) => {
+            Some((why, _)) => {
                 if let Some(server) = self.server.upgrade() {
                     server.session_over(&self.clock, why);
                 }
@@ -518,7 +518,7 @@ impl Server {
         state.watches.retain(|_, watch| {
             watch.losses.retain(|weak| match weak.upgrade() {
                 Some(loss) if loss.clock().is_some_and(|c| Arc::ptr_eq(&c, clock)) => {
-                    loss.mark(verdict);
+                    loss.mark_at(verdict);
                     false
                 }
                 Some(_) => true,
