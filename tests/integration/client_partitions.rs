@@ -25,7 +25,7 @@ use flock_client::{Guard, LeaseLost, Lock, SharedConnection, FOREVER};
 
 const MS: Duration = Duration::from_millis(1);
 /// The session timeout of the processes cut off.
-const T: Duration = Duration::from_millis(400);
+const T: Duration = Duration::from_millis(1000);
 
 fn client(url: &str) -> redis::Client {
     redis::Client::open(url).expect("client")

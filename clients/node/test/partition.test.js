@@ -17,7 +17,7 @@ const { AbortError, LockNotHeldError, PROTOCOL } = require('..');
 const { childScript, eachClient, flockOf, onEnd, startServer, startProxy, waitUntil, within, CLIENTS } = require('./helpers');
 
 // The session timeout of a cut-off process, and a fixed lease as short.
-const T = 500;
+const T = 1000;
 const LEASE = 500;
 const WAIT = { wait: 30000 };
 

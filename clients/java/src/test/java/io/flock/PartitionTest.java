@@ -33,7 +33,7 @@ import org.junit.jupiter.api.Test;
 @Order(1) // among the longest classes: started first
 class PartitionTest extends ServerTest {
     /** The session timeout T of the processes cut off. */
-    static final long T_MS = 400;
+    static final long T_MS = 1000;
 
     /** A process behind {@code proxy}: its sessions time out after {@code sessionMs}; losses noted with their time. */
     final class Process {
