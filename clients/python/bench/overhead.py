@@ -5,12 +5,13 @@
                                redis-py's own lock in the same run: p50 and p99 of a pair
     overhead.py PORT grants    8 threads taking one lock in turn, each holding it 100 us
                                (time.sleep, which lets the GIL go, as I/O in the critical
-                               section would) then releasing, for SECONDS: grants/s through
+                               section would) then releasing, for BENCH_SECONDS: grants/s through
                                redis_flock.Lock against the same threads sending the raw
-                               FLOCK commands, each blocking on a connection of its own
+                               FLOCK commands, each blocking on a connection of its own (in
+                               rounds taken in turn)
 
-Prints Markdown table rows (the headers are scripts/bench-clients.sh's). PAIRS (2000),
-SECONDS (3) and THREADS (8) in the environment change the sizes.
+Prints Markdown table rows (the headers are scripts/bench-clients.sh's). BENCH_PAIRS (2000),
+BENCH_SECONDS (3) and BENCH_WORKERS (8) in the environment change the sizes.
 """
 
 import asyncio
@@ -26,14 +27,16 @@ import redis.asyncio
 import redis_flock
 import redis_flock.asyncio
 
-PAIRS = int(os.environ.get("PAIRS", "2000"))
-SECONDS = float(os.environ.get("SECONDS", "3"))
-THREADS = int(os.environ.get("THREADS", "8"))
+PAIRS = int(os.environ.get("BENCH_PAIRS", "2000"))
+SECONDS = float(os.environ.get("BENCH_SECONDS", "3"))
+THREADS = int(os.environ.get("BENCH_WORKERS", "8"))
 HOLD = 0.0001
 # The pairs are timed in blocks that alternate between the two locks, so that a burst of load
 # on the shared machine falls on both alike.
 BLOCK = 100
 WARMUP = 500
+# The contended seconds are taken in this many rounds of each way, in turn.
+ROUNDS = 6
 
 
 def quantile(samples, q):
@@ -97,67 +100,76 @@ async def pairs_async(port):
     await r.aclose()
 
 
-def contended(make_worker):
-    """Runs THREADS workers for SECONDS: (grants/s, the mean hold in us, the fewest and the
-    most grants of a worker). make_worker(i, stop, holds) makes worker i's loop, which
-    appends each grant's hold time to holds."""
+class Tally:
+    """What the rounds of one way counted: grants per worker, the time they ran, the holds."""
+
+    def __init__(self):
+        self.grants = [0] * THREADS
+        self.elapsed = 0.0
+        self.holds = []
+
+
+def contended(work, seconds, tally):
+    """Runs THREADS threads of work(i, stop, holds) for ``seconds``, counted into
+    ``tally``; each grant appends its hold time to holds."""
     stop = threading.Event()
-    counts = [[] for _ in range(THREADS)]
-    workers = [make_worker(i, stop, counts[i]) for i in range(THREADS)]
-    threads = [threading.Thread(target=w, daemon=True) for w in workers]
+    holds = [[] for _ in range(THREADS)]
+    threads = [threading.Thread(target=work, args=(i, stop, holds[i]), daemon=True) for i in range(THREADS)]
     start = time.perf_counter()
     for t in threads:
         t.start()
-    time.sleep(SECONDS)
+    time.sleep(seconds)
     stop.set()
-    elapsed = time.perf_counter() - start
+    tally.elapsed += time.perf_counter() - start
     for t in threads:
         t.join(30)
-    granted = sum(len(c) for c in counts)
-    holds = [h for c in counts for h in c]
-    return granted / elapsed, statistics.mean(holds) * 1e6, min(len(c) for c in counts), max(len(c) for c in counts)
+    for i, h in enumerate(holds):
+        tally.grants[i] += len(h)
+        tally.holds += h
 
 
 def grants(port):
-    def raw_worker(i, stop, holds):
-        conn = redis.Redis(port=port, single_connection_client=True)
+    conns = [redis.Redis(port=port, single_connection_client=True) for _ in range(THREADS)]
+
+    def raw(i, stop, holds):
         owner = f"raw-{i}"
-
-        def run():
-            while not stop.is_set():
-                conn.execute_command("FLOCK.ACQUIRE", "grants:raw", owner, 30000, "WAIT", 0)
-                held = time.perf_counter()
-                time.sleep(HOLD)
-                holds.append(time.perf_counter() - held)
-                conn.execute_command("FLOCK.RELEASE", "grants:raw", owner)
-            conn.close()
-
-        return run
+        while not stop.is_set():
+            conns[i].execute_command("FLOCK.ACQUIRE", "grants:raw", owner, 30000, "WAIT", 0)
+            held = time.perf_counter()
+            time.sleep(HOLD)
+            holds.append(time.perf_counter() - held)
+            conns[i].execute_command("FLOCK.RELEASE", "grants:raw", owner)
 
     client = redis.Redis(port=port)
     # One lock object shared by the threads, as redis-py's is meant to be (thread_local=True:
     # each thread's grant is its own); a new owner per acquire, as redis-py's.
     lock = redis_flock.Lock(client, "grants:flock")
 
-    def flock_worker(i, stop, holds):
-        def run():
-            while not stop.is_set():
-                lock.acquire()
-                held = time.perf_counter()
-                time.sleep(HOLD)
-                holds.append(time.perf_counter() - held)
-                lock.release()
+    def flock(i, stop, holds):
+        while not stop.is_set():
+            lock.acquire()
+            held = time.perf_counter()
+            time.sleep(HOLD)
+            holds.append(time.perf_counter() - held)
+            lock.release()
 
-        return run
-
-    # Warm up the client (its session and connections) before the clock starts.
-    lock.acquire()
-    lock.release()
-    raw, _, _, _ = contended(raw_worker)
-    api, api_hold, api_min, api_max = contended(flock_worker)
-    print(f"| Python `redis_flock.Lock` | {THREADS} threads | 100 us `time.sleep` (mean {api_hold:.0f} us held) "
-          f"| {raw:.0f} | {api:.0f} | {api / raw:.2f}x | {api_min}-{api_max} |")
+    ways = {"raw": raw, "flock": flock}
+    tallies = {name: Tally() for name in ways}
+    # A warm-up round of each (connections, the client's session), then rounds taken in turn,
+    # so that a burst of load on the shared machine falls on both alike.
+    for name, work in ways.items():
+        contended(work, 0.3, Tally())
+    for r in range(ROUNDS):
+        for name in (("raw", "flock") if r % 2 == 0 else ("flock", "raw")):
+            contended(ways[name], SECONDS / ROUNDS, tallies[name])
+    rate = {name: sum(t.grants) / t.elapsed for name, t in tallies.items()}
+    api = tallies["flock"]
+    print(f"| Python `redis_flock.Lock` | {THREADS} threads | 100 us `time.sleep` (mean "
+          f"{statistics.mean(api.holds) * 1e6:.0f} us held) | {rate['raw']:.0f} | {rate['flock']:.0f} "
+          f"| {rate['flock'] / rate['raw']:.2f}x | {min(api.grants)}-{max(api.grants)} |")
     client.close()
+    for conn in conns:
+        conn.close()
 
 
 if __name__ == "__main__":
