@@ -3,7 +3,8 @@
 # server through each client, and how soon a holder hears that the server ended its grant.
 # Each client runs against a fresh redis-server with the module (FLOCK_MODULE, on
 # FLOCK_SERVER) on a free loopback port; one Markdown table row per client. Argument:
-# waiters per process (default 300).
+# waiters per process (default 300). BENCH_SECTIONS (space-separated; default all) picks
+# what runs: waiters, pairs, grants, knows-first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${FLOCK_MODULE:=$PWD/target/release/libredis_flock.so}"
@@ -11,6 +12,8 @@ n=${1:-300}
 server=${FLOCK_SERVER:-redis-server}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
+
+want() { [[ " ${BENCH_SECTIONS:-waiters pairs grants knows-first} " == *" $1 "* ]]; }
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
@@ -27,12 +30,82 @@ with_server() {
     wait "$pid" 2>/dev/null || true
 }
 
+venv=target/python-venv
+if want waiters; then
 echo "| client | waiters | connections added | server memory per waiter | a holder hears of FORCERELEASE |"
 echo "|---|---:|---:|---:|---:|"
 clients/java/build.sh jar >/dev/null
 javac -d "$scratch" -cp clients/java/build/flock-client.jar clients/java/bench/Waiters.java
 with_server sh -c "java -cp clients/java/build/flock-client.jar:$scratch Waiters \$PORT $n"
 with_server sh -c "cd clients/node && node bench/waiters.js \$PORT $n"
-venv=target/python-venv
 "$venv/bin/pip" install --quiet --disable-pip-version-check ./clients/python
 with_server sh -c "$venv/bin/python clients/python/bench/waiters.py \$PORT $n"
+fi
+
+# ---- Clients: overhead and who knows first -- Python and Node ----------------------------
+# Each measurement is a header, then a function per client printing its rows (each on a fresh
+# server); the Java and Rust rows belong in the same tables. docs/benchmark.md, "Clients:
+# overhead and who knows first", says what each measures.
+
+python_ready() {
+    [[ -n "${python_installed:-}" ]] && return
+    "$venv/bin/pip" install --quiet --disable-pip-version-check ./clients/python
+    python_installed=1
+}
+
+load() { echo; echo "Load average: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)."; }
+
+pairs_header() {
+    echo
+    echo "Uncontended acquire + release through the public API, one thread or task, one lock, beside the library it replaces in the same run (blocks of 100 pairs taken in turn, after warm-up):"
+    echo
+    echo "| client | replaces | pairs | p50 ms | p99 ms | replaced p50 ms | replaced p99 ms | p50 ratio | p99 ratio |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
+}
+pairs_python() {
+    python_ready
+    with_server sh -c "$venv/bin/python clients/python/bench/overhead.py \$PORT pairs"
+}
+pairs_node() {
+    # node-redlock v5, which the Node client stands in for: only prereleases carry 5 (redlock@5
+    # matches none), so the last one is named.
+    npm install --no-save --silent --prefix "$scratch/redlock" redlock@5.0.0-beta.2 >/dev/null
+    with_server sh -c "cd clients/node && node bench/overhead.js \$PORT pairs $scratch/redlock"
+}
+
+grants_header() {
+    echo
+    echo "Contended: 8 threads (or async loops) of one process on one lock, each holding it 100 us then releasing, for 3 s: the client's public API against the same workers sending the raw FLOCK.ACQUIRE ... WAIT 0 (a connection each) and FLOCK.RELEASE, in six rounds taken in turn:"
+    echo
+    echo "| client | workers | hold | raw grants/s | client grants/s | client/raw | grants per worker (client) |"
+    echo "|---|---|---|---:|---:|---:|---:|"
+}
+grants_python() {
+    python_ready
+    with_server sh -c "$venv/bin/python clients/python/bench/overhead.py \$PORT grants"
+}
+grants_node() {
+    with_server sh -c "cd clients/node && node bench/overhead.js \$PORT grants"
+}
+
+knows_first_header() {
+    echo
+    echo "Who knows first: a holder process cut off by scripts/partition-proxy.py (holding a closed connection's FIN while cut: see clients/python/bench/knows_first.py) holds one lock per key, with a waiter queued behind each on a direct connection; per trial (a key), the waiter's grant time less the time the holder's client reported the loss (CLOCK_MONOTONIC):"
+    echo
+    echo "| client | grant | runs x keys | trials | grant - loss min ms | p50 ms | p99 ms | grant first | loss - local deadline p99 ms | loss reasons |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"
+}
+knows_first_python() {
+    python_ready
+    with_server sh -c "$venv/bin/python clients/python/bench/knows_first.py \$PORT 'Python \`redis_flock.Lock\`' -- $venv/bin/python clients/python/bench/holder.py"
+}
+knows_first_node() {
+    python_ready
+    with_server sh -c "$venv/bin/python clients/python/bench/knows_first.py \$PORT 'Node \`Flock\` (ioredis)' -- node clients/node/bench/holder.js"
+}
+
+if want pairs || want grants || want knows-first; then load; fi
+if want pairs; then pairs_header; pairs_python; pairs_node; fi
+if want grants; then grants_header; grants_python; grants_node; fi
+if want knows-first; then knows_first_header; knows_first_python; knows_first_node; fi
+if want pairs || want grants || want knows-first; then load; fi
