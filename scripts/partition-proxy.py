@@ -22,27 +22,45 @@ import threading
 
 flowing = threading.Event()
 flowing.set()
+# Held while bytes (or an end) are passed on, and by `cut`: once `cut` has
+# answered, nothing more goes either way.
+gate = threading.Lock()
+
+
+def pass_on(act) -> None:
+    """Runs act() once the proxy is flowing, never while it is cut."""
+    while True:
+        flowing.wait()
+        with gate:
+            if flowing.is_set():
+                act()
+                return
 
 
 def pump(src: socket.socket, dst: socket.socket) -> None:
-    """Copies src to dst while flowing; while cut, reads nothing, so that the
-    bytes wait in the kernel's buffers as they would behind a partition."""
+    """Copies src to dst while flowing; while cut, reads nothing more, so that
+    the bytes wait in the kernel's buffers as they would behind a partition,
+    and holds what it had read, an end of the connection (EOF, a reset)
+    included, until the heal."""
     try:
         while True:
             flowing.wait()
             data = src.recv(65536)
             if not data:
                 break
-            flowing.wait()
-            dst.sendall(data)
+            pass_on(lambda: dst.sendall(data))
     except OSError:
         pass
     finally:
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        pass_on(lambda: shut(src, dst))
+
+
+def shut(*sockets: socket.socket) -> None:
+    for s in sockets:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def serve(listener: socket.socket, upstream: tuple) -> None:
@@ -66,7 +84,8 @@ def main() -> None:
     for line in sys.stdin:
         command = line.strip()
         if command == "cut":
-            flowing.clear()
+            with gate:
+                flowing.clear()
         elif command == "heal":
             flowing.set()
         elif command == "quit":

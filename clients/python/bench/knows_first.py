@@ -24,18 +24,15 @@ when the client reports each loss and why; on the line `report`, print one JSON 
 deadline the API does not expose is left out) and exit. clients/python/bench/holder.py and
 clients/node/bench/holder.js are two.
 
-The proxy is scripts/partition-proxy.py with one change (`knows_first.py --proxy
-HOST:PORT` runs it so): a connection that its client closes while cut is not closed on the
-server's side until the heal. The script as it is passes that FIN on at once; a client
-that gives its session up at its deadline closes the session's connection, and the server
-then ended the session at that moment instead of T after it last heard from it, so the
-waiters were granted about a millisecond after the holder's loss, whatever T.
+The proxy is scripts/partition-proxy.py: a connection that its client closes while cut
+is not closed on the server's side until the heal, as behind a real partition (a client
+gives its session up at its deadline and closes the session's connection; passing that
+FIN on would end the session at once instead of T after the server last heard of it).
 
 Prints one Markdown table row per configuration. KNOWS_FIRST in the environment replaces
 the configurations: space-separated MODE:MS:RUNSxKEYS.
 """
 
-import importlib.util
 import json
 import os
 import random
@@ -56,37 +53,6 @@ PROXY = os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts", "pa
 # How long after the last grant the holder is asked for its report: a loss it reports later
 # counts as never reported.
 REPORT_GRACE = 0.5
-
-
-def proxy_main(address: str) -> None:
-    """scripts/partition-proxy.py, whose pump holds an end (EOF, a reset) read while cut
-    until the heal, as it holds bytes."""
-    spec = importlib.util.spec_from_file_location("partition_proxy", PROXY)
-    proxy = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(proxy)
-
-    def pump(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while True:
-                proxy.flowing.wait()
-                data = src.recv(65536)
-                if not data:
-                    break
-                proxy.flowing.wait()
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            proxy.flowing.wait()
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    proxy.pump = pump
-    sys.argv = [PROXY, address]
-    proxy.main()
 
 
 def command(*args) -> bytes:
@@ -121,7 +87,7 @@ def run(port: int, holder_cmd: list, mode: str, ms: int, keys: int, prefix: str,
         s = socket.create_connection(("127.0.0.1", port))
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         waiters.append(s)
-    proxy = subprocess.Popen([sys.executable, __file__, "--proxy", f"127.0.0.1:{port}"], stdin=subprocess.PIPE,
+    proxy = subprocess.Popen([sys.executable, PROXY, f"127.0.0.1:{port}"], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True, bufsize=1)
     holder = None
     try:
@@ -187,8 +153,6 @@ def quantile(samples, q):
 
 
 def main() -> None:
-    if sys.argv[1] == "--proxy":
-        return proxy_main(sys.argv[2])
     port, client = int(sys.argv[1]), sys.argv[2]
     holder_cmd = sys.argv[sys.argv.index("--") + 1:]
     admin = redis.Redis(port=port)
