@@ -664,11 +664,12 @@ fn boundary_numbers_are_accepted() {
     assert!(t.is_some());
     assert!(ttl_ms(&mut c, "L") > 1 << 39);
     assert_eq!(renew(&mut c, "L", "a", 1).map(|t2| Some(t2) == t), Ok(true));
-    // lowercase options, WAIT 2^40 as a try on a free lock, SESSION
+    // lowercase options, WAIT 2^40 as a try on a free lock, SESSION (a lease
+    // that outlives the FLOCK.INFO after it)
     let t: Option<i64> = redis::cmd("FLOCK.ACQUIRE")
         .arg("K")
         .arg("a")
-        .arg(1)
+        .arg(60_000)
         .arg("wait")
         .arg(&max)
         .arg("session")
