@@ -5,7 +5,7 @@
 
 const assert = require('node:assert/strict');
 const { before, describe, it } = require('node:test');
-const { LockNotDurableError } = require('..');
+const { LockNotDurableError, LockNotHeldError } = require('..');
 const { startCluster, waitUntil } = require('./helpers');
 const { CLUSTER_CLIENTS, flockOver } = require('./topology');
 
@@ -62,7 +62,11 @@ describe('Cluster (3 masters, a replica each): durable grants and failover', () 
           },
           30000,
         );
-        await held.release();
+        // Valkey 9.1 pushes the old node's `lost ... demoted` (it can no longer vouch for the grant):
+        // the release still gives the hold back, and rejects, saying the lock was lost.
+        await held.release().catch((err) => {
+          if (!(err instanceof LockNotHeldError && err.cause?.reason === 'demoted')) throw err;
+        });
         const lock = await next;
         assert.equal((await replica.info(key)).owner, lock.owner, 'granted by the new master');
         await lock.release();

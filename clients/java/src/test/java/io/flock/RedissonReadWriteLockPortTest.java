@@ -113,7 +113,7 @@ class RedissonReadWriteLockPortTest extends ServerTest {
     /** Upstream: 50 readers hold the read lock for the watchdog timeout + 5 s; none of their unlocks fails. */
     @Test
     void testReadLockExpirationRenewal() throws Exception {
-        FlockClient client = client(WATCHDOG_MS);
+        FlockClient client = watchdogClient(WATCHDOG_MS); // the upstream test is the watchdog's
         CompletableFuture<Void> gate = new CompletableFuture<>();
         List<CompletableFuture<Void>> readers = new ArrayList<>();
         for (int i = 0; i < 10; i++) {
@@ -384,7 +384,7 @@ class RedissonReadWriteLockPortTest extends ServerTest {
     /** Upstream: with the watchdog, both views keep a lease over 19 s (of 30) for 25 s, and the read after unlock. */
     @Test
     void testReadWriteTTL() {
-        FlockClient client = client(WATCHDOG_MS);
+        FlockClient client = watchdogClient(WATCHDOG_MS); // the upstream test is the watchdog's
         FlockReadWriteLock rwlock = client.getReadWriteLock("rwlock");
         rwlock.writeLock().lock();
         rwlock.readLock().lock();
