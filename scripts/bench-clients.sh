@@ -4,7 +4,7 @@
 # Each client runs against a fresh redis-server with the module (FLOCK_MODULE, on
 # FLOCK_SERVER) on a free loopback port; one Markdown table row per client. Argument:
 # waiters per process (default 300). BENCH_SECTIONS (space-separated; default all) picks
-# what runs: waiters, pairs, grants, knows-first.
+# what runs: waiters, pairs, grants, knows-first (Python and Node), java-rust.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${FLOCK_MODULE:=$PWD/target/release/libredis_flock.so}"
@@ -13,7 +13,7 @@ server=${FLOCK_SERVER:-redis-server}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 
-want() { [[ " ${BENCH_SECTIONS:-waiters pairs grants knows-first} " == *" $1 "* ]]; }
+want() { [[ " ${BENCH_SECTIONS:-waiters pairs grants knows-first java-rust} " == *" $1 "* ]]; }
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
@@ -109,3 +109,54 @@ if want pairs; then pairs_header; pairs_python; pairs_node; fi
 if want grants; then grants_header; grants_python; grants_node; fi
 if want knows-first; then knows_first_header; knows_first_python; knows_first_node; fi
 if want pairs || want grants || want knows-first; then load; fi
+
+# ---- Java and Rust: what the API costs over the raw commands, and who knows first ----------------------------
+# clients/java/bench/ClientBench.java and crates/flock-client/examples/bench_client.rs, on a fresh server per
+# measurement: (1) uncontended acquire + release through the API against the raw commands it sends, (2) grants/s
+# of 8 threads on one lock through the API against raw blocking waits, (3) a holder cut off by
+# scripts/partition-proxy.py (PARTITION_PROXY: another script of the same interface) against the next waiter's
+# grant. BENCH_SECTIONS java-rust runs it; JR_SECTIONS: which of "overhead contended first" run (default all). See docs/benchmark.md, "Clients:
+# overhead and who knows first". About 4 minutes.
+jr_load() { echo; echo "Load average before this table (1, 5, 15 min): $(cut -d' ' -f1-3 /proc/loadavg)"; echo; }
+
+jr_build() {
+    clients/java/build.sh jar >/dev/null
+    mkdir -p "$scratch/jr"
+    javac --release 17 -Xlint:all -Werror -d "$scratch/jr" -cp clients/java/build/flock-client.jar \
+        clients/java/bench/ClientBench.java
+    cargo build --release --quiet --package flock-client --example bench_client
+}
+
+# Runs both clients' $1 section, each on a fresh server.
+jr_section() {
+    with_server sh -c "java -cp clients/java/build/flock-client.jar:$scratch/jr ClientBench \$PORT $1"
+    with_server sh -c "target/release/examples/bench_client \$PORT $1"
+}
+
+jr_overhead() {
+    jr_load
+    echo "| client | pairs each | API try p50 / p99 us | API wait p50 / p99 us | raw session + IDs p50 / p99 us | raw session p50 / p99 us | raw \`30000\` p50 / p99 us | API try / raw session (p50 / p99) | API try / raw session + IDs (p50 / p99) |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    jr_section overhead
+}
+
+jr_contended() {
+    jr_load
+    echo "| client | threads | runs | API grants/s | raw grants/s | API / raw (median, range) |"
+    echo "|---|---:|---|---:|---:|---:|"
+    jr_section contended
+}
+
+jr_first() {
+    jr_load
+    echo "| client | configuration | trials (rounds x keys) | grant - loss min ms | p50 ms | p99 ms | grant first | p99 loss - local deadline ms | loss reasons |"
+    echo "|---|---|---:|---:|---:|---:|---:|---:|---|"
+    jr_section first
+}
+
+if want java-rust; then
+    jr_build
+    for section in ${JR_SECTIONS:-overhead contended first}; do
+        "jr_$section"
+    done
+fi
