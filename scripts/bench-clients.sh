@@ -142,8 +142,8 @@ jr_overhead() {
 
 jr_contended() {
     jr_load
-    echo "| client | threads | runs | API grants/s | raw grants/s | API / raw (median, range) |"
-    echo "|---|---:|---|---:|---:|---:|"
+    echo "| client | threads | runs | API grants/s | raw session grants/s | raw blocking grants/s | API / raw blocking (median, range) | hand-off mean us: API / raw session / raw blocking |"
+    echo "|---|---:|---|---:|---:|---:|---:|---:|"
     jr_section contended
 }
 

@@ -135,6 +135,10 @@ public class ClientBench {
         return a;
     }
 
+    static double mean(List<Double> v) {
+        return v.stream().mapToDouble(Double::doubleValue).average().orElse(Double.NaN);
+    }
+
     static final PrintStream OUT = System.out;
 
     // --- overhead ---
@@ -142,7 +146,7 @@ public class ClientBench {
     static void overhead(int port) throws Exception {
         final int rounds = 10;
         final int perRound = 500;
-        final int warmupRounds = 4;
+        final int warmupRounds = 1;
         try (FlockClient client = FlockClient.create("127.0.0.1", port);
                 Raw session = new Raw(port);
                 Raw conn = new Raw(port)) {
@@ -179,6 +183,15 @@ public class ClientBench {
             for (int m = 0; m < methods.length; m++) {
                 times.add(new ArrayList<>());
             }
+            // warm-up, uncounted: every method in turn for some 5 s, so that the JIT has compiled them
+            long warmUntil = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+            while (System.nanoTime() < warmUntil) {
+                for (Pair method : methods) {
+                    for (int i = 0; i < perRound; i++) {
+                        method.run();
+                    }
+                }
+            }
             for (int round = 0; round < warmupRounds + rounds; round++) {
                 for (int k = 0; k < methods.length; k++) {
                     // each round in another order; the first rounds warm the JIT up
@@ -214,8 +227,11 @@ public class ClientBench {
     static final int THREADS = 8;
     static final long HOLD_NANOS = 100_000;
 
+    /** One thread's lock: acquire, then release. */
     interface Worker {
-        void once() throws Exception;
+        void acquire() throws Exception;
+
+        void release() throws Exception;
     }
 
     interface WorkerFactory {
@@ -229,26 +245,46 @@ public class ClientBench {
         }
     }
 
-    /** Grants per second of {@link #THREADS} threads running their worker for {@code runMs}. */
-    static double runThreads(long runMs, WorkerFactory factory) throws Exception {
+    /**
+     * A run of {@link #THREADS} threads: grants per second, and per grant the hand-off (from the previous
+     * holder's release call to this thread's acquire returning), in us.
+     */
+    record Run(double grantsPerSecond, List<Double> handoffs) {
+    }
+
+    static Run runThreads(long runMs, WorkerFactory factory) throws Exception {
         AtomicBoolean stop = new AtomicBoolean();
         AtomicLong grants = new AtomicLong();
+        AtomicLong releaseSent = new AtomicLong();
         CyclicBarrier start = new CyclicBarrier(THREADS + 1);
         List<Thread> threads = new ArrayList<>();
         List<Exception> failures = new ArrayList<>();
+        List<Double> handoffs = new ArrayList<>();
         for (int i = 0; i < THREADS; i++) {
             Worker w = factory.make(i);
             Thread t = new Thread(() -> {
+                List<Double> myHandoffs = new ArrayList<>();
                 try {
                     start.await();
                     while (!stop.get()) {
-                        w.once();
+                        w.acquire();
+                        long got = System.nanoTime();
+                        long sent = releaseSent.get();
+                        if (sent != 0) {
+                            myHandoffs.add((got - sent) / 1e3);
+                        }
                         grants.incrementAndGet();
+                        busy(HOLD_NANOS);
+                        releaseSent.set(System.nanoTime());
+                        w.release();
                     }
                 } catch (Exception e) {
                     synchronized (failures) {
                         failures.add(e);
                     }
+                }
+                synchronized (handoffs) {
+                    handoffs.addAll(myHandoffs);
                 }
             });
             t.start();
@@ -266,7 +302,7 @@ public class ClientBench {
         if (!failures.isEmpty()) {
             throw failures.get(0);
         }
-        return counted / (elapsed / 1e9);
+        return new Run(counted / (elapsed / 1e9), handoffs);
     }
 
     static void contended(int port) throws Exception {
@@ -275,41 +311,130 @@ public class ClientBench {
         List<Double> api = new ArrayList<>();
         List<Double> raw = new ArrayList<>();
         List<Double> ratios = new ArrayList<>();
-        try (FlockClient client = FlockClient.create("127.0.0.1", port)) {
+        List<Double> apiHandoffs = new ArrayList<>();
+        List<Double> rawHandoffs = new ArrayList<>();
+        List<Double> session = new ArrayList<>();
+        List<Double> sessionHandoffs = new ArrayList<>();
+        try (FlockClient client = FlockClient.create("127.0.0.1", port); RawSession rawSession = new RawSession(port)) {
             FlockLock lock = client.getFairLock("c:api");
-            // a short warm-up of both, uncounted
-            runThreads(1000, i -> rawWorker(port, i));
-            runThreads(1000, i -> apiWorker(lock));
+            // Warm-up, uncounted: the JIT compiles the client's code for some 10 s on 2 busy cores, and until it
+            // is done its compiler threads take more CPU than the client's own (a 3 s run right after a 1 s
+            // warm-up measured the API at 0.69x of the raw session form, after 15 s at 1.07x).
+            runThreads(2000, i -> rawWorker(port, i));
+            runThreads(12_000, i -> apiWorker(lock));
+            runThreads(2000, i -> rawSession.worker(port, i));
             for (int r = 0; r < repeats; r++) {
-                double rr = runThreads(runMs, i -> rawWorker(port, i));
-                double a = runThreads(runMs, i -> apiWorker(lock));
-                raw.add(rr);
-                api.add(a);
-                ratios.add(a / rr);
+                Run rr = runThreads(runMs, i -> rawWorker(port, i));
+                Run a = runThreads(runMs, i -> apiWorker(lock));
+                Run s = runThreads(runMs, i -> rawSession.worker(port, i));
+                raw.add(rr.grantsPerSecond());
+                api.add(a.grantsPerSecond());
+                session.add(s.grantsPerSecond());
+                ratios.add(a.grantsPerSecond() / rr.grantsPerSecond());
+                rawHandoffs.addAll(rr.handoffs());
+                apiHandoffs.addAll(a.handoffs());
+                sessionHandoffs.addAll(s.handoffs());
             }
         }
-        double[] a = sorted(api);
-        double[] r = sorted(raw);
         double[] q = sorted(ratios);
-        OUT.printf("| Java | %d | %d x %d s | %.0f | %.0f | %.2fx (%.2fx to %.2fx) |%n",
-                THREADS, repeats, runMs / 1000, pct(a, 0.5), pct(r, 0.5), pct(q, 0.5), q[0], q[q.length - 1]);
+        OUT.printf("| Java | %d | %d x %d s | %.0f | %.0f | %.0f | %.2fx (%.2fx to %.2fx) | %.0f / %.0f / %.0f |%n",
+                THREADS, repeats, runMs / 1000, pct(sorted(api), 0.5), pct(sorted(session), 0.5),
+                pct(sorted(raw), 0.5), pct(q, 0.5), q[0], q[q.length - 1], mean(apiHandoffs), mean(sessionHandoffs),
+                mean(rawHandoffs));
+    }
+
+    /**
+     * The session's way with the raw commands the client sends and no client code: a thread reads
+     * {@code FLOCK.INBOX} and hands each grant to its waiting thread (a queue per owner), each thread sends
+     * {@code FLOCK.ACQUIRE key owner 0 WAIT 0 INBOX sid ID <uuid>} and {@code FLOCK.RELEASE key owner ID <uuid>}
+     * on a socket of its own.
+     */
+    static final class RawSession implements AutoCloseable {
+        final Raw conn;
+        final String sid;
+        final Map<String, java.util.concurrent.BlockingQueue<Long>> granted = new ConcurrentHashMap<>();
+        final Thread reader;
+
+        RawSession(int port) throws IOException {
+            conn = new Raw(port);
+            sid = (String) conn.call("FLOCK.SESSION", "TIMEOUT", "3600000");
+            reader = new Thread(() -> {
+                try {
+                    while (true) {
+                        Object reply = conn.call("FLOCK.INBOX", "0");
+                        if (reply == null) {
+                            continue;
+                        }
+                        for (Object e : (List<?>) reply) {
+                            List<?> event = (List<?>) e;
+                            if ("granted".equals(event.get(0))) {
+                                granted.get((String) event.get(2)).add(Long.parseLong(String.valueOf(event.get(3))));
+                            }
+                        }
+                    }
+                } catch (IOException closed) {
+                    // closed at the end
+                }
+            });
+            reader.setDaemon(true);
+            reader.start();
+        }
+
+        Worker worker(int port, int i) throws IOException {
+            Raw cmd = new Raw(port);
+            String owner = "session:" + i;
+            java.util.concurrent.BlockingQueue<Long> mine = new java.util.concurrent.LinkedBlockingQueue<>();
+            granted.put(owner, mine);
+            return new Worker() {
+                @Override
+                public void acquire() throws Exception {
+                    Object reply = cmd.call("FLOCK.ACQUIRE", "c:session", owner, "0", "WAIT", "0", "INBOX", sid, "ID",
+                            UUID.randomUUID().toString());
+                    if (!(reply instanceof Long)) {
+                        mine.take();
+                    }
+                }
+
+                @Override
+                public void release() throws IOException {
+                    cmd.call("FLOCK.RELEASE", "c:session", owner, "ID", UUID.randomUUID().toString());
+                }
+            };
+        }
+
+        @Override
+        public void close() throws IOException {
+            conn.close();
+        }
     }
 
     static Worker rawWorker(int port, int i) throws IOException {
         Raw conn = new Raw(port);
         String owner = "raw:" + i;
-        return () -> {
-            conn.call("FLOCK.ACQUIRE", "c:raw", owner, "30000", "WAIT", "0");
-            busy(HOLD_NANOS);
-            conn.call("FLOCK.RELEASE", "c:raw", owner);
+        return new Worker() {
+            @Override
+            public void acquire() throws IOException {
+                conn.call("FLOCK.ACQUIRE", "c:raw", owner, "30000", "WAIT", "0");
+            }
+
+            @Override
+            public void release() throws IOException {
+                conn.call("FLOCK.RELEASE", "c:raw", owner);
+            }
         };
     }
 
     static Worker apiWorker(FlockLock lock) {
-        return () -> {
-            lock.lock();
-            busy(HOLD_NANOS);
-            lock.unlock();
+        return new Worker() {
+            @Override
+            public void acquire() {
+                lock.lock();
+            }
+
+            @Override
+            public void release() {
+                lock.unlock();
+            }
         };
     }
 

@@ -168,26 +168,163 @@ fn busy(d: Duration) {
     }
 }
 
-/// Grants per second of `THREADS` threads running `hold` (acquire, hold,
-/// release) for `run`, each thread made by `make`.
-fn run_threads<F>(run: Duration, make: impl Fn(usize) -> F) -> Res<f64>
-where
-    F: FnMut() -> Res<()> + Send + 'static,
-{
+/// One thread's lock: acquire, then release.
+trait Worker: Send {
+    fn acquire(&mut self) -> Res<()>;
+    fn release(&mut self) -> Res<()>;
+}
+
+/// Raw blocking waits on a connection of the thread's own.
+struct RawWorker {
+    conn: Connection,
+    owner: String,
+}
+
+impl Worker for RawWorker {
+    fn acquire(&mut self) -> Res<()> {
+        int(&mut self.conn, redis::cmd("FLOCK.ACQUIRE").arg("c:raw").arg(&self.owner).arg(30_000).arg("WAIT").arg(0))?;
+        Ok(())
+    }
+
+    fn release(&mut self) -> Res<()> {
+        int(&mut self.conn, redis::cmd("FLOCK.RELEASE").arg("c:raw").arg(&self.owner))?;
+        Ok(())
+    }
+}
+
+/// The API: `acquire_on(&client, Some(FOREVER))`, `release()`.
+struct ApiWorker {
+    client: Client,
+    lock: Lock,
+    guard: Option<Guard<flock_client::SharedConnection>>,
+}
+
+impl Worker for ApiWorker {
+    fn acquire(&mut self) -> Res<()> {
+        self.guard = Some(self.lock.acquire_on(&self.client, Some(FOREVER))?.ok_or("not granted")?);
+        Ok(())
+    }
+
+    fn release(&mut self) -> Res<()> {
+        self.guard.take().ok_or("not held")?.release()?;
+        Ok(())
+    }
+}
+
+/// The session's way with the raw commands the client sends and no client
+/// code: a thread reads `FLOCK.INBOX` and hands each grant to its waiting
+/// thread (a channel per owner); each thread sends `FLOCK.ACQUIRE key owner
+/// 0 WAIT 0 INBOX sid ID <uuid>` and `FLOCK.RELEASE key owner ID <uuid>` on
+/// a connection of its own.
+struct RawSession {
+    sid: String,
+    waiting: Arc<std::sync::Mutex<std::collections::HashMap<String, std::sync::mpsc::Sender<()>>>>,
+}
+
+impl RawSession {
+    fn open(client: &Client) -> Res<RawSession> {
+        let mut conn = client.get_connection()?;
+        let sid: String = redis::cmd("FLOCK.SESSION").arg("TIMEOUT").arg(3_600_000).query(&mut conn)?;
+        let waiting: Arc<std::sync::Mutex<std::collections::HashMap<String, std::sync::mpsc::Sender<()>>>> =
+            Arc::default();
+        let senders = Arc::clone(&waiting);
+        // Runs until the process ends.
+        thread::spawn(move || loop {
+            let Ok(events) = redis::cmd("FLOCK.INBOX").arg(0).query::<Option<Vec<Vec<redis::Value>>>>(&mut conn) else {
+                return;
+            };
+            for event in events.unwrap_or_default() {
+                let text = |v: &redis::Value| match v {
+                    redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                    other => format!("{other:?}"),
+                };
+                if event.len() == 5 && text(&event[0]) == "granted" {
+                    if let Some(tx) = senders.lock().expect("waiting").get(&text(&event[2])) {
+                        let _ = tx.send(());
+                    }
+                }
+            }
+        });
+        Ok(RawSession { sid, waiting })
+    }
+
+    fn worker(&self, client: &Client, i: usize) -> Res<SessionWorker> {
+        let owner = format!("session:{i}");
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.waiting.lock().expect("waiting").insert(owner.clone(), tx);
+        Ok(SessionWorker { conn: client.get_connection()?, owner, sid: self.sid.clone(), granted: rx })
+    }
+}
+
+struct SessionWorker {
+    conn: Connection,
+    owner: String,
+    sid: String,
+    granted: std::sync::mpsc::Receiver<()>,
+}
+
+impl Worker for SessionWorker {
+    fn acquire(&mut self) -> Res<()> {
+        let reply: redis::Value = redis::cmd("FLOCK.ACQUIRE")
+            .arg("c:session")
+            .arg(&self.owner)
+            .arg(0)
+            .arg("WAIT")
+            .arg(0)
+            .arg("INBOX")
+            .arg(&self.sid)
+            .arg("ID")
+            .arg(uuid::Uuid::new_v4().to_string())
+            .query(&mut self.conn)?;
+        if !matches!(reply, redis::Value::Int(_)) {
+            self.granted.recv()?;
+        }
+        Ok(())
+    }
+
+    fn release(&mut self) -> Res<()> {
+        let id = uuid::Uuid::new_v4().to_string();
+        int(&mut self.conn, redis::cmd("FLOCK.RELEASE").arg("c:session").arg(&self.owner).arg("ID").arg(id))?;
+        Ok(())
+    }
+}
+
+/// A run: grants per second, and per grant the hand-off (from the previous
+/// holder's release call to this thread's acquire returning), in us.
+struct Run {
+    grants_per_second: f64,
+    handoffs: Vec<f64>,
+}
+
+/// `THREADS` threads, each with a worker made by `make`, for `run`.
+fn run_threads(run: Duration, make: impl Fn(usize) -> Res<Box<dyn Worker>>) -> Res<Run> {
     let stop = Arc::new(AtomicBool::new(false));
     let grants = Arc::new(AtomicU64::new(0));
     let start = Arc::new(Barrier::new(THREADS + 1));
+    // When the last release call began, as nanoseconds since `epoch`.
+    let epoch = Instant::now();
+    let release_sent = Arc::new(AtomicU64::new(0));
     let mut handles = Vec::new();
     for i in 0..THREADS {
-        let mut once = make(i);
-        let (stop, grants, start) = (Arc::clone(&stop), Arc::clone(&grants), Arc::clone(&start));
-        handles.push(thread::spawn(move || -> Res<()> {
+        let mut worker = make(i)?;
+        let (stop, grants, start, sent) =
+            (Arc::clone(&stop), Arc::clone(&grants), Arc::clone(&start), Arc::clone(&release_sent));
+        handles.push(thread::spawn(move || -> Res<Vec<f64>> {
+            let mut handoffs = Vec::new();
             start.wait();
             while !stop.load(Ordering::Relaxed) {
-                once()?;
+                worker.acquire()?;
+                let got = epoch.elapsed().as_nanos() as u64;
+                let last = sent.load(Ordering::Relaxed);
+                if last != 0 {
+                    handoffs.push(got.saturating_sub(last) as f64 / 1e3);
+                }
                 grants.fetch_add(1, Ordering::Relaxed);
+                busy(HOLD);
+                sent.store(epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                worker.release()?;
             }
-            Ok(())
+            Ok(handoffs)
         }));
     }
     start.wait();
@@ -196,51 +333,64 @@ where
     let counted = grants.load(Ordering::Relaxed);
     let elapsed = began.elapsed();
     stop.store(true, Ordering::Relaxed);
+    let mut handoffs = Vec::new();
     for h in handles {
-        h.join().map_err(|_| "a thread panicked")??;
+        handoffs.extend(h.join().map_err(|_| "a thread panicked")??);
     }
-    Ok(counted as f64 / elapsed.as_secs_f64())
+    Ok(Run { grants_per_second: counted as f64 / elapsed.as_secs_f64(), handoffs })
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
 }
 
 fn contended(url: &str) -> Res<()> {
     const REPEATS: usize = 3;
     let run = Duration::from_secs(3);
     let client = Client::open(url)?;
-    let (mut api, mut raw, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..REPEATS {
-        let r = run_threads(run, |i| {
-            let mut conn = client.get_connection().expect("a connection");
-            let owner = format!("raw:{i}");
-            move || -> Res<()> {
-                int(&mut conn, redis::cmd("FLOCK.ACQUIRE").arg("c:raw").arg(&owner).arg(30_000).arg("WAIT").arg(0))?;
-                busy(HOLD);
-                int(&mut conn, redis::cmd("FLOCK.RELEASE").arg("c:raw").arg(&owner))?;
-                Ok(())
-            }
-        })?;
-        let a = run_threads(run, |_| {
-            let client = client.clone();
-            let lock = Lock::new("c:api", Duration::from_secs(30));
-            move || -> Res<()> {
-                let guard = lock.acquire_on(&client, Some(FOREVER))?.ok_or("not granted")?;
-                busy(HOLD);
-                guard.release()?;
-                Ok(())
-            }
-        })?;
-        raw.push(r);
-        api.push(a);
-        ratios.push(a / r);
+    let session = RawSession::open(&client)?;
+    let raw_worker = |i: usize| -> Res<Box<dyn Worker>> {
+        Ok(Box::new(RawWorker { conn: client.get_connection()?, owner: format!("raw:{i}") }))
+    };
+    let api_worker = |_: usize| -> Res<Box<dyn Worker>> {
+        Ok(Box::new(ApiWorker {
+            client: client.clone(),
+            lock: Lock::new("c:api", Duration::from_secs(30)),
+            guard: None,
+        }))
+    };
+    let session_worker = |i: usize| -> Res<Box<dyn Worker>> { Ok(Box::new(session.worker(&client, i)?)) };
+    // A short warm-up of each, uncounted.
+    for make in [&raw_worker as &dyn Fn(usize) -> Res<Box<dyn Worker>>, &api_worker, &session_worker] {
+        run_threads(Duration::from_secs(1), make)?;
     }
-    let (api, raw, ratios) = (sorted(api), sorted(raw), sorted(ratios));
+    let (mut api, mut raw, mut sess, mut ratios) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut api_h, mut raw_h, mut sess_h) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..REPEATS {
+        let r = run_threads(run, raw_worker)?;
+        let a = run_threads(run, api_worker)?;
+        let s = run_threads(run, session_worker)?;
+        ratios.push(a.grants_per_second / r.grants_per_second);
+        raw.push(r.grants_per_second);
+        api.push(a.grants_per_second);
+        sess.push(s.grants_per_second);
+        raw_h.extend(r.handoffs);
+        api_h.extend(a.handoffs);
+        sess_h.extend(s.handoffs);
+    }
+    let ratios = sorted(ratios);
     println!(
-        "| Rust | {THREADS} | {REPEATS} x {} s | {:.0} | {:.0} | {:.2}x ({:.2}x to {:.2}x) |",
+        "| Rust | {THREADS} | {REPEATS} x {} s | {:.0} | {:.0} | {:.0} | {:.2}x ({:.2}x to {:.2}x) | {:.0} / {:.0} / {:.0} |",
         run.as_secs(),
-        pct(&api, 0.5),
-        pct(&raw, 0.5),
+        pct(&sorted(api), 0.5),
+        pct(&sorted(sess), 0.5),
+        pct(&sorted(raw), 0.5),
         pct(&ratios, 0.5),
         ratios[0],
         ratios[ratios.len() - 1],
+        mean(&api_h),
+        mean(&sess_h),
+        mean(&raw_h),
     );
     Ok(())
 }
