@@ -141,6 +141,14 @@ public class ClientBench {
 
     static final PrintStream OUT = System.out;
 
+    /** Whether the JIT compiled for more than 20 ms while {@code work} ran (warm-ups go on until it did not). */
+    static boolean jitBusy(java.util.concurrent.Callable<?> work) throws Exception {
+        var jit = java.lang.management.ManagementFactory.getCompilationMXBean();
+        long before = jit.getTotalCompilationTime();
+        work.call();
+        return jit.getTotalCompilationTime() - before > 20;
+    }
+
     // --- overhead ---
 
     static void overhead(int port) throws Exception {
@@ -183,15 +191,23 @@ public class ClientBench {
             for (int m = 0; m < methods.length; m++) {
                 times.add(new ArrayList<>());
             }
-            // warm-up, uncounted: every method in turn for some 5 s, so that the JIT has compiled them
-            long warmUntil = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
-            while (System.nanoTime() < warmUntil) {
-                for (Pair method : methods) {
-                    for (int i = 0; i < perRound; i++) {
-                        method.run();
+            // warm-up, uncounted: every method in turn until the JIT is done with them (30 s at most)
+            long warmStart = System.nanoTime();
+            long warmUntil = warmStart + TimeUnit.SECONDS.toNanos(30);
+            while (jitBusy(() -> {
+                long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(1);
+                while (System.nanoTime() < until) {
+                    for (Pair method : methods) {
+                        for (int i = 0; i < perRound; i++) {
+                            method.run();
+                        }
                     }
                 }
+                return null;
+            }) && System.nanoTime() < warmUntil) {
+                // again
             }
+            System.err.printf("Java overhead: warmed up for %.0f s%n", (System.nanoTime() - warmStart) / 1e9);
             for (int round = 0; round < warmupRounds + rounds; round++) {
                 for (int k = 0; k < methods.length; k++) {
                     // each round in another order; the first rounds warm the JIT up
@@ -317,12 +333,16 @@ public class ClientBench {
         List<Double> sessionHandoffs = new ArrayList<>();
         try (FlockClient client = FlockClient.create("127.0.0.1", port); RawSession rawSession = new RawSession(port)) {
             FlockLock lock = client.getFairLock("c:api");
-            // Warm-up, uncounted: the JIT compiles the client's code for some 10 s on 2 busy cores, and until it
-            // is done its compiler threads take more CPU than the client's own (a 3 s run right after a 1 s
-            // warm-up measured the API at 0.69x of the raw session form, after 15 s at 1.07x).
-            runThreads(2000, i -> rawWorker(port, i));
-            runThreads(12_000, i -> apiWorker(lock));
-            runThreads(2000, i -> rawSession.worker(port, i));
+            // Warm-up, uncounted, until the JIT is done: it compiles the client's code for 10 s and more on 2
+            // busy cores, and until then its compiler threads take more CPU than the client's own (a 3 s run
+            // right after a 1 s warm-up measured the API at 0.69x of the raw session form, after 15 s at 1.07x).
+            long warmStart = System.nanoTime();
+            long warmUntil = warmStart + TimeUnit.SECONDS.toNanos(40);
+            do {
+                runThreads(2000, i -> rawWorker(port, i));
+                runThreads(2000, i -> rawSession.worker(port, i));
+            } while (jitBusy(() -> runThreads(2000, i -> apiWorker(lock))) && System.nanoTime() < warmUntil);
+            System.err.printf("Java contended: warmed up for %.0f s%n", (System.nanoTime() - warmStart) / 1e9);
             for (int r = 0; r < repeats; r++) {
                 Run rr = runThreads(runMs, i -> rawWorker(port, i));
                 Run a = runThreads(runMs, i -> apiWorker(lock));
