@@ -209,10 +209,11 @@ public class ClientBench {
             }
             System.err.printf("Java overhead: warmed up for %.0f s%n", (System.nanoTime() - warmStart) / 1e9);
             for (int round = 0; round < warmupRounds + rounds; round++) {
-                for (int k = 0; k < methods.length; k++) {
-                    // each round in another order; the first rounds warm the JIT up
-                    int m = (k + round) % methods.length;
-                    for (int i = 0; i < perRound; i++) {
+                for (int i = 0; i < perRound; i++) {
+                    for (int k = 0; k < methods.length; k++) {
+                        // one pair of each in turn, each time in another order, so that the machine's other work
+                        // weighs on all alike; the first round is a warm-up too
+                        int m = (k + i) % methods.length;
                         long start = System.nanoTime();
                         methods[m].run();
                         if (round >= warmupRounds) {

@@ -120,10 +120,12 @@ fn overhead(url: &str) -> Res<()> {
     const METHODS: usize = 5;
     let mut times: [Vec<f64>; METHODS] = Default::default();
     for round in 0..=ROUNDS {
-        for k in 0..METHODS {
-            // Each round in another order; round 0 is the warm-up.
-            let method = (k + round) % METHODS;
-            for _ in 0..PER_ROUND {
+        for i in 0..PER_ROUND {
+            for k in 0..METHODS {
+                // One pair of each in turn, each time in another order, so
+                // that the machine's other work weighs on all alike; round 0
+                // is the warm-up.
+                let method = (k + i) % METHODS;
                 let start = Instant::now();
                 match method {
                     0 => try_pair()?,
