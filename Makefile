@@ -210,8 +210,12 @@ bench: build
 bench-instructions: build
 	$(with_server) scripts/instructions-per-pair.sh $(abspath $(MODULE))
 
-# One process's waiters through each client (connections, server memory per
-# waiter, how soon a holder hears of FORCERELEASE): docs/benchmark.md.
+# Each client: one process's waiters (connections, server memory per waiter,
+# how soon a holder hears of FORCERELEASE), what an acquire + release costs
+# against the lock it replaces or the raw commands, contended grants/s against
+# raw commands, and whether a holder cut off by a partition knows it lost the
+# lock before the next waiter is granted it (BENCH_SECTIONS picks parts):
+# docs/benchmark.md, "Clients: overhead and who knows first".
 bench-clients: build deps-clients
 	$(with_server) FLOCK_MODULE=$(abspath $(MODULE)) scripts/bench-clients.sh $(WAITERS)
 
