@@ -626,8 +626,10 @@ impl Server {
                 break;
             }
         }
-        drop(conn);
+        // Its grants are marked lost before the connection closes: the
+        // close can reach the server, which then passes them on at once.
         self.session_over(&session.clock, LeaseLost::SessionEnded);
+        drop(conn);
         self.reopen(&session);
     }
 
