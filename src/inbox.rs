@@ -61,7 +61,7 @@ fn on_expiry(ctx: &Context, client: u64) {
 /// `client`'s session was not heard from for its timeout: it ends as if
 /// its connection had closed, and the connection is closed so that a late
 /// reader learns at once that its session is gone.
-pub fn expire(ctx: &Context, s: &mut State, client: u64) {
+fn expire(ctx: &Context, s: &mut State, client: u64) {
     s.counters.bump(Counter::SessionExpiries, 1);
     end(ctx, s, client);
     // Closing a connection runs Redis's callbacks, which borrow the state:
