@@ -174,13 +174,7 @@ pub fn cancel(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 pub fn session(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let rest: Vec<&[u8]> = args.iter().skip(1).map(RedisString::as_slice).collect();
     let (timeout_ms, with_timeout) = args::session(&rest).map_err(arg_error)?;
-    let (id, timeout_ms) = entered(ctx, |s| {
-        let client = ffi::client_id(ctx);
-        let pinned = timeout_ms.or_else(|| {
-            with_timeout.then(|| s.sessions.get(client).map_or_else(config::session_timeout_ms, |x| x.timeout_ms()))
-        });
-        Ok(inbox::open(s, client, pinned))
-    })?;
+    let (id, timeout_ms) = entered(ctx, |s| Ok(inbox::open(s, ffi::client_id(ctx), timeout_ms, with_timeout)))?;
     if with_timeout {
         ffi::reply_array(ctx, 2);
         ffi::reply_bytes(ctx, &id);

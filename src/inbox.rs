@@ -17,15 +17,15 @@ use crate::waiters::WaitId;
 use flock_core::args::SESSION_ID_LEN;
 use flock_core::effects::{Counter, End, Leave, Loss};
 
-/// `FLOCK.SESSION [TIMEOUT ms]` on connection `client`: its session's ID
-/// and timeout, the session opened (and its expiry timer set) if it had
-/// none.
-pub fn open(s: &mut State, client: u64, timeout_ms: Option<u64>) -> ([u8; SESSION_ID_LEN], u64) {
-    let (id, arm) = s.sessions.open(client, timeout_ms, ffi::monotonic_us());
-    if arm {
+/// `FLOCK.SESSION [TIMEOUT ms] [WITHTIMEOUT]` on connection `client`
+/// (`pin`: WITHTIMEOUT): its session's ID and timeout, the session opened
+/// (and its expiry timer set) if it had none.
+pub fn open(s: &mut State, client: u64, timeout_ms: Option<u64>, pin: bool) -> ([u8; SESSION_ID_LEN], u64) {
+    let opened = s.sessions.open(client, timeout_ms, pin, ffi::monotonic_us());
+    if opened.arm {
         arm_expiry(s, client);
     }
-    (id, s.sessions.get(client).map_or(0, |session| session.timeout_ms()))
+    (opened.id, opened.timeout_ms)
 }
 
 /// A FLOCK command came on connection `client`: its session, if it has one,

@@ -81,6 +81,14 @@ impl Session {
     }
 }
 
+/// What `Sessions::open` answers.
+pub struct Opened {
+    pub id: [u8; SESSION_ID_LEN],
+    pub timeout_ms: u64,
+    /// Its expiry timer must be set.
+    pub arm: bool,
+}
+
 /// A grant a session watches, with what its `lost` event names.
 struct Watch {
     client: u64,
@@ -103,35 +111,41 @@ pub struct Sessions {
 
 impl Sessions {
     /// The session of connection `client`, opened now if it has none, with
-    /// `timeout_ms` as its timeout if given; true if its timer must be set
-    /// (it is new, or its timeout was cut). It is heard from now.
-    pub fn open(&mut self, client: u64, timeout_ms: Option<u64>, now_us: u64) -> ([u8; SESSION_ID_LEN], bool) {
-        if let Some(session) = self.open.get_mut(&client) {
-            session.timeout_ms = timeout_ms.or(session.timeout_ms);
-            let id = session.id;
-            return (id, self.heard(client, now_us));
+    /// `timeout_ms` as its timeout if given, and that timeout kept from now
+    /// on if `pin` (a later `session-timeout-ms` does not change it). It is
+    /// heard from now. Its ID and timeout, and true if its timer must be
+    /// set (it is new, or its timeout was cut).
+    pub fn open(&mut self, client: u64, timeout_ms: Option<u64>, pin: bool, now_us: u64) -> Opened {
+        let new = !self.open.contains_key(&client);
+        if new {
+            let id = loop {
+                let id = random_id();
+                if !self.by_id.contains_key(&id) {
+                    break id;
+                }
+            };
+            self.by_id.insert(id, client);
+            let session = Session {
+                id,
+                inbox: VecDeque::new(),
+                reader: None,
+                waits: HashSet::new(),
+                watched: HashSet::new(),
+                timeout_ms: None,
+                deadline_us: 0,
+                expiry: None,
+                expiry_us: 0,
+            };
+            self.open.insert(client, session);
         }
-        let id = loop {
-            let id = random_id();
-            if !self.by_id.contains_key(&id) {
-                break id;
-            }
-        };
-        self.by_id.insert(id, client);
-        let session = Session {
-            id,
-            inbox: VecDeque::new(),
-            reader: None,
-            waits: HashSet::new(),
-            watched: HashSet::new(),
-            timeout_ms,
-            deadline_us: 0,
-            expiry: None,
-            expiry_us: 0,
-        };
-        self.open.insert(client, session);
-        self.heard(client, now_us);
-        (id, true)
+        let session = self.open.get_mut(&client).expect("opened above");
+        session.timeout_ms = timeout_ms.or(session.timeout_ms);
+        if pin {
+            session.timeout_ms = Some(session.timeout_ms());
+        }
+        let (id, timeout_ms) = (session.id, session.timeout_ms());
+        let cut = self.heard(client, now_us);
+        Opened { id, timeout_ms, arm: new || cut }
     }
 
     /// `client`'s session (if it has one) was heard from: it lives for its
