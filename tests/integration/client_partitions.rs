@@ -202,6 +202,30 @@ fn paused_holder_child() {
     }
 }
 
+/// The read answered during the pause confirms the session as of its send,
+/// and the next one waits half the time left: a pause shorter than 2T/3 - m
+/// is heard of in time, at the client and at the server. The session
+/// reader's socket has a timeout, so its read returns EINTR on resuming
+/// (signal(7)); that must not end the session either.
+#[test]
+fn a_holder_paused_for_half_its_session_timeout_loses_nothing() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let mut child = Child::start(&s.url(), "L");
+    let held = child.hear();
+    let token = token_of(&mut admin, "L");
+    {
+        let _stopped = Stopped::process(child.child.id());
+        std::thread::sleep(T / 2); // the pause tested
+    }
+    // Past the session's timeout since the pause began: any loss has come.
+    std::thread::sleep(T);
+    child.say("check");
+    assert_eq!(child.hear(), "lost=false reason=None", "{held}");
+    assert_eq!(token_of(&mut admin, "L"), token);
+    assert_eq!(s.stat("session_expiries"), 0);
+}
+
 #[test]
 fn a_holder_paused_past_its_deadline_sees_it_lost_at_its_first_check_after_resuming() {
     let s = Server::start();
@@ -254,12 +278,18 @@ fn a_waiting_process_cut_off_at_its_turn_holds_nobody_up_past_its_session_and_wa
         })
     };
     wait_queue(&mut admin, "L", &["cut", "next"]);
+    let connections = proxy.accepted();
     proxy.partition();
     drop(holder);
     // The grant to `cut` sits in its unread inbox until its session
     // expires; then it passes on.
     let next = next.join().expect("next");
     assert_eq!(owner_of(&mut admin, "L").as_deref(), Some("next"));
+    // The partition lasts until `cut` has given its session up (and tries
+    // a new one): a reader the machine held up past its deadline would
+    // still take the reply a heal let through, with a grant the server
+    // has taken back.
+    wait_until("cut to open a new session", 5 * SECOND, || proxy.accepted() > connections);
     // Healed, `cut`'s wait is sent again on a new session (the same
     // request ID, what is left of its time) and queues behind.
     proxy.heal();

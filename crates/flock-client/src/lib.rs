@@ -181,6 +181,7 @@ mod loss;
 mod multi;
 mod mutex;
 mod owner;
+mod reader_connection;
 mod request;
 mod sentinel;
 mod session;

@@ -29,6 +29,7 @@ use crate::link::RESENDS;
 use crate::loss::{LeaseLost, Loss, SessionClock, Term};
 use crate::mutex::lock;
 use crate::owner::is_notowner;
+use crate::reader_connection::ReaderConnection;
 use crate::request::{Acquire, Mode};
 use crate::timer::{self, Due};
 use crate::times::{millis, DEFAULT_SESSION_TIMEOUT, HEARTBEAT_FRACTION};
@@ -463,7 +464,7 @@ impl Server {
         if let Some(session) = lock(&self.state).session.clone() {
             return Ok(session);
         }
-        let mut conn = self.connect_within(self.command_timeout())?;
+        let mut conn = ReaderConnection::open(self.current()?.get_connection_info(), self.command_timeout())?;
         let mut open = redis::cmd("FLOCK.SESSION");
         if let Some(timeout) = self.timeout {
             open.arg("TIMEOUT").arg(millis(timeout));
@@ -594,14 +595,19 @@ impl Server {
     /// the session's deadline passes, each read waiting at most T/3 and
     /// giving up at the deadline; then the session's grants are lost and a
     /// new session is opened for the pending waits and the other grants.
-    fn read(self: Arc<Self>, mut conn: Connection, session: Arc<Session>) {
-        let beat_ms = millis(session.clock.timeout / HEARTBEAT_FRACTION);
+    /// A read waits less than T/3 when the deadline is nearer than twice
+    /// that (a pause or a slow reply held up its send), so that its answer
+    /// comes back well before the deadline.
+    fn read(self: Arc<Self>, mut conn: ReaderConnection, session: Arc<Session>) {
+        let third = session.clock.timeout / HEARTBEAT_FRACTION;
         loop {
             let sent = Instant::now();
             let left = session.clock.deadline().saturating_duration_since(sent);
-            if left.is_zero() || conn.set_read_timeout(Some(left)).is_err() {
+            if left.is_zero() {
                 break;
             }
+            conn.read_until(session.clock.deadline());
+            let beat_ms = millis(third.min(left / 2));
             match redis::cmd("FLOCK.INBOX").arg(beat_ms).query::<Value>(&mut conn) {
                 Ok(reply) => {
                     let alive = session.clock.confirm(sent);

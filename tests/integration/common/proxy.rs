@@ -31,6 +31,8 @@ struct Trigger {
     kill_at: Option<Vec<u8>>,
     /// Both ends of every connection so far, to close them on a kill.
     streams: Vec<TcpStream>,
+    /// Client connections accepted so far, while cut too.
+    accepted: usize,
 }
 
 impl Trigger {
@@ -88,6 +90,7 @@ impl Proxy {
                         let _ = client.shutdown(Shutdown::Both);
                         continue;
                     }
+                    t.accepted += 1;
                     if let Ok(end) = client.try_clone() {
                         t.streams.push(end);
                     }
@@ -141,6 +144,12 @@ impl Proxy {
     /// Replies swallowed so far.
     pub fn dropped(&self) -> usize {
         self.trigger.lock().expect("trigger").dropped
+    }
+
+    /// How many client connections it accepted so far, while cut too: a
+    /// client that opens a new one has given up an old one.
+    pub fn accepted(&self) -> usize {
+        self.trigger.lock().expect("trigger").accepted
     }
 
     /// How many `command`s went through so far (resends included).
