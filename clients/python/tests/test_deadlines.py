@@ -225,6 +225,36 @@ else:
 
 
 @pytest.mark.parametrize("flavour", ["threads", "asyncio"])
+def test_a_holder_paused_for_half_its_session_timeout_loses_nothing(r, server, flavour):
+    # The read answered during the pause confirms the session as of its
+    # send, and the next one waits half the time left: a pause shorter than
+    # 2T/3 - m is heard of in time, at the client and at the server.
+    timeout = 2.0
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(server.port), flavour, repr({"session_timeout": timeout})],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "held"
+        token = info(r, "paused")["token"]
+        expiries = r.info("flock")["flock_session_expiries"]
+        os.kill(child.pid, signal.SIGSTOP)
+        time.sleep(timeout / 2)  # the pause tested
+        os.kill(child.pid, signal.SIGCONT)
+        # Past the session's timeout since the pause began: any loss has come.
+        time.sleep(timeout)
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        assert child.stdout.readline().split() == ["False", "None"]
+        assert info(r, "paused")["token"] == token
+        assert r.info("flock")["flock_session_expiries"] == expiries
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.parametrize("flavour", ["threads", "asyncio"])
 @pytest.mark.parametrize("keeper", list(KEEPERS))
 def test_a_holder_paused_past_its_deadline_sees_lost_at_its_first_check(r, c, server, keeper, flavour):
     kwargs, reason = KEEPERS[keeper]

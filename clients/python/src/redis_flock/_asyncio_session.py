@@ -327,7 +327,11 @@ class Session(backend.SessionConnection):
         if left <= 0:
             raise TimeoutError("the session's deadline passed without a heartbeat")
         try:
-            heartbeat = max(1, int(self.state.timeout * 1000) // HEARTBEAT_FRACTION)
+            # Less than a third when the deadline is nearer than twice that (a
+            # pause or a slow reply held up this read's send), so that the
+            # answer comes back well before the deadline.
+            third = int(self.state.timeout * 1000) // HEARTBEAT_FRACTION
+            heartbeat = max(1, min(third, int(left * 1000) // 2))
             events = await backend.exchange(connection, ("FLOCK.INBOX", heartbeat), left)
             # A cancel (close()) that the write lost: the reader read on for
             # ever (and the loop's close waited on it).
