@@ -301,7 +301,6 @@ final class Session implements AutoCloseable {
         final Thread thread;
         /** T: the timeout the server answered for this session. */
         final long timeoutMs;
-        private final byte[][] inbox;
         /** The local deadline (nanoTime): moved on by each read's reply, by the reader thread alone. */
         private volatile long deadline;
         /** The grants that live with this session (lease-ms 0): they end with it. */
@@ -320,8 +319,6 @@ final class Session implements AutoCloseable {
             this.conn = conn;
             this.timeoutMs = timeoutMs;
             this.deadline = deadline;
-            this.inbox = new byte[][] {FlockClient.bytes("FLOCK.INBOX"),
-                FlockClient.bytes(Long.toString(Protocol.heartbeatMs(timeoutMs)))};
             this.thread = new Thread(this::read, "flock-session-reader");
             thread.setDaemon(true);
         }
@@ -432,19 +429,28 @@ final class Session implements AutoCloseable {
             closeQuietly(conn);
         }
 
+        /**
+         * A read sent at {@code sent} waits T/3, or half the time left to the deadline when that is less (a pause or a
+         * slow reply held up its send), so that its answer comes back well before the deadline.
+         */
+        private byte[][] inbox(long sent) {
+            long waitMs = Math.max(1, Math.min(Protocol.heartbeatMs(timeoutMs), (deadline - sent) / 2_000_000));
+            return new byte[][] {FlockClient.bytes("FLOCK.INBOX"), FlockClient.bytes(Long.toString(waitMs))};
+        }
+
         /** FLOCK.INBOX until the connection breaks, the session is forgotten or the client closes. */
         private void read() {
             while (true) {
                 long call;
                 byte[][] args;
-                synchronized (this) {
-                    call = ++calls;
-                    args = fenced.isEmpty() ? inbox : INBOX_NOW;
-                }
                 long sent = System.nanoTime();
                 if (deadline - sent <= 0 || expired) {
                     end();
                     return;
+                }
+                synchronized (this) {
+                    call = ++calls;
+                    args = fenced.isEmpty() ? inbox(sent) : INBOX_NOW;
                 }
                 Object reply;
                 try {

@@ -229,6 +229,36 @@ class PartitionTest extends ServerTest {
         assertNull(info("k"), "released by its holder");
     }
 
+    /** A {@link PausedHolder} process holding lock k, its output, and the token it said it holds. */
+    private record Holder(java.lang.Process process, BufferedReader out, long token) implements AutoCloseable {
+        static Holder start(int port) throws Exception {
+            Path javaBin = Path.of(System.getProperty("java.home"), "bin", "java");
+            String classPath = location(PausedHolder.class) + java.io.File.pathSeparator
+                    + location(FlockClient.class);
+            java.lang.Process child = new ProcessBuilder(javaBin.toString(), "-XX:TieredStopAtLevel=1", "-cp",
+                    classPath, "io.flock.PausedHolder", Integer.toString(port), Long.toString(T_MS), "k")
+                    .redirectError(ProcessBuilder.Redirect.INHERIT).start();
+            BufferedReader out = new BufferedReader(new InputStreamReader(child.getInputStream(),
+                    StandardCharsets.UTF_8));
+            String heldLine = out.readLine();
+            assertNotNull(heldLine, "the holder process exited");
+            assertTrue(heldLine.startsWith("held "), heldLine);
+            return new Holder(child, out, Long.parseLong(heldLine.substring("held ".length())));
+        }
+
+        /** Asks for the first isLeaseLost() after the line; written while the process may be stopped. */
+        void ask() throws Exception {
+            OutputStream in = process.getOutputStream();
+            in.write("check\n".getBytes(StandardCharsets.UTF_8));
+            in.flush();
+        }
+
+        @Override
+        public void close() {
+            process.destroyForcibly();
+        }
+    }
+
     /**
      * The holder's JVM is stopped (SIGSTOP) past its session's deadline while another process waits: the server
      * passes the lock on, and after SIGCONT the holder's first isLeaseLost() is true (unconfirmed), whether its
@@ -236,29 +266,40 @@ class PartitionTest extends ServerTest {
      */
     @Test
     void aHolderPausedPastItsDeadlineSeesTheLossAtItsFirstCheck() throws Exception {
-        Path javaBin = Path.of(System.getProperty("java.home"), "bin", "java");
-        String classPath = location(PausedHolder.class) + java.io.File.pathSeparator + location(FlockClient.class);
-        java.lang.Process child = new ProcessBuilder(javaBin.toString(), "-XX:TieredStopAtLevel=1", "-cp", classPath,
-                "io.flock.PausedHolder", Integer.toString(server.port), Long.toString(T_MS), "k")
-                .redirectError(ProcessBuilder.Redirect.INHERIT).start();
-        try {
-            BufferedReader out = new BufferedReader(new InputStreamReader(child.getInputStream(),
-                    StandardCharsets.UTF_8));
-            String heldLine = out.readLine();
-            assertNotNull(heldLine, "the holder process exited");
-            assertTrue(heldLine.startsWith("held "), heldLine);
-            long token = Long.parseLong(heldLine.substring("held ".length()));
-            signal(child, "-STOP");
+        try (Holder holder = Holder.start(server.port)) {
+            signal(holder.process(), "-STOP");
             CompletableFuture<Long> waiter = grantedAt(client().getFairLock("k"), 20_000);
             waiter.get(20, TimeUnit.SECONDS); // the server ended the stopped holder's session
-            OutputStream in = child.getOutputStream();
-            in.write("check\n".getBytes(StandardCharsets.UTF_8));
-            in.flush(); // waits in the pipe: the first thing the holder's main thread reads once it goes on
-            signal(child, "-CONT");
-            assertEquals("lost true unconfirmed", out.readLine(), "the first isLeaseLost() of grant " + token);
-        } finally {
-            child.destroyForcibly();
-            child.waitFor(10, TimeUnit.SECONDS);
+            holder.ask(); // waits in the pipe: the first thing the holder's main thread reads once it goes on
+            signal(holder.process(), "-CONT");
+            assertEquals("lost true unconfirmed", holder.out().readLine(),
+                    "the first isLeaseLost() of grant " + holder.token());
+        }
+    }
+
+    /**
+     * The holder's JVM is stopped for half its session's timeout: the read answered meanwhile confirms the session
+     * as of its send, and the next waits half the time left, so nothing is lost, at the client or the server.
+     */
+    @Test
+    void aHolderPausedForHalfItsSessionTimeoutLosesNothing() throws Exception {
+        try (Holder holder = Holder.start(server.port)) {
+            long expiries = sessionExpiries();
+            signal(holder.process(), "-STOP");
+            Thread.sleep(T_MS / 2); // the pause tested
+            signal(holder.process(), "-CONT");
+            Thread.sleep(T_MS); // past the session's timeout since the pause began: any loss has come
+            holder.ask();
+            assertEquals("lost false null", holder.out().readLine(), "grant " + holder.token());
+            assertEquals(holder.token(), Long.parseLong(String.valueOf(info("k").get("token"))));
+            assertEquals(expiries, sessionExpiries());
+        }
+    }
+
+    private long sessionExpiries() throws IOException {
+        try (RespConnection c = server.connect()) {
+            String info = TestCluster.text(c.call("INFO", "flock"));
+            return Long.parseLong(info.replaceAll("(?s).*flock_session_expiries:(\\d+).*", "$1"));
         }
     }
 
