@@ -20,12 +20,13 @@ import java.util.concurrent.TimeoutException;
  * What {@code RedissonClient} is to {@code RLock}: one per application and server (or Redis Cluster, or
  * Sentinel-watched master; on a Cluster what follows holds per node: connections and a session on each node
  * used, each lock's commands sent to the master of its key's slot). It owns a UUID (the
- * first half of every owner it uses, {@code <uuid>:<thread id>}), a command connection shared by its locks, a
- * FLOCK session (one more connection, opened on the first acquire, on which a daemon thread reads the outcome of
- * every thread's wait and the losses of its grants, {@code FLOCK.INBOX}, every third of the session timeout at
- * least: the session's heartbeat), a timer thread for the deadlines, and a watchdog connection. So any number of
- * waiting threads costs three connections in all (but for the waits of a {@link FlockMultiLock}, each of which
- * blocks a connection of its own).
+ * first half of every owner it uses, {@code <uuid>:<thread id>}), command connections its threads share (up to
+ * three, each lent to one command at a time: a thread's command waits behind no other's unless three are under
+ * way), a FLOCK session (one more connection, opened on the first acquire, on which a daemon thread reads the
+ * outcome of every thread's wait and the losses of its grants, {@code FLOCK.INBOX}, every third of the session
+ * timeout at least: the session's heartbeat), a timer thread for the deadlines, and a watchdog connection. So any
+ * number of waiting threads costs five connections at most in all (but for the waits of a {@link FlockMultiLock},
+ * each of which blocks a connection of its own).
  *
  * <p>A lock taken without a lease time lives with the session ({@code FLOCK.ACQUIRE ... 0 ... INBOX}): no lease,
  * no renewals. It is reported lost ({@link LossReason#UNCONFIRMED}) when no heartbeat confirmed the session for
@@ -320,7 +321,7 @@ public final class FlockClient implements AutoCloseable {
     }
 
     /**
-     * Sends any command on the shared connection of the server of its key (the second argument; on a Cluster,
+     * Sends any command on a command connection of the server of its key (the second argument; on a Cluster,
      * following MOVED and ASK), resending a lost reply (give IDs where resends matter).
      *
      * @param args the command and its arguments
@@ -381,7 +382,7 @@ public final class FlockClient implements AutoCloseable {
      * The same arguments (and so the same request ID) each time: the server applies the command once.
      * {@code asking}: each time after ASKING (see {@link Link#call(byte[][], boolean)}).
      */
-    static Object callResending(Link link, byte[][] args, boolean asking) throws IOException {
+    static Object callResending(Channel link, byte[][] args, boolean asking) throws IOException {
         for (int attempt = 0; ; attempt++) {
             try {
                 return link.call(args, asking);
@@ -393,14 +394,14 @@ public final class FlockClient implements AutoCloseable {
         }
     }
 
-    /** Sends on the shared command connection of the node of the key {@code args[1]}, resending a lost reply. */
+    /** Sends on a command connection of the node of the key {@code args[1]}, resending a lost reply. */
     Object command(byte[][] args) throws IOException {
         return router.call(args.length > 1 ? args[1] : null, args, node -> node.commands, true);
     }
 
     /**
      * A blocking command on a connection of its own. {@code interruptible}: it runs on a wait thread while the
-     * caller waits for it; an interrupt sends CLIENT UNBLOCK for that connection from the command connection
+     * caller waits for it; an interrupt sends CLIENT UNBLOCK for that connection from a command connection
      * and then takes the blocked call's reply as it is (nil, or a grant that won the race) and the interrupt
      * together, for the caller to settle. Otherwise it runs on the calling thread.
      */
@@ -425,11 +426,7 @@ public final class FlockClient implements AutoCloseable {
     }
 
     private Reply callBlocking(Node node, byte[][] args, boolean interruptible) throws IOException {
-        Link link = node.idleWaitLinks.poll();
-        if (link == null) {
-            link = new Link(node.factory, true);
-        }
-        Link waitLink = link;
+        Link waitLink = node.waitLinks.take(0);
         try {
             if (!interruptible) {
                 return new Reply(callResending(waitLink, args, false), false);
@@ -444,13 +441,11 @@ public final class FlockClient implements AutoCloseable {
                 return new Reply(resultOf(reply), true);
             }
         } finally {
-            if (waitLink.isOpen()) {
-                node.idleWaitLinks.push(waitLink);
-            }
+            node.waitLinks.give(waitLink);
         }
     }
 
-    /** Until the wait has answered: CLIENT UNBLOCK it from its node's command connection (again, if needed). */
+    /** Until the wait has answered: CLIENT UNBLOCK it from a command connection of its node (again, if needed). */
     private void unblock(Node node, Link waitLink, Future<Object> reply) throws IOException {
         while (!reply.isDone()) {
             long clientId = waitLink.clientId();

@@ -356,7 +356,7 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
 
     /**
      * waitMs: 0 tries only, FOREVER queues without limit. Returns the token, or null if not granted. Through the
-     * session (the default) or, without sessions, a try on the shared connection and then a blocking WAIT on a
+     * session (the default) or, without sessions, a try on a command connection and then a blocking WAIT on a
      * connection of its own. leaseMs {@link #WATCHDOG}: through the session a grant that lives with the session
      * ({@code lease-ms 0}: no lease, no renewals), without one (or with durable grants, whose replicas must see a
      * lease) the watchdog's lease, renewed.
@@ -600,7 +600,7 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
     private enum Ending { INTERRUPT, DEADLINE, FAILED, ANSWERED }
 
     /**
-     * One {@code FLOCK.ACQUIRE ... [WAIT t] INBOX sid ID rid} on the shared command connection. A try (waitMs 0)
+     * One {@code FLOCK.ACQUIRE ... [WAIT t] INBOX sid ID rid} on a command connection. A try (waitMs 0)
      * ends with its reply. A wait registers with the session first, then the reply is a token, nil or
      * {@code WAITING}; after {@code WAITING} the session's reader hands over the outcome. An interrupt (or the
      * local deadline, the WAIT timeout plus a margin) sends FLOCK.CANCEL and the wait's event then decides: a

@@ -346,7 +346,7 @@ public final class FlockMultiLock extends AbstractFlockLock<List<Long>> implemen
     }
 
     /**
-     * On the shared command connection of the first key's node: a lost reply resent (same arguments, so the same
+     * On a command connection of the first key's node: a lost reply resent (same arguments, so the same
      * request ID), MOVED and ASK followed, a failover waited for. An error reply as this client's exception.
      */
     private Object send(byte[][] args) {

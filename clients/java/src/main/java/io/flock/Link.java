@@ -10,7 +10,7 @@ import java.util.List;
  * when it opens) lets another connection CLIENT UNBLOCK a wait on it; it is volatile because the thread that
  * cancels a wait reads it while the waiting thread holds this link's monitor.
  */
-final class Link implements AutoCloseable {
+final class Link implements Channel, AutoCloseable {
     private static final byte[][] CLIENT_ID = {FlockClient.bytes("CLIENT"), FlockClient.bytes("ID")};
     private static final byte[][] ASKING = {FlockClient.bytes("ASKING")};
 
@@ -37,11 +37,8 @@ final class Link implements AutoCloseable {
         return call(args, false);
     }
 
-    /**
-     * {@code asking}: ASKING first, on the same connection with nothing in between (a Cluster node answered
-     * ASK: the key's slot is being imported here, and only the next command may use it).
-     */
-    synchronized Object call(byte[][] args, boolean asking) throws IOException {
+    @Override
+    public synchronized Object call(byte[][] args, boolean asking) throws IOException {
         try {
             open();
             if (asking) {
@@ -54,11 +51,8 @@ final class Link implements AutoCloseable {
         }
     }
 
-    /**
-     * {@link #call(byte[][], boolean)} within {@code timeoutMs} ({@link Timed}): a command the client sends for
-     * itself, given the time until the deadline it serves.
-     */
-    synchronized Object call(byte[][] args, boolean asking, int timeoutMs) throws IOException {
+    @Override
+    public synchronized Object call(byte[][] args, boolean asking, int timeoutMs) throws IOException {
         try {
             open();
             if (asking) {
@@ -72,13 +66,11 @@ final class Link implements AutoCloseable {
     }
 
     /**
-     * Sends {@code commands} one after the other on this connection and returns their replies in order, an
-     * error reply as the RuntimeException in its place: in one round trip when the connection can pipeline
-     * ({@link Pipelined}: the built-in one, directly or through Sentinel), else one call after the other (an
-     * adapter's connection), still on the same connection with nothing in between. {@code asking}: ASKING
-     * first, as {@link #call(byte[][], boolean)}. An I/O error closes the connection and is rethrown.
+     * In one round trip when the connection can pipeline ({@link Pipelined}: the built-in one, directly or
+     * through Sentinel), else one call after the other (an adapter's connection).
      */
-    synchronized List<Object> pipeline(boolean asking, byte[][]... commands) throws IOException {
+    @Override
+    public synchronized List<Object> pipeline(boolean asking, byte[][]... commands) throws IOException {
         try {
             open();
             if (asking) {

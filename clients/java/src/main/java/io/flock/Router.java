@@ -100,7 +100,7 @@ final class Router implements AutoCloseable {
      * Sends {@code args} for {@code key} on the link {@code link} picks of its node, following redirects and
      * (if {@code waitForFailover}) a failover.
      */
-    Object call(byte[] key, byte[][] args, Function<Node, Link> link, boolean waitForFailover) throws IOException {
+    Object call(byte[] key, byte[][] args, Function<Node, Channel> link, boolean waitForFailover) throws IOException {
         return route(key).call(args, link, waitForFailover);
     }
 
@@ -245,12 +245,12 @@ final class Router implements AutoCloseable {
         }
 
         /** Sends on {@code link}'s connection of the node: ASKING first after an ASK. */
-        Object send(byte[][] args, Function<Node, Link> link) throws IOException {
+        Object send(byte[][] args, Function<Node, Channel> link) throws IOException {
             return FlockClient.callResending(link.apply(node), args, asking);
         }
 
         /** {@link #send}, once: a lost reply is the caller's to resend (the command may have been applied). */
-        Object sendOnce(byte[][] args, Function<Node, Link> link) throws IOException {
+        Object sendOnce(byte[][] args, Function<Node, Channel> link) throws IOException {
             return link.apply(node).call(args, asking);
         }
 
@@ -259,7 +259,7 @@ final class Router implements AutoCloseable {
          * resends), following MOVED and ASK: a command the client sends for itself, given the time until the
          * deadline it serves.
          */
-        Object callTimed(byte[][] args, Function<Node, Link> link, int timeoutMs) throws IOException {
+        Object callTimed(byte[][] args, Function<Node, Channel> link, int timeoutMs) throws IOException {
             while (true) {
                 try {
                     return link.apply(node).call(args, asking, timeoutMs);
@@ -272,22 +272,11 @@ final class Router implements AutoCloseable {
         }
 
         /**
-         * {@code commands} in one round trip on an idle durable-grant connection of the node (ASKING first
-         * after an ASK); the replies in order, error replies in their places. Sent once: the caller resends.
+         * {@code commands} in one round trip on a durable-grant connection of the node (ASKING first after an
+         * ASK); the replies in order, error replies in their places. Sent once: the caller resends.
          */
         List<Object> pipeline(byte[][]... commands) throws IOException {
-            Node n = node;
-            Link link = n.durableLinks.poll();
-            if (link == null) {
-                link = new Link(n.factory, false);
-            }
-            try {
-                return link.pipeline(asking, commands);
-            } finally {
-                if (link.isOpen()) {
-                    n.durableLinks.push(link);
-                }
-            }
+            return node.durableLinks.pipeline(asking, commands);
         }
 
         /**
@@ -295,7 +284,7 @@ final class Router implements AutoCloseable {
          * failover. (The watchdog thread does not wait for one: it would hold up the renewals of other nodes'
          * grants; its next round tries again.)
          */
-        Object call(byte[][] args, Function<Node, Link> link, boolean waitForFailover) throws IOException {
+        Object call(byte[][] args, Function<Node, Channel> link, boolean waitForFailover) throws IOException {
             while (true) {
                 try {
                     return send(args, link);

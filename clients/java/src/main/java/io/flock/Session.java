@@ -15,7 +15,7 @@ import java.util.concurrent.TimeUnit;
 /**
  * The client's FLOCK session on its server: one connection of its own, opened on first use, that called
  * {@code FLOCK.SESSION} and then loops {@code FLOCK.INBOX} on a daemon reader thread. Every thread's wait is
- * one {@code FLOCK.ACQUIRE ... WAIT t INBOX <id>} on the shared command connection; the server answers
+ * one {@code FLOCK.ACQUIRE ... WAIT t INBOX <id>} on a command connection; the server answers
  * {@code WAITING} and the outcome comes through here, matched to the waiting thread by (key, owner). Losses
  * of watched grants ({@code lost}) are handed to the client at once, in the server's order.
  *

@@ -156,7 +156,7 @@ class FlockLockTest extends ServerTest {
     }
 
     @Test
-    void aWaitDoesNotBlockTheSharedConnection() throws Exception {
+    void aWaitDoesNotBlockTheCommandConnections() throws Exception {
         FlockClient client = client();
         FlockLock lock = client.getFairLock("k");
         lock.lock();
@@ -170,6 +170,95 @@ class FlockLockTest extends ServerTest {
         assertFalse(client.getFairLock("other").isLocked());
         lock.unlock();
         waiter.get(10, TimeUnit.SECONDS);
+    }
+
+    /** {@code args} through {@link FlockClient#call}, on a command connection of the client. */
+    static Object send(FlockClient client, String... args) throws java.io.IOException {
+        byte[][] bytes = new byte[args.length][];
+        for (int i = 0; i < args.length; i++) {
+            bytes[i] = FlockClient.bytes(args[i]);
+        }
+        return client.call(bytes);
+    }
+
+    /** A wait without a session, of owner {@code owner}: it blocks the command connection it is sent on. */
+    CompletableFuture<Object> blockingWait(FlockClient client, String owner) {
+        return onThread(() -> send(client, "FLOCK.ACQUIRE", "k", owner, "30000", "WAIT", "0"));
+    }
+
+    @Test
+    void aCommandBlockedOnTheServerDoesNotHoldUpAnotherThreads() throws Exception {
+        FlockClient client = client();
+        admin.call("FLOCK.ACQUIRE", "k", "admin", "30000");
+        CompletableFuture<Object> blocked = blockingWait(client, "blocked");
+        await("the command blocks on the server", () -> waiters("k") == 1);
+        CompletableFuture<Boolean> other = onThread(() -> {
+            FlockLock lock = client.getFairLock("other");
+            boolean taken = lock.tryLock();
+            lock.unlock();
+            return taken;
+        });
+        assertTrue(other.get(10, TimeUnit.SECONDS));
+        assertFalse(blocked.isDone());
+        admin.call("FLOCK.RELEASE", "k", "admin");
+        assertTrue(blocked.get(10, TimeUnit.SECONDS) instanceof Long);
+    }
+
+    @Test
+    void commandsBeyondTheNodesConnectionsWaitForOneToComeBack() throws Exception {
+        FlockClient client = client();
+        admin.call("FLOCK.ACQUIRE", "k", "admin", "30000");
+        assertEquals(0, waiters("k")); // the test's own client connects now: not counted below
+        long before = connectedClients();
+        List<CompletableFuture<Object>> blocked = new ArrayList<>();
+        for (int i = 0; i < Node.LINKS; i++) {
+            blocked.add(blockingWait(client, "blocked" + i));
+        }
+        await("every command connection is blocked", () -> waiters("k") == Node.LINKS);
+        CompletableFuture<Object> next = new CompletableFuture<>();
+        Thread sender = spawn(() -> {
+            try {
+                next.complete(send(client, "FLOCK.INFO", "k"));
+            } catch (Throwable e) {
+                next.completeExceptionally(e);
+            }
+        });
+        await("the next command waits for a connection", () -> sender.getState() == Thread.State.WAITING);
+        assertEquals(Node.LINKS, connectedClients() - before);
+        assertFalse(next.isDone());
+        admin.call("FLOCK.RELEASE", "k", "admin"); // the first blocked wait is granted: its connection comes back
+        assertNotNull(next.get(10, TimeUnit.SECONDS));
+        admin.call("DEL", "k"); // the other waits end (LOCKDELETED)
+        for (CompletableFuture<Object> wait : blocked) {
+            Throwable ended = failure(wait);
+            assertTrue(ended == null || ended instanceof RedisError, String.valueOf(ended));
+        }
+        assertEquals(Node.LINKS, connectedClients() - before);
+    }
+
+    @Test
+    void aBurstOfWaitsWithoutSessionsLeavesAFewIdleConnections() throws Exception {
+        int threads = 12;
+        FlockClient client = watchdogClient(FlockClient.DEFAULT_WATCHDOG_TIMEOUT_MS);
+        FlockLock lock = client.getFairLock("k");
+        assertNull(info("k")); // the test's own client connects now: not counted below
+        long before = connectedClients();
+        lock.lock();
+        List<Thread> waiting = new ArrayList<>();
+        for (int i = 0; i < threads; i++) {
+            waiting.add(spawn(() -> {
+                lock.lock();
+                lock.unlock();
+            }));
+        }
+        await(threads + " waits block a connection each", () -> waiters("k") == threads);
+        assertTrue(connectedClients() - before > threads);
+        lock.unlock();
+        joinAll(waiting);
+        await("the lock is free", () -> info("k") == null);
+        // the command connections, the idle wait connections the node keeps and the watchdog's, at most
+        await("the wait connections beyond the idle ones close",
+                () -> connectedClients() - before <= 2L * Node.LINKS + 1);
     }
 
     @Test

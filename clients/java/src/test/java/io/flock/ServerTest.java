@@ -297,6 +297,22 @@ abstract class ServerTest {
         }
     }
 
+    /** The server's connections now (the test's own among them). */
+    long connectedClients() {
+        String info;
+        try {
+            info = new String((byte[]) admin.call("INFO", "clients"), StandardCharsets.UTF_8);
+        } catch (IOException e) {
+            throw new java.io.UncheckedIOException(e);
+        }
+        for (String line : info.split("\r\n")) {
+            if (line.startsWith("connected_clients:")) {
+                return Long.parseLong(line.substring("connected_clients:".length()).trim());
+            }
+        }
+        throw new AssertionError("no connected_clients in INFO clients");
+    }
+
     /** FLOCK.INFO of {@code key}, asked on a client of the test's own, or null when nobody holds it. */
     Map<String, Object> info(String key) {
         return inspector.getLock(key).info();
