@@ -4,7 +4,7 @@
 # Each client runs against a fresh redis-server with the module (FLOCK_MODULE, on
 # FLOCK_SERVER) on a free loopback port; one Markdown table row per client. Argument:
 # waiters per process (default 300). BENCH_SECTIONS (space-separated; default all) picks
-# what runs: waiters, pairs, grants, knows-first (Python and Node), java-rust.
+# what runs: waiters, pairs, grants, knows-first (Python and Node), java-rust, silences.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${FLOCK_MODULE:=$PWD/target/release/libredis_flock.so}"
@@ -13,7 +13,7 @@ server=${FLOCK_SERVER:-redis-server}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 
-want() { [[ " ${BENCH_SECTIONS:-waiters pairs grants knows-first java-rust} " == *" $1 "* ]]; }
+want() { [[ " ${BENCH_SECTIONS:-waiters pairs grants knows-first java-rust silences} " == *" $1 "* ]]; }
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
@@ -159,4 +159,29 @@ if want java-rust; then
     for section in ${JR_SECTIONS:-overhead contended first}; do
         "jr_$section"
     done
+fi
+
+# ---- No false expiry: a busy server and holders that pause -----------------------------------------------------
+# clients/python/bench/silences.py: one holder process per client holds session grants while two redis-benchmarks
+# keep the server busy, and is stopped (SIGSTOP) again and again for up to a third of its session timeout, for
+# SILENCE_SECONDS (default 180); nothing may be lost. See docs/benchmark.md, "No false expiry".
+silences() {
+    "$venv/bin/python" clients/python/bench/silences.py "$PORT" "${SILENCE_SECONDS:-180}" -- \
+        "Python=$venv/bin/python clients/python/bench/holder.py" \
+        "Node=node clients/node/bench/holder.js" \
+        "Java=java -cp clients/java/build/flock-client.jar:$scratch/holder Holder" \
+        "Rust=target/release/examples/holder"
+}
+if want silences; then
+    python_ready
+    clients/java/build.sh jar >/dev/null
+    mkdir -p "$scratch/holder"
+    javac --release 17 -Xlint:all -Werror -d "$scratch/holder" -cp clients/java/build/flock-client.jar \
+        clients/java/bench/Holder.java
+    cargo build --release --quiet --package flock-client --example holder
+    load
+    echo
+    echo "| client | T ms | seconds | grants held | pauses | mean pause ms | longest pause ms | grants lost | sessions expired (server) | PING p50/p99/max ms | server CPU |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    with_server silences
 fi
