@@ -454,8 +454,11 @@ final class Session implements AutoCloseable {
                 }
                 Object reply;
                 try {
-                    // the read may take until the deadline it would confirm, no longer
-                    reply = Timed.call(conn, Protocol.msUntil(deadline), args);
+                    // At the deadline the client's timer tells the session's losses and then closes this
+                    // connection, which ends the read: its own limit is a backstop a heartbeat later, so that the
+                    // connection never closes (and the server passes the grants on) before the losses are told.
+                    reply = Timed.call(conn, (int) (Protocol.msUntil(deadline) + Protocol.heartbeatMs(timeoutMs)),
+                            args);
                 } catch (IOException | UncheckedIOException e) {
                     // no reply by the deadline: the session is unconfirmed, whatever the clock says now
                     unconfirmed = e instanceof java.net.SocketTimeoutException;
@@ -472,7 +475,11 @@ final class Session implements AutoCloseable {
                     return;
                 }
                 long confirmed = Protocol.deadline(sent, timeoutMs);
-                if (confirmed - deadline > 0) {
+                if (System.nanoTime() - deadline >= 0) {
+                    // Answered after the deadline: its losses stand (a check of the clock may have seen them),
+                    // and the session is over here; the reply's events are still handed out.
+                    expire();
+                } else if (confirmed - deadline > 0) {
                     deadline = confirmed;
                 }
                 if (reply instanceof List) {
