@@ -5,10 +5,11 @@
 //! cargo run --release --example client -- redis://127.0.0.1:6379/
 //! ```
 //!
-//! It takes a lock, lets a second thread queue for it through the process's
-//! session, keeps a short lease alive with the watchdog, hands the lock over
-//! on release, and shows how a holder learns that it lost the lock (the
-//! session pushes the loss). `tests/integration/examples.rs` runs it too.
+//! It takes a lock as a new user does (a session grant: it lives with the
+//! process's session, with no renewal traffic), lets a second thread queue
+//! for it through that session, hands the lock over on release, and shows
+//! how a holder learns that it lost the lock (the session pushes the loss).
+//! `tests/integration/examples.rs` runs it too.
 #![allow(dead_code)]
 
 use std::thread;
@@ -29,21 +30,21 @@ fn main() {
 
 pub fn run(url: &str) -> RedisResult<()> {
     let client = redis::Client::open(url)?;
-    let mut conn = client.get_connection()?;
-    // A short lease, so that the watchdog's renewals matter within a second.
-    // With the client, waits go through this process's session and the
-    // server pushes a loss to the guard.
-    let lock = Lock::new(KEY, Duration::from_millis(300)).with_client(&client);
+    // Taken through the client, a lock is a session grant: it lives while
+    // the process's session does (its reader's heartbeat keeps it), and the
+    // server pushes a loss to the guard. The lease is for grants taken
+    // without a session (`acquire` on a plain connection, with a watchdog).
+    let lock = Lock::new(KEY, Duration::from_secs(30)).session_timeout(Duration::from_secs(1));
 
-    let Some(mut guard) = lock.acquire(&mut conn, None)? else {
+    let Some(guard) = lock.acquire_on(&client, None)? else {
         println!("{KEY} is busy (another run still holds it?)");
         return Ok(());
     };
     println!("1. {} holds {KEY} with fencing token {}", guard.owner(), guard.token());
-    let lost = guard.watchdog(&client)?;
+    let lost = guard.lost_channel();
 
     // Another thread (so another owner) queues for the lock, up to 5 s,
-    // over the process's shared connection and session.
+    // over the process's session.
     let waiter = {
         let (client, lock) = (client.clone(), lock.clone());
         thread::spawn(move || -> RedisResult<u64> {
@@ -54,9 +55,11 @@ pub fn run(url: &str) -> RedisResult<()> {
         })
     };
 
-    // Work for more than three leases: the watchdog keeps the lock.
-    thread::sleep(Duration::from_millis(1000));
-    println!("2. after 1 s (3 leases) the lock is still held: lost = {}", guard.lost());
+    // Work for longer than the session's timeout: its heartbeat keeps the
+    // lock, with no command per lock.
+    thread::sleep(Duration::from_millis(1500));
+    println!("2. after 1.5 s (a 1 s session) the lock is still held: lost = {}", guard.lost());
+    assert!(!guard.lost(), "the session's heartbeat keeps it");
 
     // Release: the queued thread is handed the lock with a larger token.
     let first = guard.token();
@@ -66,9 +69,9 @@ pub fn run(url: &str) -> RedisResult<()> {
     println!("3. released; the waiting thread was handed the lock with token {second} (> {first})");
 
     // Lease loss: an administrator takes the lock away; the session hears
-    // of it at once (before any renewal) and the holder with it.
-    let mut guard = lock.acquire(&mut conn, None)?.expect("free again");
-    let lost = guard.watchdog(&client)?;
+    // of it at once and the holder with it.
+    let guard = lock.acquire_on(&client, None)?.expect("free again");
+    let lost = guard.lost_channel();
     redis::cmd("FLOCK.FORCERELEASE").arg(KEY).query::<i64>(&mut client.get_connection()?)?;
     let reason = lost.recv_timeout(Duration::from_secs(2)).ok();
     println!("4. after FLOCK.FORCERELEASE the session reports {reason:?}; lost = {}", guard.lost());
