@@ -624,28 +624,32 @@ class Flock {
    * that a failover then deposed, or not have been applied, and the promoted master still have
    * the grant (see _dropStale). RELEASEALL answers NOTOWNER, releasing nothing, when one key is
    * no longer held (its lease ended, force-released): then each key is released on its own, so
-   * that those still held are freed, and the NOTOWNER of the first key lost is thrown.
+   * that those still held are freed, and the NOTOWNER of the first key lost is thrown. Not
+   * async: every release goes through here.
    */
-  async _releaseHolds(keys, owner, tokens, ids = keys.map((key) => pairId(key, owner))) {
-    let left;
-    try {
-      left =
-        keys.length === 1
-          ? [Number(await this._send(this._conn, ['FLOCK.RELEASE', keys[0], owner]))]
-          : (await this._send(this._conn, ['FLOCK.RELEASEALL', String(keys.length), ...keys, owner])).map(Number);
-    } catch (err) {
-      if (!(err instanceof LockNotHeldError)) {
-        ids.forEach((id, i) => this._rememberRelease(id, tokens[i]));
-        throw err;
-      }
-      if (keys.length === 1) throw err;
-      const each = await Promise.allSettled(keys.map((key, i) => this._releaseHolds([key], owner, [tokens[i]], [ids[i]])));
-      const failed = each.find((result) => result.status === 'rejected');
-      if (failed) throw failed.reason;
-      return each.map((result) => result.value[0]);
+  _releaseHolds(keys, owner, tokens, ids = keys.map((key) => pairId(key, owner))) {
+    const args = keys.length === 1 ? ['FLOCK.RELEASE', keys[0], owner] : ['FLOCK.RELEASEALL', String(keys.length), ...keys, owner];
+    return this._send(this._conn, args).then(
+      (reply) => {
+        const left = keys.length === 1 ? [Number(reply)] : reply.map(Number);
+        for (let i = 0; i < ids.length; i++) if (left[i] === 0) this._rememberRelease(ids[i], tokens[i]);
+        return left;
+      },
+      (err) => this._releaseFailed(keys, owner, tokens, ids, err),
+    );
+  }
+
+  // _releaseHolds' release that failed, with `err`.
+  async _releaseFailed(keys, owner, tokens, ids, err) {
+    if (!(err instanceof LockNotHeldError)) {
+      ids.forEach((id, i) => this._rememberRelease(id, tokens[i]));
+      throw err;
     }
-    for (let i = 0; i < ids.length; i++) if (left[i] === 0) this._rememberRelease(ids[i], tokens[i]);
-    return left;
+    if (keys.length === 1) throw err;
+    const each = await Promise.allSettled(keys.map((key, i) => this._releaseHolds([key], owner, [tokens[i]], [ids[i]])));
+    const failed = each.find((result) => result.status === 'rejected');
+    if (failed) throw failed.reason;
+    return each.map((result) => result.value[0]);
   }
 
   // `id`: pairId(key, owner).
