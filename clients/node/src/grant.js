@@ -35,17 +35,15 @@ function loss(key, reason, detail) {
 
 // One string for a (key, owner): what names its wait, its process-wide hold count and its
 // remembered release (made once per acquire and shared: hashing a new string costs more than a
-// Map lookup); and one for a grant (key, owner, token).
+// Map lookup); and one for a grant (key, owner, token), that a loss read before its grant waits under.
 const pairId = (key, owner) => `${key}\u0000${owner}`;
 const grantId = (key, owner, token) => `${key}\u0000${owner}\u0000${token}`;
 
 class Grant {
-  // `id`: its grantId, if the caller has it.
-  constructor(key, owner, token, { mode = 'exclusive', extra = [], node, id } = {}) {
+  constructor(key, owner, token, { mode = 'exclusive', extra = [], node } = {}) {
     this.key = key;
     this.owner = owner;
     this.token = String(token);
-    this.id = id ?? grantId(key, owner, this.token);
     this.mode = mode;
     // The ACQUIRE arguments of its mode (a re-watch asks for the same), and the node it is on.
     this.extra = extra;

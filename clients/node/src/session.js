@@ -96,9 +96,9 @@ class Session {
     this._referenced = false;
     // Pending waits by (key, owner): an owner waits once per lock.
     this.waits = new Map();
-    // Watched grants (Grant) by (key, owner, token).
-    this.watched = new Map();
-    // The watched grants of each key, by key: a Grant, or an array of several.
+    // The watched grants (Grant) of each key, by key: a Grant, or an array of several (one map,
+    // not a second one by grant too: a long-lived Map that an entry joins and leaves makes
+    // old-space garbage every time, its tables being allocated where the Map lives).
     this.byKey = new Map();
     // Losses of grants nobody watches yet (a short lease lost before its reply was read), by
     // (key, owner, token); the oldest are forgotten beyond RECENT_LOSSES.
@@ -252,14 +252,14 @@ class Session {
     const { node } = entry;
     const [kind, key, owner, token, detail] = event.map((v) => (v === null || v === undefined ? '' : String(v)));
     if (kind === 'lost') {
-      const id = grantId(key, owner, token);
+      const grant = this._watched(key, owner, token);
       const lost = loss(key, detail);
-      if (!this.watched.has(id)) {
-        this.recentLosses.set(id, lost);
+      if (!grant) {
+        this.recentLosses.set(grantId(key, owner, token), lost);
         if (this.recentLosses.size > RECENT_LOSSES) this.recentLosses.delete(this.recentLosses.keys().next().value);
         return;
       }
-      this.lose(id, lost);
+      grant.lose(lost);
       return;
     }
     if (kind === 'moved') {
@@ -268,10 +268,10 @@ class Session {
       // there). A session grant is held there with the session's timeout as its lease, counted
       // from when the server last heard of the session before the move: no earlier than the
       // previous read was sent, so the deadline that read confirmed stays its deadline.
-      const grant = this.watched.get(grantId(key, owner, token));
+      const grant = this._watched(key, owner, token);
       if (!grant) return;
       if (grant.session) grant.leaseUntil(before);
-      this._rewatchSoon(grant.id);
+      this._rewatchSoon(grant);
       return;
     }
     const wait = this.waits.get(pairId(key, owner));
@@ -293,17 +293,22 @@ class Session {
     } else if (kind === 'error') this._settle(wait, { error: new FlockEventError(detail) });
   }
 
-  /** Reports the loss of a watched grant to each of its handles, and stops watching it. */
-  lose(id, lost) {
-    this.watched.get(id)?.lose(lost);
+  // The watched grant (key, owner, token), if any.
+  _watched(key, owner, token) {
+    const of = this.byKey.get(key);
+    if (Array.isArray(of)) return of.find((grant) => grant.owner === owner && grant.token === token);
+    return of?.owner === owner && of.token === token ? of : undefined;
+  }
+
+  // Every watched grant.
+  _allWatched() {
+    return [...this.byKey.values()].flat();
   }
 
   _forget(grant) {
-    if (this.watched.get(grant.id) !== grant) return;
-    this.watched.delete(grant.id);
     const of = this.byKey.get(grant.key);
     if (of === grant) this.byKey.delete(grant.key);
-    else if (Array.isArray(of)) {
+    else if (Array.isArray(of) && of.includes(grant)) {
       const left = of.filter((other) => other !== grant);
       this.byKey.set(grant.key, left.length === 1 ? left[0] : left);
     }
@@ -320,26 +325,26 @@ class Session {
    * inbox).
    */
   watch(key, owner, token, node, mode, { extra = [], plan, lease, life }) {
-    const id = grantId(key, owner, token);
     const others = this.byKey.get(key);
     if (others !== undefined) for (const grant of Array.isArray(others) ? [...others] : [others]) {
       if (grant.owner === owner || BigInt(grant.token) >= BigInt(token)) continue;
       if (grant.mode !== 'exclusive' && mode !== 'exclusive') continue;
       grant.lose(loss(key, 'notowner', `another owner was granted it (token ${token})`));
     }
-    const lost = this.recentLosses.get(id);
+    // A grant ID is made only when a loss may be waiting for it.
+    const id = this.recentLosses.size > 0 ? grantId(key, owner, token) : undefined;
+    const lost = id && this.recentLosses.get(id);
     if (lost) {
       this.recentLosses.delete(id);
       const gone = new Grant(key, owner, token, { mode, extra, node });
       gone.lose(lost);
       return gone.handle(plan, lease);
     }
-    let grant = this.watched.get(id);
+    let grant = this._watched(key, owner, token);
     if (!grant) {
       // `node`: whose session watches it (a re-watch moves it).
-      grant = new Grant(key, owner, token, { mode, extra, node, id });
+      grant = new Grant(key, owner, token, { mode, extra, node });
       grant.onForget = () => this._forget(grant);
-      this.watched.set(id, grant);
       const of = this.byKey.get(key);
       this.byKey.set(key, of === undefined ? grant : Array.isArray(of) ? [...of, grant] : [of, grant]);
     }
@@ -362,7 +367,7 @@ class Session {
     // back) rather than leave the re-watch retrying until release.
     const { node } = await this.sessionFor(key);
     const handle = this.watch(key, owner, token, node, mode, options);
-    if (!handle.lost) await this._rewatchSoon(handle.grant.id);
+    if (!handle.lost) await this._rewatchSoon(handle.grant);
     return handle;
   }
 
@@ -562,26 +567,26 @@ class Session {
     entry.conn?.close();
     reason ??= pastDeadline ? 'unconfirmed' : 'sessionended';
     const why = reason === 'unconfirmed' ? `no FLOCK.INBOX reply within its session timeout (${entry.timeout} ms, less the margin)` : err?.message;
-    for (const grant of [...this.watched.values()]) if (grant.session === entry) grant.lose(loss(grant.key, reason, why));
-    for (const [id, grant] of this.watched) if (grant.node === node && !grant.session) this._rewatchSoon(id);
+    for (const grant of this._allWatched()) if (grant.session === entry) grant.lose(loss(grant.key, reason, why));
+    for (const grant of this._allWatched()) if (grant.node === node && !grant.session) this._rewatchSoon(grant);
     for (const wait of [...this.waits.values()]) if (wait.node === node) this._retry(wait, err ?? new Error(why));
   }
 
   // One re-watch per grant at a time (chained), registered at once, so that a release() that
   // starts now waits for it (the holder's RELEASE never falls between its ACQUIRE and RELEASE).
-  _rewatchSoon(id) {
-    const previous = this.rewatching.get(id) ?? Promise.resolve();
-    const next = previous.then(() => this._rewatch(id)).catch(() => {});
-    this.rewatching.set(id, next);
+  _rewatchSoon(grant) {
+    const previous = this.rewatching.get(grant) ?? Promise.resolve();
+    const next = previous.then(() => this._rewatch(grant)).catch(() => {});
+    this.rewatching.set(grant, next);
     next.then(() => {
-      if (this.rewatching.get(id) === next) this.rewatching.delete(id);
+      if (this.rewatching.get(grant) === next) this.rewatching.delete(grant);
     });
     return next;
   }
 
   /** Resolves when no re-watch of these handles' grants is under way. */
   async settled(handles) {
-    await Promise.all(handles.map((handle) => this.rewatching.get(handle.grant.id)));
+    await Promise.all(handles.map((handle) => this.rewatching.get(handle.grant)));
   }
 
   /**
@@ -593,8 +598,7 @@ class Session {
    * is left of it (counted from the send that set it), never more; none left: lost (expired).
    * Each command's timeout is the grant's deadline.
    */
-  async _rewatch(id, to) {
-    const grant = this.watched.get(id);
+  async _rewatch(grant, to) {
     let entry;
     for (;;) {
       if (this._closed || !this._held(grant)) return;
@@ -641,7 +645,7 @@ class Session {
       // re-watches again; anything else: nothing more to learn.
       const redirect = redirection(err);
       if (redirect?.pause) await new Promise((resolve) => setTimeout(resolve, redirect.pause).unref());
-      if (redirect) return this._rewatch(id, redirect.to);
+      if (redirect) return this._rewatch(grant, redirect.to);
       return;
     }
     if (reply !== null && reply !== undefined && String(reply) === token) {
