@@ -6,7 +6,7 @@ const { sweep } = require('./deadlines');
 const { Grant, pairId } = require('./grant');
 const { newOwner, newRequestId } = require('./ids');
 const { PROTOCOL, SERVER_SESSION_TIMEOUT_MS, margin, now } = require('./protocol');
-const { Session, redirection } = require('./session');
+const { Session, redirection, without } = require('./session');
 const {
   LockNotHeldError,
   LockBusyError,
@@ -58,7 +58,7 @@ const MAX_KEYS = 256;
 // each (key, owner) that the process's locks have and have not released.
 const REMEMBERED_RELEASES = 1024;
 const lastReleases = new Map();
-const holding = new Map();
+let holding = new Map();
 
 // `fallback` ({ replicas, timeout }) itself when `opts` names neither: an acquire that does not
 // ask for durability makes nothing.
@@ -663,7 +663,7 @@ class Flock {
   _hold(id, by) {
     const n = (holding.get(id) ?? 0) + by;
     if (n > 0) holding.set(id, n);
-    else holding.delete(id);
+    else holding = without(holding, id);
   }
 
   /**

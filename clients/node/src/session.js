@@ -307,7 +307,7 @@ class Session {
 
   _forget(grant) {
     const of = this.byKey.get(grant.key);
-    if (of === grant) this.byKey.delete(grant.key);
+    if (of === grant) this.byKey = without(this.byKey, grant.key);
     else if (Array.isArray(of) && of.includes(grant)) {
       const left = of.filter((other) => other !== grant);
       this.byKey.set(grant.key, left.length === 1 ? left[0] : left);
@@ -504,7 +504,7 @@ class Session {
     wait.outcome = outcome;
     clearTimeout(wait.timer);
     clearTimeout(wait.grace);
-    if (this.waits.get(wait.id) === wait) this.waits.delete(wait.id);
+    if (this.waits.get(wait.id) === wait) this.waits = without(this.waits, wait.id);
     this._updateRef();
     wait.resolve(outcome);
   }
@@ -677,6 +677,18 @@ class Session {
 }
 
 /**
+ * `map` without `key`: a new Map when `key` was its last entry. V8 allocates the new table of a
+ * Map that empties where the Map lives, so a long-lived Map that an entry joins and leaves (a
+ * wait, a hold count, a watched grant: each acquire's) would leave old-space garbage every time,
+ * which only a full GC (a pause of milliseconds) collects; a new Map is young garbage.
+ */
+function without(map, key) {
+  if (map.size === 1 && map.has(key)) return new Map();
+  map.delete(key);
+  return map;
+}
+
+/**
  * Where a Cluster's redirection sends a command that names a session: `MOVED slot host:port`, to
  * that node now ({ to }); `ASK` (its slot is migrating; the node that has the key accepts it only
  * after ASKING, for one command), to the key's node as the slot map says after a pause
@@ -690,4 +702,4 @@ function redirection(err) {
   return undefined;
 }
 
-module.exports = { Session, FlockEventError, redirection };
+module.exports = { Session, FlockEventError, redirection, without };
