@@ -21,7 +21,7 @@ let timerAt = Infinity;
 
 /**
  * One deadline: `at` on the monotonic clock (protocol.now), `run` run once when it comes (or a
- * subclass's fire()). Scheduled by schedule(), or by move() (a subclass made with no `at`).
+ * subclass's fire()). Scheduled by schedule(), or by move() (a subclass's, made at Infinity).
  */
 class Deadline {
   constructor(at, run) {

@@ -55,8 +55,8 @@ class Wait {
     this.lease = lease;
     this.extra = extra;
     this.waitMs = waitMs;
-    // When it ends on the server's clock (Date.now()), and its local deadline (then the client
-    // cancels it), armed once it may be queued or is sent again (not for a grant at once).
+    // When it ends (by Date.now(): what a resend's WAIT has left), and its local deadline (then
+    // the client cancels it), armed once it may be queued or is sent again (not for a grant at once).
     this.deadlineAt = Date.now() + waitMs;
     this.localDeadline = this.deadlineAt + DEADLINE_MARGIN_MS;
     // When its ACQUIRE was first sent: a direct grant's lease counts from then (a resend of the
@@ -96,9 +96,9 @@ class Session {
     this._referenced = false;
     // Pending waits by (key, owner): an owner waits once per lock.
     this.waits = new Map();
-    // The watched grants (Grant) of each key, by key: a Grant, or an array of several (one map,
-    // not a second one by grant too: a long-lived Map that an entry joins and leaves makes
-    // old-space garbage every time, its tables being allocated where the Map lives).
+    // The watched grants (Grant) of each key, by key: a Grant, or an array of several. Events
+    // find their grant here too: a Map by grant ID as well cost each acquire an ID string,
+    // hashed, and an entry that joins and leaves a second Map.
     this.byKey = new Map();
     // Losses of grants nobody watches yet (a short lease lost before its reply was read), by
     // (key, owner, token); the oldest are forgotten beyond RECENT_LOSSES.
@@ -410,9 +410,9 @@ class Session {
   // if none is open. Not async: an acquire's every hop costs an allocation and a turn.
   _submit(wait, to) {
     const open = this.openFor(wait.key, to);
-    if (open) return this._send(wait, open);
+    if (open) return this._sendWait(wait, open);
     this._sessionFor(wait.key, to).then(
-      (entry) => this._send(wait, entry),
+      (entry) => this._sendWait(wait, entry),
       (err) => {
         // No session could be opened: a first wait fails at once; one that was queued before
         // (the session broke mid-wait) keeps retrying until its deadline.
@@ -423,7 +423,7 @@ class Session {
   }
 
   // The wait's ACQUIRE ... INBOX through session `entry`.
-  _send(wait, entry) {
+  _sendWait(wait, entry) {
     if (wait.outcome) return;
     if (wait.cancelled) return this._settle(wait, { cancelled: true });
     wait.node = entry.node;
@@ -568,6 +568,7 @@ class Session {
     reason ??= pastDeadline ? 'unconfirmed' : 'sessionended';
     const why = reason === 'unconfirmed' ? `no FLOCK.INBOX reply within its session timeout (${entry.timeout} ms, less the margin)` : err?.message;
     for (const grant of this._allWatched()) if (grant.session === entry) grant.lose(loss(grant.key, reason, why));
+    // (Those just lost are no longer watched.)
     for (const grant of this._allWatched()) if (grant.node === node && !grant.session) this._rewatchSoon(grant);
     for (const wait of [...this.waits.values()]) if (wait.node === node) this._retry(wait, err ?? new Error(why));
   }
