@@ -127,7 +127,7 @@ function modeOf(opts) {
   return { mode: 'semaphore', permits, args: ['PERMITS', String(permits), 'LIMIT', String(limit)] };
 }
 
-// The options of an acquire given none.
+// The options of a call given none (an acquire's, a send's): read, never written.
 const NO_OPTIONS = Object.freeze({});
 
 function keysOf(resources) {
@@ -711,18 +711,21 @@ class Flock {
   // not routed. Each send has a timeout: until `until` (the deadline the command serves: a number
   // or a function on protocol.now()'s clock), else `timeout` ms, else T/3; none hangs. Not
   // async: every command of an acquire and a release goes through here.
-  _send(conn, args, { rid = newRequestId(), noId = false, resends = this.settings.resends, node, until, timeout } = {}) {
-    const full = noId ? args : args.concat('ID', rid);
-    const attempt = (n) => {
-      const deadline = typeof until === 'function' ? until() : until;
-      const ms = deadline !== undefined ? deadline - now() : (timeout ?? this._commandTimeout());
-      return conn.send(full, node, ms).catch((err) => {
-        if (isReplyError(err)) throw replyError(err, args);
-        if (n >= resends || ms <= 0) throw err;
-        return attempt(n + 1);
-      });
-    };
-    return attempt(0);
+  _send(conn, args, options = NO_OPTIONS) {
+    const full = options.noId ? args : args.concat('ID', options.rid ?? newRequestId());
+    return this._attempt(conn, args, full, options, 0);
+  }
+
+  // Attempt `n` of _send's command (`full`: with its ID), and the resends that follow a lost reply.
+  _attempt(conn, args, full, options, n) {
+    const { until, timeout } = options;
+    const deadline = typeof until === 'function' ? until() : until;
+    const ms = deadline !== undefined ? deadline - now() : (timeout ?? this._commandTimeout());
+    return conn.send(full, options.node, ms).catch((err) => {
+      if (isReplyError(err)) throw replyError(err, args);
+      if (n >= (options.resends ?? this.settings.resends) || ms <= 0) throw err;
+      return this._attempt(conn, args, full, options, n + 1);
+    });
   }
 }
 
