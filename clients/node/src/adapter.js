@@ -13,7 +13,7 @@
 // that name a session: send(args, node) sends them on that node's own connection, so that the
 // answer is that node's (a MOVED, or NOSESSION only when the session really ended).
 
-const { schedule } = require('./deadlines');
+const { Deadline } = require('./deadlines');
 const { CommandTimeoutError } = require('./errors');
 const { now } = require('./protocol');
 
@@ -70,6 +70,10 @@ class Connection {
     this.owned = owned;
     this._autoRef = autoRef;
     this._inflight = 0;
+    // The end of each command in flight (autoRef): one function for all.
+    this._ended = () => {
+      if (--this._inflight === 0) this.setRef(false);
+    };
     this.closed = false;
   }
   close() {
@@ -112,9 +116,7 @@ class Connection {
   _inFlight(promise, timeoutMs, what) {
     if (!this._autoRef) return timeboxed(promise, timeoutMs, what);
     if (this._inflight++ === 0) this.setRef(true);
-    return timeboxed(promise, timeoutMs, what, () => {
-      if (--this._inflight === 0) this.setRef(false);
-    });
+    return timeboxed(promise, timeoutMs, what, this._ended);
   }
   // node-redis writes the commands of one tick together (its auto-pipelining).
   _pipeline(commands) {
@@ -450,21 +452,38 @@ function timeboxed(promise, ms, what, onEnd) {
   const bounded = ms !== undefined && ms < Infinity;
   if (!bounded && !onEnd) return promise;
   return new Promise((resolve, reject) => {
-    let open = true;
-    let deadline = null;
-    const end = () => {
-      if (!open) return false;
-      open = false;
-      deadline?.cancel();
-      onEnd?.();
-      return true;
-    };
-    if (bounded) deadline = schedule(now() + ms, () => end() && reject(timedOut(what, ms)));
+    const box = new Timebox(reject, what, ms, onEnd);
+    if (bounded) box.move(now() + ms);
     promise.then(
-      (value) => end() && resolve(value),
-      (err) => end() && reject(err),
+      (value) => box.end() && resolve(value),
+      (err) => box.end() && reject(err),
     );
   });
+}
+
+// timeboxed()'s deadline, an object of its own for every command: no closures for its end.
+class Timebox extends Deadline {
+  constructor(reject, what, ms, onEnd) {
+    super(Infinity, null);
+    this.reject = reject;
+    this.what = what;
+    this.ms = ms;
+    this.onEnd = onEnd;
+    this.open = true;
+  }
+
+  fire() {
+    if (this.end()) this.reject(timedOut(this.what, this.ms));
+  }
+
+  // Whether this is the first end (the outcome, or the timeout): only the first counts.
+  end() {
+    if (!this.open) return false;
+    this.open = false;
+    if (this.pending) this.cancel();
+    this.onEnd?.();
+    return true;
+  }
 }
 
 /** An error the server answered (as opposed to a lost reply: I/O error, closed connection). */

@@ -19,12 +19,19 @@ const heap = [];
 let timer = null;
 let timerAt = Infinity;
 
-/** One scheduled deadline: `at` on the monotonic clock (protocol.now), `fire` run once when it comes. */
+/**
+ * One deadline: `at` on the monotonic clock (protocol.now), `run` run once when it comes (or a
+ * subclass's fire()). Scheduled by schedule(), or by move() (a subclass's, made at Infinity).
+ */
 class Deadline {
-  constructor(at, fire) {
+  constructor(at, run) {
     this.at = at;
-    this.fire = fire;
+    this.run = run;
     this.index = -1;
+  }
+
+  fire() {
+    this.run();
   }
 
   /** Moves the deadline (later after a confirmation, or earlier). */
@@ -85,9 +92,11 @@ function remove(d) {
 }
 
 function swap(i, j) {
-  [heap[i], heap[j]] = [heap[j], heap[i]];
+  const d = heap[i];
+  heap[i] = heap[j];
+  heap[j] = d;
   heap[i].index = i;
-  heap[j].index = j;
+  d.index = j;
 }
 
 function up(i) {
@@ -131,4 +140,4 @@ function onTimer() {
   sweep();
 }
 
-module.exports = { schedule, sweep };
+module.exports = { Deadline, schedule, sweep };

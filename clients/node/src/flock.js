@@ -3,10 +3,10 @@
 const { setTimeout: delay } = require('node:timers/promises');
 const { adapt, commandKeys, isReplyError } = require('./adapter');
 const { sweep } = require('./deadlines');
-const { Grant } = require('./grant');
+const { Grant, pairId } = require('./grant');
 const { newOwner, newRequestId } = require('./ids');
 const { PROTOCOL, SERVER_SESSION_TIMEOUT_MS, margin, now } = require('./protocol');
-const { Session, redirection } = require('./session');
+const { Session, redirection, without } = require('./session');
 const {
   LockNotHeldError,
   LockBusyError,
@@ -58,15 +58,18 @@ const MAX_KEYS = 256;
 // each (key, owner) that the process's locks have and have not released.
 const REMEMBERED_RELEASES = 1024;
 const lastReleases = new Map();
-const holding = new Map();
+let holding = new Map();
 
+// `fallback` ({ replicas, timeout }) itself when `opts` names neither: an acquire that does not
+// ask for durability makes nothing.
 function durableOf(opts, fallback) {
-  const replicas = opts.durableReplicas ?? fallback.durableReplicas;
-  const timeout = opts.durableTimeout ?? fallback.durableTimeout;
+  if (opts.durableReplicas === undefined && opts.durableTimeout === undefined) return fallback;
+  const replicas = opts.durableReplicas ?? fallback.replicas;
+  const timeout = opts.durableTimeout ?? fallback.timeout;
   if (!Number.isSafeInteger(replicas) || replicas < 0) throw new RangeError(`durableReplicas must be an integer >= 0, got ${replicas}`);
   // WAIT 0 would wait without a bound.
   if (!Number.isSafeInteger(timeout) || timeout < 1) throw new RangeError(`durableTimeout must be an integer >= 1 (ms), got ${timeout}`);
-  return { replicas, timeout };
+  return Object.freeze({ replicas, timeout });
 }
 
 // FLOCK.SESSION TIMEOUT's range.
@@ -124,8 +127,13 @@ function modeOf(opts) {
   return { mode: 'semaphore', permits, args: ['PERMITS', String(permits), 'LIMIT', String(limit)] };
 }
 
+// The options of a call given none (an acquire's, a send's): read, never written.
+const NO_OPTIONS = Object.freeze({});
+
 function keysOf(resources) {
-  const keys = typeof resources === 'string' ? [resources] : [...resources];
+  // One key, the common case, needs none of the checks of several.
+  if (typeof resources === 'string') return [resources];
+  const keys = [...resources];
   if (keys.length === 0) throw new TypeError('acquire needs at least one resource (key)');
   if (keys.length > MAX_KEYS) throw new RangeError(`acquire takes at most ${MAX_KEYS} resources at once, got ${keys.length}`);
   for (const key of keys) if (typeof key !== 'string') throw new TypeError('resources must be strings');
@@ -157,7 +165,7 @@ class Flock {
       }
       client = client[0];
     }
-    const durable = durableOf(settings, DEFAULTS);
+    const durable = durableOf(settings, { replicas: DEFAULTS.durableReplicas, timeout: DEFAULTS.durableTimeout });
     this.settings = Object.freeze({
       watchdogLease: integerMs(settings.watchdogLease ?? DEFAULTS.watchdogLease, 'watchdogLease'),
       wait: waitOf(settings, DEFAULTS.wait),
@@ -167,6 +175,8 @@ class Flock {
       durableReplicas: durable.replicas,
       durableTimeout: durable.timeout,
     });
+    // The durability of an acquire that asks for none of its own.
+    this._durable = durable;
     // The session timeout the server last named (FLOCK.SESSION ... WITHTIMEOUT).
     this._knownSessionTimeout = undefined;
     this._conn = adapt(client, { nodeOptions: settings.nodeOptions });
@@ -252,10 +262,13 @@ class Flock {
   // then a watchdog renews its lease. A fixed lease is never renewed.
   async _acquire(resources, durationOrOptions, settings) {
     const keys = keysOf(resources);
+    // Read, never written: an acquire with one options object (or none) uses it as it is.
     const opts =
       typeof durationOrOptions === 'number'
         ? { ...settings, lease: durationOrOptions }
-        : { ...durationOrOptions, ...settings };
+        : settings === undefined
+          ? (durationOrOptions ?? NO_OPTIONS)
+          : { ...durationOrOptions, ...settings };
     const mode = modeOf(opts);
     if (keys.length > 1 && mode.mode === 'semaphore') {
       throw new TypeError('permits/limit take one resource (a semaphore is one key): acquire several semaphores one by one');
@@ -267,20 +280,38 @@ class Flock {
     const { signal } = opts;
     if (signal?.aborted) throw abortError(signal);
     const owner = opts.owner ?? newOwner();
-    const durable = durableOf(opts, this.settings);
+    const durable = durableOf(opts, this._durable);
     const sessions = this.settings.sessions;
     const plan = given && !opts.renew ? 'fixed' : sessions && durable.replicas === 0 ? 'session' : 'watchdog';
     const handleLease = plan === 'session' ? 0 : lease;
+    // The (key, owner) names of the session's waits, the process's hold counts and remembered releases.
+    const ids = keys.map((key) => pairId(key, owner));
     const grants =
       keys.length === 1 && sessions
-        ? await this._sessionAcquireKey(keys[0], owner, handleLease, wait, signal, mode, plan)
+        ? await this._sessionAcquireKey(ids[0], keys[0], owner, handleLease, wait, signal, mode, plan)
         : await this._acquireBlocking(keys, owner, lease, wait, signal, mode.args);
     if (grants === null) throw new LockBusyError(busyMessage(keys, wait), keys[0]);
     const tokens = grants.map((grant) => grant.token);
     const handles = grants.map((grant) => grant.handle ?? null);
-    // The (key, owner) names of the process's hold counts and remembered releases.
-    const ids = keys.map((key) => holdId(key, owner));
     for (const id of ids) this._hold(id, 1);
+    // A session's grant of one key, not durable and with no stale holds, is complete as it came.
+    if (keys.length > 1 || !sessions || durable.replicas > 0 || ids.some((id) => lastReleases.has(id))) {
+      await this._complete(keys, owner, lease, mode, plan, durable, grants, tokens, handles, ids);
+    }
+    const renewEvery = plan === 'watchdog' ? renewPeriod(lease, opts.automaticExtensionThreshold) : 0;
+    const lock = new Lock(this, keys, owner, tokens, handleLease, renewEvery, mode, handles, ids);
+    // Every deadline of the process that has passed is a loss reported before this grant is
+    // handed over (a holder of this process whose timer has not run yet).
+    sweep();
+    return lock;
+  }
+
+  // What follows the grants of an acquire before they are handed over: lease deadlines asked
+  // anew, the session's watch for grants made without it, stale holds given back, the durable
+  // check; if one of them fails, every grant is given back. Fills in `handles`.
+  async _complete(keys, owner, lease, mode, plan, durable, grants, tokens, handles, ids) {
+    const sessions = this.settings.sessions;
+    const handleLease = plan === 'session' ? 0 : lease;
     try {
       if (keys.length > 1 || !sessions) {
         // Lease deadlines counted from a send long before the grant (a blocking wait) are asked anew.
@@ -319,25 +350,18 @@ class Flock {
       for (const id of ids) this._hold(id, -1);
       throw err;
     }
-    const renewEvery = plan === 'watchdog' ? renewPeriod(lease, opts.automaticExtensionThreshold) : 0;
-    const held = new Map(keys.map((key, i) => [key, tokens[i]]));
-    const lock = new Lock(this, keys, owner, held, handleLease, renewEvery, mode, handles, ids);
-    // Every deadline of the process that has passed is a loss reported before this grant is
-    // handed over (a holder of this process whose timer has not run yet).
-    sweep();
-    return lock;
   }
 
   // One key through the session: a try is one ACQUIRE with INBOX (its grant is watched); a wait
   // is one ACQUIRE ... WAIT t INBOX sid, answered at once (a token) or by an inbox event.
-  // [{ token, handle, node }], or null when busy. `lease` 0: a session grant.
-  async _sessionAcquireKey(key, owner, lease, wait, signal, mode, plan) {
+  // [{ token, handle, node }], or null when busy. `lease` 0: a session grant; `id`: pairId(key, owner).
+  async _sessionAcquireKey(id, key, owner, lease, wait, signal, mode, plan) {
     const extra = mode.args;
     let outcome;
     if (wait < 1) {
       outcome = await this._try(key, owner, lease, extra);
     } else {
-      outcome = await this._session.wait(key, owner, lease, wait, extra, signal);
+      outcome = await this._session.wait(id, key, owner, lease, wait, extra, signal);
     }
     if (outcome.aborted) {
       // The grant won the race with the abort: hand it back before reporting the abort.
@@ -357,7 +381,8 @@ class Flock {
   async _try(key, owner, lease, extra) {
     let to;
     for (let attempt = 0; ; attempt++) {
-      const { node, sid, entry } = this._session.openFor(key, to) ?? (await this._session.sessionFor(key, to));
+      const entry = this._session.openFor(key, to) ?? (await this._session.sessionFor(key, to));
+      const { node, id: sid } = entry;
       const sent = now();
       try {
         const args = ['FLOCK.ACQUIRE', key, owner, String(lease), 'INBOX', sid, ...extra];
@@ -599,31 +624,35 @@ class Flock {
    * that a failover then deposed, or not have been applied, and the promoted master still have
    * the grant (see _dropStale). RELEASEALL answers NOTOWNER, releasing nothing, when one key is
    * no longer held (its lease ended, force-released): then each key is released on its own, so
-   * that those still held are freed, and the NOTOWNER of the first key lost is thrown.
+   * that those still held are freed, and the NOTOWNER of the first key lost is thrown. Not
+   * async: every release goes through here.
    */
-  async _releaseHolds(keys, owner, tokens, ids = keys.map((key) => holdId(key, owner))) {
-    let left;
-    try {
-      left =
-        keys.length === 1
-          ? [Number(await this._send(this._conn, ['FLOCK.RELEASE', keys[0], owner]))]
-          : (await this._send(this._conn, ['FLOCK.RELEASEALL', String(keys.length), ...keys, owner])).map(Number);
-    } catch (err) {
-      if (!(err instanceof LockNotHeldError)) {
-        ids.forEach((id, i) => this._rememberRelease(id, tokens[i]));
-        throw err;
-      }
-      if (keys.length === 1) throw err;
-      const each = await Promise.allSettled(keys.map((key, i) => this._releaseHolds([key], owner, [tokens[i]], [ids[i]])));
-      const failed = each.find((result) => result.status === 'rejected');
-      if (failed) throw failed.reason;
-      return each.map((result) => result.value[0]);
-    }
-    for (let i = 0; i < ids.length; i++) if (left[i] === 0) this._rememberRelease(ids[i], tokens[i]);
-    return left;
+  _releaseHolds(keys, owner, tokens, ids = keys.map((key) => pairId(key, owner))) {
+    const args = keys.length === 1 ? ['FLOCK.RELEASE', keys[0], owner] : ['FLOCK.RELEASEALL', String(keys.length), ...keys, owner];
+    return this._send(this._conn, args).then(
+      (reply) => {
+        const left = keys.length === 1 ? [Number(reply)] : reply.map(Number);
+        for (let i = 0; i < ids.length; i++) if (left[i] === 0) this._rememberRelease(ids[i], tokens[i]);
+        return left;
+      },
+      (err) => this._releaseFailed(keys, owner, tokens, ids, err),
+    );
   }
 
-  // `id`: holdId(key, owner).
+  // _releaseHolds' release that failed, with `err`.
+  async _releaseFailed(keys, owner, tokens, ids, err) {
+    if (!(err instanceof LockNotHeldError)) {
+      ids.forEach((id, i) => this._rememberRelease(id, tokens[i]));
+      throw err;
+    }
+    if (keys.length === 1) throw err;
+    const each = await Promise.allSettled(keys.map((key, i) => this._releaseHolds([key], owner, [tokens[i]], [ids[i]])));
+    const failed = each.find((result) => result.status === 'rejected');
+    if (failed) throw failed.reason;
+    return each.map((result) => result.value[0]);
+  }
+
+  // `id`: pairId(key, owner).
   _rememberRelease(id, token) {
     lastReleases.delete(id);
     lastReleases.set(id, token);
@@ -634,7 +663,7 @@ class Flock {
   _hold(id, by) {
     const n = (holding.get(id) ?? 0) + by;
     if (n > 0) holding.set(id, n);
-    else holding.delete(id);
+    else holding = without(holding, id);
   }
 
   /**
@@ -680,24 +709,24 @@ class Flock {
   // answers with the first reply (`resends` times at most). `noId`: commands without the ID option
   // (CANCEL, INFO). `node`: sent on that node's own connection (a command that names its session),
   // not routed. Each send has a timeout: until `until` (the deadline the command serves: a number
-  // or a function on protocol.now()'s clock), else `timeout` ms, else T/3; none hangs.
-  async _send(conn, args, { rid = newRequestId(), noId = false, resends = this.settings.resends, node, until, timeout } = {}) {
-    const full = noId ? args : [...args, 'ID', rid];
-    for (let attempt = 0; ; attempt++) {
-      const deadline = typeof until === 'function' ? until() : until;
-      const ms = deadline !== undefined ? deadline - now() : (timeout ?? this._commandTimeout());
-      try {
-        return await conn.send(full, node, ms);
-      } catch (err) {
-        if (isReplyError(err)) throw replyError(err, args);
-        if (attempt >= resends || ms <= 0) throw err;
-      }
-    }
+  // or a function on protocol.now()'s clock), else `timeout` ms, else T/3; none hangs. Not
+  // async: every command of an acquire and a release goes through here.
+  _send(conn, args, options = NO_OPTIONS) {
+    const full = options.noId ? args : args.concat('ID', options.rid ?? newRequestId());
+    return this._attempt(conn, args, full, options, 0);
   }
-}
 
-function holdId(key, owner) {
-  return `${key}\n${owner}`;
+  // Attempt `n` of _send's command (`full`: with its ID), and the resends that follow a lost reply.
+  _attempt(conn, args, full, options, n) {
+    const { until, timeout } = options;
+    const deadline = typeof until === 'function' ? until() : until;
+    const ms = deadline !== undefined ? deadline - now() : (timeout ?? this._commandTimeout());
+    return conn.send(full, options.node, ms).catch((err) => {
+      if (isReplyError(err)) throw replyError(err, args);
+      if (n >= (options.resends ?? this.settings.resends) || ms <= 0) throw err;
+      return this._attempt(conn, args, full, options, n + 1);
+    });
+  }
 }
 
 // A field of a FLOCK.INFO reply or of one of its holders: a flat array (RESP2), a Map or an object (RESP3).
@@ -819,7 +848,9 @@ class Lock {
     this.owner = owner;
     this.mode = mode;
     this.permits = permits;
-    this.tokens = tokens;
+    // The tokens in resource order; `tokens` maps them by resource when first read.
+    this._tokens = tokens;
+    this._tokensByKey = null;
     // The lease asked for (0: a session grant, which has none of its own).
     this.lease = lease;
     // The signal's controller, made when `signal` is first read.
@@ -831,7 +862,7 @@ class Lock {
     this._released = false;
     // Whether release() took this lock's holds off the process's count (Flock#_hold).
     this._uncounted = false;
-    // One handle per resource, in order: this lock's hold of each grant; and each one's holdId.
+    // One handle per resource, in order: this lock's hold of each grant; and each one's pairId.
     this._handles = handles;
     this._holdIds = holdIds;
     this._schedule();
@@ -843,7 +874,13 @@ class Lock {
   }
 
   get token() {
-    return this.tokens.get(this.resources[0]);
+    return this._tokens[0];
+  }
+
+  /** The fencing token of each resource. */
+  get tokens() {
+    this._tokensByKey ??= new Map(this.resources.map((key, i) => [key, this._tokens[i]]));
+    return this._tokensByKey;
   }
 
   /** redlock's `lock.value`: what identifies this holder on the server (here its owner). */
@@ -926,8 +963,7 @@ class Lock {
     const uncount = !this._uncounted;
     this._uncounted = true;
     try {
-      const tokens = this.resources.map((key) => this.tokens.get(key));
-      const left = (await this.flock._releaseHolds(this.resources, this.owner, tokens, this._holdIds))[0];
+      const left = (await this.flock._releaseHolds(this.resources, this.owner, this._tokens, this._holdIds))[0];
       if (lost) throw new LockNotHeldError(`${lost.message}; it was not held when released`, lost.key, { cause: lost });
       return left;
     } finally {

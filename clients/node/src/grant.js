@@ -33,6 +33,10 @@ function loss(key, reason, detail) {
   return { key, reason, text: `The lock ${key} was lost: ${what}${detail ? `: ${detail}` : ''}` };
 }
 
+// One string for a (key, owner): what names its wait, its process-wide hold count and its
+// remembered release (made once per acquire and shared: hashing a new string costs more than a
+// Map lookup); and one for a grant (key, owner, token), that a loss read before its grant waits under.
+const pairId = (key, owner) => `${key}\u0000${owner}`;
 const grantId = (key, owner, token) => `${key}\u0000${owner}\u0000${token}`;
 
 class Grant {
@@ -40,7 +44,6 @@ class Grant {
     this.key = key;
     this.owner = owner;
     this.token = String(token);
-    this.id = grantId(key, owner, this.token);
     this.mode = mode;
     // The ACQUIRE arguments of its mode (a re-watch asks for the same), and the node it is on.
     this.extra = extra;
@@ -67,13 +70,11 @@ class Grant {
     if (entry.broken) return this.lose(loss(this.key, 'sessionended', 'it ended before the grant was read'));
     this._unlink();
     this.session = entry;
-    entry.grants.add(this);
   }
 
   /** From now on it has a lease of its own, confirmed until `at`. */
   leaseUntil(at) {
     if (this.lost) return;
-    this.session?.grants.delete(this);
     this.session = null;
     if (this._own) this._own.move(at);
     else this._own = schedule(at, () => this._expire());
@@ -116,7 +117,6 @@ class Grant {
   _unlink() {
     this._own?.cancel();
     this._own = null;
-    this.session?.grants.delete(this);
     this.session = null;
   }
 
@@ -128,4 +128,4 @@ class Grant {
   }
 }
 
-module.exports = { Grant, grantId, loss };
+module.exports = { Grant, grantId, pairId, loss };

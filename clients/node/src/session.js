@@ -20,7 +20,7 @@
 const { isReplyError, timeboxed } = require('./adapter');
 const { CommandTimeoutError } = require('./errors');
 const { schedule, sweep } = require('./deadlines');
-const { Grant, grantId, loss } = require('./grant');
+const { Grant, grantId, pairId, loss } = require('./grant');
 const { newRequestId } = require('./ids');
 const { PROTOCOL, margin, now } = require('./protocol');
 
@@ -45,22 +45,60 @@ class FlockEventError extends Error {
   }
 }
 
-const waitKey = (key, owner) => `${key}\u0000${owner}`;
+/** One wait of Session#wait: `owner` queued for `key` for `waitMs` (Infinity: no limit); `id`: pairId(key, owner). */
+class Wait {
+  constructor(id, key, owner, lease, waitMs, extra) {
+    this.id = id;
+    this.key = key;
+    this.owner = owner;
+    this.rid = newRequestId();
+    this.lease = lease;
+    this.extra = extra;
+    this.waitMs = waitMs;
+    // When it ends (by Date.now(): what a resend's WAIT has left), and its local deadline (then
+    // the client cancels it), armed once it may be queued or is sent again (not for a grant at once).
+    this.deadlineAt = Date.now() + waitMs;
+    this.localDeadline = this.deadlineAt + DEADLINE_MARGIN_MS;
+    // When its ACQUIRE was first sent: a direct grant's lease counts from then (a resend of the
+    // same request ID can be answered with a grant the first one made).
+    this.firstSent = null;
+    this.outcome = null;
+    this.cancelled = null;
+    // Whether its FLOCK.CANCEL was answered, and the grace after which it closes the session.
+    this.cancelAnswered = false;
+    this.grace = null;
+    // The node and session it was last sent to; `retrying`: it waits to be sent again after a
+    // session break, `lastError` the error that keeps it from being sent.
+    this.node = null;
+    this.sentTo = null;
+    this.retrying = false;
+    this.attempts = 0;
+    this.lastError = null;
+    this.timer = null;
+    this.resolve = null;
+  }
+
+  /** Its ACQUIRE through session `sid`: a resend (to a new session) waits for the time it has left, not its whole timeout. */
+  args(sid) {
+    const timeout = this.waitMs === Infinity ? '0' : String(Math.max(1, Math.ceil(this.deadlineAt - Date.now())));
+    return ['FLOCK.ACQUIRE', this.key, this.owner, String(this.lease), 'WAIT', timeout, 'INBOX', sid, ...this.extra];
+  }
+}
 
 class Session {
   constructor(flock) {
     this.flock = flock;
-    // The session of each node (an entry: { node, conn, id, opening, timeout, deadline, grants,
-    // broken }); a broken entry leaves the map, and the next wait there opens a new one.
+    // The session of each node (an entry: { node, conn, id, opening, timeout, deadline, broken });
+    // a broken entry leaves the map, and the next wait there opens a new one.
     this.nodes = new Map();
     this._closed = false;
     // Whether the session connections are referenced now (_updateRef).
     this._referenced = false;
     // Pending waits by (key, owner): an owner waits once per lock.
     this.waits = new Map();
-    // Watched grants (Grant) by (key, owner, token).
-    this.watched = new Map();
-    // The watched grants of each key, by key: a Grant, or an array of several.
+    // The watched grants (Grant) of each key, by key: a Grant, or an array of several. Events
+    // find their grant here too: a Map by grant ID as well cost each acquire an ID string,
+    // hashed, and an entry that joins and leaves a second Map.
     this.byKey = new Map();
     // Losses of grants nobody watches yet (a short lease lost before its reply was read), by
     // (key, owner, token); the oldest are forgotten beyond RECENT_LOSSES.
@@ -77,7 +115,7 @@ class Session {
     if (this._closed) return Promise.reject(new Error('This Flock was quit'));
     let entry = this.nodes.get(node);
     if (!entry) {
-      entry = { node, conn: null, id: null, opening: null, timeout: 0, deadline: null, grants: new Set(), broken: false };
+      entry = { node, conn: null, id: null, opening: null, timeout: 0, deadline: null, broken: false };
       this.nodes.set(node, entry);
     }
     if (entry.id !== null) return Promise.resolve(entry);
@@ -89,7 +127,7 @@ class Session {
     return entry.opening;
   }
 
-  /** `node` (by default the node that holds `key` now), its session's id and entry. */
+  /** The open session (its entry: `node`, `id`) of `node`, by default of the node that holds `key` now. */
   async sessionFor(key, node) {
     return this.openFor(key, node) ?? this._sessionFor(key, node);
   }
@@ -98,13 +136,11 @@ class Session {
   openFor(key, node) {
     node ??= this.flock._conn.nodeNow(key);
     const entry = node === undefined || this._closed ? undefined : this.nodes.get(node);
-    return entry?.id ? { node, sid: entry.id, entry } : undefined;
+    return entry?.id ? entry : undefined;
   }
 
   async _sessionFor(key, node) {
-    node ??= await this.flock._conn.nodeOf(key);
-    const entry = await this.ensure(node);
-    return { node, sid: entry.id, entry };
+    return this.ensure(node ?? (await this.flock._conn.nodeOf(key)));
   }
 
   /** `node` answered NOSESSION for `sid`: if that is still its session, the session ended. */
@@ -216,14 +252,14 @@ class Session {
     const { node } = entry;
     const [kind, key, owner, token, detail] = event.map((v) => (v === null || v === undefined ? '' : String(v)));
     if (kind === 'lost') {
-      const id = grantId(key, owner, token);
+      const grant = this._watched(key, owner, token);
       const lost = loss(key, detail);
-      if (!this.watched.has(id)) {
-        this.recentLosses.set(id, lost);
+      if (!grant) {
+        this.recentLosses.set(grantId(key, owner, token), lost);
         if (this.recentLosses.size > RECENT_LOSSES) this.recentLosses.delete(this.recentLosses.keys().next().value);
         return;
       }
-      this.lose(id, lost);
+      grant.lose(lost);
       return;
     }
     if (kind === 'moved') {
@@ -232,13 +268,13 @@ class Session {
       // there). A session grant is held there with the session's timeout as its lease, counted
       // from when the server last heard of the session before the move: no earlier than the
       // previous read was sent, so the deadline that read confirmed stays its deadline.
-      const grant = this.watched.get(grantId(key, owner, token));
+      const grant = this._watched(key, owner, token);
       if (!grant) return;
       if (grant.session) grant.leaseUntil(before);
-      this._rewatchSoon(grant.id);
+      this._rewatchSoon(grant);
       return;
     }
-    const wait = this.waits.get(waitKey(key, owner));
+    const wait = this.waits.get(pairId(key, owner));
     if (!wait) {
       // A grant nobody waits for any more (its wait gave up): give it back.
       if (kind === 'granted') this.flock._releaseHolds([key], owner, [BigInt(token)]).catch(() => {});
@@ -257,17 +293,22 @@ class Session {
     } else if (kind === 'error') this._settle(wait, { error: new FlockEventError(detail) });
   }
 
-  /** Reports the loss of a watched grant to each of its handles, and stops watching it. */
-  lose(id, lost) {
-    this.watched.get(id)?.lose(lost);
+  // The watched grant (key, owner, token), if any.
+  _watched(key, owner, token) {
+    const of = this.byKey.get(key);
+    if (Array.isArray(of)) return of.find((grant) => grant.owner === owner && grant.token === token);
+    return of?.owner === owner && of.token === token ? of : undefined;
+  }
+
+  // Every watched grant.
+  _allWatched() {
+    return [...this.byKey.values()].flat();
   }
 
   _forget(grant) {
-    if (this.watched.get(grant.id) !== grant) return;
-    this.watched.delete(grant.id);
     const of = this.byKey.get(grant.key);
-    if (of === grant) this.byKey.delete(grant.key);
-    else if (Array.isArray(of)) {
+    if (of === grant) this.byKey = without(this.byKey, grant.key);
+    else if (Array.isArray(of) && of.includes(grant)) {
       const left = of.filter((other) => other !== grant);
       this.byKey.set(grant.key, left.length === 1 ? left[0] : left);
     }
@@ -284,26 +325,26 @@ class Session {
    * inbox).
    */
   watch(key, owner, token, node, mode, { extra = [], plan, lease, life }) {
-    const id = grantId(key, owner, token);
     const others = this.byKey.get(key);
-    for (const grant of others === undefined ? [] : Array.isArray(others) ? [...others] : [others]) {
+    if (others !== undefined) for (const grant of Array.isArray(others) ? [...others] : [others]) {
       if (grant.owner === owner || BigInt(grant.token) >= BigInt(token)) continue;
       if (grant.mode !== 'exclusive' && mode !== 'exclusive') continue;
       grant.lose(loss(key, 'notowner', `another owner was granted it (token ${token})`));
     }
-    const lost = this.recentLosses.get(id);
+    // A grant ID is made only when a loss may be waiting for it.
+    const id = this.recentLosses.size > 0 ? grantId(key, owner, token) : undefined;
+    const lost = id && this.recentLosses.get(id);
     if (lost) {
       this.recentLosses.delete(id);
       const gone = new Grant(key, owner, token, { mode, extra, node });
       gone.lose(lost);
       return gone.handle(plan, lease);
     }
-    let grant = this.watched.get(id);
+    let grant = this._watched(key, owner, token);
     if (!grant) {
       // `node`: whose session watches it (a re-watch moves it).
       grant = new Grant(key, owner, token, { mode, extra, node });
       grant.onForget = () => this._forget(grant);
-      this.watched.set(id, grant);
       const of = this.byKey.get(key);
       this.byKey.set(key, of === undefined ? grant : Array.isArray(of) ? [...of, grant] : [of, grant]);
     }
@@ -326,55 +367,24 @@ class Session {
     // back) rather than leave the re-watch retrying until release.
     const { node } = await this.sessionFor(key);
     const handle = this.watch(key, owner, token, node, mode, options);
-    if (!handle.lost) await this._rewatchSoon(handle.grant.id);
+    if (!handle.lost) await this._rewatchSoon(handle.grant);
     return handle;
   }
 
   /**
-   * Queues `owner` for `key` through the session: resolves to { token, node, life } | { timeout } |
-   * { cancelled } | { error }, and to { aborted, token? } when `signal` aborted the wait.
+   * Queues `owner` for `key` (`id`: pairId(key, owner)) through the session: resolves to
+   * { token, node, life } | { timeout } | { cancelled } | { error }, and to { aborted, token? }
+   * when `signal` aborted the wait.
    */
-  wait(key, owner, lease, waitMs, extra, signal) {
-    const id = waitKey(key, owner);
+  wait(id, key, owner, lease, waitMs, extra, signal) {
     if (this.waits.has(id)) {
       return Promise.resolve({ error: new Error(`QUEUED this process already waits for ${key} as this owner`) });
     }
-    const rid = newRequestId();
-    const deadlineAt = Date.now() + waitMs;
-    // A resend (to a new session) waits for the time the wait has left, not its whole timeout.
-    const timeout = () => (waitMs === Infinity ? '0' : String(Math.max(1, Math.ceil(deadlineAt - Date.now()))));
-    const wait = {
-      id,
-      key,
-      owner,
-      rid,
-      lease,
-      args: (sid) => ['FLOCK.ACQUIRE', key, owner, String(lease), 'WAIT', timeout(), 'INBOX', sid, ...extra],
-      // When its ACQUIRE was first sent: a direct grant's lease counts from then (a resend of the
-      // same request ID can be answered with a grant the first one made).
-      firstSent: null,
-      outcome: null,
-      cancelled: null,
-      // Whether its FLOCK.CANCEL was answered, and the grace after which it closes the session.
-      cancelAnswered: false,
-      grace: null,
-      // The node and session it was last sent to; `retrying`: it waits to be sent again after a
-      // session break, `lastError` the error that keeps it from being sent.
-      node: null,
-      sentTo: null,
-      retrying: false,
-      attempts: 0,
-      lastError: null,
-      timer: null,
-      localDeadline: Infinity,
-      resolve: null,
-    };
+    const wait = new Wait(id, key, owner, lease, waitMs, extra);
     const done = new Promise((resolve) => (wait.resolve = resolve));
     // Registered before it is sent: the event can beat the WAITING reply.
     this.waits.set(id, wait);
     this._updateRef();
-    // The local deadline, armed once the wait may be queued or is sent again (not for a grant at once).
-    wait.localDeadline = waitMs === Infinity ? Infinity : Date.now() + waitMs + DEADLINE_MARGIN_MS;
     if (!signal) {
       this._submit(wait);
       return done;
@@ -396,51 +406,66 @@ class Session {
     wait.timer.unref();
   }
 
-  async _submit(wait, to) {
-    let node, sid, entry;
-    try {
-      ({ node, sid, entry } = this.openFor(wait.key, to) ?? (await this._sessionFor(wait.key, to)));
-    } catch (err) {
-      // No session could be opened: a first wait fails at once; one that was queued before
-      // (the session broke mid-wait) keeps retrying until its deadline.
-      if (this._closed || wait.sentTo === null) return this._settle(wait, { error: err });
-      return this._retry(wait, err);
-    }
+  // Sends the wait through the session of its key's node (of node `to` when given), opening one
+  // if none is open. Not async: an acquire's every hop costs an allocation and a turn.
+  _submit(wait, to) {
+    const open = this.openFor(wait.key, to);
+    if (open) return this._sendWait(wait, open);
+    this._sessionFor(wait.key, to).then(
+      (entry) => this._sendWait(wait, entry),
+      (err) => {
+        // No session could be opened: a first wait fails at once; one that was queued before
+        // (the session broke mid-wait) keeps retrying until its deadline.
+        if (this._closed || wait.sentTo === null) this._settle(wait, { error: err });
+        else this._retry(wait, err);
+      },
+    );
+  }
+
+  // The wait's ACQUIRE ... INBOX through session `entry`.
+  _sendWait(wait, entry) {
     if (wait.outcome) return;
     if (wait.cancelled) return this._settle(wait, { cancelled: true });
-    wait.node = node;
-    wait.sentTo = sid;
+    wait.node = entry.node;
+    wait.sentTo = entry.id;
     wait.retrying = false;
     wait.attempts = 0;
     wait.firstSent ??= now();
-    let reply;
-    try {
-      reply = await this.flock._send(this.flock._conn, wait.args(sid), { rid: wait.rid, node });
-    } catch (err) {
-      const redirect = redirection(err);
-      // The key is on another node: sent again (same request ID) with that node's session.
-      if (redirect) {
-        if (!redirect.pause) return this._submit(wait, redirect.to);
-        this._armDeadline(wait);
-        setTimeout(() => wait.outcome || this._submit(wait), redirect.pause);
-        return;
-      }
-      if (isReplyError(err) && /^NOSESSION/.test(err.message)) {
-        // The session ended (its connection closed): its end sends every wait it had again.
-        this.ended(node, sid, err);
-        if (!wait.outcome && !wait.retrying) this._submit(wait);
-        return;
-      }
-      // (An error reply the client turned into its own error type keeps it as `cause`.)
-      if (!isReplyError(err) && !isReplyError(err.cause) && !this._closed) {
-        // The server cannot be reached (no reply, even to the resends): the wait tries again
-        // until its own deadline, which ends it as a timeout.
-        this._armDeadline(wait);
-        setTimeout(() => wait.outcome || this._submit(wait), RESUBMIT_PAUSE_MS);
-        return;
-      }
-      return this._settle(wait, { error: err });
+    this.flock._send(this.flock._conn, wait.args(entry.id), { rid: wait.rid, node: entry.node }).then(
+      (reply) => this._replied(wait, entry, reply),
+      (err) => this._unsent(wait, entry, err),
+    );
+  }
+
+  // The wait's ACQUIRE got no reply, or an error.
+  _unsent(wait, { node, id: sid }, err) {
+    const redirect = redirection(err);
+    // The key is on another node: sent again (same request ID) with that node's session.
+    if (redirect) {
+      if (!redirect.pause) return this._submit(wait, redirect.to);
+      this._armDeadline(wait);
+      setTimeout(() => wait.outcome || this._submit(wait), redirect.pause);
+      return;
     }
+    if (isReplyError(err) && /^NOSESSION/.test(err.message)) {
+      // The session ended (its connection closed): its end sends every wait it had again.
+      this.ended(node, sid, err);
+      if (!wait.outcome && !wait.retrying) this._submit(wait);
+      return;
+    }
+    // (An error reply the client turned into its own error type keeps it as `cause`.)
+    if (!isReplyError(err) && !isReplyError(err.cause) && !this._closed) {
+      // The server cannot be reached (no reply, even to the resends): the wait tries again
+      // until its own deadline, which ends it as a timeout.
+      this._armDeadline(wait);
+      setTimeout(() => wait.outcome || this._submit(wait), RESUBMIT_PAUSE_MS);
+      return;
+    }
+    return this._settle(wait, { error: err });
+  }
+
+  // The reply to the wait's ACQUIRE through session `entry`.
+  _replied(wait, entry, reply) {
     if (reply === 'WAITING') {
       this._armDeadline(wait);
       // Cancelled while the ACQUIRE was on its way: its CANCEL may have overtaken a resend of it,
@@ -454,7 +479,7 @@ class Session {
       // it. The session's end has sent the wait again (same request ID) to a new session.
     } else {
       const life = wait.lease === 0 ? { entry } : { until: wait.firstSent + wait.lease - margin(wait.lease) };
-      this._settle(wait, { token: String(reply), node, life });
+      this._settle(wait, { token: String(reply), node: entry.node, life });
     }
   }
 
@@ -479,7 +504,7 @@ class Session {
     wait.outcome = outcome;
     clearTimeout(wait.timer);
     clearTimeout(wait.grace);
-    if (this.waits.get(wait.id) === wait) this.waits.delete(wait.id);
+    if (this.waits.get(wait.id) === wait) this.waits = without(this.waits, wait.id);
     this._updateRef();
     wait.resolve(outcome);
   }
@@ -542,26 +567,27 @@ class Session {
     entry.conn?.close();
     reason ??= pastDeadline ? 'unconfirmed' : 'sessionended';
     const why = reason === 'unconfirmed' ? `no FLOCK.INBOX reply within its session timeout (${entry.timeout} ms, less the margin)` : err?.message;
-    for (const grant of [...entry.grants]) grant.lose(loss(grant.key, reason, why));
-    for (const [id, grant] of this.watched) if (grant.node === node && !grant.session) this._rewatchSoon(id);
+    for (const grant of this._allWatched()) if (grant.session === entry) grant.lose(loss(grant.key, reason, why));
+    // (Those just lost are no longer watched.)
+    for (const grant of this._allWatched()) if (grant.node === node && !grant.session) this._rewatchSoon(grant);
     for (const wait of [...this.waits.values()]) if (wait.node === node) this._retry(wait, err ?? new Error(why));
   }
 
   // One re-watch per grant at a time (chained), registered at once, so that a release() that
   // starts now waits for it (the holder's RELEASE never falls between its ACQUIRE and RELEASE).
-  _rewatchSoon(id) {
-    const previous = this.rewatching.get(id) ?? Promise.resolve();
-    const next = previous.then(() => this._rewatch(id)).catch(() => {});
-    this.rewatching.set(id, next);
+  _rewatchSoon(grant) {
+    const previous = this.rewatching.get(grant) ?? Promise.resolve();
+    const next = previous.then(() => this._rewatch(grant)).catch(() => {});
+    this.rewatching.set(grant, next);
     next.then(() => {
-      if (this.rewatching.get(id) === next) this.rewatching.delete(id);
+      if (this.rewatching.get(grant) === next) this.rewatching.delete(grant);
     });
     return next;
   }
 
   /** Resolves when no re-watch of these handles' grants is under way. */
   async settled(handles) {
-    await Promise.all(handles.map((handle) => this.rewatching.get(handle.grant.id)));
+    await Promise.all(handles.map((handle) => this.rewatching.get(handle.grant)));
   }
 
   /**
@@ -573,19 +599,19 @@ class Session {
    * is left of it (counted from the send that set it), never more; none left: lost (expired).
    * Each command's timeout is the grant's deadline.
    */
-  async _rewatch(id, to) {
-    const grant = this.watched.get(id);
-    let node, sid, entry;
+  async _rewatch(grant, to) {
+    let entry;
     for (;;) {
       if (this._closed || !this._held(grant)) return;
       try {
-        ({ node, sid, entry } = await this.sessionFor(grant.key, to));
+        entry = await this.sessionFor(grant.key, to);
         break;
       } catch {
         // The server cannot be reached: try again later, while the grant is still held.
         await new Promise((resolve) => setTimeout(resolve, REWATCH_RETRY_MS).unref());
       }
     }
+    const { node, id: sid } = entry;
     const held = this._held(grant);
     if (!held) return;
     const { key, owner, token, extra } = grant;
@@ -620,7 +646,7 @@ class Session {
       // re-watches again; anything else: nothing more to learn.
       const redirect = redirection(err);
       if (redirect?.pause) await new Promise((resolve) => setTimeout(resolve, redirect.pause).unref());
-      if (redirect) return this._rewatch(id, redirect.to);
+      if (redirect) return this._rewatch(grant, redirect.to);
       return;
     }
     if (reply !== null && reply !== undefined && String(reply) === token) {
@@ -652,6 +678,18 @@ class Session {
 }
 
 /**
+ * `map` without `key`: a new Map when `key` was its last entry. V8 allocates the new table of a
+ * Map that empties where the Map lives, so a long-lived Map that an entry joins and leaves (a
+ * wait, a hold count, a watched grant: each acquire's) would leave old-space garbage every time,
+ * which only a full GC (a pause of milliseconds) collects; a new Map is young garbage.
+ */
+function without(map, key) {
+  if (map.size === 1 && map.has(key)) return new Map();
+  map.delete(key);
+  return map;
+}
+
+/**
  * Where a Cluster's redirection sends a command that names a session: `MOVED slot host:port`, to
  * that node now ({ to }); `ASK` (its slot is migrating; the node that has the key accepts it only
  * after ASKING, for one command), to the key's node as the slot map says after a pause
@@ -665,4 +703,4 @@ function redirection(err) {
   return undefined;
 }
 
-module.exports = { Session, FlockEventError, redirection };
+module.exports = { Session, FlockEventError, redirection, without };
