@@ -40,7 +40,7 @@ export interface FlockSettings {
   /**
    * The session timeout T in ms (100 to 3600000; `FLOCK.SESSION TIMEOUT`): how long the server
    * keeps a session, and its session grants, without hearing from it. The reader's heartbeat reads
-   * come every T/3; a session grant is reported lost (`unconfirmed`) once T - (10 ms + 1% of T)
+   * come every T/4; a session grant is reported lost (`unconfirmed`) once T - (10 ms + 1% of T)
    * passed since the send of the last read answered. Default: the server's
    * `flock.session-timeout-ms` (10000 unless configured).
    */

@@ -203,12 +203,12 @@ fn paused_holder_child() {
 }
 
 /// The read answered during the pause confirms the session as of its send,
-/// and the next one waits half the time left: a pause shorter than 2T/3 - m
+/// and the next one waits half the time left: a pause shorter than T/2 - m
 /// is heard of in time, at the client and at the server. The session
 /// reader's socket has a timeout, so its read returns EINTR on resuming
 /// (signal(7)); that must not end the session either.
 #[test]
-fn a_holder_paused_for_half_its_session_timeout_loses_nothing() {
+fn a_holder_paused_for_a_third_of_its_session_timeout_loses_nothing() {
     let s = Server::start();
     let mut admin = s.conn();
     let mut child = Child::start(&s.url(), "L");
@@ -216,7 +216,7 @@ fn a_holder_paused_for_half_its_session_timeout_loses_nothing() {
     let token = token_of(&mut admin, "L");
     {
         let _stopped = Stopped::process(child.child.id());
-        std::thread::sleep(T / 2); // the pause tested
+        std::thread::sleep(T / 3); // the pause tested
     }
     // Past the session's timeout since the pause began: any loss has come.
     std::thread::sleep(T);
@@ -339,8 +339,8 @@ fn a_holder_cut_off_with_a_hundred_waiters_behind_passes_the_lock_on_after_its_t
 #[test]
 fn a_session_silent_for_less_than_a_third_of_its_timeout_loses_nothing() {
     // The longest silence a holder always survives: its read sent just
-    // before the cut is answered up to T/3 after the heal, and the deadline
-    // is T − m after the read before it, sent up to T/3 earlier.
+    // before the cut is answered up to T/4 after the heal, and the deadline
+    // is T − m after the read before it, sent up to T/4 earlier: T/2 − m.
     let t = 1500 * MS;
     let s = Server::start();
     let mut admin = s.conn();

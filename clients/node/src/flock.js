@@ -408,7 +408,7 @@ class Flock {
 
   /**
    * A grant's lease deadline counted from a send well before the grant (a blocking wait's, a
-   * resent wait's: more than a third of the lease ago) would report it lost early: the lease
+   * resent wait's: more than a quarter of the lease ago) would report it lost early: the lease
    * left is asked instead (FLOCK.INFO, the holder's ttl-ms, counted from that send). A session
    * grant, or a deadline counted from a recent send, is left as it is.
    */
@@ -699,7 +699,7 @@ class Flock {
     return this.settings.sessionTimeoutMs ?? this._knownSessionTimeout ?? SERVER_SESSION_TIMEOUT_MS;
   }
 
-  /** The timeout of a command that serves no deadline: T/3. */
+  /** The timeout of a command that serves no deadline: T/4. */
   _commandTimeout() {
     return Math.floor(this._sessionTimeout() / PROTOCOL.heartbeatFraction);
   }
@@ -709,7 +709,7 @@ class Flock {
   // answers with the first reply (`resends` times at most). `noId`: commands without the ID option
   // (CANCEL, INFO). `node`: sent on that node's own connection (a command that names its session),
   // not routed. Each send has a timeout: until `until` (the deadline the command serves: a number
-  // or a function on protocol.now()'s clock), else `timeout` ms, else T/3; none hangs. Not
+  // or a function on protocol.now()'s clock), else `timeout` ms, else T/4; none hangs. Not
   // async: every command of an acquire and a release goes through here.
   _send(conn, args, options = NO_OPTIONS) {
     const full = options.noId ? args : args.concat('ID', options.rid ?? newRequestId());

@@ -8,7 +8,7 @@ const { performance } = require('node:perf_hooks');
 
 const PROTOCOL = Object.freeze({
   // The session reader's FLOCK.INBOX reads wait at most T / heartbeatFraction.
-  heartbeatFraction: 3,
+  heartbeatFraction: 4,
   // A deadline is taken in by driftMarginMs + driftMarginPercent % of the lease or timeout.
   driftMarginMs: 10,
   driftMarginPercent: 1,

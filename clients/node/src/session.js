@@ -209,19 +209,19 @@ class Session {
   }
 
   /**
-   * The reader: FLOCK.INBOX reads that wait at most T/3 (the server answers nil by then: the
+   * The reader: FLOCK.INBOX reads that wait at most T/4 (the server answers nil by then: the
    * heartbeat), each with a socket timeout at the session's deadline. A reply moves the deadline
    * to the read's send time + T - m; none by the deadline ends the session here. A read waits
-   * less than T/3 when the deadline is nearer than twice that (a slow reply, a slow open), so that
+   * less than T/4 when the deadline is nearer than twice that (a slow reply, a slow open), so that
    * its answer comes back well before it.
    */
   async _read(entry) {
     const { conn } = entry;
-    const third = Math.floor(entry.timeout / PROTOCOL.heartbeatFraction);
+    const beat = Math.floor(entry.timeout / PROTOCOL.heartbeatFraction);
     for (;;) {
       const sent = now();
       const left = entry.deadline.at - sent;
-      const wait = Math.max(1, Math.min(third, Math.floor(left / 2)));
+      const wait = Math.max(1, Math.min(beat, Math.floor(left / 2)));
       let events;
       try {
         events = await conn.send(['FLOCK.INBOX', String(wait)], undefined, left);

@@ -163,7 +163,7 @@ eachClient((kind, K) => {
     const { proxy, flock: own } = await cutOff(kind, { sessionTimeoutMs: 3 * T });
     const locks = [await own.acquire(K('silent:session')), await own.acquire(K('silent:fixed'), { lease: 20 * T })];
     const acquires = await server.stat('cmdstat_flock.acquire');
-    // Less than a third of the timeout, less its margin: the heartbeat read sent after the heal is
+    // Less than half the timeout, less its margin: the heartbeat read sent after the heal is
     // answered before any deadline, however the silence fell between two reads.
     proxy.partition();
     await delay(T / 2);

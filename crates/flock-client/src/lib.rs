@@ -27,7 +27,7 @@
 //! timeout) and process, opened on its first acquire with `FLOCK.SESSION
 //! [TIMEOUT ms] WITHTIMEOUT` ([`Lock::session_timeout`]; else the server's
 //! `flock.session-timeout-ms`), whose thread loops `FLOCK.INBOX`, each read
-//! waiting at most a third of the session's timeout T (the heartbeat). A
+//! waiting at most a quarter of the session's timeout T (the heartbeat). A
 //! wait is one `FLOCK.ACQUIRE ... WAIT t INBOX session-id ID request-id`,
 //! answered `WAITING` at once; the session's thread hands the outcome to
 //! the waiting thread. So any number of threads wait without a connection
@@ -60,7 +60,7 @@
 //! timeout: a heartbeat until the session's deadline, a watchdog's batch of
 //! renewals until the earliest deadline it serves (each batch on a thread
 //! and connection of its own), the others (releases, cancels, re-watches)
-//! a third of T.
+//! a quarter of T.
 //!
 //! **A broken session.** If the session's connection breaks or its deadline
 //! passes, its session grants are lost (`sessionended`, or `unconfirmed` if

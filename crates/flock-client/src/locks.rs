@@ -112,7 +112,7 @@ macro_rules! target_methods {
         /// process cut off from the server (or paused) for T loses its
         /// session grants (and knows it first: its deadline is T − the
         /// drift margin after the last heartbeat sent and answered); the
-        /// heartbeat comes every T/3.
+        /// heartbeat comes every T/4.
         pub fn session_timeout(mut self, timeout: Duration) -> Self {
             self.target.session_timeout = Some(timeout);
             self

@@ -6,7 +6,7 @@
 //! request-id`.
 //!
 //! The session's timeout T is the one `FLOCK.SESSION [TIMEOUT ms]
-//! WITHTIMEOUT` answers. Each `FLOCK.INBOX` waits at most T/3 (the server
+//! WITHTIMEOUT` answers. Each `FLOCK.INBOX` waits at most T/4 (the server
 //! answers nil by then: the heartbeat) and gives up at the session's
 //! deadline ([`SessionClock`]: the send time of the last read answered, + T
 //! − the drift margin), when the timer has marked its session grants lost
@@ -319,7 +319,7 @@ impl Server {
     }
 
     /// How long a command the client sends for itself waits for its
-    /// reply, when no deadline says otherwise: T/3.
+    /// reply, when no deadline says otherwise: T/4.
     pub(crate) fn command_timeout(&self) -> Duration {
         (self.session_timeout() / HEARTBEAT_FRACTION).max(Duration::from_millis(1))
     }
@@ -592,14 +592,14 @@ impl Server {
     }
 
     /// The reader thread: hands out events until the connection breaks or
-    /// the session's deadline passes, each read waiting at most T/3 and
+    /// the session's deadline passes, each read waiting at most T/4 and
     /// giving up at the deadline; then the session's grants are lost and a
     /// new session is opened for the pending waits and the other grants.
-    /// A read waits less than T/3 when the deadline is nearer than twice
+    /// A read waits less than T/4 when the deadline is nearer than twice
     /// that (a pause or a slow reply held up its send), so that its answer
     /// comes back well before the deadline.
     fn read(self: Arc<Self>, mut conn: ReaderConnection, session: Arc<Session>) {
-        let third = session.clock.timeout / HEARTBEAT_FRACTION;
+        let beat = session.clock.timeout / HEARTBEAT_FRACTION;
         loop {
             let sent = Instant::now();
             let left = session.clock.deadline().saturating_duration_since(sent);
@@ -607,7 +607,7 @@ impl Server {
                 break;
             }
             conn.read_until(session.clock.deadline());
-            let beat_ms = millis(third.min(left / 2));
+            let beat_ms = millis(beat.min(left / 2));
             match redis::cmd("FLOCK.INBOX").arg(beat_ms).query::<Value>(&mut conn) {
                 Ok(reply) => {
                     let alive = session.clock.confirm(sent);

@@ -11,7 +11,7 @@ use crate::session;
 /// `redis::Client` (a pool of at most four per server, whatever the number
 /// of handles and threads): a [`ConnectionLike`] for short commands from
 /// any thread, which reconnects by itself. Each command gives up after a
-/// third of the session timeout (an I/O error): not for blocking commands.
+/// quarter of the session timeout (an I/O error): not for blocking commands.
 /// [`Lock::acquire_on`](crate::Lock::acquire_on) and its kin acquire over
 /// it, so that any number of threads wait without a connection each.
 #[derive(Clone)]

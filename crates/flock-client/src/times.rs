@@ -20,7 +20,7 @@ pub const CANCEL_GRACE: Duration = WAIT_MARGIN;
 
 /// The session reader's `FLOCK.INBOX` waits at most the session timeout
 /// divided by this (the server answers nil by then: the heartbeat).
-pub const HEARTBEAT_FRACTION: u32 = 3;
+pub const HEARTBEAT_FRACTION: u32 = 4;
 
 /// The fixed part of the drift margin, in ms: a deadline is taken in by
 /// this plus [`DRIFT_MARGIN_PERCENT`] of the lease or timeout it counts.

@@ -236,7 +236,7 @@ class Session(backend.SessionConnection):
 
     def command_timeout(self) -> float:
         """The socket timeout of a command sent for the session that serves
-        no deadline: a third of its timeout (the asked or the server's
+        no deadline: a quarter of its timeout (the asked or the server's
         default until the session says)."""
         return (self.state.timeout or self.asked or DEFAULT_SESSION_TIMEOUT) / HEARTBEAT_FRACTION
 
@@ -244,10 +244,10 @@ class Session(backend.SessionConnection):
         """A connection of the session's own, made with the pool's connection
         class and settings (host, auth, TLS, db, RESP version), not counted in
         its max_connections."""
-        third = self.command_timeout()
-        kwargs = dict(self.pool.connection_kwargs, socket_timeout=third, decode_responses=False)
+        quarter = self.command_timeout()
+        kwargs = dict(self.pool.connection_kwargs, socket_timeout=quarter, decode_responses=False)
         if kwargs.get("socket_connect_timeout") is None:
-            kwargs["socket_connect_timeout"] = third
+            kwargs["socket_connect_timeout"] = quarter
         return self.pool.connection_class(**kwargs)
 
     async def send(self, args, timeout: float):
@@ -284,7 +284,7 @@ class Session(backend.SessionConnection):
         async with self.lock:
             if self.sid is not None:
                 return self.sid
-            third = self.command_timeout()
+            quarter = self.command_timeout()
             connection = self._connection()
             command = ["FLOCK.SESSION", "WITHTIMEOUT"]
             if self.asked is not None:
@@ -295,7 +295,7 @@ class Session(backend.SessionConnection):
                 # would go to the default address).
                 await connection.connect()
                 sent = time.monotonic()
-                sid, timeout_ms = await backend.exchange(connection, command, third)
+                sid, timeout_ms = await backend.exchange(connection, command, quarter)
                 sid = _text(sid)
             except BaseException:
                 await backend.disconnect(connection)
@@ -315,7 +315,7 @@ class Session(backend.SessionConnection):
 
     async def _inbox(self, connection, sid: str) -> bool:
         """One FLOCK.INBOX on ``connection``, the session ``sid``'s, waiting
-        at most a third of the session's timeout (the heartbeat), its reply
+        at most a quarter of the session's timeout (the heartbeat), its reply
         awaited until the session's deadline: a reply confirms the session as
         of the read's send time, and its events are handled in the server's
         order. False when the server answers NOSESSION; another error reply
@@ -327,11 +327,11 @@ class Session(backend.SessionConnection):
         if left <= 0:
             raise TimeoutError("the session's deadline passed without a heartbeat")
         try:
-            # Less than a third when the deadline is nearer than twice that (a
-            # pause or a slow reply held up this read's send), so that the
+            # Less than a quarter when the deadline is nearer than twice that
+            # (a pause or a slow reply held up this read's send), so that the
             # answer comes back well before the deadline.
-            third = int(self.state.timeout * 1000) // HEARTBEAT_FRACTION
-            heartbeat = max(1, min(third, int(left * 1000) // 2))
+            quarter = int(self.state.timeout * 1000) // HEARTBEAT_FRACTION
+            heartbeat = max(1, min(quarter, int(left * 1000) // 2))
             events = await backend.exchange(connection, ("FLOCK.INBOX", heartbeat), left)
             # A cancel (close()) that the write lost: the reader read on for
             # ever (and the loop's close waited on it).

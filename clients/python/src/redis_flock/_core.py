@@ -26,9 +26,9 @@ logger = logging.getLogger("redis_flock")
 # of clients/scenarios.json holds the same values, tests/test_protocol.py
 # checks them).
 #
-# A session's reader reads its inbox (FLOCK.INBOX) for at most a third of the
+# A session's reader reads its inbox (FLOCK.INBOX) for at most a quarter of the
 # session's timeout T: the server answers nil by then, the heartbeat.
-HEARTBEAT_FRACTION = 3
+HEARTBEAT_FRACTION = 4
 # Every local deadline is taken in by this margin, 10 ms + 1% of the lease or
 # timeout it applies to: for the clocks' rates and a timer firing late.
 DRIFT_MARGIN = 0.010
@@ -664,14 +664,14 @@ class LockBase:
 
     def _command_timeout(self) -> float:
         """The socket timeout of a command this lock sends for itself that
-        serves no deadline (a release, a cancel): a third of the session's
+        serves no deadline (a release, a cancel): a quarter of the session's
         timeout."""
         return (self.session_timeout or DEFAULT_SESSION_TIMEOUT) / HEARTBEAT_FRACTION
 
     def _grant_timeout(self, grant: "Grant") -> float:
         """The socket timeout of a command that serves ``grant`` (a renewal,
         a re-watch): until its deadline, at least a millisecond; a session
-        grant's, a third of the session's timeout."""
+        grant's, a quarter of the session's timeout."""
         if grant.kind == SESSION_GRANT:
             return self._command_timeout()
         return max(0.001, grant.due()[0] - time.monotonic())

@@ -23,7 +23,7 @@ import java.util.concurrent.TimeoutException;
  * first half of every owner it uses, {@code <uuid>:<thread id>}), command connections its threads share (up to
  * three, each lent to one command at a time: a thread's command waits behind no other's unless three are under
  * way), a FLOCK session (one more connection, opened on the first acquire, on which a daemon thread reads the
- * outcome of every thread's wait and the losses of its grants, {@code FLOCK.INBOX}, every third of the session
+ * outcome of every thread's wait and the losses of its grants, {@code FLOCK.INBOX}, every quarter of the session
  * timeout at least: the session's heartbeat), a timer thread for the deadlines, and a watchdog connection. So any
  * number of waiting threads costs five connections at most in all (but for the waits of a {@link FlockMultiLock},
  * each of which blocks a connection of its own).

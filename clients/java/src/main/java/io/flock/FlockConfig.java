@@ -135,7 +135,7 @@ public final class FlockConfig {
      * {@code INBOX}) gets its own time {@code t} on top ({@code t} 0: no limit), so waits are never cut by it.
      * The commands the client sends for itself have limits of their own instead: the session's
      * {@code FLOCK.INBOX} reads until the session's deadline, a watchdog renewal until its grant's, its own
-     * releases a third of the session timeout, a cancel 2 s.
+     * releases a quarter of the session timeout, a cancel 2 s.
      *
      * @param timeoutMs milliseconds, 0 for no limit
      * @return this config
@@ -151,11 +151,11 @@ public final class FlockConfig {
     /**
      * The session timeout T (default: the server's {@code flock.session-timeout-ms}, 10 s unless configured): how
      * long the client's session lives on the server without being heard from. A lock taken without a lease time
-     * lives with the session (no lease, no renewals); the session's reader is heard from every T/3, and when no
+     * lives with the session (no lease, no renewals); the session's reader is heard from every T/4, and when no
      * heartbeat confirmed the session for T (less a drift margin of 10 ms + 1%) its locks are reported lost
      * ({@link LossReason#UNCONFIRMED}), before the server can give them to anyone else. So a process cut off
      * from the server, or paused, holds its locks for at most about T. Shorter: losses known and locks passed on
-     * sooner, more heartbeats; a pause (GC, a frozen VM) longer than about T/3 may cost the locks.
+     * sooner, more heartbeats; a pause (GC, a frozen VM) or a silence of the network longer than about T/2 may cost the locks.
      *
      * @param timeout from 100 ms to 1 hour (the server's limits), in whole milliseconds
      * @return this config

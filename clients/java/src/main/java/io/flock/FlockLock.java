@@ -911,7 +911,7 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
     }
 
     /**
-     * When to stop waiting for the fence just asked for: the session's next read brings it, within a third of
+     * When to stop waiting for the fence just asked for: the session's next read brings it, within a quarter of
      * its timeout, or its deadline ends the session; past its timeout and a grace more, the session says nothing
      * and is closed.
      */
@@ -983,7 +983,7 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
     }
 
     /**
-     * A command the client sends for itself (a give-back, a cancel) on the key's node: each send within a third
+     * A command the client sends for itself (a give-back, a cancel) on the key's node: each send within a quarter
      * of the session timeout, a lost reply sent again at once with the same arguments (the same request ID), up
      * to {@link FlockClient#RESENDS} times; then {@link UncheckedIOException}.
      */

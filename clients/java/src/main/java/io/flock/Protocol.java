@@ -9,7 +9,7 @@ import java.util.concurrent.TimeUnit;
  */
 final class Protocol {
     /** A session's heartbeat: each FLOCK.INBOX read waits at most this fraction of the session timeout. */
-    static final int HEARTBEAT_FRACTION = 3;
+    static final int HEARTBEAT_FRACTION = 4;
     /** The drift margin: this many milliseconds ... */
     static final long DRIFT_MARGIN_MS = 10;
     /** ... plus this percent of the lease or timeout it applies to. */
@@ -37,7 +37,7 @@ final class Protocol {
         return sentNanos + TimeUnit.MILLISECONDS.toNanos(spanMs) - marginNanos(spanMs);
     }
 
-    /** How long a command the client sends for itself may take when no deadline bounds it: a third of T. */
+    /** How long a command the client sends for itself may take when no deadline bounds it: a quarter of T. */
     static long heartbeatMs(long sessionTimeoutMs) {
         return Math.max(1, sessionTimeoutMs / HEARTBEAT_FRACTION);
     }

@@ -98,7 +98,7 @@ class ScenarioTest {
         // the margin: 10 ms + 1% of the span, e.g. 14 ms of a 400 ms timeout
         assertEquals(TimeUnit.MILLISECONDS.toNanos(14), Protocol.marginNanos(400));
         assertEquals(TimeUnit.MILLISECONDS.toNanos(310), Protocol.marginNanos(30_000));
-        assertEquals(133, Protocol.heartbeatMs(400));
+        assertEquals(100, Protocol.heartbeatMs(400));
         // the default wait: until granted (lock() waits without limit)
         assertEquals(-1, AbstractFlockLock.FOREVER);
     }
