@@ -16,7 +16,7 @@ counts no session expiry (`flock_session_expiries`).
 How busy the server was is printed beside: the round trip of a PING sent every 50 ms on
 a connection of its own (p50, p99, max), and the server's CPU time over the run.
 
-Prints one Markdown table row per holder. SILENCE_MS (1000) and SILENCE_KEYS (20) in the
+Prints one Markdown table row per holder. SILENCE_MS (3000) and SILENCE_KEYS (20) in the
 environment change the session timeout and the grants per holder.
 """
 
@@ -34,7 +34,7 @@ import time
 
 import redis
 
-T_MS = int(os.environ.get("SILENCE_MS", 1000))
+T_MS = int(os.environ.get("SILENCE_MS", 3000))
 KEYS = int(os.environ.get("SILENCE_KEYS", 20))
 
 
