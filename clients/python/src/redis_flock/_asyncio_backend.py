@@ -7,6 +7,7 @@ flavour's modules of theirs, which import redis_flock._backend, this
 module's counterpart with the same names, instead."""
 
 import asyncio
+import math
 import time
 from typing import Optional
 
@@ -124,14 +125,22 @@ async def call(client, args, timeout: Optional[float]):
 
 async def exchange(connection, args, timeout: float):
     """Sends ``args`` on ``connection`` (a session's own) and reads the reply
-    within ``timeout`` seconds."""
+    within ``timeout`` seconds, else raises TimeoutError (the connection is
+    then closed). Not ``read_response(timeout=...)``: that answers None when
+    the time is up, as a nil reply would, and leaves the reply to come for
+    the next read; a heartbeat read would confirm its session without an
+    answer."""
     if not connection.is_connected:
         # connect() itself: there a Sentinel-managed connection asks the
         # sentinels for the master (send's own would go to the default
         # address).
         await connection.connect()
     await connection.send_packed_command([pack(args, connection.encoder)])
-    return await connection.read_response(timeout=timeout)
+    try:
+        # redis-py closes a connection whose read was cancelled.
+        return await _within(connection.read_response(timeout=math.inf), timeout)
+    except asyncio.TimeoutError as e:
+        raise TimeoutError(f"no reply to {args[0]} within {timeout:.3f} s") from e
 
 
 def schedule(when: float, function, *args) -> asyncio.TimerHandle:
