@@ -208,18 +208,19 @@ class ClusterTest {
     }
 
     /**
-     * The lease left on the key's node rises 4 times (a renewal every third of the lease), so it was renewed there
-     * for longer than a lease, and the lock was held with its token all along.
+     * A session grant's lease left on the key's node rises 4 times (the node moves it to its session's deadline each
+     * time it comes due, at most a session timeout apart), so it lived there for longer than its session's timeout,
+     * held with its token all along. A 1.5 s session, so that each rise comes well within the 10 s of each wait.
      */
     @Test
-    void theWatchdogRenewsOnTheKeysNode() throws IOException {
-        FlockClient client = client(cluster.config().setLockWatchdogTimeout(ServerTest.WATCHDOG_MS));
+    void aSessionGrantLivesOnTheKeysNode() throws IOException {
+        FlockClient client = client(cluster.config().setSessionTimeout(java.time.Duration.ofMillis(1500)));
         String key = cluster.keyOn(2, "watchdog");
         FlockLock lock = client.getFairLock(key);
         long token = lock.lockAndGetToken();
         long[] last = {(Long) lock.info().get("ttl-ms")};
         for (int renewals = 0; renewals < 4; renewals++) {
-            await("the watchdog renews on the key's node", () -> {
+            await("the lease rises on the key's node", () -> {
                 Map<String, Object> info = lock.info();
                 assertNotNull(info, "still held: renewed on its node");
                 assertEquals(token, info.get("token"));
