@@ -43,19 +43,17 @@ impl Socket {
 /// the time left.
 struct Patient {
     socket: Socket,
-    deadline: Option<Instant>,
+    deadline: Instant,
 }
 
 impl Read for Patient {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
-            if let Some(deadline) = self.deadline {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(io::ErrorKind::TimedOut.into());
-                }
-                self.socket.set_read_timeout(Some(left))?;
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(io::ErrorKind::TimedOut.into());
             }
+            self.socket.set_read_timeout(Some(left))?;
             let read = match &mut self.socket {
                 Socket::Tcp(s) => s.read(buf),
                 #[cfg(unix)]
@@ -110,12 +108,11 @@ impl ReaderConnection {
         };
         socket.set_write_timeout(Some(timeout))?;
         let mut conn = ReaderConnection {
-            io: BufReader::new(Patient { socket, deadline: None }),
+            io: BufReader::new(Patient { socket, deadline: Instant::now() + timeout }),
             parser: Parser::new(),
             db: info.redis.db,
             open: true,
         };
-        conn.read_until(Instant::now() + timeout);
         let redis = &info.redis;
         if let Some(password) = &redis.password {
             let mut auth = redis::cmd("AUTH");
@@ -132,7 +129,7 @@ impl ReaderConnection {
 
     /// The deadline of the reads from now on.
     pub(crate) fn read_until(&mut self, deadline: Instant) {
-        self.io.get_mut().deadline = Some(deadline);
+        self.io.get_mut().deadline = deadline;
     }
 
     fn closing<T>(&mut self, result: RedisResult<T>) -> RedisResult<T> {

@@ -602,11 +602,12 @@ impl Server {
         let beat = session.clock.timeout / HEARTBEAT_FRACTION;
         loop {
             let sent = Instant::now();
-            let left = session.clock.deadline().saturating_duration_since(sent);
+            let deadline = session.clock.deadline();
+            let left = deadline.saturating_duration_since(sent);
             if left.is_zero() {
                 break;
             }
-            conn.read_until(session.clock.deadline());
+            conn.read_until(deadline);
             let beat_ms = millis(beat.min(left / 2));
             match redis::cmd("FLOCK.INBOX").arg(beat_ms).query::<Value>(&mut conn) {
                 Ok(reply) => {
