@@ -117,10 +117,16 @@ async def call(client, args, timeout: Optional[float]):
     never hangs): redis-py closes a connection whose command was cancelled."""
     if timeout is None:
         return await client.execute_command(*args)
+    return await _replied(client.execute_command(*args), args[0], timeout)
+
+
+async def _replied(awaitable, name, timeout: float):
+    """``await awaitable`` (the reply to command ``name``) within ``timeout``
+    seconds, else redis-py's TimeoutError, a lost reply."""
     try:
-        return await _within(client.execute_command(*args), timeout)
+        return await _within(awaitable, timeout)
     except asyncio.TimeoutError as e:
-        raise TimeoutError(f"no reply to {args[0]} within {timeout:.3f} s") from e
+        raise TimeoutError(f"no reply to {name} within {timeout:.3f} s") from e
 
 
 async def exchange(connection, args, timeout: float):
@@ -136,11 +142,8 @@ async def exchange(connection, args, timeout: float):
         # address).
         await connection.connect()
     await connection.send_packed_command([pack(args, connection.encoder)])
-    try:
-        # redis-py closes a connection whose read was cancelled.
-        return await _within(connection.read_response(timeout=math.inf), timeout)
-    except asyncio.TimeoutError as e:
-        raise TimeoutError(f"no reply to {args[0]} within {timeout:.3f} s") from e
+    # redis-py closes a connection whose read was cancelled.
+    return await _replied(connection.read_response(timeout=math.inf), args[0], timeout)
 
 
 def schedule(when: float, function, *args) -> asyncio.TimerHandle:
