@@ -9,8 +9,8 @@ final class Node implements AutoCloseable {
     /**
      * How many command connections a node's threads share at most, and how many idle connections it keeps of
      * each kind. Under contention two commands are under way at a time (a holder's release, the last holder's
-     * next acquire), a third lets a try or a reentry pass them; with the session, any number of waiting
-     * threads so costs four connections. A burst of threads that each needed a connection of its own (blocking
+     * next acquire), a third lets a try or a reentry pass them; with the session and the watchdog's, any number
+     * of waiting threads so costs five connections. A burst of threads that each needed a connection of its own (blocking
      * waits, durable grants' confirmations) leaves this many open, not one per thread.
      */
     static final int LINKS = 3;

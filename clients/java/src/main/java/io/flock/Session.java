@@ -430,7 +430,7 @@ final class Session implements AutoCloseable {
         }
 
         /**
-         * A read sent at {@code sent} waits T/3, or half the time left to the deadline when that is less (a pause or a
+         * A read sent at {@code sent} waits T/4, or half the time left to the deadline when that is less (a pause or a
          * slow reply held up its send), so that its answer comes back well before the deadline.
          */
         private byte[][] inbox(long sent) {
