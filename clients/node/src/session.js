@@ -649,16 +649,16 @@ class Session {
       if (redirect) return this._rewatch(grant, redirect.to);
       return;
     }
-    if (reply !== null && reply !== undefined && String(reply) === token) {
+    const same = reply !== null && reply !== undefined && String(reply) === token;
+    if (same) {
       if (toSession) grant.livesWith(entry);
       grant.node = node;
-      this.rewatched++;
     }
     // Remembered if refused (Flock#_releaseHolds): the owner's next grant of this token gives it back.
     if (reply !== null && reply !== undefined) await flock._releaseHolds([key], owner, [BigInt(reply)]).catch(() => {});
-    if (reply === null || reply === undefined || String(reply) !== token) {
-      grant.lose(loss(key, 'notowner', 'it ended before a new session could watch it'));
-    }
+    // Counted once the extra hold is given back: the server's hold count is the holder's again.
+    if (same) this.rewatched++;
+    else grant.lose(loss(key, 'notowner', 'it ended before a new session could watch it'));
   }
 
   // The handles that still hold a grant (not released), or null.
