@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Instructions redis-server executes per uncontended FLOCK.ACQUIRE +
 # FLOCK.RELEASE pair, counted by callgrind: the server runs under valgrind
-# twice, once fed N pairs and once none through `redis-cli --pipe`, and the
-# difference of the two totals is divided by N. For comparison, the same is
-# measured for `SET key token NX PX` with a Lua compare-and-delete, the lock
-# FLOCK replaces. Usage: scripts/instructions-per-pair.sh [MODULE] [N]
-# (default: the release build, 10000). Needs valgrind; takes about a minute.
+# once per form, fed N pairs on one connection (sent at once, then every
+# reply read), and once fed nothing; the difference of the totals is divided
+# by N. Measured: the bare pair; the form the clients send (a session grant
+# taken through the connection's session, each command with a request ID);
+# and for comparison `SET key token NX PX` with a Lua compare-and-delete,
+# the lock FLOCK replaces. Usage: scripts/instructions-per-pair.sh [MODULE]
+# [N] (default: the release build, 10000). Needs valgrind; takes about two
+# minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 module=$(realpath "${1:-target/release/libredis_flock.so}")
@@ -14,7 +17,8 @@ server=${FLOCK_SERVER:-redis-server}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# Prints the instructions the server ran while `redis-cli --pipe` sent $1.
+# Prints the instructions the server ran while fed form $1 (none, flock,
+# client, setnx) $n times.
 instructions() {
     local port
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -23,32 +27,44 @@ instructions() {
         --loadmodule "$module" >/dev/null 2>&1 &
     local pid=$!
     until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.2; done
-    redis-cli -p "$port" --pipe <"$1" >/dev/null
+    python3 - "$port" "$1" "$n" <<'PY'
+import socket, sys
+port, form, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+cas = 'if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0'
+def command(*words):
+    return "*%d\r\n" % len(words) + "".join("$%d\r\n%s\r\n" % (len(w.encode()), w) for w in words)
+conn = socket.create_connection(("127.0.0.1", port))
+reader = conn.makefile("rb")
+def reply():
+    line = reader.readline()
+    if line[:1] == b"$" and line[1:3] != b"-1":
+        return reader.read(int(line[1:]) + 2)[:-2]
+    assert line[:1] not in (b"-", b"*"), line
+    return line
+sid = None
+if form == "client":
+    conn.sendall(command("FLOCK.SESSION").encode())
+    sid = reply().decode()
+pair = {
+    "none": lambda i: "",
+    "flock": lambda i: command("FLOCK.ACQUIRE", "lock", "worker", "30000") + command("FLOCK.RELEASE", "lock", "worker"),
+    "client": lambda i: command("FLOCK.ACQUIRE", "lock", "worker", "0", "WAIT", "1000", "INBOX", sid, "ID", f"a{i:020}")
+    + command("FLOCK.RELEASE", "lock", "worker", "ID", f"r{i:020}"),
+    "setnx": lambda i: command("SET", "lock", "token", "NX", "PX", "30000") + command("EVAL", cas, "1", "lock", "token"),
+}[form]
+sent = "".join(pair(i) for i in range(n)).encode()
+conn.sendall(sent)
+for _ in range(2 * n if sent else 0):
+    reply()
+PY
     redis-cli -p "$port" shutdown nosave >/dev/null 2>&1 || true
     wait "$pid" || true
     grep -h '^summary:' "$work"/out.* | awk '{print $2}'
     rm -f "$work"/out.*
 }
 
-: >"$work/none"
-# The pairs in the protocol `redis-cli --pipe` sends as it is.
-python3 - "$work" "$n" <<'PY'
-import sys
-work, n = sys.argv[1], int(sys.argv[2])
-cas = 'if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0'
-def command(*words):
-    return "*%d\r\n" % len(words) + "".join("$%d\r\n%s\r\n" % (len(w.encode()), w) for w in words)
-pairs = {
-    "flock": command("FLOCK.ACQUIRE", "lock", "worker", "30000") + command("FLOCK.RELEASE", "lock", "worker"),
-    "setnx": command("SET", "lock", "token", "NX", "PX", "30000") + command("EVAL", cas, "1", "lock", "token"),
-}
-for name, pair in pairs.items():
-    with open(f"{work}/{name}", "w", encoding="utf-8", newline="") as f:
-        f.write(pair * n)
-PY
-base=$(instructions "$work/none")
-flock=$(instructions "$work/flock")
-setnx=$(instructions "$work/setnx")
+base=$(instructions none)
 echo "instructions per pair ($n pairs, $("$server" --version | grep -o 'v=[^ ]*'), callgrind):"
-echo "  FLOCK.ACQUIRE + FLOCK.RELEASE:         $(((flock - base) / n))"
-echo "  SET NX PX + Lua compare-and-delete:    $(((setnx - base) / n))"
+echo "  FLOCK.ACQUIRE + FLOCK.RELEASE:                  $((($(instructions flock) - base) / n))"
+echo "  the same as the clients send (session, IDs):    $((($(instructions client) - base) / n))"
+echo "  SET NX PX + Lua compare-and-delete:             $((($(instructions setnx) - base) / n))"
