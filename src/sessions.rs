@@ -11,7 +11,8 @@
 //! process in the event-loop turn that made it (docs/internals.md,
 //! "Sessions", says why this and not pub/sub or RESP3 pushes).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::{HashMap, VecDeque};
 
 use crate::config;
 use crate::ffi::{self, BlockedClient, BlockedId, Timer};
@@ -61,9 +62,9 @@ pub struct Session {
     pub inbox: VecDeque<Event>,
     reader: Option<Reader>,
     /// Its waits, each named in `Waiters`.
-    pub waits: HashSet<u64>,
+    pub waits: FxHashSet<u64>,
     /// The tokens of the grants it watches.
-    watched: HashSet<u64>,
+    watched: FxHashSet<u64>,
     /// Its own timeout (`FLOCK.SESSION TIMEOUT ms`); `None`: the module's
     /// `session-timeout-ms` at each renewal.
     timeout_ms: Option<u64>,
@@ -99,14 +100,14 @@ struct Watch {
 #[derive(Default)]
 pub struct Sessions {
     /// By the client id of the session's connection.
-    open: HashMap<u64, Session>,
+    open: FxHashMap<u64, Session>,
     by_id: HashMap<[u8; SESSION_ID_LEN], u64>,
-    watchers: HashMap<u64, Watch>,
+    watchers: FxHashMap<u64, Watch>,
     /// The connection of each blocked reader, so that its callbacks find it
     /// in O(1) whatever the number of sessions.
-    readers: HashMap<BlockedId, u64>,
+    readers: FxHashMap<BlockedId, u64>,
     /// Readers unblocked whose reply is not written yet.
-    answered: HashSet<u64>,
+    answered: FxHashSet<u64>,
 }
 
 impl Sessions {
@@ -129,8 +130,8 @@ impl Sessions {
                 id,
                 inbox: VecDeque::new(),
                 reader: None,
-                waits: HashSet::new(),
-                watched: HashSet::new(),
+                waits: FxHashSet::default(),
+                watched: FxHashSet::default(),
                 timeout_ms: None,
                 deadline_us: 0,
                 expiry: None,

@@ -11,6 +11,7 @@
 //! it hands its work to `now_or_after`, which runs it once the entry that
 //! holds the borrow has done its own, before that entry returns.
 
+use rustc_hash::FxHashMap;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
@@ -110,7 +111,7 @@ pub struct State {
     pub losses: Losses<(Place, Box<[u8]>)>,
     /// client id -> the holders bound to that connection (SESSION), each as
     /// its lock's place and its token (a token names one holder).
-    pub bindings: HashMap<u64, HashSet<(Place, u64)>>,
+    pub bindings: FxHashMap<u64, HashSet<(Place, u64)>>,
     /// Every holder's lease deadline, and the one Redis timer (with the time
     /// it is set for) that wakes up for the next.
     pub deadlines: Deadlines<Lease>,

@@ -9,7 +9,8 @@
 //! Redis itself never times a waiter out (see `ffi::block`): its own timeout
 //! races with a hand-off in the same event-loop turn and can lose the reply.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::HashMap;
 use std::time::Instant;
 
 use crate::ffi::{self, BlockedClient, BlockedId, Timer};
@@ -96,12 +97,12 @@ pub struct Group {
 
 #[derive(Default)]
 pub struct Waiters {
-    waiting: HashMap<WaitId, Waiter>,
+    waiting: FxHashMap<WaitId, Waiter>,
     /// Where each owner waits (an owner may wait on several locks, from
     /// several connections): for deadlock detection.
     by_owner: HashMap<Box<[u8]>, Vec<WaitId>>,
     /// Client ids unblocked by the module whose reply is not written yet.
-    answered: HashSet<u64>,
+    answered: FxHashSet<u64>,
     /// Queue entries of waits for several keys that ended without a grant:
     /// each still holds a place in its lock's queue until it is taken out.
     pub stale: Vec<(Place, WaiterId)>,

@@ -7,6 +7,7 @@
 //! semaphore's, an exclusive holder bound to a session) is the boxed table.
 //! Callers see one kind of holder either way.
 
+use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 
 use crate::deadlines::DeadlineId;
@@ -119,7 +120,7 @@ pub enum Holders {
 
 pub struct Table {
     mode: Mode,
-    by_token: HashMap<u64, (Holder, Terms)>,
+    by_token: FxHashMap<u64, (Holder, Terms)>,
     by_owner: HashMap<Box<[u8]>, u64>,
     /// Permits held (semaphore), or holders (lock).
     used: u64,
@@ -127,7 +128,7 @@ pub struct Table {
 
 impl Table {
     fn new(mode: Mode) -> Box<Self> {
-        Box::new(Table { mode, by_token: HashMap::new(), by_owner: HashMap::new(), used: 0 })
+        Box::new(Table { mode, by_token: FxHashMap::default(), by_owner: HashMap::new(), used: 0 })
     }
 
     fn add(&mut self, holder: Holder, terms: Terms) {
