@@ -31,7 +31,13 @@ const WAIT: ArgDoc = ArgDoc { name: "timeout-ms", kind: INTEGER, token: Some("WA
 const SESSION: ArgDoc =
     ArgDoc { name: "session", kind: PURE_TOKEN, token: Some("SESSION"), optional: true, subargs: &[] };
 
-pub const COMMANDS: [CommandDoc; 13] = [
+/// A remembered request ID, as the internal commands carry it.
+const RECORD: &[ArgDoc] =
+    &[arg("request-id", STRING), arg("command", INTEGER), arg("reply", INTEGER), arg("expires-unix-ms", INTEGER)];
+/// One riding on an internal command, after its own words.
+const REQUEST: ArgDoc = ArgDoc { name: "request", kind: BLOCK, token: Some("ID"), optional: true, subargs: RECORD };
+
+pub const COMMANDS: [CommandDoc; 14] = [
     CommandDoc {
         name: "flock.acquire",
         summary: "Takes a fair lock (exclusive, or SHARED for the read side) or PERMITS of a fair semaphore: granted at once if it fits and nobody waits, or with WAIT queued FIFO and blocked until granted",
@@ -192,13 +198,16 @@ pub const COMMANDS: [CommandDoc; 13] = [
         arity: 6,
         key_flags: RW | UPDATE,
         acl: "write fast admin dangerous",
-        args: &[
-            LOCK,
-            arg("request-id", STRING),
-            arg("command", INTEGER),
-            arg("reply", INTEGER),
-            arg("expires-unix-ms", INTEGER),
-        ],
+        args: &[LOCK, ArgDoc { name: "request", kind: BLOCK, token: None, optional: false, subargs: RECORD }],
+    },
+    CommandDoc {
+        name: "flock.free",
+        summary: "Internal: deletes a lock its master or the AOF left free, as DEL does, after the request ID it carries",
+        complexity: "O(1)",
+        arity: -2,
+        key_flags: RW | UPDATE,
+        acl: "write fast admin dangerous",
+        args: &[LOCK, REQUEST],
     },
     CommandDoc {
         name: "flock.holder",
@@ -233,6 +242,7 @@ pub const COMMANDS: [CommandDoc; 13] = [
                     },
                 ],
             },
+            REQUEST,
         ],
     },
 ];

@@ -14,7 +14,7 @@ use crate::inbox;
 use crate::legacy;
 use crate::place::Place;
 use crate::state::{self, State};
-use crate::value::{lock_value, read_lock_value, LockValue, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION};
+use crate::value::{lock_value, read_lock_value, LockValue, FREE_COMMAND, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION};
 use crate::waiters::WaitId;
 use flock_core::args;
 use flock_core::effects::{Counter, End};
@@ -459,13 +459,14 @@ fn internal(ctx: &Context, name: &std::ffi::CStr) -> Result<(), RedisError> {
 }
 
 /// `FLOCK.HOLDER key mode limit [owner [holds token deadline-unix-ms
-/// session permits]]`: sets the key's mode and one owner's grant (or that
-/// it holds none) as its master or the AOF recorded it.
+/// session permits]] [ID request-id command reply expires-unix-ms]`: sets
+/// the key's mode and one owner's grant (or that it holds none) as its
+/// master or the AOF recorded it, after the request ID it carries.
 pub fn holder(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     internal(ctx, HOLDER_COMMAND)?;
     let (key_name, rest) = split(&args, 4)?;
-    let set = record::holder_command(&rest, ffi::now_ms()).map_err(|f| errors::record(HOLDER_COMMAND, f))?;
-    set_replicated(ctx, key_name, set)
+    let (set, request) = record::holder_command(&rest, ffi::now_ms()).map_err(|f| errors::record(HOLDER_COMMAND, f))?;
+    set_replicated(ctx, key_name, set, request)
 }
 
 /// `FLOCK.STATE key [owner holds token deadline-unix-ms session]`: the
@@ -475,13 +476,17 @@ pub fn state(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     internal(ctx, c"FLOCK.STATE")?;
     let (key_name, rest) = split(&args, 2)?;
     let set = record::state_command(&rest, ffi::now_ms()).map_err(|f| errors::record(c"FLOCK.STATE", f))?;
-    set_replicated(ctx, key_name, set)
+    set_replicated(ctx, key_name, set, None)
 }
 
-/// Applies a replicated or AOF holder record to the lock at `key_name`:
-/// made only if the record gives it a holder, removed if left free.
-fn set_replicated(ctx: &Context, key_name: &RedisString, set: Set) -> RedisResult {
+/// Applies a replicated or AOF holder record to the lock at `key_name`
+/// (made only if the record gives it a holder, removed if left free), after
+/// the request ID that came with it.
+fn set_replicated(ctx: &Context, key_name: &RedisString, set: Set, request: Option<record::Request>) -> RedisResult {
     entered(ctx, |s| {
+        if let Some(request) = request {
+            restore_request(ctx, s, key_name, request)?;
+        }
         let creates = matches!(set, Set::Holder(..));
         with_key(ctx, s, key_name, creates, |s, k, value| {
             if let Set::Holder(_, record) = &set {
@@ -507,18 +512,45 @@ fn set_replicated(ctx: &Context, key_name: &RedisString, set: Set) -> RedisResul
 pub fn request_id(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     internal(ctx, ID_COMMAND)?;
     let (key_name, rest) = split(&args, 6)?;
-    let (id, record) = record::request_command(&rest, ffi::now_ms()).map_err(|f| errors::record(ID_COMMAND, f))?;
+    let request = record::request_command(&rest, ffi::now_ms()).map_err(|f| errors::record(ID_COMMAND, f))?;
+    entered(ctx, |s| restore_request(ctx, s, key_name, request))?;
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// `FLOCK.FREE key [ID request-id command reply expires-unix-ms]`: the
+/// lock its master or the AOF left free goes, as with DEL (whatever the key
+/// holds), after the request ID it carries; the lock's request IDs are
+/// remembered as a DEL's are.
+pub fn free(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    internal(ctx, FREE_COMMAND)?;
+    let (key_name, rest) = split(&args, 2)?;
+    let request = record::free_command(&rest, ffi::now_ms()).map_err(|f| errors::record(FREE_COMMAND, f))?;
     entered(ctx, |s| {
-        let key = ctx.open_key_writable(key_name);
-        match lock_value(&key)? {
-            Some(value) => value.lock.restore_request(&id, record),
-            // Before the grant it belongs to makes the key, or for a free lock.
-            None => {
-                let place = place_of(ctx, s, key_name);
-                s.remembered.record(place, &id, record);
-                engine::wake_for_remembered(s);
-            }
+        if let Some(request) = request {
+            restore_request(ctx, s, key_name, request)?;
         }
+        ctx.open_key_writable(key_name).delete()?;
         Ok(RedisValue::SimpleStringStatic("OK"))
     })
+}
+
+/// Keeps a request ID its master or the AOF remembered for the lock at
+/// `key_name`.
+fn restore_request(
+    ctx: &Context,
+    s: &mut State,
+    key_name: &RedisString,
+    (id, record): record::Request,
+) -> Result<(), RedisError> {
+    let key = ctx.open_key_writable(key_name);
+    match lock_value(&key)? {
+        Some(value) => value.lock.restore_request(&id, record),
+        // Before the grant it belongs to makes the key, or for a free lock.
+        None => {
+            let place = place_of(ctx, s, key_name);
+            s.remembered.record(place, &id, record);
+            engine::wake_for_remembered(s);
+        }
+    }
+    Ok(())
 }

@@ -13,15 +13,15 @@ use crate::config;
 use crate::ffi::{self, MAX_ARGS};
 use crate::place::Place;
 use crate::state::{self, Lease, Scratch, Send, Shadow, State};
-use crate::value::{lock_value, with_args, LockValue, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION};
+use crate::value::{lock_value, with_args, LockValue, FREE_COMMAND, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION};
 use crate::waiters::{self, WaitId};
 use flock_core::deadlines::{DeadlineId, Pop};
 use flock_core::effects::{effects, Counter, End, Leave, Outcome, Reply, Sent};
 use flock_core::holders::{Holder, Terms};
 use flock_core::lock::{Acquired, Lock, Outcomes, Request, RequestId};
 use flock_core::queue::WaiterId;
-use flock_core::record::{holder_set_words, mode_words, request_words, Word};
-use flock_core::requests::Requests;
+use flock_core::record::{holder_set_words, mode_words, request_words, Word, REQUEST_MARK};
+use flock_core::requests::{Record, Requests};
 
 /// Applies each outcome's effects (the table) to the state: counters, the
 /// lease timer, session bindings, replies; gathers in `scratch` what to
@@ -151,13 +151,15 @@ pub fn update<R>(
     let result = op(s, &mut value.lock, &mut scratch.outcomes, now);
     settle_gated_head(s, &mut value.lock, now, &mut scratch.outcomes);
     follow(s, k.place, &mut value.lock, now, &mut scratch);
-    propagate_requests(k, value, requests_made);
-    if remove_if_free(s, k, value) {
-        // Replicas and the AOF see the key deleted by name.
-        ffi::replicate(k.ctx, c"DEL", &[k.name.as_slice()]);
+    if value.lock.is_idle() {
+        // Replicas and the AOF see the key deleted by name, as a DEL would.
+        let rider = propagate_requests(k, value, requests_made, true);
+        replicate(k, FREE_COMMAND, &[], rider);
+        remove_if_free(s, k, value);
     } else {
-        for send in &scratch.sends {
-            propagate(k, &value.lock, send);
+        let rider = propagate_requests(k, value, requests_made, !scratch.sends.is_empty());
+        for (i, send) in scratch.sends.iter().enumerate() {
+            propagate(k, &value.lock, send, if i == 0 { rider } else { None });
         }
     }
     for event in scratch.events.drain(..) {
@@ -328,16 +330,15 @@ pub fn restore(
 
 /// A free lock leaves no key, so that any client finds the name free (an
 /// old client's `SET NX` too); its request IDs stay in the state until they
-/// expire. True if it was free.
-fn remove_if_free(s: &mut State, k: &Key, value: &mut LockValue) -> bool {
+/// expire.
+fn remove_if_free(s: &mut State, k: &Key, value: &mut LockValue) {
     if !value.lock.is_idle() {
-        return false;
+        return;
     }
     remember(s, k.place, value.lock.take_requests());
     // Detached from timers and sessions already: the unlink callback this
     // runs has nothing left to do.
     let _ = k.key.delete();
-    true
 }
 
 /// Keeps the request IDs of a lock that leaves its key, and wakes up to
@@ -362,40 +363,51 @@ pub fn wake_for_remembered(s: &mut State) {
     }
 }
 
+/// A request ID that rides on a `FLOCK.HOLDER` or `FLOCK.FREE`: each
+/// command sent costs the server far more than its words.
+type Rider<'a> = Option<(&'a [u8], &'a Record)>;
+
 /// Sends the request IDs an operation recorded to replicas and the AOF,
-/// before the state they belong to.
-fn propagate_requests(k: &Key, value: &LockValue, since: u64) {
-    let Some(requests) = value.lock.requests().filter(|r| r.made() > since) else { return };
-    for (id, record) in requests.made_since(since) {
-        replicate(k, ID_COMMAND, &request_words(id, record));
+/// before the state they belong to. The first one rides on the state
+/// command that follows, if one does (`carried`): it is returned, not sent.
+fn propagate_requests<'a>(k: &Key, value: &'a LockValue, since: u64, carried: bool) -> Rider<'a> {
+    let requests = value.lock.requests().filter(|r| r.made() > since)?;
+    let mut made = requests.made_since(since);
+    let rider = if carried { made.next() } else { None };
+    for (id, record) in made {
+        replicate(k, ID_COMMAND, &request_words(id, record), None);
     }
+    rider
 }
 
 /// Sends one holder as it is now, or that its owner holds nothing, as one
-/// deterministic command with absolute times (never the blocking ACQUIRE).
-fn propagate(k: &Key, lock: &Lock<WaitId>, send: &Send) {
+/// deterministic command with absolute times (never the blocking ACQUIRE),
+/// with the request ID that rides on it.
+fn propagate(k: &Key, lock: &Lock<WaitId>, send: &Send, rider: Rider) {
     match send {
         Send::Holder(token) => {
             let Some((holder, terms)) = lock.holders().get(*token) else { return };
-            replicate(
-                k,
-                HOLDER_COMMAND,
-                &holder_set_words(lock.mode(), holder, terms.session.is_some(), terms.permits),
-            );
+            let words = holder_set_words(lock.mode(), holder, terms.session.is_some(), terms.permits);
+            replicate(k, HOLDER_COMMAND, &words, rider);
         }
         Send::Gone(owner) => {
             let [mode, limit] = mode_words(lock.mode());
-            replicate(k, HOLDER_COMMAND, &[mode, limit, Word::Bytes(owner)]);
+            replicate(k, HOLDER_COMMAND, &[mode, limit, Word::Bytes(owner)], rider);
         }
     }
 }
 
-/// Sends `cmd key words...` to replicas and the AOF.
-fn replicate(k: &Key, cmd: &CStr, words: &[Word]) {
+/// Sends `cmd key words... [ID request-words...]` to replicas and the AOF.
+fn replicate(k: &Key, cmd: &CStr, words: &[Word], rider: Rider) {
     let mut argv = [Word::Number(0); MAX_ARGS];
-    argv[0] = Word::Bytes(k.name.as_slice());
-    argv[1..=words.len()].copy_from_slice(words);
-    with_args(&argv[..=words.len()], |args| ffi::replicate(k.ctx, cmd, args));
+    argv[..words.len()].copy_from_slice(words);
+    let mut len = words.len();
+    if let Some((id, record)) = rider {
+        argv[len] = Word::Bytes(REQUEST_MARK);
+        argv[len + 1..len + 5].copy_from_slice(&request_words(id, record));
+        len += 5;
+    }
+    with_args(&argv[..len], |args| ffi::replicate(k.ctx, cmd, k.name, args));
 }
 
 const REPLICA_RECHECK_MS: u64 = 50;

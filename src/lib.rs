@@ -139,6 +139,7 @@ mod module {
             ["flock.state", commands::state, "write fast", 1, 1, 1, ""],
             ["flock.id", commands::request_id, "write fast", 1, 1, 1, ""],
             ["flock.holder", commands::holder, "write fast", 1, 1, 1, ""],
+            ["flock.free", commands::free, "write fast", 1, 1, 1, ""],
         ],
         event_handlers: [
             [@GENERIC @EXPIRED @EVICTED: events::on_keyspace_event],

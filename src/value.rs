@@ -37,6 +37,11 @@ pub const HOLDER_COMMAND: &CStr = c"FLOCK.HOLDER";
 /// in the AOF: `FLOCK.ID key request-id command reply expires-unix-ms`.
 pub const ID_COMMAND: &CStr = c"FLOCK.ID";
 
+/// The internal command that deletes a lock left free on replicas and in
+/// the AOF, as DEL would, with a request ID riding on it:
+/// `FLOCK.FREE key [ID request-id command reply expires-unix-ms]`.
+pub const FREE_COMMAND: &CStr = c"FLOCK.FREE";
+
 /// A SESSION lock whose connection is not on this server (loaded or
 /// replicated): client ids start at 1, so this one never disconnects.
 pub const REMOTE_SESSION: u64 = 0;

@@ -674,12 +674,13 @@ fn acl_categories_write_read_flock_on_redis_8_and_valkey_9_but_none_on_redis_7_0
     }
     let mut flock: Vec<String> = redis::cmd("ACL").arg("CAT").arg("flock").query(&mut admin).unwrap();
     flock.sort();
-    // Sorted; the internal FLOCK.HOLDER, FLOCK.ID and FLOCK.STATE are in it too.
+    // Sorted; the internal FLOCK.FREE, FLOCK.HOLDER, FLOCK.ID and FLOCK.STATE are in it too.
     let all = [
         "flock.acquire",
         "flock.acquireall",
         "flock.cancel",
         "flock.forcerelease",
+        "flock.free",
         "flock.holder",
         "flock.id",
         "flock.inbox",

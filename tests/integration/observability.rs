@@ -302,6 +302,14 @@ fn command_docs_describe_every_command() {
     let owner = arg("owner", "string", None, false);
     let lease = arg("lease-ms", "integer", None, false);
     let id = arg("request-id", "string", Some("ID"), true);
+    // A remembered request ID, as the internal commands carry it.
+    let record = [
+        arg("request-id", "string", None, false),
+        arg("command", "integer", None, false),
+        arg("reply", "integer", None, false),
+        arg("expires-unix-ms", "integer", None, false),
+    ];
+    let riding = || [vec![arg("request", "block", Some("ID"), true)], record.to_vec()].concat();
     let table = [
         (
             "flock.acquire",
@@ -348,17 +356,7 @@ fn command_docs_describe_every_command() {
                 arg("session", "integer", None, false),
             ],
         ),
-        (
-            "flock.id",
-            "Internal",
-            vec![
-                key.clone(),
-                arg("request-id", "string", None, false),
-                arg("command", "integer", None, false),
-                arg("reply", "integer", None, false),
-                arg("expires-unix-ms", "integer", None, false),
-            ],
-        ),
+        ("flock.id", "Internal", [vec![key.clone(), arg("request", "block", None, false)], record.to_vec()].concat()),
         (
             "flock.holder",
             "Internal",
@@ -374,8 +372,12 @@ fn command_docs_describe_every_command() {
                 arg("deadline-unix-ms", "integer", None, false),
                 arg("session", "integer", None, false),
                 arg("permits", "integer", None, false),
-            ],
+            ]
+            .into_iter()
+            .chain(riding())
+            .collect(),
         ),
+        ("flock.free", "Internal", [vec![key.clone()], riding()].concat()),
     ];
     for (name, in_summary, expected_args) in table {
         let doc = docs(&mut c, name);

@@ -798,7 +798,7 @@ fn many_clients_never_see_a_writer_with_anyone_else_or_more_permits_than_the_lim
 // ------------------------------------------------------- FLOCK.HOLDER
 
 #[test]
-fn flock_holder_from_a_client_is_refused_and_changes_nothing() {
+fn flock_holder_and_flock_free_from_a_client_are_refused_and_change_nothing() {
     let s = Server::start();
     let mut c = s.conn();
     shared(&mut c, "rw", "a").unwrap();
@@ -808,8 +808,13 @@ fn flock_holder_from_a_client_is_refused_and_changes_nothing() {
         &["rw", "shared", "0", "a"][..],
         &["rw", "shared", "0", "x", "1", "5", &far, "0", "0"],
         &["new", "semaphore", "3"],
+        &["rw", "shared", "0", "a", "ID", "i", "1", "1", &far],
     ] {
         let e = expect_err(redis::cmd("FLOCK.HOLDER").arg(args).query::<Value>(&mut c), "FLOCK.HOLDER from a client");
+        assert!(e.to_string().contains("internal"), "{e}");
+    }
+    for args in [&["rw"][..], &["rw", "ID", "i", "1", "1", &far]] {
+        let e = expect_err(redis::cmd("FLOCK.FREE").arg(args).query::<Value>(&mut c), "FLOCK.FREE from a client");
         assert!(e.to_string().contains("internal"), "{e}");
     }
     assert_eq!(info_still(&mut c, "rw"), before);

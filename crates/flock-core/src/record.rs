@@ -158,7 +158,7 @@ pub fn request_words<'a>(id: &'a [u8], record: &Record) -> [Word<'a>; 4] {
     [Word::Bytes(id), Word::Number(record.kind.code()), Word::Number(record.reply), Word::Number(record.expires_ms)]
 }
 
-pub fn read_request(words: &mut impl Words, now_ms: u64) -> Result<(Box<[u8]>, Record), Field> {
+pub fn read_request(words: &mut impl Words, now_ms: u64) -> Result<Request, Field> {
     let id = words.bytes()?;
     let kind = Kind::from_code(words.number(Field::Request)?).ok_or(Field::Request)?;
     let reply = words.number(Field::Request)?;
@@ -169,9 +169,8 @@ pub fn read_request(words: &mut impl Words, now_ms: u64) -> Result<(Box<[u8]>, R
     Ok((id, Record { kind, reply, expires_ms }))
 }
 
-/// What one `FLOCK.HOLDER key mode limit [owner [holds token
-/// deadline-unix-ms session permits]]` sets: the key's mode, and one
-/// owner's grant or that it holds nothing.
+/// What one `FLOCK.HOLDER` sets: the key's mode, and one owner's grant or
+/// that it holds nothing.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Set {
     Kind(Mode),
@@ -182,7 +181,45 @@ pub enum Set {
     Vacant,
 }
 
-pub fn holder_command(args: &[&[u8]], now_ms: u64) -> Result<Set, Field> {
+/// The word that starts a request ID riding on a `FLOCK.HOLDER` or a
+/// `FLOCK.FREE`.
+pub const REQUEST_MARK: &[u8] = b"ID";
+
+/// A remembered request ID: `request-id command reply expires-unix-ms`.
+pub type Request = (Box<[u8]>, Record);
+
+/// `FLOCK.HOLDER key mode limit [owner [holds token deadline-unix-ms
+/// session permits]] [ID request-id command reply expires-unix-ms]`: what
+/// it sets, and the request ID it carries (one command where a `FLOCK.ID`
+/// and a `FLOCK.HOLDER` would cost the server a propagation each). The
+/// mark cannot be mistaken for a field: where it stands, a holder record
+/// has its hold count, a number.
+pub fn holder_command(args: &[&[u8]], now_ms: u64) -> Result<(Set, Option<Request>), Field> {
+    let (state, request) = riding(args, now_ms)?;
+    Ok((holder_set(state, now_ms)?, request))
+}
+
+/// `FLOCK.FREE key [ID request-id command reply expires-unix-ms]`: the lock
+/// was left free (its key goes, as with DEL), after the request ID it
+/// carries.
+pub fn free_command(args: &[&[u8]], now_ms: u64) -> Result<Option<Request>, Field> {
+    match riding(args, now_ms)? {
+        ([], request) => Ok(request),
+        _ => Err(Field::Length),
+    }
+}
+
+/// A command's own words, and the request ID riding as its last five.
+fn riding<'a, 'b>(args: &'a [&'b [u8]], now_ms: u64) -> Result<(&'a [&'b [u8]], Option<Request>), Field> {
+    match args.len().checked_sub(5) {
+        Some(at) if args[at].eq_ignore_ascii_case(REQUEST_MARK) => {
+            Ok((&args[..at], Some(read_request(&mut Args(args[at + 1..].iter()), now_ms)?)))
+        }
+        _ => Ok((args, None)),
+    }
+}
+
+fn holder_set(args: &[&[u8]], now_ms: u64) -> Result<Set, Field> {
     let mut words = Args(args.iter());
     let mode = read_mode(&mut words)?;
     let set = match args.len() {
@@ -209,7 +246,7 @@ pub fn state_command(args: &[&[u8]], now_ms: u64) -> Result<Set, Field> {
 }
 
 /// `FLOCK.ID key request-id command reply expires-unix-ms`.
-pub fn request_command(args: &[&[u8]], now_ms: u64) -> Result<(Box<[u8]>, Record), Field> {
+pub fn request_command(args: &[&[u8]], now_ms: u64) -> Result<Request, Field> {
     match args.len() {
         4 => read_request(&mut Args(args.iter()), now_ms),
         _ => Err(Field::Length),
@@ -251,8 +288,8 @@ mod tests {
         assert_eq!(read, HolderRecord { holder: h.clone(), session: true, permits: 2 });
         let words = text(&holder_set_words(Mode::Semaphore(2), &h, true, 2));
         let refs: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
-        let set = holder_command(&refs, NOW);
-        assert_eq!(set, Ok(Set::Holder(Mode::Semaphore(2), HolderRecord { holder: h, session: true, permits: 2 })));
+        let set = Set::Holder(Mode::Semaphore(2), HolderRecord { holder: h.clone(), session: true, permits: 2 });
+        assert_eq!(holder_command(&refs, NOW), Ok((set, None)));
         for m in [Mode::Exclusive, Mode::Shared, Mode::Semaphore(7)] {
             let words = text(&mode_words(m));
             let refs: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
@@ -262,6 +299,20 @@ mod tests {
         let words = text(&request_words(b"id", &r));
         let refs: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
         assert_eq!(read_request(&mut Args(refs.iter()), NOW), Ok((b"id".as_slice().into(), r)));
+        // A request ID riding on each shape of FLOCK.HOLDER.
+        for state in [text(&holder_set_words(Mode::Exclusive, &h, false, 0)), text(&mode_words(Mode::Shared)), {
+            let mut absent = text(&mode_words(Mode::Shared));
+            absent.push(REQUEST_MARK.to_vec());
+            absent
+        }] {
+            let mut words = state.clone();
+            words.push(REQUEST_MARK.to_vec());
+            words.extend(text(&request_words(b"id", &r)));
+            let refs: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
+            let alone: Vec<&[u8]> = state.iter().map(Vec::as_slice).collect();
+            let set = holder_command(&alone, NOW).unwrap().0;
+            assert_eq!(holder_command(&refs, NOW), Ok((set, Some((b"id".as_slice().into(), r)))));
+        }
     }
 
     #[test]
@@ -302,11 +353,26 @@ mod tests {
     #[test]
     fn the_internal_commands_take_their_shapes_only() {
         let cmd = |w: &[&str]| holder_command(&args(w), NOW);
-        assert_eq!(cmd(&["semaphore", "3"]), Ok(Set::Kind(Mode::Semaphore(3))));
-        assert_eq!(cmd(&["shared", "0", "o"]), Ok(Set::Absent(Mode::Shared, b"o".as_slice().into())));
-        assert!(matches!(cmd(&["exclusive", "0", "o", "1", "5", "0", "1", "0"]), Ok(Set::Holder(Mode::Exclusive, _))));
+        assert_eq!(cmd(&["semaphore", "3"]), Ok((Set::Kind(Mode::Semaphore(3)), None)));
+        assert_eq!(cmd(&["shared", "0", "o"]), Ok((Set::Absent(Mode::Shared, b"o".as_slice().into()), None)));
+        assert!(matches!(
+            cmd(&["exclusive", "0", "o", "1", "5", "0", "1", "0"]),
+            Ok((Set::Holder(Mode::Exclusive, _), None))
+        ));
         assert_eq!(cmd(&["shared", "0", "o", "1"]), Err(Field::Length));
         assert_eq!(cmd(&["shared"]), Err(Field::Length));
+        // A request ID rides only as the last five words, and is checked as FLOCK.ID's.
+        assert_eq!(cmd(&["shared", "0", "o", "ID", "i", "0", "1"]), Err(Field::Length));
+        assert_eq!(cmd(&["shared", "0", "o", "ID", "i", "9", "1", "0"]), Err(Field::Request));
+        assert_eq!(cmd(&["shared", "0", "o", "1", "ID", "i", "0", "1", "0"]), Err(Field::Length));
+        let r = Record { kind: Kind::Release, reply: 1, expires_ms: NOW };
+        assert_eq!(free_command(&[], NOW), Ok(None));
+        assert_eq!(
+            free_command(&args(&["ID", "i", "1", "1", &NOW.to_string()]), NOW),
+            Ok(Some((b"i".as_slice().into(), r)))
+        );
+        assert_eq!(free_command(&args(&["o", "ID", "i", "1", "1", "0"]), NOW), Err(Field::Length));
+        assert_eq!(free_command(&args(&["ID", "i", "1", "1"]), NOW), Err(Field::Length));
         assert_eq!(state_command(&[], NOW), Ok(Set::Vacant));
         assert!(matches!(state_command(&args(&["o", "1", "5", "0", "0"]), NOW), Ok(Set::Holder(Mode::Exclusive, _))));
         assert_eq!(state_command(&args(&["o", "1", "18446744073709551615", "0", "0"]), NOW), Err(Field::Token));
@@ -321,6 +387,7 @@ mod tests {
             let _ = read_holder(&mut Args(refs.iter()), Mode::Semaphore(3), true, NOW);
             let _ = read_request(&mut Args(refs.iter()), NOW);
             let _ = holder_command(&refs, NOW);
+            let _ = free_command(&refs, NOW);
             let _ = state_command(&refs, NOW);
             let _ = request_command(&refs, NOW);
         }
