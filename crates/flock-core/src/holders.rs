@@ -3,9 +3,10 @@
 //!
 //! Most keys are plain exclusive locks, held by one owner without SESSION:
 //! that holder is kept inline (`Holders::One`), so such a key costs no
-//! allocation beyond its owner string. Every other case (shared holders, a
-//! semaphore's, an exclusive holder bound to a session) is the boxed table.
-//! Callers see one kind of holder either way.
+//! allocation beyond its owner string. An exclusive holder bound to a
+//! session (the clients' default) is boxed with its terms (`Boxed::Bound`,
+//! one allocation); every other case (shared holders, a semaphore's) is the
+//! boxed table. Callers see one kind of holder either way.
 
 use rustc_hash::FxHashMap;
 use std::collections::HashMap;
@@ -114,8 +115,17 @@ impl Want {
 pub enum Holders {
     /// One exclusive holder without a session: a plain lock.
     One(Holder),
-    /// Any other holders; `None` when nobody holds a lock.
-    Table(Option<Box<Table>>),
+    /// Nobody (`None`: a free lock), or any other holders.
+    Boxed(Option<Boxed>),
+}
+
+/// Holders kept behind a pointer, so that a plain lock's value keeps its
+/// size (one enum of two boxes fits where `One`'s holder leaves room).
+pub enum Boxed {
+    /// One exclusive holder with its terms (a session): one allocation.
+    Bound(Box<(Holder, Terms)>),
+    /// Shared holders, a semaphore's, or several exclusive ones restored.
+    Table(Box<Table>),
 }
 
 pub struct Table {
@@ -145,22 +155,50 @@ fn weight(terms: Terms) -> u64 {
 
 impl Default for Holders {
     fn default() -> Self {
-        Holders::Table(None)
+        Holders::Boxed(None)
     }
 }
 
 impl Holders {
     fn table(&self) -> Option<&Table> {
         match self {
-            Holders::Table(table) => table.as_deref(),
-            Holders::One(_) => None,
+            Holders::Boxed(Some(Boxed::Table(table))) => Some(table),
+            _ => None,
+        }
+    }
+
+    fn table_mut(&mut self) -> Option<&mut Table> {
+        match self {
+            Holders::Boxed(Some(Boxed::Table(table))) => Some(table),
+            _ => None,
+        }
+    }
+
+    /// The one exclusive holder kept outside a table, with its terms.
+    fn single(&self) -> Option<(&Holder, Terms)> {
+        match self {
+            Holders::One(h) => Some((h, Terms::default())),
+            Holders::Boxed(Some(Boxed::Bound(bound))) => Some((&bound.0, bound.1)),
+            Holders::Boxed(_) => None,
+        }
+    }
+
+    /// Takes out the one holder kept outside a table, leaving nobody.
+    fn take_single(&mut self) -> Option<(Holder, Terms)> {
+        match std::mem::take(self) {
+            Holders::One(h) => Some((h, Terms::default())),
+            Holders::Boxed(Some(Boxed::Bound(bound))) => Some(*bound),
+            other => {
+                *self = other;
+                None
+            }
         }
     }
 
     pub fn len(&self) -> usize {
-        match self {
-            Holders::One(_) => 1,
-            Holders::Table(table) => table.as_ref().map_or(0, |t| t.by_token.len()),
+        match (self.single(), self.table()) {
+            (Some(_), _) => 1,
+            (None, table) => table.map_or(0, |t| t.by_token.len()),
         }
     }
 
@@ -176,49 +214,57 @@ impl Holders {
 
     /// Permits in use (semaphore), or holders (lock).
     pub fn used(&self) -> u64 {
-        match self {
-            Holders::One(_) => 1,
-            Holders::Table(table) => table.as_ref().map_or(0, |t| t.used),
+        match (self.single(), self.table()) {
+            (Some(_), _) => 1,
+            (None, table) => table.map_or(0, |t| t.used),
         }
     }
 
     pub fn get(&self, token: u64) -> Option<(&Holder, Terms)> {
-        match self {
-            Holders::One(h) if h.token == token => Some((h, Terms::default())),
-            Holders::One(_) => None,
-            Holders::Table(table) => table.as_ref()?.by_token.get(&token).map(|(h, t)| (h, *t)),
+        match self.table() {
+            Some(table) => table.by_token.get(&token).map(|(h, t)| (h, *t)),
+            None => self.single().filter(|(h, _)| h.token == token),
         }
     }
 
     pub fn get_mut(&mut self, token: u64) -> Option<&mut Holder> {
-        match self {
-            Holders::One(h) if h.token == token => Some(h),
-            Holders::One(_) => None,
-            Holders::Table(table) => table.as_mut()?.by_token.get_mut(&token).map(|(h, _)| h),
-        }
+        self.entry_mut(token).map(|(h, _)| h)
+    }
+
+    /// The holder with this token, and its terms where they can change (a
+    /// plain lock's are none).
+    fn entry_mut(&mut self, token: u64) -> Option<(&mut Holder, Option<&mut Terms>)> {
+        let (holder, terms) = match self {
+            Holders::One(h) => (h, None),
+            Holders::Boxed(Some(Boxed::Bound(bound))) => (&mut bound.0, Some(&mut bound.1)),
+            Holders::Boxed(Some(Boxed::Table(table))) => {
+                return table.by_token.get_mut(&token).map(|(h, terms)| (h, Some(terms)));
+            }
+            Holders::Boxed(None) => return None,
+        };
+        (holder.token == token).then_some((holder, terms))
     }
 
     /// The token of `owner`'s grant.
     pub fn token_of(&self, owner: &[u8]) -> Option<u64> {
-        match self {
-            Holders::One(h) => (*h.owner == *owner).then_some(h.token),
-            Holders::Table(table) => table.as_ref()?.by_owner.get(owner).copied(),
+        match self.table() {
+            Some(table) => table.by_owner.get(owner).copied(),
+            None => self.single().filter(|(h, _)| *h.owner == *owner).map(|(h, _)| h.token),
         }
     }
 
     /// In no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&Holder, Terms)> + '_ {
-        let (one, table) = match self {
-            Holders::One(h) => (Some((h, Terms::default())), None),
-            Holders::Table(table) => (None, table.as_deref()),
-        };
-        one.into_iter().chain(table.into_iter().flat_map(|t| t.by_token.values().map(|(h, t)| (h, *t))))
+        let table = self.table().into_iter().flat_map(|t| t.by_token.values().map(|(h, t)| (h, *t)));
+        self.single().into_iter().chain(table)
     }
 
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Holder> + '_ {
         let (one, table) = match self {
             Holders::One(h) => (Some(h), None),
-            Holders::Table(table) => (None, table.as_deref_mut()),
+            Holders::Boxed(Some(Boxed::Bound(bound))) => (Some(&mut bound.0), None),
+            Holders::Boxed(Some(Boxed::Table(table))) => (None, Some(table)),
+            Holders::Boxed(None) => (None, None),
         };
         one.into_iter().chain(table.into_iter().flat_map(|t| t.by_token.values_mut().map(|(h, _)| h)))
     }
@@ -226,50 +272,55 @@ impl Holders {
     /// Adds a holder that fits beside the others (same mode, a new owner
     /// and token): the caller checked.
     pub fn insert(&mut self, holder: Holder, terms: Terms, mode: Mode) {
-        if matches!(self, Holders::Table(None)) && mode == Mode::Exclusive && terms == Terms::default() {
-            *self = Holders::One(holder);
+        if matches!(self, Holders::Boxed(None)) && mode == Mode::Exclusive {
+            *self = match terms == Terms::default() {
+                true => Holders::One(holder),
+                false => Holders::Boxed(Some(Boxed::Bound(Box::new((holder, terms))))),
+            };
             return;
         }
         self.make_table(mode).add(holder, terms);
     }
 
-    /// The table, made from the inline holder or from nothing.
+    /// The table, made from the one holder or from nothing.
     fn make_table(&mut self, mode: Mode) -> &mut Table {
-        if let Holders::One(_) = self {
-            let Holders::One(one) = std::mem::take(self) else { unreachable!("matched above") };
-            let mut table = Table::new(Mode::Exclusive);
-            table.add(one, Terms::default());
-            *self = Holders::Table(Some(table));
+        let table = match self.take_single() {
+            Some((one, terms)) => {
+                let mut table = Table::new(Mode::Exclusive);
+                table.add(one, terms);
+                Some(table)
+            }
+            None if matches!(self, Holders::Boxed(None)) => Some(Table::new(mode)),
+            None => None,
+        };
+        if let Some(table) = table {
+            *self = Holders::Boxed(Some(Boxed::Table(table)));
         }
-        let Holders::Table(table) = self else { unreachable!("made a table above") };
-        table.get_or_insert_with(|| Table::new(mode))
+        self.table_mut().expect("made a table above")
     }
 
     pub fn remove(&mut self, token: u64) -> Option<(Holder, Terms)> {
-        match self {
-            Holders::One(h) if h.token == token => {
-                let Holders::One(h) = std::mem::take(self) else { unreachable!("matched above") };
-                Some((h, Terms::default()))
-            }
-            Holders::One(_) => None,
-            Holders::Table(slot) => {
-                let table = slot.as_mut()?;
-                let (holder, terms) = table.by_token.remove(&token)?;
-                table.by_owner.remove(&holder.owner);
-                table.used -= weight(terms);
-                // A semaphore stays one while its key exists.
-                if table.by_token.is_empty() && table.mode.limit().is_none() {
-                    *slot = None;
-                }
-                Some((holder, terms))
-            }
+        let Some(table) = self.table_mut() else {
+            return match self.single() {
+                Some((h, _)) if h.token == token => self.take_single(),
+                _ => None,
+            };
+        };
+        let (holder, terms) = table.by_token.remove(&token)?;
+        table.by_owner.remove(&holder.owner);
+        table.used -= weight(terms);
+        // A semaphore stays one while its key exists.
+        if table.by_token.is_empty() && table.mode.limit().is_none() {
+            *self = Holders::Boxed(None);
         }
+        Some((holder, terms))
     }
 
     /// Binds the holder with this token to `session` (or unbinds it).
     pub fn set_session(&mut self, token: u64, session: Option<u64>) {
         if session.is_some() && matches!(self, Holders::One(h) if h.token == token) {
-            self.make_table(Mode::Exclusive);
+            let Some(one) = self.take_single() else { unreachable!("matched above") };
+            *self = Holders::Boxed(Some(Boxed::Bound(Box::new(one))));
         }
         if let Some(terms) = self.terms_mut(token) {
             terms.session = session;
@@ -285,21 +336,19 @@ impl Holders {
     }
 
     fn terms_mut(&mut self, token: u64) -> Option<&mut Terms> {
-        match self {
-            Holders::Table(Some(table)) => table.by_token.get_mut(&token).map(|(_, terms)| terms),
-            _ => None,
-        }
+        self.entry_mut(token).and_then(|(_, terms)| terms)
     }
 
     /// Takes every holder out; a semaphore stays one.
     pub fn drain(&mut self) -> Vec<(Holder, Terms)> {
         match std::mem::take(self) {
             Holders::One(h) => vec![(h, Terms::default())],
-            Holders::Table(None) => Vec::new(),
-            Holders::Table(Some(mut table)) => {
+            Holders::Boxed(Some(Boxed::Bound(bound))) => vec![*bound],
+            Holders::Boxed(None) => Vec::new(),
+            Holders::Boxed(Some(Boxed::Table(mut table))) => {
                 let drained = table.by_token.drain().map(|(_, entry)| entry).collect();
                 if let Some(limit) = table.mode.limit() {
-                    *self = Holders::Table(Some(Table::new(Mode::Semaphore(limit))));
+                    *self = Holders::Boxed(Some(Boxed::Table(Table::new(Mode::Semaphore(limit)))));
                 }
                 drained
             }
@@ -313,7 +362,7 @@ impl Holders {
             return true;
         }
         if self.is_empty() {
-            *self = Holders::Table(mode.limit().map(|limit| Table::new(Mode::Semaphore(limit))));
+            *self = Holders::Boxed(mode.limit().map(|limit| Boxed::Table(Table::new(Mode::Semaphore(limit)))));
             return true;
         }
         false
@@ -323,8 +372,9 @@ impl Holders {
     pub fn heap_size(&self) -> usize {
         match self {
             Holders::One(h) => h.owner.len(),
-            Holders::Table(None) => 0,
-            Holders::Table(Some(t)) => {
+            Holders::Boxed(Some(Boxed::Bound(bound))) => std::mem::size_of::<(Holder, Terms)>() + bound.0.owner.len(),
+            Holders::Boxed(None) => 0,
+            Holders::Boxed(Some(Boxed::Table(t))) => {
                 let owners: usize = t.by_token.values().map(|(h, _)| h.owner.len()).sum();
                 std::mem::size_of::<Table>()
                     + owners * 2
@@ -344,17 +394,23 @@ mod tests {
     }
 
     #[test]
-    fn a_plain_exclusive_holder_is_inline_and_anything_else_is_the_table() {
+    fn a_plain_exclusive_holder_is_inline_a_bound_one_boxed_and_anything_else_is_the_table() {
         assert_eq!(std::mem::size_of::<Holders>(), 40, "one enum, the inline holder's size");
         let mut h = Holders::default();
         h.insert(holder("a", 1), Terms::default(), Mode::Exclusive);
         assert!(matches!(h, Holders::One(_)));
         h.set_session(1, Some(7));
-        assert!(matches!(h, Holders::Table(Some(_))), "a session moves it into the table");
-        assert_eq!(h.get(1).map(|(h, t)| (&*h.owner, t.session)), Some((&b"a"[..], Some(7))));
+        h.set_session_lease(1, true);
+        assert!(matches!(h, Holders::Boxed(Some(Boxed::Bound(_)))), "a session boxes it with its terms");
+        assert_eq!(h.get(1).map(|(h, t)| (&*h.owner, t.session, t.session_lease)), Some((&b"a"[..], Some(7), true)));
         assert_eq!(h.token_of(b"a"), Some(1));
-        assert!(h.remove(1).is_some());
-        assert!(matches!(h, Holders::Table(None)), "an empty lock table goes");
+        assert_eq!(h.remove(1).map(|(_, t)| t.session), Some(Some(7)));
+        assert!(matches!(h, Holders::Boxed(None)), "nobody holds it");
+        h.insert(holder("b", 2), Terms { session: Some(8), ..Terms::default() }, Mode::Exclusive);
+        assert!(matches!(h, Holders::Boxed(Some(Boxed::Bound(_)))), "granted bound to a session");
+        h.insert(holder("c", 3), Terms::default(), Mode::Exclusive);
+        assert!(matches!(h, Holders::Boxed(Some(Boxed::Table(_)))), "a second holder (a restore) makes the table");
+        assert_eq!(h.get(2).map(|(_, t)| t.session), Some(Some(8)), "with the first one's terms");
     }
 
     #[test]
