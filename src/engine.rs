@@ -7,7 +7,7 @@ use std::ffi::CStr;
 use std::time::{Duration, Instant};
 
 use redis_module::key::RedisKeyWritable;
-use redis_module::{Context, NotifyEvent, RedisString};
+use redis_module::{Context, RedisString};
 
 use crate::config;
 use crate::ffi::{self, MAX_ARGS};
@@ -163,7 +163,7 @@ pub fn update<R>(
         }
     }
     for event in scratch.events.drain(..) {
-        k.ctx.notify_keyspace_event(NotifyEvent::MODULE, event.name(), k.name);
+        ffi::notify_module_event(k.ctx, event.name(), k.name);
     }
     scratch.sends.clear();
     s.scratch = scratch;

@@ -41,6 +41,7 @@ required_apis!(
     RedisModule_Milliseconds,
     RedisModule_MonotonicMicroseconds,
     RedisModule_GetContextFlags,
+    RedisModule_NotifyKeyspaceEvent,
     RedisModule_AvoidReplicaTraffic,
     RedisModule_GetClientId,
     RedisModule_GetSelectedDb,
@@ -318,6 +319,21 @@ pub fn replicate(ctx: &Context, cmd: &std::ffi::CStr, key: &RedisString, args: &
         // arguments given.
         unsafe { api!(RedisModule_Replicate)(ctx.ctx, cmd.as_ptr(), c"sv".as_ptr(), key.inner, argv, argc) };
     });
+}
+
+/// Sends keyspace event `event` of the module class about `key`.
+pub fn notify_module_event(ctx: &Context, event: &std::ffi::CStr, key: &RedisString) {
+    // SAFETY: `ctx` is the running callback's context, `event` is
+    // NUL-terminated and `key` a string alive during the call (Redis copies
+    // what it keeps).
+    unsafe {
+        api!(RedisModule_NotifyKeyspaceEvent)(
+            ctx.ctx,
+            raw::REDISMODULE_NOTIFY_MODULE as c_int,
+            event.as_ptr(),
+            key.inner,
+        )
+    };
 }
 
 /// The bytes of a Redis string; empty for a null pointer.

@@ -195,11 +195,12 @@ pub enum Event {
 }
 
 impl Event {
-    pub fn name(self) -> &'static str {
+    /// Its name, as the server API takes it (no string made per event).
+    pub fn name(self) -> &'static std::ffi::CStr {
         match self {
-            Event::Acquired => "flock.acquired",
-            Event::Released => "flock.released",
-            Event::Expired => "flock.expired",
+            Event::Acquired => c"flock.acquired",
+            Event::Released => c"flock.released",
+            Event::Expired => c"flock.expired",
         }
     }
 }
