@@ -104,13 +104,13 @@ pub fn acquire_all(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// end first, as for ACQUIRE).
 fn look(ctx: &Context, s: &mut State, name: &RedisString, req: &Request) -> Result<Look, RedisError> {
     let look = with_key(ctx, s, name, true, |s, k, value| {
-        engine::update(s, k, value, Some(req.owner), |_, lock, _, _| -> Result<Look, LockError> {
+        engine::update(s, k, value, Some(req.owner), |s, lock, _, _| -> Result<Look, LockError> {
             let can = lock.can_take(req.owner, req.want)?;
             Ok(Look {
                 can,
                 held: lock.holders().token_of(req.owner).is_some(),
                 waiters: lock.waiter_count(),
-                blockers: if can { Vec::new() } else { lock.blockers(req.owner, Some(req.want)) },
+                blockers: if can { Vec::new() } else { deadlocks::blockers_of(s, lock, req.owner, req.want) },
             })
         })
     })?;

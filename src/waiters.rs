@@ -101,6 +101,9 @@ pub struct Waiters {
     /// Where each owner waits (an owner may wait on several locks, from
     /// several connections): for deadlock detection.
     by_owner: HashMap<Box<[u8]>, Vec<WaitId>>,
+    /// Owners with more than one wait, and waits for several keys: while
+    /// there are none, a waiter waits at one lock only (`spread`).
+    spread: usize,
     /// Client ids unblocked by the module whose reply is not written yet.
     answered: FxHashSet<u64>,
     /// Queue entries of waits for several keys that ended without a grant:
@@ -120,8 +123,18 @@ impl Waiters {
         timer: Option<Timer<WaitId>>,
         group: Option<Box<Group>>,
     ) {
-        self.by_owner.entry(owner.into()).or_default().push(wait);
+        let waits = self.by_owner.entry(owner.into()).or_default();
+        waits.push(wait);
+        self.spread += usize::from(waits.len() == 2) + usize::from(group.is_some());
         self.waiting.insert(wait, Waiter { via, owner: owner.into(), place, id, timer, group });
+    }
+
+    /// Whether some waiter waits at more than one lock (several waits of
+    /// one owner, or a wait for several keys). While none does, a cycle
+    /// through a new wait can only run through the holders of each lock
+    /// (`deadlocks::cycle`).
+    pub fn spread(&self) -> bool {
+        self.spread > 0
     }
 
     /// The locks `owner` waits for.
@@ -167,6 +180,7 @@ impl Waiters {
         let Some(waiter) = self.waiting.remove(&id) else { return false };
         if let Some(waits) = self.by_owner.get_mut(&waiter.owner) {
             waits.retain(|&w| w != id);
+            self.spread -= usize::from(waits.len() == 1) + usize::from(waiter.group.is_some());
             if waits.is_empty() {
                 self.by_owner.remove(&waiter.owner);
             }

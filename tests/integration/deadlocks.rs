@@ -90,6 +90,25 @@ fn a_waiter_queued_ahead_counts_as_well_as_the_holder() {
 }
 
 #[test]
+fn an_owner_that_already_waits_finds_the_cycle_through_a_waiter_queued_behind_it() {
+    // X holds L2 and W holds L1; A waits for L2, then W queues behind A
+    // there (so W waits for A too). A asking for L1 would wait for W. Every
+    // waiter waits at one lock, so only A's own wait elsewhere makes the
+    // queue at L2 part of the walk.
+    let s = Server::start();
+    let mut c = s.conn();
+    let (_reader, sid) = session(&s);
+    acquire(&mut c, "L2", "X", 30_000).unwrap().expect("held");
+    acquire(&mut c, "L1", "W", 30_000).unwrap().expect("held");
+    wait_inbox(&mut c, "L2", "A", &sid);
+    wait_inbox(&mut c, "L2", "W", &sid);
+    wait_queue(&mut c, "L2", &["A", "W"]);
+    let e = deadlock_of(&mut c, "L1", "A");
+    assert!(e.contains("'A' -> 'W' -> 'A'"), "{e}");
+    wait_queue(&mut c, "L1", &[]);
+}
+
+#[test]
 fn waits_that_only_chain_or_are_granted_together_are_queued() {
     let s = Server::start();
     let mut c = s.conn();

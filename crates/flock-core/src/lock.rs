@@ -288,20 +288,26 @@ impl<P> Lock<P> {
     }
 
     /// The owners `owner` waits for here (wanting `want`, or as queued if
-    /// `want` is `None`): the holders and the waiters queued ahead of it
-    /// whose grants exclude its own (`Want::conflicts`), so each must be
-    /// granted and leave before it can be. A new request (not queued) is
-    /// behind every waiter. For deadlock detection (`deadlock::cycle`).
-    pub fn blockers(&self, owner: &[u8], want: Option<Want>) -> Vec<Box<[u8]>> {
-        let queued = self.waiters().find(|w| *w.owner == *owner).map(|w| w.want);
-        let Some(want) = want.or(queued) else { return Vec::new() };
+    /// `want` is `None`): the holders and (with `queue`) the waiters queued
+    /// ahead of it whose grants exclude its own (`Want::conflicts`), so each
+    /// must be granted and leave before it can be. A new request (not
+    /// queued) is behind every waiter. For deadlock detection
+    /// (`deadlock::cycle`). O(holders), and O(waiters ahead) with `queue`.
+    pub fn blockers(&self, owner: &[u8], want: Option<Want>, queue: bool) -> Vec<Box<[u8]>> {
+        let Some(want) = want.or_else(|| self.queued_want(owner)) else { return Vec::new() };
         let mode = self.mode();
         let held = self.holders.iter().map(|(h, terms)| (&h.owner, held_want(mode, terms.permits)));
-        let ahead = self.waiters().take_while(|w| *w.owner != *owner).map(|w| (&w.owner, w.want));
+        let ahead = self.waiters().take_while(|w| queue && *w.owner != *owner).map(|w| (&w.owner, w.want));
         held.chain(ahead)
             .filter(|(o, other)| ***o != *owner && want.conflicts(*other))
             .map(|(o, _)| o.clone())
             .collect()
+    }
+
+    /// What `owner` waits for here, if it is queued.
+    fn queued_want(&self, owner: &[u8]) -> Option<Want> {
+        let waiting = self.waiting()?;
+        waiting.queue.get(*waiting.queued.get(owner)?).map(|w| w.want)
     }
 
     /// Whether `want` could be granted now, ignoring the queue.

@@ -1533,18 +1533,24 @@ fn blockers_are_the_holders_and_earlier_waiters_whose_grants_exclude_the_owners(
     lock.acquire(&req("w", 100), 1000, &mut tokens, &mut out).unwrap();
     lock.enqueue(&with("r1", Want::Shared), "r1").unwrap();
     lock.enqueue(&req("w2", 100), "w2").unwrap();
-    assert_eq!(names(lock.blockers(b"new", Some(Want::Exclusive))), ["w", "r1", "w2"]);
-    assert_eq!(names(lock.blockers(b"new", Some(Want::Shared))), ["w", "w2"], "another reader is granted with r1");
-    assert_eq!(names(lock.blockers(b"w2", None)), ["w", "r1"], "a queued waiter: only those ahead");
-    assert_eq!(names(lock.blockers(b"r1", None)), ["w"]);
-    assert!(lock.blockers(b"nobody", None).is_empty(), "not queued, no want: waits for nobody");
+    assert_eq!(names(lock.blockers(b"new", Some(Want::Exclusive), true)), ["w", "r1", "w2"]);
+    assert_eq!(
+        names(lock.blockers(b"new", Some(Want::Shared), true)),
+        ["w", "w2"],
+        "another reader is granted with r1"
+    );
+    assert_eq!(names(lock.blockers(b"w2", None, true)), ["w", "r1"], "a queued waiter: only those ahead");
+    assert_eq!(names(lock.blockers(b"r1", None, true)), ["w"]);
+    assert!(lock.blockers(b"nobody", None, true).is_empty(), "not queued, no want: waits for nobody");
+    assert_eq!(names(lock.blockers(b"new", Some(Want::Exclusive), false)), ["w"], "the holders alone");
+    assert_eq!(names(lock.blockers(b"r1", None, false)), ["w"]);
     // A semaphore of 3: a holder of 2 blocks a request for 2, one of 1 does not.
     let mut sem = Lock::<&str>::default();
     let permits = |owner, n| with(owner, Want::Permits { n, limit: 3 });
     sem.acquire(&permits("two", 2), 1000, &mut tokens, &mut out).unwrap();
     sem.acquire(&permits("one", 1), 1000, &mut tokens, &mut out).unwrap();
-    assert_eq!(names(sem.blockers(b"new", Some(Want::Permits { n: 2, limit: 3 }))), ["two"]);
-    let mut both = names(sem.blockers(b"new", Some(Want::Permits { n: 3, limit: 3 })));
+    assert_eq!(names(sem.blockers(b"new", Some(Want::Permits { n: 2, limit: 3 }), true)), ["two"]);
+    let mut both = names(sem.blockers(b"new", Some(Want::Permits { n: 3, limit: 3 }), true));
     both.sort();
     assert_eq!(both, ["one", "two"]);
 }

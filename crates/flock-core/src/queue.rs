@@ -93,6 +93,12 @@ impl<T> WaitQueue<T> {
         self.unlink(id.index)
     }
 
+    /// The waiter behind `id`; `None` if it left.
+    pub fn get(&self, id: WaiterId) -> Option<&T> {
+        let slot = self.slots.get(id.index as usize).filter(|slot| slot.generation == id.generation)?;
+        slot.node.as_ref().map(|node| &node.value)
+    }
+
     /// The waiter behind `id`, where it is in the queue; `None` if it left.
     pub fn get_mut(&mut self, id: WaiterId) -> Option<&mut T> {
         let slot = self.slots.get_mut(id.index as usize).filter(|slot| slot.generation == id.generation)?;
