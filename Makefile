@@ -205,8 +205,9 @@ bench: build
 	$(with_server) cargo run --release --package flock-bench -- $(ARGS)
 
 # Instructions redis-server runs per uncontended ACQUIRE + RELEASE pair
-# (callgrind, 10,000 pairs through redis-cli --pipe), beside SET NX PX with a
-# Lua compare-and-delete: scripts/instructions-per-pair.sh, about a minute.
+# (callgrind, 10,000 pairs on one connection, bare and as the clients send
+# them), beside SET NX PX with a Lua compare-and-delete:
+# scripts/instructions-per-pair.sh, about 20 seconds.
 bench-instructions: build
 	$(with_server) scripts/instructions-per-pair.sh $(abspath $(MODULE))
 

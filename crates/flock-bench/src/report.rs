@@ -111,9 +111,11 @@ fn legend(scenario: &str, config: &Config) -> String {
              subscribed on one shared pub/sub connection, as Redisson waits. connections added: INFO connected_clients after parking \
              minus before. bytes/waiter: INFO used_memory after minus before, over the waiters, once idle buffers shrank. \
              Through the session, the first {} waiters are then granted one by one: grants out of order, hand-off p50 from a \
-             RELEASE sent to the grant read from the inbox (a blocked FLOCK.INBOX), and PING p50 on the same connection, sent just before each RELEASE.",
+             RELEASE sent to the grant read from the inbox (a blocked FLOCK.INBOX), and PING p50 on the same connection, sent just before each RELEASE. \
+             first and last waits: the server's time (INFO commandstats) per wait queued, in the first batch of {} sent and in the last.",
             config.size.waiters,
-            waiters::HANDOFFS
+            waiters::HANDOFFS,
+            waiters::BATCH
         ),
         "philosophers" => format!(
             "N clients over N keys (fork:0 ..), each again and again taking two keys picked at random, holding both {} us \

@@ -130,14 +130,20 @@ pub fn measure_busy<T>(server: &Server, f: impl FnOnce() -> RedisResult<T>) -> R
     let mut conn = server.connect()?;
     redis::cmd("CONFIG").arg("RESETSTAT").query::<()>(&mut conn)?;
     let result = f()?;
-    let busy = info(&mut conn, "commandstats")?
+    let busy = busy_us(&mut conn, |command| !OWN_COMMANDS.contains(&command))?;
+    Ok((result, busy))
+}
+
+/// The µs redis-server has spent executing the commands `counted` accepts
+/// (by name, lower case), since the last `CONFIG RESETSTAT`.
+pub fn busy_us(conn: &mut Connection, counted: impl Fn(&str) -> bool) -> RedisResult<f64> {
+    Ok(info(conn, "commandstats")?
         .lines()
         .filter_map(|line| {
             let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
             let command = name.split('|').next()?;
             let usec = stats.split(',').find_map(|kv| kv.strip_prefix("usec="))?;
-            (!OWN_COMMANDS.contains(&command)).then(|| usec.parse::<f64>().ok())?
+            counted(command).then(|| usec.parse::<f64>().ok())?
         })
-        .sum();
-    Ok((result, busy))
+        .sum())
 }

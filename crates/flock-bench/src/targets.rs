@@ -194,6 +194,13 @@ pub fn check(samples: &[Sample], rows: &[Sample]) -> Vec<Check> {
         add("waiters: grants through a session in queue order".into(), get(waiters::OUT_OF_ORDER), &plain, &|v| {
             v == 0.0
         });
+        // O(1) in the waiters: the last waits queue behind 9,000 others.
+        add(
+            "waiters: a wait queued last costs the server what one queued first does (within 50%)".into(),
+            get(waiters::QUEUE_LAST).zip(get(waiters::QUEUE_FIRST)).map(|(last, first)| last / first),
+            &times,
+            &|v| v <= 1.5,
+        );
         // In PINGs on the same connection at the same moments, so that the
         // two runs' loads cancel out.
         let in_pings = |row: &Sample| row.get(waiters::HANDOFF).zip(row.get(waiters::PING)).map(|(h, p)| h / p);

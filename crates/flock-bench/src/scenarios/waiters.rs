@@ -6,7 +6,9 @@
 //! are then granted one by one: how long from a RELEASE being sent to the
 //! grant being read (from the inbox, or as the blocked ACQUIRE's reply),
 //! in the order they queued, beside a PING just before each on the same
-//! connection.
+//! connection. Through the session, what queueing a wait costs the server
+//! is timed at the first thousand and at the last: a wait must cost the
+//! same behind 10,000 as behind none.
 
 use std::error::Error;
 use std::path::Path;
@@ -18,7 +20,7 @@ use crate::client::Client;
 use crate::methods::{self, Kind, Method};
 use crate::results::Metric;
 use crate::scenarios::scale::settled_memory;
-use crate::server::{info_number, open_files_limit, Server};
+use crate::server::{busy_us, info_number, open_files_limit, Server};
 use crate::stats::latency_us;
 use crate::stop::Stop;
 
@@ -28,11 +30,14 @@ pub const WAITER_BYTES: Metric = Metric::median("bytes/waiter");
 pub const OUT_OF_ORDER: Metric = Metric::worst("grants out of order");
 pub const HANDOFF: Metric = Metric::median("hand-off p50 us");
 pub const PING: Metric = Metric::median("ping p50 us");
+pub const QUEUE_FIRST: Metric = Metric::median("first waits: server us each");
+pub const QUEUE_LAST: Metric = Metric::median("last waits: server us each");
 
 const KEY: &str = "crowded";
 /// Long enough that nothing expires while measuring.
 const LEASE_MS: u64 = 3_600_000;
-const BATCH: usize = 1000;
+/// Waits sent in one pipeline (and timed together).
+pub const BATCH: usize = 1000;
 /// Files kept for everything but the blocking waiters.
 const SPARE_FILES: usize = 256;
 /// Grants timed one by one through the session.
@@ -87,6 +92,7 @@ pub fn run(module: &Path, way: Way, count: usize) -> Result<Vec<(Metric, f64)>, 
     let timed = grants.map(|g| hand_off(&mut holder, n, g)).transpose()?;
     let timed = timed.unwrap_or([f64::NAN; 3]);
     out.extend([OUT_OF_ORDER, HANDOFF, PING].into_iter().zip(timed));
+    out.extend([QUEUE_FIRST, QUEUE_LAST].into_iter().zip(metrics.queue_us.unwrap_or([f64::NAN; 2])));
     Ok(out)
 }
 
@@ -97,6 +103,8 @@ struct Parked {
     open: Vec<Client>,
     _subscriber: Option<Box<dyn Method>>,
     inbox: Option<Connection>,
+    /// The server's µs per wait queued in the first batch and in the last.
+    queue_us: Option<[f64; 2]>,
 }
 
 fn owner(i: usize) -> String {
@@ -118,23 +126,29 @@ fn blocking(server: &Server, count: usize) -> RedisResult<Parked> {
         c.send(&wait_cmd(i))?;
         kept.push(c);
     }
-    Ok(Parked { waiters: count, open: kept, _subscriber: None, inbox: None })
+    Ok(Parked { waiters: count, open: kept, _subscriber: None, inbox: None, queue_us: None })
 }
 
-/// One connection sends every wait (`INBOX session-id`), pipelined; one
-/// holds the session.
+/// One connection sends every wait (`INBOX session-id`), pipelined in
+/// batches; one holds the session.
 fn session(server: &Server, count: usize) -> RedisResult<Parked> {
     let mut inbox = server.connect()?;
     let sid: String = redis::cmd("FLOCK.SESSION").query(&mut inbox)?;
     let mut sender = Client::open(server)?;
+    let mut stats = server.connect()?;
+    let mut per_wait = Vec::new();
     for start in (0..count).step_by(BATCH) {
         let mut pipe = redis::pipe();
-        for i in start..count.min(start + BATCH) {
+        let end = count.min(start + BATCH);
+        for i in start..end {
             pipe.add_command(wait_cmd(i).arg("INBOX").arg(&sid).clone()).ignore();
         }
+        let before = busy_us(&mut stats, |c| c == "flock.acquire")?;
         sender.pipeline(&pipe)?;
+        per_wait.push((busy_us(&mut stats, |c| c == "flock.acquire")? - before) / (end - start) as f64);
     }
-    Ok(Parked { waiters: count, open: vec![sender], _subscriber: None, inbox: Some(inbox) })
+    let queue_us = per_wait.first().zip(per_wait.last()).map(|(&first, &last)| [first, last]);
+    Ok(Parked { waiters: count, open: vec![sender], _subscriber: None, inbox: Some(inbox), queue_us })
 }
 
 /// One command connection tries for every waiter and one pub/sub
@@ -146,7 +160,7 @@ fn redisson_shared(server: &Server, count: usize) -> RedisResult<Parked> {
     for i in 0..count {
         method.park(&mut sender, KEY, &owner(i), LEASE_MS)?;
     }
-    Ok(Parked { waiters: count, open: vec![sender], _subscriber: Some(method), inbox: None })
+    Ok(Parked { waiters: count, open: vec![sender], _subscriber: Some(method), inbox: None, queue_us: None })
 }
 
 /// Where the waiters' grants are read.
