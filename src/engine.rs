@@ -110,8 +110,9 @@ fn file(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, token: u64, old_s
             s.bind_session(client, place, token);
         }
     }
+    let session_lease = lock.session_lease_of(token);
     if let Some(holder) = lock.holder_mut(token) {
-        file_lease(s, holder, place, now);
+        file_lease(s, holder, session_lease, place, now);
     }
 }
 
@@ -414,13 +415,25 @@ const REPLICA_RECHECK_MS: u64 = 50;
 
 /// Files a holder's lease deadline in the wheel, in place of the entry it
 /// had, and makes sure the timer wakes up for it.
-fn file_lease(s: &mut State, holder: &mut Holder, place: &Place, now: u64) {
+fn file_lease(s: &mut State, holder: &mut Holder, session_lease: Option<u64>, place: &Place, now: u64) {
     cancel_lease(s, holder.token, holder.deadline_id.take());
     let mut at = holder.deadline_ms;
-    if at <= now && ffi::is_replica() {
+    let replica = ffi::is_replica();
+    if at <= now && replica {
         // The master's expiry is on its way; look again in case this replica
         // is promoted before it arrives.
         at = now + REPLICA_RECHECK_MS;
+    }
+    // A grant that lives with its session is moved on (`follow_session`) a
+    // third of the session's timeout before the deadline replicas and the
+    // disk see, so that a replica promoted at any moment still holds it for
+    // that long at least: time for its holder's client to watch it on the
+    // new master. Not heard from since, it is looked at again at the
+    // deadline itself.
+    if let Some(session) = session_lease.filter(|_| !replica).and_then(|client| s.sessions.get(client)) {
+        let early = at.saturating_sub(session.timeout_ms() / 3);
+        // Due (its session's timer ends it): looked at again in a moment.
+        at = if early > now { early } else { at.max(now + 1) };
     }
     holder.deadline_id = Some(s.deadlines.insert(at, Lease { token: holder.token, place: place.clone() }));
     wake_at(s, at, now);
@@ -489,12 +502,17 @@ fn tick(ctx: &Context, s: &mut State) {
             holder.deadline_id = None;
             update(s, k, value, None, |s, lock, out, now| {
                 let replica = ffi::is_replica();
-                if let Some(client) = lock.session_lease_of(token).filter(|_| !replica) {
-                    follow_session(s, lock, token, client, now, out);
-                } else if replica || !lock.expire_token(token, now, &mut s.tokens, out) {
+                // A grant that lives with its session, moved on or ended, is
+                // filed again by its outcome.
+                let session_lease = lock.session_lease_of(token).filter(|_| !replica);
+                let followed = session_lease.is_some_and(|client| follow_session(s, lock, token, client, now, out));
+                if !followed
+                    && (session_lease.is_some() || replica || !lock.expire_token(token, now, &mut s.tokens, out))
+                {
                     // Not due here: filed again (a replica looks again soon).
+                    let session_lease = lock.session_lease_of(token);
                     if let Some(holder) = lock.holder_mut(token) {
-                        file_lease(s, holder, k.place, now);
+                        file_lease(s, holder, session_lease, k.place, now);
                     }
                 }
             });
@@ -507,11 +525,14 @@ fn tick(ctx: &Context, s: &mut State) {
     }
 }
 
-/// The deadline of a grant that lives with its session came: it moves to
-/// the session's own (what replicas and the disk see, so that there it
-/// ends within the session's timeout of its last renewal), or, the session
-/// not heard from in time, the grant ends with it (the session's timer
-/// ends the rest).
+/// A grant that lives with its session came up (a third of the session's
+/// timeout before its deadline, or at it: `file_lease`): its deadline moves
+/// to the session's own (what replicas and the disk see, so that there it
+/// ends within the session's timeout of its last renewal). False if the
+/// session is due: its own timer, due now too, ends it with all its grants
+/// and waits at once (ended here alone, the grant would pass on while the
+/// session's waits still queued), and the grant is looked at again in a
+/// moment. Without a session, the grant ends.
 fn follow_session(
     s: &mut State,
     lock: &mut Lock<WaitId>,
@@ -519,8 +540,9 @@ fn follow_session(
     client: u64,
     now: u64,
     out: &mut Outcomes<WaitId>,
-) {
-    match s.sessions.left_us(client, ffi::monotonic_us()).filter(|&left| left > 0) {
+) -> bool {
+    match s.sessions.left_us(client, ffi::monotonic_us()) {
+        Some(0) => return false,
         Some(left_us) => {
             lock.extend(token, now + left_us.div_ceil(1000), out);
         }
@@ -528,6 +550,7 @@ fn follow_session(
             lock.end(token, End::SessionClosed, now, &mut s.tokens, out);
         }
     }
+    true
 }
 
 /// How often, while writes are paused, FLOCK looks whether the pause ended.
