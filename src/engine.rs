@@ -502,15 +502,14 @@ fn tick(ctx: &Context, s: &mut State) {
             holder.deadline_id = None;
             update(s, k, value, None, |s, lock, out, now| {
                 let replica = ffi::is_replica();
-                // A grant that lives with its session, moved on or ended, is
-                // filed again by its outcome.
+                // A grant moved on or ended is filed again by its outcome.
                 let session_lease = lock.session_lease_of(token).filter(|_| !replica);
-                let followed = session_lease.is_some_and(|client| follow_session(s, lock, token, client, now, out));
-                if !followed
-                    && (session_lease.is_some() || replica || !lock.expire_token(token, now, &mut s.tokens, out))
-                {
-                    // Not due here: filed again (a replica looks again soon).
-                    let session_lease = lock.session_lease_of(token);
+                let refile = match session_lease {
+                    Some(client) => !follow_session(s, lock, token, client, now, out),
+                    None => replica || !lock.expire_token(token, now, &mut s.tokens, out),
+                };
+                if refile {
+                    // Filed again (a replica looks again soon).
                     if let Some(holder) = lock.holder_mut(token) {
                         file_lease(s, holder, session_lease, k.place, now);
                     }
