@@ -12,32 +12,36 @@ use redis_module::raw::{
     RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF as ONEOF,
     RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN as PURE_TOKEN,
     RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING as STRING, REDISMODULE_CMD_KEY_ACCESS as ACCESS,
-    REDISMODULE_CMD_KEY_RO as RO, REDISMODULE_CMD_KEY_RW as RW, REDISMODULE_CMD_KEY_UPDATE as UPDATE,
+    REDISMODULE_CMD_KEY_INCOMPLETE as INCOMPLETE, REDISMODULE_CMD_KEY_RO as RO, REDISMODULE_CMD_KEY_RW as RW,
+    REDISMODULE_CMD_KEY_UPDATE as UPDATE,
 };
 
 use crate::ffi::{ArgDoc, CommandDoc};
 
 const fn arg(name: &'static str, kind: u32) -> ArgDoc {
-    ArgDoc { name, kind, token: None, optional: false, subargs: &[] }
+    ArgDoc { name, kind, token: None, optional: false, multiple: false, subargs: &[] }
 }
 
 const LOCK: ArgDoc = arg("key", KEY);
 const OWNER: ArgDoc = arg("owner", STRING);
 const LEASE: ArgDoc = arg("lease-ms", INTEGER);
-const ID: ArgDoc = ArgDoc { name: "request-id", kind: STRING, token: Some("ID"), optional: true, subargs: &[] };
+const ID: ArgDoc =
+    ArgDoc { name: "request-id", kind: STRING, token: Some("ID"), optional: true, multiple: false, subargs: &[] };
 /// `numkeys key [key ...]`: `ffi::set_command_info` makes the key repeat.
 const NUMKEYS: ArgDoc = arg("numkeys", INTEGER);
-const WAIT: ArgDoc = ArgDoc { name: "timeout-ms", kind: INTEGER, token: Some("WAIT"), optional: true, subargs: &[] };
+const WAIT: ArgDoc =
+    ArgDoc { name: "timeout-ms", kind: INTEGER, token: Some("WAIT"), optional: true, multiple: false, subargs: &[] };
 const SESSION: ArgDoc =
-    ArgDoc { name: "session", kind: PURE_TOKEN, token: Some("SESSION"), optional: true, subargs: &[] };
+    ArgDoc { name: "session", kind: PURE_TOKEN, token: Some("SESSION"), optional: true, multiple: false, subargs: &[] };
 
 /// A remembered request ID, as the internal commands carry it.
 const RECORD: &[ArgDoc] =
     &[arg("request-id", STRING), arg("command", INTEGER), arg("reply", INTEGER), arg("expires-unix-ms", INTEGER)];
 /// One riding on an internal command, after its own words.
-const REQUEST: ArgDoc = ArgDoc { name: "request", kind: BLOCK, token: Some("ID"), optional: true, subargs: RECORD };
+const REQUEST: ArgDoc =
+    ArgDoc { name: "request", kind: BLOCK, token: Some("ID"), optional: true, multiple: false, subargs: RECORD };
 
-pub const COMMANDS: [CommandDoc; 14] = [
+pub const COMMANDS: [CommandDoc; 15] = [
     CommandDoc {
         name: "flock.acquire",
         summary: "Takes a fair lock (exclusive, or SHARED for the read side) or PERMITS of a fair semaphore: granted at once if it fits and nobody waits, or with WAIT queued FIFO and blocked until granted",
@@ -51,23 +55,25 @@ pub const COMMANDS: [CommandDoc; 14] = [
             LEASE,
             WAIT,
             SESSION,
-            ArgDoc { name: "session-id", kind: STRING, token: Some("INBOX"), optional: true, subargs: &[] },
+            ArgDoc { name: "session-id", kind: STRING, token: Some("INBOX"), optional: true, multiple: false, subargs: &[] },
             ID,
             ArgDoc {
                 name: "kind",
                 kind: ONEOF,
                 token: None,
                 optional: true,
+                multiple: false,
                 subargs: &[
-                    ArgDoc { name: "shared", kind: PURE_TOKEN, token: Some("SHARED"), optional: false, subargs: &[] },
+                    ArgDoc { name: "shared", kind: PURE_TOKEN, token: Some("SHARED"), optional: false, multiple: false, subargs: &[] },
                     ArgDoc {
                         name: "semaphore",
                         kind: BLOCK,
                         token: None,
                         optional: false,
+                        multiple: false,
                         subargs: &[
-                            ArgDoc { name: "n", kind: INTEGER, token: Some("PERMITS"), optional: false, subargs: &[] },
-                            ArgDoc { name: "m", kind: INTEGER, token: Some("LIMIT"), optional: false, subargs: &[] },
+                            ArgDoc { name: "n", kind: INTEGER, token: Some("PERMITS"), optional: false, multiple: false, subargs: &[] },
+                            ArgDoc { name: "m", kind: INTEGER, token: Some("LIMIT"), optional: false, multiple: false, subargs: &[] },
                         ],
                     },
                 ],
@@ -98,7 +104,7 @@ pub const COMMANDS: [CommandDoc; 14] = [
             WAIT,
             SESSION,
             ID,
-            ArgDoc { name: "shared", kind: PURE_TOKEN, token: Some("SHARED"), optional: true, subargs: &[] },
+            ArgDoc { name: "shared", kind: PURE_TOKEN, token: Some("SHARED"), optional: true, multiple: false, subargs: &[] },
         ],
     },
     CommandDoc {
@@ -138,6 +144,20 @@ pub const COMMANDS: [CommandDoc; 14] = [
         args: &[LOCK],
     },
     CommandDoc {
+        name: "flock.fenced",
+        summary: "Runs a command of the server only while the fencing token holds the lock (in any mode), in one step: the command's own reply, or STALE and nothing run",
+        complexity: "O(1) and the command's own",
+        arity: -4,
+        key_flags: RO | ACCESS | INCOMPLETE,
+        acl: "write",
+        args: &[
+            LOCK,
+            arg("token", INTEGER),
+            arg("command", STRING),
+            ArgDoc { name: "arg", kind: STRING, token: None, optional: true, multiple: true, subargs: &[] },
+        ],
+    },
+    CommandDoc {
         name: "flock.cancel",
         summary: "Ends the owner's wait for the lock, from any connection: 1 if it was waiting, 0 if not",
         complexity: "O(1)",
@@ -154,8 +174,8 @@ pub const COMMANDS: [CommandDoc; 14] = [
         key_flags: 0,
         acl: "connection fast",
         args: &[
-            ArgDoc { name: "ms", kind: INTEGER, token: Some("TIMEOUT"), optional: true, subargs: &[] },
-            ArgDoc { name: "withtimeout", kind: PURE_TOKEN, token: Some("WITHTIMEOUT"), optional: true, subargs: &[] },
+            ArgDoc { name: "ms", kind: INTEGER, token: Some("TIMEOUT"), optional: true, multiple: false, subargs: &[] },
+            ArgDoc { name: "withtimeout", kind: PURE_TOKEN, token: Some("WITHTIMEOUT"), optional: true, multiple: false, subargs: &[] },
         ],
     },
     CommandDoc {
@@ -181,6 +201,7 @@ pub const COMMANDS: [CommandDoc; 14] = [
                 kind: BLOCK,
                 token: None,
                 optional: true,
+                multiple: false,
                 subargs: &[
                     OWNER,
                     arg("holds", INTEGER),
@@ -198,7 +219,7 @@ pub const COMMANDS: [CommandDoc; 14] = [
         arity: 6,
         key_flags: RW | UPDATE,
         acl: "write fast admin dangerous",
-        args: &[LOCK, ArgDoc { name: "request", kind: BLOCK, token: None, optional: false, subargs: RECORD }],
+        args: &[LOCK, ArgDoc { name: "request", kind: BLOCK, token: None, optional: false, multiple: false, subargs: RECORD }],
     },
     CommandDoc {
         name: "flock.free",
@@ -225,6 +246,7 @@ pub const COMMANDS: [CommandDoc; 14] = [
                 kind: BLOCK,
                 token: None,
                 optional: true,
+                multiple: false,
                 subargs: &[
                     OWNER,
                     ArgDoc {
@@ -232,6 +254,7 @@ pub const COMMANDS: [CommandDoc; 14] = [
                         kind: BLOCK,
                         token: None,
                         optional: true,
+                        multiple: false,
                         subargs: &[
                             arg("holds", INTEGER),
                             arg("token", INTEGER),

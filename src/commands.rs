@@ -47,7 +47,7 @@ pub fn entered<R>(ctx: &Context, f: impl FnOnce(&mut State) -> Result<R, RedisEr
 }
 
 /// The calling connection's session, if it has one, is heard from now.
-fn renew_session(ctx: &Context, s: &mut State) {
+pub fn renew_session(ctx: &Context, s: &mut State) {
     if !s.sessions.is_empty() {
         inbox::heard(s, ffi::client_id(ctx));
     }

@@ -12,7 +12,7 @@ use flock_core::args::{self, ArgError};
 use flock_core::effects::{Leave, Loss};
 use flock_core::holders::Mode;
 use flock_core::limits::{MAX_ALL_KEYS, MAX_ID_LEN, MAX_MS, MAX_OWNER_LEN};
-use flock_core::lock::LockError;
+use flock_core::lock::{LockError, Stale};
 use flock_core::record::Field;
 use flock_core::requests::Kind;
 
@@ -239,4 +239,62 @@ pub fn refused_load(f: Field) -> String {
         Field::Length => "the data ends early".into(),
         f => format!("no command could have made it: {}", field(f)),
     }
+}
+
+/// FLOCK.FENCED's refusal: `token` no longer holds the lock, and what does.
+pub fn stale(token: u64, why: Stale) -> RedisError {
+    let now = match why {
+        Stale::Expired => "its lease ran out".to_string(),
+        Stale::HeldBy(holder) => format!("token {holder} holds it now"),
+        Stale::Held(1) => "another holder holds it now".to_string(),
+        Stale::Held(n) => format!("{n} other holders hold it now"),
+        Stale::Free => "the lock is free".to_string(),
+    };
+    RedisError::String(format!("STALE token {token} does not hold this lock ({now}): the command was not run"))
+}
+
+pub const FENCED_TOKEN: &str =
+    "ERR invalid token: it must be a fencing token, an integer from 1, as FLOCK.ACQUIRE answered";
+
+/// A command FLOCK.FENCED will not run (`name` as given), and why.
+pub fn not_fenced(name: &[u8], why: Unfenced) -> RedisError {
+    let name = args::shown(name, 64);
+    RedisError::String(match why {
+        Unfenced::Unknown => format!("ERR unknown command '{name}': FLOCK.FENCED runs a command of this server"),
+        Unfenced::Arity => format!("ERR wrong number of arguments for '{name}' command"),
+        Unfenced::Flock => format!("ERR FLOCK.FENCED does not run FLOCK commands ('{name}')"),
+        Unfenced::Blocking => {
+            format!(
+                "ERR FLOCK.FENCED does not run blocking commands ('{name}'): a fenced write runs at once or not at all"
+            )
+        }
+        Unfenced::NoScript => {
+            format!(
+                "ERR FLOCK.FENCED does not run '{name}': it runs what a script may run (no MULTI, EXEC, WATCH, ...)"
+            )
+        }
+    })
+}
+
+/// Why FLOCK.FENCED will not run a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unfenced {
+    Unknown,
+    Arity,
+    Flock,
+    Blocking,
+    NoScript,
+}
+
+/// The command FLOCK.FENCED ran could not run: the `errno` of the server's call.
+pub fn call_refused(errno: i32) -> RedisError {
+    RedisError::String(match errno {
+        libc::EACCES => "NOPERM this user has no permissions to run the command, or to access one of its keys".into(),
+        libc::ENOSPC => "OOM command not allowed when used memory > 'maxmemory'".into(),
+        libc::EPERM => "CROSSSLOT the command's keys are not all in this node's slots".into(),
+        libc::ENETDOWN => "CLUSTERDOWN the cluster is down".into(),
+        libc::EROFS => "READONLY the cluster cannot take writes now".into(),
+        libc::ESPIPE => "ERR the command is not allowed in scripts, nor in FLOCK.FENCED".into(),
+        e => format!("ERR the server would not run the command (errno {e})"),
+    })
 }

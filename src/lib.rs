@@ -26,7 +26,8 @@
 //! 7. `inbox` (a session's blocked read, and its end).
 //! 8. Callbacks: `commands` (the FLOCK.* handlers), `events` (server and
 //!    keyspace events).
-//! 9. `multi` (the handlers of the commands on several keys).
+//! 9. `multi` (the handlers of the commands on several keys), `fenced`
+//!    (a command run only while a token holds its lock).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -40,6 +41,7 @@ mod engine;
 mod errors;
 mod events;
 mod eviction;
+mod fenced;
 mod ffi;
 mod filter;
 mod inbox;
@@ -67,7 +69,7 @@ mod module {
     use crate::keytype::FLOCK_TYPE;
 
     // Redis's allocator, so that INFO memory and maxmemory count the locks.
-    use crate::{commands, events, eviction, ffi, filter, multi, value};
+    use crate::{commands, events, eviction, fenced, ffi, filter, multi, value};
     use redis_module::alloc::RedisAlloc;
 
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
@@ -140,6 +142,10 @@ mod module {
             ["flock.id", commands::request_id, "write fast", 1, 1, 1, ""],
             ["flock.holder", commands::holder, "write fast", 1, 1, 1, ""],
             ["flock.free", commands::free, "write fast", 1, 1, 1, ""],
+            // Its keys are the lock's and the command's: it names them when
+            // Redis asks (Cluster, ACLs). The command it runs decides about
+            // memory (deny-oom) as if it were called directly.
+            ["flock.fenced", fenced::fenced, "write getkeys-api", 0, 0, 0, ""],
         ],
         event_handlers: [
             [@GENERIC @EXPIRED @EVICTED: events::on_keyspace_event],

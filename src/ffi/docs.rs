@@ -10,6 +10,8 @@ pub struct ArgDoc {
     pub kind: raw::RedisModuleCommandArgType,
     pub token: Option<&'static str>,
     pub optional: bool,
+    /// It may be given any number of times (its command's last argument).
+    pub multiple: bool,
     pub subargs: &'static [ArgDoc],
 }
 
@@ -56,7 +58,7 @@ pub fn set_command_info(ctx: &Context, doc: &CommandDoc, since: &str) -> bool {
                     if d.kind == raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY { 0 } else { -1 };
                 arg.token = d.token.map_or(std::ptr::null(), &mut *cstr);
                 arg.flags = if d.optional { raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int } else { 0 };
-                if counted && arg.key_spec_index == 0 {
+                if d.multiple || (counted && arg.key_spec_index == 0) {
                     arg.flags |= raw::REDISMODULE_CMD_ARG_MULTIPLE as c_int;
                 }
                 if !d.subargs.is_empty() {

@@ -85,6 +85,16 @@ required_apis!(
     RedisModule_CloseKey,
     RedisModule_KeyType,
     RedisModule_GetExpire,
+    RedisModule_Call,
+    RedisModule_ReplyWithCallReply,
+    RedisModule_FreeCallReply,
+    RedisModule_GetCommandKeysWithFlags,
+    RedisModule_KeyAtPosWithFlags,
+    RedisModule_Free,
+    RedisModule_GetCurrentUserName,
+    RedisModule_GetModuleUserFromUserName,
+    RedisModule_ACLCheckCommandPermissions,
+    RedisModule_FreeModuleUser,
 );
 
 /// A raw API function; `missing_api` refused to load the module without it.
@@ -96,6 +106,7 @@ macro_rules! api {
 
 // After `api!`: the submodules use it.
 mod block;
+mod call;
 mod docs;
 mod events;
 mod key_type;
@@ -103,6 +114,7 @@ mod reply;
 mod timer;
 
 pub use block::{block, BlockHandlers, BlockedClient, BlockedId};
+pub use call::{call_replying, permitted, report_keys};
 pub use docs::{add_acl_category, set_acl_categories, set_command_info, ArgDoc, CommandDoc};
 pub use events::{register_filter, subscribe, CommandFilter, FilterArgs, ServerEvents};
 pub use key_type::{type_methods, Aof, Io, KeyType};

@@ -59,6 +59,7 @@ fn routing_and_bulk_locks() {
     on_cluster("routing_and_bulk_locks", |cl| {
         bulk_locks_over_all_slots(cl);
         wrong_node_gets_moved(cl);
+        fenced_writes_route_by_the_lock_and_the_commands_keys(cl);
     });
 }
 
@@ -199,6 +200,33 @@ fn wrong_node_gets_moved(cl: &Cluster) {
         "the slot's master grants"
     );
     assert_eq!(release(&mut oc, key, "alice").expect("release"), 0);
+}
+
+/// FLOCK.FENCED through the cluster client: data that shares the lock's
+/// hash tag is written on the lock's node; data of another slot is refused
+/// with CROSSSLOT, and a node that serves neither answers MOVED, before
+/// anything runs.
+fn fenced_writes_route_by_the_lock_and_the_commands_keys(cl: &Cluster) {
+    let (lock, row) = ("{fence}:lock", "{fence}:row");
+    let mut cc = cl.client();
+    let token: i64 =
+        redis::cmd("FLOCK.ACQUIRE").arg(lock).arg("w").arg(60_000).query::<Option<i64>>(&mut cc).unwrap().unwrap();
+    let fenced = |c: &mut dyn redis::ConnectionLike, key: &str| {
+        redis::cmd("FLOCK.FENCED").arg(lock).arg(token).arg(&["SET", key, "v"][..]).query::<Value>(c)
+    };
+    assert_eq!(fenced(&mut cc, row).unwrap(), Value::Okay, "through the cluster client");
+    let owner = cl.owner_of_key(lock);
+    let mut oc = cl.conn(owner);
+    let other = (0..).map(|i| format!("other:{i}")).find(|k| cl.keyslot(k) != cl.keyslot(lock)).unwrap();
+    let e = expect_err(fenced(&mut oc, &other), "data of another slot");
+    assert_eq!(error_code(&e), "CROSSSLOT", "{e}");
+    let wrong = *cl.masters().iter().find(|&&m| m != owner).expect("another master");
+    let e = expect_err(fenced(&mut cl.conn(wrong), row), "the wrong node");
+    assert_eq!(error_code(&e), "MOVED", "{e}");
+    let got: Option<String> = redis::cmd("GET").arg(row).query(&mut oc).unwrap();
+    assert_eq!(got.as_deref(), Some("v"));
+    assert!(!redis::cmd("EXISTS").arg(&other).query::<bool>(&mut cc).unwrap(), "the refused write did not run");
+    release(&mut oc, lock, "w").unwrap();
 }
 
 /// Scenario 3: CLUSTER SETSLOT IMPORTING/MIGRATING + MIGRATE + SETSLOT NODE

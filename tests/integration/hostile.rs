@@ -679,6 +679,7 @@ fn acl_categories_write_read_flock_on_redis_8_and_valkey_9_but_none_on_redis_7_0
         "flock.acquire",
         "flock.acquireall",
         "flock.cancel",
+        "flock.fenced",
         "flock.forcerelease",
         "flock.free",
         "flock.holder",

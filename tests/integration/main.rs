@@ -27,6 +27,7 @@ mod eviction;
 mod examples;
 mod failover;
 mod fairness;
+mod fenced;
 mod fixtures;
 mod fuzz;
 mod hostile;

@@ -378,6 +378,16 @@ fn command_docs_describe_every_command() {
             .collect(),
         ),
         ("flock.free", "Internal", [vec![key.clone()], riding()].concat()),
+        (
+            "flock.fenced",
+            "fencing token",
+            vec![
+                key.clone(),
+                arg("token", "integer", None, false),
+                arg("command", "string", None, false),
+                arg("arg", "string", None, true),
+            ],
+        ),
     ];
     for (name, in_summary, expected_args) in table {
         let doc = docs(&mut c, name);

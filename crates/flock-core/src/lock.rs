@@ -46,6 +46,18 @@ pub enum Acquired {
     Resent,
 }
 
+/// Why a fencing token does not hold a lock now (`Lock::fence`).
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub enum Stale {
+    /// Its holder's lease ran out; the lease timer has not ended it yet.
+    Expired,
+    /// An exclusive grant with this newer token holds the lock.
+    HeldBy(u64),
+    /// This many others hold it (readers, or permits of a semaphore).
+    Held(usize),
+    Free,
+}
+
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 pub enum LockError {
     NotOwner,
@@ -136,6 +148,22 @@ impl<P> Default for Lock<P> {
 impl<P> Lock<P> {
     pub fn holders(&self) -> &Holders {
         &self.holders
+    }
+
+    /// Whether the grant with `token` holds the lock at `now_ms`, in any
+    /// mode: a write fenced by it may go ahead. A lease past its deadline
+    /// no longer counts though its timer has not run yet: the next holder
+    /// may be granted any moment, and a write must not race that.
+    pub fn fence(&self, token: u64, now_ms: u64) -> Result<(), Stale> {
+        match self.holders.get(token) {
+            Some((h, terms)) if terms.session_lease || h.deadline_ms > now_ms => Ok(()),
+            Some(_) => Err(Stale::Expired),
+            None => Err(match (self.mode(), self.holders.len()) {
+                (_, 0) => Stale::Free,
+                (Mode::Exclusive, _) => Stale::HeldBy(self.holders.iter().next().map_or(0, |(h, _)| h.token)),
+                (_, n) => Stale::Held(n),
+            }),
+        }
     }
 
     /// A holder's lease, for the caller to note where it filed it.

@@ -1609,3 +1609,49 @@ fn can_take_answers_what_acquire_would_without_changing_anything() {
     foreign.set_foreign();
     assert_eq!(foreign.can_take(b"b", Want::Exclusive), Ok(false), "held outside FLOCK");
 }
+
+#[test]
+fn a_fence_passes_the_holders_token_until_its_lease_ends_and_says_who_holds_it_after() {
+    let mut tokens = TokenSource::default();
+    let (mut lock, _) = held_by_a_with_b_queued(&mut tokens);
+    let a = holder(&lock).unwrap().token;
+    assert_eq!(lock.fence(a, 1099), Ok(()), "held until its deadline");
+    assert_eq!(lock.fence(a, 1100), Err(Stale::Expired), "its deadline passed before the timer ran");
+    assert_eq!(lock.fence(a + 1, 1000), Err(Stale::HeldBy(a)), "a token never granted holds nothing");
+    let mut out = Vec::new();
+    lock.release(b"a", 1050, &mut tokens, &mut out).unwrap();
+    let b = one(&out).unwrap().1;
+    assert_eq!(lock.fence(a, 1050), Err(Stale::HeldBy(b)), "the next holder's token is named");
+    assert_eq!(lock.fence(b, 1050), Ok(()));
+    lock.release(b"b", 1060, &mut tokens, &mut out).unwrap();
+    assert_eq!(lock.fence(b, 1060), Err(Stale::Free));
+}
+
+#[test]
+fn a_fence_passes_every_reader_and_permit_and_a_session_grant_whatever_its_deadline() {
+    let mut tokens = TokenSource::default();
+    let mut lock = Lock::<()>::default();
+    let mut out = Vec::new();
+    let shared = |owner| Request { want: Want::Shared, ..req(owner, 100) };
+    let granted = |lock: &mut Lock<()>, r: &Request, tokens: &mut TokenSource, out: &mut Vec<_>| match lock
+        .acquire(r, 1000, tokens, out)
+    {
+        Ok(Acquired::Granted(token)) => token,
+        other => panic!("{other:?}"),
+    };
+    let r1 = granted(&mut lock, &shared("r1"), &mut tokens, &mut out);
+    let r2 = granted(&mut lock, &shared("r2"), &mut tokens, &mut out);
+    assert_eq!((lock.fence(r1, 1000), lock.fence(r2, 1000)), (Ok(()), Ok(())));
+    lock.release(b"r1", 1000, &mut tokens, &mut out).unwrap();
+    assert_eq!(lock.fence(r1, 1000), Err(Stale::Held(1)), "a reader left: the others are counted");
+
+    let mut sem = Lock::<()>::default();
+    let permits = |owner| Request { want: Want::Permits { n: 1, limit: 3 }, ..req(owner, 100) };
+    let p = granted(&mut sem, &permits("p"), &mut tokens, &mut out);
+    assert_eq!(sem.fence(p, 1000), Ok(()));
+
+    let mut bound = Lock::<()>::default();
+    let with_session = Request { session: Some(7), session_lease: true, ..req("s", 100) };
+    let s = granted(&mut bound, &with_session, &mut tokens, &mut out);
+    assert_eq!(bound.fence(s, 5000), Ok(()), "a grant that lives with its session has no lease to run out");
+}
