@@ -16,6 +16,9 @@ r = redis.Redis.from_url(sys.argv[1] if len(sys.argv) > 1 else "redis://127.0.0.
 with Lock(r, "orders:42", blocking_timeout=5, on_lost=lambda lock, why: print(f"lost: {why}")) as lock:
     # Pass the fencing token to the storage you write to: it rejects older ones.
     print(f"holding orders:42, fencing token {lock.fencing_token}, lost: {lock.lost}")
+    # Data in Redis: the write runs only while this grant holds the lock
+    # (FLOCK.FENCED); once it ended, StaleTokenError and nothing runs.
+    lock.fenced("HSET", "orders:42:row", "status", "paid")
 
 # Or through redis-py's own factory, with a 10 s lease of its own:
 lock = r.lock("orders:42", timeout=10, lock_class=Lock)

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import redis
 
 HERE = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((HERE / "examples").glob("*.py"))
@@ -39,3 +40,8 @@ def test_multilock_runs(server):
     assert head == "holding ['{bank}:account:1', '{bank}:account:2']"
     first, second = (int(token) for token in tokens.strip("[]").split(", "))
     assert first > 0 and second > 0 and first != second
+
+
+def test_quickstart_writes_its_row_through_the_lock(server):
+    run(HERE / "examples" / "quickstart.py", server)
+    assert redis.Redis(port=server.port).hget("orders:42:row", "status") == b"paid"

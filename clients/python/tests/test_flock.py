@@ -253,3 +253,25 @@ def test_lost_waiting_reply_is_resent_and_the_wait_keeps_its_place(r, via_proxy)
     t.join(10)
     assert result == [True] and waiter.owned()
     waiter.release()
+
+
+def test_fenced_runs_the_command_while_the_grant_holds_and_refuses_it_once_the_grant_ended(r):
+    # No session: nothing tells this process of the force-release, so the server refuses.
+    lock = Lock(r, "fenced", timeout=30, use_session=False)
+    with pytest.raises(LockNotOwnedError):
+        lock.fenced("SET", "fenced:data", "unheld")
+    assert lock.acquire(blocking=False)
+    assert lock.fenced("SET", "fenced:data", "held") in (b"OK", "OK", True)
+    assert lock.fenced("GET", "fenced:data") in (b"held", "held")
+    with pytest.raises(redis.ResponseError) as own:
+        lock.fenced("INCR", "fenced:data")
+    assert not isinstance(own.value, LockNotOwnedError) and not lock.lost, "the command's own error passes"
+    assert r.execute_command("FLOCK.FORCERELEASE", "fenced") == 1
+    with pytest.raises(redis_flock.StaleTokenError) as stale:
+        lock.fenced("SET", "fenced:data", "late")
+    assert "STALE" in str(stale.value) and lock.lost and lock.lost_reason == "notowner"
+    with pytest.raises(redis_flock.StaleTokenError):
+        lock.fenced("SET", "fenced:data", "later")
+    assert r.get("fenced:data") == b"held"
+    with pytest.raises(LockNotOwnedError):
+        lock.release()

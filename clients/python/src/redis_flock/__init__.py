@@ -20,6 +20,7 @@ from ._core import (
     CrossSlotError,
     DeadlockError,
     LockNotDurableError,
+    StaleTokenError,
     UpgradeError,
     WrongModeError,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "CrossSlotError",
     "DeadlockError",
     "LockNotDurableError",
+    "StaleTokenError",
     "UpgradeError",
     "WrongModeError",
     "WATCHDOG_TIMEOUT",

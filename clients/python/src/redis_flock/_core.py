@@ -188,6 +188,15 @@ class WrongModeError(LockError, ResponseError):
     or a semaphore asked without permits or with another limit."""
 
 
+class StaleTokenError(LockNotOwnedError):
+    """The server's ``STALE``: ``fenced()`` sent a command with this grant's
+    fencing token after the grant had ended (its lease ran out, it was
+    force-released, the lock was deleted): the command did not run, and the
+    lock is ``lost``. Also raised without sending when the grant is already
+    known lost here. A LockNotOwnedError, as redis-py's lock raises for a
+    lock no longer owned."""
+
+
 class CrossSlotError(LockError, ClusterCrossSlotError):
     """A Redis Cluster's ``CROSSSLOT``: the keys of a ``MultiLock`` are in
     different hash slots, and one command can only take keys of one slot.
@@ -264,6 +273,7 @@ class CancelToken:
 # made of them (ResponseError and its subclasses).
 LOCK_ERRORS = {
     "NOTOWNER": LockNotOwnedError,
+    "STALE": StaleTokenError,
     "UPGRADE": UpgradeError,
     "WRONGMODE": WrongModeError,
     "DEADLOCK": DeadlockError,
@@ -285,7 +295,7 @@ def lock_error(error: ResponseError, action: str, name, lost: Optional[str] = No
     kind = LOCK_ERRORS.get(str(error).split(" ", 1)[0])
     if kind is None:
         return error
-    if kind is LockNotOwnedError:
+    if issubclass(kind, LockNotOwnedError):
         what = "a lock that's no longer owned"
         if lost:
             what += f": its grant was lost ({LOSS_TEXT.get(lost, lost)})"

@@ -38,6 +38,7 @@ from ._core import (
     ReadSide,
     ReadWriteLockBase,
     SemaphoreBase,
+    StaleTokenError,
     holder,
     is_notowner,
     is_queued,
@@ -330,6 +331,33 @@ class Lock(backend.LockFlavour, Managed, LockBase):
 
     def _info(self):
         return parse_info(self.redis.execute_command("FLOCK.INFO", self.name))
+
+    def fenced(self, *command):
+        """Runs ``command`` (a command of the server and its arguments:
+        ``"HSET", "{order:42}:row", "status", "paid"``) only while this
+        thread's (task's) grant holds the lock, in one step on the server
+        (FLOCK.FENCED with the grant's fencing token), and answers its reply
+        as ``execute_command`` would. Raises StaleTokenError when the grant
+        has ended (nothing ran; ``lost`` is then True; nothing is sent when
+        it is known lost here), LockNotOwnedError when this thread (task)
+        holds no grant; the command's own errors as they come. In a Redis
+        Cluster the command's keys share the lock's slot: give them its hash
+        tag (docs/fencing.md)."""
+        grant = self.local.grant
+        if grant is None:
+            raise LockNotOwnedError(f"Cannot write through an unlocked lock {self.name!r}", lock_name=self.name)
+        if self.lost:
+            raise StaleTokenError(
+                f"Cannot write through a lock that's no longer owned: its grant was lost ({grant.lost_reason})",
+                lock_name=self.name,
+            )
+        try:
+            return self.redis.execute_command("FLOCK.FENCED", self.name, grant.token, *command)
+        except ResponseError as e:
+            error = lock_error(e, "write through", self.name, grant.lost_reason)
+            if isinstance(error, StaleTokenError):
+                self._grant_lost(grant, NOTOWNER, str(e))
+            raise error from e
 
     def release(self) -> None:
         """Releases one hold; the lock passes at once to the next waiter. A

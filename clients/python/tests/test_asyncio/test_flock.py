@@ -115,3 +115,15 @@ async def test_lost_release_reply_is_resent_and_applied_once(server, inspect, ki
     await lock.release()
     await client.aclose()
     proxy.close()
+
+
+async def test_fenced_runs_the_command_while_the_grant_holds_and_refuses_it_once_the_grant_ended(r):
+    lock = Lock(r, "fenced", timeout=30, use_session=False)
+    assert await lock.acquire(blocking=False)
+    assert await lock.fenced("SET", "fenced:data", "held") in (b"OK", "OK", True)
+    assert await r.execute_command("FLOCK.FORCERELEASE", "fenced") == 1
+    with pytest.raises(redis_flock.StaleTokenError):
+        await lock.fenced("SET", "fenced:data", "late")
+    assert lock.lost and await r.get("fenced:data") == b"held"
+    with pytest.raises(LockNotOwnedError):
+        await lock.release()
