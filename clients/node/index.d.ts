@@ -158,6 +158,13 @@ export class Lock {
    */
   extend(lease: number): Promise<this>;
   /**
+   * Runs `command` (a command of the server and its arguments) only while this lock's grant of
+   * `resource` (default: its first) holds it, in one step (FLOCK.FENCED with the grant's fencing
+   * token); resolves to the command's reply. Rejects with StaleTokenError once the grant ended
+   * (nothing ran; the lock is then lost), and with the command's own errors.
+   */
+  fenced(command: Array<string | Buffer | number>, options?: { resource?: string }): Promise<unknown>;
+  /**
    * Releases one hold of each resource (several: in one call); resolves to the holds left of the
    * first (0 = free). Stops the watchdog. If one was lost, the others are still released and it
    * rejects with the lost one's LockNotHeldError.
@@ -245,6 +252,11 @@ export const PROTOCOL: Readonly<{
 export class LockNotHeldError extends Error {
   readonly name: 'LockNotHeldError';
   readonly key: string;
+}
+
+/** STALE: a fenced() command was refused, its grant having ended; nothing ran. */
+export class StaleTokenError extends LockNotHeldError {
+  readonly name: 'StaleTokenError';
 }
 
 /** The lock stayed busy for the whole wait (or at once, for a try); for several keys, `key` is the first. */

@@ -17,6 +17,8 @@ const lock = await flock.acquire('invoice:42', { wait: 10000, signal: AbortSigna
 try {
   // Hand the fencing token (a bigint) to the storage you write to, so it can refuse stale holders.
   console.log(`fencing token ${lock.token}`);
+  // Data in Redis: runs only while this grant holds the lock (FLOCK.FENCED), else StaleTokenError.
+  await lock.fenced(['HSET', 'invoice:42:row', 'status', 'paid']);
 } finally {
   await lock.release();
 }

@@ -12,6 +12,13 @@ class KeyError extends Error {
 /** The server says this owner does not hold the lock (reply `NOTOWNER`): never acquired, released, or lease ended. */
 class LockNotHeldError extends KeyError {}
 
+/**
+ * `lock.fenced()` sent a command with its grant's fencing token after the grant had ended (reply
+ * `STALE`): the command did not run, and the lock is lost. Also thrown without sending when the
+ * grant is already known lost here. A LockNotHeldError, as a release of a lost lock throws.
+ */
+class StaleTokenError extends LockNotHeldError {}
+
 /** The lock stayed busy: a try (`wait: 0`) or a wait that timed out on the server (nil reply). */
 class LockBusyError extends KeyError {}
 
@@ -81,6 +88,7 @@ class AbortError extends Error {
 
 module.exports = {
   LockNotHeldError,
+  StaleTokenError,
   LockBusyError,
   LockLostError,
   LockUpgradeError,

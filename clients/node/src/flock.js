@@ -9,6 +9,7 @@ const { PROTOCOL, SERVER_SESSION_TIMEOUT_MS, margin, now } = require('./protocol
 const { Session, redirection, without } = require('./session');
 const {
   LockNotHeldError,
+  StaleTokenError,
   LockBusyError,
   LockLostError,
   AbortError,
@@ -757,6 +758,7 @@ function holdsOf(info, owner) {
 // several; the rest reach callers unchanged (CROSSSLOT with a hint).
 const REPLY_ERRORS = [
   ['NOTOWNER', LockNotHeldError, 'is not held by this owner', 'are not all held by this owner'],
+  ['STALE', StaleTokenError, 'is no longer held with this token: the command did not run', 'are no longer held with this token: the command did not run'],
   ['UPGRADE', LockUpgradeError, 'is held shared by this owner, which cannot upgrade', 'include one held shared by this owner, which cannot upgrade'],
   ['WRONGMODE', LockModeError, 'exists in another mode', 'include one that exists in another mode'],
   ['DEADLOCK', LockDeadlockError, 'cannot be waited for: the wait would deadlock', 'cannot be waited for: the wait would deadlock'],
@@ -941,6 +943,36 @@ class Lock {
       handle.grant.leaseUntil(sent + lease - margin(lease));
     }
     return this;
+  }
+
+  /**
+   * Runs `command` (an array: a command of the server and its arguments, `['HSET',
+   * '{order:42}:row', 'status', 'paid']`) only while this lock's grant of `resource` (by default
+   * its first) holds it, in one step on the server (FLOCK.FENCED with the grant's fencing token);
+   * resolves to the command's reply. Rejects with StaleTokenError when the grant has ended
+   * (nothing ran; the lock is then lost; nothing is sent when it is known lost here), and with
+   * the command's own errors. In a Cluster the command's keys share the lock's slot: give them
+   * its hash tag (docs/fencing.md).
+   */
+  async fenced(command, { resource = this.resources[0] } = {}) {
+    const i = this.resources.indexOf(resource);
+    if (i < 0) throw new TypeError(`${resource} is not a resource of this lock (${this.resources.join(', ')})`);
+    if (this._released) throw new LockNotHeldError(`The lock ${resource} was released: nothing is written through it`, resource);
+    if (this.lost) {
+      throw new StaleTokenError(`The lock ${resource} was lost (${this._lostError.message}): the command was not sent`, resource, {
+        cause: this._lostError,
+      });
+    }
+    try {
+      return await this.flock._send(this.flock._conn, ['FLOCK.FENCED', resource, String(this._tokens[i]), ...command], {
+        // Applied once or not at all: FLOCK.FENCED takes no request ID, so a lost reply is not resent.
+        noId: true,
+        resends: 0,
+      });
+    } catch (err) {
+      if (err instanceof StaleTokenError) this._lose(new LockLostError(err.message, resource, { cause: err, reason: 'notowner' }));
+      throw err;
+    }
   }
 
   /**

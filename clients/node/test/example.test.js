@@ -41,6 +41,7 @@ it('examples/basic.mjs runs against a server and releases its lock', async () =>
   const token = BigInt(/^fencing token (\d+)$/m.exec(stdout)[1]);
   assert.ok(token > BigInt(Number.MAX_SAFE_INTEGER));
   assert.equal(await server.info('invoice:42'), null);
+  assert.equal(await server.probe.hget('invoice:42:row', 'status'), 'paid', 'the row was written through the lock');
 });
 
 it('examples/several.mjs runs against a server: a token per key, and every key released', async () => {

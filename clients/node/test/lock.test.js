@@ -4,7 +4,7 @@
 
 const assert = require('node:assert/strict');
 const { describe, it, before } = require('node:test');
-const { Flock, LockNotHeldError, LockBusyError, LockLostError, AbortError } = require('..');
+const { Flock, LockNotHeldError, LockBusyError, LockLostError, AbortError, StaleTokenError } = require('..');
 const { eachClient, flockOf, onEnd, renewals, requestId, startServer, startProxy, waitUntil, WATCHDOG_LEASE } = require('./helpers');
 
 let server;
@@ -267,6 +267,24 @@ eachClient((kind, K) => {
     assert.equal(await server.stat('cmdstat_flock.acquire'), before);
     assert.throws(() => new Flock([]), /exactly one client/);
     assert.throws(() => new Flock({}), /ioredis or node-redis/);
+  });
+
+  it('fenced runs a command only while the grant holds, and once it ended rejects with StaleTokenError', async () => {
+    // No session: nothing tells this process of the force-release, so the server refuses.
+    const plain = await flockOf(kind, server.port, { sessions: false });
+    const lock = await plain.acquire(K('fenced'), { lease: 30000 });
+    assert.equal(String(await lock.fenced(['SET', K('fenced:row'), 'held'])), 'OK');
+    assert.equal(String(await lock.fenced(['GET', K('fenced:row')])), 'held');
+    await assert.rejects(lock.fenced(['INCR', K('fenced:row')]), (err) => !(err instanceof LockNotHeldError) && /ERR/.test(err.message));
+    assert.equal(lock.lost, false, "the command's own error loses nothing");
+    assert.equal(await server.probe.call('FLOCK.FORCERELEASE', K('fenced')), '1');
+    await assert.rejects(lock.fenced(['SET', K('fenced:row'), 'late']), (err) => err instanceof StaleTokenError && /STALE/.test(err.message));
+    assert.equal(lock.lost, true);
+    assert.equal(lock.signal.error.reason, 'notowner');
+    await assert.rejects(lock.fenced(['SET', K('fenced:row'), 'later']), StaleTokenError);
+    assert.equal(await server.probe.get(K('fenced:row')), 'held');
+    await assert.rejects(lock.release(), LockNotHeldError);
+    await assert.rejects(lock.fenced(['GET', K('fenced:row')]), LockNotHeldError);
   });
 
   it('server errors other than NOTOWNER reach the caller unchanged', async () => {

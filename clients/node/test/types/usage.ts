@@ -2,7 +2,7 @@
 // libraries and types each call shape; the @ts-expect-error lines must stay errors.
 import Redis from 'ioredis';
 import { createClient, createCluster, createSentinel } from 'redis';
-import Flock, { Flock as Named, Lock, LockAbortSignal, LockBusyError, LockNotHeldError, LockLostError, LockUpgradeError, LockModeError, LockNotDurableError, LockDeadlockError, AbortError, LockMode, LossReason, PROTOCOL, CommandTimeoutError } from 'redis-flock';
+import Flock, { Flock as Named, Lock, LockAbortSignal, LockBusyError, LockNotHeldError, LockLostError, LockUpgradeError, LockModeError, LockNotDurableError, LockDeadlockError, StaleTokenError, AbortError, LockMode, LossReason, PROTOCOL, CommandTimeoutError } from 'redis-flock';
 
 export async function usage(): Promise<void> {
   const io = new Flock(new Redis());
@@ -11,13 +11,14 @@ export async function usage(): Promise<void> {
   const lock: Lock = await io.acquire('key', { lease: 5000, wait: 1000, signal: AbortSignal.timeout(100) });
   const token: bigint = lock.token;
   const tokens: ReadonlyMap<string, bigint> = lock.tokens;
+  const reply: unknown = await lock.fenced(['SET', 'row', 1], { resource: 'key' });
   const same: Lock = await lock.extend(10000);
   const left: number = await same.release();
   const lost: boolean = lock.signal.aborted && lock.signal.error instanceof LockLostError;
   const lostNow: boolean = lock.lost;
   const why: LossReason | undefined = lock.signal.error?.reason;
   const timed = new Flock(new Redis(), { sessionTimeoutMs: 3000 });
-  console.log(lostNow, why, timed.settings.sessionTimeoutMs, PROTOCOL.heartbeatFraction, new CommandTimeoutError('x').code);
+  console.log(reply, lostNow, why, timed.settings.sessionTimeoutMs, PROTOCOL.heartbeatFraction, new CommandTimeoutError('x').code);
 
   const redlockShape = await nr.acquire(['a', 'b'], 5000, { retryCount: 3, retryDelay: 100 });
   await redlockShape.release();
@@ -67,7 +68,7 @@ export async function usage(): Promise<void> {
   try {
     await io.acquire('key');
   } catch (err) {
-    if (err instanceof LockBusyError || err instanceof LockNotHeldError || err instanceof AbortError) console.log(err.name);
+    if (err instanceof LockBusyError || err instanceof LockNotHeldError || err instanceof StaleTokenError || err instanceof AbortError) console.log(err.name);
     if (err instanceof LockUpgradeError || err instanceof LockModeError) console.log(err.key);
   }
   console.log(token, tokens, left, lost, reentered, n, s);
