@@ -81,8 +81,9 @@ $(CLIENTS:%=test-%): test-%: build deps-%
 # What the clients' suites need, each installed only when missing: JDK 17 and
 # JUnit 5 (Debian's openjdk-17-jdk-headless and junit5: no Maven download),
 # openssl (the Java TLS test makes its certificates);
-# a virtualenv in target/ with pytest, pytest-asyncio and pytest-xdist from PyPI (Debian's
-# python3-venv when venv fails); Node and npm (Debian's when missing) and the
+# a virtualenv in target/ with pytest, pytest-asyncio, pytest-xdist and psycopg from PyPI
+# (Debian's python3-venv when venv fails) and Debian's PostgreSQL (docs/fencing.md's recipe
+# is tested against it); Node and npm (Debian's when missing) and the
 # Node client's devDependencies (ioredis, redis, typescript) from its
 # package-lock.json when node_modules is missing or stale.
 PYVENV := target/python-venv
@@ -97,11 +98,13 @@ deps-java:
 	fi
 
 deps-python:
-	@{ [ -x $(PYVENV)/bin/pytest ] && $(PYVENV)/bin/python -c 'import xdist' 2>/dev/null; } || { \
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+	|| { $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
+	@{ [ -x $(PYVENV)/bin/pytest ] && $(PYVENV)/bin/python -c 'import xdist, psycopg' 2>/dev/null; } || { \
 		python3 -m venv $(PYVENV) >/dev/null 2>&1 || { rm -rf $(PYVENV) \
 			&& $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv \
 			&& python3 -m venv $(PYVENV); } \
-		&& $(PYVENV)/bin/pip install --quiet --disable-pip-version-check pytest pytest-asyncio pytest-xdist; }
+		&& $(PYVENV)/bin/pip install --quiet --disable-pip-version-check pytest pytest-asyncio pytest-xdist 'psycopg[binary]'; }
 deps-node:
 	@{ command -v node && command -v npm; } >/dev/null \
 	|| { $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y nodejs npm; }
