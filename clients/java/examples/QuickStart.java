@@ -13,6 +13,9 @@ public class QuickStart {
                 try {
                     long token = lock.getToken(); // fencing token: pass it to the protected resource
                     System.out.println("holding orders:42 with token " + token);
+                    // Data in Redis: written only while this grant holds the lock (FLOCK.FENCED), in one step;
+                    // once it ended, StaleTokenException and nothing runs. The key's {hash tag} is the lock's slot.
+                    lock.fenced("HSET", "{orders:42}:row", "status", "paid");
                 } finally {
                     lock.unlock();
                 }

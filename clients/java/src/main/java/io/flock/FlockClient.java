@@ -311,7 +311,8 @@ public final class FlockClient implements AutoCloseable {
      * Told once per grant found lost, with the {@link LossReason} word: at once when the server pushes the loss
      * ({@code expired}, {@code forcereleased}, {@code deleted} or {@code demoted}), at a deadline ({@code expired}
      * for a fixed lease, {@code unconfirmed} for a grant no heartbeat or renewal confirmed in time), at its
-     * session's end ({@code sessionended}), or when a renewal finds it gone ({@code notowner}). See
+     * session's end ({@code sessionended}), or when a renewal finds it gone or a {@link FlockLock#fenced} command
+     * is refused {@code STALE} ({@code notowner}). See
      * {@link LeaseLostListener} for the thread it runs on.
      *
      * @param listener the listener, or null for none

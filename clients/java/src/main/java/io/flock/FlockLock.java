@@ -202,6 +202,89 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
     }
 
     /**
+     * Runs {@code command} on the lock's server only while the current thread's grant still holds the lock
+     * ({@code FLOCK.FENCED key token command ...}, with the grant's fencing token), in one step on the server:
+     * a holder that paused past its lease (a GC pause, a frozen VM) cannot otherwise keep its late write from
+     * landing after the next holder's, as checking {@link #isLeaseLost()} first and writing then leaves a gap
+     * ({@code docs/fencing.md}). Give the command's keys the lock's hash tag ({@code {order:42}:lock},
+     * {@code {order:42}:row}): on a Cluster they must share its slot.
+     *
+     * <p>The command is sent once, never again after a lost reply: {@code FLOCK.FENCED} takes no request ID,
+     * and a resend could run it twice, perhaps after the grant had moved on. A reply lost on the way is an
+     * {@link UncheckedIOException}, and whether the command ran is then unknown (read the data back, through
+     * this method, to find out). MOVED and ASK are followed, as nothing runs before them.
+     *
+     * <p>The command's own error replies ({@code WRONGTYPE}, {@code ERR ...}, a Cluster's {@code CROSSSLOT})
+     * reach the caller as they came, and the grant stays held: only {@code STALE} means it ended.
+     *
+     * @param command the command and its arguments: each a {@code String} or other {@link CharSequence} (sent
+     *     as UTF-8), a {@code byte[]} (as it is), or a {@link Number} (its decimal text)
+     * @return the command's reply, mapped as {@link FlockCommands} says ({@code Long}, {@code byte[]}, a status
+     *     {@code String}, {@code null}, a {@code List})
+     * @throws StaleTokenException if the grant has ended: refused {@code STALE} by the server (nothing ran, and
+     *     the grant is lost from then on, {@link LossReason#NOTOWNER}), or already known lost here (nothing sent)
+     * @throws IllegalMonitorStateException if the current thread holds no grant of this lock (nothing sent)
+     * @throws IllegalArgumentException if {@code command} is empty or an argument of another type (nothing sent)
+     * @throws UncheckedIOException if the reply was lost: the command may or may not have run
+     */
+    public Object fenced(Object... command) {
+        byte[][] args = fencedArgs(command);
+        Grant grant = client.grants.get(mine());
+        if (grant == null) {
+            throw new IllegalMonitorStateException("lock '" + name + "' is not held by the current thread: "
+                    + "no command runs through it");
+        }
+        if (client.lostByNow(grant)) {
+            throw new StaleTokenException("lock '" + name + "' is no longer held with token " + grant.token + ": "
+                    + grant.lostMessage + "; the command was not sent", null);
+        }
+        args[2] = FlockClient.bytes(Long.toString(grant.token));
+        try {
+            Router.Route route = client.router.route(key);
+            while (true) {
+                try {
+                    return route.sendOnce(args, n -> n.commands);
+                } catch (RuntimeException e) {
+                    if (!route.redirected(e)) {
+                        throw e;
+                    }
+                }
+            }
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        } catch (RuntimeException e) {
+            if (!"STALE".equals(RedisError.codeOf(e))) {
+                throw e; // the command's own error: it ran, or was refused as a direct call would be
+            }
+            String stale = new RedisError(e).getMessage();
+            client.leaseLost(grant, LossReason.NOTOWNER, "a fenced command was refused: " + stale);
+            throw new StaleTokenException(stale, e);
+        }
+    }
+
+    /** {@code FLOCK.FENCED key <token> command...}, the token's place left for the caller to fill. */
+    private byte[][] fencedArgs(Object[] command) {
+        if (command.length == 0) {
+            throw new IllegalArgumentException("fenced() needs a command to run");
+        }
+        byte[][] args = new byte[command.length + 3][];
+        args[0] = FlockClient.bytes("FLOCK.FENCED");
+        args[1] = key;
+        for (int i = 0; i < command.length; i++) {
+            Object arg = command[i];
+            if (arg instanceof byte[]) {
+                args[i + 3] = (byte[]) arg;
+            } else if (arg instanceof CharSequence || arg instanceof Number) {
+                args[i + 3] = FlockClient.bytes(arg.toString());
+            } else {
+                throw new IllegalArgumentException("fenced() argument " + i + " is " + (arg == null ? "null"
+                        : "a " + arg.getClass().getName()) + ": give a String, a byte[] or a number");
+            }
+        }
+        return args;
+    }
+
+    /**
      * True once the current thread's grant is known gone: at once when the server pushes the loss through the
      * session (lease ended, force-released, key deleted, demoted), when its session ended, when a watchdog
      * renewal finds it gone, or once its deadline has passed: a fixed lease's end, or the session's (no heartbeat

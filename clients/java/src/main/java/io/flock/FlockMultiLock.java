@@ -208,6 +208,30 @@ public final class FlockMultiLock extends AbstractFlockLock<List<Long>> implemen
     }
 
     /**
+     * Runs {@code command} only while the current thread's grant of {@code key} still holds it, in one step on the
+     * server ({@code FLOCK.FENCED} with that key's token): {@link FlockLock#fenced} of that key's lock. One key,
+     * because the server checks one token per command; the keys were granted together, but each grant ends on
+     * its own (a lease, a force-release of that key).
+     *
+     * @param key the name of one of {@link #getLocks()}, whose token guards the command
+     * @param command the command and its arguments ({@code String}, {@code byte[]} or number each)
+     * @return the command's reply
+     * @throws StaleTokenException if that key's grant has ended (nothing ran; it is lost from then on, and
+     *     {@link #unlock()} then releases the other keys and throws) or is known lost here (nothing sent)
+     * @throws IllegalMonitorStateException if the current thread holds no grant of {@code key} (nothing sent)
+     * @throws IllegalArgumentException if {@code key} is not one of this multi-lock's keys
+     */
+    public Object fenced(String key, Object... command) {
+        for (FlockLock lock : locks) {
+            if (lock.getName().equals(key)) {
+                return lock.fenced(command);
+            }
+        }
+        throw new IllegalArgumentException("'" + key + "' is not a key of this multi-lock ("
+                + locks.stream().map(FlockLock::getName).collect(Collectors.joining(", ")) + ")");
+    }
+
+    /**
      * Asks the server (FLOCK.INFO of each key), as Redisson's multi-lock asks each lock.
      *
      * @return whether the current thread holds every one of the locks

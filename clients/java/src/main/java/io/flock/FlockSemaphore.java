@@ -184,6 +184,21 @@ public final class FlockSemaphore {
     }
 
     /**
+     * Runs {@code command} only while the current thread's permits are still held, in one step on the server
+     * ({@code FLOCK.FENCED} with the grant's token), as {@link FlockLock#fenced}: so that a holder whose permits
+     * ran out while it was paused cannot write over the work of the one they went to next.
+     *
+     * @param command the command and its arguments ({@code String}, {@code byte[]} or number each)
+     * @return the command's reply
+     * @throws StaleTokenException if the grant has ended (nothing ran; it is lost from then on) or is known lost
+     *     here (nothing sent)
+     * @throws IllegalMonitorStateException if the current thread holds no permits (nothing sent)
+     */
+    public Object fenced(Object... command) {
+        return anyView.fenced(command);
+    }
+
+    /**
      * True once the current thread's grant is known gone, as {@link FlockLock#isLeaseLost()}.
      *
      * @return whether the current thread's grant was lost

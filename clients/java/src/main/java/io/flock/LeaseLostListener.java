@@ -9,7 +9,8 @@ package io.flock;
  * timer thread, or on the thread whose {@code isLeaseLost()} or {@code unlock()} saw the deadline passed first.
  * When the session a grant lived with ended ({@code sessionended}: its connection closed, or the server no
  * longer knew it), on the session's reader thread. When a renewal or re-watch was refused ({@code notowner}), on
- * an I/O thread of the client. Keep it short: the reader hands out the next events after it, and the timer
+ * an I/O thread of the client; when {@link FlockLock#fenced} was refused {@code STALE} ({@code notowner}), on the
+ * thread that called it, before it throws. Keep it short: the reader hands out the next events after it, and the timer
  * runs the next deadlines after it.
  */
 @FunctionalInterface

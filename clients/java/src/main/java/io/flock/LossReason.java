@@ -22,7 +22,10 @@ public enum LossReason {
     DELETED,
     /** The server stopped being a master (pushed by the server). */
     DEMOTED,
-    /** A renewal or check answered {@code NOTOWNER}. */
+    /**
+     * A renewal or check answered {@code NOTOWNER}, or {@link FlockLock#fenced} was refused {@code STALE}: the
+     * server no longer counts the grant, and this client learnt it by asking.
+     */
     NOTOWNER;
 
     /**

@@ -1,5 +1,6 @@
 package io.flock;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -47,6 +48,8 @@ class ExampleTest extends ServerTest {
     void theExampleRuns() throws Exception {
         assertTrue(run("QuickStart").startsWith("holding orders:42 with token "));
         assertEquals(null, info("orders:42"), "the example released its lock");
+        assertArrayEquals("paid".getBytes(StandardCharsets.UTF_8),
+                (byte[]) admin.call("HGET", "{orders:42}:row", "status"), "the example wrote its row through fenced()");
     }
 
     @Test
