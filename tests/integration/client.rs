@@ -168,3 +168,79 @@ fn watchdog_reports_an_unreachable_server_after_one_lease() {
     assert!(guard.lost());
     // Dropping the guard with the server gone does not panic.
 }
+
+/// How many `FLOCK.FENCED` the server received (run, failed or rejected).
+fn fenced_sent(admin: &mut Connection) -> u64 {
+    let stats: String = redis::cmd("INFO").arg("commandstats").query(admin).unwrap();
+    let Some(line) = stats.lines().find_map(|l| l.strip_prefix("cmdstat_flock.fenced:")) else { return 0 };
+    line.split(',')
+        .filter_map(|field| field.split_once('='))
+        .filter(|(name, _)| matches!(*name, "calls" | "rejected_calls"))
+        .map(|(_, n)| n.parse::<u64>().unwrap())
+        .sum()
+}
+
+fn get(admin: &mut Connection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query(admin).unwrap()
+}
+
+/// The error of a fenced command the server (or the guard) refused as stale.
+pub fn stale(r: RedisResult<impl std::fmt::Debug>, what: &str) -> redis::RedisError {
+    let e = expect_err(r, what);
+    assert_eq!(e.code(), Some("STALE"), "{what}: {e}");
+    e
+}
+
+#[test]
+fn fenced_writes_while_the_grant_holds_and_is_refused_once_it_was_force_released() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    // No client given: no session, so the force-release below is not
+    // pushed to the guard; only the fenced write can find it out.
+    let mut guard = Lock::new("{order:1}:lock", Duration::from_secs(60))
+        .acquire(s.conn(), None)
+        .unwrap()
+        .expect("a free lock is granted");
+
+    let set: String = guard.fenced(redis::cmd("SET").arg("{order:1}:row").arg("v1")).unwrap();
+    assert_eq!(set, "OK");
+    let read: Option<String> = guard.fenced(redis::cmd("GET").arg("{order:1}:row")).unwrap();
+    assert_eq!(read.as_deref(), Some("v1"));
+
+    // The command's own error passes through and loses nothing.
+    let e = guard.fenced::<i64>(redis::cmd("INCR").arg("{order:1}:row")).expect_err("INCR of a non-integer");
+    assert_eq!(e.kind(), redis::ErrorKind::ResponseError, "{e}");
+    assert!(e.to_string().contains("not an integer"), "{e}");
+    assert!(!guard.lost(), "the command's own error is no loss");
+    assert_eq!(guard.lost_reason(), None);
+
+    // A cursor argument cannot be read back from the Cmd: refused here.
+    let sent = fenced_sent(&mut admin);
+    let e = guard.fenced::<redis::Value>(redis::cmd("SCAN").cursor_arg(0)).expect_err("a cursor argument");
+    assert_eq!(e.kind(), redis::ErrorKind::ClientError, "{e}");
+    assert_eq!(fenced_sent(&mut admin), sent, "nothing was sent");
+    assert!(!guard.lost());
+
+    force_release(&mut admin, "{order:1}:lock").unwrap();
+    assert!(!guard.lost(), "no session: the force-release is not pushed");
+    let sent = fenced_sent(&mut admin);
+    let e = stale(
+        guard.fenced::<String>(redis::cmd("SET").arg("{order:1}:row").arg("v2")),
+        "a write after the force-release",
+    );
+    assert!(e.to_string().contains(&format!("token {} does not hold this lock", guard.token())), "{e}");
+    assert_eq!(fenced_sent(&mut admin), sent + 1, "the server's refusal is counted, so the count shows a send");
+    assert!(guard.lost(), "a STALE reply marks the guard lost");
+    assert_eq!(guard.lost_reason(), Some(LeaseLost::NotOwner));
+
+    // Known lost here: refused without sending.
+    let sent = fenced_sent(&mut admin);
+    let e =
+        stale(guard.fenced::<String>(redis::cmd("SET").arg("{order:1}:row").arg("v3")), "a write through a lost guard");
+    assert!(e.to_string().contains("not sent"), "{e}");
+    assert_eq!(fenced_sent(&mut admin), sent, "nothing was sent");
+    assert_eq!(get(&mut admin, "{order:1}:row").as_deref(), Some("v1"), "no stale write ran");
+
+    let released = guard.release().expect_err("the guard was lost");
+    assert_eq!(released.code(), Some("NOTOWNER"), "{released}");
+}

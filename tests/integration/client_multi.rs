@@ -78,3 +78,27 @@ fn renew_resets_every_lease() {
     guard.renew(Duration::from_secs(60)).unwrap();
     assert!(ttl_ms(&mut c, "a") > 50_000 && ttl_ms(&mut c, "b") > 50_000);
 }
+
+#[test]
+fn fenced_on_writes_with_each_keys_token_of_a_multi_guard() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let mut guard =
+        MultiLock::new(["{acct:1}:a", "{acct:1}:b"], LEASE).acquire(s.conn(), None).unwrap().expect("granted");
+
+    let set: String = guard.fenced_on("{acct:1}:b", redis::cmd("SET").arg("{acct:1}:row").arg("v1")).unwrap();
+    assert_eq!(set, "OK");
+    let e = guard.fenced_on::<String>("{acct:1}:c", redis::cmd("GET").arg("{acct:1}:row")).expect_err("not a key");
+    assert_eq!(e.kind(), redis::ErrorKind::ClientError, "{e}");
+
+    force_release(&mut admin, "{acct:1}:b").unwrap();
+    crate::client::stale(
+        guard.fenced_on::<String>("{acct:1}:b", redis::cmd("SET").arg("{acct:1}:row").arg("v2")),
+        "b's token",
+    );
+    // The other key's token still holds.
+    let read: Option<String> = guard.fenced_on("{acct:1}:a", redis::cmd("GET").arg("{acct:1}:row")).unwrap();
+    assert_eq!(read.as_deref(), Some("v1"));
+    let row: Option<String> = redis::cmd("GET").arg("{acct:1}:row").query(&mut admin).unwrap();
+    assert_eq!(row.as_deref(), Some("v1"));
+}

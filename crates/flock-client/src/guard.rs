@@ -6,7 +6,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use redis::{Client, Cmd, ConnectionLike, RedisResult};
+use redis::{Arg, Client, Cmd, ConnectionLike, ErrorKind, FromRedisValue, RedisError, RedisResult};
 
 use crate::cluster::{Routed, Via};
 use crate::link::Link;
@@ -176,6 +176,43 @@ impl<C: ConnectionLike> Guard<C> {
         renewed
     }
 
+    /// Runs `command` (built as usual: `redis::cmd("HSET").arg("{order:42}:row")
+    /// .arg("status").arg("paid")`) only while this grant holds the lock,
+    /// as `FLOCK.FENCED key token command ...`: the server checks the token
+    /// and runs the command in one step, so a holder that paused past the
+    /// end of its grant cannot write after the next holder has (see
+    /// docs/fencing.md). Answers the command's own reply; its own errors
+    /// (`WRONGTYPE`, ...) come back as they are and lose nothing.
+    ///
+    /// An error of code `STALE` means nothing ran: either the server
+    /// answered that the token no longer holds the lock (its text says what
+    /// does), and the guard is then marked lost ([`LeaseLost::NotOwner`]),
+    /// or the guard was already known lost ([`Guard::lost`]) and nothing was
+    /// sent, since the server could only refuse it.
+    ///
+    /// Sent once, never again after an I/O error: `FLOCK.FENCED` takes no
+    /// request ID, so the server could not tell a resend from a second
+    /// write, and a lost reply leaves it unknown whether the command ran.
+    /// In a Cluster the command's keys must share the lock's slot (a hash
+    /// tag), or Redis answers `CROSSSLOT`.
+    pub fn fenced<T: FromRedisValue>(&mut self, command: &Cmd) -> RedisResult<T> {
+        if let Some(why) = self.loss.reason() {
+            return Err(redis::make_extension_error(
+                "STALE".into(),
+                Some(format!("token {} of {} was lost here ({why}): the command was not sent", self.token, self.key)),
+            ));
+        }
+        let fenced = fenced_cmd(&self.key, self.token, command)?;
+        // `current`, not `send`: a new connection if the old one broke, but
+        // no resend once the command may have gone out.
+        let conn = self.link.current()?;
+        fenced.query(conn).inspect_err(|e| {
+            if is_stale(e) {
+                self.loss.mark(LeaseLost::NotOwner);
+            }
+        })
+    }
+
     /// Renews the lease every third of it (the process's renewer of
     /// `client`'s server), until the guard is released or dropped or the
     /// lock is lost: its deadline is then the send time of the last renewal
@@ -298,6 +335,34 @@ impl<C: ConnectionLike> std::fmt::Debug for Guard<C> {
             .field("lost", &self.lost())
             .finish()
     }
+}
+
+/// `FLOCK.FENCED key token` followed by `command`'s words. A cursor
+/// argument (`Cmd::cursor_arg`) is refused before anything is sent: its
+/// value is not readable from the `Cmd`, and a guess would run another
+/// command than the one asked for.
+pub(crate) fn fenced_cmd(key: &str, token: u64, command: &Cmd) -> RedisResult<Cmd> {
+    let mut fenced = redis::cmd("FLOCK.FENCED");
+    fenced.arg(key).arg(token);
+    for arg in command.args_iter() {
+        match arg {
+            Arg::Simple(word) => fenced.arg(word),
+            Arg::Cursor => {
+                return Err(RedisError::from((
+                    ErrorKind::ClientError,
+                    "FLOCK.FENCED takes no cursor argument",
+                    "give the cursor with arg() instead of cursor_arg(); nothing was sent".to_string(),
+                )))
+            }
+        };
+    }
+    Ok(fenced)
+}
+
+/// The error code `STALE`: a `FLOCK.FENCED` token no longer holds its lock,
+/// and the command did not run.
+pub(crate) fn is_stale(e: &RedisError) -> bool {
+    e.code() == Some("STALE")
 }
 
 pub(crate) fn renew_cmd(key: &str, owner: &str, lease_ms: u64) -> Cmd {

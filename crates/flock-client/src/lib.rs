@@ -157,6 +157,30 @@
 //! or `NOTOWNER` (its text says why: the lease ended, force-released,
 //! deleted).
 //!
+//! **Fencing.** A lease cannot stop a holder that pauses past it from
+//! writing late; the write itself must carry the grant's token and be
+//! refused once it no longer holds (docs/fencing.md). For data in Redis,
+//! [`Guard::fenced`] (and [`MultiGuard::fenced_on`]) sends a command as
+//! `FLOCK.FENCED key token command ...`: the server runs it only while the
+//! token holds the lock and answers its own reply, else an error of code
+//! `STALE` and nothing ran (a [`Guard`] is then lost, [`LeaseLost::NotOwner`]).
+//! It takes no request ID, so it is sent once and never again after a lost
+//! reply. For data elsewhere, hand [`Guard::token`] to the resource.
+//!
+//! ```no_run
+//! # fn main() -> redis::RedisResult<()> {
+//! # let client = redis::Client::open("redis://127.0.0.1:6379/")?;
+//! let lock = flock_client::Lock::new("{order:42}:lock", std::time::Duration::from_secs(10));
+//! if let Some(mut guard) = lock.acquire(client.get_connection()?, None)? {
+//!     let set = guard.fenced::<i64>(redis::cmd("HSET").arg("{order:42}:row").arg("status").arg("paid"));
+//!     if matches!(&set, Err(e) if e.code() == Some("STALE")) {
+//!         // The grant ended before the write: it did not run.
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! The owner is `<process id>:<thread id>`, the process id a random UUID made
 //! once per process: the same thread acquiring the same lock again reenters
 //! it (one more hold, same token), another thread or process queues.

@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
-use redis::{Client, ConnectionLike, RedisResult};
+use redis::{Client, Cmd, ConnectionLike, ErrorKind, FromRedisValue, RedisError, RedisResult};
 
+use crate::guard::fenced_cmd;
 use crate::link::Link;
 use crate::owner::{is_notowner, thread_owner};
 use crate::times::{millis, wait_ms};
@@ -102,6 +103,26 @@ impl<C: ConnectionLike> MultiGuard<C> {
 
     pub fn owner(&self) -> &str {
         &self.owner
+    }
+
+    /// [`Guard::fenced`](crate::Guard::fenced) for one of the keys: runs
+    /// `command` as `FLOCK.FENCED key token command ...` with that key's
+    /// token, so the command runs only while this grant of `key` holds it.
+    /// An error of code `STALE` means nothing ran. A multi-guard keeps no
+    /// record of losses, so every call is sent and the server decides (a
+    /// token that stopped holding never holds again). Sent once, never
+    /// resent after an I/O error (no request ID). A key not among
+    /// [`MultiGuard::keys`] is a client error, and nothing is sent.
+    pub fn fenced_on<T: FromRedisValue>(&mut self, key: &str, command: &Cmd) -> RedisResult<T> {
+        let Some(i) = self.keys.iter().position(|k| k == key) else {
+            return Err(RedisError::from((
+                ErrorKind::ClientError,
+                "not a key of this multi-lock",
+                format!("{key} is not among {:?}; nothing was sent", self.keys),
+            )));
+        };
+        let fenced = fenced_cmd(key, self.tokens[i], command)?;
+        fenced.query(self.link.current()?)
     }
 
     /// Resets every key's lease to `lease` from now (`FLOCK.RENEW` each, in
