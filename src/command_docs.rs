@@ -31,6 +31,14 @@ const ID: ArgDoc =
 const NUMKEYS: ArgDoc = arg("numkeys", INTEGER);
 const WAIT: ArgDoc =
     ArgDoc { name: "timeout-ms", kind: INTEGER, token: Some("WAIT"), optional: true, multiple: false, subargs: &[] };
+const LOCKDELAY: ArgDoc = ArgDoc {
+    name: "lock-delay-ms",
+    kind: INTEGER,
+    token: Some("LOCKDELAY"),
+    optional: true,
+    multiple: false,
+    subargs: &[],
+};
 const SESSION: ArgDoc =
     ArgDoc { name: "session", kind: PURE_TOKEN, token: Some("SESSION"), optional: true, multiple: false, subargs: &[] };
 
@@ -57,6 +65,7 @@ pub const COMMANDS: [CommandDoc; 15] = [
             SESSION,
             ArgDoc { name: "session-id", kind: STRING, token: Some("INBOX"), optional: true, multiple: false, subargs: &[] },
             ID,
+            LOCKDELAY,
             ArgDoc {
                 name: "kind",
                 kind: ONEOF,
@@ -104,6 +113,7 @@ pub const COMMANDS: [CommandDoc; 15] = [
             WAIT,
             SESSION,
             ID,
+            LOCKDELAY,
             ArgDoc { name: "shared", kind: PURE_TOKEN, token: Some("SHARED"), optional: true, multiple: false, subargs: &[] },
         ],
     },

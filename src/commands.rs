@@ -112,6 +112,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             session: parsed.session.then(|| inbox.unwrap_or_else(|| ffi::client_id(ctx))),
             id: with_window(parsed.id),
             want: parsed.want,
+            lock_delay_ms: config::lock_delay_ms(parsed.lock_delay_ms),
         };
         eviction::check_acquire(s)?;
         let acquired = with_key(ctx, s, key_name, true, |s, k, value| {
@@ -336,13 +337,21 @@ fn reply_holder_fields(ctx: &Context, holds: u32, token: u64, ttl_ms: i64, sessi
 }
 
 /// One holder's entry in FLOCK.INFO's `holders`.
-fn reply_holder(ctx: &Context, owner: &[u8], holds: u32, token: u64, ttl_ms: i64, session: bool, permits: u32) {
-    ffi::reply_map(ctx, 6);
+fn reply_holder(ctx: &Context, owner: &[u8], holds: u32, token: u64, ttl_ms: i64, session: bool, terms: Terms) {
+    ffi::reply_map(ctx, 7);
     ffi::reply_bytes(ctx, b"owner");
     ffi::reply_bytes(ctx, owner);
     reply_holder_fields(ctx, holds, token, ttl_ms, session);
-    ffi::reply_bytes(ctx, b"permits");
-    ctx.reply(Ok(RedisValue::Integer(i64::from(permits))));
+    for (name, n) in [("permits", terms.permits), ("lock-delay-ms", terms.lock_delay_ms)] {
+        ffi::reply_bytes(ctx, name.as_bytes());
+        ctx.reply(Ok(RedisValue::Integer(i64::from(n))));
+    }
+}
+
+/// FLOCK.INFO's last field: how long a lock-delay keeps the lock closed.
+fn reply_delayed(ctx: &Context, ms: u64) {
+    ffi::reply_bytes(ctx, b"delayed-ms");
+    ctx.reply(Ok(RedisValue::Integer(ms as i64)));
 }
 
 /// The fields after the first holder's: the queue, the mode and its limit.
@@ -388,10 +397,11 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let now = ffi::now_ms();
     let ttl = |h: &Holder| h.deadline_ms.saturating_sub(now) as i64;
     let first = holders.first();
-    if first.is_none() && value.lock.waiter_count() == 0 {
+    let delayed = value.lock.delayed_until().map_or(0, |until| until.saturating_sub(now));
+    if first.is_none() && value.lock.waiter_count() == 0 && delayed == 0 {
         return Ok(RedisValue::Null);
     }
-    ffi::reply_map(ctx, 10);
+    ffi::reply_map(ctx, 11);
     ffi::reply_bytes(ctx, b"owner");
     match first {
         Some(&(first, first_terms)) => {
@@ -413,8 +423,9 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     ffi::reply_bytes(ctx, b"holders");
     ffi::reply_array(ctx, holders.len());
     for (h, terms) in holders {
-        reply_holder(ctx, &h.owner, h.holds, h.token, ttl(h), terms.session.is_some(), terms.permits);
+        reply_holder(ctx, &h.owner, h.holds, h.token, ttl(h), terms.session.is_some(), terms);
     }
+    reply_delayed(ctx, delayed);
     Ok(RedisValue::NoReply)
 }
 
@@ -438,14 +449,15 @@ fn info_foreign(ctx: &Context, name: &RedisString) -> bool {
         legacy::shadow(s, &place).map_or_else(Vec::new, |lock| lock.waiters().map(|w| w.owner.to_vec()).collect())
     })
     .unwrap_or_default();
-    ffi::reply_map(ctx, 10);
+    ffi::reply_map(ctx, 11);
     ffi::reply_bytes(ctx, b"owner");
     ffi::reply_bytes(ctx, owner);
     reply_holder_fields(ctx, 1, 0, ttl, false);
     reply_queue_and_mode(ctx, queue.len(), queue.iter().map(Vec::as_slice), "foreign", 0);
     ffi::reply_bytes(ctx, b"holders");
     ffi::reply_array(ctx, 1);
-    reply_holder(ctx, owner, 1, 0, ttl, false, 0);
+    reply_holder(ctx, owner, 1, 0, ttl, false, Terms::default());
+    reply_delayed(ctx, 0);
     true
 }
 

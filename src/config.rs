@@ -28,6 +28,15 @@ pub fn retry_window_ms() -> u64 {
     u64::try_from(RETRY_WINDOW_MS.load(Ordering::Relaxed)).unwrap_or(DEFAULT_RETRY_WINDOW_MS as u64)
 }
 
+/// How long a lock stays closed after a grant ends without its holder
+/// releasing it (lease end, session end), for a grant whose ACQUIRE gave no
+/// `LOCKDELAY`; read when the grant is made. 0: none.
+pub static LOCK_DELAY_MS: AtomicI64 = AtomicI64::new(0);
+
+pub fn lock_delay_ms(asked: Option<u32>) -> u32 {
+    asked.unwrap_or_else(|| u32::try_from(LOCK_DELAY_MS.load(Ordering::Relaxed)).unwrap_or(0))
+}
+
 pub const DEFAULT_SESSION_TIMEOUT_MS: i64 = 10_000;
 
 /// How long a session lives without being heard from, unless it asked for

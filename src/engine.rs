@@ -12,7 +12,7 @@ use redis_module::{Context, RedisString};
 use crate::config;
 use crate::ffi::{self, MAX_ARGS};
 use crate::place::Place;
-use crate::state::{self, Lease, Scratch, Send, Shadow, State};
+use crate::state::{self, Lease, Scratch, Send, Shadow, State, DELAY_ENDS};
 use crate::value::{lock_value, with_args, LockValue, FREE_COMMAND, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION};
 use crate::waiters::{self, WaitId};
 use flock_core::deadlines::{DeadlineId, Pop};
@@ -34,6 +34,11 @@ fn follow(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, now: u64, scrat
             // Counted only if it was still waiting (`answer_left`).
             Outcome::Left { waiter, why } => {
                 answer_left(s, waiter, why);
+                continue;
+            }
+            Outcome::Delayed { until_ms } => {
+                file_delay(s, place, until_ms, now);
+                e.counters.iter().for_each(|&c| s.counters.bump(c, 1));
                 continue;
             }
             Outcome::Granted { token, waiter } => {
@@ -243,7 +248,7 @@ fn grant_all(ctx: &Context, s: &mut State, wait: WaitId) {
     let Some(w) = s.waiters.get(wait) else { return };
     let Some(group) = w.group.as_deref() else { return };
     let (owner, keys) = (w.owner.clone(), group.keys.clone());
-    let (lease_ms, session, want) = (group.lease_ms, group.session, group.want);
+    let (lease_ms, session, want, lock_delay_ms) = (group.lease_ms, group.session, group.want, group.lock_delay_ms);
     let request = group.request.clone().unwrap_or_default();
     for (place, _) in keys.iter().filter(|(_, id)| id.is_some()) {
         let mut first = false;
@@ -254,7 +259,7 @@ fn grant_all(ctx: &Context, s: &mut State, wait: WaitId) {
     }
     // An empty ID stands for none: a request ID has 1 to 64 bytes.
     let id = (!request.0.is_empty()).then_some(RequestId { id: &request.0, window_ms: request.1 });
-    let req = Request { owner: &owner, lease_ms, session, session_lease: false, id, want };
+    let req = Request { owner: &owner, lease_ms, session, session_lease: false, id, want, lock_delay_ms };
     match take_keys(ctx, s, &keys, &req) {
         Some(tokens) => {
             let grants = keys.into_iter().map(|(place, _)| place).zip(tokens).collect();
@@ -439,6 +444,12 @@ fn file_lease(s: &mut State, holder: &mut Holder, session_lease: Option<u64>, pl
     wake_at(s, at, now);
 }
 
+/// Files the end of a lock's lock-delay: the tick lifts it then.
+fn file_delay(s: &mut State, place: &Place, until_ms: u64, now: u64) {
+    s.deadlines.insert(until_ms, Lease { token: DELAY_ENDS, place: place.clone() });
+    wake_at(s, until_ms, now);
+}
+
 /// Takes a holder's lease out of the wheel, if `id` is still its entry.
 fn cancel_lease(s: &mut State, token: u64, id: Option<DeadlineId>) {
     if let Some(id) = id.filter(|&id| s.deadlines.get(id).is_some_and(|lease| lease.token == token)) {
@@ -496,6 +507,19 @@ fn tick(ctx: &Context, s: &mut State) {
             Pop::Moved => continue,
             Pop::Idle => break,
         };
+        if lease.token == DELAY_ENDS {
+            open_lock_at(ctx, s, &lease.place, |s, k, value| {
+                update(s, k, value, None, |s, lock, out, now| {
+                    // A later delay, begun since, is filed again for its own end.
+                    if !lock.lift_delay(now, &mut s.tokens, out) {
+                        if let Some(until) = lock.delayed_until() {
+                            file_delay(s, k.place, until, now);
+                        }
+                    }
+                });
+            });
+            continue;
+        }
         open_lock_at(ctx, s, &lease.place, |s, k, value| {
             let token = lease.token;
             let Some(holder) = value.lock.holder_mut(token).filter(|h| h.deadline_id == Some(id)) else { return };
@@ -632,6 +656,9 @@ pub fn file_leases_now(s: &mut State, value: &mut LockValue, place: &Place) {
     for holder in value.lock.holders_mut() {
         holder.deadline_id = Some(s.deadlines.insert(now, Lease { token: holder.token, place: place.clone() }));
         wake_at(s, now, now);
+    }
+    if value.lock.delayed_until().is_some() {
+        file_delay(s, place, now, now);
     }
 }
 

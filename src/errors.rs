@@ -11,7 +11,7 @@ use redis_module::RedisError;
 use flock_core::args::{self, ArgError};
 use flock_core::effects::{Leave, Loss};
 use flock_core::holders::Mode;
-use flock_core::limits::{MAX_ALL_KEYS, MAX_ID_LEN, MAX_MS, MAX_OWNER_LEN};
+use flock_core::limits::{MAX_ALL_KEYS, MAX_ID_LEN, MAX_LOCK_DELAY_MS, MAX_MS, MAX_OWNER_LEN};
 use flock_core::lock::{LockError, Stale};
 use flock_core::record::Field;
 use flock_core::requests::Kind;
@@ -78,14 +78,18 @@ pub fn arg_error(e: ArgError) -> RedisError {
             "ERR invalid WAIT timeout-ms: it must be an integer number of milliseconds from 0 (no limit) to {MAX_MS}"
         ),
         ArgError::UnknownOption(o) => format!(
-            "ERR unknown option '{o}': FLOCK.ACQUIRE takes only WAIT timeout-ms, SESSION, INBOX session-id and ID request-id, and SHARED or PERMITS n LIMIT m"
+            "ERR unknown option '{o}': FLOCK.ACQUIRE takes only WAIT timeout-ms, SESSION, INBOX session-id, ID request-id and LOCKDELAY ms, and SHARED or PERMITS n LIMIT m"
         ),
+        ArgError::LockDelay => {
+            format!("ERR invalid LOCKDELAY: it must be an integer number of milliseconds from 0 (none) to {MAX_LOCK_DELAY_MS}")
+        }
         ArgError::Id => format!("ERR invalid request ID: it must be 1 to {MAX_ID_LEN} bytes long"),
         ArgError::UnknownIdOption(o) => format!("ERR unknown option '{o}': the only option here is ID request-id"),
         ArgError::Repeated(o) => format!("ERR option {o} given more than once: each option may appear once"),
         ArgError::MissingValue("ID") => "ERR option ID has no value: write ID request-id".into(),
         ArgError::MissingValue("PERMITS") => "ERR option PERMITS has no value: write PERMITS n LIMIT m".into(),
         ArgError::MissingValue("INBOX") => "ERR option INBOX has no value: write INBOX session-id".into(),
+        ArgError::MissingValue("LOCKDELAY") => "ERR option LOCKDELAY has no value: write LOCKDELAY ms".into(),
         ArgError::MissingValue(o) => format!("ERR option {o} has no value: write {o} timeout-ms (0 waits without limit)"),
         ArgError::Permits => {
             "ERR invalid PERMITS: write PERMITS n LIMIT m with n an integer from 1 to m (the permits this owner takes)"

@@ -61,10 +61,10 @@ mod module {
 
     use crate::config::{
         LegacyLocks, ALLOW_EVICTION, DEFAULT_MAX_WAITERS, DEFAULT_RETRY_WINDOW_MS, DEFAULT_SESSION_TIMEOUT_MS,
-        LEGACY_LOCKS, MAX_LEASE_MS, MAX_WAITERS, RETRY_WINDOW_MS, SESSION_TIMEOUT_MS,
+        LEGACY_LOCKS, LOCK_DELAY_MS, MAX_LEASE_MS, MAX_WAITERS, RETRY_WINDOW_MS, SESSION_TIMEOUT_MS,
     };
     use flock_core::args::SESSION_TIMEOUTS;
-    use flock_core::limits::MAX_MS;
+    use flock_core::limits::{MAX_LOCK_DELAY_MS, MAX_MS};
 
     use crate::keytype::FLOCK_TYPE;
 
@@ -155,6 +155,7 @@ mod module {
                 ["max-waiters", &MAX_WAITERS, DEFAULT_MAX_WAITERS, 1, i64::MAX, ConfigurationFlags::DEFAULT, None],
                 ["max-lease-ms", &MAX_LEASE_MS, MAX_MS as i64, 1, MAX_MS as i64, ConfigurationFlags::DEFAULT, None],
                 ["retry-window-ms", &RETRY_WINDOW_MS, DEFAULT_RETRY_WINDOW_MS, 1, MAX_MS as i64, ConfigurationFlags::DEFAULT, None],
+                ["lock-delay-ms", &LOCK_DELAY_MS, 0, 0, MAX_LOCK_DELAY_MS as i64, ConfigurationFlags::DEFAULT, None],
                 ["session-timeout-ms", &SESSION_TIMEOUT_MS, DEFAULT_SESSION_TIMEOUT_MS, *SESSION_TIMEOUTS.start() as i64, *SESSION_TIMEOUTS.end() as i64, ConfigurationFlags::DEFAULT, None],
             ],
             // The macro needs every kind listed to accept module arguments.

@@ -74,6 +74,7 @@ pub fn acquire_all(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         session: parsed.session.then(|| ffi::client_id(ctx)),
         id: with_window(parsed.id),
         want: parsed.want,
+        lock_delay_ms: config::lock_delay_ms(parsed.lock_delay_ms),
     };
     entered(ctx, |s| {
         eviction::check_acquire(s)?;
@@ -179,6 +180,7 @@ fn queue(
         lease_ms: req.lease_ms,
         session: req.session,
         want: req.want,
+        lock_delay_ms: req.lock_delay_ms,
         request: req.id.map(|id| (id.id.into(), id.window_ms)),
     });
     // Each key it did not hold was found free to queue at, one of them busy.

@@ -30,11 +30,15 @@ use flock_core::requests::Remembered;
 use flock_core::tokens::TokenSource;
 
 /// A lease filed in the deadline wheel: the token tells a stale entry (the
-/// lock changed hands, moved or was deleted since) from a live one.
+/// lock changed hands, moved or was deleted since) from a live one. Token
+/// `DELAY_ENDS` (no grant has it) is the end of the lock's lock-delay.
 pub struct Lease {
     pub token: u64,
     pub place: Place,
 }
+
+/// `Lease::token` of a lock-delay's end.
+pub const DELAY_ENDS: u64 = 0;
 
 /// The lock FLOCK's waiters queue on while a lock of another client holds
 /// the key (`legacy`), and when the timer set for that lock's TTL fires.

@@ -91,6 +91,7 @@ pub struct Group {
     pub lease_ms: u64,
     pub session: Option<u64>,
     pub want: Want,
+    pub lock_delay_ms: u32,
     /// The request ID and how long what it did is remembered.
     pub request: Option<(Box<[u8]>, u64)>,
 }

@@ -94,7 +94,7 @@ const WALKTHROUGH: &str = r#"
 
 -- 4. worker-1 again: reentrant, same token, holds = 2:
 1000000000000001
--- 5. the lock: owner, holds, token, ttl-ms, session, waiters, queue, then mode, limit and each holder:
+-- 5. the lock: owner, holds, token, ttl-ms, session, waiters, queue, then mode, limit, each holder and delayed-ms:
 owner
 worker-1
 holds
@@ -125,6 +125,10 @@ ttl-ms
 session
 0
 permits
+0
+lock-delay-ms
+0
+delayed-ms
 0
 -- 6. a renewal resets the lease and answers the current token:
 1000000000000001
@@ -162,6 +166,7 @@ flock_waiters_resent:0
 flock_wait_cancels:0
 flock_deadlocks:0
 flock_session_expiries:0
+flock_lock_delays:0
 flock_handoff_latency_mean_us:0
 flock_handoff_latency_max_us:0
 flock_eviction_unsafe:0

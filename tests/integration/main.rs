@@ -34,6 +34,7 @@ mod hostile;
 mod legacy_locks;
 mod lifecycle;
 mod loaded_data;
+mod lock_delay;
 mod memory;
 mod observability;
 mod paused_writes;

@@ -13,7 +13,7 @@ const MS: Duration = Duration::from_millis(1);
 // ---------------------------------------------------------------- INFO flock
 
 /// Every field of `INFO flock`, in order (Redis adds the `flock_` prefix).
-const INFO_FIELDS: [&str; 27] = [
+const INFO_FIELDS: [&str; 28] = [
     "locks",
     "waiters",
     "leases",
@@ -35,6 +35,7 @@ const INFO_FIELDS: [&str; 27] = [
     "wait_cancels",
     "deadlocks",
     "session_expiries",
+    "lock_delays",
     "handoff_latency_mean_us",
     "handoff_latency_max_us",
     "eviction_unsafe",
@@ -322,6 +323,7 @@ fn command_docs_describe_every_command() {
                 arg("session", "pure-token", Some("SESSION"), true),
                 arg("session-id", "string", Some("INBOX"), true),
                 id.clone(),
+                arg("lock-delay-ms", "integer", Some("LOCKDELAY"), true),
                 arg("kind", "oneof", None, true),
                 arg("shared", "pure-token", Some("SHARED"), false),
                 arg("semaphore", "block", None, false),
@@ -488,7 +490,8 @@ fn config_get_and_set_round_trip_and_refuse_out_of_range() {
     assert_eq!(config_get(&mut c, "flock.retry-window-ms"), "60000");
     assert_eq!(config_get(&mut c, "flock.legacy-locks"), "ttl");
     assert_eq!(config_get(&mut c, "flock.session-timeout-ms"), "10000");
-    assert_eq!(all.len(), 12, "{all:?}");
+    assert_eq!(config_get(&mut c, "flock.lock-delay-ms"), "0");
+    assert_eq!(all.len(), 14, "{all:?}");
 
     let good = [
         ("flock.max-waiters", "7"),
@@ -693,7 +696,7 @@ fn error_messages_say_what_was_wrong_and_what_is_allowed() {
         (
             &["FLOCK.ACQUIRE", "L", "a", "1000", "NX"],
             "ERR",
-            &["unknown option 'NX'", "only WAIT timeout-ms, SESSION, INBOX session-id and ID request-id"],
+            &["unknown option 'NX'", "only WAIT timeout-ms, SESSION, INBOX session-id, ID request-id and LOCKDELAY ms"],
         ),
         (&["FLOCK.ACQUIRE", "L", "a", "1000", "wait", "1", "WAIT", "1"], "ERR", &["WAIT given more than once", "once"]),
         (&["FLOCK.ACQUIRE", "L", "a", "1000", "WAIT"], "ERR", &["WAIT has no value", "WAIT timeout-ms"]),

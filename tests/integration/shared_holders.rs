@@ -332,14 +332,17 @@ fn counters_end_each_shared_holder_once() {
 
 fn check_info_shape(fields: &[(String, Value)], first_token: i64) {
     let names: Vec<&str> = fields.iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(names, ["owner", "holds", "token", "ttl-ms", "session", "waiters", "queue", "mode", "limit", "holders"]);
+    assert_eq!(
+        names,
+        ["owner", "holds", "token", "ttl-ms", "session", "waiters", "queue", "mode", "limit", "holders", "delayed-ms"]
+    );
     assert_eq!(fields[0].1, Value::BulkString(b"a".to_vec()), "the first seven show the earliest grant");
     assert_eq!(fields[2].1, Value::Int(first_token));
     assert_eq!(fields[5].1, Value::Int(1), "waiters");
     assert_eq!(fields[8].1, Value::Int(3), "limit");
     let Value::Array(list) = &fields[9].1 else { panic!("holders: {:?}", fields[9].1) };
     let names: Vec<Vec<String>> = list.iter().map(|h| fields_of(h).into_iter().map(|(k, _)| k).collect()).collect();
-    assert_eq!(names, vec![vec!["owner", "holds", "token", "ttl-ms", "session", "permits"]; 2]);
+    assert_eq!(names, vec![vec!["owner", "holds", "token", "ttl-ms", "session", "permits", "lock-delay-ms"]; 2]);
 }
 
 #[test]
@@ -351,7 +354,7 @@ fn info_lists_mode_limit_and_each_holder_as_flat_arrays_on_resp2_and_maps_on_res
     let w = queue(&s, &mut c, "sem", "w", &["PERMITS", "1", "LIMIT", "3"]);
     let v2: Value = redis::cmd("FLOCK.INFO").arg("sem").query(&mut c).unwrap();
     let Value::Array(items) = &v2 else { panic!("RESP2: {v2:?}") };
-    assert!(matches!(&items[19], Value::Array(l) if matches!(&l[0], Value::Array(h) if h.len() == 12)), "{v2:?}");
+    assert!(matches!(&items[19], Value::Array(l) if matches!(&l[0], Value::Array(h) if h.len() == 14)), "{v2:?}");
     check_info_shape(&fields_of(&v2), t);
     let v3: Value = redis::cmd("FLOCK.INFO").arg("sem").query(&mut s.conn3()).unwrap();
     let Value::Map(pairs) = &v3 else { panic!("RESP3: {v3:?}") };

@@ -4,7 +4,7 @@
 //! without a server.
 
 use crate::holders::Want;
-use crate::limits::{MAX_ALL_KEYS, MAX_ID_LEN, MAX_MS, MAX_OWNER_LEN};
+use crate::limits::{MAX_ALL_KEYS, MAX_ID_LEN, MAX_LOCK_DELAY_MS, MAX_MS, MAX_OWNER_LEN};
 use crate::record::parse_u64;
 
 #[derive(Debug, PartialEq, Eq, Clone)]
@@ -30,6 +30,8 @@ pub enum ArgError {
     SessionId,
     /// FLOCK.INBOX's timeout-ms.
     InboxTimeout,
+    /// `LOCKDELAY ms` outside 0..=MAX_LOCK_DELAY_MS.
+    LockDelay,
     /// `lease-ms` 0 (the grant lives while its session does) without
     /// `INBOX session-id` to name that session.
     SessionLease,
@@ -57,10 +59,12 @@ pub struct AcquireArgs<'a> {
     pub want: Want,
     /// `INBOX session-id`: sent on behalf of that session.
     pub inbox: Option<&'a [u8]>,
+    /// `LOCKDELAY ms`; else the module's default applies.
+    pub lock_delay_ms: Option<u32>,
 }
 
 /// `owner lease-ms [WAIT timeout-ms] [SESSION] [INBOX session-id] [ID
-/// request-id] [SHARED | PERMITS n LIMIT m]` (after the key).
+/// request-id] [LOCKDELAY ms] [SHARED | PERMITS n LIMIT m]` (after the key).
 pub fn acquire<'a>(args: &[&'a [u8]]) -> Result<AcquireArgs<'a>, ArgError> {
     let [owner, lease, options @ ..] = args else {
         return Err(ArgError::Arity);
@@ -73,6 +77,7 @@ pub fn acquire<'a>(args: &[&'a [u8]]) -> Result<AcquireArgs<'a>, ArgError> {
         id: None,
         want: Want::Exclusive,
         inbox: None,
+        lock_delay_ms: None,
     };
     let mut rest = options.iter();
     while let Some(option) = rest.next() {
@@ -97,6 +102,13 @@ pub fn acquire<'a>(args: &[&'a [u8]]) -> Result<AcquireArgs<'a>, ArgError> {
                 return Err(ArgError::Repeated("INBOX"));
             }
             parsed.inbox = Some(parse_session_id(rest.next().ok_or(ArgError::MissingValue("INBOX"))?)?);
+        } else if option.eq_ignore_ascii_case(b"LOCKDELAY") {
+            if parsed.lock_delay_ms.is_some() {
+                return Err(ArgError::Repeated("LOCKDELAY"));
+            }
+            let value = rest.next().ok_or(ArgError::MissingValue("LOCKDELAY"))?;
+            let ms = parse_u64(value).and_then(|ms| u32::try_from(ms).ok()).filter(|&ms| ms <= MAX_LOCK_DELAY_MS);
+            parsed.lock_delay_ms = Some(ms.ok_or(ArgError::LockDelay)?);
         } else if option.eq_ignore_ascii_case(b"SHARED") {
             parsed.want = match parsed.want {
                 Want::Exclusive => Want::Shared,

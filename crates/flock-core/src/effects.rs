@@ -19,6 +19,9 @@ pub enum Outcome<P> {
     Ended { holder: Holder, terms: Terms, why: End },
     /// A waiter left the queue without a grant.
     Left { waiter: P, why: Leave },
+    /// A grant with a lock-delay ended unreleased: the lock grants nothing
+    /// until then (unix ms), when the caller lifts it (`Lock::lift_delay`).
+    Delayed { until_ms: u64 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,10 +121,12 @@ pub enum Counter {
     /// Sessions that ended because they were not heard from for their
     /// timeout (counted by the Redis layer, as deadlocks are).
     SessionExpiries,
+    /// Grants that ended unreleased into a lock-delay.
+    LockDelays,
 }
 
 impl Counter {
-    pub const ALL: [Counter; 18] = [
+    pub const ALL: [Counter; 19] = [
         Counter::Grants,
         Counter::ImmediateGrants,
         Counter::Handoffs,
@@ -140,6 +145,7 @@ impl Counter {
         Counter::WaitCancels,
         Counter::Deadlocks,
         Counter::SessionExpiries,
+        Counter::LockDelays,
     ];
 
     /// Its field in `INFO flock`, after the `flock_` prefix.
@@ -163,6 +169,7 @@ impl Counter {
             Counter::WaitCancels => "wait_cancels",
             Counter::Deadlocks => "deadlocks",
             Counter::SessionExpiries => "session_expiries",
+            Counter::LockDelays => "lock_delays",
         }
     }
 }
@@ -284,6 +291,8 @@ pub fn effects<P>(outcome: &Outcome<P>) -> Effects {
             Leave::Cancelled => left(&[WaitCancels], Reply::Cancelled),
             Leave::HoldLost => left(&[], Reply::Error(Leave::HoldLost)),
         },
+        // Kept on the master: a replica follows the grants it sends.
+        Outcome::Delayed { .. } => Effects { counters: &[LockDelays], ..NONE },
     }
 }
 

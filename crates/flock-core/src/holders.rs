@@ -45,6 +45,10 @@ pub struct Terms {
     /// never ends it there. Neither replicated nor persisted: a loaded or
     /// replicated grant has a plain lease.
     pub session_lease: bool,
+    /// How long the lock stays closed to everyone after this grant ends
+    /// without its holder releasing it (`LOCKDELAY`): time for a holder that
+    /// lost it unawares to stop writing. Kept on the master only.
+    pub lock_delay_ms: u32,
 }
 
 /// How a key is held. All of a key's holders hold it in one mode.
@@ -420,7 +424,7 @@ mod tests {
         h.insert(holder("b", 2), Terms::default(), Mode::Shared);
         assert_eq!((h.len(), h.used(), h.mode()), (2, 2, Mode::Shared));
         let mut s = Holders::default();
-        s.insert(holder("a", 1), Terms { session: None, permits: 3, session_lease: false }, Mode::Semaphore(5));
+        s.insert(holder("a", 1), Terms { session: None, permits: 3, ..Terms::default() }, Mode::Semaphore(5));
         assert_eq!((s.used(), s.token_of(b"a")), (3, Some(1)));
         s.remove(1);
         assert_eq!((s.used(), s.mode()), (0, Mode::Semaphore(5)), "a semaphore stays one");

@@ -27,6 +27,8 @@ pub struct Waiter<P> {
     /// The request ID it waits under and how long its grant is remembered.
     pub request: Option<(Box<[u8]>, u64)>,
     pub want: Want,
+    /// `Terms::lock_delay_ms` of its grant.
+    pub lock_delay_ms: u32,
     /// One key's place of a wait for several keys (`enqueue_gated`): the
     /// caller grants it (`grant_head`) once every key is its to take.
     pub gated: bool,
@@ -85,6 +87,8 @@ pub struct Request<'a> {
     pub session_lease: bool,
     pub id: Option<RequestId<'a>>,
     pub want: Want,
+    /// `Terms::lock_delay_ms` of its grant.
+    pub lock_delay_ms: u32,
 }
 
 /// A command's request ID and how long what it did is remembered.
@@ -110,6 +114,9 @@ struct Extra<P> {
     /// Held by a lock that is not FLOCK's (the key holds another client's
     /// `SET NX` string): nothing is granted until that lets go.
     foreign: bool,
+    /// A grant ended unreleased with a lock-delay: nothing is granted until
+    /// this time (unix ms), when the caller lifts it (`lift_delay`).
+    delayed_until: Option<u64>,
 }
 
 pub struct Lock<P> {
@@ -181,12 +188,17 @@ impl<P> Lock<P> {
     }
 
     fn extra_mut(&mut self) -> &mut Extra<P> {
-        self.extra
-            .get_or_insert_with(|| Box::new(Extra { waiting: None, requests: Requests::default(), foreign: false }))
+        self.extra.get_or_insert_with(|| {
+            Box::new(Extra { waiting: None, requests: Requests::default(), foreign: false, delayed_until: None })
+        })
     }
 
     fn trim(&mut self) {
-        if self.extra.as_ref().is_some_and(|e| e.waiting.is_none() && e.requests.is_empty() && !e.foreign) {
+        if self
+            .extra
+            .as_ref()
+            .is_some_and(|e| e.waiting.is_none() && e.requests.is_empty() && !e.foreign && e.delayed_until.is_none())
+        {
             self.extra = None;
         }
     }
@@ -203,9 +215,29 @@ impl<P> Lock<P> {
         self.waiting().map_or(0, |w| w.queue.len())
     }
 
-    /// Nobody holds it and nobody waits: it is free to grant.
+    /// Nobody holds it, nobody waits and no lock-delay keeps it closed: it
+    /// is free to grant, and its key may go.
     pub fn is_idle(&self) -> bool {
-        self.is_open() && !self.is_foreign()
+        self.is_open() && !self.is_foreign() && self.delayed_until().is_none()
+    }
+
+    /// Until when a lock-delay keeps the lock closed (unix ms), if one does.
+    pub fn delayed_until(&self) -> Option<u64> {
+        self.extra.as_ref()?.delayed_until
+    }
+
+    /// Ends the lock-delay if its time has come at `now_ms`, and grants the
+    /// waiters that fit: false while it still runs (or there is none).
+    pub fn lift_delay(&mut self, now_ms: u64, tokens: &mut TokenSource, out: &mut Outcomes<P>) -> bool {
+        match self.delayed_until() {
+            Some(until) if until <= now_ms => {
+                self.extra_mut().delayed_until = None;
+                self.trim();
+                self.grant_waiters(now_ms, tokens, out);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// No FLOCK holder and nobody waits: a request sets its mode.
@@ -340,7 +372,7 @@ impl<P> Lock<P> {
 
     /// Whether `want` could be granted now, ignoring the queue.
     fn fits(&self, want: Want) -> bool {
-        if self.is_foreign() {
+        if self.is_foreign() || self.delayed_until().is_some() {
             return false;
         }
         let free = self.holders.is_empty();
@@ -359,6 +391,8 @@ impl<P> Lock<P> {
         out: &mut Outcomes<P>,
     ) -> Result<Acquired, LockError> {
         self.check_mode(req.want)?;
+        // Its time may have come before its timer ran.
+        self.lift_delay(now_ms, tokens, out);
         if self.is_open() {
             // A key nobody uses becomes what this request makes it.
             self.holders.set_kind(req.want.mode());
@@ -376,7 +410,12 @@ impl<P> Lock<P> {
         }
         let token = tokens.next(now_ms);
         let holder = Holder::new(req.owner.into(), 1, token, now_ms.saturating_add(req.lease_ms));
-        let terms = Terms { session: req.session, permits: req.want.permits(), session_lease: req.session_lease };
+        let terms = Terms {
+            session: req.session,
+            permits: req.want.permits(),
+            session_lease: req.session_lease,
+            lock_delay_ms: req.lock_delay_ms,
+        };
         self.holders.insert(holder, terms, req.want.mode());
         out.push(Outcome::Granted { token, waiter: None });
         self.remember(req.id, Kind::Acquire, token, now_ms);
@@ -482,6 +521,7 @@ impl<P> Lock<P> {
             waiter.lease_ms = req.lease_ms;
             waiter.session = req.session;
             waiter.session_lease = req.session_lease;
+            waiter.lock_delay_ms = req.lock_delay_ms;
             let first = std::mem::replace(&mut waiter.payload, payload);
             out.push(Outcome::Left { waiter: first, why: Leave::Resent });
             return Ok(Some(place));
@@ -508,6 +548,7 @@ impl<P> Lock<P> {
             session_lease: req.session_lease,
             request: req.id.map(|id| (id.id.into(), id.window_ms)),
             want: req.want,
+            lock_delay_ms: req.lock_delay_ms,
             gated,
             payload,
         });
@@ -626,7 +667,17 @@ impl<P> Lock<P> {
     /// waiters that fit now; false if no holder has it.
     pub fn end(&mut self, token: u64, why: End, now_ms: u64, tokens: &mut TokenSource, out: &mut Outcomes<P>) -> bool {
         let Some((holder, terms)) = self.holders.remove(token) else { return false };
+        // Its holder may not know yet: a lease that ran out, a session that
+        // was not heard from. A holder that released, or an operator's
+        // FORCERELEASE, means to let the next one in now.
+        let unaware = matches!(why, End::LeaseEnded | End::SessionClosed);
         out.push(Outcome::Ended { holder, terms, why });
+        if unaware && terms.lock_delay_ms > 0 {
+            let until = now_ms.saturating_add(u64::from(terms.lock_delay_ms));
+            let later = self.delayed_until().map_or(until, |t| t.max(until));
+            self.extra_mut().delayed_until = Some(later);
+            out.push(Outcome::Delayed { until_ms: later });
+        }
         self.grant_waiters(now_ms, tokens, out);
         true
     }
@@ -656,7 +707,12 @@ impl<P> Lock<P> {
         let waiter = self.take_waiter(WaitQueue::pop_front)?;
         let token = tokens.next(now_ms);
         let holder = Holder::new(waiter.owner, 1, token, now_ms.saturating_add(waiter.lease_ms));
-        let terms = Terms { session: waiter.session, permits: want.permits(), session_lease: waiter.session_lease };
+        let terms = Terms {
+            session: waiter.session,
+            permits: want.permits(),
+            session_lease: waiter.session_lease,
+            lock_delay_ms: waiter.lock_delay_ms,
+        };
         self.holders.insert(holder, terms, want.mode());
         // Remembered at the grant: if the reply never reaches the waiter,
         // the grant is passed on and its token no longer held, so a resend

@@ -5,7 +5,15 @@ use proptest::prelude::*;
 use std::collections::{HashMap, VecDeque};
 
 fn req(owner: &str, lease_ms: u64) -> Request<'_> {
-    Request { owner: owner.as_bytes(), lease_ms, session: None, session_lease: false, id: None, want: Want::Exclusive }
+    Request {
+        owner: owner.as_bytes(),
+        lease_ms,
+        session: None,
+        session_lease: false,
+        id: None,
+        want: Want::Exclusive,
+        lock_delay_ms: 0,
+    }
 }
 
 /// The holder of an exclusive lock and its terms (`None` for shared or
@@ -561,7 +569,15 @@ impl Model {
 }
 
 fn request(who: usize, lease_ms: u64) -> Request<'static> {
-    Request { owner: OWNERS[who], lease_ms, session: None, session_lease: false, id: None, want: Want::Exclusive }
+    Request {
+        owner: OWNERS[who],
+        lease_ms,
+        session: None,
+        session_lease: false,
+        id: None,
+        want: Want::Exclusive,
+        lock_delay_ms: 0,
+    }
 }
 
 /// Checks one acquire against the model; whether it answered `Busy`.
@@ -1032,6 +1048,7 @@ mod multi {
                 session_lease: false,
                 id: None,
                 want: Want::Exclusive,
+                lock_delay_ms: 0,
             };
             let expect = self.expected_acquire(key, owner);
             let (got, out) = self.run(key, |lock, now, tokens, out| lock.acquire(&req, now, tokens, out));
@@ -1654,4 +1671,66 @@ fn a_fence_passes_every_reader_and_permit_and_a_session_grant_whatever_its_deadl
     let with_session = Request { session: Some(7), session_lease: true, ..req("s", 100) };
     let s = granted(&mut bound, &with_session, &mut tokens, &mut out);
     assert_eq!(bound.fence(s, 5000), Ok(()), "a grant that lives with its session has no lease to run out");
+}
+
+/// `req` with a lock-delay.
+fn delayed(owner: &str, lease_ms: u64, lock_delay_ms: u32) -> Request<'_> {
+    Request { lock_delay_ms, ..req(owner, lease_ms) }
+}
+
+#[test]
+fn a_lease_that_ends_with_a_lock_delay_keeps_everyone_out_until_the_delay_is_lifted() {
+    let mut tokens = TokenSource::default();
+    let mut lock = Lock::default();
+    let mut out = Vec::new();
+    lock.acquire(&delayed("a", 100, 500), 1000, &mut tokens, &mut out).unwrap();
+    lock.enqueue(&req("b", 100), "b").unwrap();
+    out.clear();
+    assert!(lock.expire_token(holder(&lock).unwrap().token, 1100, &mut tokens, &mut out));
+    assert!(out.contains(&Outcome::Delayed { until_ms: 1600 }), "{out:?}");
+    assert_eq!(one(&out), None, "the waiter is not granted during the delay");
+    assert_eq!(lock.delayed_until(), Some(1600));
+    assert!(!lock.is_idle(), "the key stays while the delay runs");
+    out.clear();
+    assert_eq!(lock.acquire(&req("c", 100), 1300, &mut tokens, &mut out), Ok(Acquired::Busy), "a try is busy");
+    assert!(!lock.lift_delay(1599, &mut tokens, &mut out), "not before its time");
+    assert!(lock.lift_delay(1600, &mut tokens, &mut out));
+    assert_eq!(one(&out).map(|(w, _)| w), Some("b"), "the waiter is granted when it is lifted");
+    assert_eq!(lock.delayed_until(), None);
+}
+
+#[test]
+fn a_release_or_a_force_release_never_waits_and_a_session_that_closed_does() {
+    let mut tokens = TokenSource::default();
+    let mut out = Vec::new();
+    for (why, waits) in [(End::Released, false), (End::ForceReleased, false), (End::SessionClosed, true)] {
+        let mut lock = Lock::default();
+        lock.acquire(&delayed("a", 100, 500), 1000, &mut tokens, &mut out).unwrap();
+        lock.enqueue(&req("b", 100), "b").unwrap();
+        out.clear();
+        let token = holder(&lock).unwrap().token;
+        match why {
+            End::Released => assert_eq!(lock.release(b"a", 1010, &mut tokens, &mut out), Ok(0)),
+            End::ForceReleased => assert_eq!(lock.end_all(why, 1010, &mut tokens, &mut out), 1),
+            _ => assert!(lock.end(token, why, 1010, &mut tokens, &mut out)),
+        }
+        assert_eq!(one(&out).is_none(), waits, "{why:?}");
+        assert_eq!(lock.delayed_until().is_some(), waits, "{why:?}");
+    }
+}
+
+#[test]
+fn a_free_lock_whose_delay_passed_before_its_timer_grants_at_once_and_without_one_frees_its_key() {
+    let mut tokens = TokenSource::default();
+    let mut lock = Lock::<()>::default();
+    let mut out = Vec::new();
+    lock.acquire(&delayed("a", 100, 500), 1000, &mut tokens, &mut out).unwrap();
+    lock.expire_token(holder(&lock).unwrap().token, 1100, &mut tokens, &mut out);
+    out.clear();
+    assert!(matches!(lock.acquire(&req("c", 100), 1600, &mut tokens, &mut out), Ok(Acquired::Granted(_))));
+    let mut alone = Lock::<()>::default();
+    alone.acquire(&delayed("a", 100, 500), 1000, &mut tokens, &mut out).unwrap();
+    alone.expire_token(holder(&alone).unwrap().token, 1100, &mut tokens, &mut out);
+    assert!(alone.lift_delay(1600, &mut tokens, &mut out));
+    assert!(alone.is_idle(), "nothing is left: the key may go");
 }

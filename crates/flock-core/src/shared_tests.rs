@@ -5,7 +5,15 @@ use super::*;
 use proptest::prelude::*;
 
 fn ask(owner: &str, want: Want) -> Request<'_> {
-    Request { owner: owner.as_bytes(), lease_ms: 100, session: None, session_lease: false, id: None, want }
+    Request {
+        owner: owner.as_bytes(),
+        lease_ms: 100,
+        session: None,
+        session_lease: false,
+        id: None,
+        want,
+        lock_delay_ms: 0,
+    }
 }
 
 const SHARED: Want = Want::Shared;
@@ -438,8 +446,15 @@ impl Sim {
     ) -> Result<(), TestCaseError> {
         let want = self.want_of(ask);
         let session = session.then_some(conn);
-        let req =
-            Request { owner: OWNERS[owner].as_bytes(), lease_ms: lease, session, session_lease: false, id: None, want };
+        let req = Request {
+            owner: OWNERS[owner].as_bytes(),
+            lease_ms: lease,
+            session,
+            session_lease: false,
+            id: None,
+            want,
+            lock_delay_ms: 0,
+        };
         let mut out = Vec::new();
         let got = self.lock.acquire(&req, self.now, &mut self.tokens, &mut out);
         let mode_ok = match self.kind {
