@@ -569,15 +569,7 @@ impl Model {
 }
 
 fn request(who: usize, lease_ms: u64) -> Request<'static> {
-    Request {
-        owner: OWNERS[who],
-        lease_ms,
-        session: None,
-        session_lease: false,
-        id: None,
-        want: Want::Exclusive,
-        lock_delay_ms: 0,
-    }
+    Request { owner: OWNERS[who], ..req("", lease_ms) }
 }
 
 /// Checks one acquire against the model; whether it answered `Busy`.
