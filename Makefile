@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MODULE := target/release/libredis_flock.so
 
-.PHONY: deps deps-redis-py deps-clients deps-java deps-python deps-node build run test soak flaky test-clients test-java test-python test-node test-servers dist deps-dist test-dist layers sizes versions unasync lint leakcheck bench bench-instructions bench-clients clean example-cli example-python example-rust
+.PHONY: deps deps-redis-py deps-clients deps-java deps-python deps-node build run test soak jepsen flaky test-clients test-java test-python test-node test-servers dist deps-dist test-dist layers sizes versions unasync lint leakcheck bench bench-instructions bench-clients clean example-cli example-python example-rust
 
 # The server that run, test and bench start: empty for the system's
 # redis-server, or redis-7.0 (the same, checked to be 7.0), redis-8.2 or
@@ -61,6 +61,14 @@ test:
 SOAK_SECS ?= 20
 soak: build deps-clients
 	$(with_server) FLOCK_SOAK=1 FLOCK_SOAK_SECS=$(SOAK_SECS) FLOCK_MODULE=$(abspath $(MODULE)) scripts/soak.sh
+
+# The Jepsen-style run (clients/python/tests/test_jepsen.py): clients under a
+# nemesis of pauses, kills and partitions, with fenced and with plain writes,
+# JEPSEN_SECS seconds each; prints the table docs/guarantees.md shows.
+JEPSEN_SECS ?= 600
+jepsen: build deps-python
+	$(with_server) FLOCK_MODULE=$(abspath $(MODULE)) JEPSEN_SECONDS=$(JEPSEN_SECS) FLOCK_TEST_JOBS=1 \
+		clients/python/run-tests.sh -s tests/test_jepsen.py
 
 # The suites RUNS times (default 5) on one server, then every test that
 # failed at least once, with the run and its failure (scripts/flaky.sh;
