@@ -6,7 +6,9 @@
 # by N. Measured: the bare pair; the form the clients send (a session grant
 # taken through the connection's session, each command with a request ID);
 # and for comparison `SET key token NX PX` with a Lua compare-and-delete,
-# the lock FLOCK replaces. Usage: scripts/instructions-per-pair.sh [MODULE]
+# the lock FLOCK replaces. Then what FLOCK.FENCED adds to the command it
+# runs: a `SET` alone, and the same `SET` through FLOCK.FENCED with the
+# token of a held lock. Usage: scripts/instructions-per-pair.sh [MODULE]
 # [N] (default: the release build, 10000). Needs valgrind; takes about two
 # minutes.
 set -euo pipefail
@@ -45,12 +47,23 @@ sid = None
 if form == "client":
     conn.sendall(command("FLOCK.SESSION").encode())
     sid = reply().decode()
+token = None
+if form in ("set", "fenced"):
+    # A held lock, and one of each command first: what a first call sets up
+    # (FLOCK.FENCED's look at COMMAND INFO) is not counted per call.
+    conn.sendall(command("FLOCK.ACQUIRE", "fence", "worker", "1000000").encode())
+    token = int(reply()[1:])
+    for warm in (command("SET", "warm", "x"), command("FLOCK.FENCED", "fence", str(token), "SET", "warm", "x")):
+        conn.sendall(warm.encode())
+        reply()
 pair = {
     "none": lambda i: "",
     "flock": lambda i: command("FLOCK.ACQUIRE", "lock", "worker", "30000") + command("FLOCK.RELEASE", "lock", "worker"),
     "client": lambda i: command("FLOCK.ACQUIRE", "lock", "worker", "0", "WAIT", "1000", "INBOX", sid, "ID", f"a{i:020}")
     + command("FLOCK.RELEASE", "lock", "worker", "ID", f"r{i:020}"),
     "setnx": lambda i: command("SET", "lock", "token", "NX", "PX", "30000") + command("EVAL", cas, "1", "lock", "token"),
+    "set": lambda i: command("SET", "data", f"v{i % 10}") * 2,
+    "fenced": lambda i: command("FLOCK.FENCED", "fence", str(token), "SET", "data", f"v{i % 10}") * 2,
 }[form]
 sent = "".join(pair(i) for i in range(n)).encode()
 conn.sendall(sent)
@@ -68,3 +81,8 @@ echo "instructions per pair ($n pairs, $("$server" --version | grep -o 'v=[^ ]*'
 echo "  FLOCK.ACQUIRE + FLOCK.RELEASE:                  $((($(instructions flock) - base) / n))"
 echo "  the same as the clients send (session, IDs):    $((($(instructions client) - base) / n))"
 echo "  SET NX PX + Lua compare-and-delete:             $((($(instructions setnx) - base) / n))"
+set=$((($(instructions set) - base) / n / 2))
+fenced=$((($(instructions fenced) - base) / n / 2))
+echo "instructions per command:"
+echo "  SET key value:                                  $set"
+echo "  FLOCK.FENCED lock token SET key value:          $fenced ($(python3 -c "print(f'{$fenced / $set:.2f}')")x)"
