@@ -456,6 +456,26 @@ class SentinelSetup:
         with redis.Redis(port=server.port) as c:
             return c.info("replication").get("master_link_status") == "up"
 
+    def _settled(self) -> bool:
+        """Every sentinel's last INFO of every replica shows a replica, linked
+        and up. A sentinel reads INFO every 0.5 s and can miss a demoted master's
+        short spell as a replica: if the next failover promotes that server, the
+        sentinel still counts it a master since the last failover, more than 4
+        hello periods, and turns it back into a replica at once, aborting the
+        failover (Redis 8.2 in CI: -failover-abort-slave-timeout)."""
+        for s in self.sentinels:
+            with redis.Redis(port=s.port) as c:
+                replicas = c.sentinel_slaves(self.NAME)
+            if len(replicas) < self.REPLICAS:
+                return False
+            for r in replicas:
+                # A string or a set, by redis-py's version and protocol.
+                flags = r["flags"]
+                flags = set(flags.split(",")) if isinstance(flags, str) else set(flags)
+                if r.get("role-reported") != "slave" or r.get("master-link-status") != "ok" or flags != {"slave"}:
+                    return False
+        return True
+
     def _watching(self) -> bool:
         for s in self.sentinels:
             with redis.Redis(port=s.port) as c:
@@ -482,7 +502,9 @@ class SentinelSetup:
             return c.execute_command("ROLE")[0].decode()
 
     def start_failover(self):
-        """Sends SENTINEL FAILOVER; returns the master it fails over from."""
+        """Sends SENTINEL FAILOVER once every sentinel sees every replica as
+        one (`_settled`); returns the master it fails over from."""
+        self._wait(self._settled, timeout=20, what="every sentinel to see every replica as a replica")
         old = self.current_master()
 
         def sent() -> bool:
