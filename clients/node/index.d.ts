@@ -95,6 +95,12 @@ export interface BaseAcquireOptions {
    * a caller's acquires lets the server see a cycle of waits through them (LockDeadlockError).
    */
   readonly owner?: string;
+  /**
+   * LOCKDELAY in ms (0 to 60000): when this grant ends without being released (its lease ran out, its
+   * session ended), the server grants the lock to nobody for that long. Absent: the server's
+   * `flock.lock-delay-ms`.
+   */
+  readonly lockDelay?: number;
   /** redlock's retry settings, used when `wait` is absent (wait = retryCount x retryDelay). */
   readonly retryCount?: number;
   readonly retryDelay?: number;

@@ -128,6 +128,15 @@ function modeOf(opts) {
   return { mode: 'semaphore', permits, args: ['PERMITS', String(permits), 'LIMIT', String(limit)] };
 }
 
+// `mode` with LOCKDELAY `lockDelay` ms added to its ACQUIRE arguments, if given (0 to 60000).
+function withLockDelay(mode, lockDelay) {
+  if (lockDelay === undefined) return mode;
+  if (!Number.isInteger(lockDelay) || lockDelay < 0 || lockDelay > 60000) {
+    throw new RangeError(`lockDelay must be an integer number of ms from 0 to 60000, got ${lockDelay}`);
+  }
+  return { ...mode, args: [...mode.args, 'LOCKDELAY', String(lockDelay)] };
+}
+
 // The options of a call given none (an acquire's, a send's): read, never written.
 const NO_OPTIONS = Object.freeze({});
 
@@ -270,7 +279,7 @@ class Flock {
         : settings === undefined
           ? (durationOrOptions ?? NO_OPTIONS)
           : { ...durationOrOptions, ...settings };
-    const mode = modeOf(opts);
+    const mode = withLockDelay(modeOf(opts), opts.lockDelay);
     if (keys.length > 1 && mode.mode === 'semaphore') {
       throw new TypeError('permits/limit take one resource (a semaphore is one key): acquire several semaphores one by one');
     }

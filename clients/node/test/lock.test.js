@@ -287,6 +287,17 @@ eachClient((kind, K) => {
     await assert.rejects(lock.fenced(['GET', K('fenced:row')]), LockNotHeldError);
   });
 
+  it('lockDelay is asked with the acquire: after its lease runs out nobody is granted the lock for that long', async () => {
+    await assert.rejects(flock.acquire(K('delayed'), { lease: 100, lockDelay: 60001 }), RangeError);
+    const lock = await flock.acquire(K('delayed'), { lease: 100, lockDelay: 400 });
+    assert.equal((await server.info(K('delayed'))).holders[0]['lock-delay-ms'], '400');
+    await waitUntil('the lease ends into its delay', async () => Number((await server.info(K('delayed')))?.['delayed-ms'] ?? 0) > 0);
+    await assert.rejects(other.acquire(K('delayed'), { lease: 1000 }), LockBusyError, 'closed during the delay');
+    await waitUntil('the delay ends', async () => (await server.info(K('delayed'))) === null);
+    await (await other.acquire(K('delayed'), { lease: 1000 })).release();
+    await assert.rejects(lock.release(), LockNotHeldError);
+  });
+
   it('server errors other than NOTOWNER reach the caller unchanged', async () => {
     await server.probe.set(K('plain'), 'x');
     await assert.rejects(flock.acquire(K('plain'), { lease: 1000, wait: 0 }), /WRONGTYPE/);

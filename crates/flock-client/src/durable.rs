@@ -89,6 +89,7 @@ pub(crate) fn confirm<C: ConnectionLike>(
                     mode: guard.mode(),
                     rid: String::new(),
                     wait_ms: None,
+                    lock_delay_ms: None,
                     started: Instant::now(),
                 },
                 session.sid.clone(),

@@ -118,6 +118,16 @@ macro_rules! target_methods {
             self
         }
 
+        /// Each grant's lock-delay (`LOCKDELAY`, up to a minute): when it
+        /// ends without being released (its lease ran out, its session
+        /// ended), the server grants the lock to nobody for that long: time
+        /// for a holder that lost it unawares to stop. Without it, the
+        /// server's `flock.lock-delay-ms` (docs/commands.md, "Lock-delay").
+        pub fn lock_delay(mut self, delay: Duration) -> Self {
+            self.target.lock_delay = Some(delay);
+            self
+        }
+
         /// Acquires as `owner` instead of `<process id>:<thread id>`.
         pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
             self.target.owner = Some(owner.into());

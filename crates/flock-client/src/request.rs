@@ -30,6 +30,8 @@ pub(crate) struct Acquire {
     pub rid: String,
     /// `WAIT` ms (0: no limit); `None` for a try.
     pub wait_ms: Option<u64>,
+    /// `LOCKDELAY` ms; `None`: the server's `flock.lock-delay-ms`.
+    pub lock_delay_ms: Option<u64>,
     pub started: Instant,
 }
 
@@ -46,6 +48,9 @@ impl Acquire {
             cmd.arg("INBOX").arg(sid);
         }
         cmd.arg("ID").arg(&self.rid);
+        if let Some(ms) = self.lock_delay_ms {
+            cmd.arg("LOCKDELAY").arg(ms);
+        }
         match self.mode {
             Mode::Exclusive => {}
             Mode::Shared => {

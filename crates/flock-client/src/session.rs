@@ -751,6 +751,7 @@ impl Server {
                 mode,
                 rid: uuid::Uuid::new_v4().to_string(),
                 wait_ms: None,
+                lock_delay_ms: None,
                 started: Instant::now(),
             };
             match self.command::<Value>(&acquire.cmd(Some(&session.sid))) {

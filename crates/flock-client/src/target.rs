@@ -43,6 +43,8 @@ pub(crate) struct Target {
     pub(crate) cancel: Option<CancelToken>,
     /// Set by `durable`: (replicas, timeout) each grant waits for.
     pub(crate) durable: Option<(usize, Duration)>,
+    /// Set by `lock_delay`: each grant's `LOCKDELAY`.
+    pub(crate) lock_delay: Option<Duration>,
 }
 
 /// What sending a session wait came to.
@@ -67,6 +69,7 @@ impl Target {
             blocking: false,
             cancel: None,
             durable: None,
+            lock_delay: None,
         }
     }
 
@@ -126,6 +129,8 @@ impl Target {
             mode,
             rid: uuid::Uuid::new_v4().to_string(),
             wait_ms: wait_ms(wait),
+            // Rounded up, but 0 stays 0: none.
+            lock_delay_ms: self.lock_delay.map(|d| if d.is_zero() { 0 } else { millis(d) }),
             started: Instant::now(),
         };
         let mut link = Link { conn, client: self.client.clone(), spare: None };

@@ -8,7 +8,7 @@ export async function usage(): Promise<void> {
   const io = new Flock(new Redis());
   const nr = new Named([createClient()], { watchdogLease: 30000, wait: Infinity, resends: 2 });
 
-  const lock: Lock = await io.acquire('key', { lease: 5000, wait: 1000, signal: AbortSignal.timeout(100) });
+  const lock: Lock = await io.acquire('key', { lease: 5000, wait: 1000, signal: AbortSignal.timeout(100), lockDelay: 500 });
   const token: bigint = lock.token;
   const tokens: ReadonlyMap<string, bigint> = lock.tokens;
   const reply: unknown = await lock.fenced(['SET', 'row', 1], { resource: 'key' });

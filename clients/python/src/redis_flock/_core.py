@@ -524,6 +524,12 @@ class LockBase:
     grant, lost when its session is not heard from for T (docs/client-protocol.md,
     "The rules every client shares").
 
+    ``lock_delay`` (seconds, 0 to 60; None: the server's
+    ``flock.lock-delay-ms``) is the lock-delay of this lock's grants: when
+    one ends without being released (its lease ran out, its session ended),
+    the server grants the lock to nobody for that long (docs/commands.md,
+    "Lock-delay").
+
     ``acquire_options`` are extra FLOCK.ACQUIRE arguments placed before WAIT
     and ID: the read side of a read-write lock or a semaphore (FLOCK's
     ``SHARED``, ``PERMITS n LIMIT m``) are subclasses that set them."""
@@ -548,6 +554,7 @@ class LockBase:
         durable_replicas: int = 0,
         durable_timeout: Number = 1.0,
         session_timeout: Optional[Number] = None,
+        lock_delay: Optional[Number] = None,
     ):
         self.redis = redis
         self.name = name
@@ -574,6 +581,9 @@ class LockBase:
         if session_timeout is not None and not 0.1 <= session_timeout <= 3600:
             raise ValueError("session_timeout must be None or from 0.1 to 3600 seconds")
         self.session_timeout = session_timeout
+        if lock_delay is not None and not 0 <= lock_delay <= 60:
+            raise ValueError("lock_delay must be None or from 0 to 60 seconds")
+        self.lock_delay = lock_delay
         # Durable grants (docs/client-protocol.md, "Durable grants"): a grant
         # counts once this many replicas acknowledged it, within
         # durable_timeout seconds; else it is given back and the acquire
@@ -719,7 +729,8 @@ class LockBase:
 
     def _acquire_base(self, owner: bytes) -> list:
         """FLOCK.ACQUIRE without WAIT, INBOX and ID."""
-        return ["FLOCK.ACQUIRE", self.name, owner, self._lease_ms(), *self.acquire_options]
+        delay = () if self.lock_delay is None else ("LOCKDELAY", int(self.lock_delay * 1000))
+        return ["FLOCK.ACQUIRE", self.name, owner, self._lease_ms(), *self.acquire_options, *delay]
 
     def _durable_commands(self, owner: bytes):
         """A durable grant's check (docs/client-protocol.md, "Durable

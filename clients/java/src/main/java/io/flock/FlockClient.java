@@ -60,6 +60,8 @@ public final class FlockClient implements AutoCloseable {
     private final ExecutorService waiters = Executors.newCachedThreadPool(daemon("flock-wait"));
     /** The session timeout asked for ({@link FlockConfig#setSessionTimeout}), or 0: the server's. */
     final long sessionTimeoutMs;
+    /** Every grant's LOCKDELAY ms; -1: none sent (the server's default). */
+    final long lockDelayMs;
     final Map<Grant.Key, Grant> grants = new ConcurrentHashMap<>();
     private volatile LeaseLostListener leaseLostListener = (name, thread, token, reason) -> {};
     private volatile boolean sessions;
@@ -123,7 +125,7 @@ public final class FlockClient implements AutoCloseable {
      */
     public FlockClient(ConnectionFactory factory, long watchdogTimeoutMs, boolean sessions) {
         this(client -> new Router(client, factory), watchdogTimeoutMs, sessions, 0,
-                FlockConfig.DEFAULT_DURABLE_TIMEOUT_MS, 0);
+                FlockConfig.DEFAULT_DURABLE_TIMEOUT_MS, 0, -1);
     }
 
     /**
@@ -138,12 +140,12 @@ public final class FlockClient implements AutoCloseable {
      */
     public FlockClient(ConnectionFactory factory, FlockConfig options) {
         this(client -> new Router(client, factory), options.lockWatchdogTimeoutMs, true, options.durableReplicas,
-                options.durableTimeoutMs, options.sessionTimeoutMs);
+                options.durableTimeoutMs, options.sessionTimeoutMs, options.lockDelayMs);
     }
 
     /** Every option (tests: durable grants without sessions). */
     FlockClient(java.util.function.Function<FlockClient, Router> router, long watchdogTimeoutMs,
-            boolean sessions, int durableReplicas, int durableTimeoutMs, long sessionTimeoutMs) {
+            boolean sessions, int durableReplicas, int durableTimeoutMs, long sessionTimeoutMs, long lockDelayMs) {
         if (watchdogTimeoutMs < 3) {
             throw new IllegalArgumentException("watchdog timeout must be at least 3 ms");
         }
@@ -152,6 +154,7 @@ public final class FlockClient implements AutoCloseable {
         this.durableReplicas = durableReplicas;
         this.durableTimeoutMs = durableTimeoutMs;
         this.sessionTimeoutMs = sessionTimeoutMs;
+        this.lockDelayMs = lockDelayMs;
         timer.setRemoveOnCancelPolicy(true);
         this.router = router.apply(this);
     }
@@ -184,7 +187,7 @@ public final class FlockClient implements AutoCloseable {
      */
     public static FlockClient create(FlockConfig config) {
         return new FlockClient(client -> Router.of(client, config), config.lockWatchdogTimeoutMs, true,
-                config.durableReplicas, config.durableTimeoutMs, config.sessionTimeoutMs);
+                config.durableReplicas, config.durableTimeoutMs, config.sessionTimeoutMs, config.lockDelayMs);
     }
 
     /**

@@ -43,6 +43,8 @@ public final class FlockConfig {
     long lockWatchdogTimeoutMs = FlockClient.DEFAULT_WATCHDOG_TIMEOUT_MS;
     /** 0: the server's {@code flock.session-timeout-ms}. */
     long sessionTimeoutMs;
+    /** -1: the server's {@code flock.lock-delay-ms}. */
+    long lockDelayMs = -1;
     int durableReplicas;
     int durableTimeoutMs = DEFAULT_DURABLE_TIMEOUT_MS;
     Path sslTruststore;
@@ -167,6 +169,27 @@ public final class FlockConfig {
             throw new IllegalArgumentException("session timeout must be 100 ms to 1 hour: " + timeout);
         }
         this.sessionTimeoutMs = ms;
+        return this;
+    }
+
+    /**
+     * The lock-delay of every grant ({@code FLOCK.ACQUIRE ... LOCKDELAY ms}; default: the server's
+     * {@code flock.lock-delay-ms}, 0 unless set): when a grant ends without being released (its lease ran out,
+     * its session ended), the server grants the lock to nobody for that long, so that a holder that lost it
+     * unawares (paused past its lease, cut off) has stopped before the next one starts. For a resource that
+     * cannot check a fencing token; one that can is fenced ({@link FlockLock#fenced}). See docs/commands.md,
+     * "Lock-delay".
+     *
+     * @param delay from 0 (none) to 1 minute, in whole milliseconds
+     * @return this config
+     * @throws IllegalArgumentException if {@code delay} is outside those limits
+     */
+    public FlockConfig setLockDelay(java.time.Duration delay) {
+        long ms = delay.toMillis();
+        if (ms < 0 || ms > 60_000) {
+            throw new IllegalArgumentException("lock delay must be 0 to 1 minute: " + delay);
+        }
+        this.lockDelayMs = ms;
         return this;
     }
 

@@ -1007,6 +1007,10 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
         List<byte[]> args = new ArrayList<>(List.of(FlockClient.bytes("FLOCK.ACQUIRE"), key, owner(),
                 FlockClient.bytes(Long.toString(leaseMs))));
         args.addAll(acquireOptions);
+        if (client.lockDelayMs >= 0) {
+            args.add(FlockClient.bytes("LOCKDELAY"));
+            args.add(FlockClient.bytes(Long.toString(client.lockDelayMs)));
+        }
         if (waitMs != null) {
             args.add(FlockClient.bytes("WAIT"));
             args.add(FlockClient.bytes(Long.toString(waitMs)));

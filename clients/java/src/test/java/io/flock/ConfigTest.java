@@ -46,6 +46,21 @@ class ConfigTest extends ServerTest {
     }
 
     @Test
+    void theLockDelayGoesWithEveryAcquireAndKeepsTheLockClosedAfterALeaseRunsOut() throws Exception {
+        assertThrows(IllegalArgumentException.class, () -> config().setLockDelay(java.time.Duration.ofSeconds(61)));
+        FlockLock delayed = client(config().setLockDelay(java.time.Duration.ofMillis(400))).getFairLock("delayed");
+        assertTrue(delayed.tryLock(0, 100, TimeUnit.MILLISECONDS));
+        @SuppressWarnings("unchecked")
+        List<java.util.Map<String, Object>> holders = (List<java.util.Map<String, Object>>) delayed.info().get("holders");
+        assertEquals(400L, holders.get(0).get("lock-delay-ms"));
+        TestServer.await("the lease to end into its delay", () -> {
+            java.util.Map<String, Object> info = delayed.info();
+            return info != null && (Long) info.get("delayed-ms") > 0;
+        });
+        assertFalse(client(config()).getFairLock("delayed").tryLock(), "closed during the delay");
+    }
+
+    @Test
     void aBlockingWaitIsNotCutByTheCommandTimeout() throws Exception {
         assertTrue(client(config()).getFairLock("k").tryLock());
         // without sessions a wait is one blocking FLOCK.ACQUIRE ... WAIT: longer than the command timeout

@@ -230,9 +230,9 @@ class DurableTest {
     @Test
     void theBlockingPathWithoutSessionsIsDurableOrGivesTheHoldBack() throws Exception {
         FlockClient blockingOne = new FlockClient(c -> new Router(c, master.factory()), 30_000, false, 1,
-                DURABLE_TIMEOUT_MS, 0);
+                DURABLE_TIMEOUT_MS, 0, -1);
         FlockClient blockingTwo = new FlockClient(c -> new Router(c, master.factory()), 30_000, false, 2, TIMEOUT_MS,
-                0);
+                0, -1);
         clients.add(blockingOne);
         clients.add(blockingTwo);
         FlockLock held = client(0).getFairLock("k");
