@@ -47,10 +47,16 @@ pub fn entered<R>(ctx: &Context, f: impl FnOnce(&mut State) -> Result<R, RedisEr
 }
 
 /// The calling connection's session, if it has one, is heard from now.
-pub fn renew_session(ctx: &Context, s: &mut State) {
+fn renew_session(ctx: &Context, s: &mut State) {
     if !s.sessions.is_empty() {
         inbox::heard(s, ffi::client_id(ctx));
     }
+}
+
+/// `renew_session` for a command that reads its lock without the state
+/// (FLOCK.INFO, FLOCK.FENCED): it is heard from as any command.
+pub fn heard_from(ctx: &Context) {
+    state::try_with(|s| renew_session(ctx, s));
 }
 
 /// Runs `f` on the lock under `key_name` (`legacy::with_lock`), or on a
@@ -383,8 +389,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if args.len() != 2 {
         return Err(RedisError::WrongArity);
     }
-    // It reads the key without the state, but it is heard from as any command.
-    state::try_with(|s| renew_session(ctx, s));
+    heard_from(ctx);
     let key = ctx.open_key(&args[1]);
     let value = match read_lock_value(&key) {
         Ok(value) => value,

@@ -38,8 +38,7 @@ fn follow(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, now: u64, scrat
             }
             Outcome::Delayed { until_ms } => {
                 file_delay(s, place, until_ms, now);
-                e.counters.iter().for_each(|&c| s.counters.bump(c, 1));
-                continue;
+                None
             }
             Outcome::Granted { token, waiter } => {
                 file(s, place, lock, token, None, now);
@@ -56,11 +55,11 @@ fn follow(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, now: u64, scrat
                         waiters::Reply::Granted { token, place, until_ms, delivered: false, at: Instant::now() };
                     s.waiters.answer(&mut s.sessions, wait, reply);
                 }
-                Send::Holder(token)
+                Some(Send::Holder(token))
             }
             Outcome::Changed { token, old_session, .. } => {
                 file(s, place, lock, token, old_session, now);
-                Send::Holder(token)
+                Some(Send::Holder(token))
             }
             Outcome::Ended { holder, terms, .. } => {
                 unfile(s, place, &holder, terms);
@@ -68,14 +67,14 @@ fn follow(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, now: u64, scrat
                 if let Some(loss) = e.lost {
                     s.losses.record((place.clone(), holder.owner.clone()), loss, now, config::retry_window_ms());
                 }
-                Send::Gone(holder.owner)
+                Some(Send::Gone(holder.owner))
             }
         };
         e.counters.iter().for_each(|&c| s.counters.bump(c, 1));
         if let Some(event) = e.event.filter(|ev| !(e.event_once && scratch.events.contains(ev))) {
             scratch.events.push(event);
         }
-        if e.sent != Sent::Nothing {
+        if let Some(send) = send.filter(|_| e.sent != Sent::Nothing) {
             scratch.sends.push(send);
         }
     }

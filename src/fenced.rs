@@ -18,7 +18,6 @@ use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 use crate::commands;
 use crate::errors::{self, Unfenced};
 use crate::ffi;
-use crate::state;
 use crate::value::read_lock_value;
 
 /// Where the command starts in FLOCK.FENCED's arguments.
@@ -38,7 +37,7 @@ struct Shape {
 thread_local! {
     /// Shapes by lowercase name, asked once per command: the command table
     /// changes only when a module loads (a name not seen yet is asked).
-    static SHAPES: RefCell<HashMap<Vec<u8>, Option<Shape>>> = RefCell::new(HashMap::new());
+    static SHAPES: RefCell<HashMap<Vec<u8>, Shape>> = RefCell::new(HashMap::new());
 }
 
 pub fn fenced(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -55,8 +54,7 @@ pub fn fenced(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if let Some(why) = refused(ctx, command) {
         return Err(errors::not_fenced(name, why));
     }
-    // It reads the lock without the state, but it is heard from as any command.
-    state::try_with(|s| commands::renew_session(ctx, s));
+    commands::heard_from(ctx);
     if !ffi::permitted(ctx, command) {
         return Err(errors::call_refused(libc::EACCES));
     }
@@ -100,15 +98,12 @@ fn refused(ctx: &Context, command: &[RedisString]) -> Option<Unfenced> {
 
 fn shape_of(ctx: &Context, name: &[u8]) -> Option<Shape> {
     if let Some(known) = SHAPES.with(|shapes| shapes.borrow().get(name).copied()) {
-        return known;
+        return Some(known);
     }
-    let info = ctx.call("COMMAND", &[&b"INFO"[..], name][..]).ok()?;
-    let shape = parse_info(info);
     // Unknown names are not kept: a client could fill the table with them.
-    if shape.is_some() {
-        SHAPES.with(|shapes| shapes.borrow_mut().insert(name.to_vec(), shape));
-    }
-    shape
+    let shape = parse_info(ctx.call("COMMAND", &[&b"INFO"[..], name][..]).ok()?)?;
+    SHAPES.with(|shapes| shapes.borrow_mut().insert(name.to_vec(), shape));
+    Some(shape)
 }
 
 /// COMMAND INFO's answer for one name: `[[name, arity, [flag ...], first,
