@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MODULE := target/release/libredis_flock.so
 
-.PHONY: deps deps-redis-py deps-clients deps-java deps-python deps-node build run test soak jepsen flaky test-clients test-java test-python test-node test-servers dist deps-dist test-dist layers sizes versions unasync lint leakcheck bench bench-instructions bench-clients clean example-cli example-python example-rust
+.PHONY: bench-clock deps deps-redis-py deps-clients deps-java deps-python deps-node build run test soak jepsen flaky test-clients test-java test-python test-node test-servers dist deps-dist test-dist layers sizes versions unasync lint leakcheck bench bench-instructions bench-clients clean example-cli example-python example-rust
 
 # The server that run, test and bench start: empty for the system's
 # redis-server, or redis-7.0 (the same, checked to be 7.0), redis-8.2 or
@@ -28,6 +28,7 @@ deps:
 	command -v redis-cli >/dev/null || missing="$$missing redis-tools"; \
 	ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || missing="$$missing libclang-dev"; \
 	command -v cc >/dev/null || missing="$$missing gcc"; \
+	ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || missing="$$missing faketime"; \
 	if [ -n "$$missing" ]; then \
 		$(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; \
 		case "$$missing" in *redis-server*) \
@@ -214,6 +215,15 @@ leakcheck: build
 # docs/benchmark.md.
 bench: build
 	$(with_server) cargo run --release --package flock-bench -- $(ARGS)
+
+# Leases across a step of the server's wall clock, an hour forward and an
+# hour back (libfaketime, on the server only): 1,000 leases of 1 to 30 s, a
+# waiter on each; how late each waiter is granted after its holder's
+# deadline, none early (scripts/clock-step-bench.py, about 70 seconds).
+# Redis 8.2 unless SERVER names another: Debian's 7.0 hangs under libfaketime.
+bench-clock: build deps-redis-py
+	server=$$(scripts/server.sh $(or $(SERVER),redis-8.2)) && FLOCK_SERVER=$$server \
+		python3 scripts/clock-step-bench.py $(abspath $(MODULE)) $(or $(LOCKS),1000)
 
 # Instructions redis-server runs per uncontended ACQUIRE + RELEASE pair
 # (callgrind, 10,000 pairs on one connection, bare and as the clients send

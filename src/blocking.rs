@@ -13,6 +13,7 @@ use crate::errors;
 use crate::ffi::{self, BlockHandlers, BlockedId};
 use crate::place::Place;
 use crate::state::{self, State};
+use crate::timers;
 use crate::waiters::{Answer, Group, Reply, Via, WaitId};
 use flock_core::effects::{End, Leave};
 use flock_core::lock::{Lock, LockError, Outcomes, Request};
@@ -76,7 +77,7 @@ pub fn register(
     timeout_ms: u64,
     group: Option<Box<Group>>,
 ) {
-    let timer = (timeout_ms > 0).then(|| ffi::create_timer(timeout_ms, on_wait_timeout, wait));
+    let timer = (timeout_ms > 0).then(|| timers::create_timer(timeout_ms, on_wait_timeout, wait));
     s.waiters.insert(wait, via, owner, at, timer, group);
 }
 
@@ -93,7 +94,7 @@ pub fn leave(ctx: &Context, s: &mut State, wait: WaitId, why: Leave) {
         // had it (the key may be gone).
         let removed = value.lock.remove_waiter(id, why, &mut Vec::new());
         if removed && (value.lock.head_fits() || value.lock.gated_head().is_some()) {
-            ffi::create_timer(0, grant_waiters, place.clone());
+            timers::create_timer(0, grant_waiters, place.clone());
         }
     });
     engine::answer_left(s, wait, why);
@@ -151,11 +152,11 @@ impl BlockHandlers for Waiting {
         state::with(|s| s.waiters.answer_done(answer.client));
         match answer.reply {
             Reply::Granted { token, place, delivered: false, .. } => {
-                ffi::create_timer(0, pass_on, (place, token));
+                timers::create_timer(0, pass_on, (place, token));
             }
             Reply::GrantedAll { grants, delivered: false, .. } => {
                 for grant in grants {
-                    ffi::create_timer(0, pass_on, grant);
+                    timers::create_timer(0, pass_on, grant);
                 }
             }
             _ => {}

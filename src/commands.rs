@@ -4,6 +4,7 @@
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::blocking;
+use crate::clock;
 use crate::config;
 use crate::deadlocks;
 use crate::engine::{self, Key};
@@ -290,7 +291,7 @@ pub fn replay_free(
     kind: Kind,
 ) -> Result<Option<u64>, RedisError> {
     let place = place_of(ctx, s, key_name);
-    let found = id.and_then(|id| s.remembered.find(&place, id, ffi::now_ms()));
+    let found = id.and_then(|id| s.remembered.find(&place, id, clock::now_ms()));
     lock::replay(found, kind, None).map_err(lock_error)
 }
 
@@ -301,7 +302,7 @@ pub fn place_of(ctx: &Context, s: &mut State, key_name: &RedisString) -> Place {
 
 /// NOTOWNER, with why if the server ended `owner`'s grant on this lock lately.
 pub fn not_owner(s: &State, place: Place, owner: &[u8]) -> RedisError {
-    errors::not_owner(s.losses.get(&(place, owner.into()), ffi::now_ms()))
+    errors::not_owner(s.losses.get(&(place, owner.into()), clock::now_ms()))
 }
 
 pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
@@ -399,7 +400,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let Some(value) = value else { return Ok(RedisValue::Null) };
     let mut holders: Vec<(&Holder, Terms)> = value.lock.holders().iter().collect();
     holders.sort_unstable_by_key(|(h, _)| h.token);
-    let now = ffi::now_ms();
+    let now = clock::now_ms();
     let ttl = |h: &Holder| h.deadline_ms.saturating_sub(now) as i64;
     let first = holders.first();
     let delayed = value.lock.delayed_until().map_or(0, |until| until.saturating_sub(now));
@@ -482,7 +483,7 @@ fn internal(ctx: &Context, name: &std::ffi::CStr) -> Result<(), RedisError> {
 pub fn holder(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     internal(ctx, HOLDER_COMMAND)?;
     let (key_name, rest) = split(&args, 4)?;
-    let (set, request) = record::holder_command(&rest, ffi::now_ms()).map_err(|f| errors::record(HOLDER_COMMAND, f))?;
+    let (set, request) = record::holder_command(&rest, clock::now()).map_err(|f| errors::record(HOLDER_COMMAND, f))?;
     set_replicated(ctx, key_name, set, request)
 }
 
@@ -492,7 +493,7 @@ pub fn holder(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 pub fn state(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     internal(ctx, c"FLOCK.STATE")?;
     let (key_name, rest) = split(&args, 2)?;
-    let set = record::state_command(&rest, ffi::now_ms()).map_err(|f| errors::record(c"FLOCK.STATE", f))?;
+    let set = record::state_command(&rest, clock::now()).map_err(|f| errors::record(c"FLOCK.STATE", f))?;
     set_replicated(ctx, key_name, set, None)
 }
 
@@ -529,7 +530,7 @@ fn set_replicated(ctx: &Context, key_name: &RedisString, set: Set, request: Opti
 pub fn request_id(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     internal(ctx, ID_COMMAND)?;
     let (key_name, rest) = split(&args, 6)?;
-    let request = record::request_command(&rest, ffi::now_ms()).map_err(|f| errors::record(ID_COMMAND, f))?;
+    let request = record::request_command(&rest, clock::now()).map_err(|f| errors::record(ID_COMMAND, f))?;
     entered(ctx, |s| restore_request(ctx, s, key_name, request))?;
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
@@ -541,7 +542,7 @@ pub fn request_id(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 pub fn free(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     internal(ctx, FREE_COMMAND)?;
     let (key_name, rest) = split(&args, 2)?;
-    let request = record::free_command(&rest, ffi::now_ms()).map_err(|f| errors::record(FREE_COMMAND, f))?;
+    let request = record::free_command(&rest, clock::now()).map_err(|f| errors::record(FREE_COMMAND, f))?;
     entered(ctx, |s| {
         if let Some(request) = request {
             restore_request(ctx, s, key_name, request)?;

@@ -9,10 +9,12 @@ use std::time::{Duration, Instant};
 use redis_module::key::RedisKeyWritable;
 use redis_module::{Context, RedisString};
 
+use crate::clock;
 use crate::config;
 use crate::ffi::{self, MAX_ARGS};
 use crate::place::Place;
 use crate::state::{self, Lease, Scratch, Send, Shadow, State, DELAY_ENDS};
+use crate::timers;
 use crate::value::{lock_value, with_args, LockValue, FREE_COMMAND, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION};
 use crate::waiters::{self, WaitId};
 use flock_core::deadlines::{DeadlineId, Pop};
@@ -83,7 +85,7 @@ fn follow(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, now: u64, scrat
 /// Follows `out` on its own: what it would send or notify is dropped (only
 /// restored, deleted or replaced holders and leaving waiters come here).
 fn follow_quietly(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, out: Outcomes<WaitId>) {
-    follow(s, place, lock, ffi::now_ms(), &mut Scratch { outcomes: out, ..Scratch::default() });
+    follow(s, place, lock, clock::now_ms(), &mut Scratch { outcomes: out, ..Scratch::default() });
 }
 
 /// Answers a waiter that leaves without a grant, and counts it if it was
@@ -146,7 +148,7 @@ pub fn update<R>(
     owner: Option<&[u8]>,
     op: impl FnOnce(&mut State, &mut Lock<WaitId>, &mut Outcomes<WaitId>, u64) -> R,
 ) -> R {
-    let now = ffi::now_ms();
+    let now = clock::now_ms();
     let requests_made = value.lock.requests().map_or(0, Requests::made);
     let mut scratch = std::mem::take(&mut s.scratch);
     // A replica follows its master and never ends a lease itself.
@@ -197,7 +199,7 @@ fn settle_gated_head(s: &mut State, lock: &mut Lock<WaitId>, now: u64, out: &mut
 /// which runs in the same event-loop turn.
 fn arm_drain(s: &mut State) {
     if s.drain_timer.is_none() && !s.draining && (!s.ready.is_empty() || !s.waiters.stale.is_empty()) {
-        s.drain_timer = Some(ffi::create_timer(0, on_drain, ()));
+        s.drain_timer = Some(timers::create_timer(0, on_drain, ()));
     }
 }
 
@@ -364,7 +366,7 @@ pub fn reclaim_requests(s: &mut State, place: &Place, value: &mut LockValue) {
 
 pub fn wake_for_remembered(s: &mut State) {
     if let Some(at) = s.remembered.next_expiry() {
-        wake_at(s, at, ffi::now_ms());
+        wake_at(s, at, clock::now_ms());
     }
 }
 
@@ -380,7 +382,7 @@ fn propagate_requests<'a>(k: &Key, value: &'a LockValue, since: u64, carried: bo
     let mut made = requests.made_since(since);
     let rider = if carried { made.next() } else { None };
     for (id, record) in made {
-        replicate(k, ID_COMMAND, &request_words(id, record), None);
+        replicate(k, ID_COMMAND, &request_words(id, record, clock::now()), None);
     }
     rider
 }
@@ -392,7 +394,7 @@ fn propagate(k: &Key, lock: &Lock<WaitId>, send: &Send, rider: Rider) {
     match send {
         Send::Holder(token) => {
             let Some((holder, terms)) = lock.holders().get(*token) else { return };
-            let words = holder_set_words(lock.mode(), holder, terms.session.is_some(), terms.permits);
+            let words = holder_set_words(lock.mode(), holder, terms.session.is_some(), terms.permits, clock::now());
             replicate(k, HOLDER_COMMAND, &words, rider);
         }
         Send::Gone(owner) => {
@@ -409,7 +411,7 @@ fn replicate(k: &Key, cmd: &CStr, words: &[Word], rider: Rider) {
     let mut len = words.len();
     if let Some((id, record)) = rider {
         argv[len] = Word::Bytes(REQUEST_MARK);
-        argv[len + 1..len + 5].copy_from_slice(&request_words(id, record));
+        argv[len + 1..len + 5].copy_from_slice(&request_words(id, record, clock::now()));
         len += 5;
     }
     with_args(&argv[..len], |args| ffi::replicate(k.ctx, cmd, k.name, args));
@@ -464,9 +466,9 @@ fn wake_at(s: &mut State, at: u64, now: u64) {
         return;
     }
     if let Some((timer, _)) = s.tick.take() {
-        ffi::stop_timer(timer);
+        timers::stop_timer(timer);
     }
-    s.tick = Some((ffi::create_timer(at.saturating_sub(now), on_tick, ()), at));
+    s.tick = Some((timers::create_timer(at.saturating_sub(now), on_tick, ()), at));
 }
 
 /// Work per tick: a backlog of due leases (after a slow command, a fork, a
@@ -495,7 +497,7 @@ fn tick(ctx: &Context, s: &mut State) {
     if paused(s) {
         return;
     }
-    let now = ffi::now_ms();
+    let now = clock::now_ms();
     let started = Instant::now();
     for ended in 1.. {
         if ended % CLOCK_EVERY == 0 && started.elapsed() >= SLICE {
@@ -543,7 +545,7 @@ fn tick(ctx: &Context, s: &mut State) {
     s.remembered.prune(now);
     let next = [s.deadlines.next_deadline(), s.remembered.next_expiry()].into_iter().flatten().min();
     if let Some(next) = next {
-        wake_at(s, next, ffi::now_ms());
+        wake_at(s, next, clock::now_ms());
     }
 }
 
@@ -563,7 +565,7 @@ fn follow_session(
     now: u64,
     out: &mut Outcomes<WaitId>,
 ) -> bool {
-    match s.sessions.left_us(client, ffi::monotonic_us()) {
+    match s.sessions.left_us(client, clock::monotonic_us()) {
         Some(0) => return false,
         Some(left_us) => {
             lock.extend(token, now + left_us.div_ceil(1000), out);
@@ -597,7 +599,7 @@ pub fn paused(s: &mut State) -> bool {
         return false;
     }
     if s.resume.is_none() {
-        s.resume = Some(ffi::create_timer(PAUSE_RECHECK_MS, on_resume, ()));
+        s.resume = Some(timers::create_timer(PAUSE_RECHECK_MS, on_resume, ()));
     }
     true
 }
@@ -651,7 +653,7 @@ fn on_resume(ctx: &Context, (): ()) {
 /// away. The next tick, within the event loop's next pass, finds the key or
 /// drops the entry; a kept lock is expired there or filed again.
 pub fn file_leases_now(s: &mut State, value: &mut LockValue, place: &Place) {
-    let now = ffi::now_ms();
+    let now = clock::now_ms();
     for holder in value.lock.holders_mut() {
         holder.deadline_id = Some(s.deadlines.insert(now, Lease { token: holder.token, place: place.clone() }));
         wake_at(s, now, now);
@@ -729,7 +731,7 @@ pub fn attach(ctx: &Context, s: &mut State, value: &mut LockValue, db: i32, key:
         reclaim_requests(s, &from, value);
     }
     let place = s.place(db, key);
-    let now = ffi::now_ms();
+    let now = clock::now_ms();
     let tokens: Vec<u64> = value.lock.holders().iter().map(|(h, _)| h.token).collect();
     s.counters.unbump(Counter::Deletions, tokens.len() as u64);
     for token in tokens {
@@ -755,14 +757,14 @@ pub fn remove_arrived_if_free(ctx: Option<&Context>, place: Place) {
         let job_place = place.clone();
         let queued = ctx.add_post_notification_job(move |ctx| {
             if state::try_with(|s| remove_free_lock_at(ctx, s, &job_place)).is_none() {
-                ffi::create_timer(0, on_arrived, job_place);
+                timers::create_timer(0, on_arrived, job_place);
             }
         });
         if matches!(queued, Ok(redis_module::Status::Ok)) {
             return;
         }
     }
-    ffi::create_timer(0, on_arrived, place);
+    timers::create_timer(0, on_arrived, place);
 }
 
 fn on_arrived(ctx: &Context, place: Place) {

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 
 use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
 
+use crate::clock;
 use crate::commands;
 use crate::errors::{self, Unfenced};
 use crate::ffi;
@@ -73,7 +74,7 @@ fn token(arg: &RedisString) -> Option<u64> {
 fn check(ctx: &Context, key: &RedisString, token: u64) -> Result<(), RedisError> {
     let key = ctx.open_key(key);
     let fenced = match read_lock_value(&key)? {
-        Some(value) => value.lock.fence(token, ffi::now_ms()),
+        Some(value) => value.lock.fence(token, clock::now_ms()),
         None => Err(flock_core::lock::Stale::Free),
     };
     fenced.map_err(|why| errors::stale(token, why))

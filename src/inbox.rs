@@ -7,12 +7,14 @@ use std::collections::HashSet;
 use redis_module::{Context, RedisResult, RedisValue};
 
 use crate::blocking;
+use crate::clock;
 use crate::engine;
 use crate::errors;
 use crate::ffi::{self, BlockHandlers, BlockedId};
 use crate::place::Place;
 use crate::sessions::{Batch, Event, Kind};
 use crate::state::{self, State};
+use crate::timers;
 use crate::waiters::WaitId;
 use flock_core::args::SESSION_ID_LEN;
 use flock_core::effects::{Counter, End, Leave, Loss};
@@ -21,7 +23,7 @@ use flock_core::effects::{Counter, End, Leave, Loss};
 /// (`pin`: WITHTIMEOUT): its session's ID and timeout, the session opened
 /// (and its expiry timer set) if it had none.
 pub fn open(s: &mut State, client: u64, timeout_ms: Option<u64>, pin: bool) -> ([u8; SESSION_ID_LEN], u64) {
-    let opened = s.sessions.open(client, timeout_ms, pin, ffi::monotonic_us());
+    let opened = s.sessions.open(client, timeout_ms, pin, clock::monotonic_us());
     if opened.arm {
         arm_expiry(s, client);
     }
@@ -31,7 +33,7 @@ pub fn open(s: &mut State, client: u64, timeout_ms: Option<u64>, pin: bool) -> (
 /// A FLOCK command came on connection `client`: its session, if it has one,
 /// lives for its timeout from now.
 pub fn heard(s: &mut State, client: u64) {
-    if s.sessions.heard(client, ffi::monotonic_us()) {
+    if s.sessions.heard(client, clock::monotonic_us()) {
         arm_expiry(s, client);
     }
 }
@@ -39,11 +41,11 @@ pub fn heard(s: &mut State, client: u64) {
 /// Sets the timer that looks whether `client`'s session is due when it
 /// would be if not heard from again.
 fn arm_expiry(s: &mut State, client: u64) {
-    let now_us = ffi::monotonic_us();
+    let now_us = clock::monotonic_us();
     if let Some(left_us) = s.sessions.left_us(client, now_us) {
         // Module timers count whole milliseconds: rounded up, never early.
         let left_ms = left_us.div_ceil(1000).max(1);
-        let timer = ffi::create_timer(left_ms, on_expiry, client);
+        let timer = timers::create_timer(left_ms, on_expiry, client);
         s.sessions.set_expiry(client, timer, now_us + left_ms * 1000);
     }
 }
@@ -51,7 +53,7 @@ fn arm_expiry(s: &mut State, client: u64) {
 /// A session's timer: the session was heard from since (it lives on, and
 /// the timer is set for its new deadline) or it expires now.
 fn on_expiry(ctx: &Context, client: u64) {
-    state::with(|s| match s.sessions.left_us(client, ffi::monotonic_us()) {
+    state::with(|s| match s.sessions.left_us(client, clock::monotonic_us()) {
         Some(0) => expire(ctx, s, client),
         Some(_) => arm_expiry(s, client),
         None => {}
@@ -66,7 +68,7 @@ fn expire(ctx: &Context, s: &mut State, client: u64) {
     end(ctx, s, client);
     // Closing a connection runs Redis's callbacks, which borrow the state:
     // done from a timer of its own.
-    ffi::create_timer(0, close_connection, client);
+    timers::create_timer(0, close_connection, client);
 }
 
 fn close_connection(ctx: &Context, client: u64) {
@@ -84,7 +86,7 @@ pub fn block(ctx: &Context, s: &mut State, client: u64, timeout_ms: u64) -> bool
     };
     let Some(bc) = ffi::block::<Reading>(ctx) else { return false };
     let timeout_ms = if timeout_ms == 0 { heartbeat_ms } else { timeout_ms.min(heartbeat_ms) };
-    let timer = ffi::create_timer(timeout_ms, on_read_timeout, client);
+    let timer = timers::create_timer(timeout_ms, on_read_timeout, client);
     s.sessions.block_reader(client, bc, Some(timer));
     true
 }
@@ -100,7 +102,7 @@ pub fn reply_events(ctx: &Context, events: &[Event]) -> RedisResult {
         return Ok(RedisValue::Null);
     }
     ffi::reply_array(ctx, events.len());
-    let now = ffi::now_ms();
+    let now = clock::now_ms();
     for event in events {
         // The lease left now: a client counts its grant's deadline from the
         // moment it sent this read, which is before now.
@@ -144,7 +146,7 @@ impl BlockHandlers for Reading {
             return;
         }
         for event in batch.events.into_iter().filter(|e| e.kind == Kind::Granted) {
-            ffi::create_timer(0, blocking::pass_on, (event.place, event.token));
+            timers::create_timer(0, blocking::pass_on, (event.place, event.token));
         }
     }
 

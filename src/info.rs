@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use redis_module::{InfoContext, RedisResult};
 use redis_module_macros::info_command_handler;
 
+use crate::clock;
 use crate::ffi;
 use crate::state;
 use crate::value::LIVE_LOCKS;
@@ -37,6 +38,7 @@ fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         ("eviction_refused_acquires", refused),
         ("sessions", sessions as u64),
         ("remembered_free_locks", remembered as u64),
+        ("clock_steps", clock::steps()),
     ]);
     ffi::info_section(ctx, &fields);
     Ok(())

@@ -4,6 +4,7 @@
 
 use redis_module::native_types::RedisType;
 
+use crate::clock;
 use crate::engine;
 use crate::errors;
 use crate::ffi::{self, Aof, Io, KeyType};
@@ -11,12 +12,13 @@ use crate::filter;
 use crate::state::{self, Lease};
 use crate::value::{with_args, LockValue, ENCODING_VERSION, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION, TYPE_NAME};
 use crate::waiters::WaitId;
+use flock_core::clock::Now;
 use flock_core::deadlines::Deadlines;
 use flock_core::effects::End;
 use flock_core::holders::{Mode, Terms};
 use flock_core::limits::MAX_TOKEN;
 use flock_core::lock::Lock;
-use flock_core::record::{self, Field, HolderRecord, Word, Words};
+use flock_core::record::{self, Field, HolderRecord, Shape, Word, Words};
 
 pub static FLOCK_TYPE: RedisType = RedisType::new(TYPE_NAME, ENCODING_VERSION, ffi::type_methods::<LockType>());
 
@@ -48,7 +50,7 @@ impl KeyType for LockType {
     type Value = LockValue;
 
     fn load(io: &Io, encver: i32) -> Option<LockValue> {
-        match load_lock(&mut Rdb(io), encver, ffi::now_ms()) {
+        match load_lock(&mut Rdb(io), encver, clock::now()) {
             Ok(mut value) => {
                 let (db, key) = io.key();
                 state::with(|s| {
@@ -74,27 +76,27 @@ impl KeyType for LockType {
     }
 
     fn save(io: &Io, value: &LockValue) {
-        let lock = &value.lock;
+        let (lock, now) = (&value.lock, clock::now());
         save_words(io, &record::mode_words(lock.mode()));
         io.save_unsigned(lock.holders().len() as u64);
         for (holder, terms) in lock.holders().iter() {
-            save_words(io, &record::holder_words(holder, terms.session.is_some(), terms.permits));
+            save_words(io, &record::holder_words(holder, terms.session.is_some(), terms.permits, now));
         }
         let requests = lock.requests();
         io.save_unsigned(requests.map_or(0, |r| r.len()) as u64);
         for (id, record) in requests.into_iter().flat_map(|r| r.iter()) {
-            save_words(io, &record::request_words(id, record));
+            save_words(io, &record::request_words(id, record, now));
         }
     }
 
     fn rewrite_aof(aof: &Aof, value: &LockValue) {
-        let lock = &value.lock;
+        let (lock, now) = (&value.lock, clock::now());
         for (holder, terms) in lock.holders().iter() {
-            let words = record::holder_set_words(lock.mode(), holder, terms.session.is_some(), terms.permits);
+            let words = record::holder_set_words(lock.mode(), holder, terms.session.is_some(), terms.permits, now);
             with_args(&words, |args| aof.emit(HOLDER_COMMAND, args));
         }
         for (id, record) in lock.requests().into_iter().flat_map(|r| r.iter()) {
-            with_args(&record::request_words(id, record), |args| aof.emit(ID_COMMAND, args));
+            with_args(&record::request_words(id, record, now), |args| aof.emit(ID_COMMAND, args));
         }
         // A semaphore kept only by its request IDs is still one.
         if lock.holders().is_empty() && lock.mode().limit().is_some() {
@@ -120,6 +122,7 @@ impl KeyType for LockType {
     /// locks: a count of locks, each as its db, its key and its records (a
     /// count, then each as `record::request_words`).
     fn aux_save(io: &Io) {
+        let now = clock::now();
         state::with(|s| {
             io.save_unsigned(s.tokens.last());
             io.save_unsigned(s.remembered.len() as u64);
@@ -128,7 +131,7 @@ impl KeyType for LockType {
                 io.save_bytes(place.key());
                 io.save_unsigned(requests.len() as u64);
                 for (id, record) in requests.iter() {
-                    save_words(io, &record::request_words(id, record));
+                    save_words(io, &record::request_words(id, record, now));
                 }
             }
         });
@@ -139,7 +142,7 @@ impl KeyType for LockType {
             io.log_error(&format!("FLOCK cannot load its module data (encoding version {encver})"));
             return false;
         }
-        let loaded = load_aux(&mut Rdb(io), encver, ffi::now_ms());
+        let loaded = load_aux(&mut Rdb(io), encver, clock::now());
         if let Err(e) = &loaded {
             io.log_error(&format!("FLOCK cannot load its module data: {e}"));
         }
@@ -149,7 +152,7 @@ impl KeyType for LockType {
 
 /// Reads the aux data of encoding `encver` into the state, every field
 /// checked as for a lock.
-fn load_aux(words: &mut Rdb, encver: i32, now: u64) -> Result<(), String> {
+fn load_aux(words: &mut Rdb, encver: i32, now: Now) -> Result<(), String> {
     let last = words.number(Field::Length).map_err(errors::refused_load)?;
     if last > MAX_TOKEN {
         return Err(format!("a highest token of {last}: tokens are at most {MAX_TOKEN}"));
@@ -199,15 +202,15 @@ fn load_kind(lock: &mut Lock<WaitId>, mode: Mode) -> Result<(), Field> {
     Ok(())
 }
 
-fn load_holders(words: &mut Rdb, lock: &mut Lock<WaitId>, mode: Mode, permits: bool, now: u64) -> Result<(), Field> {
+fn load_holders(words: &mut Rdb, lock: &mut Lock<WaitId>, mode: Mode, shape: Shape, now: Now) -> Result<(), Field> {
     for _ in 0..words.number(Field::Length)? {
-        let r = record::read_holder(words, mode, permits, now)?;
+        let r = record::read_holder(words, mode, shape, now)?;
         load_holder(lock, mode, r)?;
     }
     Ok(())
 }
 
-fn load_requests(words: &mut Rdb, lock: &mut Lock<WaitId>, now: u64) -> Result<(), Field> {
+fn load_requests(words: &mut Rdb, lock: &mut Lock<WaitId>, now: Now) -> Result<(), Field> {
     for _ in 0..words.number(Field::Length)? {
         let (id, record) = record::read_request(words, now)?;
         lock.restore_request(&id, record);
@@ -218,27 +221,34 @@ fn load_requests(words: &mut Rdb, lock: &mut Lock<WaitId>, now: u64) -> Result<(
 /// Reads one lock of encoding `encver`, every field checked against what a
 /// command could have made: a crafted RESTORE payload or a corrupt file is
 /// refused whole.
-fn load_lock(words: &mut Rdb, encver: i32, now: u64) -> Result<LockValue, String> {
+fn load_lock(words: &mut Rdb, encver: i32, now: Now) -> Result<LockValue, String> {
     let mut lock = Lock::default();
     let read = |words: &mut Rdb, lock: &mut Lock<WaitId>| -> Result<(), Field> {
         match encver {
-            1 => load_holder(lock, Mode::Exclusive, record::read_holder(words, Mode::Exclusive, false, now)?),
+            1 => {
+                load_holder(lock, Mode::Exclusive, record::read_holder(words, Mode::Exclusive, Shape::Exclusive, now)?)
+            }
             2 | 3 => {
                 if words.number(Field::Length)? == 1 {
-                    load_holder(lock, Mode::Exclusive, record::read_holder(words, Mode::Exclusive, false, now)?)?;
+                    load_holder(
+                        lock,
+                        Mode::Exclusive,
+                        record::read_holder(words, Mode::Exclusive, Shape::Exclusive, now)?,
+                    )?;
                 }
                 load_requests(words, lock, now)?;
                 if encver == 3 {
                     let limit = words.number(Field::Mode)?;
                     let mode = record::mode(if limit == 0 { b"shared" } else { b"semaphore" }, limit)?;
-                    load_holders(words, lock, mode, true, now)?;
+                    load_holders(words, lock, mode, Shape::Permits, now)?;
                     load_kind(lock, mode)?;
                 }
                 Ok(())
             }
             _ => {
                 let mode = record::read_mode(words)?;
-                load_holders(words, lock, mode, true, now)?;
+                let shape = if encver < 6 { Shape::Permits } else { Shape::Left };
+                load_holders(words, lock, mode, shape, now)?;
                 load_kind(lock, mode)?;
                 load_requests(words, lock, now)
             }

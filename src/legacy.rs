@@ -10,11 +10,13 @@
 
 use redis_module::{Context, RedisError, RedisString};
 
+use crate::clock;
 use crate::config::{self, LegacyLocks};
 use crate::engine::{self, Key};
 use crate::ffi::{self, StringKey};
 use crate::place::Place;
 use crate::state::{self, Shadow, State};
+use crate::timers;
 use crate::value::{lock_value, put_lock, LockValue};
 use crate::waiters::WaitId;
 use flock_core::effects::{Leave, Outcome};
@@ -105,13 +107,13 @@ fn adopt<'a>(s: &mut State, k: &Key) -> Result<Option<&'a mut LockValue>, RedisE
 /// turn comes when the TTL ends.
 fn watch(ctx: &Context, shadow: &mut Shadow, place: &Place, ttl_ms: Option<u64>) {
     let Some(ttl) = ttl_ms else { return };
-    let at = ffi::now_ms().saturating_add(ttl);
+    let at = clock::now_ms().saturating_add(ttl);
     if shadow.watching.is_some_and(|armed| armed <= at) {
         return;
     }
     shadow.watching = Some(at);
     let db = ffi::selected_db(ctx);
-    ffi::create_timer(ttl, on_ttl_due, (db, place.key().to_vec()));
+    timers::create_timer(ttl, on_ttl_due, (db, place.key().to_vec()));
 }
 
 fn on_ttl_due(ctx: &Context, (db, key): (i32, Vec<u8>)) {
@@ -137,11 +139,11 @@ pub fn key_event(ctx: &Context, key: &[u8]) {
     let job_key = key.to_vec();
     let queued = ctx.add_post_notification_job(move |ctx| {
         if state::try_with(|s| look_again(ctx, s, db, &job_key, false)).is_none() {
-            ffi::create_timer(0, on_ttl_due, (db, job_key));
+            timers::create_timer(0, on_ttl_due, (db, job_key));
         }
     });
     if !matches!(queued, Ok(redis_module::Status::Ok)) {
-        ffi::create_timer(0, on_ttl_due, (db, key.to_vec()));
+        timers::create_timer(0, on_ttl_due, (db, key.to_vec()));
     }
 }
 
@@ -168,9 +170,12 @@ fn look_again(ctx: &Context, s: &mut State, db: i32, key: &[u8], timer: bool) {
     }
     ffi::with_db(ctx, db, || {
         let name = ffi::key_name(ctx, key);
+        // The string first: opening a key may expire it (its TTL ends in
+        // this very millisecond), and the lock's handle must see that.
+        let held = ffi::string_key(ctx, &name);
         let handle = ctx.open_key_writable(&name);
         let k = Key { ctx, key: &handle, name: &name, place: &place };
-        match (lock_value(&handle), ffi::string_key(ctx, &name)) {
+        match (lock_value(&handle), held) {
             (Ok(None), _) => {
                 let _ = adopt(s, &k);
             }

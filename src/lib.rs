@@ -9,30 +9,34 @@
 //! 0. `ffi`: the raw module API behind typed helpers, and thin trampolines
 //!    for every callback Redis calls; `place` (where a lock lives); `config`;
 //!    `errors` (every error code and text).
-//! 1. `sessions` (each session's inbox, reader and watched grants),
-//!    `command_docs`.
-//! 2. `waiters` (the registry of waiters, each answered exactly once: a
+//! 1. `clock` (where time enters: the lease clock every deadline is on, and
+//!    the wall-clock steps it saw), `command_docs`.
+//! 2. `timers` (timers on the monotonic clock, which no wall-clock step
+//!    makes early or late).
+//! 3. `sessions` (each session's inbox, reader and watched grants).
+//! 4. `waiters` (the registry of waiters, each answered exactly once: a
 //!    blocked client, or an event in its session's inbox).
-//! 3. `value` (the stored lock value).
-//! 4. `state` (connection state: waiters, sessions, lease deadlines,
+//! 5. `value` (the stored lock value).
+//! 6. `state` (connection state: waiters, sessions, lease deadlines,
 //!    counters, shadow locks, free locks' request IDs; borrowed once per
 //!    callback).
-//! 5. `engine` (outcomes to effects: hand-offs, leases and their timer,
+//! 7. `engine` (outcomes to effects: hand-offs, leases and their timer,
 //!    session bindings and watches, counters, events, replication, key
 //!    removal), `eviction`, `info`, `filter`, `deadlocks` (a new wait's
 //!    walk of the wait-for graph).
-//! 6. Callbacks: `blocking` (WAIT), `keytype` (the key type's callbacks),
+//! 8. Callbacks: `blocking` (WAIT), `keytype` (the key type's callbacks),
 //!    `legacy` (keys that locks of other clients hold: their shadow locks).
-//! 7. `inbox` (a session's blocked read, and its end).
-//! 8. Callbacks: `commands` (the FLOCK.* handlers), `events` (server and
-//!    keyspace events).
-//! 9. `multi` (the handlers of the commands on several keys), `fenced`
-//!    (a command run only while a token holds its lock).
+//! 9. `inbox` (a session's blocked read, and its end).
+//! 10. Callbacks: `commands` (the FLOCK.* handlers), `events` (server and
+//!     keyspace events).
+//! 11. `multi` (the handlers of the commands on several keys), `fenced`
+//!     (a command run only while a token holds its lock).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod blocking;
+mod clock;
 mod command_docs;
 mod commands;
 mod config;
@@ -52,6 +56,7 @@ mod multi;
 mod place;
 mod sessions;
 mod state;
+mod timers;
 mod value;
 mod waiters;
 
@@ -81,6 +86,10 @@ mod module {
             return Status::Err;
         }
         ffi::init_module_ctx(ctx.ctx);
+        if let Err(e) = crate::timers::start() {
+            ffi::log(c"warning", &format!("FLOCK cannot load: its timers cannot wake the event loop ({e})"));
+            return Status::Err;
+        }
         value::register_type(&FLOCK_TYPE);
         let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
         if let Err(e) = crate::config::check_load_args(&args) {

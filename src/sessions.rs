@@ -15,8 +15,9 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{HashMap, VecDeque};
 
 use crate::config;
-use crate::ffi::{self, BlockedClient, BlockedId, Timer};
+use crate::ffi::{BlockedClient, BlockedId};
 use crate::place::Place;
+use crate::timers::{self, Timer};
 use flock_core::args::SESSION_ID_LEN;
 use flock_core::effects::{Leave, Loss};
 
@@ -54,7 +55,7 @@ pub struct Batch {
 /// The blocked `FLOCK.INBOX` of a session, with its timeout.
 struct Reader {
     bc: BlockedClient<Batch>,
-    timer: Option<Timer<u64>>,
+    timer: Option<Timer>,
 }
 
 pub struct Session {
@@ -72,7 +73,7 @@ pub struct Session {
     deadline_us: u64,
     /// The timer that looks whether it is due (`inbox::on_expiry`), and
     /// the monotonic µs it is set for.
-    expiry: Option<Timer<u64>>,
+    expiry: Option<Timer>,
     expiry_us: u64,
 }
 
@@ -170,13 +171,13 @@ impl Sessions {
 
     /// The timer that looks whether `client`'s session is due, set for
     /// `at_us`, in place of the one it had.
-    pub fn set_expiry(&mut self, client: u64, timer: Timer<u64>, at_us: u64) {
+    pub fn set_expiry(&mut self, client: u64, timer: Timer, at_us: u64) {
         let Some(session) = self.open.get_mut(&client) else {
-            ffi::stop_timer(timer);
+            timers::stop_timer(timer);
             return;
         };
         if let Some(old) = session.expiry.replace(timer) {
-            ffi::stop_timer(old);
+            timers::stop_timer(old);
         }
         session.expiry_us = at_us;
     }
@@ -233,7 +234,7 @@ impl Sessions {
     }
 
     /// `client`'s `FLOCK.INBOX` blocks until an event comes or `timer` fires.
-    pub fn block_reader(&mut self, client: u64, bc: BlockedClient<Batch>, timer: Option<Timer<u64>>) {
+    pub fn block_reader(&mut self, client: u64, bc: BlockedClient<Batch>, timer: Option<Timer>) {
         if let Some(session) = self.open.get_mut(&client) {
             self.readers.insert(bc.id(), client);
             session.reader = Some(Reader { bc, timer });
@@ -260,7 +261,7 @@ impl Sessions {
     fn answer(&mut self, client: u64, reader: Reader, events: Vec<Event>) {
         self.readers.remove(&reader.bc.id());
         if let Some(timer) = reader.timer {
-            ffi::stop_timer(timer);
+            timers::stop_timer(timer);
         }
         self.answered.insert(client);
         reader.bc.unblock(Batch { events, delivered: false, client });
@@ -316,7 +317,7 @@ impl Sessions {
         let mut session = self.open.remove(&client)?;
         self.by_id.remove(&session.id);
         if let Some(timer) = session.expiry.take() {
-            ffi::stop_timer(timer);
+            timers::stop_timer(timer);
         }
         for token in session.watched.drain() {
             self.watchers.remove(&token);

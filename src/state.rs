@@ -17,9 +17,9 @@ use std::collections::{HashMap, HashSet};
 
 use redis_module::Context;
 
-use crate::ffi::Timer;
 use crate::place::{DbMap, Place};
 use crate::sessions::Sessions;
+use crate::timers::Timer;
 use crate::value::LockValue;
 use crate::waiters::{WaitId, Waiters};
 use flock_core::deadlines::Deadlines;
@@ -119,7 +119,7 @@ pub struct State {
     /// Every holder's lease deadline, and the one Redis timer (with the time
     /// it is set for) that wakes up for the next.
     pub deadlines: Deadlines<Lease>,
-    pub tick: Option<(Timer<()>, u64)>,
+    pub tick: Option<(Timer, u64)>,
     pub counters: Counters,
     pub handoff_latency: Latency,
     /// ACQUIREs refused because the maxmemory policy can evict locks.
@@ -135,11 +135,11 @@ pub struct State {
     /// `engine::drain` runs (it grants through `update`, which finds more).
     pub draining: bool,
     /// The timer that drains what a callback other than a command left.
-    pub drain_timer: Option<Timer<()>>,
+    pub drain_timer: Option<Timer>,
     /// Work put off while writes are paused, in the order it came, and the
     /// timer that looks for the end of the pause (`engine::paused`).
     pub put_off: Vec<Job>,
-    pub resume: Option<Timer<()>>,
+    pub resume: Option<Timer>,
 }
 
 impl State {

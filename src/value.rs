@@ -15,7 +15,9 @@ use flock_core::lock::Lock;
 use flock_core::record::Word;
 
 pub const TYPE_NAME: &str = "flocklock";
-/// 5: as 4; the module's aux data adds the request IDs of free locks,
+/// 6: as 5; each holder adds the time its lease had left when saved
+/// (`record::Shape::Left`), the most it has when loaded.
+/// 5 (still loaded): as 4; the module's aux data adds the request IDs of free locks,
 /// which have no key.
 /// 4 (still loaded): the key's mode (`record::mode_words`), its holders (a count, then
 /// each as `record::holder_words`), its remembered request IDs (a count,
@@ -25,11 +27,11 @@ pub const TYPE_NAME: &str = "flocklock";
 /// 2 (still loaded): a holder flag, then the exclusive holder (its
 /// `holder_words` without permits), then the request IDs.
 /// 1 (still loaded): the exclusive holder alone.
-pub const ENCODING_VERSION: i32 = 5;
+pub const ENCODING_VERSION: i32 = 6;
 
 /// The internal command that sets one holder of any kind, or the key's
 /// mode, as replicas and the AOF see it: `FLOCK.HOLDER key mode limit
-/// [owner [holds token deadline-unix-ms session permits]]` (without the
+/// [owner [holds token deadline-unix-ms session permits [left-ms]]]` (without the
 /// numbers: the owner holds nothing; without the owner: only the mode).
 pub const HOLDER_COMMAND: &CStr = c"FLOCK.HOLDER";
 

@@ -13,9 +13,10 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::HashMap;
 use std::time::Instant;
 
-use crate::ffi::{self, BlockedClient, BlockedId, Timer};
+use crate::ffi::{BlockedClient, BlockedId};
 use crate::place::Place;
 use crate::sessions::{Event, Kind, Sessions};
+use crate::timers::{self, Timer};
 use flock_core::effects::Leave;
 use flock_core::holders::Want;
 use flock_core::queue::WaiterId;
@@ -75,7 +76,7 @@ pub struct Waiter {
     pub place: Place,
     pub id: WaiterId,
     /// Its WAIT timeout, if it has one.
-    timer: Option<Timer<WaitId>>,
+    timer: Option<Timer>,
     /// A wait for several keys: all of them.
     pub group: Option<Box<Group>>,
 }
@@ -121,7 +122,7 @@ impl Waiters {
         via: Via,
         owner: &[u8],
         (place, id): (Place, WaiterId),
-        timer: Option<Timer<WaitId>>,
+        timer: Option<Timer>,
         group: Option<Box<Group>>,
     ) {
         let waits = self.by_owner.entry(owner.into()).or_default();
@@ -187,7 +188,7 @@ impl Waiters {
             }
         }
         if let Some(timer) = waiter.timer {
-            ffi::stop_timer(timer);
+            timers::stop_timer(timer);
         }
         if let Some(group) = waiter.group.filter(|_| !matches!(reply, Reply::GrantedAll { .. })) {
             let entries = group.keys.into_iter().filter_map(|(place, id)| Some((place, id?)));

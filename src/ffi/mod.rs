@@ -39,7 +39,6 @@ macro_rules! required_apis {
 required_apis!(
     RedisModule_GetDetachedThreadSafeContext,
     RedisModule_Milliseconds,
-    RedisModule_MonotonicMicroseconds,
     RedisModule_GetContextFlags,
     RedisModule_NotifyKeyspaceEvent,
     RedisModule_AvoidReplicaTraffic,
@@ -54,6 +53,7 @@ required_apis!(
     RedisModule_CreateTimer,
     RedisModule_GetTimerInfo,
     RedisModule_StopTimer,
+    RedisModule_EventLoopAdd,
     RedisModule_ReplyWithMap,
     RedisModule_ReplyWithArray,
     RedisModule_ReplyWithStringBuffer,
@@ -119,7 +119,7 @@ pub use docs::{add_acl_category, set_acl_categories, set_command_info, ArgDoc, C
 pub use events::{register_filter, subscribe, CommandFilter, FilterArgs, ServerEvents};
 pub use key_type::{type_methods, Aof, Io, KeyType};
 pub use reply::{info_section, reply_array, reply_bytes, reply_map};
-pub use timer::{create_timer, stop_timer, Timer};
+pub use timer::{start as start_timers, wake_at, wake_now};
 
 /// A context that lives as long as the module, for timer operations made
 /// outside a command (key-type callbacks, `free_privdata`).
@@ -135,17 +135,20 @@ pub fn module_ctx() -> RawCtx {
     MODULE_CTX.load(Ordering::Acquire)
 }
 
-/// The server's unix-time clock in milliseconds.
-pub fn now_ms() -> u64 {
+/// The server's unix-time clock in milliseconds: read through `clock` only.
+pub fn wall_ms() -> u64 {
     // SAFETY: takes no arguments; only called on the main thread.
     u64::try_from(unsafe { api!(RedisModule_Milliseconds)() }).unwrap_or(0)
 }
 
-/// The server's monotonic clock in microseconds: what a session's timeout
-/// is timed on, so that no wall-clock step ends a session early or late.
+/// `CLOCK_MONOTONIC` in microseconds: read through `clock` only. Not the
+/// server's `MonotonicMicroseconds`, which may count processor ticks from
+/// another origin: FLOCK's timerfd (`timer`) counts on this one.
 pub fn monotonic_us() -> u64 {
-    // SAFETY: takes no arguments; only called on the main thread.
-    unsafe { api!(RedisModule_MonotonicMicroseconds)() }
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: an out-pointer to a local; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000
 }
 
 /// True on a replica: it follows its master's state and acts on no timer.
@@ -272,7 +275,7 @@ pub fn log(level: &std::ffi::CStr, message: &str) {
 
 /// The most arguments after the key a replicated or AOF command of the
 /// module has: a `FLOCK.HOLDER` of a holder with a request ID riding on it.
-pub const MAX_ARGS: usize = 13;
+pub const MAX_ARGS: usize = 14;
 
 /// Words nearly every record repeats: the digits (hold counts, flags,
 /// limits), the modes and the request mark. Each is made once and kept for

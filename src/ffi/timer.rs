@@ -1,69 +1,142 @@
-//! Timers that own typed data and call a plain `fn` on the main thread.
+//! How FLOCK's timers (`timers`) wake up on the monotonic clock.
+//!
+//! Redis's module timers are due on the wall clock (`ustime()`): stepped
+//! back an hour, the server fires each an hour late; stepped forward, at
+//! once. So FLOCK keeps its own timers, and the server's event loop watches
+//! a Linux timerfd on `CLOCK_MONOTONIC` that becomes readable when the first
+//! is due. The callback of a readable file has no context to open keys or
+//! replicate with, so it sets a module timer due at once (the bridge), whose
+//! callback runs the due timers with one.
+//!
+//! The bridge is due "now" on the wall clock: a step back in the moment it
+//! waits would hold it back by the step. While it waits, the timerfd fires
+//! again after `BACKSTOP_MS`; a bridge not yet due then (Redis tells the
+//! time it has left) is set again, due now.
 
 use std::ffi::c_void;
-use std::marker::PhantomData;
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use redis_module::{raw, Context};
 
-use super::{module_ctx, RawCtx};
+use super::{module_ctx, monotonic_us, RawCtx};
 
-/// A timer made by `create_timer` with data `T`: the type `stop_timer`
-/// gets back is the one it was made with.
-#[derive(Debug)]
-pub struct Timer<T> {
-    id: raw::RedisModuleTimerID,
-    data: PhantomData<fn(T)>,
-}
+/// How often a waiting bridge is looked at.
+const BACKSTOP_MS: u64 = 10;
 
-struct TimerData<T> {
-    callback: fn(&Context, T),
-    data: T,
-}
+/// The timerfd (-1 before `start`), and the bridge waiting (0: none; a
+/// module timer's id is the unix µs it was due at): only the main thread
+/// reads or writes them.
+static FD: AtomicI32 = AtomicI32::new(-1);
+static BRIDGE: AtomicU64 = AtomicU64::new(0);
+/// What the bridge runs: `timers`' due timers.
+static RUN: OnceLock<fn(&Context)> = OnceLock::new();
 
-/// The data of the timer whose callback is running. Redis 7.0 keeps a timer
-/// registered during its own callback and frees it afterwards, so stopping
-/// it from inside (directly, or through a key-type callback that the timer's
-/// work triggers) would free it twice.
-static FIRING: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
-
-unsafe extern "C" fn timer_trampoline<T>(ctx: RawCtx, data: *mut c_void) {
-    let previous = FIRING.swap(data, Ordering::AcqRel);
-    // SAFETY: `data` is the `TimerData<T>` leaked by `create_timer::<T>`;
-    // Redis fires a timer once, and `stop_timer` never takes the data of one
-    // that fired or is firing (`FIRING`), so it is reclaimed here alone.
-    let timer = unsafe { Box::from_raw(data.cast::<TimerData<T>>()) };
-    (timer.callback)(&Context::new(ctx), timer.data);
-    FIRING.store(previous, Ordering::Release);
-}
-
-/// Calls `callback(ctx, data)` on the main thread after `delay_ms`.
-pub fn create_timer<T>(delay_ms: u64, callback: fn(&Context, T), data: T) -> Timer<T> {
-    let data = Box::into_raw(Box::new(TimerData { callback, data })).cast::<c_void>();
-    let delay = i64::try_from(delay_ms).unwrap_or(i64::MAX);
-    // SAFETY: the module context lives as long as the module; the trampoline
-    // reads `data` as the `TimerData<T>` it is.
-    let id = unsafe { api!(RedisModule_CreateTimer)(module_ctx(), delay, Some(timer_trampoline::<T>), data) };
-    Timer { id, data: PhantomData }
-}
-
-/// Cancels a timer and returns its data, or `None` if it already fired or
-/// is firing now.
-pub fn stop_timer<T>(timer: Timer<T>) -> Option<T> {
-    let mut data: *mut c_void = std::ptr::null_mut();
-    let mut remaining: u64 = 0;
-    // SAFETY: out-pointers to locals; an unknown id is reported, not undefined.
-    let found = unsafe { api!(RedisModule_GetTimerInfo)(module_ctx(), timer.id, &mut remaining, &mut data) };
-    if found != raw::REDISMODULE_OK as c_int || data == FIRING.load(Ordering::Acquire) {
-        return None;
+/// Makes the timerfd and adds it to the event loop; `run` is called, with
+/// a context, whenever a time set with `wake_at` or `wake_now` has come.
+pub fn start(run: fn(&Context)) -> Result<(), String> {
+    // SAFETY: plain syscall; the fd is owned by this module until the
+    // process ends (the module cannot be unloaded).
+    let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(format!("timerfd_create: {}", std::io::Error::last_os_error()));
     }
-    // SAFETY: as above; a stopped timer never fires, so its data is ours.
-    let status = unsafe { api!(RedisModule_StopTimer)(module_ctx(), timer.id, &mut data) };
-    if status != raw::REDISMODULE_OK as c_int || data.is_null() {
-        return None;
+    let _ = RUN.set(run);
+    // SAFETY: `on_readable` matches the callback type; it reads only `FD`.
+    let added = unsafe {
+        api!(RedisModule_EventLoopAdd)(
+            fd,
+            raw::REDISMODULE_EVENTLOOP_READABLE as c_int,
+            Some(on_readable),
+            std::ptr::null_mut(),
+        )
+    };
+    if added != raw::REDISMODULE_OK as c_int {
+        // SAFETY: the fd made above, not shared with anything.
+        unsafe { libc::close(fd) };
+        return Err(format!("adding a timerfd to the event loop: {}", std::io::Error::last_os_error()));
     }
-    // SAFETY: the data of a `Timer<T>` is the `TimerData<T>` leaked by
-    // `create_timer`, and Redis just gave up its last reference to it.
-    Some(unsafe { Box::from_raw(data.cast::<TimerData<T>>()) }.data)
+    FD.store(fd, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Wakes up at `mono_us` of the monotonic clock, in place of the time set
+/// before; `None`: not at all (unless a bridge waits, which keeps its backstop).
+pub fn wake_at(mono_us: Option<u64>) {
+    if BRIDGE.load(Ordering::Relaxed) == 0 {
+        arm(mono_us);
+    }
+}
+
+/// Runs the due timers once the event loop has served what it has.
+pub fn wake_now() {
+    if BRIDGE.load(Ordering::Relaxed) == 0 {
+        set_bridge();
+        arm(Some(monotonic_us() + BACKSTOP_MS * 1000));
+    }
+}
+
+fn arm(mono_us: Option<u64>) {
+    let at = mono_us.map_or(libc::timespec { tv_sec: 0, tv_nsec: 0 }, |us| libc::timespec {
+        tv_sec: (us / 1_000_000) as libc::time_t,
+        // An absolute time of zero disarms: the earliest time is 1 ns.
+        tv_nsec: ((us % 1_000_000) * 1000).max(1) as libc::c_long,
+    });
+    let spec = libc::itimerspec { it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 }, it_value: at };
+    let fd = FD.load(Ordering::Relaxed);
+    // The system call itself, not libc's wrapper: libfaketime (the tests'
+    // wall-clock steps) shifts the wrapper's absolute times by its offset
+    // even on CLOCK_MONOTONIC, which a real step never does.
+    // SAFETY: `fd` is the timerfd made by `start`; pointers to locals, of
+    // the types the system call reads and writes (no old value wanted).
+    unsafe {
+        libc::syscall(
+            libc::SYS_timerfd_settime,
+            fd,
+            libc::TFD_TIMER_ABSTIME,
+            &spec as *const _,
+            std::ptr::null_mut::<libc::itimerspec>(),
+        )
+    };
+}
+
+fn set_bridge() {
+    // SAFETY: the module context lives as long as the module; the callback
+    // takes no data.
+    let id = unsafe { api!(RedisModule_CreateTimer)(module_ctx(), 0, Some(on_bridge), std::ptr::null_mut()) };
+    BRIDGE.store(id, Ordering::Relaxed);
+}
+
+/// The timerfd fired: the first timer is due, or a bridge has waited for
+/// `BACKSTOP_MS`.
+unsafe extern "C" fn on_readable(fd: c_int, _: *mut c_void, _: c_int) {
+    let mut expirations = [0u8; 8];
+    // SAFETY: reads 8 bytes into a local buffer of 8; a timerfd that has
+    // not fired answers EAGAIN (it is non-blocking), which is fine.
+    unsafe { libc::read(fd, expirations.as_mut_ptr().cast(), expirations.len()) };
+    let bridge = BRIDGE.load(Ordering::Relaxed);
+    if bridge == 0 {
+        set_bridge();
+    } else {
+        let mut remaining: u64 = 0;
+        let mut data: *mut c_void = std::ptr::null_mut();
+        // SAFETY: out-pointers to locals; the bridge has not fired (it
+        // clears `BRIDGE` when it does), and is not firing: callbacks of
+        // files and timers never nest.
+        let found = unsafe { api!(RedisModule_GetTimerInfo)(module_ctx(), bridge, &mut remaining, &mut data) };
+        if found == raw::REDISMODULE_OK as c_int && remaining > 0 {
+            // SAFETY: as above.
+            unsafe { api!(RedisModule_StopTimer)(module_ctx(), bridge, &mut data) };
+            set_bridge();
+        }
+    }
+    arm(Some(monotonic_us() + BACKSTOP_MS * 1000));
+}
+
+unsafe extern "C" fn on_bridge(ctx: RawCtx, _: *mut c_void) {
+    BRIDGE.store(0, Ordering::Relaxed);
+    if let Some(run) = RUN.get() {
+        run(&Context::new(ctx));
+    }
 }

@@ -172,7 +172,8 @@ flock_handoff_latency_max_us:0
 flock_eviction_unsafe:0
 flock_eviction_refused_acquires:0
 flock_sessions:0
-flock_remembered_free_locks:0"#;
+flock_remembered_free_locks:0
+flock_clock_steps:0"#;
 
 /// A command typed at the prompt (none: output of an earlier command) and
 /// the lines printed after it.

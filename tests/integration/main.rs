@@ -18,6 +18,7 @@ mod client_scenarios;
 mod client_sessions;
 mod client_shared;
 mod client_topologies;
+mod clock_steps;
 mod cluster;
 mod commands;
 mod deadlocks;

@@ -13,7 +13,7 @@ const MS: Duration = Duration::from_millis(1);
 // ---------------------------------------------------------------- INFO flock
 
 /// Every field of `INFO flock`, in order (Redis adds the `flock_` prefix).
-const INFO_FIELDS: [&str; 28] = [
+const INFO_FIELDS: [&str; 29] = [
     "locks",
     "waiters",
     "leases",
@@ -42,6 +42,7 @@ const INFO_FIELDS: [&str; 28] = [
     "eviction_refused_acquires",
     "sessions",
     "remembered_free_locks",
+    "clock_steps",
 ];
 
 #[test]

@@ -3,7 +3,8 @@
 //! crate (`redis-flock`) only translates between it and the server.
 //!
 //! In levels (`make layers` checks that no module imports one above it):
-//! 0. `limits`, `queue` (the waiters of one lock, in order), `deadlines`
+//! 0. `limits`, `clock` (the lease clock, and deadlines between it and the
+//!    wall clock), `queue` (the waiters of one lock, in order), `deadlines`
 //!    (lease expiries, soonest first), `requests` (request IDs a resend is
 //!    answered from), `deadlock` (cycles in the wait-for graph).
 //! 1. `holders` (who holds a key: one table, a plain lock's holder inline),
@@ -14,6 +15,7 @@
 //! 3. `lock` (holders, reentrancy, the queue and hand-off).
 
 pub mod args;
+pub mod clock;
 pub mod deadlines;
 pub mod deadlock;
 pub mod effects;

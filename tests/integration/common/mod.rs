@@ -68,6 +68,8 @@ pub struct Server {
     pub dir: TempDir,
     /// The `extra` config args it was started with (a restart reuses them).
     args: Vec<String>,
+    /// Environment variables it was started with (a restart reuses them).
+    env: Vec<(String, String)>,
 }
 
 /// A unique scratch directory removed on drop: in memory (/dev/shm) where
@@ -592,11 +594,18 @@ impl Server {
     /// Starts a server with the module in `dir` (its RDB and AOF files are
     /// loaded as usual); `extra` as for `start_with`.
     pub fn start_in(dir: TempDir, extra: &[&str]) -> Server {
-        Server::spawn_in(dir, extra.iter().map(|a| a.to_string()).collect(), None)
+        Server::spawn_in(dir, extra.iter().map(|a| a.to_string()).collect(), Vec::new(), None)
+    }
+
+    /// Starts a server with the module and these environment variables
+    /// (LD_PRELOAD of libfaketime, say); `extra` as for `start_with`.
+    pub fn start_env(env: &[(&str, &str)], extra: &[&str]) -> Server {
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Server::spawn_in(temp_dir("srv"), extra.iter().map(|a| a.to_string()).collect(), env, None)
     }
 
     /// Tries `port` first (if given), then free ports.
-    fn spawn_in(mut dir: TempDir, mut args: Vec<String>, port: Option<u16>) -> Server {
+    fn spawn_in(mut dir: TempDir, mut args: Vec<String>, env: Vec<(String, String)>, port: Option<u16>) -> Server {
         for attempt in 0..5 {
             let port = match port {
                 Some(p) if attempt == 0 => p,
@@ -619,10 +628,11 @@ impl Server {
                 // in which a master waits for more replicas to share it.
                 .args(["--repl-diskless-sync-delay", "0"])
                 .args(&args)
+                .envs(env.iter().map(|(k, v)| (k, v)))
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
             let child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {server} (is it installed? `make deps`): {e}"));
-            let mut server = Server { port, child, dir, args };
+            let mut server = Server { port, child, dir, args, env: env.clone() };
             if server.wait_ready() {
                 return server;
             }
@@ -659,7 +669,7 @@ impl Server {
     pub fn restart(&mut self, how: Stop) {
         self.stop(how);
         let (dir, args) = (self.take_dir(), std::mem::take(&mut self.args));
-        let fresh = Server::spawn_in(dir, args, Some(self.port));
+        let fresh = Server::spawn_in(dir, args, std::mem::take(&mut self.env), Some(self.port));
         // The old value's process has exited and its dir was taken.
         drop(std::mem::replace(self, fresh));
     }
