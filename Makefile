@@ -63,9 +63,11 @@ SOAK_SECS ?= 20
 soak: build deps-clients
 	$(with_server) FLOCK_SOAK=1 FLOCK_SOAK_SECS=$(SOAK_SECS) FLOCK_MODULE=$(abspath $(MODULE)) scripts/soak.sh
 
-# The Jepsen-style run (clients/python/tests/test_jepsen.py): clients under a
-# nemesis of pauses, kills and partitions, with fenced and with plain writes,
-# JEPSEN_SECS seconds each; prints the table docs/guarantees.md shows.
+# The Jepsen-style run (clients/python/tests/test_jepsen.py): clients of a
+# Sentinel-watched master under a nemesis of pauses, kills, partitions,
+# failovers and wall-clock steps of up to an hour (libfaketime; not on
+# Debian's 7.0), with fenced and with plain writes, JEPSEN_SECS seconds
+# each; prints the table docs/guarantees.md shows.
 JEPSEN_SECS ?= 600
 jepsen: build deps-python
 	$(with_server) FLOCK_MODULE=$(abspath $(MODULE)) JEPSEN_SECONDS=$(JEPSEN_SECS) FLOCK_TEST_JOBS=1 \

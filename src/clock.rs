@@ -6,6 +6,7 @@ use std::cell::Cell;
 
 use crate::ffi;
 use flock_core::clock::{LeaseClock, Now};
+use flock_core::wheel::Clock;
 
 thread_local! {
     /// Set at the first reading, as the module loads. A forked child (a
@@ -40,6 +41,19 @@ pub fn monotonic_us() -> u64 {
 /// The lease clock now, in milliseconds.
 pub fn now_ms() -> u64 {
     now().lease_ms
+}
+
+/// The server's clocks, as the lease wheel reads them.
+pub struct ServerClock;
+
+impl Clock for ServerClock {
+    fn now_ms(&self) -> u64 {
+        now_ms()
+    }
+
+    fn work_us(&self) -> u64 {
+        monotonic_us()
+    }
 }
 
 /// The wall-clock steps seen, this one included.

@@ -4,12 +4,12 @@
 //! blocked clients, and the key removed once the lock is free.
 
 use std::ffi::CStr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use redis_module::key::RedisKeyWritable;
 use redis_module::{Context, RedisString};
 
-use crate::clock;
+use crate::clock::{self, ServerClock};
 use crate::config;
 use crate::ffi::{self, MAX_ARGS};
 use crate::place::Place;
@@ -17,8 +17,8 @@ use crate::state::{self, Lease, Scratch, Send, Shadow, State, DELAY_ENDS};
 use crate::timers;
 use crate::value::{lock_value, with_args, LockValue, FREE_COMMAND, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION};
 use crate::waiters::{self, WaitId};
-use flock_core::deadlines::{DeadlineId, Pop};
-use flock_core::effects::{effects, Counter, End, Leave, Outcome, Reply, Sent};
+use flock_core::deadlines::DeadlineId;
+use flock_core::effects::{effects, End, Leave, Outcome, Reply, Sent};
 use flock_core::holders::{Holder, Terms};
 use flock_core::lock::{Acquired, Lock, Outcomes, Request, RequestId};
 use flock_core::queue::WaiterId;
@@ -84,7 +84,7 @@ fn follow(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, now: u64, scrat
 
 /// Follows `out` on its own: what it would send or notify is dropped (only
 /// restored, deleted or replaced holders and leaving waiters come here).
-fn follow_quietly(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, out: Outcomes<WaitId>) {
+pub fn follow_quietly(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, out: Outcomes<WaitId>) {
     follow(s, place, lock, clock::now_ms(), &mut Scratch { outcomes: out, ..Scratch::default() });
 }
 
@@ -106,7 +106,7 @@ pub fn answer_left(s: &mut State, waiter: WaitId, why: Leave) {
 
 /// Files the lease of the holder with `token` (again) and binds its
 /// session, unbinding the one it had before.
-fn file(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, token: u64, old_session: Option<u64>, now: u64) {
+pub fn file(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, token: u64, old_session: Option<u64>, now: u64) {
     let Some((_, terms)) = lock.holders().get(token) else { return };
     if terms.session != old_session {
         if let Some(client) = old_session.filter(|&c| c != REMOTE_SESSION) {
@@ -365,8 +365,8 @@ pub fn reclaim_requests(s: &mut State, place: &Place, value: &mut LockValue) {
 }
 
 pub fn wake_for_remembered(s: &mut State) {
-    if let Some(at) = s.remembered.next_expiry() {
-        wake_at(s, at, clock::now_ms());
+    if let Some(at) = s.remembered.next_expiry().and_then(|at| s.leases.wake_for(at)) {
+        set_timer(s, at, clock::now_ms());
     }
 }
 
@@ -441,48 +441,44 @@ fn file_lease(s: &mut State, holder: &mut Holder, session_lease: Option<u64>, pl
         // Due (its session's timer ends it): looked at again in a moment.
         at = if early > now { early } else { at.max(now + 1) };
     }
-    holder.deadline_id = Some(s.deadlines.insert(at, Lease { token: holder.token, place: place.clone() }));
-    wake_at(s, at, now);
+    holder.deadline_id = Some(file_at(s, at, Lease { token: holder.token, place: place.clone() }, now));
+}
+
+/// Files `lease` in the wheel, due at `at`, and sets the timer if it must
+/// wake earlier for it.
+fn file_at(s: &mut State, at: u64, lease: Lease, now: u64) -> DeadlineId {
+    let (id, wake) = s.leases.file(at, lease);
+    if let Some(at) = wake {
+        set_timer(s, at, now);
+    }
+    id
 }
 
 /// Files the end of a lock's lock-delay: the tick lifts it then.
 fn file_delay(s: &mut State, place: &Place, until_ms: u64, now: u64) {
-    s.deadlines.insert(until_ms, Lease { token: DELAY_ENDS, place: place.clone() });
-    wake_at(s, until_ms, now);
+    file_at(s, until_ms, Lease { token: DELAY_ENDS, place: place.clone() }, now);
 }
 
 /// Takes a holder's lease out of the wheel, if `id` is still its entry.
 fn cancel_lease(s: &mut State, token: u64, id: Option<DeadlineId>) {
-    if let Some(id) = id.filter(|&id| s.deadlines.get(id).is_some_and(|lease| lease.token == token)) {
-        s.deadlines.remove(id);
+    if let Some(id) = id.filter(|&id| s.leases.get(id).is_some_and(|lease| lease.token == token)) {
+        s.leases.remove(id);
     }
 }
 
-/// Sets the one timer for `at` unless it already fires by then. Entries
-/// that leave the wheel leave it as it is: waking up once for nothing is
-/// cheaper than a timer per change.
-fn wake_at(s: &mut State, at: u64, now: u64) {
-    if s.tick.as_ref().is_some_and(|&(_, set_for)| set_for <= at) {
-        return;
-    }
-    if let Some((timer, _)) = s.tick.take() {
+/// Sets the one timer for `at`, in place of the one set (the wheel says
+/// when it must move).
+fn set_timer(s: &mut State, at: u64, now: u64) {
+    if let Some(timer) = s.tick.take() {
         timers::stop_timer(timer);
     }
-    s.tick = Some((timers::create_timer(at.saturating_sub(now), on_tick, ()), at));
+    s.tick = Some(timers::create_timer(at.saturating_sub(now), on_tick, ()));
 }
 
-/// Work per tick: a backlog of due leases (after a slow command, a fork, a
-/// load or a promotion) ends in slices this long, so that clients are
-/// served in between instead of after all of it.
-const SLICE: Duration = Duration::from_millis(1);
-/// Leases ended (or steps of moving deadlines down the wheel) between
-/// looks at the clock: each takes a few µs.
-const CLOCK_EVERY: u64 = 64;
-
-/// Ends the leases that are due, earliest first, for about `SLICE` at most
-/// (`update` passes each lock on), then sets the timer for the next
-/// deadline: at once if some are still due, so the event loop serves
-/// clients before the next slice.
+/// Ends the leases that are due, earliest first, for a slice of work at
+/// most (`LeaseWheel::next_due`; `update` passes each lock on), then sets
+/// the timer for the next deadline: at once if some are still due, so the
+/// event loop serves clients before the next slice.
 fn on_tick(ctx: &Context, (): ()) {
     state::with(|s| {
         s.tick = None;
@@ -494,20 +490,11 @@ fn on_tick(ctx: &Context, (): ()) {
 /// writes are paused the due leases stay in the wheel, and the end of the
 /// pause ticks (`on_resume`): a lease ends late then, never early.
 fn tick(ctx: &Context, s: &mut State) {
+    let mut tick = s.leases.tick(&ServerClock);
     if paused(s) {
         return;
     }
-    let now = clock::now_ms();
-    let started = Instant::now();
-    for ended in 1.. {
-        if ended % CLOCK_EVERY == 0 && started.elapsed() >= SLICE {
-            break;
-        }
-        let (id, lease) = match s.deadlines.pop_due(now) {
-            Pop::Due(id, lease) => (id, lease),
-            Pop::Moved => continue,
-            Pop::Idle => break,
-        };
+    while let Some((id, lease)) = s.leases.next_due(&mut tick, &ServerClock) {
         if lease.token == DELAY_ENDS {
             open_lock_at(ctx, s, &lease.place, |s, k, value| {
                 update(s, k, value, None, |s, lock, out, now| {
@@ -542,10 +529,9 @@ fn tick(ctx: &Context, s: &mut State) {
             });
         });
     }
-    s.remembered.prune(now);
-    let next = [s.deadlines.next_deadline(), s.remembered.next_expiry()].into_iter().flatten().min();
-    if let Some(next) = next {
-        wake_at(s, next, clock::now_ms());
+    s.remembered.prune(tick.now_ms);
+    if let Some(at) = s.leases.after_tick(&tick, s.remembered.next_expiry()) {
+        set_timer(s, at, clock::now_ms());
     }
 }
 
@@ -655,8 +641,7 @@ fn on_resume(ctx: &Context, (): ()) {
 pub fn file_leases_now(s: &mut State, value: &mut LockValue, place: &Place) {
     let now = clock::now_ms();
     for holder in value.lock.holders_mut() {
-        holder.deadline_id = Some(s.deadlines.insert(now, Lease { token: holder.token, place: place.clone() }));
-        wake_at(s, now, now);
+        holder.deadline_id = Some(file_at(s, now, Lease { token: holder.token, place: place.clone() }, now));
     }
     if value.lock.delayed_until().is_some() {
         file_delay(s, place, now, now);
@@ -695,94 +680,4 @@ pub fn on_shadow<R>(
         s.shadows.insert(k.place.clone(), shadow);
     }
     result
-}
-
-/// The lock leaves its key (deleted, overwritten, expired, renamed or moved
-/// away): its waiters get LOCKDELETED, its leases and session bindings go,
-/// its holders end for `why` (`attach` takes a deletion back if the lock
-/// arrives elsewhere here). Redis may call this from inside FLOCK's own
-/// calls, so the work waits for the state if it is borrowed.
-pub fn detach(value: &mut LockValue, db: i32, key: &[u8], why: End) {
-    let requests = value.lock.take_requests();
-    let mut out = Vec::new();
-    value.lock.drain_waiters(Leave::Deleted, &mut out);
-    let ended: Vec<(Holder, Terms)> = value.lock.holders().iter().map(|(h, t)| (h.clone(), t)).collect();
-    for holder in value.lock.holders_mut() {
-        holder.deadline_id = None;
-    }
-    out.extend(ended.into_iter().map(|(holder, terms)| Outcome::Ended { holder, terms, why }));
-    if out.is_empty() && requests.is_none() {
-        return;
-    }
-    let key = key.to_vec();
-    state::now_or_after(move |s| {
-        let place = s.place(db, &key);
-        follow_quietly(s, &place, &mut Lock::default(), out);
-        remember(s, &place, requests);
-    });
-}
-
-/// The lock arrived under a new name or database (RENAME, MOVE) from
-/// `from`: its leases, session bindings and request IDs follow it, and its
-/// holders are not deleted after all. One that holds nothing goes
-/// (`remove_arrived_if_free`).
-pub fn attach(ctx: &Context, s: &mut State, value: &mut LockValue, db: i32, key: &[u8], from: Option<Place>) {
-    if let Some(from) = from {
-        reclaim_requests(s, &from, value);
-    }
-    let place = s.place(db, key);
-    let now = clock::now_ms();
-    let tokens: Vec<u64> = value.lock.holders().iter().map(|(h, _)| h.token).collect();
-    s.counters.unbump(Counter::Deletions, tokens.len() as u64);
-    for token in tokens {
-        file(s, &place, &mut value.lock, token, None, now);
-    }
-    if value.lock.is_idle() {
-        remove_arrived_if_free(Some(ctx), place);
-    }
-}
-
-/// A lock that Redis itself put under a key (RENAME, MOVE, RESTORE, a
-/// load) may hold nothing: a key whose only use is a queue (a wait for
-/// several keys queues at a free key too) keeps its lock, and that lock
-/// leaves its waiters behind when it moves (`detach`) and has none saved.
-/// No command would delete it: the key goes once the command that brought
-/// it is done (Redis 7.2 and later: right after it; 7.0: from a timer due
-/// at once), through `update`, which replicates the DEL. That DEL matters
-/// beyond the key: the master replicates holders, not waiters, so its
-/// replicas never had such a key; their RENAME of it failed and left the
-/// lock that the master's RENAME overwrote, until this DEL of its name.
-pub fn remove_arrived_if_free(ctx: Option<&Context>, place: Place) {
-    if let Some(ctx) = ctx {
-        let job_place = place.clone();
-        let queued = ctx.add_post_notification_job(move |ctx| {
-            if state::try_with(|s| remove_free_lock_at(ctx, s, &job_place)).is_none() {
-                timers::create_timer(0, on_arrived, job_place);
-            }
-        });
-        if matches!(queued, Ok(redis_module::Status::Ok)) {
-            return;
-        }
-    }
-    timers::create_timer(0, on_arrived, place);
-}
-
-fn on_arrived(ctx: &Context, place: Place) {
-    state::with(|s| remove_free_lock_at(ctx, s, &place));
-}
-
-/// Deletes the lock under `place` if it holds nothing and nobody waits
-/// (a lock made or given a grant since is left as it is); while writes are
-/// paused, once the pause is over.
-fn remove_free_lock_at(ctx: &Context, s: &mut State, place: &Place) {
-    if paused(s) {
-        let place = place.clone();
-        put_off(s, move |ctx, s| remove_free_lock_at(ctx, s, &place));
-        return;
-    }
-    open_lock_at(ctx, s, place, |s, k, value| {
-        if value.lock.is_idle() {
-            update(s, k, value, None, |_, _, _, _| {});
-        }
-    });
 }

@@ -8,7 +8,7 @@ use redis_module::{Context, NotifyEvent};
 use crate::ffi::{self, ServerEvents};
 use crate::state;
 use crate::value::lock_value;
-use crate::{blocking, engine, eviction, inbox, legacy};
+use crate::{blocking, engine, eviction, inbox, legacy, moves};
 use flock_core::effects::{Leave, Loss};
 
 pub struct Events;
@@ -24,7 +24,7 @@ impl ServerEvents for Events {
             let gone = s.waiters.in_dbs(flushed);
             let lost = s.sessions.watched_in(flushed);
             // Their leases would only wake the timer for locks that are gone.
-            s.deadlines.retain(|lease| !flushed(lease.place.ident()));
+            s.leases.retain(|lease| !flushed(lease.place.ident()));
             for places in s.bindings.values_mut() {
                 places.retain(|(p, _)| !flushed(p.ident()));
             }
@@ -93,7 +93,7 @@ pub fn on_keyspace_event(ctx: &Context, _: NotifyEvent, event: &str, key: &[u8])
             state::with(|s| {
                 let from = s.moving_from.take();
                 if let Ok(Some(value)) = lock_value(&handle) {
-                    engine::attach(ctx, s, value, ffi::selected_db(ctx), key, from);
+                    moves::attach(ctx, s, value, ffi::selected_db(ctx), key, from);
                 }
             });
             // It may land on a name that FLOCK waiters wait on.

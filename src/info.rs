@@ -19,7 +19,7 @@ fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
         (
             s.counters,
             s.waiters.len(),
-            s.deadlines.len(),
+            s.leases.len(),
             s.handoff_latency,
             s.eviction.policy.is_some(),
             s.eviction_refused,

@@ -9,16 +9,17 @@ use crate::engine;
 use crate::errors;
 use crate::ffi::{self, Aof, Io, KeyType};
 use crate::filter;
+use crate::moves;
 use crate::state::{self, Lease};
 use crate::value::{with_args, LockValue, ENCODING_VERSION, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION, TYPE_NAME};
 use crate::waiters::WaitId;
 use flock_core::clock::Now;
-use flock_core::deadlines::Deadlines;
 use flock_core::effects::End;
 use flock_core::holders::{Mode, Terms};
 use flock_core::limits::MAX_TOKEN;
 use flock_core::lock::Lock;
 use flock_core::record::{self, Field, HolderRecord, Shape, Word, Words};
+use flock_core::wheel::LeaseWheel;
 
 pub static FLOCK_TYPE: RedisType = RedisType::new(TYPE_NAME, ENCODING_VERSION, ffi::type_methods::<LockType>());
 
@@ -63,7 +64,7 @@ impl KeyType for LockType {
                     // Saved from a key that only a queue kept (or, before
                     // this version, one kept by its request IDs alone).
                     if value.lock.is_idle() {
-                        engine::remove_arrived_if_free(None, place);
+                        moves::remove_arrived_if_free(None, place);
                     }
                 });
                 Some(value)
@@ -107,7 +108,7 @@ impl KeyType for LockType {
     fn mem_usage(value: &LockValue, key: &dyn Fn() -> (i32, Vec<u8>)) -> usize {
         let filed = value.lock.holders().iter().filter(|(h, _)| h.deadline_id.is_some()).count();
         // A filed lease is a wheel entry plus its place: the key name and 4 bytes.
-        let lease = if filed > 0 { filed * (Deadlines::<Lease>::entry_size() + 4 + key().1.len()) } else { 0 };
+        let lease = if filed > 0 { filed * (LeaseWheel::<Lease>::entry_size() + 4 + key().1.len()) } else { 0 };
         std::mem::size_of::<LockValue>() + value.lock.heap_size() + lease
     }
 
@@ -115,7 +116,7 @@ impl KeyType for LockType {
     /// server; any other way out of here deletes them.
     fn unlink(value: &mut LockValue, db: i32, key: &[u8]) {
         let why = if filter::is_moving(key) { End::Moved } else { End::Deleted };
-        engine::detach(value, db, key, why);
+        moves::detach(value, db, key, why);
     }
 
     /// The highest token, then (from version 5) the request IDs of free

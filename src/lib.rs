@@ -24,9 +24,11 @@
 //!    session bindings and watches, counters, events, replication, key
 //!    removal), `eviction`, `info`, `filter`, `deadlocks` (a new wait's
 //!    walk of the wait-for graph).
-//! 8. Callbacks: `blocking` (WAIT), `keytype` (the key type's callbacks),
-//!    `legacy` (keys that locks of other clients hold: their shadow locks).
-//! 9. `inbox` (a session's blocked read, and its end).
+//! 8. Callbacks: `blocking` (WAIT), `legacy` (keys that locks of other
+//!    clients hold: their shadow locks), `moves` (a lock's key deleted,
+//!    renamed, moved or put there by Redis).
+//! 9. `inbox` (a session's blocked read, and its end), `keytype` (the key
+//!    type's callbacks).
 //! 10. Callbacks: `commands` (the FLOCK.* handlers), `events` (server and
 //!     keyspace events).
 //! 11. `multi` (the handlers of the commands on several keys), `fenced`
@@ -52,6 +54,7 @@ mod inbox;
 mod info;
 mod keytype;
 mod legacy;
+mod moves;
 mod multi;
 mod place;
 mod sessions;

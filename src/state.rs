@@ -22,12 +22,12 @@ use crate::sessions::Sessions;
 use crate::timers::Timer;
 use crate::value::LockValue;
 use crate::waiters::{WaitId, Waiters};
-use flock_core::deadlines::Deadlines;
 use flock_core::effects::{Counters, Event};
 use flock_core::lock::Outcomes;
 use flock_core::losses::Losses;
 use flock_core::requests::Remembered;
 use flock_core::tokens::TokenSource;
+use flock_core::wheel::LeaseWheel;
 
 /// A lease filed in the deadline wheel: the token tells a stale entry (the
 /// lock changed hands, moved or was deleted since) from a live one. Token
@@ -116,10 +116,10 @@ pub struct State {
     /// client id -> the holders bound to that connection (SESSION), each as
     /// its lock's place and its token (a token names one holder).
     pub bindings: FxHashMap<u64, HashSet<(Place, u64)>>,
-    /// Every holder's lease deadline, and the one Redis timer (with the time
-    /// it is set for) that wakes up for the next.
-    pub deadlines: Deadlines<Lease>,
-    pub tick: Option<(Timer, u64)>,
+    /// Every holder's lease deadline and every lock-delay's end (the wheel
+    /// says when to wake), and the one timer that wakes up for the next.
+    pub leases: LeaseWheel<Lease>,
+    pub tick: Option<Timer>,
     pub counters: Counters,
     pub handoff_latency: Latency,
     /// ACQUIREs refused because the maxmemory policy can evict locks.

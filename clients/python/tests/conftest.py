@@ -68,17 +68,18 @@ class Server:
     """One redis-server process with the module (``module=False``: without,
     for a sentinel); ``args`` go after the common ones, ``config`` is a
     config file's text written to its directory and given first (a
-    sentinel's, which Sentinel rewrites). Its port is ``pick_port()``'s,
-    picked again if taken before the server could listen. ``stop()`` kills
-    it."""
+    sentinel's, which Sentinel rewrites), ``env`` more environment
+    variables (libfaketime's). Its port is ``pick_port()``'s, picked again
+    if taken before the server could listen. ``stop()`` kills it."""
 
     PICKS = 5
 
-    def __init__(self, *args, module=True, config=None, pick_port=free_port):
+    def __init__(self, *args, module=True, config=None, pick_port=free_port, env=None):
         if not Path(MODULE).is_file():
             pytest.exit(f"FLOCK module not found at {MODULE} (build it, or set FLOCK_MODULE)", 2)
         self.dir = tempfile.mkdtemp(prefix="flock-py-", dir=RUN_DIR)
         self.args = list(args) + (["--loadmodule", MODULE] if module else [])
+        self.env = {**os.environ, **env} if env else None
         self.config = []
         if config is not None:
             path = Path(self.dir) / "server.conf"
@@ -102,7 +103,7 @@ class Server:
         self.process = subprocess.Popen(
             [SERVER, *self.config, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
              "--dir", self.dir, *self.args],
-            stdout=self.log, stderr=subprocess.STDOUT,
+            stdout=self.log, stderr=subprocess.STDOUT, env=self.env,
         )
         # Without redis-py's retries: each poll sees the process first.
         client = redis.Redis(port=self.port, socket_connect_timeout=0.2, socket_timeout=1, retry=Retry(NoBackoff(), 0))
@@ -390,22 +391,23 @@ class SentinelSetup:
     sentinels watching them as ``flock`` (down after 1 s), started after the
     replicas synced so that they learn them at once. ``replica`` is the
     first replica as started; after a failover, ``master_port()`` names the
-    master."""
+    master. ``env``: more environment variables of the servers with the
+    module (not of the sentinels)."""
 
     NAME = "flock"
     REPLICAS = 2
 
-    def __init__(self):
+    def __init__(self, env=None):
         self.servers = []
         try:
             # Replicas sync at once, not after the default 5 s delay (every
             # server may be a master after a failover).
             fast = ("--repl-diskless-sync-delay", "0")
-            self.master = Server(*fast)
+            self.master = Server(*fast, env=env)
             self.servers.append(self.master)
             self.replicas = []
             for _ in range(self.REPLICAS):
-                replica = Server(*fast, "--replicaof", "127.0.0.1", str(self.master.port))
+                replica = Server(*fast, "--replicaof", "127.0.0.1", str(self.master.port), env=env)
                 self.servers.append(replica)
                 self.replicas.append(replica)
             self.replica = self.replicas[0]

@@ -7,7 +7,9 @@
 //!    wall clock), `queue` (the waiters of one lock, in order), `deadlines`
 //!    (lease expiries, soonest first), `requests` (request IDs a resend is
 //!    answered from), `deadlock` (cycles in the wait-for graph).
-//! 1. `holders` (who holds a key: one table, a plain lock's holder inline),
+//! 1. `wheel` (the lease wheel: deadlines the server acts on, and when its
+//!    timer wakes, over a clock tests drive), `holders` (who holds a key:
+//!    one table, a plain lock's holder inline),
 //!    `tokens` (fencing tokens), `args` (command arguments).
 //! 2. `effects` (what operations report, and the one table of what each
 //!    report means outside the lock), `record` (the one persisted and
@@ -27,3 +29,4 @@ pub mod queue;
 pub mod record;
 pub mod requests;
 pub mod tokens;
+pub mod wheel;
