@@ -11,6 +11,7 @@ use redis_module::{Context, RedisResult, RedisValue};
 use crate::engine;
 use crate::errors;
 use crate::ffi::{self, BlockHandlers, BlockedId};
+use crate::grants;
 use crate::place::Place;
 use crate::state::{self, State};
 use crate::timers;
@@ -99,7 +100,7 @@ pub fn leave(ctx: &Context, s: &mut State, wait: WaitId, why: Leave) {
     });
     engine::answer_left(s, wait, why);
     // A wait for several keys leaves its other queues now, not a timer later.
-    engine::drain(ctx, s);
+    grants::drain(ctx, s);
 }
 
 /// This node stopped being a master: every waiter leaves its queue and is

@@ -11,6 +11,7 @@ use crate::engine::{self, Key};
 use crate::errors::{self, arg_error, lock_error};
 use crate::eviction;
 use crate::ffi;
+use crate::grants;
 use crate::inbox;
 use crate::legacy;
 use crate::place::Place;
@@ -41,7 +42,7 @@ pub fn entered<R>(ctx: &Context, f: impl FnOnce(&mut State) -> Result<R, RedisEr
     let result = state::try_with(|s| {
         renew_session(ctx, s);
         let result = f(s);
-        engine::drain(ctx, s);
+        grants::drain(ctx, s);
         result
     });
     result.unwrap_or(Err(RedisError::Str(errors::NESTED)))

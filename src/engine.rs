@@ -4,26 +4,46 @@
 //! blocked clients, and the key removed once the lock is free.
 
 use std::ffi::CStr;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use redis_module::key::RedisKeyWritable;
 use redis_module::{Context, RedisString};
 
-use crate::clock::{self, ServerClock};
+use crate::clock;
 use crate::config;
 use crate::ffi::{self, MAX_ARGS};
 use crate::place::Place;
-use crate::state::{self, Lease, Scratch, Send, Shadow, State, DELAY_ENDS};
+use crate::state::{Lease, Scratch, Send, Shadow, State, DELAY_ENDS};
 use crate::timers;
 use crate::value::{lock_value, with_args, LockValue, FREE_COMMAND, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION};
 use crate::waiters::{self, WaitId};
 use flock_core::deadlines::DeadlineId;
-use flock_core::effects::{effects, End, Leave, Outcome, Reply, Sent};
+use flock_core::effects::{effects, Leave, Outcome, Reply, Sent};
 use flock_core::holders::{Holder, Terms};
-use flock_core::lock::{Acquired, Lock, Outcomes, Request, RequestId};
-use flock_core::queue::WaiterId;
+use flock_core::lock::{Lock, Outcomes};
 use flock_core::record::{holder_set_words, mode_words, request_words, Word, REQUEST_MARK};
 use flock_core::requests::{Record, Requests};
+
+/// The callbacks of the timers this module sets: they run work above it
+/// (`expiry`: the lease wheel's tick and the end of a pause; `grants`:
+/// waits for several keys), so the module's entry hands them in at load.
+pub struct Wakeups {
+    pub tick: fn(&Context, ()),
+    pub drain: fn(&Context, ()),
+    pub resume: fn(&Context, ()),
+}
+
+static WAKEUPS: OnceLock<Wakeups> = OnceLock::new();
+
+/// At load, before any timer is set.
+pub fn set_wakeups(wakeups: Wakeups) {
+    let _ = WAKEUPS.set(wakeups);
+}
+
+fn wakeups() -> &'static Wakeups {
+    WAKEUPS.get().expect("the module's entry sets the wake-ups at load")
+}
 
 /// Applies each outcome's effects (the table) to the state: counters, the
 /// lease timer, session bindings, replies; gathers in `scratch` what to
@@ -199,124 +219,7 @@ fn settle_gated_head(s: &mut State, lock: &mut Lock<WaitId>, now: u64, out: &mut
 /// which runs in the same event-loop turn.
 fn arm_drain(s: &mut State) {
     if s.drain_timer.is_none() && !s.draining && (!s.ready.is_empty() || !s.waiters.stale.is_empty()) {
-        s.drain_timer = Some(timers::create_timer(0, on_drain, ()));
-    }
-}
-
-fn on_drain(ctx: &Context, (): ()) {
-    state::with(|s| {
-        s.drain_timer = None;
-        drain(ctx, s);
-    });
-}
-
-/// Grants the waits for several keys that became ready, each if every key
-/// is its to take now, and takes the stale entries of waits that ended out
-/// of their queues. Runs with no key open: at the end of every command, and
-/// from a timer for other callbacks.
-pub fn drain(ctx: &Context, s: &mut State) {
-    if s.draining || (s.ready.is_empty() && s.waiters.stale.is_empty()) {
-        return;
-    }
-    // Its grants wait for the end of the pause, which drains (`on_resume`).
-    if paused(s) {
-        return;
-    }
-    s.draining = true;
-    loop {
-        if let Some(wait) = s.ready.pop() {
-            grant_all(ctx, s, wait);
-        } else if let Some((place, id)) = s.waiters.stale.pop() {
-            open_lock_at(ctx, s, &place, |s, k, value| {
-                update(s, k, value, None, |s, lock, out, now| {
-                    if lock.remove_waiter(id, Leave::Cancelled, out) {
-                        lock.grant_waiters(now, &mut s.tokens, out);
-                    }
-                });
-            });
-        } else {
-            break;
-        }
-    }
-    s.draining = false;
-}
-
-/// Grants a wait for several keys every key at once, if each is its to
-/// take: first in each queue it waits in, able to be granted there, and
-/// the keys it held when it asked still its own (reentered, one more
-/// hold). If one of those is not, the wait ends (`Leave::HoldLost`).
-fn grant_all(ctx: &Context, s: &mut State, wait: WaitId) {
-    let Some(w) = s.waiters.get(wait) else { return };
-    let Some(group) = w.group.as_deref() else { return };
-    let (owner, keys) = (w.owner.clone(), group.keys.clone());
-    let (lease_ms, session, want, lock_delay_ms) = (group.lease_ms, group.session, group.want, group.lock_delay_ms);
-    let request = group.request.clone().unwrap_or_default();
-    for (place, _) in keys.iter().filter(|(_, id)| id.is_some()) {
-        let mut first = false;
-        open_lock_at(ctx, s, place, |_, _, value| first = value.lock.gated_head() == Some((&wait, true)));
-        if !first {
-            return;
-        }
-    }
-    // An empty ID stands for none: a request ID has 1 to 64 bytes.
-    let id = (!request.0.is_empty()).then_some(RequestId { id: &request.0, window_ms: request.1 });
-    let req = Request { owner: &owner, lease_ms, session, session_lease: false, id, want, lock_delay_ms };
-    match take_keys(ctx, s, &keys, &req) {
-        Some(tokens) => {
-            let grants = keys.into_iter().map(|(place, _)| place).zip(tokens).collect();
-            let reply = waiters::Reply::GrantedAll { grants, delivered: false, at: Instant::now() };
-            s.waiters.answer(&mut s.sessions, wait, reply);
-        }
-        None => answer_left(s, wait, Leave::HoldLost),
-    }
-}
-
-/// Takes every key of a ready wait for several keys for `req`: reenters the
-/// keys it held when it asked (first: if one is lost, only their extra holds
-/// are undone, and `None`), then takes the head of each queue it waits in.
-/// Each key's token, in order.
-fn take_keys(ctx: &Context, s: &mut State, keys: &[(Place, Option<WaiterId>)], req: &Request) -> Option<Vec<u64>> {
-    let mut tokens = vec![0; keys.len()];
-    let mut reentered = Vec::new();
-    for (i, (place, _)) in keys.iter().enumerate().filter(|(_, (_, id))| id.is_none()) {
-        let mut token = None;
-        open_lock_at(ctx, s, place, |s, k, value| {
-            update(s, k, value, None, |s, lock, out, now| {
-                if lock.holders().token_of(req.owner).is_some() {
-                    if let Ok(Acquired::Reentered(t)) = lock.acquire(req, now, &mut s.tokens, out) {
-                        token = Some(t);
-                    }
-                }
-            });
-        });
-        let Some(token) = token else {
-            give_back(ctx, s, req.owner, &reentered);
-            return None;
-        };
-        tokens[i] = token;
-        reentered.push(place.clone());
-    }
-    for (i, (place, _)) in keys.iter().enumerate().filter(|(_, (_, id))| id.is_some()) {
-        open_lock_at(ctx, s, place, |s, k, value| {
-            // Checked by the caller, with nothing but this function run since.
-            if let Some(token) = update(s, k, value, None, |s, lock, out, now| lock.grant_head(now, &mut s.tokens, out))
-            {
-                tokens[i] = token;
-            }
-        });
-    }
-    Some(tokens)
-}
-
-/// Takes back one hold of `owner` at each place: the keys a request for
-/// several took before it found one it could not.
-pub fn give_back(ctx: &Context, s: &mut State, owner: &[u8], places: &[Place]) {
-    for place in places {
-        open_lock_at(ctx, s, place, |s, k, value| {
-            update(s, k, value, None, |s, lock, out, now| {
-                let _ = lock.release(owner, now, &mut s.tokens, out);
-            });
-        });
+        s.drain_timer = Some(timers::create_timer(0, wakeups().drain, ()));
     }
 }
 
@@ -421,7 +324,7 @@ const REPLICA_RECHECK_MS: u64 = 50;
 
 /// Files a holder's lease deadline in the wheel, in place of the entry it
 /// had, and makes sure the timer wakes up for it.
-fn file_lease(s: &mut State, holder: &mut Holder, session_lease: Option<u64>, place: &Place, now: u64) {
+pub fn file_lease(s: &mut State, holder: &mut Holder, session_lease: Option<u64>, place: &Place, now: u64) {
     cancel_lease(s, holder.token, holder.deadline_id.take());
     let mut at = holder.deadline_ms;
     let replica = ffi::is_replica();
@@ -455,7 +358,7 @@ fn file_at(s: &mut State, at: u64, lease: Lease, now: u64) -> DeadlineId {
 }
 
 /// Files the end of a lock's lock-delay: the tick lifts it then.
-fn file_delay(s: &mut State, place: &Place, until_ms: u64, now: u64) {
+pub fn file_delay(s: &mut State, place: &Place, until_ms: u64, now: u64) {
     file_at(s, until_ms, Lease { token: DELAY_ENDS, place: place.clone() }, now);
 }
 
@@ -468,99 +371,11 @@ fn cancel_lease(s: &mut State, token: u64, id: Option<DeadlineId>) {
 
 /// Sets the one timer for `at`, in place of the one set (the wheel says
 /// when it must move).
-fn set_timer(s: &mut State, at: u64, now: u64) {
+pub fn set_timer(s: &mut State, at: u64, now: u64) {
     if let Some(timer) = s.tick.take() {
         timers::stop_timer(timer);
     }
-    s.tick = Some(timers::create_timer(at.saturating_sub(now), on_tick, ()));
-}
-
-/// Ends the leases that are due, earliest first, for a slice of work at
-/// most (`LeaseWheel::next_due`; `update` passes each lock on), then sets
-/// the timer for the next deadline: at once if some are still due, so the
-/// event loop serves clients before the next slice.
-fn on_tick(ctx: &Context, (): ()) {
-    state::with(|s| {
-        s.tick = None;
-        tick(ctx, s);
-    });
-}
-
-/// The work of `on_tick`, with no timer set (`s.tick` is `None`). While
-/// writes are paused the due leases stay in the wheel, and the end of the
-/// pause ticks (`on_resume`): a lease ends late then, never early.
-fn tick(ctx: &Context, s: &mut State) {
-    let mut tick = s.leases.tick(&ServerClock);
-    if paused(s) {
-        return;
-    }
-    while let Some((id, lease)) = s.leases.next_due(&mut tick, &ServerClock) {
-        if lease.token == DELAY_ENDS {
-            open_lock_at(ctx, s, &lease.place, |s, k, value| {
-                update(s, k, value, None, |s, lock, out, now| {
-                    // A later delay, begun since, is filed again for its own end.
-                    if !lock.lift_delay(now, &mut s.tokens, out) {
-                        if let Some(until) = lock.delayed_until() {
-                            file_delay(s, k.place, until, now);
-                        }
-                    }
-                });
-            });
-            continue;
-        }
-        open_lock_at(ctx, s, &lease.place, |s, k, value| {
-            let token = lease.token;
-            let Some(holder) = value.lock.holder_mut(token).filter(|h| h.deadline_id == Some(id)) else { return };
-            holder.deadline_id = None;
-            update(s, k, value, None, |s, lock, out, now| {
-                let replica = ffi::is_replica();
-                // A grant moved on or ended is filed again by its outcome.
-                let session_lease = lock.session_lease_of(token).filter(|_| !replica);
-                let refile = match session_lease {
-                    Some(client) => !follow_session(s, lock, token, client, now, out),
-                    None => replica || !lock.expire_token(token, now, &mut s.tokens, out),
-                };
-                if refile {
-                    // Filed again (a replica looks again soon).
-                    if let Some(holder) = lock.holder_mut(token) {
-                        file_lease(s, holder, session_lease, k.place, now);
-                    }
-                }
-            });
-        });
-    }
-    s.remembered.prune(tick.now_ms);
-    if let Some(at) = s.leases.after_tick(&tick, s.remembered.next_expiry()) {
-        set_timer(s, at, clock::now_ms());
-    }
-}
-
-/// A grant that lives with its session came up (a third of the session's
-/// timeout before its deadline, or at it: `file_lease`): its deadline moves
-/// to the session's own (what replicas and the disk see, so that there it
-/// ends within the session's timeout of its last renewal). False if the
-/// session is due: its own timer, due now too, ends it with all its grants
-/// and waits at once (ended here alone, the grant would pass on while the
-/// session's waits still queued), and the grant is looked at again in a
-/// moment. Without a session, the grant ends.
-fn follow_session(
-    s: &mut State,
-    lock: &mut Lock<WaitId>,
-    token: u64,
-    client: u64,
-    now: u64,
-    out: &mut Outcomes<WaitId>,
-) -> bool {
-    match s.sessions.left_us(client, clock::monotonic_us()) {
-        Some(0) => return false,
-        Some(left_us) => {
-            lock.extend(token, now + left_us.div_ceil(1000), out);
-        }
-        None => {
-            lock.end(token, End::SessionClosed, now, &mut s.tokens, out);
-        }
-    }
-    true
+    s.tick = Some(timers::create_timer(at.saturating_sub(now), wakeups().tick, ()));
 }
 
 /// How often, while writes are paused, FLOCK looks whether the pause ended.
@@ -573,7 +388,7 @@ const PAUSE_RECHECK_MS: u64 = 10;
 /// now (it would be sent to replicas, or lost to them). The caller puts it
 /// off (`put_off`); leases that fall due meanwhile stay in the wheel, and
 /// waits for several keys stay ready. Makes sure the end of the pause is
-/// looked for, which does all of that (`on_resume`).
+/// looked for, which does all of that (`expiry::on_resume`).
 ///
 /// Commands need not ask: the server runs no write command during a pause
 /// (it holds them back, scripts and MULTI with them too), except those of
@@ -585,7 +400,7 @@ pub fn paused(s: &mut State) -> bool {
         return false;
     }
     if s.resume.is_none() {
-        s.resume = Some(timers::create_timer(PAUSE_RECHECK_MS, on_resume, ()));
+        s.resume = Some(timers::create_timer(PAUSE_RECHECK_MS, wakeups().resume, ()));
     }
     true
 }
@@ -594,42 +409,6 @@ pub fn paused(s: &mut State) -> bool {
 /// before it. Call it only while `paused` says so.
 pub fn put_off(s: &mut State, job: impl FnOnce(&Context, &mut State) + 'static) {
     s.put_off.push(Box::new(job));
-}
-
-/// The end of a pause, looked for every `PAUSE_RECHECK_MS`: the work put
-/// off runs in the order it came, then the leases that fell due meanwhile
-/// end, earliest first, then the waits for several keys whose turn came are
-/// granted. A node that became a replica meanwhile (the failover the pause
-/// was for) changes nothing itself: its new master has the grants and ends
-/// each with its lease, and its own leases wait for the master's word.
-fn on_resume(ctx: &Context, (): ()) {
-    state::with(|s| {
-        s.resume = None;
-        if paused(s) {
-            return;
-        }
-        let jobs = std::mem::take(&mut s.put_off);
-        if ffi::is_replica() {
-            if !jobs.is_empty() {
-                ffi::log(
-                    c"notice",
-                    &format!(
-                        "FLOCK: this node became a replica while writes were paused; {} change(s) put off \
-                         until the end of the pause are left to its master",
-                        jobs.len()
-                    ),
-                );
-            }
-        } else {
-            for job in jobs {
-                job(ctx, s);
-            }
-        }
-        if s.tick.is_none() {
-            tick(ctx, s);
-        }
-        drain(ctx, s);
-    });
 }
 
 /// Files the leases of a lock just loaded as due now, not at their

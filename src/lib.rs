@@ -20,18 +20,19 @@
 //! 6. `state` (connection state: waiters, sessions, lease deadlines,
 //!    counters, shadow locks, free locks' request IDs; borrowed once per
 //!    callback).
-//! 7. `engine` (outcomes to effects: hand-offs, leases and their timer,
-//!    session bindings and watches, counters, events, replication, key
-//!    removal), `eviction`, `info`, `filter`, `deadlocks` (a new wait's
-//!    walk of the wait-for graph).
-//! 8. Callbacks: `blocking` (WAIT), `legacy` (keys that locks of other
-//!    clients hold: their shadow locks), `moves` (a lock's key deleted,
-//!    renamed, moved or put there by Redis).
-//! 9. `inbox` (a session's blocked read, and its end), `keytype` (the key
-//!    type's callbacks).
-//! 10. Callbacks: `commands` (the FLOCK.* handlers), `events` (server and
+//! 7. `engine` (outcomes to effects: hand-offs, leases filed in the wheel
+//!    and its timer, session bindings and watches, counters, events,
+//!    replication, key removal), `eviction`, `info`, `filter`, `deadlocks`
+//!    (a new wait's walk of the wait-for graph).
+//! 8. `grants` (waits for several keys, granted every key at once),
+//!    `legacy` (keys that locks of other clients hold: their shadow locks),
+//!    `moves` (a lock's key deleted, renamed, moved or put there by Redis).
+//! 9. Callbacks: `blocking` (WAIT), `expiry` (the lease wheel's tick, the
+//!    end of a pause of writes), `keytype` (the key type's callbacks).
+//! 10. `inbox` (a session's blocked read, and its end).
+//! 11. Callbacks: `commands` (the FLOCK.* handlers), `events` (server and
 //!     keyspace events).
-//! 11. `multi` (the handlers of the commands on several keys), `fenced`
+//! 12. `multi` (the handlers of the commands on several keys), `fenced`
 //!     (a command run only while a token holds its lock).
 
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -47,9 +48,11 @@ mod engine;
 mod errors;
 mod events;
 mod eviction;
+mod expiry;
 mod fenced;
 mod ffi;
 mod filter;
+mod grants;
 mod inbox;
 mod info;
 mod keytype;
@@ -89,6 +92,11 @@ mod module {
             return Status::Err;
         }
         ffi::init_module_ctx(ctx.ctx);
+        crate::engine::set_wakeups(crate::engine::Wakeups {
+            tick: crate::expiry::on_tick,
+            drain: crate::grants::on_drain,
+            resume: crate::expiry::on_resume,
+        });
         if let Err(e) = crate::timers::start() {
             ffi::log(c"warning", &format!("FLOCK cannot load: its timers cannot wake the event loop ({e})"));
             return Status::Err;

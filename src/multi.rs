@@ -1,7 +1,7 @@
 //! `FLOCK.ACQUIREALL` and `FLOCK.RELEASEALL`: several locks of one owner
 //! in one step. A try takes every key or none. A `WAIT` queues one waiter
 //! with a place in the queue of each key it does not hold yet (a gated
-//! entry: no lock grants it alone); `engine::drain` grants it every key
+//! entry: no lock grants it alone); `grants::drain` grants it every key
 //! at once in the turn the last one comes free to it. After the grant each
 //! key is an ordinary hold.
 
@@ -15,6 +15,7 @@ use crate::engine;
 use crate::errors::{self, arg_error, lock_error};
 use crate::eviction;
 use crate::ffi;
+use crate::grants;
 use crate::state::State;
 use crate::waiters::{Group, Reply};
 use flock_core::args;
@@ -139,7 +140,7 @@ fn take_all(
                 taken.push(place_of(ctx, s, name));
             }
             _ => {
-                engine::give_back(ctx, s, req.owner, &taken);
+                grants::give_back(ctx, s, req.owner, &taken);
                 return Ok(None);
             }
         }

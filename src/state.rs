@@ -127,12 +127,12 @@ pub struct State {
     pub eviction: Risk,
     pub scratch: Scratch,
     /// Waits for several keys whose turn came at one of their keys: each
-    /// is granted if every key is its to take (`engine::drain`).
+    /// is granted if every key is its to take (`grants::drain`).
     pub ready: Vec<WaitId>,
     /// The wait for several keys being queued now: not yet registered, but
     /// no stale entry.
     pub forming: Option<WaitId>,
-    /// `engine::drain` runs (it grants through `update`, which finds more).
+    /// `grants::drain` runs (it grants through `update`, which finds more).
     pub draining: bool,
     /// The timer that drains what a callback other than a command left.
     pub drain_timer: Option<Timer>,

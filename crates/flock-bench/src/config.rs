@@ -17,7 +17,7 @@ usage: flock-bench [options]
   --repeats N             repeats of every run; tables show medians (default 3)
   --methods LIST          of flock,setnx,listpoll,redisson (default all)
   --scenarios LIST        of ping,uncontended,contended,expiry,vanished,backlog,rwlock,semaphore,scale,waiters,
-                          philosophers
+                          philosophers,fenced
                           (default all)
   --hold-us LIST          contended hold times in µs (default 100,0)
   --locks N               idle locks for scale (default 1000000)

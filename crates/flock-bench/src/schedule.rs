@@ -11,8 +11,8 @@ use crate::config::Config;
 use crate::methods::{self, SharedKind};
 use crate::results::{Metric, Sample};
 use crate::scenarios::{
-    backlog, contended, contended_label, expiry, philosophers, ping, scale, shared, uncontended, vanished, waiters,
-    Scenario,
+    backlog, contended, contended_label, expiry, fenced, philosophers, ping, scale, shared, uncontended, vanished,
+    waiters, Scenario,
 };
 use crate::server::{flushall, Server};
 
@@ -116,6 +116,12 @@ pub fn run_all(server: &Server, config: &Config) -> Result<Vec<Sample>, Box<dyn 
                 for &n in &config.clients {
                     if scenario == Scenario::Ping {
                         rec.measure(&label, "ping", n, || ping::run(server, n, d))?;
+                        continue;
+                    }
+                    if scenario == Scenario::Fenced {
+                        for way in fenced::WAYS {
+                            rec.measure(&label, way, n, || fenced::run(server, way, n, d))?;
+                        }
                         continue;
                     }
                     for &kind in &config.methods {

@@ -1,9 +1,11 @@
-//! Where FLOCK stands against the targets of issues 4, 13, 23 and 30, from the samples of
+//! Where FLOCK stands against the targets of issues 4, 13, 23, 30 and 31, from the samples of
 //! this run. Targets whose runs were not chosen are left out.
 
 use crate::results::{Metric, Sample};
 use crate::scenarios::shared::{self, Shape};
-use crate::scenarios::{contended, contended_label, expiry, philosophers, ping, scale, uncontended, vanished, waiters};
+use crate::scenarios::{
+    contended, contended_label, expiry, fenced, philosophers, ping, scale, uncontended, vanished, waiters,
+};
 use crate::stats::median;
 
 pub struct Check {
@@ -229,6 +231,17 @@ pub fn check(samples: &[Sample], rows: &[Sample]) -> Vec<Check> {
         for (metric, what) in [(philosophers::TIMEOUTS, "timeouts"), (philosophers::RETRIES, "retries")] {
             add(format!("philosophers x{n}: 0 {what} (acquireall)"), row.get(metric), &plain, &|v| v == 0.0);
         }
+    }
+    let mut fenced_clients: Vec<usize> =
+        rows.iter().filter(|r| r.scenario == "fenced" && r.method == "fenced").map(|r| r.clients).collect();
+    fenced_clients.dedup();
+    for n in fenced_clients {
+        add(
+            format!("fenced x{n}: FLOCK.FENCED SET costs at most 1.1x SET (ops/s, one per round trip)"),
+            paired(samples, n, At("fenced", "set", fenced::OPS), At("fenced", "fenced", fenced::OPS)),
+            &times,
+            &|r| r <= 1.1,
+        );
     }
     checks
 }

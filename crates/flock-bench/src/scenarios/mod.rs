@@ -3,6 +3,7 @@
 pub mod backlog;
 pub mod contended;
 pub mod expiry;
+pub mod fenced;
 pub mod philosophers;
 pub mod ping;
 pub mod scale;
@@ -24,10 +25,11 @@ pub enum Scenario {
     Scale,
     Waiters,
     Philosophers,
+    Fenced,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 11] = [
+    pub const ALL: [Scenario; 12] = [
         Scenario::Ping,
         Scenario::Uncontended,
         Scenario::Contended,
@@ -39,6 +41,7 @@ impl Scenario {
         Scenario::Scale,
         Scenario::Waiters,
         Scenario::Philosophers,
+        Scenario::Fenced,
     ];
 
     pub fn name(self) -> &'static str {
@@ -54,6 +57,7 @@ impl Scenario {
             Scenario::Scale => "scale",
             Scenario::Waiters => "waiters",
             Scenario::Philosophers => "philosophers",
+            Scenario::Fenced => "fenced",
         }
     }
 
