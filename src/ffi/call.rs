@@ -37,7 +37,9 @@ pub fn call_replying(ctx: &Context, name: &CStr, args: &[RedisString]) -> Result
 /// Whether the calling client's user may run `command` (its name, then its
 /// arguments) on its keys, by its ACL rules. Asked before the call, not
 /// left to the call's own check (`C`): Valkey 9.1 crashes in that check
-/// when it denies.
+/// when it denies. A denial goes into `ACL LOG` as the command's (`object`,
+/// its name in lower case): the server checked the keys already, as the
+/// outer command's (`report_keys`), and logged any it denied.
 pub fn permitted(ctx: &Context, command: &[RedisString]) -> bool {
     // SAFETY: `ctx` is the running command's; the name it returns is ours
     // to free, once, below.
@@ -56,10 +58,18 @@ pub fn permitted(ctx: &Context, command: &[RedisString]) -> bool {
     let mut argv: Vec<*mut raw::RedisModuleString> = command.iter().map(|a| a.inner).collect();
     // SAFETY: `user` is live until freed below; `argv` holds `argc` live
     // strings for the call.
-    let allowed = unsafe { api!(RedisModule_ACLCheckCommandPermissions)(user, argv.as_mut_ptr(), argv.len() as c_int) };
+    let allowed = unsafe { api!(RedisModule_ACLCheckCommandPermissions)(user, argv.as_mut_ptr(), argv.len() as c_int) }
+        == raw::REDISMODULE_OK as c_int;
+    if !allowed {
+        let object = RedisString::create_from_slice(ctx.ctx, &command[0].as_slice().to_ascii_lowercase());
+        let reason = raw::RedisModuleACLLogEntryReason_REDISMODULE_ACL_LOG_CMD;
+        // SAFETY: `ctx` is the running command's, `user` live until freed
+        // below; Redis copies what it logs.
+        unsafe { api!(RedisModule_ACLAddLogEntry)(ctx.ctx, user, object.inner, reason) };
+    }
     // SAFETY: the user above, freed once.
     unsafe { api!(RedisModule_FreeModuleUser)(user) };
-    allowed == raw::REDISMODULE_OK as c_int
+    allowed
 }
 
 /// Answers Redis's question where the keys are (Cluster routing, ACLs):

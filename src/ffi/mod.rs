@@ -94,6 +94,7 @@ required_apis!(
     RedisModule_GetCurrentUserName,
     RedisModule_GetModuleUserFromUserName,
     RedisModule_ACLCheckCommandPermissions,
+    RedisModule_ACLAddLogEntry,
     RedisModule_FreeModuleUser,
 );
 

@@ -248,6 +248,23 @@ fn acls_check_the_command_and_its_keys_as_if_it_were_called_directly() {
         }
     }
     assert_eq!(get(&mut admin, "data"), None, "no refused write ran");
+    // Each denial is in ACL LOG as a direct call's would be: the key by the
+    // server (FLOCK.FENCED's own keys), the command by FLOCK.
+    let log: Vec<Value> = redis::cmd("ACL").arg("LOG").query(&mut admin).unwrap();
+    let entries: Vec<(String, String, String)> = log
+        .iter()
+        .map(|entry| {
+            let fields = fields_of(entry);
+            let text = |name: &str| {
+                fields.iter().find(|(k, _)| k == name).map(|(_, v)| redis::from_redis_value(v).unwrap()).unwrap()
+            };
+            (text("username"), text("reason"), text("object"))
+        })
+        .collect();
+    for expected in [("keys", "key", "data"), ("nocmd", "command", "set")] {
+        let expected = (expected.0.to_string(), expected.1.to_string(), expected.2.to_string());
+        assert!(entries.contains(&expected), "{expected:?} in ACL LOG: {entries:?}");
+    }
 }
 
 #[test]
