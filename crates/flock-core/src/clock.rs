@@ -23,12 +23,6 @@ pub struct Now {
 }
 
 impl Now {
-    /// Both clocks at once, for a server whose clocks agree (tests, and a
-    /// record read where only the wall clock matters).
-    pub fn at(ms: u64) -> Self {
-        Self { lease_ms: ms, wall_ms: ms }
-    }
-
     /// What is left until `deadline_ms` of the lease clock; 0 once it passed.
     pub fn left(self, deadline_ms: u64) -> u64 {
         deadline_ms.saturating_sub(self.lease_ms)
