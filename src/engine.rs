@@ -18,6 +18,7 @@ use crate::state::{Lease, Scratch, Send, Shadow, State, DELAY_ENDS};
 use crate::timers;
 use crate::value::{lock_value, with_args, LockValue, FREE_COMMAND, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION};
 use crate::waiters::{self, WaitId};
+use flock_core::clock::Now;
 use flock_core::deadlines::DeadlineId;
 use flock_core::effects::{effects, Leave, Outcome, Reply, Sent};
 use flock_core::holders::{Holder, Terms};
@@ -168,7 +169,9 @@ pub fn update<R>(
     owner: Option<&[u8]>,
     op: impl FnOnce(&mut State, &mut Lock<WaitId>, &mut Outcomes<WaitId>, u64) -> R,
 ) -> R {
-    let now = clock::now_ms();
+    // One reading for the operation and the records it sends.
+    let clocks = clock::now();
+    let now = clocks.lease_ms;
     let requests_made = value.lock.requests().map_or(0, Requests::made);
     let mut scratch = std::mem::take(&mut s.scratch);
     // A replica follows its master and never ends a lease itself.
@@ -180,13 +183,13 @@ pub fn update<R>(
     follow(s, k.place, &mut value.lock, now, &mut scratch);
     if value.lock.is_idle() {
         // Replicas and the AOF see the key deleted by name, as a DEL would.
-        let rider = propagate_requests(k, value, requests_made, true);
-        replicate(k, FREE_COMMAND, &[], rider);
+        let rider = propagate_requests(k, value, requests_made, true, clocks);
+        replicate(k, FREE_COMMAND, &[], rider, clocks);
         remove_if_free(s, k, value);
     } else {
-        let rider = propagate_requests(k, value, requests_made, !scratch.sends.is_empty());
+        let rider = propagate_requests(k, value, requests_made, !scratch.sends.is_empty(), clocks);
         for (i, send) in scratch.sends.iter().enumerate() {
-            propagate(k, &value.lock, send, if i == 0 { rider } else { None });
+            propagate(k, &value.lock, send, if i == 0 { rider } else { None }, clocks);
         }
     }
     for event in scratch.events.drain(..) {
@@ -280,41 +283,41 @@ type Rider<'a> = Option<(&'a [u8], &'a Record)>;
 /// Sends the request IDs an operation recorded to replicas and the AOF,
 /// before the state they belong to. The first one rides on the state
 /// command that follows, if one does (`carried`): it is returned, not sent.
-fn propagate_requests<'a>(k: &Key, value: &'a LockValue, since: u64, carried: bool) -> Rider<'a> {
+fn propagate_requests<'a>(k: &Key, value: &'a LockValue, since: u64, carried: bool, now: Now) -> Rider<'a> {
     let requests = value.lock.requests().filter(|r| r.made() > since)?;
     let mut made = requests.made_since(since);
     let rider = if carried { made.next() } else { None };
     for (id, record) in made {
-        replicate(k, ID_COMMAND, &request_words(id, record, clock::now()), None);
+        replicate(k, ID_COMMAND, &request_words(id, record, now), None, now);
     }
     rider
 }
 
 /// Sends one holder as it is now, or that its owner holds nothing, as one
 /// deterministic command with absolute times (never the blocking ACQUIRE),
-/// with the request ID that rides on it.
-fn propagate(k: &Key, lock: &Lock<WaitId>, send: &Send, rider: Rider) {
+/// with the request ID that rides on it; deadlines as unix time at `now`.
+fn propagate(k: &Key, lock: &Lock<WaitId>, send: &Send, rider: Rider, now: Now) {
     match send {
         Send::Holder(token) => {
             let Some((holder, terms)) = lock.holders().get(*token) else { return };
-            let words = holder_set_words(lock.mode(), holder, terms.session.is_some(), terms.permits, clock::now());
-            replicate(k, HOLDER_COMMAND, &words, rider);
+            let words = holder_set_words(lock.mode(), holder, terms.session.is_some(), terms.permits, now);
+            replicate(k, HOLDER_COMMAND, &words, rider, now);
         }
         Send::Gone(owner) => {
             let [mode, limit] = mode_words(lock.mode());
-            replicate(k, HOLDER_COMMAND, &[mode, limit, Word::Bytes(owner)], rider);
+            replicate(k, HOLDER_COMMAND, &[mode, limit, Word::Bytes(owner)], rider, now);
         }
     }
 }
 
 /// Sends `cmd key words... [ID request-words...]` to replicas and the AOF.
-fn replicate(k: &Key, cmd: &CStr, words: &[Word], rider: Rider) {
+fn replicate(k: &Key, cmd: &CStr, words: &[Word], rider: Rider, now: Now) {
     let mut argv = [Word::Number(0); MAX_ARGS];
     argv[..words.len()].copy_from_slice(words);
     let mut len = words.len();
     if let Some((id, record)) = rider {
         argv[len] = Word::Bytes(REQUEST_MARK);
-        argv[len + 1..len + 5].copy_from_slice(&request_words(id, record, clock::now()));
+        argv[len + 1..len + 5].copy_from_slice(&request_words(id, record, now));
         len += 5;
     }
     with_args(&argv[..len], |args| ffi::replicate(k.ctx, cmd, k.name, args));

@@ -43,7 +43,8 @@ pub fn start(run: fn(&Context)) -> Result<(), String> {
         return Err(format!("timerfd_create: {}", std::io::Error::last_os_error()));
     }
     let _ = RUN.set(run);
-    // SAFETY: `on_readable` matches the callback type; it reads only `FD`.
+    // SAFETY: `on_readable` matches the callback type and uses no user
+    // data (null here): only this module's statics.
     let added = unsafe {
         api!(RedisModule_EventLoopAdd)(
             fd,

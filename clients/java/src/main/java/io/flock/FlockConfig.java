@@ -164,11 +164,7 @@ public final class FlockConfig {
      * @throws IllegalArgumentException if {@code timeout} is outside those limits
      */
     public FlockConfig setSessionTimeout(java.time.Duration timeout) {
-        long ms = timeout.toMillis();
-        if (ms < 100 || ms > 3_600_000) {
-            throw new IllegalArgumentException("session timeout must be 100 ms to 1 hour: " + timeout);
-        }
-        this.sessionTimeoutMs = ms;
+        this.sessionTimeoutMs = millisWithin(timeout, 100, 3_600_000, "session timeout must be 100 ms to 1 hour");
         return this;
     }
 
@@ -185,12 +181,17 @@ public final class FlockConfig {
      * @throws IllegalArgumentException if {@code delay} is outside those limits
      */
     public FlockConfig setLockDelay(java.time.Duration delay) {
-        long ms = delay.toMillis();
-        if (ms < 0 || ms > 60_000) {
-            throw new IllegalArgumentException("lock delay must be 0 to 1 minute: " + delay);
-        }
-        this.lockDelayMs = ms;
+        this.lockDelayMs = millisWithin(delay, 0, 60_000, "lock delay must be 0 to 1 minute");
         return this;
+    }
+
+    /** {@code d} in whole milliseconds if from {@code min} to {@code max}; else refused with {@code rule}. */
+    private static long millisWithin(java.time.Duration d, long min, long max, String rule) {
+        long ms = d.toMillis();
+        if (ms < min || ms > max) {
+            throw new IllegalArgumentException(rule + ": " + d);
+        }
+        return ms;
     }
 
     /**
