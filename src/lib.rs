@@ -10,7 +10,7 @@
 //!    for every callback Redis calls; `place` (where a lock lives); `config`;
 //!    `errors` (every error code and text).
 //! 1. `clock` (where time enters: the lease clock every deadline is on, and
-//!    the wall-clock steps it saw), `command_docs`.
+//!    the wall-clock steps it saw).
 //! 2. `timers` (timers on the monotonic clock, which no wall-clock step
 //!    makes early or late).
 //! 3. `sessions` (each session's inbox, reader and watched grants).
@@ -34,13 +34,15 @@
 //!     keyspace events).
 //! 12. `multi` (the handlers of the commands on several keys), `fenced`
 //!     (a command run only while a token holds its lock).
+//! 13. `command_table` (every command declared once: handler, flags, keys,
+//!     ACL categories, COMMAND DOCS; the module's entry creates them all).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod blocking;
 mod clock;
-mod command_docs;
+mod command_table;
 mod commands;
 mod config;
 mod deadlocks;
@@ -80,7 +82,8 @@ mod module {
     use crate::keytype::FLOCK_TYPE;
 
     // Redis's allocator, so that INFO memory and maxmemory count the locks.
-    use crate::{commands, events, eviction, fenced, ffi, filter, multi, value};
+    use crate::command_table::Commands;
+    use crate::{events, eviction, ffi, filter, value};
     use redis_module::alloc::RedisAlloc;
 
     fn init(ctx: &Context, args: &[RedisString]) -> Status {
@@ -114,15 +117,10 @@ mod module {
         // `-@flock` needs Redis 8.0's AddACLCategory; `-@write` and the like
         // need 7.2's SetCommandACLCategories. Either missing: rules name the
         // commands (docs/commands.md, "Loading").
-        let own_category = ffi::add_acl_category(ctx, c"flock");
-        for doc in &crate::command_docs::COMMANDS {
-            if !ffi::set_command_info(ctx, doc, "1.0.0") {
-                ctx.log_warning(&format!("could not set COMMAND DOCS for {}", doc.name));
-            }
-            let categories = if own_category { format!("{} flock", doc.acl) } else { doc.acl.to_string() };
-            if !ffi::set_acl_categories(ctx, doc.name, &categories) {
-                ctx.log_warning(&format!("could not put {} into the ACL categories {categories}", doc.name));
-            }
+        let own_category = ffi::add_acl_category(ctx, c"flock").then_some("flock");
+        if let Err(e) = ffi::create_commands::<Commands>(ctx, own_category, "1.0.0") {
+            ctx.log_warning(&format!("FLOCK cannot load: {e}"));
+            return Status::Err;
         }
         Status::Ok
     }
@@ -143,30 +141,6 @@ mod module {
         allocator: (RedisAlloc, RedisAlloc),
         data_types: [FLOCK_TYPE],
         init: init,
-        commands: [
-            ["flock.acquire", commands::acquire, "write deny-oom blocking", 1, 1, 1, ""],
-            ["flock.release", commands::release, "write fast", 1, 1, 1, ""],
-            // Their keys follow numkeys: the commands name them when Redis
-            // asks (Cluster), and COMMAND DOCS gives the key spec (ACLs).
-            ["flock.acquireall", multi::acquire_all, "write deny-oom blocking getkeys-api", 0, 0, 0, ""],
-            ["flock.releaseall", multi::release_all, "write getkeys-api", 0, 0, 0, ""],
-            ["flock.renew", commands::renew, "write fast", 1, 1, 1, ""],
-            // No category singles it out: administrators deny it by name
-            // (`-flock.forcerelease`), on every server.
-            ["flock.forcerelease", commands::force_release, "write fast", 1, 1, 1, ""],
-            ["flock.info", commands::info, "readonly fast", 1, 1, 1, ""],
-            ["flock.cancel", commands::cancel, "write fast", 1, 1, 1, ""],
-            ["flock.session", commands::session, "fast deny-script", 0, 0, 0, ""],
-            ["flock.inbox", commands::inbox, "blocking deny-script", 0, 0, 0, ""],
-            ["flock.state", commands::state, "write fast", 1, 1, 1, ""],
-            ["flock.id", commands::request_id, "write fast", 1, 1, 1, ""],
-            ["flock.holder", commands::holder, "write fast", 1, 1, 1, ""],
-            ["flock.free", commands::free, "write fast", 1, 1, 1, ""],
-            // Its keys are the lock's and the command's: it names them when
-            // Redis asks (Cluster, ACLs). The command it runs decides about
-            // memory (deny-oom) as if it were called directly.
-            ["flock.fenced", fenced::fenced, "write getkeys-api", 0, 0, 0, ""],
-        ],
         event_handlers: [
             [@GENERIC @EXPIRED @EVICTED: events::on_keyspace_event],
         ],

@@ -71,12 +71,14 @@ required_apis!(
     RedisModule_RegisterCommandFilter,
     RedisModule_EmitAOF,
     RedisModule_Replicate,
+    RedisModule_CreateCommand,
     RedisModule_GetCommand,
     RedisModule_SetCommandInfo,
     RedisModule_Log,
     RedisModule_LogIOError,
     RedisModule_InfoAddSection,
     RedisModule_InfoAddFieldLongLong,
+    RedisModule_InfoAddFieldCString,
     RedisModule_GetServerInfo,
     RedisModule_ServerInfoGetFieldUnsigned,
     RedisModule_ServerInfoGetFieldC,
@@ -108,7 +110,7 @@ macro_rules! api {
 // After `api!`: the submodules use it.
 mod block;
 mod call;
-mod docs;
+mod commands;
 mod events;
 mod key_type;
 mod reply;
@@ -116,7 +118,7 @@ mod timer;
 
 pub use block::{block, BlockHandlers, BlockedClient, BlockedId};
 pub use call::{call_replying, permitted, report_keys};
-pub use docs::{add_acl_category, set_acl_categories, set_command_info, ArgDoc, CommandDoc};
+pub use commands::{add_acl_category, create_commands, ArgDoc, Command, CommandTable};
 pub use events::{register_filter, subscribe, CommandFilter, FilterArgs, ServerEvents};
 pub use key_type::{type_methods, Aof, Io, KeyType};
 pub use reply::{info_section, reply_array, reply_bytes, reply_map};

@@ -1,8 +1,13 @@
-//! `COMMAND DOCS` and `COMMAND INFO` of the module's commands.
+//! The module's commands as Redis learns of them: each created from one
+//! declaration (`Command`: name, handler, flags, keys, ACL categories and
+//! what `COMMAND DOCS` and `COMMAND INFO` say), in a loop at load.
 
 use std::os::raw::{c_char, c_int};
 
-use redis_module::{raw, Context};
+use redis_module::{raw, Context, RedisResult, RedisString};
+
+/// A command's handler, as the crate's own registration takes it.
+pub type Handler = fn(&Context, Vec<RedisString>) -> RedisResult;
 
 /// One argument of a command as `COMMAND DOCS` shows it.
 pub struct ArgDoc {
@@ -15,9 +20,14 @@ pub struct ArgDoc {
     pub subargs: &'static [ArgDoc],
 }
 
-/// What `COMMAND DOCS` and `COMMAND INFO` say of a command.
-pub struct CommandDoc {
+/// Everything Redis is told of one command.
+pub struct Command {
     pub name: &'static str,
+    pub run: Handler,
+    /// `RedisModule_CreateCommand`'s flags.
+    pub flags: &'static str,
+    /// First key, last key, step (0 0 0: none, or found by the command).
+    pub keys: (i32, i32, i32),
     pub summary: &'static str,
     pub complexity: &'static str,
     pub arity: i32,
@@ -28,9 +38,77 @@ pub struct CommandDoc {
     pub args: &'static [ArgDoc],
 }
 
+/// The module's commands, as one static table.
+pub trait CommandTable {
+    const ALL: &'static [Command];
+}
+
+/// What Redis calls for command `I` of `T`: Redis 7 passes a command no
+/// datum of its own, so each gets its own function, made from its index.
+extern "C" fn run<T: CommandTable, const I: usize>(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    let context = Context::new(ctx);
+    // Redis hands `argc` live strings in `argv` for the call.
+    let args = redis_module::decode_args(ctx, argv, argc);
+    context.reply((T::ALL[I].run)(&context, args)) as c_int
+}
+
+type CmdFunc = unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
+
+macro_rules! runners {
+    ($($i:literal)*) => {
+        /// The most commands a table may have.
+        const MAX_COMMANDS: usize = [$($i),*].len();
+        fn runner<T: CommandTable>(i: usize) -> Option<CmdFunc> {
+            match i {
+                $($i => Some(run::<T, $i>),)*
+                _ => None,
+            }
+        }
+    };
+}
+runners!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23);
+
+/// Creates every command of `T`, with its documentation and ACL categories
+/// (plus `extra`, the module's own category, where it was added). An
+/// error names the command Redis refused; missing documentation or
+/// categories are only logged, as older servers lack those APIs.
+pub fn create_commands<T: CommandTable>(ctx: &Context, extra: Option<&str>, since: &str) -> Result<(), String> {
+    const { assert!(T::ALL.len() <= MAX_COMMANDS, "add runners for the new commands") };
+    for (i, command) in T::ALL.iter().enumerate() {
+        let (first, last, step) = command.keys;
+        let (Ok(name), Ok(flags)) = (std::ffi::CString::new(command.name), std::ffi::CString::new(command.flags))
+        else {
+            return Err(format!("{} has a NUL in its name or flags", command.name));
+        };
+        // SAFETY: `ctx` is the load context; both strings are NUL-terminated
+        // and Redis copies them; the function lives as long as the module.
+        let created = unsafe {
+            api!(RedisModule_CreateCommand)(ctx.ctx, name.as_ptr(), runner::<T>(i), flags.as_ptr(), first, last, step)
+        };
+        if created != raw::REDISMODULE_OK as c_int {
+            return Err(format!("could not create {}", command.name));
+        }
+        if !set_command_info(ctx, command, since) {
+            ctx.log_warning(&format!("could not set COMMAND DOCS for {}", command.name));
+        }
+        let categories = match extra {
+            Some(extra) => format!("{} {extra}", command.acl),
+            None => command.acl.to_string(),
+        };
+        if !set_acl_categories(ctx, command.name, &categories) {
+            ctx.log_warning(&format!("could not put {} into the ACL categories {categories}", command.name));
+        }
+    }
+    Ok(())
+}
+
 /// Registers `doc` for an already created command. Redis copies everything
 /// it is given, so the C strings and arrays only live for this call.
-pub fn set_command_info(ctx: &Context, doc: &CommandDoc, since: &str) -> bool {
+fn set_command_info(ctx: &Context, doc: &Command, since: &str) -> bool {
     let mut strings: Vec<std::ffi::CString> = Vec::new();
     let mut cstr = |s: &str| -> *const c_char {
         strings.push(std::ffi::CString::new(s).unwrap_or_default());
@@ -139,7 +217,7 @@ pub fn add_acl_category(ctx: &Context, name: &std::ffi::CStr) -> bool {
 /// Puts the already created command `name` into the ACL `categories`
 /// (space-separated; Redis 7.2+ and Valkey, only while the module loads).
 /// True where the server lacks the API (nothing to do); false if it refuses.
-pub fn set_acl_categories(ctx: &Context, name: &str, categories: &str) -> bool {
+fn set_acl_categories(ctx: &Context, name: &str, categories: &str) -> bool {
     // SAFETY: reading a function pointer Redis filled in once, at load.
     let Some(set) = (unsafe { raw::RedisModule_SetCommandACLCategories }) else { return true };
     let (Ok(name), Ok(categories)) = (std::ffi::CString::new(name), std::ffi::CString::new(categories)) else {

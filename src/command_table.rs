@@ -1,5 +1,7 @@
-//! What `COMMAND DOCS` and `COMMAND INFO` say about each FLOCK command, so
-//! that redis-cli shows hints and Cluster and ACLs see the key. Redis 7.0
+//! Every FLOCK command, each declared once: its handler, flags and keys for
+//! Redis, its ACL categories, and what `COMMAND DOCS` and `COMMAND INFO` say
+//! of it (so that redis-cli shows hints and Cluster and ACLs see the key).
+//! The module creates them from this table in a loop at load. Redis 7.0
 //! allows one of INSERT, UPDATE, DELETE per key spec: writes say UPDATE.
 //! The ACL categories are those of the nearest core commands (SET, GET,
 //! BLPOP); the internal commands are @admin @dangerous like REPLCONF, so that
@@ -16,7 +18,8 @@ use redis_module::raw::{
     REDISMODULE_CMD_KEY_UPDATE as UPDATE,
 };
 
-use crate::ffi::{ArgDoc, CommandDoc};
+use crate::ffi::{ArgDoc, Command, CommandTable};
+use crate::{commands, fenced, multi};
 
 const fn arg(name: &'static str, kind: u32) -> ArgDoc {
     ArgDoc { name, kind, token: None, optional: false, multiple: false, subargs: &[] }
@@ -49,9 +52,18 @@ const RECORD: &[ArgDoc] =
 const REQUEST: ArgDoc =
     ArgDoc { name: "request", kind: BLOCK, token: Some("ID"), optional: true, multiple: false, subargs: RECORD };
 
-pub const COMMANDS: [CommandDoc; 15] = [
-    CommandDoc {
+pub struct Commands;
+
+impl CommandTable for Commands {
+    const ALL: &'static [Command] = &COMMANDS;
+}
+
+const COMMANDS: [Command; 15] = [
+    Command {
         name: "flock.acquire",
+        run: commands::acquire,
+        flags: "write deny-oom blocking",
+        keys: (1, 1, 1),
         summary: "Takes a fair lock (exclusive, or SHARED for the read side) or PERMITS of a fair semaphore: granted at once if it fits and nobody waits, or with WAIT queued FIFO and blocked until granted",
         complexity: "O(1)",
         arity: -4,
@@ -89,8 +101,11 @@ pub const COMMANDS: [CommandDoc; 15] = [
             },
         ],
     },
-    CommandDoc {
+    Command {
         name: "flock.release",
+        run: commands::release,
+        flags: "write fast",
+        keys: (1, 1, 1),
         summary: "Releases one hold of the owner's grant; at zero its share passes to the next waiters in the queue",
         complexity: "O(1)",
         arity: -3,
@@ -98,8 +113,13 @@ pub const COMMANDS: [CommandDoc; 15] = [
         acl: "write fast",
         args: &[LOCK, OWNER, ID],
     },
-    CommandDoc {
+    Command {
         name: "flock.acquireall",
+        // Its keys follow numkeys: the command names them when Redis asks
+        // (Cluster), and the key spec gives them (ACLs).
+        run: multi::acquire_all,
+        flags: "write deny-oom blocking getkeys-api",
+        keys: (0, 0, 0),
         summary: "Takes several locks of one owner at once, all or none: each key's fencing token in order, or nil; with WAIT one waiter holds its place in every key's queue and is granted all when the last comes free to it",
         complexity: "O(N) where N is the number of keys",
         arity: -5,
@@ -117,8 +137,11 @@ pub const COMMANDS: [CommandDoc; 15] = [
             ArgDoc { name: "shared", kind: PURE_TOKEN, token: Some("SHARED"), optional: true, multiple: false, subargs: &[] },
         ],
     },
-    CommandDoc {
+    Command {
         name: "flock.releaseall",
+        run: multi::release_all,
+        flags: "write getkeys-api",
+        keys: (0, 0, 0),
         summary: "Releases one hold of each of several locks of one owner in one step, or none (NOTOWNER): each key's holds left",
         complexity: "O(N) where N is the number of keys",
         arity: -4,
@@ -126,8 +149,11 @@ pub const COMMANDS: [CommandDoc; 15] = [
         acl: "write slow",
         args: &[NUMKEYS, LOCK, OWNER, ID],
     },
-    CommandDoc {
+    Command {
         name: "flock.renew",
+        run: commands::renew,
+        flags: "write fast",
+        keys: (1, 1, 1),
         summary: "Resets the owner's lease; an error means its grant was lost",
         complexity: "O(1)",
         arity: -4,
@@ -135,8 +161,13 @@ pub const COMMANDS: [CommandDoc; 15] = [
         acl: "write fast",
         args: &[LOCK, OWNER, LEASE, ID],
     },
-    CommandDoc {
+    Command {
         name: "flock.forcerelease",
+        // No category singles it out: administrators deny it by name
+        // (`-flock.forcerelease`), on every server.
+        run: commands::force_release,
+        flags: "write fast",
+        keys: (1, 1, 1),
         summary: "Removes every holder whatever its holds (administrative) and answers how many; the queue is granted",
         complexity: "O(N) where N is the number of holders",
         arity: -2,
@@ -144,8 +175,11 @@ pub const COMMANDS: [CommandDoc; 15] = [
         acl: "write fast",
         args: &[LOCK, ID],
     },
-    CommandDoc {
+    Command {
         name: "flock.info",
+        run: commands::info,
+        flags: "readonly fast",
+        keys: (1, 1, 1),
         summary: "Shows owner, holds, token, ttl-ms, session, waiters, queue, mode, limit and holders of a lock or semaphore",
         complexity: "O(N + H log H) where N is the number of waiters and H of holders listed",
         arity: 2,
@@ -153,8 +187,14 @@ pub const COMMANDS: [CommandDoc; 15] = [
         acl: "read fast",
         args: &[LOCK],
     },
-    CommandDoc {
+    Command {
         name: "flock.fenced",
+        // Its keys are the lock's and the command's: it names them when Redis
+        // asks (Cluster, ACLs). The command it runs decides about memory
+        // (deny-oom) as if it were called directly.
+        run: fenced::fenced,
+        flags: "write getkeys-api",
+        keys: (0, 0, 0),
         summary: "Runs a command of the server only while the fencing token holds the lock (in any mode), in one step: the command's own reply, or STALE and nothing run",
         complexity: "O(1) and the command's own",
         arity: -4,
@@ -167,8 +207,11 @@ pub const COMMANDS: [CommandDoc; 15] = [
             ArgDoc { name: "arg", kind: STRING, token: None, optional: true, multiple: true, subargs: &[] },
         ],
     },
-    CommandDoc {
+    Command {
         name: "flock.cancel",
+        run: commands::cancel,
+        flags: "write fast",
+        keys: (1, 1, 1),
         summary: "Ends the owner's wait for the lock, from any connection: 1 if it was waiting, 0 if not",
         complexity: "O(1)",
         arity: 3,
@@ -176,8 +219,11 @@ pub const COMMANDS: [CommandDoc; 15] = [
         acl: "write fast",
         args: &[LOCK, OWNER],
     },
-    CommandDoc {
+    Command {
         name: "flock.session",
+        run: commands::session,
+        flags: "fast deny-script",
+        keys: (0, 0, 0),
         summary: "Opens the connection's session (or names it, setting its timeout): waits sent with INBOX session-id from any connection are answered in its inbox; it lives while its connection sends FLOCK commands",
         complexity: "O(1)",
         arity: -1,
@@ -188,8 +234,11 @@ pub const COMMANDS: [CommandDoc; 15] = [
             ArgDoc { name: "withtimeout", kind: PURE_TOKEN, token: Some("WITHTIMEOUT"), optional: true, multiple: false, subargs: &[] },
         ],
     },
-    CommandDoc {
+    Command {
         name: "flock.inbox",
+        run: commands::inbox,
+        flags: "blocking deny-script",
+        keys: (0, 0, 0),
         summary: "Reads the connection's session inbox: grants, timeouts, cancellations, errors and losses, blocking until one comes",
         complexity: "O(N) where N is the number of events answered",
         arity: 2,
@@ -197,8 +246,11 @@ pub const COMMANDS: [CommandDoc; 15] = [
         acl: "connection slow blocking",
         args: &[arg("timeout-ms", INTEGER)],
     },
-    CommandDoc {
+    Command {
         name: "flock.state",
+        run: commands::state,
+        flags: "write fast",
+        keys: (1, 1, 1),
         summary: "Internal, kept for AOFs written before FLOCK.HOLDER carried every holder: sets a lock's exclusive holder",
         complexity: "O(1)",
         arity: -2,
@@ -222,8 +274,11 @@ pub const COMMANDS: [CommandDoc; 15] = [
             },
         ],
     },
-    CommandDoc {
+    Command {
         name: "flock.id",
+        run: commands::request_id,
+        flags: "write fast",
+        keys: (1, 1, 1),
         summary: "Internal: remembers a request ID of a lock as its master or the AOF recorded it",
         complexity: "O(1)",
         arity: 6,
@@ -231,8 +286,11 @@ pub const COMMANDS: [CommandDoc; 15] = [
         acl: "write fast admin dangerous",
         args: &[LOCK, ArgDoc { name: "request", kind: BLOCK, token: None, optional: false, multiple: false, subargs: RECORD }],
     },
-    CommandDoc {
+    Command {
         name: "flock.free",
+        run: commands::free,
+        flags: "write fast",
+        keys: (1, 1, 1),
         summary: "Internal: deletes a lock its master or the AOF left free, as DEL does, after the request ID it carries",
         complexity: "O(1)",
         arity: -2,
@@ -240,8 +298,11 @@ pub const COMMANDS: [CommandDoc; 15] = [
         acl: "write fast admin dangerous",
         args: &[LOCK, REQUEST],
     },
-    CommandDoc {
+    Command {
         name: "flock.holder",
+        run: commands::holder,
+        flags: "write fast",
+        keys: (1, 1, 1),
         summary: "Internal: sets a key's mode and one owner's grant of any kind (or that it holds none) as its master or the AOF recorded it",
         complexity: "O(1)",
         arity: -4,
