@@ -15,7 +15,7 @@ use crate::grants;
 use crate::place::Place;
 use crate::state::{self, State};
 use crate::timers;
-use crate::waiters::{Answer, Group, Reply, Via, WaitId};
+use crate::waiters::{Answer, Group, Queued, Reply, Via, WaitId};
 use flock_core::effects::{End, Leave};
 use flock_core::lock::{Lock, LockError, Outcomes, Request};
 use flock_core::queue::WaiterId;
@@ -79,7 +79,7 @@ pub fn register(
     group: Option<Box<Group>>,
 ) {
     let timer = (timeout_ms > 0).then(|| timers::create_timer(timeout_ms, on_wait_timeout, wait));
-    s.waiters.insert(wait, via, owner, at, timer, group);
+    s.waiters.insert(wait, via, owner, Queued { at, timer, group }, &mut s.observed);
 }
 
 /// Takes a waiter out of its lock's queue and answers it, if it is still
@@ -123,7 +123,7 @@ fn on_wait_timeout(ctx: &Context, wait: WaitId) {
 fn mark_delivered(delivered: &mut bool, at: &Instant) {
     *delivered = true;
     let micros = u64::try_from(at.elapsed().as_micros()).unwrap_or(u64::MAX);
-    state::with(|s| s.handoff_latency.record(micros));
+    state::with(|s| s.observed.distributions.handoffs.record(micros));
 }
 
 /// The callbacks of a client blocked in WAIT.

@@ -12,6 +12,7 @@ use redis_module::raw::{
     RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER as INTEGER,
     RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY as KEY,
     RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF as ONEOF,
+    RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PATTERN as PATTERN,
     RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN as PURE_TOKEN,
     RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING as STRING, REDISMODULE_CMD_KEY_ACCESS as ACCESS,
     REDISMODULE_CMD_KEY_INCOMPLETE as INCOMPLETE, REDISMODULE_CMD_KEY_RO as RO, REDISMODULE_CMD_KEY_RW as RW,
@@ -19,7 +20,7 @@ use redis_module::raw::{
 };
 
 use crate::ffi::{ArgDoc, Command, CommandTable};
-use crate::{commands, fenced, multi};
+use crate::{commands, fenced, inspect, multi};
 
 const fn arg(name: &'static str, kind: u32) -> ArgDoc {
     ArgDoc { name, kind, token: None, optional: false, multiple: false, subargs: &[] }
@@ -58,7 +59,7 @@ impl CommandTable for Commands {
     const ALL: &'static [Command] = &COMMANDS;
 }
 
-const COMMANDS: [Command; 15] = [
+const COMMANDS: [Command; 18] = [
     Command {
         name: "flock.acquire",
         run: commands::acquire,
@@ -186,6 +187,75 @@ const COMMANDS: [Command; 15] = [
         key_flags: RO | ACCESS,
         acl: "read fast",
         args: &[LOCK],
+    },
+    Command {
+        name: "flock.top",
+        run: inspect::top,
+        flags: "readonly",
+        keys: (0, 0, 0),
+        summary: "Lists the contended locks of the database (those with waiters now), most contended first, each with its holders, waiters and oldest wait, from an index: never a pass over the keys",
+        complexity: "O(C log C) where C is the number of contended locks",
+        arity: -1,
+        key_flags: 0,
+        acl: "read slow",
+        args: &[
+            ArgDoc { name: "count", kind: INTEGER, token: Some("COUNT"), optional: true, multiple: false, subargs: &[] },
+            ArgDoc { name: "pattern", kind: PATTERN, token: Some("MATCH"), optional: true, multiple: false, subargs: &[] },
+            ArgDoc {
+                name: "order",
+                kind: ONEOF,
+                token: Some("BY"),
+                optional: true,
+                multiple: false,
+                subargs: &[
+                    ArgDoc { name: "waiters", kind: PURE_TOKEN, token: Some("WAITERS"), optional: false, multiple: false, subargs: &[] },
+                    ArgDoc { name: "wait", kind: PURE_TOKEN, token: Some("WAIT"), optional: false, multiple: false, subargs: &[] },
+                    ArgDoc { name: "hold", kind: PURE_TOKEN, token: Some("HOLD"), optional: false, multiple: false, subargs: &[] },
+                ],
+            },
+        ],
+    },
+    Command {
+        name: "flock.owner",
+        run: inspect::owner,
+        flags: "readonly",
+        keys: (0, 0, 0),
+        summary: "Shows who an owner blocks and who blocks it: the contended locks it holds, and each lock it waits for with its place in the queue and the owners ahead of it",
+        complexity: "O(H + W*(h + q)) where H is the number of contended locks, W the waits of the owner, h and q the holders and waiters ahead at each",
+        arity: 2,
+        key_flags: 0,
+        acl: "read slow",
+        args: &[OWNER],
+    },
+    Command {
+        name: "flock.longlog",
+        run: inspect::longlog,
+        flags: "admin",
+        keys: (0, 0, 0),
+        summary: "Shows (GET), counts (LEN) or empties (RESET) the record of grants held and waits that lasted longer than flock.longlog-hold-ms and flock.longlog-wait-ms",
+        complexity: "O(N) where N is the number of entries answered",
+        arity: -2,
+        key_flags: 0,
+        acl: "admin slow dangerous",
+        args: &[ArgDoc {
+            name: "subcommand",
+            kind: ONEOF,
+            token: None,
+            optional: false,
+            multiple: false,
+            subargs: &[
+                ArgDoc {
+                    name: "get",
+                    kind: BLOCK,
+                    token: Some("GET"),
+                    optional: false,
+                    multiple: false,
+                    subargs: &[ArgDoc { name: "count", kind: INTEGER, token: None, optional: true, multiple: false, subargs: &[] }],
+                },
+                ArgDoc { name: "len", kind: PURE_TOKEN, token: Some("LEN"), optional: false, multiple: false, subargs: &[] },
+                ArgDoc { name: "reset", kind: PURE_TOKEN, token: Some("RESET"), optional: false, multiple: false, subargs: &[] },
+            ],
+        }],
     },
     Command {
         name: "flock.fenced",

@@ -14,13 +14,16 @@ use crate::ffi;
 use crate::grants;
 use crate::inbox;
 use crate::legacy;
+use crate::observed::held_ms;
 use crate::place::Place;
 use crate::state::{self, State};
-use crate::value::{lock_value, read_lock_value, LockValue, FREE_COMMAND, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION};
+use crate::value::{
+    lock_value, mode_name, read_lock_value, LockValue, FREE_COMMAND, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION,
+};
 use crate::waiters::WaitId;
 use flock_core::args;
 use flock_core::effects::{Counter, End};
-use flock_core::holders::{Holder, Mode, Terms};
+use flock_core::holders::{Holder, Terms};
 use flock_core::limits::MAX_OWNER_LEN;
 use flock_core::lock::{self, Acquired, Lock, LockError, Outcomes, Request, RequestId};
 use flock_core::record::{self, Set};
@@ -404,11 +407,12 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let now = clock::now_ms();
     let ttl = |h: &Holder| h.deadline_ms.saturating_sub(now) as i64;
     let first = holders.first();
+    let held = first.map_or(0, |(h, _)| held_ms(h.token, now));
     let delayed = value.lock.delayed_until().map_or(0, |until| until.saturating_sub(now));
     if first.is_none() && value.lock.waiter_count() == 0 && delayed == 0 {
         return Ok(RedisValue::Null);
     }
-    ffi::reply_map(ctx, 11);
+    ffi::reply_map(ctx, 17);
     ffi::reply_bytes(ctx, b"owner");
     match first {
         Some(&(first, first_terms)) => {
@@ -421,11 +425,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             reply_holder_fields(ctx, 0, 0, -1, false);
         }
     }
-    let (mode, limit) = match value.lock.mode() {
-        Mode::Exclusive => ("exclusive", 0),
-        Mode::Shared => ("shared", 0),
-        Mode::Semaphore(limit) => ("semaphore", limit),
-    };
+    let (mode, limit) = (mode_name(&value.lock), value.lock.mode().limit().unwrap_or(0));
     reply_queue_and_mode(ctx, value.lock.waiter_count(), value.lock.waiters().map(|w| &*w.owner), mode, limit);
     ffi::reply_bytes(ctx, b"holders");
     ffi::reply_array(ctx, holders.len());
@@ -433,7 +433,40 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         reply_holder(ctx, &h.owner, h.holds, h.token, ttl(h), terms.session.is_some(), terms);
     }
     reply_delayed(ctx, delayed);
+    let figures = state::try_with(|s| {
+        let place = place_of(ctx, s, &args[1]);
+        contention(s, &place, &value.lock)
+    });
+    reply_figures(ctx, held, figures.unwrap_or_default());
     Ok(RedisValue::NoReply)
+}
+
+/// While the lock at `place` has waiters: how long the oldest has waited,
+/// and, since it gained its first (`observed::Contention`), how long ago
+/// that was, hand-offs, waits ended and the longest wait. All 0 without.
+fn contention(s: &State, place: &Place, lock: &Lock<WaitId>) -> [u64; 5] {
+    let Some(c) = s.observed.contended.get(place) else { return [0; 5] };
+    let now_us = clock::monotonic_us();
+    let oldest = lock.waiters().find_map(|w| s.waiters.get(w.payload)).map_or(now_us, |w| w.since_us);
+    let ms = |us: u64| us / 1000;
+    [ms(now_us - oldest), ms(now_us - c.since_us), c.handoffs, c.waits_ended, ms(c.longest_wait_us)]
+}
+
+/// FLOCK.INFO's last fields: how long its first holder has held it, then
+/// `contention`'s figures.
+fn reply_figures(ctx: &Context, held_ms: u64, [oldest, contended, handoffs, waits, longest]: [u64; 5]) {
+    let fields = [
+        ("held-ms", held_ms),
+        ("oldest-wait-ms", oldest),
+        ("contended-ms", contended),
+        ("handoffs", handoffs),
+        ("waits-ended", waits),
+        ("longest-wait-ms", longest),
+    ];
+    for (field, n) in fields {
+        ffi::reply_bytes(ctx, field.as_bytes());
+        ctx.reply(Ok(RedisValue::Integer(i64::try_from(n).unwrap_or(i64::MAX))));
+    }
 }
 
 /// FLOCK.INFO of a key that a lock of another client holds, with the
@@ -451,12 +484,14 @@ fn info_foreign(ctx: &Context, name: &RedisString) -> bool {
         _ => Vec::new(),
     };
     let owner = &value[..value.len().min(MAX_OWNER_LEN)];
-    let queue: Vec<Vec<u8>> = state::try_with(|s| {
+    let (queue, figures): (Vec<Vec<u8>>, [u64; 5]) = state::try_with(|s| {
         let place = place_of(ctx, s, name);
-        legacy::shadow(s, &place).map_or_else(Vec::new, |lock| lock.waiters().map(|w| w.owner.to_vec()).collect())
+        legacy::shadow(s, &place).map_or_else(Default::default, |lock| {
+            (lock.waiters().map(|w| w.owner.to_vec()).collect(), contention(s, &place, lock))
+        })
     })
     .unwrap_or_default();
-    ffi::reply_map(ctx, 11);
+    ffi::reply_map(ctx, 17);
     ffi::reply_bytes(ctx, b"owner");
     ffi::reply_bytes(ctx, owner);
     reply_holder_fields(ctx, 1, 0, ttl, false);
@@ -465,6 +500,8 @@ fn info_foreign(ctx: &Context, name: &RedisString) -> bool {
     ffi::reply_array(ctx, 1);
     reply_holder(ctx, owner, 1, 0, ttl, false, Terms::default());
     reply_delayed(ctx, 0);
+    // The other client's lock has no grant time FLOCK knows.
+    reply_figures(ctx, 0, figures);
     true
 }
 

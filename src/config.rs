@@ -1,6 +1,5 @@
-//! Module settings: `loadmodule ... max-waiters N max-lease-ms N
-//! retry-window-ms N session-timeout-ms N allow-eviction yes|no
-//! legacy-locks ttl|all|no`, and `CONFIG GET/SET flock.*` at run time.
+//! Module settings: `loadmodule ... name value ...` (docs/configuration.md),
+//! and `CONFIG GET/SET flock.*` at run time.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Mutex;
@@ -8,7 +7,8 @@ use std::sync::Mutex;
 use redis_module::enum_configuration;
 
 use flock_core::args::SESSION_TIMEOUTS;
-use flock_core::limits::MAX_MS;
+use flock_core::limits::{MAX_LOCK_DELAY_MS, MAX_MS};
+use flock_core::longlog::Limits;
 
 pub const DEFAULT_MAX_WAITERS: i64 = 100_000;
 
@@ -84,11 +84,31 @@ pub fn allow_eviction() -> bool {
     ALLOW_EVICTION.load(Ordering::Relaxed)
 }
 
+/// `flock.longlog-hold-ms`, `flock.longlog-wait-ms` (0: off) and
+/// `flock.longlog-max-len`: what `FLOCK.LONGLOG` keeps.
+pub const DEFAULT_LONGLOG_HOLD_MS: i64 = 60_000;
+pub static LONGLOG_HOLD_MS: AtomicI64 = AtomicI64::new(DEFAULT_LONGLOG_HOLD_MS);
+pub const DEFAULT_LONGLOG_WAIT_MS: i64 = 10_000;
+pub static LONGLOG_WAIT_MS: AtomicI64 = AtomicI64::new(DEFAULT_LONGLOG_WAIT_MS);
+pub const DEFAULT_LONGLOG_MAX_LEN: i64 = 128;
+pub const MAX_LONGLOG_LEN: i64 = 100_000;
+pub static LONGLOG_MAX_LEN: AtomicI64 = AtomicI64::new(DEFAULT_LONGLOG_MAX_LEN);
+
+pub fn longlog_limits() -> Limits {
+    let read = |v: &AtomicI64| u64::try_from(v.load(Ordering::Relaxed)).unwrap_or(0);
+    Limits {
+        hold_ms: read(&LONGLOG_HOLD_MS),
+        wait_ms: read(&LONGLOG_WAIT_MS),
+        max_len: usize::try_from(read(&LONGLOG_MAX_LEN)).unwrap_or(0),
+    }
+}
+
 /// Checks `loadmodule` arguments, which the crate applies without the checks
 /// that CONFIG SET makes (it reads any bool other than `yes` as `no`): name
 /// value pairs of known options, numbers in range, bools `yes` or `no`.
 pub fn check_load_args(args: &[&[u8]]) -> Result<(), String> {
-    const USAGE: &str = "max-waiters N max-lease-ms N retry-window-ms N session-timeout-ms N allow-eviction yes|no legacy-locks ttl|all|no";
+    const USAGE: &str = "max-waiters N max-lease-ms N retry-window-ms N session-timeout-ms N lock-delay-ms N \
+                         longlog-hold-ms N longlog-wait-ms N longlog-max-len N allow-eviction yes|no legacy-locks ttl|all|no";
     if !args.len().is_multiple_of(2) {
         return Err(format!("module arguments are name value pairs: {USAGE}"));
     }
@@ -98,6 +118,9 @@ pub fn check_load_args(args: &[&[u8]]) -> Result<(), String> {
             "max-waiters" => (1, i64::MAX),
             "max-lease-ms" | "retry-window-ms" => (1, MAX_MS as i64),
             "session-timeout-ms" => (*SESSION_TIMEOUTS.start() as i64, *SESSION_TIMEOUTS.end() as i64),
+            "lock-delay-ms" => (0, MAX_LOCK_DELAY_MS as i64),
+            "longlog-hold-ms" | "longlog-wait-ms" => (0, MAX_MS as i64),
+            "longlog-max-len" => (0, MAX_LONGLOG_LEN),
             "allow-eviction" if matches!(pair[1], b"yes" | b"no") => continue,
             "allow-eviction" => return Err("module argument allow-eviction must be yes or no".into()),
             "legacy-locks" if matches!(pair[1], b"ttl" | b"all" | b"no") => continue,

@@ -15,10 +15,8 @@
 
 use redis_module::Context;
 
-use crate::ffi;
 use crate::place::Place;
-use crate::state::State;
-use crate::value::read_lock_value;
+use crate::state::{read_lock, State};
 use crate::waiters::WaitId;
 use flock_core::deadlock;
 use flock_core::holders::Want;
@@ -67,14 +65,5 @@ fn queues_matter(s: &State, owner: &[u8]) -> bool {
 
 /// The owners `owner`, queued at `place`, waits for there.
 fn blockers_at(ctx: &Context, s: &State, place: &Place, owner: &[u8], queues: bool) -> Vec<Box<[u8]>> {
-    if let Some(shadow) = s.shadows.get(place) {
-        return shadow.value.lock.blockers(owner, None, queues);
-    }
-    ffi::with_db(ctx, s.dbs.db(place.ident()), || {
-        let key = ctx.open_key(&ffi::key_name(ctx, place.key()));
-        match read_lock_value(&key) {
-            Ok(Some(value)) => value.lock.blockers(owner, None, queues),
-            _ => Vec::new(),
-        }
-    })
+    read_lock(ctx, s, place, |lock| lock.blockers(owner, None, queues)).unwrap_or_default()
 }

@@ -13,6 +13,7 @@ use redis_module::{Context, RedisString};
 use crate::clock;
 use crate::config;
 use crate::ffi::{self, MAX_ARGS};
+use crate::observed::held_ms;
 use crate::place::Place;
 use crate::state::{Lease, Scratch, Send, Shadow, State, DELAY_ENDS};
 use crate::timers;
@@ -20,6 +21,7 @@ use crate::value::{lock_value, with_args, LockValue, FREE_COMMAND, HOLDER_COMMAN
 use crate::waiters::{self, WaitId};
 use flock_core::clock::Now;
 use flock_core::deadlines::DeadlineId;
+use flock_core::distributions::WaitEnd;
 use flock_core::effects::{effects, Leave, Outcome, Reply, Sent};
 use flock_core::holders::{Holder, Terms};
 use flock_core::lock::{Lock, Outcomes};
@@ -65,6 +67,9 @@ fn follow(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, now: u64, scrat
             }
             Outcome::Granted { token, waiter } => {
                 file(s, place, lock, token, None, now);
+                if waiter.is_some() {
+                    s.observed.handed_off(place);
+                }
                 // A new grant: an older loss of its owner explains nothing now.
                 if let Some((holder, _)) = lock.holders().get(token).filter(|_| !s.losses.is_empty()) {
                     s.losses.forget(&(place.clone(), holder.owner.clone()));
@@ -76,7 +81,8 @@ fn follow(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, now: u64, scrat
                     let place = place.clone();
                     let reply =
                         waiters::Reply::Granted { token, place, until_ms, delivered: false, at: Instant::now() };
-                    s.waiters.answer(&mut s.sessions, wait, reply);
+                    let (waiters, ends) = s.ends();
+                    waiters.answer(ends, wait, reply, WaitEnd::Granted);
                 }
                 Some(Send::Holder(token))
             }
@@ -84,8 +90,12 @@ fn follow(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, now: u64, scrat
                 file(s, place, lock, token, old_session, now);
                 Some(Send::Holder(token))
             }
-            Outcome::Ended { holder, terms, .. } => {
+            Outcome::Ended { holder, terms, why } => {
                 unfile(s, place, &holder, terms);
+                // A replica's grants end as its master says: it times none.
+                if !ffi::is_replica() {
+                    s.observed.hold_ended(place.key(), &holder.owner, held_ms(holder.token, now), why);
+                }
                 s.sessions.ended(holder.token, e.lost);
                 if let Some(loss) = e.lost {
                     s.losses.record((place.clone(), holder.owner.clone()), loss, now, config::retry_window_ms());
@@ -119,7 +129,8 @@ pub fn answer_left(s: &mut State, waiter: WaitId, why: Leave) {
         Reply::Error(why) => waiters::Reply::Error(why),
         Reply::None => waiters::Reply::Silent,
     };
-    if s.waiters.answer(&mut s.sessions, waiter, reply) {
+    let (waiters, ends) = s.ends();
+    if waiters.answer(ends, waiter, reply, WaitEnd::Left(why)) {
         e.counters.iter().for_each(|&c| s.counters.bump(c, 1));
     }
     arm_drain(s);

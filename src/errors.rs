@@ -90,6 +90,9 @@ pub fn arg_error(e: ArgError) -> RedisError {
         ArgError::MissingValue("PERMITS") => "ERR option PERMITS has no value: write PERMITS n LIMIT m".into(),
         ArgError::MissingValue("INBOX") => "ERR option INBOX has no value: write INBOX session-id".into(),
         ArgError::MissingValue("LOCKDELAY") => "ERR option LOCKDELAY has no value: write LOCKDELAY ms".into(),
+        ArgError::MissingValue("COUNT") => "ERR option COUNT has no value: write COUNT n (0: all)".into(),
+        ArgError::MissingValue("MATCH") => "ERR option MATCH has no value: write MATCH pattern".into(),
+        ArgError::MissingValue("BY") => "ERR option BY has no value: write BY waiters, BY wait or BY hold".into(),
         ArgError::MissingValue(o) => format!("ERR option {o} has no value: write {o} timeout-ms (0 waits without limit)"),
         ArgError::Permits => {
             "ERR invalid PERMITS: write PERMITS n LIMIT m with n an integer from 1 to m (the permits this owner takes)"
@@ -116,6 +119,16 @@ pub fn arg_error(e: ArgError) -> RedisError {
         ArgError::InboxTimeout => format!(
             "ERR invalid timeout-ms: it must be an integer number of milliseconds from 0 (no limit) to {MAX_MS}"
         ),
+        ArgError::Count => {
+            "ERR invalid count: it must be a non-negative integer (FLOCK.TOP COUNT 0 and FLOCK.LONGLOG GET -1: all)".into()
+        }
+        ArgError::TopOption(o) => {
+            format!("ERR unknown option '{o}': FLOCK.TOP takes only COUNT n, MATCH pattern and BY waiters|wait|hold")
+        }
+        ArgError::TopBy => "ERR invalid BY: FLOCK.TOP orders BY waiters, BY wait or BY hold".into(),
+        ArgError::LongLog => {
+            "ERR unknown FLOCK.LONGLOG subcommand or wrong number of arguments: use GET [count], LEN or RESET".into()
+        }
         ArgError::SharedAndPermits => {
             "ERR SHARED and PERMITS exclude each other: SHARED is for a read-write lock, PERMITS for a semaphore".into()
         }

@@ -1,11 +1,13 @@
 //! Commands seen before they run, for what FLOCK cannot learn once they do:
-//! which client a `CLIENT UNBLOCK` may still reach, and which keys a
-//! `MIGRATE` takes away whole (their locks go on on the other server).
+//! which client a `CLIENT UNBLOCK` may still reach, which keys a `MIGRATE`
+//! takes away whole (their locks go on on the other server), and a `CONFIG
+//! RESETSTAT` (no server event tells a module of it).
 
 use std::cell::RefCell;
 
 use crate::ffi::{CommandFilter, FilterArgs};
 use crate::state;
+use flock_core::effects::Counters;
 
 thread_local! {
     /// The keys the `MIGRATE` running now moves (no `COPY`): until the next
@@ -33,6 +35,20 @@ impl CommandFilter for Filter {
             }
         });
         unblock_only_the_blocked(args);
+        reset_stats(args);
+    }
+}
+
+/// `CONFIG RESETSTAT` empties FLOCK's statistics as it does Redis's own:
+/// the counters and distributions of `INFO flock` (its gauges are state).
+/// Seen before it runs: one that the ACL refuses resets them too.
+fn reset_stats(args: &FilterArgs) {
+    if args.len() == 2 && args.get(0).eq_ignore_ascii_case(b"config") && args.get(1).eq_ignore_ascii_case(b"resetstat")
+    {
+        state::try_with(|s| {
+            s.counters = Counters::default();
+            s.observed.reset_stats();
+        });
     }
 }
 

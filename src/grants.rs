@@ -10,6 +10,7 @@ use crate::engine::{answer_left, open_lock_at, paused, update};
 use crate::place::Place;
 use crate::state::{self, State};
 use crate::waiters::{self, WaitId};
+use flock_core::distributions::WaitEnd;
 use flock_core::effects::Leave;
 use flock_core::lock::{Acquired, Request, RequestId};
 use flock_core::queue::WaiterId;
@@ -77,7 +78,8 @@ fn grant_all(ctx: &Context, s: &mut State, wait: WaitId) {
         Some(tokens) => {
             let grants = keys.into_iter().map(|(place, _)| place).zip(tokens).collect();
             let reply = waiters::Reply::GrantedAll { grants, delivered: false, at: Instant::now() };
-            s.waiters.answer(&mut s.sessions, wait, reply);
+            let (waiters, ends) = s.ends();
+            waiters.answer(ends, wait, reply, WaitEnd::Granted);
         }
         None => answer_left(s, wait, Leave::HoldLost),
     }

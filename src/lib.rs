@@ -12,7 +12,8 @@
 //! 1. `clock` (where time enters: the lease clock every deadline is on, and
 //!    the wall-clock steps it saw).
 //! 2. `timers` (timers on the monotonic clock, which no wall-clock step
-//!    makes early or late).
+//!    makes early or late), `observed` (what the operator's view reads:
+//!    the contended locks, the distributions, the long holds and waits).
 //! 3. `sessions` (each session's inbox, reader and watched grants).
 //! 4. `waiters` (the registry of waiters, each answered exactly once: a
 //!    blocked client, or an event in its session's inbox).
@@ -33,7 +34,8 @@
 //! 11. Callbacks: `commands` (the FLOCK.* handlers), `events` (server and
 //!     keyspace events).
 //! 12. `multi` (the handlers of the commands on several keys), `fenced`
-//!     (a command run only while a token holds its lock).
+//!     (a command run only while a token holds its lock), `inspect` (the
+//!     operator's view: FLOCK.TOP, FLOCK.OWNER, FLOCK.LONGLOG).
 //! 13. `command_table` (every command declared once: handler, flags, keys,
 //!     ACL categories, COMMAND DOCS; the module's entry creates them all).
 
@@ -57,10 +59,12 @@ mod filter;
 mod grants;
 mod inbox;
 mod info;
+mod inspect;
 mod keytype;
 mod legacy;
 mod moves;
 mod multi;
+mod observed;
 mod place;
 mod sessions;
 mod state;
@@ -73,8 +77,10 @@ mod module {
     use redis_module::{redis_module, Context, RedisString, Status};
 
     use crate::config::{
-        LegacyLocks, ALLOW_EVICTION, DEFAULT_MAX_WAITERS, DEFAULT_RETRY_WINDOW_MS, DEFAULT_SESSION_TIMEOUT_MS,
-        LEGACY_LOCKS, LOCK_DELAY_MS, MAX_LEASE_MS, MAX_WAITERS, RETRY_WINDOW_MS, SESSION_TIMEOUT_MS,
+        LegacyLocks, ALLOW_EVICTION, DEFAULT_LONGLOG_HOLD_MS, DEFAULT_LONGLOG_MAX_LEN, DEFAULT_LONGLOG_WAIT_MS,
+        DEFAULT_MAX_WAITERS, DEFAULT_RETRY_WINDOW_MS, DEFAULT_SESSION_TIMEOUT_MS, LEGACY_LOCKS, LOCK_DELAY_MS,
+        LONGLOG_HOLD_MS, LONGLOG_MAX_LEN, LONGLOG_WAIT_MS, MAX_LEASE_MS, MAX_LONGLOG_LEN, MAX_WAITERS, RETRY_WINDOW_MS,
+        SESSION_TIMEOUT_MS,
     };
     use flock_core::args::SESSION_TIMEOUTS;
     use flock_core::limits::{MAX_LOCK_DELAY_MS, MAX_MS};
@@ -150,6 +156,9 @@ mod module {
                 ["max-lease-ms", &MAX_LEASE_MS, MAX_MS as i64, 1, MAX_MS as i64, ConfigurationFlags::DEFAULT, None],
                 ["retry-window-ms", &RETRY_WINDOW_MS, DEFAULT_RETRY_WINDOW_MS, 1, MAX_MS as i64, ConfigurationFlags::DEFAULT, None],
                 ["lock-delay-ms", &LOCK_DELAY_MS, 0, 0, MAX_LOCK_DELAY_MS as i64, ConfigurationFlags::DEFAULT, None],
+                ["longlog-hold-ms", &LONGLOG_HOLD_MS, DEFAULT_LONGLOG_HOLD_MS, 0, MAX_MS as i64, ConfigurationFlags::DEFAULT, None],
+                ["longlog-wait-ms", &LONGLOG_WAIT_MS, DEFAULT_LONGLOG_WAIT_MS, 0, MAX_MS as i64, ConfigurationFlags::DEFAULT, None],
+                ["longlog-max-len", &LONGLOG_MAX_LEN, DEFAULT_LONGLOG_MAX_LEN, 0, MAX_LONGLOG_LEN, ConfigurationFlags::DEFAULT, None],
                 ["session-timeout-ms", &SESSION_TIMEOUT_MS, DEFAULT_SESSION_TIMEOUT_MS, *SESSION_TIMEOUTS.start() as i64, *SESSION_TIMEOUTS.end() as i64, ConfigurationFlags::DEFAULT, None],
             ],
             // The macro needs every kind listed to accept module arguments.

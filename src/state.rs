@@ -17,13 +17,15 @@ use std::collections::{HashMap, HashSet};
 
 use redis_module::Context;
 
+use crate::ffi;
+use crate::observed::Observed;
 use crate::place::{DbMap, Place};
 use crate::sessions::Sessions;
 use crate::timers::Timer;
-use crate::value::LockValue;
-use crate::waiters::{WaitId, Waiters};
+use crate::value::{read_lock_value, LockValue};
+use crate::waiters::{Ends, WaitId, Waiters};
 use flock_core::effects::{Counters, Event};
-use flock_core::lock::Outcomes;
+use flock_core::lock::{Lock, Outcomes};
 use flock_core::losses::Losses;
 use flock_core::requests::Remembered;
 use flock_core::tokens::TokenSource;
@@ -60,26 +62,6 @@ pub struct Risk {
     /// `flock.allow-eviction` as it was then (for the log only: ACQUIRE
     /// reads the setting itself).
     pub allowed: bool,
-}
-
-/// From a hand-off to its reply being written, in microseconds.
-#[derive(Default, Debug, Clone, Copy)]
-pub struct Latency {
-    total_us: u64,
-    pub max_us: u64,
-    replied: u64,
-}
-
-impl Latency {
-    pub fn record(&mut self, micros: u64) {
-        self.total_us = self.total_us.saturating_add(micros);
-        self.max_us = self.max_us.max(micros);
-        self.replied += 1;
-    }
-
-    pub fn mean_us(&self) -> u64 {
-        self.total_us.checked_div(self.replied).unwrap_or(0)
-    }
 }
 
 /// What replicas and the AOF must hear after an operation.
@@ -121,7 +103,9 @@ pub struct State {
     pub leases: LeaseWheel<Lease>,
     pub tick: Option<Timer>,
     pub counters: Counters,
-    pub handoff_latency: Latency,
+    /// The contended locks, the distributions and the record of long holds
+    /// and waits.
+    pub observed: Observed,
     /// ACQUIREs refused because the maxmemory policy can evict locks.
     pub eviction_refused: u64,
     pub eviction: Risk,
@@ -147,6 +131,11 @@ impl State {
         Place::new(self.dbs.ident(db), key)
     }
 
+    /// What a wait's end touches beside the registry (`Waiters::answer`).
+    pub fn ends(&mut self) -> (&mut Waiters, Ends<'_>) {
+        (&mut self.waiters, Ends { sessions: &mut self.sessions, observed: &mut self.observed })
+    }
+
     pub fn bind_session(&mut self, client: u64, place: &Place, token: u64) {
         self.bindings.entry(client).or_default().insert((place.clone(), token));
     }
@@ -159,6 +148,19 @@ impl State {
             }
         }
     }
+}
+
+/// Runs `f` on the lock at `place`, read only: its key's, or the shadow its
+/// waiters queue on while a lock of another client holds the key; `None`
+/// if there is neither.
+pub fn read_lock<R>(ctx: &Context, s: &State, place: &Place, f: impl FnOnce(&Lock<WaitId>) -> R) -> Option<R> {
+    if let Some(shadow) = s.shadows.get(place) {
+        return Some(f(&shadow.value.lock));
+    }
+    ffi::with_db(ctx, s.dbs.db(place.ident()), || {
+        let key = ctx.open_key(&ffi::key_name(ctx, place.key()));
+        read_lock_value(&key).ok().flatten().map(|value| f(&value.lock))
+    })
 }
 
 /// Work handed over while the state was borrowed.

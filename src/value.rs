@@ -11,6 +11,7 @@ use redis_module::{native_types::RedisType, RedisError};
 use crate::errors::{NOT_CREATED, NOT_REGISTERED, WRONGTYPE};
 use crate::ffi::MAX_ARGS;
 use crate::waiters::WaitId;
+use flock_core::holders::Mode;
 use flock_core::lock::Lock;
 use flock_core::record::Word;
 
@@ -71,6 +72,16 @@ impl LockValue {
 impl Drop for LockValue {
     fn drop(&mut self) {
         LIVE_LOCKS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The name FLOCK.INFO and FLOCK.TOP give a lock's mode.
+pub fn mode_name(lock: &Lock<WaitId>) -> &'static str {
+    match lock.mode() {
+        _ if lock.is_foreign() => "foreign",
+        Mode::Exclusive => "exclusive",
+        Mode::Shared => "shared",
+        Mode::Semaphore(_) => "semaphore",
     }
 }
 

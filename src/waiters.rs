@@ -13,13 +13,31 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::HashMap;
 use std::time::Instant;
 
+use crate::clock;
 use crate::ffi::{BlockedClient, BlockedId};
+use crate::observed::Observed;
 use crate::place::Place;
 use crate::sessions::{Event, Kind, Sessions};
 use crate::timers::{self, Timer};
+use flock_core::distributions::WaitEnd;
 use flock_core::effects::Leave;
 use flock_core::holders::Want;
 use flock_core::queue::WaiterId;
+
+/// Where a new wait queued, and what it brings.
+pub struct Queued {
+    /// Its (first) place and its entry in that lock's queue.
+    pub at: (Place, WaiterId),
+    /// Its WAIT timeout, if it has one.
+    pub timer: Option<Timer>,
+    pub group: Option<Box<Group>>,
+}
+
+/// What a wait's end touches beside the registry.
+pub struct Ends<'a> {
+    pub sessions: &'a mut Sessions,
+    pub observed: &'a mut Observed,
+}
 
 /// Which waiter: a blocked client, or a session's wait by its number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -79,6 +97,19 @@ pub struct Waiter {
     timer: Option<Timer>,
     /// A wait for several keys: all of them.
     pub group: Option<Box<Group>>,
+    /// When it queued (monotonic microseconds).
+    pub since_us: u64,
+}
+
+impl Waiter {
+    /// Every place it waits at: its own, or its group's keys it queued at.
+    pub fn places(&self) -> impl Iterator<Item = &Place> + '_ {
+        match &self.group {
+            Some(group) => Box::new(group.keys.iter().filter(|(_, id)| id.is_some()).map(|(p, _)| p))
+                as Box<dyn Iterator<Item = &Place>>,
+            None => Box::new(std::iter::once(&self.place)),
+        }
+    }
 }
 
 /// A wait for several keys (`FLOCK.ACQUIREALL ... WAIT`): one waiter with
@@ -116,19 +147,14 @@ pub struct Waiters {
 }
 
 impl Waiters {
-    pub fn insert(
-        &mut self,
-        wait: WaitId,
-        via: Via,
-        owner: &[u8],
-        (place, id): (Place, WaiterId),
-        timer: Option<Timer>,
-        group: Option<Box<Group>>,
-    ) {
+    pub fn insert(&mut self, wait: WaitId, via: Via, owner: &[u8], queued: Queued, observed: &mut Observed) {
+        let Queued { at: (place, id), timer, group } = queued;
         let waits = self.by_owner.entry(owner.into()).or_default();
         waits.push(wait);
         self.spread += usize::from(waits.len() == 2) + usize::from(group.is_some());
-        self.waiting.insert(wait, Waiter { via, owner: owner.into(), place, id, timer, group });
+        let waiter = Waiter { via, owner: owner.into(), place, id, timer, group, since_us: clock::monotonic_us() };
+        waiter.places().for_each(|p| observed.queued(p, waiter.since_us));
+        self.waiting.insert(wait, waiter);
     }
 
     /// Whether some waiter waits at more than one lock (several waits of
@@ -141,12 +167,13 @@ impl Waiters {
 
     /// The locks `owner` waits for.
     pub fn places_of(&self, owner: &[u8]) -> impl Iterator<Item = &Place> + '_ {
+        self.waits_of(owner).flat_map(Waiter::places)
+    }
+
+    /// The waits of `owner`.
+    pub fn waits_of(&self, owner: &[u8]) -> impl Iterator<Item = &Waiter> + '_ {
         let waits = self.by_owner.get(owner).map_or(&[][..], Vec::as_slice);
-        waits.iter().filter_map(|w| self.waiting.get(w)).flat_map(|w| match &w.group {
-            Some(group) => Box::new(group.keys.iter().filter(|(_, id)| id.is_some()).map(|(p, _)| p))
-                as Box<dyn Iterator<Item = &Place>>,
-            None => Box::new(std::iter::once(&w.place)),
-        })
+        waits.iter().filter_map(|w| self.waiting.get(w))
     }
 
     /// Whether `id` is a wait for several keys (its grants are answered
@@ -174,12 +201,16 @@ impl Waiters {
         self.waiting.iter().filter(|(_, w)| matches(w.place.ident())).map(|(&id, _)| id).collect()
     }
 
-    /// Ends the wait of a registered waiter with `reply`; false if it is
-    /// no longer registered (already answered). The one place that answers:
-    /// it unblocks a blocked client, or files an event in a session's
-    /// inbox (whose grant the session then watches).
-    pub fn answer(&mut self, sessions: &mut Sessions, id: WaitId, reply: Reply) -> bool {
+    /// Ends the wait of a registered waiter with `reply`, which ended
+    /// `how`; false if it is no longer registered (already answered). The
+    /// one place that answers: it unblocks a blocked client, or files an
+    /// event in a session's inbox (whose grant the session then watches).
+    pub fn answer(&mut self, ends: Ends, id: WaitId, reply: Reply, how: WaitEnd) -> bool {
+        let Ends { sessions, observed } = ends;
         let Some(waiter) = self.waiting.remove(&id) else { return false };
+        let waited_us = clock::monotonic_us().saturating_sub(waiter.since_us);
+        waiter.places().for_each(|p| observed.left(p, waited_us));
+        observed.wait_ended(waiter.place.key(), &waiter.owner, waited_us, how);
         if let Some(waits) = self.by_owner.get_mut(&waiter.owner) {
             waits.retain(|&w| w != id);
             self.spread -= usize::from(waits.len() == 1) + usize::from(waiter.group.is_some());

@@ -23,14 +23,21 @@ pub fn reply_bytes(ctx: &Context, bytes: &[u8]) {
 }
 
 /// The module's `INFO` section: the crate's builder would name it
-/// `flock_flock`; Redis prefixes each field with `flock_`.
-pub fn info_section(ctx: &InfoContext, fields: &[(&str, u64)]) {
+/// `flock_flock`; Redis prefixes each field with `flock_`. The numbers
+/// first, then the texts.
+pub fn info_section(ctx: &InfoContext, numbers: &[(&str, u64)], texts: &[(String, String)]) {
     // SAFETY: `ctx` is the INFO callback's context; a null name is the
     // module's default section.
     unsafe { api!(RedisModule_InfoAddSection)(ctx.ctx, std::ptr::null_mut()) };
-    for &(name, value) in fields {
+    for &(name, value) in numbers {
         let name = std::ffi::CString::new(name).unwrap_or_default();
         // SAFETY: Redis copies the NUL-terminated name during the call.
         unsafe { api!(RedisModule_InfoAddFieldLongLong)(ctx.ctx, name.as_ptr(), value as i64) };
+    }
+    for (name, value) in texts {
+        let name = std::ffi::CString::new(name.as_str()).unwrap_or_default();
+        let value = std::ffi::CString::new(value.as_str()).unwrap_or_default();
+        // SAFETY: Redis copies both NUL-terminated strings during the call.
+        unsafe { api!(RedisModule_InfoAddFieldCString)(ctx.ctx, name.as_ptr(), value.as_ptr()) };
     }
 }

@@ -259,8 +259,25 @@ fn acquire_by_an_owner_already_queued_is_error_queued() {
 /// The seven fields of an exclusive lock, then those of shared holders and
 /// semaphores (tests/integration/shared_holders.rs checks those for them),
 /// then the lock-delay left (tests/integration/lock_delay.rs).
-const INFO_FIELDS: [&str; 11] =
-    ["owner", "holds", "token", "ttl-ms", "session", "waiters", "queue", "mode", "limit", "holders", "delayed-ms"];
+const INFO_FIELDS: [&str; 17] = [
+    "owner",
+    "holds",
+    "token",
+    "ttl-ms",
+    "session",
+    "waiters",
+    "queue",
+    "mode",
+    "limit",
+    "holders",
+    "delayed-ms",
+    "held-ms",
+    "oldest-wait-ms",
+    "contended-ms",
+    "handoffs",
+    "waits-ended",
+    "longest-wait-ms",
+];
 
 #[test]
 fn info_is_nil_for_missing_key() {
@@ -303,6 +320,9 @@ fn check_info_pairs(pairs: &[(Value, Value)], token: i64) {
     let Value::Array(holders) = &pairs[9].1 else { panic!("holders is not an array: {:?}", pairs[9].1) };
     assert_eq!(holders.len(), 1, "the exclusive holder is the one holder listed");
     assert_eq!(pairs[10].1, Value::Int(0), "delayed-ms: no lock-delay runs");
+    let [held, oldest, contended, handoffs, waits, longest] = std::array::from_fn(|i| int(&pairs[11 + i].1));
+    assert!(held >= oldest && contended >= oldest, "a held since before b queued: {pairs:?}");
+    assert_eq!((handoffs, waits, longest), (0, 0, 0), "nothing handed off or ended yet");
 }
 
 fn finish_info_fixture(s: &Server, waiters: Vec<std::thread::JoinHandle<RedisResult<Option<i64>>>>) {
@@ -319,7 +339,7 @@ fn info_resp2_is_flat_array_in_field_order() {
     let (t, waiters) = info_fixture(&s);
     let v: Value = redis::cmd("FLOCK.INFO").arg("L").query(&mut s.conn()).unwrap();
     let Value::Array(items) = v else { panic!("RESP2 FLOCK.INFO is not a flat array: {v:?}") };
-    assert_eq!(items.len(), 22);
+    assert_eq!(items.len(), 34);
     let pairs: Vec<(Value, Value)> = items.chunks(2).map(|p| (p[0].clone(), p[1].clone())).collect();
     check_info_pairs(&pairs, t);
     finish_info_fixture(&s, waiters);

@@ -22,7 +22,9 @@ fn stdout_of(what: &str, out: Output) -> String {
 /// Compares printed and real redis-cli output line by line. Fencing tokens
 /// (integers of 16 or more digits) differ from run to run: each printed
 /// token must stand for one real token, in the same order; a `ttl-ms` value
-/// may be any lease left up to `max_ttl`.
+/// may be any lease left up to `max_ttl`, and the times FLOCK.INFO counts
+/// (`held-ms`, `oldest-wait-ms`, `contended-ms`, `longest-wait-ms`) any, as
+/// may the figures of an `INFO flock` distribution.
 #[derive(Default)]
 struct Transcript {
     /// printed token -> real token
@@ -36,23 +38,36 @@ impl Transcript {
 
     fn compare(&mut self, what: &str, printed: &[&str], real: &[&str], max_ttl: u64) {
         assert_eq!(printed.len(), real.len(), "{what}: printed\n{}\nbut got\n{}", printed.join("\n"), real.join("\n"));
-        let mut after_ttl = false;
+        let (mut after_ttl, mut after_time) = (false, false);
         for (p, r) in printed.iter().zip(real) {
             let (pw, rw): (Vec<&str>, Vec<&str>) = (p.split_whitespace().collect(), r.split_whitespace().collect());
+            if let (Some((p_name, _)), Some((r_name, _))) = (distribution(p), distribution(r)) {
+                assert_eq!(p_name, r_name, "{what}: printed `{p}`, got `{r}`");
+                continue;
+            }
             let same = pw.len() == rw.len()
                 && pw.iter().zip(&rw).all(|(p, r)| {
                     p == r
                         || match (Self::token(p), Self::token(r)) {
                             (Some(p), Some(r)) => *self.tokens.entry(p).or_insert(r) == r,
+                            _ if after_time => r.parse::<u64>().is_ok(),
                             _ => after_ttl && r.parse::<u64>().is_ok_and(|ttl| ttl > 0 && ttl <= max_ttl),
                         }
                 });
             assert!(same, "{what}: printed `{p}`, got `{r}`");
-            after_ttl = p.trim_end_matches('"').ends_with("ttl-ms");
+            let field = p.trim_end_matches('"');
+            after_ttl = field.ends_with("ttl-ms");
+            after_time =
+                ["held-ms", "oldest-wait-ms", "contended-ms", "longest-wait-ms"].iter().any(|f| field.ends_with(f));
         }
         let real: Vec<u64> = self.tokens.values().copied().collect();
         assert!(real.windows(2).all(|w| w[0] < w[1]), "{what}: tokens grow as printed: {:?}", self.tokens);
     }
+}
+
+/// The name of an `INFO flock` distribution's line.
+fn distribution(line: &str) -> Option<(&str, &str)> {
+    line.split_once(':').filter(|(name, _)| name.contains("_percentiles_usec"))
 }
 
 // ------------------------------------------------------ redis-cli session
@@ -94,7 +109,7 @@ const WALKTHROUGH: &str = r#"
 
 -- 4. worker-1 again: reentrant, same token, holds = 2:
 1000000000000001
--- 5. the lock: owner, holds, token, ttl-ms, session, waiters, queue, then mode, limit, each holder and delayed-ms:
+-- 5. the lock: owner, holds, token, ttl-ms, session, waiters, queue, then mode, limit, each holder, delayed-ms and its times:
 owner
 worker-1
 holds
@@ -129,6 +144,18 @@ permits
 lock-delay-ms
 0
 delayed-ms
+0
+held-ms
+0
+oldest-wait-ms
+0
+contended-ms
+0
+handoffs
+0
+waits-ended
+0
+longest-wait-ms
 0
 -- 6. a renewal resets the lease and answers the current token:
 1000000000000001
@@ -173,7 +200,15 @@ flock_eviction_unsafe:0
 flock_eviction_refused_acquires:0
 flock_sessions:0
 flock_remembered_free_locks:0
-flock_clock_steps:0"#;
+flock_clock_steps:0
+flock_contended_locks:0
+flock_longlog_len:0
+flock_wait_percentiles_usec:p50=100863.000,p90=100863.000,p99=100863.000,p99.9=100863.000,max=100863.000
+flock_hold_percentiles_usec:p50=0.000,p90=101375.000,p99=101375.000,p99.9=101375.000,max=101375.000
+flock_handoff_percentiles_usec:p50=0.000,p90=0.000,p99=0.000,p99.9=0.000,max=0.000
+flock_wait_percentiles_usec_timeout:p50=100863.000,p90=100863.000,p99=100863.000,p99.9=100863.000,max=100863.000
+flock_hold_percentiles_usec_released:p50=101375.000,p90=101375.000,p99=101375.000,p99.9=101375.000,max=101375.000
+flock_hold_percentiles_usec_forcereleased:p50=0.000,p90=0.000,p99=0.000,p99.9=0.000,max=0.000"#;
 
 /// A command typed at the prompt (none: output of an earlier command) and
 /// the lines printed after it.

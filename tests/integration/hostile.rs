@@ -686,11 +686,14 @@ fn acl_categories_write_read_flock_on_redis_8_and_valkey_9_but_none_on_redis_7_0
         "flock.id",
         "flock.inbox",
         "flock.info",
+        "flock.longlog",
+        "flock.owner",
         "flock.release",
         "flock.releaseall",
         "flock.renew",
         "flock.session",
         "flock.state",
+        "flock.top",
     ];
     assert_eq!(flock, all, "ACL CAT flock");
     // A session's commands are connection state, as CLIENT's are: not @write.

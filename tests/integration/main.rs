@@ -38,6 +38,7 @@ mod loaded_data;
 mod lock_delay;
 mod memory;
 mod observability;
+mod operator_view;
 mod paused_writes;
 mod random_clients;
 mod redlock;

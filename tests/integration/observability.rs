@@ -13,7 +13,7 @@ const MS: Duration = Duration::from_millis(1);
 // ---------------------------------------------------------------- INFO flock
 
 /// Every field of `INFO flock`, in order (Redis adds the `flock_` prefix).
-const INFO_FIELDS: [&str; 29] = [
+const INFO_FIELDS: [&str; 34] = [
     "locks",
     "waiters",
     "leases",
@@ -43,6 +43,11 @@ const INFO_FIELDS: [&str; 29] = [
     "sessions",
     "remembered_free_locks",
     "clock_steps",
+    "contended_locks",
+    "longlog_len",
+    "wait_percentiles_usec",
+    "hold_percentiles_usec",
+    "handoff_percentiles_usec",
 ];
 
 #[test]
@@ -54,15 +59,17 @@ fn info_flock_lists_every_field_in_order_starting_at_zero() {
     let fields: Vec<(&str, &str)> = lines.map(|l| l.split_once(':').expect("field:value")).collect();
     let names: Vec<&str> = fields.iter().map(|(k, _)| k.strip_prefix("flock_").expect("flock_ prefix")).collect();
     assert_eq!(names, INFO_FIELDS);
-    assert!(fields.iter().all(|(_, v)| *v == "0"), "fresh server: {fields:?}");
+    let zero = |v: &str| v == "0" || v == "p50=0.000,p90=0.000,p99=0.000,p99.9=0.000,max=0.000";
+    assert!(fields.iter().all(|(_, v)| zero(v)), "fresh server: {fields:?}");
     // Also part of plain INFO (and of INFO modules / INFO everything).
     let all: String = redis::cmd("INFO").arg("everything").query(&mut s.conn()).unwrap();
     assert!(all.contains("flock_grants:0"));
 }
 
-/// The counters (and gauges) of `INFO flock`, without the latencies.
+/// The counters (and gauges) of `INFO flock`, without the latencies and
+/// the contended locks (tests/integration/operator_view.rs follows those).
 fn counters(s: &Server) -> BTreeMap<String, i64> {
-    s.stats().into_iter().filter(|(k, _)| !k.starts_with("handoff_latency")).collect()
+    s.stats().into_iter().filter(|(k, _)| !k.starts_with("handoff_latency") && k != "contended_locks").collect()
 }
 
 /// Asserts that since `before` exactly the `changed` fields moved, by the
@@ -382,6 +389,30 @@ fn command_docs_describe_every_command() {
         ),
         ("flock.free", "Internal", [vec![key.clone()], riding()].concat()),
         (
+            "flock.top",
+            "contended locks",
+            vec![
+                arg("count", "integer", Some("COUNT"), true),
+                arg("pattern", "pattern", Some("MATCH"), true),
+                arg("order", "oneof", Some("BY"), true),
+                arg("waiters", "pure-token", Some("WAITERS"), false),
+                arg("wait", "pure-token", Some("WAIT"), false),
+                arg("hold", "pure-token", Some("HOLD"), false),
+            ],
+        ),
+        ("flock.owner", "blocks", vec![owner.clone()]),
+        (
+            "flock.longlog",
+            "record",
+            vec![
+                arg("subcommand", "oneof", None, false),
+                arg("get", "block", Some("GET"), false),
+                arg("count", "integer", None, true),
+                arg("len", "pure-token", Some("LEN"), false),
+                arg("reset", "pure-token", Some("RESET"), false),
+            ],
+        ),
+        (
             "flock.fenced",
             "fencing token",
             vec![
@@ -492,7 +523,10 @@ fn config_get_and_set_round_trip_and_refuse_out_of_range() {
     assert_eq!(config_get(&mut c, "flock.legacy-locks"), "ttl");
     assert_eq!(config_get(&mut c, "flock.session-timeout-ms"), "10000");
     assert_eq!(config_get(&mut c, "flock.lock-delay-ms"), "0");
-    assert_eq!(all.len(), 14, "{all:?}");
+    assert_eq!(config_get(&mut c, "flock.longlog-hold-ms"), "60000");
+    assert_eq!(config_get(&mut c, "flock.longlog-wait-ms"), "10000");
+    assert_eq!(config_get(&mut c, "flock.longlog-max-len"), "128");
+    assert_eq!(all.len(), 20, "{all:?}");
 
     let good = [
         ("flock.max-waiters", "7"),
@@ -503,6 +537,9 @@ fn config_get_and_set_round_trip_and_refuse_out_of_range() {
         ("flock.session-timeout-ms", "3600000"),
         ("flock.legacy-locks", "all"),
         ("flock.legacy-locks", "no"),
+        ("flock.longlog-hold-ms", "0"),
+        ("flock.longlog-wait-ms", "1099511627776"),
+        ("flock.longlog-max-len", "100000"),
     ];
     for (name, value) in good {
         try_config_set(&mut c, name, value).unwrap();
@@ -519,6 +556,8 @@ fn config_get_and_set_round_trip_and_refuse_out_of_range() {
         ("flock.session-timeout-ms", "99"),
         ("flock.session-timeout-ms", "3600001"),
         ("flock.legacy-locks", "yes"),
+        ("flock.longlog-hold-ms", "-1"),
+        ("flock.longlog-max-len", "100001"),
     ];
     for (name, value) in bad {
         let e = try_config_set(&mut c, name, value).expect_err(&format!("{name} {value} refused"));
@@ -633,6 +672,14 @@ fn load_arguments_set_the_options() {
         "2500",
         "legacy-locks",
         "all",
+        "lock-delay-ms",
+        "40",
+        "longlog-hold-ms",
+        "0",
+        "longlog-wait-ms",
+        "2000",
+        "longlog-max-len",
+        "5",
     ];
     let s = ModuleArgsServer::start(&load_args).expect("server starts");
     let mut c = s.try_conn().unwrap();
@@ -642,6 +689,10 @@ fn load_arguments_set_the_options() {
     assert_eq!(config_get(&mut c, "flock.retry-window-ms"), "900");
     assert_eq!(config_get(&mut c, "flock.session-timeout-ms"), "2500");
     assert_eq!(config_get(&mut c, "flock.legacy-locks"), "all");
+    assert_eq!(config_get(&mut c, "flock.lock-delay-ms"), "40");
+    assert_eq!(config_get(&mut c, "flock.longlog-hold-ms"), "0");
+    assert_eq!(config_get(&mut c, "flock.longlog-wait-ms"), "2000");
+    assert_eq!(config_get(&mut c, "flock.longlog-max-len"), "5");
     assert_eq!(strings(&get(&flock_module(&mut c), "args").unwrap()), load_args);
     assert!(acquire(&mut c, "L", "a", 5001).is_err());
     acquire(&mut c, "L", "a", 5000).unwrap().unwrap();
@@ -671,6 +722,9 @@ fn out_of_range_or_unknown_load_arguments_stop_the_server() {
         &["allow-eviction", "maybe"],
         &["allow-eviction", "1"],
         &["legacy-locks", "some"],
+        &["lock-delay-ms", "60001"],
+        &["longlog-max-len", "100001"],
+        &["longlog-wait-ms", "-5"],
     ] {
         assert!(ModuleArgsServer::start(args).is_none(), "{args:?} accepted");
     }

@@ -43,6 +43,14 @@ pub enum ArgError {
     DuplicateKey(usize),
     /// An option of ACQUIRE that a command on several keys does not take.
     NotForAll(&'static str),
+    /// FLOCK.TOP's `COUNT n` or FLOCK.LONGLOG GET's count, not a number in range.
+    Count,
+    /// An option FLOCK.TOP does not take.
+    TopOption(String),
+    /// FLOCK.TOP's `BY` something other than waiters, wait or hold.
+    TopBy,
+    /// FLOCK.LONGLOG without GET, LEN or RESET, or with more than they take.
+    LongLog,
 }
 
 /// Session IDs are 32 lowercase hex digits (128 random bits).
@@ -292,6 +300,97 @@ pub fn shown(bytes: &[u8], max: usize) -> String {
     bytes.iter().take(max).map(|&b| if b.is_ascii_graphic() || b == b' ' { b as char } else { '?' }).collect()
 }
 
+/// How FLOCK.TOP orders the contended locks, the first first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopOrder {
+    /// Most waiters.
+    Waiters,
+    /// The oldest wait.
+    Wait,
+    /// The longest held.
+    Hold,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub struct TopArgs<'a> {
+    /// `None`: all of them.
+    pub count: Option<usize>,
+    pub pattern: Option<&'a [u8]>,
+    pub by: TopOrder,
+}
+
+/// FLOCK.TOP lists this many locks unless told otherwise.
+pub const TOP_COUNT: usize = 10;
+
+/// `[COUNT n] [MATCH pattern] [BY waiters|wait|hold]` (TOP), each once, in
+/// any order.
+pub fn top<'a>(args: &[&'a [u8]]) -> Result<TopArgs<'a>, ArgError> {
+    let (mut count, mut pattern, mut by) = (None, None, None);
+    let mut rest = args.iter();
+    while let Some(option) = rest.next() {
+        let upper = option.to_ascii_uppercase();
+        let (name, seen): (&'static str, bool) = match upper.as_slice() {
+            b"COUNT" => ("COUNT", count.is_some()),
+            b"MATCH" => ("MATCH", pattern.is_some()),
+            b"BY" => ("BY", by.is_some()),
+            _ => return Err(ArgError::TopOption(printable(option))),
+        };
+        if seen {
+            return Err(ArgError::Repeated(name));
+        }
+        let value = *rest.next().ok_or(ArgError::MissingValue(name))?;
+        match name {
+            "COUNT" => count = Some(parse_u64(value).and_then(|n| usize::try_from(n).ok()).ok_or(ArgError::Count)?),
+            "MATCH" => pattern = Some(value),
+            _ => {
+                by = Some(match value.to_ascii_lowercase().as_slice() {
+                    b"waiters" => TopOrder::Waiters,
+                    b"wait" => TopOrder::Wait,
+                    b"hold" => TopOrder::Hold,
+                    _ => return Err(ArgError::TopBy),
+                })
+            }
+        }
+    }
+    let count = match count {
+        Some(0) => None,
+        Some(n) => Some(n),
+        None => Some(TOP_COUNT),
+    };
+    Ok(TopArgs { count, pattern, by: by.unwrap_or(TopOrder::Waiters) })
+}
+
+/// `owner` (OWNER).
+pub fn owner<'a>(args: &[&'a [u8]]) -> Result<&'a [u8], ArgError> {
+    cancel(args)
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum LongLogArgs {
+    /// The newest this many entries (`None`: all).
+    Get(Option<usize>),
+    Len,
+    Reset,
+}
+
+/// FLOCK.LONGLOG GET shows this many entries unless told otherwise.
+pub const LONGLOG_COUNT: usize = 10;
+
+/// `GET [count] | LEN | RESET` (LONGLOG); a count of -1 is all, as SLOWLOG's.
+pub fn longlog(args: &[&[u8]]) -> Result<LongLogArgs, ArgError> {
+    let Some((sub, rest)) = args.split_first() else { return Err(ArgError::Arity) };
+    match (sub.to_ascii_uppercase().as_slice(), rest) {
+        (b"GET", []) => Ok(LongLogArgs::Get(Some(LONGLOG_COUNT))),
+        (b"GET", [b"-1"]) => Ok(LongLogArgs::Get(None)),
+        (b"GET", [n]) => {
+            parse_u64(n).and_then(|n| usize::try_from(n).ok()).map(|n| LongLogArgs::Get(Some(n))).ok_or(ArgError::Count)
+        }
+        (b"LEN", []) => Ok(LongLogArgs::Len),
+        (b"RESET", []) => Ok(LongLogArgs::Reset),
+        _ => Err(ArgError::LongLog),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -470,5 +569,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn top_takes_each_option_once_in_any_order() {
+        assert_eq!(top(&[]), Ok(TopArgs { count: Some(TOP_COUNT), pattern: None, by: TopOrder::Waiters }));
+        assert_eq!(
+            top(&[b"by", b"HOLD", b"match", b"a*", b"count", b"0"]),
+            Ok(TopArgs { count: None, pattern: Some(&b"a*"[..]), by: TopOrder::Hold })
+        );
+        assert_eq!(top(&[b"COUNT", b"-1"]), Err(ArgError::Count));
+        assert_eq!(top(&[b"COUNT"]), Err(ArgError::MissingValue("COUNT")));
+        assert_eq!(top(&[b"COUNT", b"1", b"count", b"2"]), Err(ArgError::Repeated("COUNT")));
+        assert_eq!(top(&[b"BY", b"owner"]), Err(ArgError::TopBy));
+        assert_eq!(top(&[b"LIMIT", b"1"]), Err(ArgError::TopOption("LIMIT".into())));
+    }
+
+    #[test]
+    fn longlog_takes_get_with_a_count_len_or_reset() {
+        assert_eq!(longlog(&[b"get"]), Ok(LongLogArgs::Get(Some(LONGLOG_COUNT))));
+        assert_eq!(longlog(&[b"GET", b"-1"]), Ok(LongLogArgs::Get(None)));
+        assert_eq!(longlog(&[b"GET", b"3"]), Ok(LongLogArgs::Get(Some(3))));
+        assert_eq!(longlog(&[b"GET", b"-2"]), Err(ArgError::Count));
+        assert_eq!(longlog(&[b"len"]), Ok(LongLogArgs::Len));
+        assert_eq!(longlog(&[b"RESET"]), Ok(LongLogArgs::Reset));
+        assert_eq!(longlog(&[b"LEN", b"1"]), Err(ArgError::LongLog));
+        assert_eq!(longlog(&[b"HELP"]), Err(ArgError::LongLog));
+        assert_eq!(longlog(&[]), Err(ArgError::Arity));
     }
 }

@@ -53,6 +53,37 @@ pub enum End {
     Replaced,
 }
 
+impl End {
+    pub const ALL: [End; 8] = [
+        End::Released,
+        End::LeaseEnded,
+        End::ForceReleased,
+        End::SessionClosed,
+        End::Undelivered,
+        End::Deleted,
+        End::Moved,
+        End::Replaced,
+    ];
+
+    /// The word `FLOCK.LONGLOG` and `INFO flock` give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            End::Released => "released",
+            End::LeaseEnded => "expired",
+            End::ForceReleased => "forcereleased",
+            End::SessionClosed => "sessionclosed",
+            End::Undelivered => "undelivered",
+            End::Deleted => "deleted",
+            End::Moved => "moved",
+            End::Replaced => "replaced",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Leave {
     TimedOut,
@@ -69,6 +100,22 @@ pub enum Leave {
     /// A wait for several keys whose owner no longer held a key it held
     /// when it asked, once the others came free: nothing is granted.
     HoldLost,
+}
+
+impl Leave {
+    /// The word `FLOCK.LONGLOG` and `INFO flock` give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Leave::TimedOut => "timeout",
+            Leave::Unblocked => "unblocked",
+            Leave::Disconnected => "disconnected",
+            Leave::Deleted => "deleted",
+            Leave::Demoted => "demoted",
+            Leave::Resent => "resent",
+            Leave::Cancelled => "cancelled",
+            Leave::HoldLost => "holdlost",
+        }
+    }
 }
 
 /// Why a grant its holder did not give back is no longer held here: what

@@ -339,8 +339,8 @@ pub fn queue_of(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Vec<St
     info_field(c, key, "queue").map(|v| redis::from_redis_value(&v).expect("queue")).unwrap_or_default()
 }
 
-/// FLOCK.INFO without the `ttl-ms` fields (also those of each holder),
-/// which change with time.
+/// FLOCK.INFO without the fields that change with time: `ttl-ms` (also
+/// those of each holder), `held-ms` and those counted while it has waiters.
 pub fn info_still(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Option<Vec<(String, Value)>> {
     let still = |holder: &Value| -> Vec<(String, Value)> {
         fields_of(holder).into_iter().filter(|(k, _)| k != "ttl-ms").collect()
@@ -348,7 +348,9 @@ pub fn info_still(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Opti
     info(c, key).map(|fields| {
         fields
             .into_iter()
-            .filter(|(k, _)| k != "ttl-ms")
+            .filter(|(k, _)| {
+                !["ttl-ms", "held-ms", "oldest-wait-ms", "contended-ms", "longest-wait-ms"].contains(&k.as_str())
+            })
             .map(|(k, v)| match (k.as_str(), &v) {
                 ("holders", Value::Array(hs)) => {
                     let hs = hs.iter().map(|h| {
