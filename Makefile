@@ -3,7 +3,7 @@ SHELL := /bin/bash
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 MODULE := target/release/libredis_flock.so
 
-.PHONY: bench-clock deps deps-redis-py deps-clients deps-java deps-python deps-node build run test soak jepsen flaky test-clients test-java test-python test-node test-servers dist deps-dist test-dist layers sizes versions unasync lint leakcheck bench bench-instructions bench-clients clean example-cli example-python example-rust
+.PHONY: bench-clock bench-top deps deps-redis-py deps-clients deps-java deps-python deps-node build run test soak jepsen flaky test-clients test-java test-python test-node test-servers dist deps-dist test-dist layers sizes versions unasync lint leakcheck bench bench-instructions bench-clients clean example-cli example-python example-rust
 
 # The server that run, test and bench start: empty for the system's
 # redis-server, or redis-7.0 (the same, checked to be 7.0), redis-8.2 or
@@ -92,11 +92,12 @@ $(CLIENTS:%=test-%): test-%: build deps-%
 # What the clients' suites need, each installed only when missing: JDK 17 and
 # JUnit 5 (Debian's openjdk-17-jdk-headless and junit5: no Maven download),
 # openssl (the Java TLS test makes its certificates);
-# a virtualenv in target/ with pytest, pytest-asyncio, pytest-xdist and psycopg from PyPI
-# (Debian's python3-venv when venv fails) and Debian's PostgreSQL (docs/fencing.md's recipe
-# is tested against it); Node and npm (Debian's when missing) and the
-# Node client's devDependencies (ioredis, redis, typescript) from its
-# package-lock.json when node_modules is missing or stale.
+# a virtualenv in target/ with pytest, pytest-asyncio, pytest-xdist, psycopg and rich
+# from PyPI (Debian's python3-venv when venv fails), Debian's PostgreSQL (docs/fencing.md's
+# recipe is tested against it) and tmux (`redis-flock top`'s live view is tested in
+# it); Node and npm (Debian's when missing) and the Node client's devDependencies
+# (ioredis, redis, typescript) from its package-lock.json when node_modules is
+# missing or stale.
 PYVENV := target/python-venv
 deps-clients: $(CLIENTS:%=deps-%)
 deps-java:
@@ -111,11 +112,13 @@ deps-java:
 deps-python:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
 	|| { $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
-	@{ [ -x $(PYVENV)/bin/pytest ] && $(PYVENV)/bin/python -c 'import xdist, psycopg' 2>/dev/null; } || { \
+	@command -v tmux >/dev/null \
+	|| { $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null; }
+	@{ [ -x $(PYVENV)/bin/pytest ] && $(PYVENV)/bin/python -c 'import xdist, psycopg, rich' 2>/dev/null; } || { \
 		python3 -m venv $(PYVENV) >/dev/null 2>&1 || { rm -rf $(PYVENV) \
 			&& $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y python3-venv \
 			&& python3 -m venv $(PYVENV); } \
-		&& $(PYVENV)/bin/pip install --quiet --disable-pip-version-check pytest pytest-asyncio pytest-xdist 'psycopg[binary]'; }
+		&& $(PYVENV)/bin/pip install --quiet --disable-pip-version-check pytest pytest-asyncio pytest-xdist 'psycopg[binary]' rich; }
 deps-node:
 	@{ command -v node && command -v npm; } >/dev/null \
 	|| { $(SUDO) apt-get update && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y nodejs npm; }
@@ -226,6 +229,14 @@ bench: build
 bench-clock: build deps-redis-py
 	server=$$(scripts/server.sh $(or $(SERVER),redis-8.2)) && FLOCK_SERVER=$$server \
 		python3 scripts/clock-step-bench.py $(abspath $(MODULE)) $(or $(LOCKS),1000)
+
+# The operator's view at scale: FLOCK.TOP's server time on 1,000,000 locks
+# of which 100 have a waiter (INFO commandstats), and the server CPU that
+# `redis-flock top` refreshing every second costs (scripts/top-bench.py,
+# about 2 minutes; LOCKS changes the count).
+bench-top: build deps-python
+	$(with_server) PYTHONPATH=clients/python/src PYTHON=$(abspath $(PYVENV))/bin/python \
+		$(PYVENV)/bin/python scripts/top-bench.py $(abspath $(MODULE)) $(or $(LOCKS),1000000)
 
 # Instructions redis-server runs per uncontended ACQUIRE + RELEASE pair
 # (callgrind, 10,000 pairs on one connection, bare and as the clients send

@@ -259,26 +259,6 @@ fn acquire_by_an_owner_already_queued_is_error_queued() {
 /// The seven fields of an exclusive lock, then those of shared holders and
 /// semaphores (tests/integration/shared_holders.rs checks those for them),
 /// then the lock-delay left (tests/integration/lock_delay.rs).
-const INFO_FIELDS: [&str; 17] = [
-    "owner",
-    "holds",
-    "token",
-    "ttl-ms",
-    "session",
-    "waiters",
-    "queue",
-    "mode",
-    "limit",
-    "holders",
-    "delayed-ms",
-    "held-ms",
-    "oldest-wait-ms",
-    "contended-ms",
-    "handoffs",
-    "waits-ended",
-    "longest-wait-ms",
-];
-
 #[test]
 fn info_is_nil_for_missing_key() {
     let s = Server::start();

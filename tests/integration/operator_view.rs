@@ -366,3 +366,84 @@ fn flock_info_shows_a_contended_locks_own_figures() {
     assert_eq!((f["handoffs"], f["contended-ms"], f["oldest-wait-ms"]), (0, 0, 0), "no waiter: no figures");
     release(&mut c, "L", "w2").unwrap();
 }
+
+/// The incident of docs/observability.md, step by step: `batch-3` holds
+/// `ledger` and is stuck; `worker-7` holds `billing:invoice-42` and waits
+/// for `ledger`; three workers wait for the invoice.
+#[test]
+fn the_incident_in_the_observability_guide_goes_as_told() {
+    let s = Server::start();
+    let mut c = s.conn();
+    for (name, value) in [("flock.longlog-hold-ms", "1"), ("flock.longlog-wait-ms", "1")] {
+        let () = redis::cmd("CONFIG").arg("SET").arg(name).arg(value).query(&mut c).unwrap();
+    }
+    let stuck = acquire(&mut c, "ledger", "batch-3", 600_000).unwrap().unwrap();
+    acquire(&mut c, "billing:invoice-42", "worker-7", 60_000).unwrap().unwrap();
+    let w7 = spawn_timed_waiter(s.conn(), "ledger", "worker-7", 0);
+    wait_until("worker-7 queued", 5 * SECOND, || queue_of(&mut c, "ledger").len() == 1);
+    let mut workers = Vec::new();
+    for w in ["worker-2", "worker-5", "worker-9"] {
+        workers.push(spawn_timed_waiter(s.conn(), "billing:invoice-42", w, 120_000));
+        wait_until("queued", 5 * SECOND, || {
+            queue_of(&mut c, "billing:invoice-42").last().map(String::as_str) == Some(w)
+        });
+    }
+
+    let contended = top(&mut c, &[]);
+    assert_eq!(keys(&contended), ["billing:invoice-42", "ledger"]);
+    let first_holder = |row: &Row| text(&holders(row)[0]["owner"]);
+    assert_eq!((int(&contended[0]["waiters"]), first_holder(&contended[0])), (3, "worker-7".into()));
+    assert_eq!((int(&contended[1]["waiters"]), first_holder(&contended[1])), (1, "batch-3".into()));
+    let owner = |c: &mut Connection, who: &str| -> (Vec<String>, Vec<(String, i64, Vec<String>)>) {
+        let v: Value = redis::cmd("FLOCK.OWNER").arg(who).query(c).unwrap();
+        let f: HashMap<String, Value> = fields_of(&v).into_iter().collect();
+        let waits = rows(f["waits"].clone())
+            .iter()
+            .map(|w| (text(&w["key"]), int(&w["position"]), redis::from_redis_value(&w["blocked-by"]).unwrap()))
+            .collect();
+        (keys(&rows(f["holds"].clone())), waits)
+    };
+    assert_eq!(
+        owner(&mut c, "worker-7"),
+        (vec!["billing:invoice-42".into()], vec![("ledger".into(), 1, vec!["batch-3".into()])])
+    );
+    assert_eq!(owner(&mut c, "batch-3"), (vec!["ledger".into()], vec![]), "the stuck holder waits for nothing");
+
+    assert_eq!(force_release(&mut c, "ledger").unwrap(), 1);
+    let granted = w7.join().unwrap().0.unwrap().expect("worker-7 granted the ledger");
+    assert!(granted > stuck, "a new token, which a fenced write of batch-3 cannot match");
+    release(&mut c, "ledger", "worker-7").unwrap();
+    release(&mut c, "billing:invoice-42", "worker-7").unwrap();
+    assert!(workers.remove(0).join().unwrap().0.unwrap().is_some(), "worker-2 gets the invoice");
+
+    let entries = longlog(&mut c, &["-1"]);
+    let seen: Vec<(String, String, String)> =
+        entries.iter().map(|e| (text(&e["kind"]), text(&e["owner"]), text(&e["ended"]))).collect();
+    assert_eq!(seen[0], ("wait".into(), "worker-2".into(), "granted".into()), "{seen:?}");
+    assert_eq!(seen[1], ("hold".into(), "worker-7".into(), "released".into()), "{seen:?}");
+    assert!(seen.contains(&("hold".into(), "batch-3".into(), "forcereleased".into())), "{seen:?}");
+    assert!(distributions(&mut c).contains_key("hold_percentiles_usec_forcereleased"));
+    let_go(&mut c, &["billing:invoice-42"], workers);
+}
+
+#[test]
+fn the_prometheus_script_returns_every_flock_field_as_a_number() {
+    let s = Server::start();
+    let mut c = s.conn();
+    acquire(&mut c, "L", "a", 60_000).unwrap().unwrap();
+    let script = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/flock-metrics.lua")).unwrap();
+    for eval in ["EVAL", "EVAL_RO"] {
+        let pairs: Vec<String> = redis::cmd(eval).arg(&script).arg(0).query(&mut c).unwrap();
+        let fields: HashMap<&str, f64> =
+            pairs.chunks(2).map(|p| (p[0].as_str(), p[1].parse().unwrap_or_else(|_| panic!("{p:?}")))).collect();
+        assert_eq!(fields["flock_grants"], 1.0);
+        assert_eq!(fields["flock_locks"], 1.0);
+        // Every number of INFO flock, and five fields per distribution.
+        let numbers = s.stats().len();
+        let distributions = distributions(&mut c).len();
+        assert_eq!(fields.len(), numbers + 5 * distributions, "{fields:?}");
+        for p in ["p50", "p90", "p99", "p99_9", "max"] {
+            assert!(fields.contains_key(format!("flock_wait_percentiles_usec_{p}").as_str()), "{p}");
+        }
+    }
+}

@@ -332,28 +332,7 @@ fn counters_end_each_shared_holder_once() {
 
 fn check_info_shape(fields: &[(String, Value)], first_token: i64) {
     let names: Vec<&str> = fields.iter().map(|(k, _)| k.as_str()).collect();
-    assert_eq!(
-        names,
-        [
-            "owner",
-            "holds",
-            "token",
-            "ttl-ms",
-            "session",
-            "waiters",
-            "queue",
-            "mode",
-            "limit",
-            "holders",
-            "delayed-ms",
-            "held-ms",
-            "oldest-wait-ms",
-            "contended-ms",
-            "handoffs",
-            "waits-ended",
-            "longest-wait-ms"
-        ]
-    );
+    assert_eq!(names, INFO_FIELDS);
     assert_eq!(fields[0].1, Value::BulkString(b"a".to_vec()), "the first seven show the earliest grant");
     assert_eq!(fields[2].1, Value::Int(first_token));
     assert_eq!(fields[5].1, Value::Int(1), "waiters");

@@ -364,18 +364,8 @@ mod tests {
 
     #[test]
     fn every_end_has_its_own_counter_and_only_deletions_moves_and_replacements_are_not_sent() {
-        let ends = [
-            End::Released,
-            End::LeaseEnded,
-            End::ForceReleased,
-            End::SessionClosed,
-            End::Undelivered,
-            End::Deleted,
-            End::Moved,
-            End::Replaced,
-        ];
         let mut seen: Vec<Counter> = Vec::new();
-        for why in ends {
+        for why in End::ALL {
             let e = effects(&ended(why));
             seen.extend(e.counters);
             let redis_tells = matches!(why, End::Deleted | End::Moved | End::Replaced);

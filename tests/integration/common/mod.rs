@@ -317,6 +317,27 @@ pub fn force_release(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> R
     redis::cmd("FLOCK.FORCERELEASE").arg(key.as_ref()).query(c)
 }
 
+/// FLOCK.INFO's fields, in reply order.
+pub const INFO_FIELDS: [&str; 17] = [
+    "owner",
+    "holds",
+    "token",
+    "ttl-ms",
+    "session",
+    "waiters",
+    "queue",
+    "mode",
+    "limit",
+    "holders",
+    "delayed-ms",
+    "held-ms",
+    "oldest-wait-ms",
+    "contended-ms",
+    "handoffs",
+    "waits-ended",
+    "longest-wait-ms",
+];
+
 /// FLOCK.INFO as (field, value) pairs in reply order; `None` for nil.
 pub fn info(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Option<Vec<(String, Value)>> {
     let v: Value = redis::cmd("FLOCK.INFO").arg(key.as_ref()).query(c).expect("FLOCK.INFO");
