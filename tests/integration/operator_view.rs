@@ -394,7 +394,9 @@ fn the_incident_in_the_observability_guide_goes_as_told() {
     let first_holder = |row: &Row| text(&holders(row)[0]["owner"]);
     assert_eq!((int(&contended[0]["waiters"]), first_holder(&contended[0])), (3, "worker-7".into()));
     assert_eq!((int(&contended[1]["waiters"]), first_holder(&contended[1])), (1, "batch-3".into()));
-    let owner = |c: &mut Connection, who: &str| -> (Vec<String>, Vec<(String, i64, Vec<String>)>) {
+    // The keys it holds; each wait as (key, position, blocked-by).
+    type Waits = Vec<(String, i64, Vec<String>)>;
+    let owner = |c: &mut Connection, who: &str| -> (Vec<String>, Waits) {
         let v: Value = redis::cmd("FLOCK.OWNER").arg(who).query(c).unwrap();
         let f: HashMap<String, Value> = fields_of(&v).into_iter().collect();
         let waits = rows(f["waits"].clone())
