@@ -65,11 +65,6 @@ impl Distribution {
         out.push(format!("max={}.000", value(None)));
         out.join(",")
     }
-
-    /// Bytes this distribution holds.
-    pub fn heap_size(&self) -> usize {
-        self.0.as_ref().map_or(0, |h| std::mem::size_of::<Histogram<u64>>() + h.distinct_values() * 8)
-    }
 }
 
 /// How a wait ended: granted, or why it left.
@@ -137,10 +132,6 @@ impl Distributions {
         of.for_each(|(_, d)| all.add(d));
         all
     }
-
-    pub fn heap_size(&self) -> usize {
-        self.waits.iter().chain(&self.holds).chain([&self.handoffs]).map(Distribution::heap_size).sum()
-    }
 }
 
 #[cfg(test)]
@@ -151,7 +142,6 @@ mod tests {
     fn an_empty_distribution_shows_zeros_and_costs_nothing() {
         let d = Distribution::default();
         assert_eq!(d.summary(), "p50=0.000,p90=0.000,p99=0.000,p99.9=0.000,max=0.000");
-        assert_eq!(d.heap_size(), 0);
         assert!(d.is_empty());
     }
 
