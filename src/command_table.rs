@@ -197,7 +197,7 @@ const COMMANDS: [Command; 18] = [
         complexity: "O(C log C) where C is the number of contended locks",
         arity: -1,
         key_flags: 0,
-        acl: "read slow",
+        acl: "keyspace read slow",
         args: &[
             ArgDoc { name: "count", kind: INTEGER, token: Some("COUNT"), optional: true, multiple: false, subargs: &[] },
             ArgDoc { name: "pattern", kind: PATTERN, token: Some("MATCH"), optional: true, multiple: false, subargs: &[] },
@@ -224,7 +224,7 @@ const COMMANDS: [Command; 18] = [
         complexity: "O(H + W*(h + q)) where H is the number of contended locks, W the waits of the owner, h and q the holders and waiters ahead at each",
         arity: 2,
         key_flags: 0,
-        acl: "read slow",
+        acl: "keyspace read slow",
         args: &[OWNER],
     },
     Command {

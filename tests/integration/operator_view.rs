@@ -449,3 +449,25 @@ fn the_prometheus_script_returns_every_flock_field_as_a_number() {
         }
     }
 }
+
+#[test]
+fn the_operator_commands_are_in_the_acl_categories_of_keys_scan_and_slowlog() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let (family, major, minor) = server_version(&mut c);
+    if family == "redis" && (major, minor) < (7, 2) {
+        eprintln!("{family} {major}.{minor} puts module commands in no ACL category");
+        return;
+    }
+    let category = |c: &mut Connection, name: &str| -> Vec<String> {
+        let mut all: Vec<String> = redis::cmd("ACL").arg("CAT").arg(name).query(c).unwrap();
+        all.retain(|n| ["flock.top", "flock.owner", "flock.longlog"].contains(&n.as_str()));
+        all.sort();
+        all
+    };
+    assert_eq!(category(&mut c, "keyspace"), ["flock.owner", "flock.top"]);
+    assert_eq!(category(&mut c, "read"), ["flock.owner", "flock.top"]);
+    assert_eq!(category(&mut c, "slow"), ["flock.longlog", "flock.owner", "flock.top"]);
+    assert_eq!(category(&mut c, "admin"), ["flock.longlog"]);
+    assert_eq!(category(&mut c, "dangerous"), ["flock.longlog"]);
+}
