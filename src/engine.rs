@@ -52,7 +52,8 @@ fn wakeups() -> &'static Wakeups {
 /// lease timer, session bindings, replies; gathers in `scratch` what to
 /// send and notify when the operation is done. Takes the outcomes out of
 /// `scratch.outcomes`.
-fn follow(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, now: u64, scratch: &mut Scratch) {
+/// `replica`: this server follows a master, whose grants it does not time.
+fn follow(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, now: u64, replica: bool, scratch: &mut Scratch) {
     for outcome in scratch.outcomes.drain(..) {
         let e = effects(&outcome);
         let send = match outcome {
@@ -92,8 +93,7 @@ fn follow(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, now: u64, scrat
             }
             Outcome::Ended { holder, terms, why } => {
                 unfile(s, place, &holder, terms);
-                // A replica's grants end as its master says: it times none.
-                if !ffi::is_replica() {
+                if !replica {
                     s.observed.hold_ended(place.key(), &holder.owner, held_ms(holder.token, now), why);
                 }
                 s.sessions.ended(holder.token, e.lost);
@@ -116,7 +116,8 @@ fn follow(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, now: u64, scrat
 /// Follows `out` on its own: what it would send or notify is dropped (only
 /// restored, deleted or replaced holders and leaving waiters come here).
 pub fn follow_quietly(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, out: Outcomes<WaitId>) {
-    follow(s, place, lock, clock::now_ms(), &mut Scratch { outcomes: out, ..Scratch::default() });
+    let scratch = &mut Scratch { outcomes: out, ..Scratch::default() };
+    follow(s, place, lock, clock::now_ms(), ffi::is_replica(), scratch);
 }
 
 /// Answers a waiter that leaves without a grant, and counts it if it was
@@ -186,12 +187,13 @@ pub fn update<R>(
     let requests_made = value.lock.requests().map_or(0, Requests::made);
     let mut scratch = std::mem::take(&mut s.scratch);
     // A replica follows its master and never ends a lease itself.
-    if !ffi::is_replica() {
+    let replica = ffi::is_replica();
+    if !replica {
         value.lock.expire(owner, now, &mut s.tokens, &mut scratch.outcomes);
     }
     let result = op(s, &mut value.lock, &mut scratch.outcomes, now);
     settle_gated_head(s, &mut value.lock, now, &mut scratch.outcomes);
-    follow(s, k.place, &mut value.lock, now, &mut scratch);
+    follow(s, k.place, &mut value.lock, now, replica, &mut scratch);
     if value.lock.is_idle() {
         // Replicas and the AOF see the key deleted by name, as a DEL would.
         let rider = propagate_requests(k, value, requests_made, true, clocks);
