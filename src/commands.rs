@@ -412,7 +412,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if first.is_none() && value.lock.waiter_count() == 0 && delayed == 0 {
         return Ok(RedisValue::Null);
     }
-    ffi::reply_map(ctx, 17);
+    ffi::reply_map(ctx, 18);
     ffi::reply_bytes(ctx, b"owner");
     match first {
         Some(&(first, first_terms)) => {
@@ -443,18 +443,20 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 /// While the lock at `place` has waiters: how long the oldest has waited,
 /// and, since it gained its first (`observed::Contention`), how long ago
-/// that was, hand-offs, waits ended and the longest wait. All 0 without.
-fn contention(s: &State, place: &Place, lock: &Lock<WaitId>) -> [u64; 5] {
-    let Some(c) = s.observed.contended.get(place) else { return [0; 5] };
+/// that was, hand-offs, waits ended, the longest wait and the longest hold.
+/// All 0 without.
+fn contention(s: &State, place: &Place, lock: &Lock<WaitId>) -> [u64; 6] {
+    let Some(c) = s.observed.contended.get(place) else { return [0; 6] };
     let now_us = clock::monotonic_us();
     let oldest = lock.waiters().find_map(|w| s.waiters.get(w.payload)).map_or(now_us, |w| w.since_us);
     let ms = |us: u64| us / 1000;
-    [ms(now_us - oldest), ms(now_us - c.since_us), c.handoffs, c.waits_ended, ms(c.longest_wait_us)]
+    let (since, longest_wait) = (ms(now_us - c.since_us), ms(c.longest_wait_us));
+    [ms(now_us - oldest), since, c.handoffs, c.waits_ended, longest_wait, c.longest_hold_ms]
 }
 
 /// FLOCK.INFO's last fields: how long its first holder has held it, then
 /// `contention`'s figures.
-fn reply_figures(ctx: &Context, held_ms: u64, [oldest, contended, handoffs, waits, longest]: [u64; 5]) {
+fn reply_figures(ctx: &Context, held_ms: u64, [oldest, contended, handoffs, waits, longest, held_longest]: [u64; 6]) {
     let fields = [
         ("held-ms", held_ms),
         ("oldest-wait-ms", oldest),
@@ -462,6 +464,7 @@ fn reply_figures(ctx: &Context, held_ms: u64, [oldest, contended, handoffs, wait
         ("handoffs", handoffs),
         ("waits-ended", waits),
         ("longest-wait-ms", longest),
+        ("longest-hold-ms", held_longest),
     ];
     for (field, n) in fields {
         ffi::reply_bytes(ctx, field.as_bytes());
@@ -484,14 +487,14 @@ fn info_foreign(ctx: &Context, name: &RedisString) -> bool {
         _ => Vec::new(),
     };
     let owner = &value[..value.len().min(MAX_OWNER_LEN)];
-    let (queue, figures): (Vec<Vec<u8>>, [u64; 5]) = state::try_with(|s| {
+    let (queue, figures): (Vec<Vec<u8>>, [u64; 6]) = state::try_with(|s| {
         let place = place_of(ctx, s, name);
         legacy::shadow(s, &place).map_or_else(Default::default, |lock| {
             (lock.waiters().map(|w| w.owner.to_vec()).collect(), contention(s, &place, lock))
         })
     })
     .unwrap_or_default();
-    ffi::reply_map(ctx, 17);
+    ffi::reply_map(ctx, 18);
     ffi::reply_bytes(ctx, b"owner");
     ffi::reply_bytes(ctx, owner);
     reply_holder_fields(ctx, 1, 0, ttl, false);

@@ -94,7 +94,7 @@ fn follow(s: &mut State, place: &Place, lock: &mut Lock<WaitId>, now: u64, repli
             Outcome::Ended { holder, terms, why } => {
                 unfile(s, place, &holder, terms);
                 if !replica {
-                    s.observed.hold_ended(place.key(), &holder.owner, held_ms(holder.token, now), why);
+                    s.observed.hold_ended(place, &holder.owner, held_ms(holder.token, now), why);
                 }
                 s.sessions.ended(holder.token, e.lost);
                 if let Some(loss) = e.lost {

@@ -24,6 +24,8 @@ pub struct Contention {
     /// Waits that ended here, granted or not.
     pub waits_ended: u64,
     pub longest_wait_us: u64,
+    /// The longest grant that ended here meanwhile.
+    pub longest_hold_ms: u64,
 }
 
 #[derive(Default)]
@@ -42,6 +44,7 @@ impl Observed {
             handoffs: 0,
             waits_ended: 0,
             longest_wait_us: 0,
+            longest_hold_ms: 0,
         });
         entry.waiters += 1;
     }
@@ -65,10 +68,16 @@ impl Observed {
         self.longlog.offer(ended, || clock::now().wall_ms, config::longlog_limits());
     }
 
-    /// A grant of `owner` at `key` ended after `held_ms`.
-    pub fn hold_ended(&mut self, key: &[u8], owner: &[u8], held_ms: u64, how: End) {
+    /// A grant of `owner` at `place` ended after `held_ms`.
+    pub fn hold_ended(&mut self, place: &Place, owner: &[u8], held_ms: u64, how: End) {
         self.distributions.hold_ended(how, held_ms.saturating_mul(1000));
-        let ended = Ended { kind: Kind::Hold, key, owner, duration_ms: held_ms, ended: how.name() };
+        // While no lock has waiters (most of the time, on most servers), no
+        // lookup: an uncontended release costs the index nothing.
+        let contended = if self.contended.is_empty() { None } else { self.contended.get_mut(place) };
+        if let Some(entry) = contended {
+            entry.longest_hold_ms = entry.longest_hold_ms.max(held_ms);
+        }
+        let ended = Ended { kind: Kind::Hold, key: place.key(), owner, duration_ms: held_ms, ended: how.name() };
         self.longlog.offer(ended, || clock::now().wall_ms, config::longlog_limits());
     }
 

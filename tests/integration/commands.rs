@@ -300,9 +300,10 @@ fn check_info_pairs(pairs: &[(Value, Value)], token: i64) {
     let Value::Array(holders) = &pairs[9].1 else { panic!("holders is not an array: {:?}", pairs[9].1) };
     assert_eq!(holders.len(), 1, "the exclusive holder is the one holder listed");
     assert_eq!(pairs[10].1, Value::Int(0), "delayed-ms: no lock-delay runs");
-    let [held, oldest, contended, handoffs, waits, longest] = std::array::from_fn(|i| int(&pairs[11 + i].1));
+    let [held, oldest, contended, handoffs, waits, longest, held_longest] =
+        std::array::from_fn(|i| int(&pairs[11 + i].1));
     assert!(held >= oldest && contended >= oldest, "a held since before b queued: {pairs:?}");
-    assert_eq!((handoffs, waits, longest), (0, 0, 0), "nothing handed off or ended yet");
+    assert_eq!((handoffs, waits, longest, held_longest), (0, 0, 0, 0), "nothing handed off or ended yet");
 }
 
 fn finish_info_fixture(s: &Server, waiters: Vec<std::thread::JoinHandle<RedisResult<Option<i64>>>>) {
@@ -319,7 +320,7 @@ fn info_resp2_is_flat_array_in_field_order() {
     let (t, waiters) = info_fixture(&s);
     let v: Value = redis::cmd("FLOCK.INFO").arg("L").query(&mut s.conn()).unwrap();
     let Value::Array(items) = v else { panic!("RESP2 FLOCK.INFO is not a flat array: {v:?}") };
-    assert_eq!(items.len(), 34);
+    assert_eq!(items.len(), 36);
     let pairs: Vec<(Value, Value)> = items.chunks(2).map(|p| (p[0].clone(), p[1].clone())).collect();
     check_info_pairs(&pairs, t);
     finish_info_fixture(&s, waiters);

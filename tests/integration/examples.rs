@@ -23,7 +23,7 @@ fn stdout_of(what: &str, out: Output) -> String {
 /// (integers of 16 or more digits) differ from run to run: each printed
 /// token must stand for one real token, in the same order; a `ttl-ms` value
 /// may be any lease left up to `max_ttl`, and the times FLOCK.INFO counts
-/// (`held-ms`, `oldest-wait-ms`, `contended-ms`, `longest-wait-ms`) any, as
+/// (`held-ms`, `oldest-wait-ms`, `contended-ms` and the longest) any, as
 /// may the figures of an `INFO flock` distribution.
 #[derive(Default)]
 struct Transcript {
@@ -57,8 +57,9 @@ impl Transcript {
             assert!(same, "{what}: printed `{p}`, got `{r}`");
             let field = p.trim_end_matches('"');
             after_ttl = field.ends_with("ttl-ms");
-            after_time =
-                ["held-ms", "oldest-wait-ms", "contended-ms", "longest-wait-ms"].iter().any(|f| field.ends_with(f));
+            after_time = ["held-ms", "oldest-wait-ms", "contended-ms", "longest-wait-ms", "longest-hold-ms"]
+                .iter()
+                .any(|f| field.ends_with(f));
         }
         let real: Vec<u64> = self.tokens.values().copied().collect();
         assert!(real.windows(2).all(|w| w[0] < w[1]), "{what}: tokens grow as printed: {:?}", self.tokens);
@@ -156,6 +157,8 @@ handoffs
 waits-ended
 0
 longest-wait-ms
+0
+longest-hold-ms
 0
 -- 6. a renewal resets the lease and answers the current token:
 1000000000000001

@@ -342,9 +342,17 @@ fn flock_info_shows_a_contended_locks_own_figures() {
     let mut c = s.conn();
     acquire(&mut c, "L", "a", 60_000).unwrap().unwrap();
     let figures = |c: &mut Connection| -> HashMap<String, i64> {
-        let names = ["held-ms", "oldest-wait-ms", "contended-ms", "handoffs", "waits-ended", "longest-wait-ms"];
+        let names = [
+            "held-ms",
+            "oldest-wait-ms",
+            "contended-ms",
+            "handoffs",
+            "waits-ended",
+            "longest-wait-ms",
+            "longest-hold-ms",
+        ];
         let all = info(c, "L").unwrap();
-        assert_eq!(all.len(), 17, "FLOCK.INFO's fields");
+        assert_eq!(all.len(), INFO_FIELDS.len());
         all.into_iter().filter(|(k, _)| names.contains(&k.as_str())).map(|(k, v)| (k, int(&v))).collect()
     };
     let f = figures(&mut c);
@@ -360,6 +368,7 @@ fn flock_info_shows_a_contended_locks_own_figures() {
     assert!(f["contended-ms"] >= f["longest-wait-ms"], "{f:?}");
     assert!(f["oldest-wait-ms"] <= f["contended-ms"], "{f:?}");
     assert!(f["held-ms"] <= f["contended-ms"], "w1 holds since the hand-off: {f:?}");
+    assert!(f["longest-hold-ms"] >= f["longest-wait-ms"], "a held past w1's whole wait: {f:?}");
     release(&mut c, "L", "w1").unwrap();
     assert!(waiters.remove(0).join().unwrap().0.unwrap().is_some());
     let f = figures(&mut c);

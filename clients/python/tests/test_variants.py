@@ -19,7 +19,7 @@ def rw(r, name="rw"):
 
 
 # FLOCK.INFO's fields that run on between calls: leases left, times held and waited.
-MOVING = {"ttl-ms", "held-ms", "oldest-wait-ms", "contended-ms", "longest-wait-ms"}
+MOVING = {"ttl-ms", "held-ms", "oldest-wait-ms", "contended-ms", "longest-wait-ms", "longest-hold-ms"}
 
 
 def unchanging(fields):

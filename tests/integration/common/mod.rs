@@ -318,7 +318,7 @@ pub fn force_release(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> R
 }
 
 /// FLOCK.INFO's fields, in reply order.
-pub const INFO_FIELDS: [&str; 17] = [
+pub const INFO_FIELDS: [&str; 18] = [
     "owner",
     "holds",
     "token",
@@ -336,6 +336,7 @@ pub const INFO_FIELDS: [&str; 17] = [
     "handoffs",
     "waits-ended",
     "longest-wait-ms",
+    "longest-hold-ms",
 ];
 
 /// FLOCK.INFO as (field, value) pairs in reply order; `None` for nil.
@@ -370,7 +371,8 @@ pub fn info_still(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized)) -> Opti
         fields
             .into_iter()
             .filter(|(k, _)| {
-                !["ttl-ms", "held-ms", "oldest-wait-ms", "contended-ms", "longest-wait-ms"].contains(&k.as_str())
+                !["ttl-ms", "held-ms", "oldest-wait-ms", "contended-ms", "longest-wait-ms", "longest-hold-ms"]
+                    .contains(&k.as_str())
             })
             .map(|(k, v)| match (k.as_str(), &v) {
                 ("holders", Value::Array(hs)) => {
