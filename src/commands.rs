@@ -95,8 +95,8 @@ fn token_reply(token: u64) -> RedisValue {
     RedisValue::Integer(token as i64)
 }
 
-pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let (key_name, rest) = split(&args, 4)?;
+pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let (key_name, rest) = split(args, 4)?;
     let parsed = args::acquire(&rest).map_err(arg_error)?;
     check_max_lease(parsed.lease_ms, "lease-ms")?;
     check_max_lease(parsed.wait_ms.unwrap_or(0), "timeout-ms")?;
@@ -167,8 +167,8 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `FLOCK.CANCEL key owner`: ends `owner`'s wait, from any connection.
-pub fn cancel(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let (key_name, rest) = split(&args, 3)?;
+pub fn cancel(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let (key_name, rest) = split(args, 3)?;
     let owner = args::cancel(&rest).map_err(arg_error)?;
     let cancelled = entered(ctx, |s| {
         with_key(ctx, s, key_name, false, |s, k, value| {
@@ -183,7 +183,7 @@ pub fn cancel(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// `WITHTIMEOUT` answers the timeout too, and the session keeps it: its
 /// client counts its deadlines from it, so a later `CONFIG SET` must not
 /// shorten it.
-pub fn session(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn session(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let rest: Vec<&[u8]> = args.iter().skip(1).map(RedisString::as_slice).collect();
     let (timeout_ms, with_timeout) = args::session(&rest).map_err(arg_error)?;
     let (id, timeout_ms) = entered(ctx, |s| Ok(inbox::open(s, ffi::client_id(ctx), timeout_ms, with_timeout)))?;
@@ -198,7 +198,7 @@ pub fn session(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 /// `FLOCK.INBOX timeout-ms`: the events of the calling connection's
 /// session, blocking until there is one.
-pub fn inbox(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn inbox(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let rest: Vec<&[u8]> = args.iter().skip(1).map(RedisString::as_slice).collect();
     let timeout_ms = args::inbox(&rest).map_err(arg_error)?;
     check_max_lease(timeout_ms, "timeout-ms")?;
@@ -309,8 +309,8 @@ pub fn not_owner(s: &State, place: Place, owner: &[u8]) -> RedisError {
     errors::not_owner(s.losses.get(&(place, owner.into()), clock::now_ms()))
 }
 
-pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let (key_name, rest) = split(&args, 3)?;
+pub fn release(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let (key_name, rest) = split(args, 3)?;
     let (owner, id) = args::release(&rest).map_err(arg_error)?;
     let left = once(ctx, key_name, id, Kind::Release, Some(owner), |s, lock, out, now| {
         lock.release(owner, now, &mut s.tokens, out).map(u64::from)
@@ -318,8 +318,8 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     Ok(RedisValue::Integer(left.unwrap_or_default() as i64))
 }
 
-pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let (key_name, rest) = split(&args, 4)?;
+pub fn renew(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let (key_name, rest) = split(args, 4)?;
     let (owner, lease_ms, id) = args::renew(&rest).map_err(arg_error)?;
     check_max_lease(lease_ms, "lease-ms")?;
     let token =
@@ -327,8 +327,8 @@ pub fn renew(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     Ok(token_reply(token.unwrap_or_default()))
 }
 
-pub fn force_release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let (key_name, rest) = split(&args, 2)?;
+pub fn force_release(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    let (key_name, rest) = split(args, 2)?;
     let id = args::id_option(&rest).map_err(arg_error)?;
     let removed = once(ctx, key_name, id, Kind::ForceRelease, None, |s, lock, out, now| {
         Ok(lock.end_all(End::ForceReleased, now, &mut s.tokens, out) as u64)
@@ -390,7 +390,7 @@ fn reply_queue_and_mode<'a>(
 /// holder, earliest grant first. A key that a lock of another client holds
 /// (`legacy`) shows it as the one holder: the key's value as its owner,
 /// token 0, its TTL as the lease; mode `foreign`.
-pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn info(ctx: &Context, args: &[RedisString]) -> RedisResult {
     if args.len() != 2 {
         return Err(RedisError::WrongArity);
     }
@@ -521,9 +521,9 @@ fn internal(ctx: &Context, name: &std::ffi::CStr) -> Result<(), RedisError> {
 /// session permits]] [ID request-id command reply expires-unix-ms]`: sets
 /// the key's mode and one owner's grant (or that it holds none) as its
 /// master or the AOF recorded it, after the request ID it carries.
-pub fn holder(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn holder(ctx: &Context, args: &[RedisString]) -> RedisResult {
     internal(ctx, HOLDER_COMMAND)?;
-    let (key_name, rest) = split(&args, 4)?;
+    let (key_name, rest) = split(args, 4)?;
     let (set, request) = record::holder_command(&rest, clock::now()).map_err(|f| errors::record(HOLDER_COMMAND, f))?;
     set_replicated(ctx, key_name, set, request)
 }
@@ -531,9 +531,9 @@ pub fn holder(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// `FLOCK.STATE key [owner holds token deadline-unix-ms session]`: the
 /// exclusive holder, as AOFs written before FLOCK.HOLDER carried every
 /// holder have it.
-pub fn state(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn state(ctx: &Context, args: &[RedisString]) -> RedisResult {
     internal(ctx, c"FLOCK.STATE")?;
-    let (key_name, rest) = split(&args, 2)?;
+    let (key_name, rest) = split(args, 2)?;
     let set = record::state_command(&rest, clock::now()).map_err(|f| errors::record(c"FLOCK.STATE", f))?;
     set_replicated(ctx, key_name, set, None)
 }
@@ -568,9 +568,9 @@ fn set_replicated(ctx: &Context, key_name: &RedisString, set: Set, request: Opti
 
 /// `FLOCK.ID key request-id command reply expires-unix-ms`: a request ID
 /// its master or the AOF remembered for this lock.
-pub fn request_id(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn request_id(ctx: &Context, args: &[RedisString]) -> RedisResult {
     internal(ctx, ID_COMMAND)?;
-    let (key_name, rest) = split(&args, 6)?;
+    let (key_name, rest) = split(args, 6)?;
     let request = record::request_command(&rest, clock::now()).map_err(|f| errors::record(ID_COMMAND, f))?;
     entered(ctx, |s| restore_request(ctx, s, key_name, request))?;
     Ok(RedisValue::SimpleStringStatic("OK"))
@@ -580,9 +580,9 @@ pub fn request_id(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// lock its master or the AOF left free goes, as with DEL (whatever the key
 /// holds), after the request ID it carries; the lock's request IDs are
 /// remembered as a DEL's are.
-pub fn free(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn free(ctx: &Context, args: &[RedisString]) -> RedisResult {
     internal(ctx, FREE_COMMAND)?;
-    let (key_name, rest) = split(&args, 2)?;
+    let (key_name, rest) = split(args, 2)?;
     let request = record::free_command(&rest, clock::now()).map_err(|f| errors::record(FREE_COMMAND, f))?;
     entered(ctx, |s| {
         if let Some(request) = request {

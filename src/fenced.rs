@@ -41,9 +41,9 @@ thread_local! {
     static SHAPES: RefCell<HashMap<Vec<u8>, Shape>> = RefCell::new(HashMap::new());
 }
 
-pub fn fenced(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn fenced(ctx: &Context, args: &[RedisString]) -> RedisResult {
     if ctx.is_keys_position_request() {
-        ffi::report_keys(ctx, &args, 1, COMMAND_AT);
+        ffi::report_keys(ctx, args, 1, COMMAND_AT);
         return Ok(RedisValue::NoReply);
     }
     if args.len() <= COMMAND_AT {

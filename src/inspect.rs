@@ -53,7 +53,7 @@ impl Row {
 }
 
 /// `FLOCK.TOP [COUNT n] [MATCH pattern] [BY waiters|wait|hold]`.
-pub fn top(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn top(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let words: Vec<&[u8]> = args.iter().skip(1).map(RedisString::as_slice).collect();
     let asked = args::top(&words).map_err(arg_error)?;
     heard_from(ctx);
@@ -144,7 +144,7 @@ struct WaitAt<'a> {
 
 /// `FLOCK.OWNER owner`: the contended locks it holds, and where it waits,
 /// behind whom.
-pub fn owner(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn owner(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let words: Vec<&[u8]> = args.iter().skip(1).map(RedisString::as_slice).collect();
     let owner = args::owner(&words).map_err(arg_error)?;
     heard_from(ctx);
@@ -203,7 +203,7 @@ pub fn owner(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `FLOCK.LONGLOG GET [count] | LEN | RESET`.
-pub fn longlog(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn longlog(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let words: Vec<&[u8]> = args.iter().skip(1).map(RedisString::as_slice).collect();
     let asked = args::longlog(&words).map_err(arg_error)?;
     heard_from(ctx);

@@ -57,13 +57,13 @@ fn tokens_reply(tokens: Vec<u64>) -> RedisValue {
     RedisValue::Array(tokens.into_iter().map(|t| RedisValue::Integer(t as i64)).collect())
 }
 
-pub fn acquire_all(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    if keys_asked(ctx, &args) {
+pub fn acquire_all(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    if keys_asked(ctx, args) {
         return Ok(RedisValue::NoReply);
     }
     let rest: Vec<&[u8]> = args.iter().skip(1).map(RedisString::as_slice).collect();
     let (keys, parsed) = args::acquire_all(&rest).map_err(arg_error)?;
-    let names = key_names(&args, keys.len());
+    let names = key_names(args, keys.len());
     check_max_lease(parsed.lease_ms, "lease-ms")?;
     check_max_lease(parsed.wait_ms.unwrap_or(0), "timeout-ms")?;
     // Inside MULTI, Lua and functions a WAIT acts as a try, as BLPOP does.
@@ -224,14 +224,14 @@ fn replayed(
 /// `FLOCK.RELEASEALL numkeys key [key ...] owner [ID request-id]`: one hold
 /// of each key, released in one step; each key's holds left. NOTOWNER if
 /// the owner does not hold one of them, and nothing is released.
-pub fn release_all(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    if keys_asked(ctx, &args) {
+pub fn release_all(ctx: &Context, args: &[RedisString]) -> RedisResult {
+    if keys_asked(ctx, args) {
         return Ok(RedisValue::NoReply);
     }
     let rest: Vec<&[u8]> = args.iter().skip(1).map(RedisString::as_slice).collect();
     let (keys, rest) = args::keys(&rest).map_err(arg_error)?;
     let (owner, id) = args::release(rest).map_err(arg_error)?;
-    let names = key_names(&args, keys.len());
+    let names = key_names(args, keys.len());
     entered(ctx, |s| {
         if let Some(left) = replayed(ctx, s, names, id, Kind::Release, owner)? {
             return Ok(tokens_reply(left));
