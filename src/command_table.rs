@@ -26,32 +26,35 @@ const fn arg(name: &'static str, kind: u32) -> ArgDoc {
     ArgDoc { name, kind, token: None, optional: false, multiple: false, subargs: &[] }
 }
 
+/// An argument that follows its token (`WAIT timeout-ms`), or a pure token.
+const fn token(name: &'static str, kind: u32, token: &'static str) -> ArgDoc {
+    ArgDoc { token: Some(token), ..arg(name, kind) }
+}
+
+const fn optional(arg: ArgDoc) -> ArgDoc {
+    ArgDoc { optional: true, ..arg }
+}
+
+/// A block or a choice (`ONEOF`) of the arguments `subargs`.
+const fn with_args(arg: ArgDoc, subargs: &'static [ArgDoc]) -> ArgDoc {
+    ArgDoc { subargs, ..arg }
+}
+
 const LOCK: ArgDoc = arg("key", KEY);
 const OWNER: ArgDoc = arg("owner", STRING);
 const LEASE: ArgDoc = arg("lease-ms", INTEGER);
-const ID: ArgDoc =
-    ArgDoc { name: "request-id", kind: STRING, token: Some("ID"), optional: true, multiple: false, subargs: &[] };
+const ID: ArgDoc = optional(token("request-id", STRING, "ID"));
 /// `numkeys key [key ...]`: `ffi::set_command_info` makes the key repeat.
 const NUMKEYS: ArgDoc = arg("numkeys", INTEGER);
-const WAIT: ArgDoc =
-    ArgDoc { name: "timeout-ms", kind: INTEGER, token: Some("WAIT"), optional: true, multiple: false, subargs: &[] };
-const LOCKDELAY: ArgDoc = ArgDoc {
-    name: "lock-delay-ms",
-    kind: INTEGER,
-    token: Some("LOCKDELAY"),
-    optional: true,
-    multiple: false,
-    subargs: &[],
-};
-const SESSION: ArgDoc =
-    ArgDoc { name: "session", kind: PURE_TOKEN, token: Some("SESSION"), optional: true, multiple: false, subargs: &[] };
+const WAIT: ArgDoc = optional(token("timeout-ms", INTEGER, "WAIT"));
+const LOCKDELAY: ArgDoc = optional(token("lock-delay-ms", INTEGER, "LOCKDELAY"));
+const SESSION: ArgDoc = optional(token("session", PURE_TOKEN, "SESSION"));
 
 /// A remembered request ID, as the internal commands carry it.
 const RECORD: &[ArgDoc] =
     &[arg("request-id", STRING), arg("command", INTEGER), arg("reply", INTEGER), arg("expires-unix-ms", INTEGER)];
 /// One riding on an internal command, after its own words.
-const REQUEST: ArgDoc =
-    ArgDoc { name: "request", kind: BLOCK, token: Some("ID"), optional: true, multiple: false, subargs: RECORD };
+const REQUEST: ArgDoc = with_args(optional(token("request", BLOCK, "ID")), RECORD);
 
 pub struct Commands;
 
@@ -76,30 +79,16 @@ const COMMANDS: [Command; 18] = [
             LEASE,
             WAIT,
             SESSION,
-            ArgDoc { name: "session-id", kind: STRING, token: Some("INBOX"), optional: true, multiple: false, subargs: &[] },
+            optional(token("session-id", STRING, "INBOX")),
             ID,
             LOCKDELAY,
-            ArgDoc {
-                name: "kind",
-                kind: ONEOF,
-                token: None,
-                optional: true,
-                multiple: false,
-                subargs: &[
-                    ArgDoc { name: "shared", kind: PURE_TOKEN, token: Some("SHARED"), optional: false, multiple: false, subargs: &[] },
-                    ArgDoc {
-                        name: "semaphore",
-                        kind: BLOCK,
-                        token: None,
-                        optional: false,
-                        multiple: false,
-                        subargs: &[
-                            ArgDoc { name: "n", kind: INTEGER, token: Some("PERMITS"), optional: false, multiple: false, subargs: &[] },
-                            ArgDoc { name: "m", kind: INTEGER, token: Some("LIMIT"), optional: false, multiple: false, subargs: &[] },
-                        ],
-                    },
-                ],
-            },
+            with_args(optional(arg("kind", ONEOF)), &[
+                token("shared", PURE_TOKEN, "SHARED"),
+                with_args(arg("semaphore", BLOCK), &[
+                    token("n", INTEGER, "PERMITS"),
+                    token("m", INTEGER, "LIMIT"),
+                ]),
+            ]),
         ],
     },
     Command {
@@ -135,7 +124,7 @@ const COMMANDS: [Command; 18] = [
             SESSION,
             ID,
             LOCKDELAY,
-            ArgDoc { name: "shared", kind: PURE_TOKEN, token: Some("SHARED"), optional: true, multiple: false, subargs: &[] },
+            optional(token("shared", PURE_TOKEN, "SHARED")),
         ],
     },
     Command {
@@ -199,20 +188,13 @@ const COMMANDS: [Command; 18] = [
         key_flags: 0,
         acl: "keyspace read slow",
         args: &[
-            ArgDoc { name: "count", kind: INTEGER, token: Some("COUNT"), optional: true, multiple: false, subargs: &[] },
-            ArgDoc { name: "pattern", kind: PATTERN, token: Some("MATCH"), optional: true, multiple: false, subargs: &[] },
-            ArgDoc {
-                name: "order",
-                kind: ONEOF,
-                token: Some("BY"),
-                optional: true,
-                multiple: false,
-                subargs: &[
-                    ArgDoc { name: "waiters", kind: PURE_TOKEN, token: Some("WAITERS"), optional: false, multiple: false, subargs: &[] },
-                    ArgDoc { name: "wait", kind: PURE_TOKEN, token: Some("WAIT"), optional: false, multiple: false, subargs: &[] },
-                    ArgDoc { name: "hold", kind: PURE_TOKEN, token: Some("HOLD"), optional: false, multiple: false, subargs: &[] },
-                ],
-            },
+            optional(token("count", INTEGER, "COUNT")),
+            optional(token("pattern", PATTERN, "MATCH")),
+            with_args(optional(token("order", ONEOF, "BY")), &[
+                token("waiters", PURE_TOKEN, "WAITERS"),
+                token("wait", PURE_TOKEN, "WAIT"),
+                token("hold", PURE_TOKEN, "HOLD"),
+            ]),
         ],
     },
     Command {
@@ -237,25 +219,11 @@ const COMMANDS: [Command; 18] = [
         arity: -2,
         key_flags: 0,
         acl: "admin slow dangerous",
-        args: &[ArgDoc {
-            name: "subcommand",
-            kind: ONEOF,
-            token: None,
-            optional: false,
-            multiple: false,
-            subargs: &[
-                ArgDoc {
-                    name: "get",
-                    kind: BLOCK,
-                    token: Some("GET"),
-                    optional: false,
-                    multiple: false,
-                    subargs: &[ArgDoc { name: "count", kind: INTEGER, token: None, optional: true, multiple: false, subargs: &[] }],
-                },
-                ArgDoc { name: "len", kind: PURE_TOKEN, token: Some("LEN"), optional: false, multiple: false, subargs: &[] },
-                ArgDoc { name: "reset", kind: PURE_TOKEN, token: Some("RESET"), optional: false, multiple: false, subargs: &[] },
-            ],
-        }],
+        args: &[with_args(arg("subcommand", ONEOF), &[
+            with_args(token("get", BLOCK, "GET"), &[optional(arg("count", INTEGER))]),
+            token("len", PURE_TOKEN, "LEN"),
+            token("reset", PURE_TOKEN, "RESET"),
+        ])],
     },
     Command {
         name: "flock.fenced",
@@ -274,7 +242,7 @@ const COMMANDS: [Command; 18] = [
             LOCK,
             arg("token", INTEGER),
             arg("command", STRING),
-            ArgDoc { name: "arg", kind: STRING, token: None, optional: true, multiple: true, subargs: &[] },
+            ArgDoc { multiple: true, ..optional(arg("arg", STRING)) },
         ],
     },
     Command {
@@ -300,8 +268,8 @@ const COMMANDS: [Command; 18] = [
         key_flags: 0,
         acl: "connection fast",
         args: &[
-            ArgDoc { name: "ms", kind: INTEGER, token: Some("TIMEOUT"), optional: true, multiple: false, subargs: &[] },
-            ArgDoc { name: "withtimeout", kind: PURE_TOKEN, token: Some("WITHTIMEOUT"), optional: true, multiple: false, subargs: &[] },
+            optional(token("ms", INTEGER, "TIMEOUT")),
+            optional(token("withtimeout", PURE_TOKEN, "WITHTIMEOUT")),
         ],
     },
     Command {
@@ -328,20 +296,13 @@ const COMMANDS: [Command; 18] = [
         acl: "write fast admin dangerous",
         args: &[
             LOCK,
-            ArgDoc {
-                name: "holder",
-                kind: BLOCK,
-                token: None,
-                optional: true,
-                multiple: false,
-                subargs: &[
-                    OWNER,
-                    arg("holds", INTEGER),
-                    arg("token", INTEGER),
-                    arg("deadline-unix-ms", INTEGER),
-                    arg("session", INTEGER),
-                ],
-            },
+            with_args(optional(arg("holder", BLOCK)), &[
+                OWNER,
+                arg("holds", INTEGER),
+                arg("token", INTEGER),
+                arg("deadline-unix-ms", INTEGER),
+                arg("session", INTEGER),
+            ]),
         ],
     },
     Command {
@@ -354,7 +315,7 @@ const COMMANDS: [Command; 18] = [
         arity: 6,
         key_flags: RW | UPDATE,
         acl: "write fast admin dangerous",
-        args: &[LOCK, ArgDoc { name: "request", kind: BLOCK, token: None, optional: false, multiple: false, subargs: RECORD }],
+        args: &[LOCK, with_args(arg("request", BLOCK), RECORD)],
     },
     Command {
         name: "flock.free",
@@ -382,30 +343,16 @@ const COMMANDS: [Command; 18] = [
             LOCK,
             arg("mode", STRING),
             arg("limit", INTEGER),
-            ArgDoc {
-                name: "grant",
-                kind: BLOCK,
-                token: None,
-                optional: true,
-                multiple: false,
-                subargs: &[
-                    OWNER,
-                    ArgDoc {
-                        name: "holder",
-                        kind: BLOCK,
-                        token: None,
-                        optional: true,
-                        multiple: false,
-                        subargs: &[
-                            arg("holds", INTEGER),
-                            arg("token", INTEGER),
-                            arg("deadline-unix-ms", INTEGER),
-                            arg("session", INTEGER),
-                            arg("permits", INTEGER),
-                        ],
-                    },
-                ],
-            },
+            with_args(optional(arg("grant", BLOCK)), &[
+                OWNER,
+                with_args(optional(arg("holder", BLOCK)), &[
+                    arg("holds", INTEGER),
+                    arg("token", INTEGER),
+                    arg("deadline-unix-ms", INTEGER),
+                    arg("session", INTEGER),
+                    arg("permits", INTEGER),
+                ]),
+            ]),
             REQUEST,
         ],
     },
