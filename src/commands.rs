@@ -448,7 +448,7 @@ pub fn info(ctx: &Context, args: &[RedisString]) -> RedisResult {
 fn contention(s: &State, place: &Place, lock: &Lock<WaitId>) -> [u64; 6] {
     let Some(c) = s.observed.contended.get(place) else { return [0; 6] };
     let now_us = clock::monotonic_us();
-    let oldest = lock.waiters().find_map(|w| s.waiters.get(w.payload)).map_or(now_us, |w| w.since_us);
+    let oldest = s.waiters.first_queued_us(lock).unwrap_or(now_us);
     let ms = |us: u64| us / 1000;
     let (since, longest_wait) = (ms(now_us - c.since_us), ms(c.longest_wait_us));
     [ms(now_us - oldest), since, c.handoffs, c.waits_ended, longest_wait, c.longest_hold_ms]

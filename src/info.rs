@@ -15,7 +15,8 @@ use flock_core::effects::Counter;
 #[info_command_handler]
 fn flock_info(ctx: &InfoContext, _for_crash_report: bool) -> RedisResult<()> {
     // The crash report may call this while FLOCK's own code holds the state:
-    // it then shows the counters as zero rather than panic in the handler.
+    // it then shows the live locks alone (counted outside the state) rather
+    // than panic in the handler.
     let (numbers, texts) = state::try_with(|s| (numbers(s), distributions(&s.observed.distributions)))
         .unwrap_or_else(|| (vec![("locks", LIVE_LOCKS.load(Ordering::Relaxed))], Vec::new()));
     ffi::info_section(ctx, &numbers, &texts);

@@ -14,10 +14,9 @@ use crate::observed::held_ms;
 use crate::place::Place;
 use crate::state::{self, read_lock, State};
 use crate::value::mode_name;
-use crate::waiters::WaitId;
 use flock_core::args::{self, LongLogArgs, TopOrder};
 use flock_core::glob;
-use flock_core::lock::Lock;
+use flock_core::holders::{Holder, Terms};
 
 /// One holder as the operator's view shows it.
 struct Holding {
@@ -35,7 +34,6 @@ struct Row {
     waiters: usize,
     /// When the head of its queue queued (monotonic microseconds).
     oldest_since_us: u64,
-    oldest_wait_ms: u64,
     /// Earliest grant first.
     holders: Vec<Holding>,
 }
@@ -57,16 +55,16 @@ pub fn top(ctx: &Context, args: &[RedisString]) -> RedisResult {
     let words: Vec<&[u8]> = args.iter().skip(1).map(RedisString::as_slice).collect();
     let asked = args::top(&words).map_err(arg_error)?;
     heard_from(ctx);
+    let (now_ms, now_us) = (clock::now_ms(), clock::monotonic_us());
     let mut rows = state::with(|s| {
         let ident = s.dbs.ident(ffi::selected_db(ctx));
-        let places: Vec<Place> = s
+        let s: &State = s;
+        let matching = s
             .observed
             .contended
             .keys()
-            .filter(|p| p.ident() == ident && asked.pattern.is_none_or(|pattern| glob::matches(pattern, p.key())))
-            .cloned()
-            .collect();
-        places.iter().filter_map(|p| row(ctx, s, p)).collect::<Vec<Row>>()
+            .filter(|p| p.ident() == ident && asked.pattern.is_none_or(|pattern| glob::matches(pattern, p.key())));
+        matching.filter_map(|p| row(ctx, s, p, now_ms, now_us)).collect::<Vec<Row>>()
     });
     rows.sort_unstable_by(|a, b| {
         let first = match asked.by {
@@ -83,7 +81,7 @@ pub fn top(ctx: &Context, args: &[RedisString]) -> RedisResult {
         bytes_field(ctx, "key", &row.key);
         bytes_field(ctx, "mode", row.mode.as_bytes());
         int_field(ctx, "waiters", row.waiters as u64);
-        int_field(ctx, "oldest-wait-ms", row.oldest_wait_ms);
+        int_field(ctx, "oldest-wait-ms", now_us.saturating_sub(row.oldest_since_us) / 1000);
         int_field(ctx, "held-ms", row.held_ms());
         ffi::reply_bytes(ctx, b"holders");
         ffi::reply_array(ctx, row.holders.len());
@@ -100,36 +98,28 @@ pub fn top(ctx: &Context, args: &[RedisString]) -> RedisResult {
 }
 
 /// The lock at `place` as FLOCK.TOP shows it; `None` if it is gone.
-fn row(ctx: &Context, s: &State, place: &Place) -> Option<Row> {
-    let (now_ms, now_us) = (clock::now_ms(), clock::monotonic_us());
+fn row(ctx: &Context, s: &State, place: &Place, now_ms: u64, now_us: u64) -> Option<Row> {
     read_lock(ctx, s, place, |lock| {
-        let oldest = lock.waiters().find_map(|w| s.waiters.get(w.payload)).map_or(now_us, |w| w.since_us);
+        let mut holders: Vec<Holding> = lock.holders().iter().map(|(h, terms)| holding(h, terms, now_ms)).collect();
+        holders.sort_unstable_by_key(|h| h.token);
         Row {
             key: place.key().into(),
             mode: mode_name(lock),
             waiters: lock.waiter_count(),
-            oldest_since_us: oldest,
-            oldest_wait_ms: now_us.saturating_sub(oldest) / 1000,
-            holders: holdings(lock, now_ms),
+            oldest_since_us: s.waiters.first_queued_us(lock).unwrap_or(now_us),
+            holders,
         }
     })
 }
 
-/// The holders of `lock`, earliest grant first.
-fn holdings(lock: &Lock<WaitId>, now_ms: u64) -> Vec<Holding> {
-    let mut holders: Vec<Holding> = lock
-        .holders()
-        .iter()
-        .map(|(h, terms)| Holding {
-            owner: h.owner.clone(),
-            held_ms: held_ms(h.token, now_ms),
-            ttl_ms: h.deadline_ms.saturating_sub(now_ms),
-            session: terms.session.is_some(),
-            token: h.token,
-        })
-        .collect();
-    holders.sort_unstable_by_key(|h| h.token);
-    holders
+fn holding(h: &Holder, terms: Terms, now_ms: u64) -> Holding {
+    Holding {
+        owner: h.owner.clone(),
+        held_ms: held_ms(h.token, now_ms),
+        ttl_ms: h.deadline_ms.saturating_sub(now_ms),
+        session: terms.session.is_some(),
+        token: h.token,
+    }
 }
 
 /// One lock an owner waits at, as FLOCK.OWNER shows it.
@@ -151,13 +141,16 @@ pub fn owner(ctx: &Context, args: &[RedisString]) -> RedisResult {
     state::with(|s| {
         let ident = s.dbs.ident(ffi::selected_db(ctx));
         let (now_ms, now_us) = (clock::now_ms(), clock::monotonic_us());
-        let contended: Vec<&Place> = s.observed.contended.keys().filter(|p| p.ident() == ident).collect();
-        let holds: Vec<(&Place, Holding, usize)> = contended
-            .into_iter()
+        let holds: Vec<(&Place, Holding, usize)> = s
+            .observed
+            .contended
+            .keys()
+            .filter(|p| p.ident() == ident)
             .filter_map(|p| {
                 read_lock(ctx, s, p, |lock| {
-                    let holding = holdings(lock, now_ms).into_iter().find(|h| *h.owner == *owner)?;
-                    Some((p, holding, lock.waiter_count()))
+                    let holders = lock.holders();
+                    let (h, terms) = holders.get(holders.token_of(owner)?)?;
+                    Some((p, holding(h, terms, now_ms), lock.waiter_count()))
                 })
                 .flatten()
             })

@@ -38,15 +38,21 @@ pub struct Observed {
 impl Observed {
     /// A waiter queued at `place`.
     pub fn queued(&mut self, place: &Place, now_us: u64) {
-        let entry = self.contended.entry(place.clone()).or_insert_with(|| Contention {
-            waiters: 0,
+        // The place is copied only for a lock's first waiter: `entry` would
+        // take an owned key for every one.
+        if let Some(entry) = self.contended.get_mut(place) {
+            entry.waiters += 1;
+            return;
+        }
+        let entry = Contention {
+            waiters: 1,
             since_us: now_us,
             handoffs: 0,
             waits_ended: 0,
             longest_wait_us: 0,
             longest_hold_ms: 0,
-        });
-        entry.waiters += 1;
+        };
+        self.contended.insert(place.clone(), entry);
     }
 
     /// A waiter queued at `place` for `waited_us` is no longer waiting.

@@ -22,6 +22,7 @@ use crate::timers::{self, Timer};
 use flock_core::distributions::WaitEnd;
 use flock_core::effects::Leave;
 use flock_core::holders::Want;
+use flock_core::lock::Lock;
 use flock_core::queue::WaiterId;
 
 /// Where a new wait queued, and what it brings.
@@ -174,6 +175,13 @@ impl Waiters {
     pub fn waits_of(&self, owner: &[u8]) -> impl Iterator<Item = &Waiter> + '_ {
         let waits = self.by_owner.get(owner).map_or(&[][..], Vec::as_slice);
         waits.iter().filter_map(|w| self.waiting.get(w))
+    }
+
+    /// When the first waiter of `lock`'s queue that is still registered
+    /// queued (monotonic microseconds): entries of waits for several keys
+    /// that ended stay queued until taken out, and are skipped.
+    pub fn first_queued_us(&self, lock: &Lock<WaitId>) -> Option<u64> {
+        lock.waiters().find_map(|w| self.waiting.get(&w.payload)).map(|w| w.since_us)
     }
 
     /// Whether `id` is a wait for several keys (its grants are answered
