@@ -27,7 +27,8 @@
 //! the deposed master is usually not "lost" by the token rule, its
 //! successor on the new master being later, but it is gone all the same);
 //! overlaps (pairs of grants whose client-observed hold intervals, from the
-//! acquire's return to the release's send, overlap); same-token regrants (a
+//! acquire's return to the release's send, or to when the guard said the
+//! grant was lost if that came first, overlap); same-token regrants (a
 //! thread granted a token it had before: its release went to a master whose
 //! history was then dropped, the surviving master still has its hold, and
 //! its next acquires reenter that hold); the time from each trigger to the
@@ -39,8 +40,8 @@
 //! master (2 expected: a promoted node has been seen to miss the sentinels'
 //! PINGs right after its promotion on a loaded machine, and to be failed
 //! over again); errors by kind. The table goes to stdout and to
-//! target/failover-<server>.md (`FLOCK_FAILOVER_DEBUG=1`: every grant and
-//! error to target/failover-<setting>.csv). Asserted only what must hold:
+//! target/failover-<server>.md, every grant and error to
+//! target/failover-<setting>.csv. Asserted only what must hold:
 //! with every replica named, (c) and (d), no durable grant is lost or gone,
 //! no two durable holds overlap, and durable grants resume on another node
 //! after each failover. The rest is measured.
@@ -238,17 +239,46 @@ struct Grant {
     /// Ms since the run's start: when the acquire returned, when the release was sent.
     acquired: f64,
     released: f64,
+    /// Ms since the run's start when the guard says the hold was lost (its
+    /// deadline passed, or the loss was heard of) if it was by the release.
+    lost_at: Option<f64>,
+    /// The release's error, if it failed.
+    release_error: Option<String>,
     durable: bool,
     /// The port of the node that confirmed a durable grant, or of the node
     /// the guard's commands went to during the hold.
     node: Option<u16>,
 }
 
+impl Grant {
+    /// When the hold ended for its holder: at the release, or before it when
+    /// the guard said the grant was lost (the holder knows first: from then
+    /// on it must not act on the lock).
+    fn end(&self) -> f64 {
+        self.lost_at.map_or(self.released, |lost| lost.min(self.released))
+    }
+
+    fn csv(&self, lost: bool) -> String {
+        let at = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.1}"));
+        format!(
+            "{},{:.1},{:.1},{},{},{},{},{lost},{}",
+            self.thread,
+            self.acquired,
+            self.released,
+            at(self.lost_at),
+            self.token,
+            self.durable,
+            self.node.map_or(String::new(), |n| n.to_string()),
+            self.release_error.as_deref().unwrap_or("").replace(',', ";"),
+        )
+    }
+}
+
 #[derive(Default)]
 struct Record {
     grants: Mutex<Vec<Grant>>,
     errors: Mutex<BTreeMap<String, u64>>,
-    /// (ms, kind: text) of every error, for FLOCK_FAILOVER_DEBUG.
+    /// (ms, kind: text) of every error, for the CSV.
     timeline: Mutex<Vec<(f64, String)>>,
     stop: AtomicBool,
 }
@@ -303,10 +333,21 @@ fn worker(thread: usize, lock: Lock, master: SentinelMaster, record: Arc<Record>
                     };
                     std::thread::sleep(HOLD);
                     let released = ms(start.elapsed());
-                    if let Err(e) = guard.release() {
+                    let lost_at = guard.lost_at().map(|at| ms(at.saturating_duration_since(start)));
+                    let release_error = guard.release().err().map(|e| {
                         record.error(ms(start.elapsed()), format!("release {}", error_kind(&e)), e.to_string());
-                    }
-                    record.grants.lock().unwrap().push(Grant { thread, token, acquired, released, durable, node });
+                        e.to_string()
+                    });
+                    record.grants.lock().unwrap().push(Grant {
+                        thread,
+                        token,
+                        acquired,
+                        released,
+                        lost_at,
+                        release_error,
+                        durable,
+                        node,
+                    });
                 }
                 Ok(None) => record.error(ms(start.elapsed()), "acquire timed out".into(), String::new()),
                 Err(e) => {
@@ -352,7 +393,8 @@ struct Row {
     lost: usize,
     lost_durable: usize,
     overlaps: usize,
-    overlaps_durable: usize,
+    /// The pairs of durable grants whose holds overlapped, as CSV lines.
+    overlaps_durable: Vec<String>,
     /// Grants with a token the same thread had before (see `regrants`).
     regrants: usize,
     /// Grants the surviving master never had (`None`: its last token was unknown).
@@ -399,18 +441,19 @@ fn regrants(grants: &[Grant]) -> usize {
     grants.iter().filter(|g| !seen.insert((g.thread, g.token))).count()
 }
 
-/// Pairs of overlapping hold intervals (all, and both durable). `grants`
+/// Pairs of overlapping holds (from the acquire's return to the hold's
+/// end): how many, and the pairs of durable ones (as CSV lines). `grants`
 /// sorted by acquire time.
-fn overlaps(grants: &[Grant]) -> (usize, usize) {
-    let (mut all, mut durable) = (0, 0);
+fn overlaps(grants: &[Grant], lost: &[bool]) -> (usize, Vec<String>) {
+    let (mut all, mut durable) = (0, Vec::new());
     for (i, g) in grants.iter().enumerate() {
-        for h in &grants[i + 1..] {
-            if h.acquired >= g.released {
+        for (j, h) in grants.iter().enumerate().skip(i + 1) {
+            if h.acquired >= g.end() {
                 break;
             }
             all += 1;
             if g.durable && h.durable {
-                durable += 1;
+                durable.push(format!("{}\n{}", g.csv(lost[i]), h.csv(lost[j])));
             }
         }
     }
@@ -531,21 +574,19 @@ fn run(setting: Setting, secs: f64) -> Row {
     let mut grants = std::mem::take(&mut *record.grants.lock().unwrap());
     grants.sort_by(|a, b| a.acquired.total_cmp(&b.acquired));
     let lost = lost_flags(&grants);
-    if std::env::var_os("FLOCK_FAILOVER_DEBUG").is_some() {
-        let mut csv = format!(
-            "# killed {killed:.0} old {old} first {first} deposed {deposed} failed_over {failed_over:.0} second {second} split tokens {split_kill:?} {split_failover:?}\n# named {named:?}\nacquired,released,token,node,lost\n"
-        );
-        for (g, l) in grants.iter().zip(&lost) {
-            let _ = writeln!(csv, "{:.1},{:.1},{},{:?},{l}", g.acquired, g.released, g.token, g.node);
-        }
-        for (at, e) in record.timeline.lock().unwrap().iter() {
-            let _ = writeln!(csv, "# error {at:.0} {e}");
-        }
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("target/failover-{}.csv", setting.name));
-        std::fs::write(path, csv).expect("write the grants");
+    let mut csv = format!(
+        "# killed {killed:.0} old {old} first {first} deposed {deposed} failed_over {failed_over:.0} second {second} split tokens {split_kill:?} {split_failover:?}\n# named {named:?}\nthread,acquired,released,lost_at,token,durable,node,lost,release_error\n"
+    );
+    for (g, l) in grants.iter().zip(&lost) {
+        let _ = writeln!(csv, "{}", g.csv(*l));
     }
-    let (overlaps, overlaps_durable) = overlaps(&grants);
+    for (at, e) in record.timeline.lock().unwrap().iter() {
+        let _ = writeln!(csv, "# error {at:.0} {e}");
+    }
+    let csv_path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("target/failover-{}.csv", setting.name));
+    std::fs::write(&csv_path, csv).expect("write the grants");
+    let (overlaps, overlaps_durable) = overlaps(&grants, &lost);
     // Gone: grants the surviving master never had. Before the SIGKILL, a
     // token above what the promoted replica had; after SENTINEL FAILOVER,
     // a token above what the promoted replica had, made on the deposed master.
@@ -599,7 +640,7 @@ fn table(server: &str, secs: f64, rows: &[Row]) -> String {
             count(r.gone),
             count(r.gone_durable),
             r.overlaps,
-            r.overlaps_durable,
+            r.overlaps_durable.len(),
             r.regrants,
             ms(r.after_kill),
             ms(r.after_failover),
@@ -641,7 +682,14 @@ fn sentinel_failovers_measured_durable_grants_on_every_replica_are_never_lost_no
         let name = r.setting.what;
         assert_eq!(r.lost_durable, 0, "({}) {name}: durable grants lost\n{text}", r.setting.name);
         assert_eq!(r.gone_durable.unwrap_or(0), 0, "({}) {name}: durable grants gone\n{text}", r.setting.name);
-        assert_eq!(r.overlaps_durable, 0, "({}) {name}: durable holds overlapped\n{text}", r.setting.name);
+        assert!(
+            r.overlaps_durable.is_empty(),
+            "({}) {name}: durable holds overlapped (thread,acquired,released,lost_at,token,durable,node,lost,\
+             release_error; every grant in target/failover-{}.csv):\n{}\n{text}",
+            r.setting.name,
+            r.setting.name,
+            r.overlaps_durable.join("\n\n")
+        );
         assert!(r.after_kill.is_some(), "({}) {name}: no durable grant after the SIGKILL\n{text}", r.setting.name);
         assert!(r.after_failover.is_some(), "({}) {name}: no durable grant after the failover\n{text}", r.setting.name);
     }
