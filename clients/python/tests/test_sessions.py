@@ -262,6 +262,66 @@ def test_a_cancel_that_loses_the_race_to_a_grant_releases_it(r, c):
     wait_until(lambda: info(r, "ctok-race") is None, what="the grant to be released")
 
 
+def reading_threads(client, timeout):
+    """The names of the threads that read the inbox of ``client``'s session
+    with ``timeout`` from now on (its reads wrapped)."""
+    session = session_of(client, timeout)
+    names, read = [], session._inbox
+
+    def inbox(*args):
+        names.append(threading.current_thread().name)
+        return read(*args)
+
+    session._inbox = inbox
+    return names
+
+
+def test_a_waiting_thread_reads_the_inbox_and_so_its_own_grant(r, c):
+    # A short session timeout: the reader's heartbeat (T/4) ends soon, and it
+    # passes the turn to read to the waiting thread then.
+    holder = Lock(c, "turn", session_timeout=0.4, thread_local=False)
+    assert holder.acquire(blocking=False)
+    readers = reading_threads(c, 0.4)
+    waiter = Lock(c, "turn", session_timeout=0.4, thread_local=False)
+    result = []
+    t = threading.Thread(target=lambda: result.append(waiter.acquire(blocking_timeout=10)), name="waiting", daemon=True)
+    t.start()
+    wait_until(lambda: "waiting" in readers, what="the waiting thread to read the inbox")
+    holder.release()
+    t.join(10)
+    assert result == [True] and waiter.owned()
+    # Its turn ended with its wait: the reader reads again, and pushes a loss.
+    reads = len(readers)
+    wait_until(lambda: readers[reads:] and readers[-1] == "flock-session", what="the reader's turn")
+    r.execute_command("FLOCK.FORCERELEASE", "turn")
+    wait_until(lambda: waiter.lost, what="the pushed loss")
+
+
+def test_a_waiting_thread_whose_wait_ends_passes_the_turn_to_the_next(r, c):
+    holder = Lock(c, "pass", session_timeout=0.4, thread_local=False)
+    assert holder.acquire(blocking=False)
+    readers = reading_threads(c, 0.4)
+    results = {}
+
+    def wait(name, seconds):
+        lock = Lock(c, "pass", session_timeout=0.4, thread_local=False)
+        results[name] = lock.acquire(blocking_timeout=seconds)
+
+    first = threading.Thread(target=wait, args=("first", 1), name="first", daemon=True)
+    first.start()
+    wait_until(lambda: info(r, "pass")["waiters"] == 1, what="the first waiter to queue")
+    second = threading.Thread(target=wait, args=("second", 30), name="second", daemon=True)
+    second.start()
+    wait_until(lambda: "first" in readers, what="the first waiter to read the inbox")
+    first.join(5)
+    assert results == {"first": False}
+    # Nobody else reads for the second now: only its turn brings its grant.
+    wait_until(lambda: readers[-1] == "second", what="the turn to pass to the second waiter")
+    holder.release()
+    second.join(10)
+    assert results == {"first": False, "second": True}
+
+
 def test_killed_session_connection_is_reopened_and_waits_are_sent_again(r, c):
     holder = Lock(c, "kill", timeout=30, thread_local=False)
     assert holder.acquire(blocking=False)

@@ -299,6 +299,12 @@ class SessionConnection:
         if self.state.has_pending() or self.state.has_watched():
             self._start_reopening()
 
+    async def _await(self, wait, timeout: Optional[float], cancel) -> bool:
+        """Waits up to ``timeout`` seconds (None: no limit) for ``wait``'s
+        event (its outcome, or its CancelToken's cancel): whether it came.
+        The reader task brings it."""
+        return await wait.event.wait(timeout)
+
     def _idle_sender(self):
         """An idle connection of the session's for sending, or None."""
         return self.senders.pop() if self.senders else None

@@ -26,36 +26,64 @@ from ._core import REOPEN_MAX_DELAY, SEND_CONCURRENCY, CancelToken, Number, Sess
 mutex = threading.Lock
 sleep = time.sleep
 
-# Guards Event.set(): each sets once.
+# Guards Event's flags.
 _SETTING = threading.Lock()
 
 
 class Event:
     """threading.Event's set() and wait(timeout), for a wait's one waiting
     thread, on a lock held until set(): a tenth of the cost of a
-    threading.Event (no Condition), made for every acquire."""
+    threading.Event (no Condition), made for every acquire. poke() wakes
+    the waiting thread once without setting it (its turn to read the
+    session's inbox: SessionConnection._await)."""
 
-    __slots__ = ("_lock", "_set")
+    __slots__ = ("_lock", "_set", "_released")
 
     def __init__(self):
         self._lock = threading.Lock()
         self._lock.acquire()
         self._set = False
+        # The lock is released: by set() for good, or by a poke() that no
+        # wait() has taken yet.
+        self._released = False
 
     def set(self) -> None:
         with _SETTING:
             if self._set:
                 return
             self._set = True
+            if self._released:
+                return
+            self._released = True
         self._lock.release()
 
+    def poke(self) -> None:
+        with _SETTING:
+            if self._released:
+                return
+            self._released = True
+        self._lock.release()
+
+    def unpoke(self) -> None:
+        """Takes back a poke that no wait() took."""
+        with _SETTING:
+            if self._released and not self._set:
+                self._released = False
+                self._lock.acquire(blocking=False)
+
     def wait(self, timeout: Optional[float] = None) -> bool:
+        """Whether it was set or poked (within ``timeout`` seconds)."""
         if self._set:
             return True
-        if self._lock.acquire(timeout=-1 if timeout is None else timeout):
-            self._lock.release()
-            return True
-        return self._set
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            return self._set
+        with _SETTING:
+            if not self._set:
+                # A poke, taken: held again until the next.
+                self._released = False
+                return True
+        self._lock.release()
+        return True
 
 
 class Limiter:
@@ -326,6 +354,10 @@ def session_of(client, make, timeout: Optional[float] = None):
         return session
 
 
+# SessionConnection.leader when the reader thread reads the inbox.
+READER = "reader"
+
+
 class SessionConnection:
     """A session's connection and its reader: one daemon thread
     (``flock-session``) that reads the inbox, and when the connection
@@ -360,6 +392,12 @@ class SessionConnection:
         self.timer = None
         # The session's own idle connections for sending (Session.send).
         self.senders: list = []
+        # Whose turn it is to read the inbox (_await): READER, the reader
+        # thread's, or a SessionWait's whose thread waits in _await, one of
+        # ``parked`` (oldest first). Guarded by ``turns``.
+        self.turns = threading.Condition()
+        self.leader = READER
+        self.parked: dict = {}
 
     def _start_reader(self, connection) -> None:
         """open() made ``connection`` the session's (under ``self.lock``):
@@ -446,6 +484,8 @@ class SessionConnection:
                 time.sleep(delay)
                 continue
             delay = 0.0
+            if not self._reader_turn(generation, connection):
+                continue
             try:
                 if not self._inbox(connection, sid):
                     self._broken(connection)
@@ -453,6 +493,96 @@ class SessionConnection:
                 if self.generation == generation:
                     logger.info("FLOCK session connection lost (%s): reopening", e)
                 self._broken(connection)
+
+    # Whose turn it is to read the inbox. A grant read by the reader thread
+    # wakes it, then the waiting thread: two wake-ups, and the GIL passed
+    # twice, between the grant and its use. So while threads wait in
+    # _await, the one that waited first reads the inbox instead (a waiting
+    # thread's wait is ended by an event or its deadline, not by a cancel:
+    # that one waits on its event), most often reading its own grant: one
+    # wake-up, as a blocking ACQUIRE has. It wakes the others whose events
+    # it reads, as the reader would, and when its wait ends passes the turn
+    # to the next, or back to the reader thread, which also takes it back
+    # when a read fails (it reopens the session).
+
+    def _reader_turn(self, generation: int, connection) -> bool:
+        """Before the reader thread's FLOCK.INBOX on ``connection``: while
+        threads wait in _await, the turn goes to them, and this waits for it
+        to come back. False when it came back from a wait's thread whose
+        read failed or found the session being replaced, or the session
+        changed: the reader looks at the session again first."""
+        with self.turns:
+            if not self.parked:
+                return True
+            if self.leader is READER:
+                self._hand_over()
+            while self.leader is not READER:
+                if self.generation != generation or self.connection is not connection:
+                    return False
+                self.turns.wait()
+            return not self.parked and self.generation == generation and self.connection is connection
+
+    def _hand_over(self) -> None:
+        """(Under ``turns``.) The turn to the wait parked first, or back to
+        the reader thread."""
+        if self.parked:
+            self.leader = next(iter(self.parked))
+            self.leader.event.poke()
+        else:
+            self.leader = READER
+            self.turns.notify()
+
+    def _give_back(self) -> None:
+        with self.turns:
+            self.leader = READER
+            self.turns.notify()
+
+    def _await(self, wait, timeout: Optional[float], cancel) -> bool:
+        """Waits up to ``timeout`` seconds (None: no limit) for ``wait``'s
+        event (its outcome, or its CancelToken's cancel): whether it came.
+        Without a CancelToken, the thread reads the inbox in its turn."""
+        if cancel is not None or self.pid != _PID[0]:
+            return wait.event.wait(timeout)
+        until = None if timeout is None else time.monotonic() + timeout
+        with self.turns:
+            self.parked[wait] = None
+        try:
+            while wait.outcome is None:
+                left = None if until is None else until - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                if self.leader is wait:
+                    self._read_turn(left)
+                else:
+                    wait.event.wait(left)
+        finally:
+            with self.turns:
+                del self.parked[wait]
+                if self.leader is wait:
+                    self._hand_over()
+            wait.event.unpoke()
+        return wait.outcome is not None
+
+    def _read_turn(self, longest: Optional[float]) -> None:
+        """One FLOCK.INBOX in a waiting thread's turn, waiting at most
+        ``longest`` seconds; the turn goes back to the reader thread when
+        the session is being replaced or the read fails."""
+        with self.lock:
+            connection, sid = self.connection, self.sid
+        if connection is None or self.rewatched != sid or self.resent != sid or self.state.stale:
+            self._give_back()
+            return
+        try:
+            if self._inbox(connection, sid, longest):
+                return
+        except Exception as e:
+            logger.info("FLOCK session connection lost (%s): reopening", e)
+        except BaseException:
+            self._broken(connection)
+            self._give_back()
+            raise
+        self._broken(connection)
+        self._give_back()
 
     def _broken(self, connection) -> None:
         sid = None

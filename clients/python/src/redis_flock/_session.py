@@ -316,7 +316,7 @@ class Session(backend.SessionConnection):
         if self.state.check(sid):
             self.timer = backend.schedule(self.state.deadline, self._deadline, sid)
 
-    def _inbox(self, connection, sid: str) -> bool:
+    def _inbox(self, connection, sid: str, longest: Optional[float] = None) -> bool:
         """One FLOCK.INBOX on ``connection``, the session ``sid``'s, waiting
         at most a quarter of the session's timeout (the heartbeat), its reply
         awaited until the session's deadline: a reply confirms the session as
@@ -324,7 +324,8 @@ class Session(backend.SessionConnection):
         order. False when the server answers NOSESSION; another error reply
         is logged (and UNBLOCKED, the server demoted, does what that
         demotion's events would have); a broken connection, or a reply that
-        did not come by the deadline, raises."""
+        did not come by the deadline, raises. ``longest``: seconds the read
+        may wait at most, if less than the heartbeat."""
         sent = time.monotonic()
         left = self.state.deadline_of(sid)[0] - sent
         if left <= 0:
@@ -335,6 +336,8 @@ class Session(backend.SessionConnection):
             # answer comes back well before the deadline.
             quarter = int(self.state.timeout * 1000) // HEARTBEAT_FRACTION
             heartbeat = max(1, min(quarter, int(left * 1000) // 2))
+            if longest is not None:
+                heartbeat = max(1, min(heartbeat, int(longest * 1000)))
             events = backend.exchange(connection, ("FLOCK.INBOX", heartbeat), left)
             # A cancel (close()) that the write lost: the reader read on for
             # ever (and the loop's close waited on it).
@@ -522,7 +525,7 @@ class Session(backend.SessionConnection):
             deadline = wait.local_deadline()
             woken = cancel is not None and cancel.cancelled
             if not woken:
-                woken = wait.event.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                woken = self._await(wait, None if deadline is None else max(0.0, deadline - time.monotonic()), cancel)
             if cancel is not None and cancel.cancelled:
                 self.cancel(client, wait, keep=False)
                 return (CANCELLED, 0, "")
