@@ -15,6 +15,7 @@ use crate::config;
 use crate::ffi::{self, MAX_ARGS};
 use crate::observed::held_ms;
 use crate::place::Place;
+use crate::propagation;
 use crate::state::{Lease, Scratch, Send, Shadow, State, DELAY_ENDS};
 use crate::timers;
 use crate::value::{lock_value, with_args, LockValue, FREE_COMMAND, HOLDER_COMMAND, ID_COMMAND, REMOTE_SESSION};
@@ -323,8 +324,12 @@ fn propagate(k: &Key, lock: &Lock<WaitId>, send: &Send, rider: Rider, now: Now) 
     }
 }
 
-/// Sends `cmd key words... [ID request-words...]` to replicas and the AOF.
+/// Sends `cmd key words... [ID request-words...]` to replicas and the AOF,
+/// if anything reads them (`propagation`).
 fn replicate(k: &Key, cmd: &CStr, words: &[Word], rider: Rider, now: Now) {
+    if !propagation::read(k.ctx) {
+        return;
+    }
     let mut argv = [Word::Number(0); MAX_ARGS];
     argv[..words.len()].copy_from_slice(words);
     let mut len = words.len();

@@ -8,7 +8,7 @@ use redis_module::{Context, NotifyEvent};
 use crate::ffi::{self, ServerEvents};
 use crate::state;
 use crate::value::lock_value;
-use crate::{blocking, engine, eviction, inbox, legacy, moves};
+use crate::{blocking, engine, eviction, inbox, legacy, moves, propagation};
 use flock_core::effects::{Leave, Loss};
 
 pub struct Events;
@@ -66,6 +66,19 @@ impl ServerEvents for Events {
 
     fn config_changed(ctx: &Context) {
         state::with(|s| eviction::refresh(ctx, s));
+        propagation::look_again();
+    }
+
+    fn replication_changed() {
+        propagation::look_again();
+    }
+
+    fn stream_may_start() {
+        propagation::assume_read();
+    }
+
+    fn cron(hz: i32) {
+        propagation::cron(hz);
     }
 }
 

@@ -66,6 +66,7 @@ mod moves;
 mod multi;
 mod observed;
 mod place;
+mod propagation;
 mod sessions;
 mod state;
 mod timers;

@@ -17,11 +17,21 @@ pub trait ServerEvents: 'static {
     fn now_replica(ctx: &Context);
     /// CONFIG SET applied its changes.
     fn config_changed(ctx: &Context);
+    /// A replica connected or left, or the role changed: a replication
+    /// stream may have started or ended.
+    fn replication_changed();
+    /// A child process was forked (a snapshot: for a replica's full sync,
+    /// among others), or a load ended (a restart may keep a backlog, made
+    /// after this event).
+    fn stream_may_start();
+    /// The server's cron, `hz` times a second.
+    fn cron(hz: i32);
 }
 
-/// Subscribes `E` to flush, swapdb, client, role and config events.
+/// Subscribes `E` to flush, swapdb, client, role, config, replica, loading,
+/// fork and cron events.
 pub fn subscribe<E: ServerEvents>(ctx: &Context) {
-    let events: [(u64, unsafe extern "C" fn(RawCtx, raw::RedisModuleEvent, u64, *mut c_void)); 5] = [
+    let events: [(u64, unsafe extern "C" fn(RawCtx, raw::RedisModuleEvent, u64, *mut c_void)); 9] = [
         (raw::REDISMODULE_EVENT_FLUSHDB, on_flush::<E>),
         (raw::REDISMODULE_EVENT_SWAPDB, on_swapdb::<E>),
         (raw::REDISMODULE_EVENT_CLIENT_CHANGE, on_client_change::<E>),
@@ -29,6 +39,10 @@ pub fn subscribe<E: ServerEvents>(ctx: &Context) {
         // Fires after CONFIG SET applied its changes (module configs too),
         // and not for a CONFIG SET that failed and was rolled back.
         (raw::REDISMODULE_EVENT_CONFIG, on_config_change::<E>),
+        (raw::REDISMODULE_EVENT_REPLICA_CHANGE, on_replica_change::<E>),
+        (raw::REDISMODULE_EVENT_LOADING, on_loading::<E>),
+        (raw::REDISMODULE_EVENT_FORK_CHILD, on_fork::<E>),
+        (raw::REDISMODULE_EVENT_CRON_LOOP, on_cron::<E>),
     ];
     for (id, callback) in events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
@@ -79,6 +93,28 @@ unsafe extern "C" fn on_role_changed<E: ServerEvents>(
     if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA {
         E::now_replica(&Context::new(ctx));
     }
+    E::replication_changed();
+}
+
+unsafe extern "C" fn on_replica_change<E: ServerEvents>(_: RawCtx, _: raw::RedisModuleEvent, _: u64, _: *mut c_void) {
+    E::replication_changed();
+}
+
+unsafe extern "C" fn on_loading<E: ServerEvents>(_: RawCtx, _: raw::RedisModuleEvent, subevent: u64, _: *mut c_void) {
+    if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED || subevent == raw::REDISMODULE_SUBEVENT_LOADING_FAILED {
+        E::stream_may_start();
+    }
+}
+
+unsafe extern "C" fn on_fork<E: ServerEvents>(_: RawCtx, _: raw::RedisModuleEvent, subevent: u64, _: *mut c_void) {
+    if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
+        E::stream_may_start();
+    }
+}
+
+unsafe extern "C" fn on_cron<E: ServerEvents>(_: RawCtx, _: raw::RedisModuleEvent, _: u64, data: *mut c_void) {
+    // SAFETY: a cron loop event's data is a `RedisModuleCronLoop` (version 1).
+    E::cron(unsafe { &*data.cast::<raw::RedisModuleCronLoopV1>() }.hz);
 }
 
 unsafe extern "C" fn on_config_change<E: ServerEvents>(ctx: RawCtx, _: raw::RedisModuleEvent, _: u64, _: *mut c_void) {

@@ -161,6 +161,44 @@ pub fn is_replica() -> bool {
     flags & raw::REDISMODULE_CTX_FLAGS_SLAVE as c_int != 0
 }
 
+/// True while the AOF is on (or being turned on): it reads what is propagated.
+pub fn aof_on() -> bool {
+    // SAFETY: the module context lives as long as the module.
+    let flags = unsafe { api!(RedisModule_GetContextFlags)(module_ctx()) };
+    flags & raw::REDISMODULE_CTX_FLAGS_AOF as c_int != 0
+}
+
+/// Whether INFO replication shows a replication stream: a replica (it
+/// serves its own replicas), a replica connected, or a backlog kept for
+/// partial resyncs. True when it cannot be read.
+pub fn replication_stream(ctx: &Context) -> bool {
+    // SAFETY: as in `memory_settings`.
+    let info = unsafe { api!(RedisModule_GetServerInfo)(ctx.ctx, c"replication".as_ptr()) };
+    if info.is_null() {
+        return true;
+    }
+    let number = |name: &std::ffi::CStr| {
+        let mut err: c_int = 0;
+        // SAFETY: `info` is the live snapshot above; the name is
+        // NUL-terminated and `err` outlives the call.
+        let value = unsafe { api!(RedisModule_ServerInfoGetFieldUnsigned)(info, name.as_ptr(), &mut err) };
+        if err == 0 {
+            value
+        } else {
+            1
+        }
+    };
+    // SAFETY: as above; the value is read before `info` is freed below.
+    let role = unsafe { api!(RedisModule_ServerInfoGetFieldC)(info, c"role".as_ptr()) };
+    // SAFETY: a NUL-terminated value inside `info`.
+    let master = !role.is_null() && unsafe { std::ffi::CStr::from_ptr(role) }.to_bytes() == b"master";
+    let stream = !master || number(c"connected_slaves") > 0 || number(c"repl_backlog_active") > 0;
+    // SAFETY: `info` came from GetServerInfo on this `ctx` and is freed
+    // once; nothing read from it is used after this.
+    unsafe { api!(RedisModule_FreeServerInfo)(ctx.ctx, info) };
+    stream
+}
+
 /// True while the server keeps its data set still for its replicas: `CLIENT
 /// PAUSE ... WRITE` (or `ALL`), and on a master during `FAILOVER` and `CLUSTER
 /// FAILOVER`. Sending anything to replicas or the AOF then aborts the server

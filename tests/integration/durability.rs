@@ -615,6 +615,87 @@ fn replica_sees_grant_reentry_release_and_renew_and_serves_flock_info() {
     assert_eq!(held_by(&mut rc, "pre", "p"), held_by(&mut mc, "pre", "p"));
 }
 
+/// With no replica connected the master still keeps its backlog, and a
+/// replica that resyncs partially from it must find there what happened
+/// meanwhile: FLOCK propagates while a backlog is kept, replica or not.
+#[test]
+fn a_replica_resyncing_from_the_backlog_gets_the_changes_made_while_none_was_connected() {
+    let m = Server::start();
+    let mut mc = m.conn();
+    let r = Server::replica_of(&m);
+    let mut rc = r.conn();
+    acquire(&mut mc, "kept", "a", 60_000).unwrap().expect("granted");
+    assert_replicated(&mut mc, &mut rc, "kept", "a grant before the link broke");
+    let partial = || m.info_section("stats")["sync_partial_ok"].parse::<i64>().expect("sync_partial_ok");
+    let partial_before = partial();
+    // A password the master refuses keeps the replica away until it is
+    // taken back.
+    let masterauth = |c: &mut Connection, password: &str| {
+        let ok: String = redis::cmd("CONFIG").arg("SET").arg("masterauth").arg(password).query(c).expect("masterauth");
+        assert_eq!(ok, "OK");
+    };
+    masterauth(&mut rc, "wrong");
+    let killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica").query(&mut mc).expect("CLIENT KILL");
+    assert_eq!(killed, 1);
+    wait_until("the replica to be gone", 5 * SECOND, || m.info_section("replication")["connected_slaves"] == "0");
+    acquire(&mut mc, "while", "b", 60_000).unwrap().expect("granted with no replica connected");
+    assert_eq!(release(&mut mc, "kept", "a").unwrap(), 0);
+    assert_eq!(m.info_section("replication")["connected_slaves"], "0");
+    masterauth(&mut rc, "");
+    r.wait_master_link();
+    m.wait_stream_to(1);
+    assert_eq!(partial(), partial_before + 1, "a partial resync");
+    assert_replicated(&mut mc, &mut rc, "while", "a grant made while no replica was connected");
+    assert_replicated(&mut mc, &mut rc, "kept", "a release made while no replica was connected");
+}
+
+/// A master restarted from the RDB its SHUTDOWN wrote keeps a backlog (a
+/// replica may resync partially), made once the load has ended: what it
+/// does before its replica is back must reach the replica.
+#[test]
+fn a_replica_resyncing_with_a_restarted_master_gets_the_changes_made_before_it_was_back() {
+    let mut m = Server::start();
+    let mut mc = m.conn();
+    let r = Server::replica_of(&m);
+    let mut rc = r.conn();
+    acquire(&mut mc, "kept", "a", 60_000).unwrap().expect("granted");
+    assert_replicated(&mut mc, &mut rc, "kept", "a grant before the restart");
+    let ok: String = redis::cmd("CONFIG").arg("SET").arg("masterauth").arg("wrong").query(&mut rc).expect("masterauth");
+    assert_eq!(ok, "OK");
+    m.restart(Stop::ShutdownSave);
+    let mut mc = m.conn();
+    assert_eq!(m.info_section("replication")["repl_backlog_active"], "1", "a backlog kept across the restart");
+    acquire(&mut mc, "after", "b", 60_000).unwrap().expect("granted by the restarted master");
+    assert_eq!(release(&mut mc, "kept", "a").unwrap(), 0);
+    assert_eq!(m.info_section("replication")["connected_slaves"], "0");
+    let ok: String = redis::cmd("CONFIG").arg("SET").arg("masterauth").arg("").query(&mut rc).expect("masterauth");
+    assert_eq!(ok, "OK");
+    r.wait_master_link();
+    m.wait_stream_to(1);
+    assert_eq!(m.info_section("stats")["sync_partial_ok"], "1", "a partial resync");
+    assert_replicated(&mut mc, &mut rc, "after", "a grant of the restarted master");
+    assert_replicated(&mut mc, &mut rc, "kept", "a release of the restarted master");
+}
+
+/// A master without an AOF propagates nothing while nothing reads it; once
+/// `CONFIG SET appendonly yes` turned the AOF on, what follows is in it.
+#[test]
+fn locks_taken_after_the_aof_is_turned_on_are_in_it() {
+    let s = Server::start();
+    let mut c = s.conn();
+    acquire(&mut c, "before", "a", 60_000).unwrap().expect("granted");
+    let ok: String = redis::cmd("CONFIG").arg("SET").arg("appendonly").arg("yes").query(&mut c).expect("CONFIG SET");
+    assert_eq!(ok, "OK");
+    s.wait_aof_rewrite();
+    acquire(&mut c, "after", "b", 60_000).unwrap().expect("granted");
+    acquire(&mut c, "after", "b", 60_000).unwrap().expect("reentered");
+    let before = (held(&mut c, "before"), held(&mut c, "after"));
+    let ok: String = redis::cmd("DEBUG").arg("LOADAOF").query(&mut c).expect("DEBUG LOADAOF");
+    assert_eq!(ok, "OK");
+    assert_eq!((held(&mut c, "before"), held(&mut c, "after")), before, "the locks as the AOF has them");
+    assert_eq!(held_by(&mut c, "after", "b").holds, 2);
+}
+
 #[test]
 fn replica_sees_changes_made_inside_multi_exec_and_scripts() {
     let m = Server::start();
