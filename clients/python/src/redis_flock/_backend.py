@@ -52,10 +52,7 @@ class Event:
             if self._set:
                 return
             self._set = True
-            if self._released:
-                return
-            self._released = True
-        self._lock.release()
+        self.poke()
 
     def poke(self) -> None:
         with _SETTING:
