@@ -63,16 +63,26 @@ const aborted = (signal) => (signal.aborted ? true : new Promise((resolve) => si
 const within = (ms, what, promise) =>
   Promise.race([promise, new Promise((_, reject) => setTimeout(() => reject(new Error(`not within ${ms} ms: ${what}`)), ms).unref())]);
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
+/** Whether `port` can be bound on loopback now. */
+function bindable(port) {
+  return new Promise((resolve) => {
+    const srv = net.createServer().unref();
+    srv.once('error', () => resolve(false));
+    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
   });
+}
+
+/**
+ * A free loopback port at random, from 10000 to 10000 + `count` - 1, with `port + bus` free too
+ * when `bus` is not 0: below the kernel's ephemeral range (32768 and up), so that no connection's
+ * own end takes it between this check and the server's bind (a port the kernel hands out, bind to
+ * 0, is soon handed out again), nor while a test restarts its server on it.
+ */
+async function freePort(count = 22768, bus = 0) {
+  for (;;) {
+    const port = 10000 + Math.floor(Math.random() * count);
+    if ((await bindable(port)) && (bus === 0 || (await bindable(port + bus)))) return port;
+  }
 }
 
 function ping(port) {
@@ -169,19 +179,8 @@ function sentinelConf(dir, port, masterPort) {
   return file;
 }
 
-/** A loopback port for a cluster node: it and its bus port (+10000) free, at most 55535. */
-async function clusterPort() {
-  const free = (port) =>
-    new Promise((resolve) => {
-      const srv = net.createServer().unref();
-      srv.once('error', () => resolve(false));
-      srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
-    });
-  for (;;) {
-    const port = 15000 + Math.floor(Math.random() * 30000);
-    if ((await free(port)) && (await free(port + 10000))) return port;
-  }
-}
+/** A port for a cluster node: it and its bus port (+10000) free, both below 32768. */
+const clusterPort = () => freePort(12768, 10000);
 
 /**
  * A 3-master cluster (redis-cli --cluster create), each node a startServer() with its probe;

@@ -50,10 +50,12 @@ def _bindable(port: int) -> bool:
 
 
 def cluster_port() -> int:
-    """A free port whose cluster bus port (+10000) is free too, at most 55535
-    (Valkey refuses a node whose bus port would not fit)."""
+    """A free port whose cluster bus port (+10000) is free too, both below the
+    kernel's ephemeral range (32768 and up), so that no connection's own end
+    takes either between this check and the node's bind (a node whose bus
+    port is taken does not start)."""
     while True:
-        port = random.randint(20000, 45535)
+        port = random.randint(20000, 22767)
         if _bindable(port) and _bindable(port + 10000):
             return port
 
