@@ -13,6 +13,7 @@
 //! `Box<T>` leaked with `Box::into_raw` and reclaimed exactly once, by the
 //! one callback or call that Redis documents as its end.
 
+use std::ffi::CStr;
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
@@ -154,49 +155,21 @@ pub fn monotonic_us() -> u64 {
     ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000
 }
 
-/// True on a replica: it follows its master's state and acts on no timer.
-pub fn is_replica() -> bool {
+/// Whether the server's context flags have `flag` now.
+fn context_flag(flag: u32) -> bool {
     // SAFETY: the module context lives as long as the module.
     let flags = unsafe { api!(RedisModule_GetContextFlags)(module_ctx()) };
-    flags & raw::REDISMODULE_CTX_FLAGS_SLAVE as c_int != 0
+    flags & flag as c_int != 0
+}
+
+/// True on a replica: it follows its master's state and acts on no timer.
+pub fn is_replica() -> bool {
+    context_flag(raw::REDISMODULE_CTX_FLAGS_SLAVE)
 }
 
 /// True while the AOF is on (or being turned on): it reads what is propagated.
 pub fn aof_on() -> bool {
-    // SAFETY: the module context lives as long as the module.
-    let flags = unsafe { api!(RedisModule_GetContextFlags)(module_ctx()) };
-    flags & raw::REDISMODULE_CTX_FLAGS_AOF as c_int != 0
-}
-
-/// Whether INFO replication shows a replication stream: a replica (it
-/// serves its own replicas), a replica connected, or a backlog kept for
-/// partial resyncs. True when it cannot be read.
-pub fn replication_stream(ctx: &Context) -> bool {
-    // SAFETY: as in `memory_settings`.
-    let info = unsafe { api!(RedisModule_GetServerInfo)(ctx.ctx, c"replication".as_ptr()) };
-    if info.is_null() {
-        return true;
-    }
-    let number = |name: &std::ffi::CStr| {
-        let mut err: c_int = 0;
-        // SAFETY: `info` is the live snapshot above; the name is
-        // NUL-terminated and `err` outlives the call.
-        let value = unsafe { api!(RedisModule_ServerInfoGetFieldUnsigned)(info, name.as_ptr(), &mut err) };
-        if err == 0 {
-            value
-        } else {
-            1
-        }
-    };
-    // SAFETY: as above; the value is read before `info` is freed below.
-    let role = unsafe { api!(RedisModule_ServerInfoGetFieldC)(info, c"role".as_ptr()) };
-    // SAFETY: a NUL-terminated value inside `info`.
-    let master = !role.is_null() && unsafe { std::ffi::CStr::from_ptr(role) }.to_bytes() == b"master";
-    let stream = !master || number(c"connected_slaves") > 0 || number(c"repl_backlog_active") > 0;
-    // SAFETY: `info` came from GetServerInfo on this `ctx` and is freed
-    // once; nothing read from it is used after this.
-    unsafe { api!(RedisModule_FreeServerInfo)(ctx.ctx, info) };
-    stream
+    context_flag(raw::REDISMODULE_CTX_FLAGS_AOF)
 }
 
 /// True while the server keeps its data set still for its replicas: `CLIENT
@@ -233,37 +206,70 @@ pub fn with_db<R>(ctx: &Context, db: i32, f: impl FnOnce() -> R) -> R {
     result
 }
 
-/// `maxmemory` and `maxmemory-policy` as INFO memory shows them (0 and ""
-/// when a field is missing or unreadable).
+/// One section of INFO as the server gives it to a module, freed when
+/// dropped.
 ///
 /// Not the crate's `ServerInfo::field`: it retains the string Redis hands
 /// over, which the caller already owns, so every call leaked it.
 /// `GetFieldC` returns a pointer into the snapshot instead, nothing to free.
-pub fn memory_settings(ctx: &Context) -> (u64, String) {
-    // SAFETY: `ctx` is the context of the running load, command or event
-    // callback; the section name is NUL-terminated.
-    let info = unsafe { api!(RedisModule_GetServerInfo)(ctx.ctx, c"memory".as_ptr()) };
-    if info.is_null() {
-        return (0, String::new());
+struct InfoSection<'a> {
+    ctx: &'a Context,
+    info: *mut raw::RedisModuleServerInfoData,
+}
+
+impl<'a> InfoSection<'a> {
+    /// INFO `section`; `None` when it cannot be read.
+    fn read(ctx: &'a Context, section: &CStr) -> Option<Self> {
+        // SAFETY: `ctx` is the context of the running load, command or event
+        // callback; the section name is NUL-terminated.
+        let info = unsafe { api!(RedisModule_GetServerInfo)(ctx.ctx, section.as_ptr()) };
+        (!info.is_null()).then_some(InfoSection { ctx, info })
     }
-    let mut err: c_int = 0;
-    // SAFETY: `info` is the live snapshot above; the name is NUL-terminated
-    // and `err` outlives the call.
-    let maxmemory = unsafe { api!(RedisModule_ServerInfoGetFieldUnsigned)(info, c"maxmemory".as_ptr(), &mut err) };
-    let maxmemory = if err == 0 { maxmemory } else { 0 };
-    // SAFETY: as above.
-    let policy = unsafe { api!(RedisModule_ServerInfoGetFieldC)(info, c"maxmemory_policy".as_ptr()) };
-    let policy = if policy.is_null() {
-        String::new()
-    } else {
-        // SAFETY: a NUL-terminated value inside `info`, copied out before
-        // `info` is freed below.
-        unsafe { std::ffi::CStr::from_ptr(policy) }.to_string_lossy().into_owned()
+
+    /// A field's unsigned value; `None` when it is missing or not a number.
+    fn unsigned(&self, name: &CStr) -> Option<u64> {
+        let mut err: c_int = 0;
+        // SAFETY: `info` lives until `self` is dropped; the name is
+        // NUL-terminated and `err` outlives the call.
+        let value = unsafe { api!(RedisModule_ServerInfoGetFieldUnsigned)(self.info, name.as_ptr(), &mut err) };
+        (err == 0).then_some(value)
+    }
+
+    /// A field's text; `None` when it is missing.
+    fn text(&self, name: &CStr) -> Option<String> {
+        // SAFETY: as in `unsigned`.
+        let value = unsafe { api!(RedisModule_ServerInfoGetFieldC)(self.info, name.as_ptr()) };
+        // SAFETY: a NUL-terminated value inside `info`, copied out while it lives.
+        (!value.is_null()).then(|| unsafe { CStr::from_ptr(value) }.to_string_lossy().into_owned())
+    }
+}
+
+impl Drop for InfoSection<'_> {
+    fn drop(&mut self) {
+        // SAFETY: `info` came from GetServerInfo on this `ctx` and is freed
+        // once; nothing read from it outlives `self`.
+        unsafe { api!(RedisModule_FreeServerInfo)(self.ctx.ctx, self.info) };
+    }
+}
+
+/// `maxmemory` and `maxmemory-policy` as INFO memory shows them (0 and ""
+/// when a field is missing or unreadable).
+pub fn memory_settings(ctx: &Context) -> (u64, String) {
+    let Some(info) = InfoSection::read(ctx, c"memory") else {
+        return (0, String::new());
     };
-    // SAFETY: `info` came from GetServerInfo on this `ctx` and is freed
-    // once; nothing read from it is used after this.
-    unsafe { api!(RedisModule_FreeServerInfo)(ctx.ctx, info) };
-    (maxmemory, policy)
+    (info.unsigned(c"maxmemory").unwrap_or(0), info.text(c"maxmemory_policy").unwrap_or_default())
+}
+
+/// Whether INFO replication shows a replication stream: a replica (it
+/// serves its own replicas), a replica connected, or a backlog kept for
+/// partial resyncs. True when it cannot be read.
+pub fn replication_stream(ctx: &Context) -> bool {
+    let Some(info) = InfoSection::read(ctx, c"replication") else {
+        return true;
+    };
+    let some = |name: &CStr| info.unsigned(name).is_none_or(|n| n > 0);
+    info.text(c"role").as_deref() != Some("master") || some(c"connected_slaves") || some(c"repl_backlog_active")
 }
 
 /// A key name made from any bytes: key names are binary, and the crate's
