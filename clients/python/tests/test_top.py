@@ -177,6 +177,24 @@ def test_parse_top_gives_the_same_locks_on_resp2_and_resp3(top_server, contentio
     assert strip(resp2) == strip(resp3)
 
 
+def assert_shows_the_servers(text: str, keys, locks, expected: dict, figures: dict):
+    """The rows and totals of ``text`` (the output or the screen of redis-flock
+    top, showing ``keys`` of the three contended locks ``expected``) are what
+    FLOCK.TOP (``locks``) and INFO flock (``figures``) say: (rows, totals)."""
+    rows = table_rows(text.splitlines(), keys)
+    assert [row[0] for row in rows] == [lock.key for lock in locks]
+    for row, lock in zip(rows, locks):
+        assert int(row[1]) == lock.waiters == expected[lock.key]
+        assert row[3] == lock.holders[0].owner
+        assert row[6] == lock.mode
+    totals = summary(text)
+    assert totals["waiters"] == figures["flock_waiters"] == 6
+    assert totals["contended locks"] == figures["flock_contended_locks"] == 3
+    assert totals["sessions"] == figures["flock_sessions"]
+    assert totals["locks"] == figures["flock_locks"]
+    return rows, totals
+
+
 def test_once_prints_the_table_the_server_gives(top_server, contention, admin):
     # A wait granted and a hold released first: percentiles that are not all 0.
     contention.hold("top:done", "first", 30000)
@@ -193,17 +211,9 @@ def test_once_prints_the_table_the_server_gives(top_server, contention, admin):
     # Nothing ended or started since: the server says now what it said then.
     locks, figures = flock_top(admin, "COUNT", 20), info_flock(admin)
 
-    rows = table_rows(out.splitlines(), expected)
-    assert [row[0] for row in rows] == [lock.key for lock in locks] == ["top:a", "top:b", "top:c"]
-    for row, lock in zip(rows, locks):
-        assert int(row[1]) == lock.waiters == expected[lock.key]
-        assert row[3] == lock.holders[0].owner == f"holder-{lock.key}"
-        assert row[6] == lock.mode
-    totals = summary(out)
-    assert totals["waiters"] == figures["flock_waiters"] == 6
-    assert totals["contended locks"] == figures["flock_contended_locks"] == 3
-    assert totals["sessions"] == figures["flock_sessions"]
-    assert totals["locks"] == figures["flock_locks"]
+    rows, totals = assert_shows_the_servers(out, expected, locks, expected, figures)
+    assert [row[0] for row in rows] == ["top:a", "top:b", "top:c"]
+    assert [row[3] for row in rows] == [f"holder-{row[0]}" for row in rows]
     assert totals["grants"] == figures["flock_grants"]
     # The percentiles, as INFO gives them (microseconds), each row by its label.
     lines = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.split()}
@@ -342,17 +352,7 @@ def test_live_view_shows_sorts_filters_pauses_and_quits(top_server, contention, 
 
     # Each figure against the server (nothing changes meanwhile).
     locks, figures = flock_top(admin), info_flock(admin)
-    rows = table_rows(screen.splitlines(), keys)
-    assert [row[0] for row in rows] == [lock.key for lock in locks]
-    for row, lock in zip(rows, locks):
-        assert int(row[1]) == lock.waiters == expected[lock.key]
-        assert row[3] == lock.holders[0].owner
-        assert row[6] == lock.mode
-    totals = summary(screen)
-    assert totals["waiters"] == figures["flock_waiters"] == 6
-    assert totals["contended locks"] == figures["flock_contended_locks"] == 3
-    assert totals["sessions"] == figures["flock_sessions"]
-    assert totals["locks"] == figures["flock_locks"]
+    assert_shows_the_servers(screen, keys, locks, expected, figures)
     assert "3 of 3 contended locks" in screen
     assert "redis-flock top" in screen and f"127.0.0.1:{top_server.port}" in screen
 
