@@ -99,11 +99,16 @@ class Connection {
   /**
    * Sends `args` (to `node`'s own connection when given); with `timeoutMs`, rejects with a
    * CommandTimeoutError when no reply came by then (none at all for 0 or less: nothing is sent).
-   * The reply that comes later is read and dropped: the connection stays in step.
+   * The reply that comes later is read and dropped: the connection stays in step. `onError`, if
+   * given, turns a failure (an error reply, a timeout, a lost reply) into the outcome (what it
+   * returns, or throws): the caller's handling without a promise of its own in between.
    */
-  send(args, node, timeoutMs) {
-    if (timeoutMs <= 0) return Promise.reject(timedOut(args[0], timeoutMs));
-    return this._inFlight(this._send(args, node), timeoutMs, args[0]);
+  send(args, node, timeoutMs, onError) {
+    if (timeoutMs <= 0) {
+      const failed = Promise.reject(timedOut(args[0], timeoutMs));
+      return onError ? failed.catch(onError) : failed;
+    }
+    return this._inFlight(this._send(args, node), timeoutMs, args[0], onError);
   }
   /**
    * Sends `commands` (argvs) in one round trip on this one connection; resolves to a settled
@@ -113,10 +118,10 @@ class Connection {
     return this._inFlight(this._pipeline(commands), timeoutMs, commands[0][0]);
   }
   // A command in flight: referenced meanwhile (autoRef), until it settles or times out.
-  _inFlight(promise, timeoutMs, what) {
-    if (!this._autoRef) return timeboxed(promise, timeoutMs, what);
+  _inFlight(promise, timeoutMs, what, onError) {
+    if (!this._autoRef) return timeboxed(promise, timeoutMs, what, undefined, onError);
     if (this._inflight++ === 0) this.setRef(true);
-    return timeboxed(promise, timeoutMs, what, this._ended);
+    return timeboxed(promise, timeoutMs, what, this._ended, onError);
   }
   // node-redis writes the commands of one tick together (its auto-pipelining).
   _pipeline(commands) {
@@ -446,19 +451,29 @@ function timedOut(what, ms) {
  * `promise`, or a CommandTimeoutError after `ms` (none when `ms` is undefined or Infinity), taken
  * on the process's deadline heap (no timer of its own: a command costs no timer); `onEnd` runs
  * once either comes. Its own outcome after the timeout is of no use (a late reply, the
- * connection closed) and is dropped.
+ * connection closed) and is dropped. `onError`: as Connection#send's.
  */
-function timeboxed(promise, ms, what, onEnd) {
+function timeboxed(promise, ms, what, onEnd, onError) {
   const bounded = ms !== undefined && ms < Infinity;
-  if (!bounded && !onEnd) return promise;
+  if (!bounded && !onEnd) return onError ? promise.catch(onError) : promise;
   return new Promise((resolve, reject) => {
-    const box = new Timebox(reject, what, ms, onEnd);
+    const fail = onError ? (err) => settleWith(onError, err, resolve, reject) : reject;
+    const box = new Timebox(fail, what, ms, onEnd);
     if (bounded) box.move(now() + ms);
     promise.then(
       (value) => box.end() && resolve(value),
-      (err) => box.end() && reject(err),
+      (err) => box.end() && fail(err),
     );
   });
+}
+
+// Settles a promise (`resolve`, `reject`) with what `handle(err)` returns, or with what it throws.
+function settleWith(handle, err, resolve, reject) {
+  try {
+    resolve(handle(err));
+  } catch (thrown) {
+    reject(thrown);
+  }
 }
 
 // timeboxed()'s deadline, an object of its own for every command: no closures for its end.

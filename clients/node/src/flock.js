@@ -731,7 +731,7 @@ class Flock {
     const { until, timeout } = options;
     const deadline = typeof until === 'function' ? until() : until;
     const ms = deadline !== undefined ? deadline - now() : (timeout ?? this._commandTimeout());
-    return conn.send(full, options.node, ms).catch((err) => {
+    return conn.send(full, options.node, ms, (err) => {
       if (isReplyError(err)) throw replyError(err, args);
       if (n >= (options.resends ?? this.settings.resends) || ms <= 0) throw err;
       return this._attempt(conn, args, full, options, n + 1);

@@ -168,7 +168,7 @@ class Session {
       connecting.then((late) => late.close(), () => {});
       throw err;
     }
-    // Referenced while it connects or waits are pending: an awaited acquire keeps the process alive.
+    // Referenced while it connects: an awaited acquire keeps the process alive.
     conn.setRef(true);
     const asked = flock.settings.sessionTimeoutMs;
     const args = ['FLOCK.SESSION', ...(asked ? ['TIMEOUT', String(asked)] : []), 'WITHTIMEOUT'];
@@ -195,12 +195,13 @@ class Session {
     entry.timeout = Number(timeout);
     flock._knownSessionTimeout = entry.timeout;
     entry.deadline = schedule(sent + entry.timeout - margin(entry.timeout), () => this._broken(entry, null, 'unconfirmed'));
-    conn.setRef(this.waits.size > 0);
+    conn.setRef(this._referenced);
     this._read(entry);
     return entry;
   }
 
-  // The session connections keep the process alive while a wait is pending, and only then.
+  // The session connections keep the process alive while a wait is pending (looked at once one is
+  // queued, and when one ends: a wait's ACQUIRE keeps it alive while it is in flight), and only then.
   _updateRef() {
     const waiting = this.waits.size > 0;
     if (waiting === this._referenced) return;
@@ -381,17 +382,14 @@ class Session {
       return Promise.resolve({ error: new Error(`QUEUED this process already waits for ${key} as this owner`) });
     }
     const wait = new Wait(id, key, owner, lease, waitMs, extra);
+    // Sent first, then registered: nothing that is read (its reply, its event, which can beat the
+    // WAITING reply) is handled before this returns, and a free lock's reply comes sooner.
+    this._submit(wait);
     const done = new Promise((resolve) => (wait.resolve = resolve));
-    // Registered before it is sent: the event can beat the WAITING reply.
     this.waits.set(id, wait);
-    this._updateRef();
-    if (!signal) {
-      this._submit(wait);
-      return done;
-    }
+    if (!signal) return done;
     const onAbort = () => this._cancel(wait, 'abort');
     signal.addEventListener('abort', onAbort, { once: true });
-    this._submit(wait);
     return done.then((outcome) => {
       signal.removeEventListener('abort', onAbort);
       return wait.cancelled === 'abort' || signal.aborted ? { ...outcome, aborted: true } : outcome;
@@ -467,6 +465,9 @@ class Session {
   // The reply to the wait's ACQUIRE through session `entry`.
   _replied(wait, entry, reply) {
     if (reply === 'WAITING') {
+      // Queued: from now on only the session's connection brings its outcome (until then the
+      // command's kept the process alive).
+      this._updateRef();
       this._armDeadline(wait);
       // Cancelled while the ACQUIRE was on its way: its CANCEL may have overtaken a resend of it,
       // so send another now that it queues (a second CANCEL answers 0 and changes nothing).
