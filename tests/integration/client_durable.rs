@@ -6,6 +6,7 @@
 //! try, a grant pushed to a waiter through the session, a reentry, the
 //! blocking path and a semaphore.
 
+use crate::common::proxy::Proxy;
 use crate::common::*;
 
 use std::time::{Duration, Instant};
@@ -124,6 +125,52 @@ fn durable_grant_pushed_to_a_session_waiter_is_given_back_to_the_next_waiter_whe
     // holder 1, durable 2 (given back), next 3.
     assert!(token >= 3, "token {token}");
     assert_eq!(info(&mut master.conn(), key), None);
+}
+
+/// A promoted replica that never got the grant, but kept an older grant of
+/// the same owner (its release was lost with the old master), answers the
+/// durable check with that grant's token: this grant is gone. Here the grant
+/// is replaced while its reply waits behind a partition; the replica has
+/// every write, so WAIT alone would confirm it. Both checks: a session
+/// grant's reentry, and the RENEW of a grant with a lease of its own (the
+/// blocking path of a bare connection).
+#[test]
+fn durable_grant_whose_check_finds_another_grant_of_its_owner_is_not_durable_and_is_given_back() {
+    let (master, _replica) = pair();
+    let proxy = Proxy::start(master.port);
+    let behind = redis::Client::open(proxy.url()).expect("client");
+    for (key, session) in [("n:replaced:session", true), ("n:replaced:bare", false)] {
+        let holder =
+            Lock::new(key, 10 * SECOND).with_owner("holder").acquire_on(&client(&master), None).unwrap().expect("held");
+        let durable = {
+            let (lock, behind) =
+                (Lock::new(key, 10 * SECOND).with_owner("durable").durable(1, 5 * SECOND), behind.clone());
+            // Whether it was granted: the two ways' guards are of different types.
+            std::thread::spawn(move || match session {
+                true => lock.acquire_on(&behind, Some(10 * SECOND)).map(|g| g.is_some()),
+                false => lock.acquire(behind.get_connection()?, Some(10 * SECOND)).map(|g| g.is_some()),
+            })
+        };
+        wait_queue(&mut master.conn(), key, &["durable"]);
+        proxy.partition();
+        assert_eq!(holder.release().unwrap(), 0);
+        let granted = token_of(&mut master.conn(), key);
+        let _: i64 = redis::cmd("FLOCK.FORCERELEASE").arg(key).query(&mut master.conn()).unwrap();
+        let older: i64 =
+            redis::cmd("FLOCK.ACQUIRE").arg(key).arg("durable").arg(10_000).query(&mut master.conn()).unwrap();
+        proxy.heal();
+        let e = durable.join().unwrap().expect_err("not durable");
+        assert_eq!(e.code(), Some("NOTDURABLE"), "{key}: {e}");
+        let text = e.to_string();
+        let why = match session {
+            true => "the session grant ended".to_string(),
+            false => format!(
+                "the grant (token {granted}) was gone, the server holds another grant of this owner (token {older})"
+            ),
+        };
+        assert!(text.contains(&why), "{key}: {text}");
+        assert_eq!(info(&mut master.conn(), key), None, "{key}: the hold was given back");
+    }
 }
 
 #[test]

@@ -351,7 +351,7 @@ class Flock {
       }
       // Each key given back with the others (the catch below) when the replicas do not confirm it.
       if (durable.replicas > 0) {
-        for (const [i, key] of keys.entries()) await this._confirmDurable(key, owner, lease, durable, grants[i].node);
+        for (const [i, key] of keys.entries()) await this._confirmDurable(key, owner, tokens[i], lease, durable, grants[i].node);
       }
     } catch (err) {
       for (const handle of handles) handle?.grant.drop(handle);
@@ -442,10 +442,11 @@ class Flock {
    * (`node`: the one that granted it, if known). The RENEW is this connection's write, after the
    * grant in the replication stream, so the WAIT's count covers the grant (a grant pushed to the
    * session, or handed over in another client's command, is no write of this connection's).
-   * Throws LockNotDurableError when fewer replicas answer or the RENEW answers NOTOWNER; the
-   * caller gives the hold back.
+   * Throws LockNotDurableError when fewer replicas answer, or the RENEW finds the grant (`token`)
+   * gone: NOTOWNER, or another grant of this owner's (a failover's promoted replica kept an older
+   * one); the caller gives the hold back.
    */
-  async _confirmDurable(key, owner, lease, { replicas, timeout }, node) {
+  async _confirmDurable(key, owner, token, lease, { replicas, timeout }, node) {
     node ??= await this._conn.nodeOf(key);
     for (let attempt = 0; ; attempt++) {
       const conn = await this._ownConn(node);
@@ -482,6 +483,14 @@ class Flock {
           `The lock ${key} was not kept durable: it ended before ${replicas} replica(s) acknowledged it (${renew.reason.message})`,
           key,
           { reached, replicas, cause: err },
+        );
+      }
+      const renewed = BigInt(String(renew.value));
+      if (renewed !== token) {
+        throw new LockNotDurableError(
+          `The lock ${key} was not kept durable: its grant (token ${token}) was gone, the server holds another grant of this owner (token ${renewed}); the hold was given back`,
+          key,
+          { reached, replicas },
         );
       }
       if (reached < replicas) {

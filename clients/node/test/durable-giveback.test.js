@@ -6,7 +6,9 @@
 
 const assert = require('node:assert/strict');
 const { it } = require('node:test');
+const { LockNotDurableError } = require('..');
 const { eachDurableClient, rejectsNotDurable, replicatedServers } = require('./durable');
+const { flockOf, startProxy } = require('./helpers');
 
 const servers = replicatedServers();
 
@@ -41,6 +43,35 @@ eachDurableClient(servers, (kind, K, flocks) => {
     assert.equal(info.holds, '1', 'the stale hold was given back');
     assert.equal((await servers.replica.info(key)).holds, '1', 'and the replica has that (the durable check came after)');
     assert.equal(await lock.release(), 0);
+  });
+
+  it('durable: a grant whose RENEW finds another grant of its owner (an older one a failover kept) is not durable, and the hold is given back', async () => {
+    // A promoted replica that never got the grant, but still has an older grant of the same owner
+    // (its release was lost with the old master), answers the durable check's RENEW with that
+    // grant's token: this grant is gone. Here the grant is replaced while its event waits behind a
+    // partition; the replica has every write, so WAIT alone would confirm it.
+    const key = K('replaced');
+    const owner = `replaced-${kind.name}`;
+    const proxy = await startProxy(servers.master.port);
+    const durable = await flockOf(kind, proxy.port, { durableReplicas: 1, durableTimeout: 2000 });
+    const holder = await flocks.plain.acquire(key, { lease: 10000 });
+    const waiting = durable.acquire(key, { lease: 10000, owner, wait: 10000 });
+    await servers.master.queued(key, 1);
+    proxy.partition();
+    await holder.release();
+    const granted = await servers.master.info(key);
+    assert.equal(granted.owner, owner);
+    await servers.master.probe.call('FLOCK.FORCERELEASE', key);
+    const older = String(await servers.master.probe.call('FLOCK.ACQUIRE', key, owner, '10000'));
+    proxy.heal();
+    await assert.rejects(waiting, (err) => {
+      assert.ok(err instanceof LockNotDurableError, `LockNotDurableError, got ${err.stack}`);
+      assert.equal(err.key, key);
+      assert.ok(err.message.includes(`grant (token ${granted.token}) was gone`), err.message);
+      assert.ok(err.message.includes(`another grant of this owner (token ${older})`), err.message);
+      return true;
+    });
+    assert.equal(await servers.master.info(key), null, 'the hold was given back');
   });
 
   it('durable: read and semaphore grants are confirmed, or given back when not durable', async () => {

@@ -14,7 +14,7 @@ import time
 import pytest
 import redis
 
-from helpers import holding, info, lock_kinds, queue_in_thread, wait_until
+from helpers import ReplyDropper, holding, info, lock_kinds, queue_in_thread, wait_until
 import redis_flock
 from redis_flock import Lock, LockNotDurableError
 
@@ -161,3 +161,45 @@ def test_durable_pushed_grant_counts_the_replica_acknowledging_it_not_an_older_w
     assert len(errors) == 1 and errors[0].reached == 0
     assert info(m, key) is None
     wait_until(replicated.caught_up, timeout=10, what="the replica to catch up")
+
+
+@pytest.mark.parametrize("use_session", [True, False], ids=["session", "blocking"])
+def test_not_durable_when_the_renew_finds_another_grant_of_the_owner(replicated, m, use_session):
+    """A promoted replica that never got the grant but kept an older grant
+    of the same owner (its release was lost with the old master) answers
+    the durable check's RENEW with that grant's token: this grant is gone.
+    Here the grant is replaced while its reply waits behind a partition;
+    the replica has every write, so WAIT alone would confirm it."""
+    key = f"durable:replaced:{use_session}"
+    proxy = ReplyDropper(replicated.master.port)
+    client = redis.Redis(port=proxy.port)
+    holder = Lock(m, key, timeout=10)
+    assert holder.acquire()
+    waiter = Lock(client, key, timeout=10, durable_replicas=1, durable_timeout=2, use_session=use_session)
+    errors = []
+
+    def run():
+        try:
+            waiter.acquire(blocking_timeout=10)
+        except LockNotDurableError as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        wait_until(lambda: info(m, key)["waiters"] == 1, what="the waiter to queue")
+        proxy.partition()
+        holder.release()
+        granted = info(m, key)
+        m.execute_command("FLOCK.FORCERELEASE", key)
+        older = m.execute_command("FLOCK.ACQUIRE", key, granted["owner"], 10000)
+        proxy.heal()
+        thread.join(10)
+    finally:
+        proxy.heal()
+        client.close()
+        proxy.close()
+    assert len(errors) == 1, errors
+    assert f"grant (token {granted['token']}) was gone" in str(errors[0])
+    assert f"another grant of this owner (token {older})" in str(errors[0])
+    assert info(m, key) is None, "the hold was given back"

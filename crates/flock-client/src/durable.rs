@@ -17,8 +17,9 @@ use crate::times::{millis, WAIT_MARGIN};
 /// The write on the checking connection that follows the grant in the
 /// replication stream, so that `WAIT` counts it.
 enum Touch {
-    /// `FLOCK.RENEW key owner lease-ms`: a grant with a lease of its own.
-    Renew(u64),
+    /// `FLOCK.RENEW key owner lease-ms`: a grant with a lease of its own,
+    /// and its token.
+    Renew(u64, u64),
     /// A session grant, which a RENEW would give a lease: a reentrant
     /// `FLOCK.ACQUIRE key owner 0 ... INBOX session-id` (the same token if
     /// the grant is still there) and a `FLOCK.RELEASE` of that extra hold.
@@ -29,7 +30,7 @@ impl Touch {
     fn cmds(&self, key: &str, owner: &str) -> Vec<Cmd> {
         let id = || uuid::Uuid::new_v4().to_string();
         match self {
-            Touch::Renew(lease_ms) => vec![renew_cmd(key, owner, *lease_ms).arg("ID").arg(id()).clone()],
+            Touch::Renew(lease_ms, _) => vec![renew_cmd(key, owner, *lease_ms).arg("ID").arg(id()).clone()],
             Touch::Reenter(acquire, sid, _) => {
                 let mut acquire = acquire.clone();
                 acquire.rid = id();
@@ -42,7 +43,9 @@ impl Touch {
     }
 
     /// Whether the first reply says the grant is still there: `Ok(None)`
-    /// yes, `Ok(Some(why))` no, an error otherwise.
+    /// yes, `Ok(Some(why))` no (`NOTOWNER`, or a token not the grant's: another
+    /// grant of this owner, an older one a failover's promoted replica kept),
+    /// an error otherwise.
     fn gone(&self, reply: Value) -> RedisResult<Option<String>> {
         let reply = match reply {
             Value::ServerError(e) => Err(RedisError::from(e)),
@@ -51,8 +54,11 @@ impl Touch {
         match (self, reply) {
             (_, Err(e)) if is_notowner(&e) => Ok(Some(e.detail().unwrap_or_default().to_string())),
             (_, Err(e)) => Err(e),
-            (Touch::Renew(_), Ok(_)) => Ok(None),
-            (Touch::Reenter(_, _, token), Ok(Value::Int(t))) if t as u64 == *token => Ok(None),
+            (Touch::Renew(_, token) | Touch::Reenter(_, _, token), Ok(Value::Int(t))) if t as u64 == *token => Ok(None),
+            (Touch::Renew(_, token), Ok(t)) => Ok(Some(format!(
+                "the grant (token {token}) was gone, the server holds another grant of this owner (token {})",
+                i64::from_redis_value(&t)?
+            ))),
             (Touch::Reenter(..), Ok(_)) => Ok(Some("the session grant ended".into())),
         }
     }
@@ -65,8 +71,8 @@ impl Touch {
 /// client or route: the connection given to acquire). The RENEW is this connection's write, after the grant in the
 /// replication stream, so the WAIT's count covers the grant even when
 /// the grant was another connection's write (pushed to the session,
-/// handed over by a release). Fewer than `replicas`, or `NOTOWNER`: the
-/// hold is given back (one hold: a reentry keeps the ones before) and
+/// handed over by a release). Fewer than `replicas`, or the grant gone
+/// (`NOTOWNER`, or another grant's token): the hold is given back (one hold: a reentry keeps the ones before) and
 /// the acquire fails with `NOTDURABLE`. Any other error (the node could
 /// not be reached after [`RESENDS`] tries, each a fresh RENEW) also
 /// gives the hold back, and is returned as it is.
@@ -100,7 +106,7 @@ pub(crate) fn confirm<C: ConnectionLike>(
                 return Err(e);
             }
         },
-        _ => Touch::Renew(lease_ms),
+        _ => Touch::Renew(lease_ms, guard.token()),
     };
     let touch = &touch;
     let checked = match via {

@@ -81,12 +81,13 @@ async def release_extra(client, timeout, grant) -> None:
     grant.extra_release = None
 
 
-async def confirm_durable(lock, node, owner: bytes, token: Optional[int] = None) -> None:
+async def confirm_durable(lock, node, owner: bytes, token: int) -> None:
     """A durable grant's check (docs/client-protocol.md, "Durable grants";
     the commands and the verdict are LockBase's): RENEW and WAIT in one
     round trip on a connection of ``node``, the key's server (sent again,
-    with a new RENEW, when the reply is lost); too few replicas, or
-    a failed RENEW: the hold is given back and LockNotDurableError raised.
+    with a new RENEW, when the reply is lost); too few replicas, or a
+    RENEW that failed or found another grant of the owner: the hold is given
+    back and LockNotDurableError raised.
     A cancelled task gives the hold back too."""
     if not lock.durable_replicas:
         return
@@ -102,7 +103,7 @@ async def confirm_durable(lock, node, owner: bytes, token: Optional[int] = None)
         replies = await send(round_trip, ())
     except BaseException as e:
         replies = e
-    error = lock._not_durable(replies)
+    error = lock._not_durable(replies, token)
     if error is None:
         return
     try:

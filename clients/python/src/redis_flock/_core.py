@@ -748,11 +748,13 @@ class LockBase:
             with_id("FLOCK.RELEASE", self.name, owner),
         )
 
-    def _not_durable(self, replies) -> Optional["LockNotDurableError"]:
+    def _not_durable(self, replies, token: int) -> Optional["LockNotDurableError"]:
         """None when the check's replies (RENEW's, WAIT's; or the exception
-        that ended the round trip) say the grant reached
+        that ended the round trip) say the grant of ``token`` reached
         ``durable_replicas`` replicas; else the error to raise once the hold
-        is given back."""
+        is given back. A RENEW that answers another token found another
+        grant of this owner (an older one a failover's promoted replica
+        kept): this one is gone."""
         asked, reached, why = self.durable_replicas, 0, ""
         if isinstance(replies, BaseException):
             why = f": the RENEW and WAIT got no answer ({replies})"
@@ -764,7 +766,12 @@ class LockBase:
                 why = f": WAIT answered {acknowledged}"
             else:
                 reached = int(acknowledged)
-                if reached >= asked:
+                if int(renewed) != token:
+                    why = (
+                        f": the grant (token {token}) was gone, the server holds another grant of this owner"
+                        f" (token {int(renewed)})"
+                    )
+                elif reached >= asked:
                     return None
         return LockNotDurableError(
             f"NOTDURABLE lock {self.name!r}: {reached} of {asked} replicas acknowledged the grant"

@@ -11,7 +11,7 @@ import pytest_asyncio
 import redis
 import redis.asyncio
 
-from helpers import holding, info, lock_kinds, until
+from helpers import ReplyDropper, holding, info, lock_kinds, until
 import redis_flock.asyncio
 from redis_flock.asyncio import Lock, LockNotDurableError
 
@@ -105,3 +105,33 @@ async def test_not_durable_reentry_gives_back_one_hold_and_the_first_stays(m, in
     assert lock.fencing_token == token and await lock.owned()
     await lock.release()
     assert info(master, lock.name) is None
+
+
+@pytest.mark.parametrize("use_session", [True, False], ids=["session", "blocking"])
+async def test_not_durable_when_the_renew_finds_another_grant_of_the_owner(replicated, m, inspect, use_session):
+    """tests/test_durable.py's test of the same name, with a task."""
+    master, _ = inspect
+    key = f"adurable:replaced:{use_session}"
+    proxy = ReplyDropper(replicated.master.port)
+    client = redis.asyncio.Redis(port=proxy.port)
+    holder = Lock(m, key, timeout=10)
+    assert await holder.acquire()
+    waiter = Lock(client, key, timeout=10, durable_replicas=1, durable_timeout=2, use_session=use_session)
+    task = asyncio.create_task(waiter.acquire(blocking_timeout=10))
+    try:
+        await until(lambda: info(master, key)["waiters"] == 1, what="the waiter to queue")
+        proxy.partition()
+        await holder.release()
+        granted = info(master, key)
+        master.execute_command("FLOCK.FORCERELEASE", key)
+        older = master.execute_command("FLOCK.ACQUIRE", key, granted["owner"], 10000)
+        proxy.heal()
+        with pytest.raises(LockNotDurableError) as raised:
+            await asyncio.wait_for(task, 10)
+    finally:
+        proxy.heal()
+        await client.aclose()
+        proxy.close()
+    assert f"grant (token {granted['token']}) was gone" in str(raised.value)
+    assert f"another grant of this owner (token {older})" in str(raised.value)
+    assert info(master, key) is None, "the hold was given back"

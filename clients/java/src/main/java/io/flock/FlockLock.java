@@ -471,8 +471,8 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
             dropLeakedHolds(taken.token());
             if (client.durableReplicas > 0) {
                 // durable grants have a lease of their own (never lease-ms 0): the one asked, or the watchdog's
-                confirmDurable(client, List.of(this), leaseMs > 0 ? leaseMs : client.getWatchdogTimeout(),
-                        this::giveBack);
+                confirmDurable(client, List.of(this), List.of(taken.token()),
+                        leaseMs > 0 ? leaseMs : client.getWatchdogTimeout(), this::giveBack);
             }
             Grant grant = remember(taken);
             if (fresh && grant.session != null && grant.lostReason != null && attempt < FlockClient.RESENDS) {
@@ -535,11 +535,14 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
      * Durable grants (docs/client-protocol.md, "Durable grants"): {@code FLOCK.RENEW} of each of {@code locks}
      * (this connection's writes, after the grants in the replication stream) and {@code WAIT replicas timeout}
      * in one round trip on a connection to their node (a multi-lock's keys share one). Fewer replicas than
-     * asked, or a grant gone (NOTOWNER): {@code giveBack} gives back the holds just taken (a new grant's only
-     * hold, or a reentry's extra one) and {@link LockNotDurableException} is thrown. A lost reply is sent
-     * again (new RENEWs), and on a Cluster or Sentinel sent again to the keys' master after a failover.
+     * asked, or a grant (of {@code tokens}, one per lock) gone: NOTOWNER, or a RENEW that answers another
+     * token (another grant of this owner, an older one a failover's promoted replica kept):
+     * {@code giveBack} gives back the holds just taken (a new grant's only hold, or a reentry's extra one) and
+     * {@link LockNotDurableException} is thrown. A lost reply is sent again (new RENEWs), and on a Cluster or
+     * Sentinel sent again to the keys' master after a failover.
      */
-    static void confirmDurable(FlockClient client, List<FlockLock> locks, long lease, Runnable giveBack) {
+    static void confirmDurable(FlockClient client, List<FlockLock> locks, List<Long> tokens, long lease,
+            Runnable giveBack) {
         int replicas = client.durableReplicas;
         byte[][] waitArgs = {FlockClient.bytes("WAIT"), FlockClient.bytes(Integer.toString(replicas)),
             FlockClient.bytes(Integer.toString(client.durableTimeoutMs))};
@@ -589,6 +592,16 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
                     throw (RuntimeException) acked;
                 }
                 reached = (Long) acked;
+                int replaced = 0;
+                while (replaced < locks.size() && tokens.get(replaced).equals(replies.get(replaced))) {
+                    replaced++;
+                }
+                if (replaced < locks.size()) {
+                    why = "the grant" + (locks.size() > 1 ? " of '" + locks.get(replaced).name + "'" : "") + " (token "
+                            + tokens.get(replaced) + ") was gone: the server holds another grant of this owner (token "
+                            + replies.get(replaced) + ")";
+                    break;
+                }
                 if (reached >= replicas) {
                     return;
                 }

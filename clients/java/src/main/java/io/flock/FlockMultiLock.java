@@ -277,7 +277,7 @@ public final class FlockMultiLock extends AbstractFlockLock<List<Long>> implemen
                 locks.get(i).dropLeakedHolds(tokens.get(i));
             }
             if (client.durableReplicas > 0) {
-                FlockLock.confirmDurable(client, locks, lease, this::giveBack);
+                FlockLock.confirmDurable(client, locks, tokens, lease, this::giveBack);
             }
             for (int i = 0; i < locks.size(); i++) {
                 locks.get(i).remember(new FlockClient.Taken(tokens.get(i), sent, lease, leaseMs == WATCHDOG, null));

@@ -81,7 +81,12 @@ class DurableTest {
     }
 
     private FlockClient client(int replicas, int timeoutMs) {
-        FlockClient client = FlockClient.create(new FlockConfig().setAddress("redis://127.0.0.1:" + master.port)
+        return client(master.port, replicas, timeoutMs);
+    }
+
+    /** The same, connected to {@code port} (a proxy in front of the master). */
+    private FlockClient client(int port, int replicas, int timeoutMs) {
+        FlockClient client = FlockClient.create(new FlockConfig().setAddress("redis://127.0.0.1:" + port)
                 .setDurableReplicas(replicas).setDurableTimeout(timeoutMs));
         clients.add(client);
         return client;
@@ -169,6 +174,35 @@ class DurableTest {
         Long token = second.get(10, TimeUnit.SECONDS);
         assertNotNull(token, "the next waiter got the lock given back");
         assertTrue(owner("k").startsWith(next.getId() + ":"), "held by the next waiter: " + owner("k"));
+    }
+
+    /**
+     * A promoted replica that never got the grant, but kept an older grant of the same owner (its release was
+     * lost with the old master), answers the durable check's RENEW with that grant's token: this grant is gone.
+     * Here the grant is replaced while its event waits behind a partition; the replica has every write, so WAIT
+     * alone would confirm it.
+     */
+    @Test
+    void aGrantWhoseRenewFindsAnotherGrantOfItsOwnerIsNotDurableAndIsGivenBack() throws Exception {
+        FlockLock held = client(0).getFairLock("k");
+        held.lock();
+        try (DroppingProxy proxy = new DroppingProxy(master.port)) {
+            FlockClient durable = client(proxy.port(), 1, DURABLE_TIMEOUT_MS);
+            Future<Long> waited = threads.submit(() -> durable.getFairLock("k").tryLockAndGetToken(10, 5, TimeUnit.SECONDS));
+            await("the wait to queue", () -> Long.valueOf(1).equals(field(master, "k", "waiters")));
+            proxy.partition();
+            held.unlock();
+            String owner = owner("k");
+            Long granted = field(master, "k", "token");
+            call(master, "FLOCK.FORCERELEASE", "k");
+            Object older = call(master, "FLOCK.ACQUIRE", "k", owner, "10000");
+            proxy.heal();
+            ExecutionException failed = assertThrows(ExecutionException.class, () -> waited.get(10, TimeUnit.SECONDS));
+            LockNotDurableException e = assertInstanceOf(LockNotDurableException.class, failed.getCause());
+            assertTrue(e.getMessage().contains("(token " + granted + ") was gone"), e.getMessage());
+            assertTrue(e.getMessage().contains("another grant of this owner (token " + older + ")"), e.getMessage());
+            assertNull(call(master, "FLOCK.INFO", "k"), "the hold was given back");
+        }
     }
 
     @Test
