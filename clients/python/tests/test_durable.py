@@ -36,6 +36,23 @@ def replica(replicated):
     c.close()
 
 
+def queue_not_durable(m, lock):
+    """Starts ``lock.acquire`` (10 s) in a thread and returns once it
+    queues: (the thread, the LockNotDurableErrors it raised)."""
+    errors = []
+
+    def run():
+        try:
+            lock.acquire(blocking_timeout=10)
+        except LockNotDurableError as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    wait_until(lambda: info(m, lock.name)["waiters"] == 1, what="the durable waiter to queue")
+    return thread, errors
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_durable_try_is_on_the_replica_when_it_returns(m, replica, kind):
     lock = KINDS[kind](m, f"durable:try:{kind}", timeout=10, durable_replicas=1)
@@ -84,17 +101,7 @@ def test_not_durable_wait_gives_the_grant_to_the_next_waiter(m, use_session):
     holder = Lock(m, key, timeout=10)
     assert holder.acquire()
     durable = Lock(m, key, timeout=10, durable_replicas=2, durable_timeout=0.3, use_session=use_session)
-    errors = []
-
-    def run():
-        try:
-            durable.acquire(blocking_timeout=10)
-        except LockNotDurableError as e:
-            errors.append(e)
-
-    first = threading.Thread(target=run)
-    first.start()
-    wait_until(lambda: info(m, key)["waiters"] == 1, what="the durable waiter to queue")
+    first, errors = queue_not_durable(m, durable)
     nxt = Lock(m, key, timeout=10)
     held = []
 
@@ -138,17 +145,7 @@ def test_durable_pushed_grant_counts_the_replica_acknowledging_it_not_an_older_w
     holder = Lock(other, key, timeout=10)
     assert holder.acquire()
     waiter = Lock(m, key, timeout=10, durable_replicas=1, durable_timeout=0.3)
-    errors = []
-
-    def run():
-        try:
-            waiter.acquire(blocking_timeout=10)
-        except LockNotDurableError as e:
-            errors.append(e)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    wait_until(lambda: info(m, key)["waiters"] == 1, what="the waiter to queue")
+    thread, errors = queue_not_durable(m, waiter)
     # Everything so far acknowledged, then the replica stops.
     assert m.execute_command("WAIT", 1, 5000) == 1
     os.kill(replicated.replica.process.pid, signal.SIGSTOP)
@@ -176,18 +173,8 @@ def test_not_durable_when_the_renew_finds_another_grant_of_the_owner(replicated,
     holder = Lock(m, key, timeout=10)
     assert holder.acquire()
     waiter = Lock(client, key, timeout=10, durable_replicas=1, durable_timeout=2, use_session=use_session)
-    errors = []
-
-    def run():
-        try:
-            waiter.acquire(blocking_timeout=10)
-        except LockNotDurableError as e:
-            errors.append(e)
-
-    thread = threading.Thread(target=run)
-    thread.start()
+    thread, errors = queue_not_durable(m, waiter)
     try:
-        wait_until(lambda: info(m, key)["waiters"] == 1, what="the waiter to queue")
         proxy.partition()
         holder.release()
         granted = info(m, key)
