@@ -292,7 +292,7 @@ pub fn wake_for_remembered(s: &mut State) {
 
 /// A request ID that rides on a `FLOCK.HOLDER` or `FLOCK.FREE`: each
 /// command sent costs the server far more than its words.
-type Rider<'a> = Option<(&'a [u8], &'a Record)>;
+type Rider<'a> = Option<(&'a [u8], Record)>;
 
 /// Sends the request IDs an operation recorded to replicas and the AOF,
 /// before the state they belong to. The first one rides on the state

@@ -2,8 +2,6 @@
 //! reply, its timeout, and its end when its connection closes or it is
 //! not heard from in time. The registry is `sessions`.
 
-use std::collections::HashSet;
-
 use redis_module::{Context, RedisResult, RedisValue};
 
 use crate::blocking;
@@ -11,9 +9,8 @@ use crate::clock;
 use crate::engine;
 use crate::errors;
 use crate::ffi::{self, BlockHandlers, BlockedId};
-use crate::place::Place;
 use crate::sessions::{Batch, Event, Kind};
-use crate::state::{self, State};
+use crate::state::{self, Bound, State};
 use crate::timers;
 use crate::waiters::WaitId;
 use flock_core::args::SESSION_ID_LEN;
@@ -185,7 +182,7 @@ pub fn end(ctx: &Context, s: &mut State, client: u64) {
 
 /// Ends the SESSION grants `bound` to the connection `client`; while
 /// writes are paused, once the pause is over (they hold until then).
-fn release_session_grants(ctx: &Context, s: &mut State, client: u64, bound: HashSet<(Place, u64)>) {
+fn release_session_grants(ctx: &Context, s: &mut State, client: u64, bound: Bound) {
     if engine::paused(s) {
         engine::put_off(s, move |ctx, s| release_session_grants(ctx, s, client, bound));
         return;

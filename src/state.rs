@@ -13,7 +13,8 @@
 
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::hash::RandomState;
 
 use redis_module::Context;
 
@@ -96,8 +97,10 @@ pub struct State {
     /// Why recent grants ended, by lock and owner, for NOTOWNER.
     pub losses: Losses<(Place, Box<[u8]>)>,
     /// client id -> the holders bound to that connection (SESSION), each as
-    /// its lock's place and its token (a token names one holder).
-    pub bindings: FxHashMap<u64, HashSet<(Place, u64)>>,
+    /// its lock's place and its token (a token names one holder). A
+    /// connection's set stays when it empties, until the connection ends:
+    /// its session's next grant then makes none.
+    pub bindings: FxHashMap<u64, Bound>,
     /// Every holder's lease deadline and every lock-delay's end (the wheel
     /// says when to wake), and the one timer that wakes up for the next.
     pub leases: LeaseWheel<Lease>,
@@ -142,11 +145,22 @@ impl State {
 
     pub fn unbind_session(&mut self, client: u64, place: &Place, token: u64) {
         if let Some(places) = self.bindings.get_mut(&client) {
-            places.remove(&(place.clone(), token));
-            if places.is_empty() {
-                self.bindings.remove(&client);
-            }
+            places.remove(&Binding(place, token));
         }
+    }
+}
+
+/// The holders bound to one connection: keyed (SipHash) by their places,
+/// which clients name.
+pub type Bound = hashbrown::HashSet<(Place, u64), RandomState>;
+
+/// A binding as `Bound` hashes it, looked up without a copy of its place.
+#[derive(Hash)]
+struct Binding<'a>(&'a Place, u64);
+
+impl hashbrown::Equivalent<(Place, u64)> for Binding<'_> {
+    fn equivalent(&self, bound: &(Place, u64)) -> bool {
+        *self.0 == bound.0 && self.1 == bound.1
     }
 }
 

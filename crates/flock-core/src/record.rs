@@ -174,7 +174,7 @@ pub fn read_holder(words: &mut impl Words, mode: Mode, shape: Shape, now: Now) -
 }
 
 /// `request-id command reply expires-unix-ms`.
-pub fn request_words<'a>(id: &'a [u8], record: &Record, now: Now) -> [Word<'a>; 4] {
+pub fn request_words<'a>(id: &'a [u8], record: Record, now: Now) -> [Word<'a>; 4] {
     let expires = Word::Number(now.to_wall(record.expires_ms));
     [Word::Bytes(id), Word::Number(record.kind.code()), Word::Number(record.reply), expires]
 }
@@ -323,7 +323,7 @@ mod tests {
             assert_eq!(read_mode(&mut Args(refs.iter())), Ok(m));
         }
         let r = Record { kind: Kind::Renew, reply: 9, expires_ms: NOW };
-        let words = text(&request_words(b"id", &r, AT));
+        let words = text(&request_words(b"id", r, AT));
         let refs: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
         assert_eq!(read_request(&mut Args(refs.iter()), AT), Ok((b"id".as_slice().into(), r)));
         // A request ID riding on each shape of FLOCK.HOLDER.
@@ -334,7 +334,7 @@ mod tests {
         }] {
             let mut words = state.clone();
             words.push(REQUEST_MARK.to_vec());
-            words.extend(text(&request_words(b"id", &r, AT)));
+            words.extend(text(&request_words(b"id", r, AT)));
             let refs: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
             let alone: Vec<&[u8]> = state.iter().map(Vec::as_slice).collect();
             let set = holder_command(&alone, AT).unwrap().0;
