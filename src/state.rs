@@ -98,8 +98,8 @@ pub struct State {
     pub losses: Losses<(Place, Box<[u8]>)>,
     /// client id -> the holders bound to that connection (SESSION), each as
     /// its lock's place and its token (a token names one holder). A
-    /// connection's set stays when it empties, until the connection ends:
-    /// its session's next grant then makes none.
+    /// connection's set stays when it empties (a small one), until the
+    /// connection ends.
     pub bindings: FxHashMap<u64, Bound>,
     /// Every holder's lease deadline and every lock-delay's end (the wheel
     /// says when to wake), and the one timer that wakes up for the next.
@@ -146,9 +146,17 @@ impl State {
     pub fn unbind_session(&mut self, client: u64, place: &Place, token: u64) {
         if let Some(places) = self.bindings.get_mut(&client) {
             places.remove(&Binding(place, token));
+            // A set made anew cost each grant of a session that holds one
+            // lock at a time an allocation; one a burst left large goes.
+            if places.is_empty() && places.capacity() > KEPT_BINDINGS {
+                *places = Bound::default();
+            }
         }
     }
 }
+
+/// The most bindings an emptied set keeps room for.
+const KEPT_BINDINGS: usize = 16;
 
 /// The holders bound to one connection: keyed (SipHash) by their places,
 /// which clients name.
