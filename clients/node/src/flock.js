@@ -1031,29 +1031,51 @@ class Lock {
    * `cause` the loss) whatever the server answers: the RELEASE is still sent, so that a hold the
    * server still counts (its deadline passed here first) is given back at once.
    */
-  async release() {
-    const lost = this.lost ? this._lostError : null;
-    this._released = true;
-    for (const handle of this._handles) handle.released = true;
-    clearTimeout(this._timer);
-    // A renewal in flight would race the release; let it finish (its outcome no longer matters).
+  release() {
+    // Not async (a turn and a promise less between the reply and the caller's next step), and
+    // so it rejects rather than throws.
+    try {
+      const lost = this.lost ? this._lostError : null;
+      this._released = true;
+      for (const handle of this._handles) handle.released = true;
+      clearTimeout(this._timer);
+      // A renewal in flight would race the release; let it finish (its outcome no longer
+      // matters). So would a re-watch's extra hold (added and released after a session break):
+      // the hold count this release answers must not count it.
+      if (this._renewing || this.flock._session.rewatching.size > 0) return this._settled().then(() => this._release(lost));
+      return this._release(lost);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  async _settled() {
     if (this._renewing) await this._renewing;
-    // So would a re-watch's extra hold (added and released after a session break): the hold
-    // count this release answers must not count it.
     if (this.flock._session.rewatching.size > 0) await this.flock._session.settled(this._handles);
+  }
+
+  // release()'s RELEASE (or RELEASEALL). Not async: every release goes through here.
+  _release(lost) {
     const uncount = !this._uncounted;
     this._uncounted = true;
-    try {
-      const left = (await this.flock._releaseHolds(this.resources, this.owner, this._tokens, this._holdIds))[0];
-      if (lost) throw new LockNotHeldError(`${lost.message}; it was not held when released`, lost.key, { cause: lost });
-      return left;
-    } finally {
-      // Uncounted once the releases were answered: a stale-hold check of the same owner meanwhile
-      // (Flock#_dropStale) then counts this hold until the server no longer does, and so never
-      // gives back more than the stale holds.
+    // Uncounted once the releases were answered: a stale-hold check of the same owner meanwhile
+    // (Flock#_dropStale) then counts this hold until the server no longer does, and so never
+    // gives back more than the stale holds.
+    const answered = () => {
       if (uncount) for (const id of this._holdIds) this.flock._hold(id, -1);
       for (const handle of this._handles) handle.grant.drop(handle);
-    }
+    };
+    return this.flock._releaseHolds(this.resources, this.owner, this._tokens, this._holdIds).then(
+      (left) => {
+        answered();
+        if (lost) throw new LockNotHeldError(`${lost.message}; it was not held when released`, lost.key, { cause: lost });
+        return left[0];
+      },
+      (err) => {
+        answered();
+        throw err;
+      },
+    );
   }
 
   _schedule() {
