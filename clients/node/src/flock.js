@@ -329,10 +329,21 @@ class Flock {
     const handleLease = plan === 'session' ? 0 : lease;
     // The (key, owner) names of the session's waits, the process's hold counts and remembered releases.
     const ids = keys.map((key) => pairId(key, owner));
-    const grants =
-      keys.length === 1 && sessions
-        ? await this._sessionAcquireKey(ids[0], keys[0], owner, handleLease, wait, signal, mode, plan)
-        : await this._acquireBlocking(keys, owner, lease, wait, signal, mode.args);
+    let grants;
+    if (keys.length === 1 && sessions) {
+      // One key through the session: a try is one ACQUIRE with INBOX; a wait is one ACQUIRE ...
+      // WAIT t INBOX sid, answered at once (a token) or by an inbox event. A session grant that
+      // came as it is asked for is watched here, without a step (and a turn) of its own.
+      const outcome = await (wait < 1
+        ? this._try(keys[0], owner, handleLease, mode.args)
+        : this._session.wait(ids[0], keys[0], owner, handleLease, wait, mode.args, signal));
+      grants =
+        outcome.token && outcome.life.entry && !outcome.aborted
+          ? [this._watchOutcome(keys[0], owner, outcome, mode, plan, handleLease, outcome.life)]
+          : await this._sessionOutcome(keys[0], owner, handleLease, signal, mode, plan, outcome);
+    } else {
+      grants = await this._acquireBlocking(keys, owner, lease, wait, signal, mode.args);
+    }
     if (grants === null) throw new LockBusyError(busyMessage(keys, wait), keys[0]);
     const tokens = grants.map((grant) => grant.token);
     const handles = grants.map((grant) => grant.handle ?? null);
@@ -395,17 +406,10 @@ class Flock {
     }
   }
 
-  // One key through the session: a try is one ACQUIRE with INBOX (its grant is watched); a wait
-  // is one ACQUIRE ... WAIT t INBOX sid, answered at once (a token) or by an inbox event.
-  // [{ token, handle, node }], or null when busy. `lease` 0: a session grant; `id`: pairId(key, owner).
-  async _sessionAcquireKey(id, key, owner, lease, wait, signal, mode, plan) {
-    const extra = mode.args;
-    let outcome;
-    if (wait < 1) {
-      outcome = await this._try(key, owner, lease, extra);
-    } else {
-      outcome = await this._session.wait(id, key, owner, lease, wait, extra, signal);
-    }
+  // The rest of what a session's try or wait for one key came to (`outcome`): an abort, a grant
+  // whose lease is asked anew, an error; [{ token, handle, node }], or null when busy. `lease` 0:
+  // a session grant.
+  async _sessionOutcome(key, owner, lease, signal, mode, plan, outcome) {
     if (outcome.aborted) {
       // The grant won the race with the abort: hand it back before reporting the abort.
       if (outcome.token) await this._releaseHolds([key], owner, tokensOf(outcome.token)).catch(() => {});
@@ -413,11 +417,16 @@ class Flock {
     }
     if (outcome.token) {
       const life = outcome.life.entry ? outcome.life : await this._confirmLife(key, owner, lease, outcome.life);
-      const handle = this._session.watch(key, owner, outcome.token, outcome.node, mode.mode, { extra, plan, lease, life });
-      return [{ token: BigInt(outcome.token), handle, node: outcome.node }];
+      return [this._watchOutcome(key, owner, outcome, mode, plan, lease, life)];
     }
     if (outcome.error) throw outcome.error;
     return null;
+  }
+
+  // A session's grant, watched from now on: { token, handle, node }.
+  _watchOutcome(key, owner, { token, node }, mode, plan, lease, life) {
+    const handle = this._session.watch(key, owner, token, node, mode.mode, { extra: mode.args, plan, lease, life });
+    return { token: BigInt(token), handle, node };
   }
 
   // A try through the session of the key's node: { token, node, life } or { timeout }.
