@@ -72,8 +72,9 @@ impl Touch {
 /// replication stream, so the WAIT's count covers the grant even when
 /// the grant was another connection's write (pushed to the session,
 /// handed over by a release). Fewer than `replicas`, or the grant gone
-/// (`NOTOWNER`, or another grant's token): the hold is given back (one hold: a reentry keeps the ones before) and
-/// the acquire fails with `NOTDURABLE`. Any other error (the node could
+/// (`NOTOWNER`, or another grant's token): the hold is given back (one
+/// hold: a reentry keeps the ones before) and the acquire fails with
+/// `NOTDURABLE`. Any other error (the node could
 /// not be reached after [`RESENDS`] tries, each a fresh RENEW) also
 /// gives the hold back, and is returned as it is.
 pub(crate) fn confirm<C: ConnectionLike>(

@@ -781,7 +781,7 @@ class LockBase:
             asked=asked,
         )
 
-    def _give_back_failed(self, owner: bytes, token: Optional[int], error: Exception) -> None:
+    def _give_back_failed(self, owner: bytes, token: int, error: Exception) -> None:
         """A durable check's give-back (its RELEASE) that failed. NOTOWNER:
         the grant had ended already (the RENEW said so too). Anything else
         leaves the hold on the server: the next grant with its token gives
@@ -789,8 +789,7 @@ class LockBase:
         if str(error).startswith(LOST_PREFIXES):
             return
         logger.warning("FLOCK: could not give back the grant of %r that was not durable: %s", self.name, error)
-        if token is not None:
-            RELEASED.remember(self.name, owner, token)
+        RELEASED.remember(self.name, owner, token)
 
     def _lost_by_deadline(self, grant: Grant) -> bool:
         """Whether ``grant`` is lost by what this process found (its

@@ -598,7 +598,7 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
                 }
                 if (replaced < locks.size()) {
                     why = "the grant" + (locks.size() > 1 ? " of '" + locks.get(replaced).name + "'" : "") + " (token "
-                            + tokens.get(replaced) + ") was gone: the server holds another grant of this owner (token "
+                            + tokens.get(replaced) + ") was gone, the server holds another grant of this owner (token "
                             + replies.get(replaced) + ")";
                     break;
                 }
