@@ -1,6 +1,7 @@
 //! The Rust client API (crate `flock-client`) against a
 //! real server: tokens, release on drop, waiting, the watchdog and lease loss.
 
+use crate::common::proxy::Proxy;
 use crate::common::*;
 
 use std::sync::mpsc::RecvTimeoutError;
@@ -259,4 +260,28 @@ fn lock_delay_is_asked_with_the_acquire_and_keeps_the_lock_closed_after_the_leas
     });
     assert!(Lock::new("delayed", 10_000 * MS).acquire(s.conn(), None).unwrap().is_none(), "closed during the delay");
     drop(guard);
+}
+
+/// docs/client-protocol.md, "stale holds": an acquire whose every reply was
+/// lost may still have been granted, a hold its owner does not know of. The
+/// owner's next grant reenters it, and gives it back, so that the caller
+/// holds one and its one release frees the lock.
+#[test]
+fn a_hold_whose_acquire_lost_every_reply_is_given_back_by_the_owners_next_grant() {
+    let s = Server::start();
+    let mut admin = s.conn();
+    let key = "unknown-acquire";
+    let proxy = Proxy::start(s.port);
+    // The process dies as the server grants it: its reply, and every
+    // resend, is lost.
+    proxy.kill_at_reply_to("FLOCK.ACQUIRE");
+    let conn = redis::Client::open(proxy.url()).unwrap().get_connection().unwrap();
+    let e = Lock::new(key, 10 * SECOND).with_owner("me").acquire(conn, None).expect_err("every reply was lost");
+    assert!(e.is_io_error(), "{e}");
+    assert_eq!(holds(&mut admin, key), 1, "the server granted it all the same");
+
+    let g = Lock::new(key, 10 * SECOND).with_owner("me").acquire(s.conn(), None).unwrap().expect("a reentry");
+    assert_eq!(holds(&mut admin, key), 1, "the unknown hold was given back");
+    assert_eq!(g.release().unwrap(), 0);
+    assert_eq!(info(&mut admin, key), None);
 }

@@ -209,10 +209,10 @@ fn a_hold_whose_give_back_was_refused_is_released_when_its_owner_reenters_it() {
     assert_eq!(owner_of(&mut admin, key).as_deref(), Some("me"), "the refused give-back left the hold");
     acl("+flock.release");
     // The owner's next grant reenters that hold (same token): the client
-    // releases the abandoned hold, so one release frees the lock.
+    // gives the stale hold back, so one release frees the lock.
     let g =
         Lock::new(key, 10 * SECOND).with_owner("me").durable(1, 5 * SECOND).acquire_on(&c, None).unwrap().expect("g");
-    assert_eq!(holds(&mut admin, key), 1, "the abandoned hold was released");
+    assert_eq!(holds(&mut admin, key), 1, "the stale hold was given back");
     assert_eq!(g.release().unwrap(), 0);
     assert_eq!(info(&mut admin, key), None);
 }

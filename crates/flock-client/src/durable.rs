@@ -7,11 +7,12 @@ use std::time::{Duration, Instant};
 use redis::{Cmd, ConnectionLike, FromRedisValue, RedisError, RedisResult, Value};
 
 use crate::cluster::{self, Via};
-use crate::guard::{abandon, renew_cmd, Guard};
+use crate::guard::{renew_cmd, Guard};
 use crate::link::RESENDS;
 use crate::owner::is_notowner;
 use crate::request::Acquire;
 use crate::session;
+use crate::stale;
 use crate::times::{millis, WAIT_MARGIN};
 
 /// The write on the checking connection that follows the grant in the
@@ -245,7 +246,7 @@ fn durable_on(
         // The extra hold's release was refused: it stays, to be given
         // back with the owner's next grant of this token.
         if e.code() != "NOTOWNER" {
-            abandon(key, owner, *token);
+            stale::remember(key, owner, Some(*token));
         }
     }
     let first = replies.swap_remove(0);

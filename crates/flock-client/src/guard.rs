@@ -1,12 +1,11 @@
 //! [`Guard`]: one hold of a lock, its lease, its watchdog, how it is known
-//! lost and its release; and the holds whose release the server refused.
+//! lost and its release.
 
-use std::collections::HashMap;
 use std::sync::mpsc::Receiver;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::{Arg, Client, Cmd, ConnectionLike, ErrorKind, FromRedisValue, RedisError, RedisResult};
+use redis::{Arg, Client, Cmd, ConnectionLike, ErrorKind, FromRedisValue, RedisError, RedisResult, Value};
 
 use crate::cluster::{Routed, Via};
 use crate::link::Link;
@@ -15,6 +14,7 @@ use crate::mutex::lock;
 use crate::owner::is_notowner;
 use crate::request::{Acquire, Mode};
 use crate::session;
+use crate::stale;
 use crate::watchdog;
 
 /// One hold of a lock, of either side of a read-write lock or of permits of
@@ -41,28 +41,37 @@ pub struct Guard<C: ConnectionLike> {
 }
 
 impl<C: ConnectionLike> Guard<C> {
-    /// A grant of the token of abandoned holds of this owner (see
-    /// `abandoned`) reentered them: they are released now, so this guard's
-    /// is the only one. Kept abandoned if the server refuses again.
+    /// A grant that may have reentered stale holds of its owner (see
+    /// `stale`): the holds `FLOCK.INFO` counts beyond the process's own are
+    /// given back now, so that this guard's is the only new one. A give-back
+    /// refused is remembered again, for the next grant.
     pub(crate) fn reclaim(&mut self) {
-        let count = {
-            let mut abandoned = lock(abandoned());
-            if abandoned.is_empty() {
-                return;
-            }
-            let entry = (self.key.clone(), self.owner.clone(), self.token);
-            let Some(count) = abandoned.remove(&entry) else { return };
-            count
+        if !stale::take(&self.key, &self.owner, self.token) {
+            return;
+        }
+        let info: RedisResult<Value> = self.link.send(redis::cmd("FLOCK.INFO").arg(&self.key));
+        let Ok(holds) = info.map(|info| stale::holds_of(&info, &self.owner, self.token)) else {
+            stale::remember(&self.key, &self.owner, Some(self.token));
+            return;
         };
-        for _ in 0..count {
-            let released: RedisResult<u64> =
-                self.link.query(redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner));
-            if let Err(e) = released {
-                if !is_notowner(&e) && !e.is_io_error() {
-                    abandon(&self.key, &self.owner, self.token);
+        let stale = holds.saturating_sub(stale::held(&self.key, &self.owner));
+        if stale > 0 {
+            if let Err(e) = self.give_back(stale.into()) {
+                if !is_notowner(&e) {
+                    stale::remember(&self.key, &self.owner, Some(self.token));
                 }
             }
         }
+    }
+
+    /// Releases `n` holds of this grant that the process does not have;
+    /// returns the holds left after the last.
+    fn give_back(&mut self, n: u64) -> RedisResult<u64> {
+        let mut left = 0;
+        for _ in 0..n {
+            left = self.link.query(redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner))?;
+        }
+        Ok(left)
     }
 
     pub(crate) fn new(
@@ -268,11 +277,17 @@ impl<C: ConnectionLike> Guard<C> {
         let _hold = hold.as_ref().map(|h| lock(h));
         let lost = self.loss.reason();
         self.loss.close();
-        let released = self.link.query(redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner));
-        if let Err(e) = &released {
-            if !is_notowner(e) && !e.is_io_error() {
-                abandon(&self.key, &self.owner, self.token);
+        let mut released = self.link.query(redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner));
+        stale::unhold(&self.key, &self.owner);
+        if let Ok(left @ 1..) = released {
+            if stale::held(&self.key, &self.owner) == 0 {
+                // The process's last hold, and the server counts more: holds
+                // it let go that stayed (see `stale`), given back now.
+                released = self.give_back(left);
             }
+        }
+        if matches!(&released, Ok(0)) || matches!(&released, Err(e) if !is_notowner(e)) {
+            stale::remember(&self.key, &self.owner, Some(self.token));
         }
         match (lost, released) {
             (Some(why), Ok(_)) => Err(redis::make_extension_error(
@@ -284,27 +299,6 @@ impl<C: ConnectionLike> Guard<C> {
             (_, released) => released,
         }
     }
-}
-
-/// Holds whose release the server refused (`NOREPLICAS`, `READONLY`,
-/// `NOPERM`, ...: an error reply other than `NOTOWNER`), as (key, owner,
-/// token): the server still has them. Left alone, the same owner's next
-/// acquire would reenter such a hold (same token, one more hold) and every
-/// release would leave it behind, its lease renewed by each reentry: seen in
-/// the failover test, a thread whose give-back was refused during a
-/// failover held the lock for good and starved every other. A grant with
-/// the token of an abandoned hold releases that hold first.
-fn abandoned() -> &'static Mutex<Abandoned> {
-    static ABANDONED: OnceLock<Mutex<Abandoned>> = OnceLock::new();
-    ABANDONED.get_or_init(Default::default)
-}
-
-/// How many holds of each (key, owner, token) the server refused to release.
-type Abandoned = HashMap<(String, String, u64), u32>;
-
-/// One more hold of (`key`, `owner`, `token`) whose release was refused.
-pub(crate) fn abandon(key: &str, owner: &str, token: u64) {
-    *lock(abandoned()).entry((key.to_string(), owner.to_string(), token)).or_default() += 1;
 }
 
 impl Guard<Routed> {

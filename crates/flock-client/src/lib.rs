@@ -210,6 +210,7 @@ mod request;
 mod sentinel;
 mod session;
 mod shared;
+mod stale;
 mod target;
 mod timer;
 mod times;

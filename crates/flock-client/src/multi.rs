@@ -10,6 +10,7 @@ use redis::{Client, Cmd, ConnectionLike, ErrorKind, FromRedisValue, RedisError, 
 use crate::guard::fenced_cmd;
 use crate::link::Link;
 use crate::owner::{is_notowner, thread_owner};
+use crate::stale;
 use crate::times::{millis, wait_ms};
 
 /// The locks under `keys`, taken together; each grant lasts `lease`.
@@ -76,8 +77,13 @@ impl MultiLock {
             cmd.arg("SHARED");
         }
         let mut link = Link { conn, client: self.client.clone(), spare: None };
-        let tokens: Option<Vec<u64>> = link.query(&cmd)?;
-        Ok(tokens.map(|tokens| MultiGuard { link, keys: self.keys.clone(), owner, tokens, released: false }))
+        // Counted from before the send, as a single lock's (see `stale`).
+        self.keys.iter().for_each(|key| stale::hold(key, &owner));
+        let tokens: RedisResult<Option<Vec<u64>>> = link.query(&cmd);
+        if !matches!(tokens, Ok(Some(_))) {
+            self.keys.iter().for_each(|key| stale::unhold(key, &owner));
+        }
+        Ok(tokens?.map(|tokens| MultiGuard { link, keys: self.keys.clone(), owner, tokens, released: false }))
     }
 }
 
@@ -152,10 +158,18 @@ impl<C: ConnectionLike> MultiGuard<C> {
         self.released = true;
         let mut cmd = redis::cmd("FLOCK.RELEASEALL");
         cmd.arg(self.keys.len()).arg(&self.keys).arg(&self.owner);
-        let released = self.link.query(&cmd);
+        let released: RedisResult<Vec<u64>> = self.link.query(&cmd);
         if matches!(&released, Err(e) if is_notowner(e)) {
             for key in &self.keys {
                 let _: RedisResult<u64> = self.link.query(redis::cmd("FLOCK.RELEASE").arg(key).arg(&self.owner));
+            }
+        }
+        for (i, key) in self.keys.iter().enumerate() {
+            stale::unhold(key, &self.owner);
+            // A release that may have left the hold (see `stale`).
+            let left = released.as_ref().map(|left| left.get(i).copied());
+            if matches!(left, Ok(Some(0))) || matches!(&released, Err(e) if !is_notowner(e)) {
+                stale::remember(key, &self.owner, Some(self.tokens[i]));
             }
         }
         released

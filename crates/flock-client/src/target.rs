@@ -19,6 +19,7 @@ use crate::loss::{LeaseLost, Loss, Term};
 use crate::owner::{is_notowner, thread_owner};
 use crate::request::{Acquire, Mode};
 use crate::session::{self, Outcome};
+use crate::stale;
 use crate::times::{millis, wait_ms, WAIT_MARGIN};
 
 /// What every kind of lock keeps: the key, the lease of its grants, the
@@ -86,7 +87,21 @@ impl Target {
         wait: Option<Duration>,
         mode: Mode,
     ) -> RedisResult<Option<Guard<C>>> {
-        let mut guard = self.grant(conn, wait, mode)?;
+        // Counted from before the send: a release of the same owner's last
+        // other hold meanwhile must not take this one's for stale.
+        let owner = self.owner();
+        stale::hold(&self.key, &owner);
+        let granted = self.grant(conn, wait, mode);
+        if !matches!(granted, Ok(Some(_))) {
+            stale::unhold(&self.key, &owner);
+        }
+        let mut guard = granted.inspect_err(|e| {
+            // Every reply lost: the server may have granted it, a hold the
+            // owner does not know of, which its next grant reenters.
+            if e.is_io_error() {
+                stale::remember(&self.key, &owner, None);
+            }
+        })?;
         if let Some(guard) = &mut guard {
             guard.reclaim();
         }
