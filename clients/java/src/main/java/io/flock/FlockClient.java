@@ -82,9 +82,10 @@ public final class FlockClient implements AutoCloseable {
     private static final long ANY_TOKEN = -1;
 
     /**
-     * The token of the grant each (lock, thread) released last, with the reply 0 (no hold left): a later acquire
-     * answered with the same token found that grant still held, its release lost (see FlockLock#acquire); or
-     * {@link #ANY_TOKEN} after an acquire whose outcome is unknown.
+     * The token of the grant each (lock, thread) released last, with the reply 0 (no hold left) or failing other
+     * than NOTOWNER: a later acquire answered with the same token found that grant still held, its release lost
+     * or refused (see FlockLock#dropLeakedHolds); or {@link #ANY_TOKEN} after an acquire whose outcome is
+     * unknown. The 1,024 remembered last.
      */
     private final Map<Grant.Key, Long> released = new java.util.LinkedHashMap<>() {
         private static final long serialVersionUID = 1L;
@@ -922,9 +923,10 @@ public final class FlockClient implements AutoCloseable {
         return (int) Protocol.heartbeatMs(session.timeoutMs);
     }
 
-    /** The thread released its last hold of grant {@code token}. */
+    /** The thread released its last hold of grant {@code token}, or a release of it failed. */
     void released(Grant.Key key, long token) {
         synchronized (released) {
+            released.remove(key); // put alone keeps the first insertion's place, the first to be forgotten
             released.put(key, token);
         }
     }

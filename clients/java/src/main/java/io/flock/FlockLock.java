@@ -94,6 +94,7 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
                     forget(mine);
                     throw new IllegalMonitorStateException(notLocked(mine) + ": " + new RedisError(e).getMessage());
                 }
+                releaseFailed(grant);
                 throw e;
             }
             releasedOne(grant, left);
@@ -105,10 +106,13 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
      * {@code left}: a single unlock's or a multi-lock's (which holds {@code grant.holdsLock} meanwhile too).
      */
     void releasedOne(Grant grant, long left) {
-        if (grant != null && --grant.holds <= 0) {
+        boolean last = grant != null && --grant.holds <= 0;
+        if (last) {
             left = releaseUnknownHolds(left);
         }
-        if (left == 0) {
+        if (left == 0 || last) {
+            // holds left after the last are ones whose give-back failed: the thread's next grant of this token
+            // gives them back (dropLeakedHolds), as after a release refused
             Grant.Key mine = mine();
             forget(mine);
             if (grant != null) {
@@ -118,9 +122,26 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
     }
 
     /**
+     * A release of one of the thread's holds of {@code grant} failed other than NOTOWNER (refused:
+     * {@code NOREPLICAS}, {@code READONLY}; or its reply lost): the caller let the hold go, so the thread no
+     * longer counts it, but the server may (docs/client-protocol.md, "stale holds"): the thread's next grant of
+     * this token gives it back (dropLeakedHolds).
+     */
+    void releaseFailed(Grant grant) {
+        if (grant == null) {
+            return; // no token to know the grant again by: its lease or session ends it
+        }
+        Grant.Key mine = mine();
+        if (--grant.holds <= 0) {
+            forget(mine);
+        }
+        client.released(mine, grant.token);
+    }
+
+    /**
      * The thread released its last hold and the server still counts {@code left}: holds it does not know of,
      * which would keep the lock from every other thread while this one reenters it. Released too; returns
-     * what the server counts then (not 0 only when it could not be reached).
+     * what the server counts then (not 0 only when it could not be reached or refused).
      */
     private long releaseUnknownHolds(long left) {
         try {
@@ -131,7 +152,6 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
             if ("NOTOWNER".equals(RedisError.codeOf(e))) {
                 return 0;
             }
-            // unreachable: the grant stays remembered, and its lease ends it
         }
         return left;
     }
@@ -513,21 +533,42 @@ public class FlockLock extends AbstractFlockLock<Long> implements Lock {
     }
 
     /**
-     * If the acquire was answered with the token of the grant this thread released last, that release reached a
-     * server that lost it (an old master after a failover), so this is a reentry of the grant, with the holds
-     * the thread released still counted. Give those back, so that the thread's one unlock frees the lock;
-     * otherwise the holds would stay until the lease ends, and while the thread keeps reentering (each
-     * reentry resets the lease), nobody else would get the lock.
+     * If the acquire was answered with the token of the grant this thread released last (or may hold
+     * unknowingly), that release reached a server that lost it (an old master after a failover) or was refused,
+     * so this is a reentry of the grant, with the holds the thread let go still counted. Give back those beyond
+     * the holds the thread has not released and this one, before anything else (the durable check included),
+     * so that the thread's last unlock frees the lock; otherwise the holds would stay until the lease ends,
+     * and while the thread keeps reentering (each reentry resets the lease), nobody else would get the lock.
+     * A give-back that fails leaves the token remembered for the next grant; the acquire stands.
      */
     void dropLeakedHolds(long token) {
         Grant.Key thread = mine();
-        if (client.grants.get(thread) != null || !client.releasedBefore(thread, token)) {
+        if (!client.releasedBefore(thread, token)) {
             return;
         }
-        Map<String, Object> mine = myHolder();
-        long extra = mine == null ? 0 : (Long) mine.get("holds") - 1;
-        for (long i = 0; i < extra; i++) {
-            own(releaseArgs());
+        Grant grant = client.grants.get(thread);
+        // remember(...) counts a known grant's holds on, else starts them anew
+        if (grant != null && grant.token == token && grant.lostReason == null) {
+            synchronized (grant.holdsLock) { // a re-watch's extra hold would look stale
+                giveBackBeyond(grant.holds, thread, token);
+            }
+        } else {
+            giveBackBeyond(0, thread, token);
+        }
+    }
+
+    /** Gives back the thread's holds of grant {@code token} beyond its {@code unreleased} ones and this one. */
+    private void giveBackBeyond(long unreleased, Grant.Key thread, long token) {
+        try {
+            Map<String, Object> mine = myHolder();
+            long extra = mine == null ? 0 : (Long) mine.get("holds") - unreleased - 1;
+            for (long i = 0; i < extra; i++) {
+                own(releaseArgs());
+            }
+        } catch (RuntimeException e) {
+            if (!"NOTOWNER".equals(RedisError.codeOf(e))) {
+                client.released(thread, token);
+            }
         }
     }
 

@@ -136,6 +136,9 @@ public final class FlockMultiLock extends AbstractFlockLock<List<Long>> implemen
             if ("NOTOWNER".equals(RedisError.codeOf(e))) {
                 return false;
             }
+            for (int i = 0; i < locks.size(); i++) {
+                locks.get(i).releaseFailed(grants.get(i));
+            }
             throw e;
         }
         for (int i = 0; i < locks.size(); i++) {

@@ -39,7 +39,7 @@ import org.junit.jupiter.api.TestFactory;
  * through the public API only. An actor is a thread of its own running the steps given to it; a process is a
  * {@link FlockClient} of its own (connected through a {@link DroppingProxy}, for {@code drop_next_reply}); a
  * cancel is {@link Thread#interrupt()} of the actor waiting in {@code tryLock(wait, ...)}; FLOCK.INFO,
- * FLOCK.FORCERELEASE and CLIENT KILL go on a raw connection of the runner's own.
+ * FLOCK.FORCERELEASE, CLIENT KILL, DUMP, RESTORE and CONFIG SET go on a raw connection of the runner's own.
  */
 class ScenarioTest {
     private static final long DEFAULT_DEADLINE_MS = 10_000;
@@ -143,6 +143,10 @@ class ScenarioTest {
         RespConnection admin;
         /** drop_next_reply steps so far: each must have lost a reply by the next one and by the end. */
         int drops;
+        /** The DUMP of save_key, for restore_key. */
+        byte[] saved;
+        /** refuse_writes without accept_writes since: the server is shared, so end() accepts them again. */
+        boolean writesRefused;
 
         Run(String scenario, long sessionTimeoutMs) {
             this.scenario = scenario;
@@ -293,6 +297,24 @@ class ScenarioTest {
                 case "kill_process":
                     kill(process((String) step.get("process")));
                     break;
+                case "save_key":
+                    saved = (byte[]) admin.call("DUMP", key(step));
+                    assertTrue(saved != null, key(step) + " does not exist to be saved");
+                    break;
+                case "restore_key": {
+                    assertTrue(saved != null, "no save_key before restore_key");
+                    admin.call(FlockClient.bytes("RESTORE"), FlockClient.bytes(key(step)), FlockClient.bytes("0"),
+                            saved, FlockClient.bytes("REPLACE"));
+                    break;
+                }
+                case "refuse_writes":
+                    writesRefused = true; // before the call: end() must undo even a half-done step
+                    admin.call("CONFIG", "SET", "min-replicas-to-write", "1");
+                    break;
+                case "accept_writes":
+                    admin.call("CONFIG", "SET", "min-replicas-to-write", "0");
+                    writesRefused = false;
+                    break;
                 default:
                     fail("unknown op " + op);
             }
@@ -429,6 +451,10 @@ class ScenarioTest {
         }
 
         private void end() throws IOException {
+            if (writesRefused) {
+                // first: the next scenarios' writes must not depend on how this one ended
+                admin.call("CONFIG", "SET", "min-replicas-to-write", "0");
+            }
             for (Actor actor : actors.values()) {
                 actor.stop();
             }
