@@ -154,6 +154,15 @@ def streams_to_replicas(master, key, replicas: int) -> bool:
     return acknowledged >= replicas
 
 
+@pytest.fixture()
+def forgotten():
+    """Nothing remembered or counted for stale holds when the test starts:
+    the tables are the process's (redis_flock._core)."""
+    redis_flock._core.RELEASED.tokens.clear()
+    for counts in (redis_flock._core.HELD.counts, redis_flock._core.HELD.owners, redis_flock._core.HELD.acquiring):
+        counts.clear()
+
+
 @pytest.fixture(scope="session")
 def server():
     s = Server()

@@ -12,7 +12,7 @@ import time
 import pytest
 import redis
 
-from redis_flock._core import holder, parse_info
+from redis_flock._core import RELEASED, holder, parse_info
 
 
 # Redis.lock() passes raise_on_release_error on since redis-py 6 (5.0.8 does
@@ -50,6 +50,36 @@ async def until_read(condition, timeout=5.0, what="the condition"):
     while not await asyncio.to_thread(condition):
         assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
         await asyncio.sleep(0.01)
+
+
+async def cancel_while_paused(r, coroutine, command):
+    """Runs ``coroutine`` while ``r``'s server pauses writes (CLIENT PAUSE
+    WRITE) and cancels it once its ``command`` waits for the pause: the
+    command was sent, and its reply is never read."""
+    r.execute_command("CLIENT", "PAUSE", 10000, "WRITE")
+    try:
+        task = asyncio.create_task(coroutine)
+        await until_read(
+            lambda: any("b" in c["flags"] and c["cmd"] == command for c in r.client_list()),
+            what=f"{command} held by the pause",
+        )
+        # A cancel that comes as redis-py's write of the command completes is
+        # lost (asyncio.wait_for, before Python 3.12) and the task goes on to
+        # await the reply: cancelled again until it ends.
+        deadline = time.monotonic() + 5
+        while not task.done():
+            assert time.monotonic() < deadline, f"the task sending {command} was not cancelled"
+            task.cancel()
+            await asyncio.sleep(0.01)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        r.execute_command("CLIENT", "UNPAUSE")
+
+
+def remembered(name):
+    """What the stale-hold memory (RELEASED) remembers for lock ``name``: {owner: token}."""
+    return {owner: token for (key, owner), token in list(RELEASED.tokens.items()) if key == name.encode()}
 
 
 def info(r, key):

@@ -20,8 +20,9 @@ threads (``redis_flock``) and once with asyncio tasks
   ``partition``/``heal`` cut the process's proxy off and heal it. A loss's
   time is when ``on_lost`` was called, a grant's when ``acquire()`` returned
   True, both on time.monotonic(): ``expect_lost_before`` compares them.
-- FLOCK.INFO, FLOCK.FORCERELEASE and CLIENT KILL go on a raw connection of the
-  runner's own. Awaits poll with a deadline; nothing sleeps a fixed time.
+- FLOCK.INFO, FLOCK.FORCERELEASE, CLIENT KILL, DUMP/RESTORE and CONFIG SET
+  go on a raw connection of the runner's own. Awaits poll with a deadline;
+  nothing sleeps a fixed time.
 """
 
 import asyncio
@@ -182,6 +183,8 @@ class Actor:
         self.cancel_token = None
         # When its last acquire returned True (time.monotonic()).
         self.granted_at = None
+        # The owner of each lock object's last grant (timed).
+        self.owners: dict = {}
 
 
 class Process:
@@ -261,6 +264,8 @@ class Runner:
         self.session_timeout = None if timeout is None else timeout / 1000
         # When each lock object's grant was last reported lost (on_lost).
         self.lost_at: dict = {}
+        # save_key's DUMP per key, for restore_key.
+        self.saved: dict = {}
 
     def on_lost(self, lock, reason) -> None:
         self.lost_at[lock] = time.monotonic()
@@ -347,12 +352,16 @@ class Runner:
         return value
 
     @staticmethod
-    def timed(actor: Actor, call):
-        """``call`` (an acquire), noting when it returned True."""
+    def timed(actor: Actor, lock, call):
+        """``call`` (an acquire of ``lock``), noting when it returned True and
+        the owner it was granted to."""
 
         def granted(value):
             if value is True:
                 actor.granted_at = time.monotonic()
+                # Kept past the release: expect_holds reads the server's
+                # count of the owner after it, when the lock has forgotten it.
+                actor.owners[lock] = lock.local.token
             return value
 
         def run():
@@ -386,6 +395,9 @@ class Runner:
             await self.cleanup()
 
     async def cleanup(self) -> None:
+        # First: the server is every later test's too, and refuses even the
+        # FLUSHALL below while min-replicas-to-write is set.
+        self.raw.config_set("min-replicas-to-write", 0)
         for actor in self.actors.values():
             if actor.cancel_token is not None:
                 actor.cancel_token.cancel()
@@ -403,7 +415,7 @@ class Runner:
         lock = self.lock(actor, step)
         lock.timeout = step["lease_ms"] / 1000 if "lease_ms" in step else None
         actor.last[self.key(step)] = lock
-        call = self.timed(actor, self.flavour.acquire_call(actor, lock, step.get("wait_ms", 0), started=False))
+        call = self.timed(actor, lock, self.flavour.acquire_call(actor, lock, step.get("wait_ms", 0), started=False))
         outcome = acquire_outcome(await self.on_actor(actor, call, "acquire"))
         assert outcome == step["expect"], f"{actor.name} acquiring: {outcome}, expected {step['expect']}"
 
@@ -413,7 +425,7 @@ class Runner:
         lock = self.lock(actor, step)
         lock.timeout = step["lease_ms"] / 1000 if "lease_ms" in step else None
         actor.last[self.key(step)] = lock
-        call = self.timed(actor, self.flavour.acquire_call(actor, lock, step.get("wait_ms", 20000), started=True))
+        call = self.timed(actor, lock, self.flavour.acquire_call(actor, lock, step.get("wait_ms", 20000), started=True))
         actor.started = actor.worker.run(call)
 
     async def op_await_result(self, step):
@@ -452,10 +464,8 @@ class Runner:
 
     async def op_expect_holds(self, step):
         actor = self.actor(step)
-        lock = self.held(actor, step)
-        # The owner is thread-local (redis-py's lock.local.token): read on the actor.
-        owner = await self.value_on_actor(actor, lambda: lock.local.token, "read its owner")
-        assert owner is not None, f"{actor.name} holds no grant of {step['key']}"
+        owner = actor.owners.get(self.held(actor, step))
+        assert owner is not None, f"{actor.name} was never granted {step['key']}"
         mine = holding(self.raw, self.key(step), owner)
         holds = mine["holds"] if mine else 0
         assert holds == step["holds"], f"FLOCK.INFO shows {actor.name} holding {holds}, expected {step['holds']}"
@@ -539,6 +549,20 @@ class Runner:
         await self.flavour.close(process.client)
         for actor in process.actors:
             actor.worker.stop()
+
+    async def op_save_key(self, step):
+        self.saved[self.key(step)] = self.raw.dump(self.key(step))
+
+    async def op_restore_key(self, step):
+        key = self.key(step)
+        assert key in self.saved, f"no save_key of {step['key']} before"
+        self.raw.restore(key, 0, self.saved[key], replace=True)
+
+    async def op_refuse_writes(self, step):
+        self.raw.config_set("min-replicas-to-write", 1)
+
+    async def op_accept_writes(self, step):
+        self.raw.config_set("min-replicas-to-write", 0)
 
 
 def _bytes(value):

@@ -26,10 +26,10 @@ sleep = asyncio.sleep
 # it (the first one is raised when it is done).
 CANCEL_SURVIVES = (Exception, asyncio.CancelledError)
 
-# A release() that did not complete (cancelled, a lost reply, refused) keeps
-# the grant: the next release() resends the same request (README.md,
-# "Errors"). A NOTOWNER forgets it.
-KEEPS_UNFINISHED_RELEASE = True
+# A release() cancelled keeps the grant and its RELEASE, as redis-py's asyncio
+# lock keeps its token: the next release() resends the same request
+# (README.md, "Errors"). One that failed otherwise counts as done.
+RELEASE_KEPT_ON = (asyncio.CancelledError,)
 
 
 class Event:

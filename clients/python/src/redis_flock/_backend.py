@@ -113,9 +113,10 @@ class Limiter:
 # keep=False: an error; anything else (KeyboardInterrupt) ends it.
 CANCEL_SURVIVES = (Exception,)
 
-# A release() that did not complete (an error, a lost reply) forgets the
-# grant all the same, as redis-py's redis.lock.Lock forgets its token.
-KEEPS_UNFINISHED_RELEASE = False
+# A release() that did not complete (an error, every reply lost, an
+# interrupt) counts as done, as redis-py's redis.lock.Lock forgets its token:
+# none keeps the grant for the next release().
+RELEASE_KEPT_ON = ()
 
 
 def raise_lost_cancel() -> None:

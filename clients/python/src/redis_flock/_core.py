@@ -378,16 +378,19 @@ class Grant:
         self.token = token
         self.mutex = mutex
         self.kind = kind
-        # The holds taken through this Lock object: the server's count also has
-        # those of the other side of a read-write lock sharing the owner.
-        self.holds = 1
+        # The holds taken through this Lock object, unreleased (counted in
+        # HELD too, LockBase._count): the server's count also has those of
+        # the other lock objects of the owner (the other side of a
+        # read-write lock, a caller-named owner's).
+        self.holds = 0
         self.lost = False
         # Why it was lost (LOSS_REASONS), and for NOTOWNER the server's text.
         self.lost_reason: Optional[str] = None
         self.lost_detail: Optional[str] = None
         self.stopped = False
-        # The RELEASE (with its request ID) an asyncio release() sent and did
-        # not see answered: sent again by the next release().
+        # The RELEASE (with its request ID) of a release() that was
+        # cancelled (asyncio: backend.RELEASE_KEPT_ON): sent again by the
+        # next release(), or before a reentry of this grant.
         self.pending_release = None
         # A fixed or watchdog lease (ms) and the moment it counts from, as
         # this process knows it: the send time of the command that set it
@@ -405,7 +408,8 @@ class Grant:
         self.watched_sid: Optional[str] = None
         self.extra_release = None
         # Whether its owner may acquire again (a reentrant lock's, or a
-        # token= given): only then is its last release remembered (RELEASED).
+        # token= given): only then are its holds counted (HELD) and its
+        # releases remembered (RELEASED).
         self.owner_reused = True
         # The grants one FLOCK.ACQUIREALL made with it (a MultiLock's keys):
         # the loss of the first of them is reported, not of each.
@@ -454,26 +458,35 @@ class Grant:
         return True
 
 
-# Stale holds (docs/client-protocol.md, "Durable grants", last paragraph): a
-# release that a failover lost (answered by a master deposed a moment later)
-# or that the server refused (NOREPLICAS, READONLY; a durable check's
-# give-back) leaves the hold on the server. The same owner's next acquire then
-# reenters it (the same token, one more hold, the lease renewed), and a thread
-# that loops acquire/release keeps the lock from every other for good. So the
-# token of each (lock, owner)'s last release is remembered here, for at most
-# STALE_RELEASES of them; a grant that comes back with it gives those holds
-# back, and the caller holds one, as it expects.
+# Stale holds (docs/client-protocol.md, the rule "stale holds"): a release
+# that a failover lost (answered by a master deposed a moment later), that the
+# server refused (NOREPLICAS, READONLY; a durable check's give-back) or whose
+# every reply was lost leaves the hold on the server, and so may an acquire
+# whose every reply was lost. The same owner's next acquire then reenters it
+# (the same token, one more hold, the lease renewed), and a thread that loops
+# acquire/release keeps the lock from every other for good. So the token of
+# each (lock, owner)'s last release that may have left a hold is remembered
+# here (RELEASED), for at most STALE_RELEASES of them, and the process counts
+# its unreleased holds of each grant (HELD); a grant that comes back with a
+# remembered token gives back the holds FLOCK.INFO counts beyond those, and
+# the caller holds one more than before, as it expects. A release of the
+# process's last hold of (lock, owner) that answers holds left gives those
+# back at once (a failover's churn can reenter a hold whose memory a grant
+# elsewhere has since replaced). HELD counts an acquire from before it is
+# sent, so that such a release never takes its grant for a stale hold.
 STALE_RELEASES = 1024
-# Remembered for an acquire whose outcome is unknown (its reply lost in a
-# failover, the resends given up on): the server may have granted it, a hold
-# its thread does not know of, which the owner's next grant reenters.
+# Remembered for an acquire whose every reply was lost (a failover, the
+# resends given up on): the server may have granted it, a hold no lock
+# object knows of, which the owner's next grant reenters.
 ANY_TOKEN = -1
 
 
 class _Released:
-    """The token of the grant each (lock name, owner) released last, or tried
-    to (the server refused it, or its reply was lost): a later grant with that
-    token found it still held. Thread-safe, never blocks on I/O."""
+    """The token of the grant each (lock name, owner) let go of last, where
+    the release may have left its hold (refused, every reply lost, or
+    answered by a master a failover may depose), or ANY_TOKEN: a later grant
+    with that token may have reentered holds nobody knows of. Thread-safe,
+    never blocks on I/O."""
 
     def __init__(self):
         self.mutex = threading.Lock()
@@ -490,11 +503,68 @@ class _Released:
         """Whether ``token`` is the one this (lock, owner) released last, or
         ANY_TOKEN was remembered; forgotten either way (a grant with another
         token means the owner held nothing when it was made)."""
+        if not self.tokens:
+            return False
         with self.mutex:
             return self.tokens.pop((_name_key(name), owner), None) in (token, ANY_TOKEN)
 
 
 RELEASED = _Released()
+
+
+class _Held:
+    """The process's unreleased holds of an owner used again, across its
+    lock objects and threads: of each grant (lock name, owner, token), and
+    of each (lock name, owner) in all, with its acquires in flight (counted
+    from before the ACQUIRE is sent until it ends, granted or not): a
+    give-back leaves those. Thread-safe, never blocks on I/O."""
+
+    def __init__(self):
+        self.mutex = threading.Lock()
+        # (name, owner, token): the holds granted and not released.
+        self.counts: dict = {}
+        # (name, owner): those of every token, and its acquires in flight.
+        self.owners: dict = {}
+        # (name, owner): its acquires in flight.
+        self.acquiring: dict = {}
+
+    @staticmethod
+    def _add(counts: dict, key, n: int) -> None:
+        count = counts.get(key, 0) + n
+        if count > 0:
+            counts[key] = count
+        else:
+            counts.pop(key, None)
+
+    def add(self, name, owner: bytes, token: int, n: int) -> None:
+        """``n`` more (fewer) holds of grant ``token``."""
+        name = _name_key(name)
+        with self.mutex:
+            self._add(self.counts, (name, owner, token), n)
+            self._add(self.owners, (name, owner), n)
+
+    def acquire(self, name, owner: bytes, n: int) -> None:
+        """``n`` more (1: one is about to be sent) or fewer (-1: one ended)
+        acquires of (``name``, ``owner``) in flight."""
+        pair = (_name_key(name), owner)
+        with self.mutex:
+            self._add(self.acquiring, pair, n)
+            self._add(self.owners, pair, n)
+
+    def count(self, name, owner: bytes, token: int) -> int:
+        """The holds of grant ``token`` the process has, its acquires in
+        flight of the owner counted as holds of it: at a grant, its own one
+        included."""
+        name = _name_key(name)
+        return self.counts.get((name, owner, token), 0) + self.acquiring.get((name, owner), 0)
+
+    def held(self, name, owner: bytes) -> int:
+        """The process's unreleased holds of (``name``, ``owner``), of
+        every token, and its acquires in flight."""
+        return self.owners.get((_name_key(name), owner), 0)
+
+
+HELD = _Held()
 
 
 def _name_key(name) -> bytes:
@@ -857,19 +927,34 @@ class LockBase:
         kind = self._kind()
         current = self.local.grant
         if current is not None and current.owner == owner and current.token == token:
-            current.holds += 1
+            self._count(current, 1)
             changed = current.kind != kind
             self._keep(current, kind, basis, lease_ms, session, sid)
             # A reentry with a lease gives a session grant a lease of its
             # own (and one with 0 makes a leased grant its session's).
             return (current if changed else None), None
         grant = Grant(owner, token, mutex, kind)
-        # A new owner per acquire (not reentrant, no token=) never comes back.
-        grant.owner_reused = self.reentrant or owner != self._last_random_owner()
+        grant.owner_reused = self._owner_reused(owner)
+        self._count(grant, 1)
+        if current is not None:
+            # Forgotten: its holds are no longer this process's to release.
+            self._count(current, -current.holds)
         self._keep(grant, kind, basis, lease_ms, session, sid)
         self.local.token = owner
         self.local.grant = grant
         return grant, current
+
+    def _owner_reused(self, owner: bytes) -> bool:
+        """Whether ``owner`` may acquire again: a new owner per acquire (not
+        reentrant, no token=) never comes back."""
+        return self.reentrant or owner != self._last_random_owner()
+
+    def _count(self, grant: Grant, n: int) -> None:
+        """``n`` more (fewer, when negative) unreleased holds of ``grant``:
+        its own count, and the process's (HELD) for an owner used again."""
+        grant.holds += n
+        if grant.owner_reused:
+            HELD.add(self.name, grant.owner, grant.token, n)
 
     def _keep(self, grant: Grant, kind: str, basis: float, lease_ms: Optional[int], session, sid) -> None:
         """What keeps ``grant`` from now on, and its deadline."""
@@ -914,53 +999,71 @@ class LockBase:
             with_id("FLOCK.RELEASE", self.name, grant.owner),
         )
 
-    def _acquire_failed(self, owner: bytes, token) -> None:
-        """An acquire of this object's own reentrant owner raised: it may
-        have been granted all the same, so the owner's next grant gives back
-        the holds beyond its own (a given ``token=`` may be another's too)."""
-        if self.reentrant and token is None:
+    def _acquire_failed(self, owner: bytes) -> None:
+        """An acquire whose every reply was lost (not an error reply, not a
+        cancel): it may have been granted all the same, a hold no lock object
+        knows of, so an owner used again gives back, with its next grant,
+        the holds beyond the process's (ANY_TOKEN)."""
+        if self._owner_reused(owner):
             RELEASED.remember(self.name, owner, ANY_TOKEN)
 
-    def _released_one(self, left: int) -> None:
-        """After a RELEASE answered ``left`` holds (0 too when it failed):
-        forgets the grant once this object's holds are all released. The
-        grant's token is remembered when none of its holds should be left
-        but those of the other side of a read-write lock (which
-        _stale_holds leaves): a later grant with that token finds the
-        release lost."""
+    def _released_one(self, left: Optional[int]) -> None:
+        """After a RELEASE answered ``left`` holds, or failed (None) other
+        than NOTOWNER (refused, every reply lost): the caller's hold counts
+        as released, and the grant is forgotten once this object's holds are
+        all released (or none is left). For an owner used again, the token
+        is remembered (RELEASED) when the release failed, left no hold, or
+        let go of this object's last hold (others' were left): the hold may
+        be on the server still (refused, lost, or answered by a master a
+        failover deposes), and the next grant with that token gives it back."""
         grant = self.local.grant
-        grant.holds -= 1
-        if grant.owner_reused and (left == 0 or (grant.holds <= 0 and self._sibling_holds(grant.owner, grant.token))):
+        self._count(grant, -1)
+        done = left == 0 or grant.holds <= 0
+        if grant.owner_reused and (done or left is None):
             RELEASED.remember(self.name, grant.owner, grant.token)
-        if left == 0 or grant.holds <= 0:
+        if done:
             self._dropped()
 
-    def _sibling_holds(self, owner: bytes, token: int) -> int:
-        """The holds of grant ``token`` that the other side of a read-write
-        lock has in this thread (the same owner)."""
-        sibling = getattr(self, "_sibling", None)
-        other = sibling.local.grant if sibling is not None else None
-        if other is not None and other.owner == owner and other.token == token:
-            return other.holds
-        return 0
-
     def _stale_holds(self, owner: bytes, token: int, info) -> int:
-        """How many of ``owner``'s holds (FLOCK.INFO ``info``) are stale, after
-        a grant of ``token`` that is not a reentry this object knows of and
-        whose token this (lock, owner) released last: all but the new one and
-        those the other side of a read-write lock holds in this thread."""
+        """How many of ``owner``'s holds (FLOCK.INFO ``info``) are stale,
+        after a grant of ``token`` that reentered a grant remembered in
+        RELEASED: all but the process's (HELD: every lock object's
+        unreleased holds of the grant, and the acquires of the owner in
+        flight, the new one's included, whose grants may be among them)."""
         mine = holder(info, owner)
         if mine is None or int(mine["token"]) != token:
             return 0
-        return max(0, int(mine["holds"]) - 1 - self._sibling_holds(owner, token))
+        return max(0, int(mine["holds"]) - HELD.count(self.name, owner, token))
+
+    def _acquiring(self, owner: bytes) -> bool:
+        """Before an acquire of ``owner`` is sent: counted in HELD (an owner
+        used again) until _acquire_ended, so that a release of the owner's
+        last hold meanwhile does not take its grant for a stale hold (rule
+        "stale holds"). Whether it was counted."""
+        if not self._owner_reused(owner):
+            return False
+        HELD.acquire(self.name, owner, 1)
+        return True
+
+    def _acquire_ended(self, owner: bytes) -> None:
+        """The acquire counted by _acquiring ended: granted (its hold is
+        counted by _new_grant), or not (busy, timeout, an error, a cancel)."""
+        HELD.acquire(self.name, owner, -1)
+
+    def _last_hold(self, grant: Grant) -> bool:
+        """Whether the caller's hold of ``grant`` (not yet uncounted) is the
+        process's last of (lock, owner): then the holds a release of it
+        answers left are stale (rule "stale holds"). A new owner per acquire
+        has no other holds than this object's."""
+        if grant.owner_reused:
+            return HELD.held(self.name, grant.owner) <= 1
+        return grant.holds <= 1
 
     def _is_stale(self, owner: bytes, token: int) -> bool:
-        """Whether the grant of ``token`` to ``owner`` reenters a hold this
-        thread released (or tried to): the release was lost or refused."""
-        current = self.local.grant
-        if current is not None and current.owner == owner and current.token == token:
-            return False
-        return RELEASED.take(self.name, owner, token)
+        """Whether the grant of ``token`` to ``owner`` may have reentered
+        holds that nobody in this process knows of: a release of it failed
+        or may have been lost, or an acquire's every reply was lost."""
+        return self._owner_reused(owner) and RELEASED.take(self.name, owner, token)
 
     def _dropped(self) -> Optional[Grant]:
         """Forgets this thread's grant (released or lost); returns it so that
@@ -968,6 +1071,7 @@ class LockBase:
         grant = self.local.grant
         self.local.token = self.local.grant = None
         if grant is not None:
+            self._count(grant, -grant.holds)
             grant.stop()
         return grant
 
@@ -1010,10 +1114,9 @@ class ReadWriteLockBase:
         self.name = name
         self._write = self.lock_class(redis, name, *args, reentrant=reentrant, **kwargs)
         self._read = self.read_class(redis, name, *args, reentrant=reentrant, **kwargs)
-        self._read._object_id = self._write._object_id
         # One owner per thread for both sides: a stale hold's give-back
-        # leaves those the other side holds.
-        self._read._sibling, self._write._sibling = self._write, self._read
+        # leaves those the other side holds (HELD counts both).
+        self._read._object_id = self._write._object_id
 
     def read_lock(self):
         """The shared side (``SHARED``)."""
@@ -1174,15 +1277,23 @@ class MultiLockBase:
             grant.group = group
 
     def _released(self, left: Optional[list]) -> None:
-        """After RELEASEALL answered each key's holds ``left`` (None: it
-        failed, and the grant is forgotten as Lock's release forgets it)."""
+        """After RELEASEALL answered each key's holds ``left``, or failed
+        (None) other than NOTOWNER: Lock._released_one for every key."""
         for i, lock in enumerate(self._locks):
             if lock.local.grant is not None:
-                lock._released_one(int(left[i]) if left is not None else 0)
+                lock._released_one(int(left[i]) if left is not None and left[i] is not None else None)
 
-    def _acquire_failed(self, owner: bytes, token) -> None:
+    def _acquire_failed(self, owner: bytes) -> None:
         for lock in self._locks:
-            lock._acquire_failed(owner, token)
+            lock._acquire_failed(owner)
+
+    def _acquiring(self, owner: bytes) -> list:
+        """Lock._acquiring for every key: those counted."""
+        return [lock for lock in self._locks if lock._acquiring(owner)]
+
+    def _acquire_ended(self, counted: list, owner: bytes) -> None:
+        for lock in counted:
+            lock._acquire_ended(owner)
 
     def _unlocked_error(self) -> LockError:
         return LockError("Unable to acquire lock within the time specified", lock_name=self.names)

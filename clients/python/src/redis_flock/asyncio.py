@@ -112,18 +112,25 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
                 sid = None
             return granted, node, session, sid, basis, lease_ms
 
+        # Counted as the process's hold of the owner from before it is sent
+        # until its grant is (rule "stale holds").
+        counted = self._acquiring(owner)
         try:
-            granted, node, session, sid, basis, lease_ms = await routed(
-                self.redis, key, self.name, "acquire", attempt, new_id(), self._wait_ms(blocking, blocking_timeout)
-            )
-        except BaseException:
-            # Perhaps granted all the same (see _acquire_failed).
-            self._acquire_failed(owner, token)
-            raise
-        if granted is None:
-            return False
-        await self._granted(node, owner, granted, basis, session, key, sid, lease_ms)
-        return True
+            try:
+                granted, node, session, sid, basis, lease_ms = await routed(
+                    self.redis, key, self.name, "acquire", attempt, new_id(), self._wait_ms(blocking, blocking_timeout)
+                )
+            except LOST_REPLY:
+                # Every reply lost: perhaps granted all the same (see _acquire_failed).
+                self._acquire_failed(owner)
+                raise
+            if granted is None:
+                return False
+            await self._granted(node, owner, granted, basis, session, key, sid, lease_ms)
+            return True
+        finally:
+            if counted:
+                self._acquire_ended(owner)
 
     async def _granted(
         self, node, owner: bytes, granted: int, basis: Optional[float], session=None, key=None, sid=None,
@@ -134,16 +141,15 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
         if the grant's event named what was left, else the lease asked);
         through ``session`` ``sid``, which watches it from now on (and holds
         it, for a session grant). Then its deadline is watched (_arm)."""
-        if self._is_stale(owner, granted):
-            # A reentry of a hold this thread (task) released: the release
-            # was lost in a failover or refused. Its holds go back first.
-            await self._give_back_stale(owner, granted)
-        elif self._release_pending(owner, granted):
-            # A reentry of the grant whose release() did not complete (the
-            # server refused it, or its reply was lost): that release is
-            # sent again first, so that the caller holds one more hold than
-            # it kept, not two.
+        if self._release_pending(owner, granted):
+            # A reentry of the grant whose release() was cancelled: that
+            # release is sent again first, so that the caller holds one more
+            # hold than it kept, not two.
             await self._resend_release()
+        if self._is_stale(owner, granted):
+            # A reentry of holds a release left (refused, lost in a
+            # failover) or a lost acquire took: they go back first.
+            await self._give_back_stale(owner, granted)
         # Durable grants: counted once enough replicas have it, else given
         # back (LockNotDurableError), before this object records anything.
         await confirm_durable(self, node, owner, granted)
@@ -287,11 +293,10 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
         return (again, int(mine["ttl-ms"])) if mine is not None else (sent, None)
 
     async def _give_back_stale(self, owner: bytes, token: int) -> None:
-        """Releases the holds of grant ``token`` that this thread (task)
-        released before (docs/client-protocol.md, "Durable grants"): the
-        caller holds one. When that fails, the token is remembered again and
-        the next grant with it tries again; the acquire holds the lock
-        either way."""
+        """Releases the holds of grant ``token`` beyond the new one and the
+        process's unreleased ones (docs/client-protocol.md, "stale holds").
+        When that fails, the token is remembered again and the next grant
+        with it tries again; the acquire holds the lock either way."""
         try:
             for _ in range(self._stale_holds(owner, token, await self._info())):
                 await send_own(self.redis, with_id("FLOCK.RELEASE", self.name, owner), self._command_timeout())
@@ -304,8 +309,9 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
         return grant is not None and grant.owner == owner and grant.token == token and grant.pending_release is not None
 
     async def _resend_release(self) -> None:
-        """Sends the grant's pending RELEASE again (its request ID: applied
-        once) and counts it; on failure it stays pending."""
+        """Sends the RELEASE of a cancelled release() of this grant again
+        (its request ID: applied once) and counts it; when that fails, it
+        counts as release() counts a failed one."""
         grant = self.local.grant
         async with grant.mutex:
             if grant.pending_release is None:
@@ -313,10 +319,14 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
             try:
                 await send_own(self.redis, grant.pending_release, self._command_timeout())
             except RENEWAL_ERRORS as e:
-                logger.warning("FLOCK: could not release the hold of %r a release() left: %s", self.name, e)
+                logger.warning("FLOCK: could not release the hold of %r a cancelled release() left: %s", self.name, e)
+                self._release_failed(grant, self._release_error(e) if isinstance(e, ResponseError) else e)
                 return
             grant.pending_release = None
-            grant.holds -= 1
+            # Its last hold: the reentry is a new grant of this object.
+            self._count(grant, -1)
+            if grant.holds <= 0:
+                self._dropped()
 
     async def locked(self) -> bool:
         """Whether anyone holds the lock."""
@@ -358,11 +368,15 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
 
     async def release(self) -> None:
         """Releases one hold; the lock passes at once to the next waiter. A
-        release that did not complete (cancelled, connection lost, refused):
-        the blocking flavour forgets the token whatever the outcome, as
-        redis-py's (a reentrant lock keeps it while holds are left); the
-        asyncio one keeps it, as redis-py's asyncio lock, and calling
-        release() again resends the same request ID, so it is applied once.
+        release that failed (refused, every reply lost) counts as done, as
+        redis-py's forgets its token (a reentrant lock keeps its other
+        holds); for an owner used again (reentrant, token=) its next grant
+        gives back the hold if the server kept it (README.md, "Cluster and
+        Sentinel"). A release of the process's last hold of the owner that
+        the server answers left holds gives those back at once.
+        A cancelled one (asyncio) keeps the grant, as redis-py's asyncio
+        lock keeps its token, and calling release() again resends the same
+        request ID, so it is applied once.
         A grant this process found lost by its deadline or its session's end
         (``expired``, ``unconfirmed``, ``sessionended``) is released all the
         same, in case the server still holds it, and then LockNotOwnedError
@@ -389,21 +403,54 @@ class Lock(backend.LockFlavour, AsyncManaged, LockBase):
                 self._release_failed(grant, e)
                 raise
             grant.pending_release = None
-            self._released_one(left)
+            try:
+                if left and self._last_hold(grant):
+                    # The process's last hold of the owner, and the server
+                    # counts more: holds let go that stayed (rule "stale
+                    # holds"), given back now.
+                    left = await self._give_back_left(grant, int(left))
+            finally:
+                self._released_one(left)
             if lost:
                 if self.local.grant is grant:
                     self._dropped()
                 raise self._lost_error(grant)
 
+    async def _give_back_left(self, grant, left: int) -> Optional[int]:
+        """Releases the ``left`` holds of ``grant``'s owner that a release
+        of the process's last hold of it answered were left: nobody in this
+        process knows of them (docs/client-protocol.md, "stale holds": a
+        failover's churn can reenter a hold whose memory a grant elsewhere
+        has since replaced). Stops once an acquire of the owner starts
+        meanwhile: its grant may be among them, and its token is remembered
+        for it to give back the rest. The holds then left (0: none, or
+        NOTOWNER), or None when a RELEASE failed otherwise: remembered
+        (_released_one) for the owner's next grant."""
+        try:
+            for _ in range(left):
+                if not (left and self._last_hold(grant)):
+                    break
+                release = with_id("FLOCK.RELEASE", self.name, grant.owner)
+                left = int(await send_own(self.redis, release, self._command_timeout()))
+        except RENEWAL_ERRORS as e:
+            if is_notowner(e):
+                return 0
+            logger.warning("FLOCK: could not give back the stale holds of %r: %s", self.name, e)
+            return None
+        return left
+
     def _release_failed(self, grant, error: BaseException) -> None:
-        """A release() of ``grant`` that raised ``error``: the backend says
-        whether the grant is kept for the next release() to send again
-        (KEEPS_UNFINISHED_RELEASE; not after a NOTOWNER), or forgotten."""
-        if not backend.KEEPS_UNFINISHED_RELEASE:
-            grant.pending_release = None
-            self._released_one(0)
-        elif isinstance(error, LockNotOwnedError):
+        """A release of ``grant`` that raised ``error``. NOTOWNER: the owner
+        holds nothing, the grant is forgotten. A cancel (asyncio:
+        backend.RELEASE_KEPT_ON) keeps the grant and its RELEASE, for the
+        next release() to send again. Anything else (refused, every reply
+        lost) counts the caller's hold as released, and its token is
+        remembered for a give-back (_released_one)."""
+        if isinstance(error, LockNotOwnedError):
             self._dropped()
+        elif not isinstance(error, backend.RELEASE_KEPT_ON):
+            grant.pending_release = None
+            self._released_one(None)
 
     def extend(self, additional_time: Number, replace_ttl: bool = False) -> Awaitable[Literal[True]]:
         """Adds ``additional_time`` seconds to the lease left (or makes it the
@@ -476,21 +523,26 @@ class MultiLock(backend.MultiLockFlavour, AsyncManaged, MultiLockBase):
             sent = time.monotonic()
             return await self._acquire_on(node, command, owner, wait_ms, cancel, rid), node, sent, wait_ms is not None
 
+        counted = self._acquiring(owner)
         try:
-            tokens, node, sent, waited = await routed(
-                self.redis, keys[0], self.names, "acquire", attempt, new_id(), self._wait_ms(blocking, blocking_timeout)
-            )
-        except BaseException:
-            self._acquire_failed(owner, token)
-            raise
-        if tokens is None:
-            return False
-        for lock, granted in zip(self._locks, tokens):
-            # A wait's grant: its lease read again after a long wait.
-            basis, lease_ms = await lock._waited(owner, sent) if waited else (sent, None)
-            await lock._granted(node, owner, int(granted), basis, lease_ms=lease_ms)
-        self._grouped()
-        return True
+            try:
+                tokens, node, sent, waited = await routed(
+                    self.redis, keys[0], self.names, "acquire", attempt, new_id(),
+                    self._wait_ms(blocking, blocking_timeout),
+                )
+            except LOST_REPLY:
+                self._acquire_failed(owner)
+                raise
+            if tokens is None:
+                return False
+            for lock, granted in zip(self._locks, tokens):
+                # A wait's grant: its lease read again after a long wait.
+                basis, lease_ms = await lock._waited(owner, sent) if waited else (sent, None)
+                await lock._granted(node, owner, int(granted), basis, lease_ms=lease_ms)
+            self._grouped()
+            return True
+        finally:
+            self._acquire_ended(counted, owner)
 
     async def _acquire_on(self, node, command: list, owner: bytes, wait_ms: Optional[int], cancel, rid: str):
         """The tokens, or None: a try through ``node``'s pool, or a wait on
@@ -528,8 +580,8 @@ class MultiLock(backend.MultiLockFlavour, AsyncManaged, MultiLockBase):
 
     async def release(self) -> None:
         """Releases one hold of every key (FLOCK.RELEASEALL), all or none:
-        each key passes at once to its next waiter. A release that did not
-        complete: forgotten or kept as Lock's release() does it."""
+        each key passes at once to its next waiter. A release that failed
+        or was cancelled: counted or kept as Lock's release() does it."""
         owner = self._held("Cannot release a lock that's not owned or is already unlocked.")
         key = self._locks[0]._encoder().encode(self.names[0])
         async with AsyncExitStack() as stack:
@@ -550,7 +602,15 @@ class MultiLock(backend.MultiLockFlavour, AsyncManaged, MultiLockBase):
                 raise
             for grant in grants:
                 grant.pending_release = None
-            self._released(left)
+            left = list(left)
+            try:
+                for i, lock in enumerate(self._locks):
+                    # Lock.release's rule for each key's holds left.
+                    grant = lock.local.grant
+                    if left[i] and grant is not None and lock._last_hold(grant):
+                        left[i] = await lock._give_back_left(grant, int(left[i]))
+            finally:
+                self._released(left)
             if lost:
                 for lock in self._locks:
                     lock._dropped()
@@ -558,13 +618,13 @@ class MultiLock(backend.MultiLockFlavour, AsyncManaged, MultiLockBase):
 
     def _release_failed(self, grants: list, error: BaseException) -> None:
         """As Lock._release_failed, for every key."""
-        if not backend.KEEPS_UNFINISHED_RELEASE:
+        if isinstance(error, LockNotOwnedError):
+            for lock in self._locks:
+                lock._dropped()
+        elif not isinstance(error, backend.RELEASE_KEPT_ON):
             for grant in grants:
                 grant.pending_release = None
             self._released(None)
-        elif isinstance(error, LockNotOwnedError):
-            for lock in self._locks:
-                lock._dropped()
 
     def extend(self, additional_time: Number, replace_ttl: bool = False) -> Awaitable[Literal[True]]:
         """Lock.extend on every key, one after the other."""

@@ -1,6 +1,5 @@
 """redis_flock.asyncio.MultiLock: the cases of tests/test_multilock.py with
-tasks, and what asyncio adds (a cancelled task, a release() that did not
-complete)."""
+tasks, and what asyncio adds (a cancelled task, a cancelled release())."""
 
 import asyncio
 import time
@@ -11,7 +10,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ClusterCrossSlotError, LockError, LockNotOwnedError
 from redis.retry import Retry
 
-from helpers import ReplyDropper, calls, holding, info, until, until_read
+from helpers import ReplyDropper, calls, cancel_while_paused, holding, info, until, until_read
 from redis_flock import CrossSlotError, DeadlockError
 from redis_flock.asyncio import Lock, MultiLock
 
@@ -251,7 +250,9 @@ async def test_a_wait_whose_every_reply_was_lost_gives_its_grant_back(proxy, ins
     await client.aclose()
 
 
-async def test_a_release_that_did_not_complete_is_resent_by_the_next(proxy, inspect):
+async def test_a_release_whose_every_reply_was_lost_counts_as_done(proxy, inspect):
+    """As the blocking flavour's: the hold counts as released (a reentrant
+    owner's next grant would give it back if the server kept it)."""
     client = redis.asyncio.Redis(port=proxy.port, retry=Retry(NoBackoff(), 0))
     multi = MultiLock(client, ["a", "b"], timeout=10)
     assert await multi.acquire(blocking=False)
@@ -260,12 +261,25 @@ async def test_a_release_that_did_not_complete_is_resent_by_the_next(proxy, insp
     with pytest.raises(redis.exceptions.ConnectionError):
         await multi.release()
     assert info(inspect, "a") is None and info(inspect, "b") is None
-    # Kept, and released with the same request ID: the server's first
-    # reply, not NOTOWNER.
+    assert multi.fencing_tokens is None
+    with pytest.raises(LockError):
+        await multi.release()
+    await client.aclose()
+
+
+async def test_a_cancelled_release_is_resent_by_the_next(r, inspect):
+    """A release() cancelled while its reply is awaited (the server paused:
+    the command is dropped with its connection, which redis-py closes) keeps
+    the grant, as redis-py's asyncio lock keeps its token: the next release()
+    sends the same request, applied once."""
+    multi = MultiLock(r, ["a", "b"], timeout=10)
+    assert await multi.acquire(blocking=False)
+    await cancel_while_paused(inspect, multi.release(), "flock.releaseall")
     assert multi.fencing_tokens is not None
+    assert info(inspect, "a")["holds"] == 1 and info(inspect, "b")["holds"] == 1
     await multi.release()
     assert multi.fencing_tokens is None
-    await client.aclose()
+    assert info(inspect, "a") is None and info(inspect, "b") is None
 
 
 async def test_cluster_hash_tagged_keys_and_cross_slot_error(cluster, rc):
