@@ -55,9 +55,13 @@ const MAX_KEYS = 256;
 // Stale holds (docs/client-protocol.md, the end of "Durable grants"; Flock#_dropStale), for
 // every Flock of the process (an owner may acquire through several, as with different settings):
 // the token of each (key, owner)'s last release that left no hold (its reply 0) or that failed
-// (refused, or its reply lost), the oldest forgotten once REMEMBERED_RELEASES came after them;
-// and the holds of each (key, owner) that the process's locks have and have not released.
+// (refused, or its reply lost), or ANY_TOKEN after an acquire that got no reply, the oldest
+// forgotten once REMEMBERED_RELEASES came after them; and the holds of each (key, owner) that the
+// process's locks have and have not released, and its acquires under way.
 const REMEMBERED_RELEASES = 1024;
+// An acquire whose every reply was lost may have been granted all the same, with a token never
+// seen: the owner's next grant, whatever its token, looks for stale holds.
+const ANY_TOKEN = Symbol('any token');
 
 /**
  * A Map by (key, owner) that forgets its oldest entries: two generations, the newer filled until
@@ -329,25 +333,38 @@ class Flock {
     const handleLease = plan === 'session' ? 0 : lease;
     // The (key, owner) names of the session's waits, the process's hold counts and remembered releases.
     const ids = keys.map((key) => pairId(key, owner));
+    // Counted from before the acquire is sent (Flock#_hold): a release of the same owner meanwhile
+    // then never takes this acquire's hold for stale (Flock#_releaseHolds). Undone when it ends
+    // without a grant, once any grant that raced its end was given back.
+    for (const id of ids) this._hold(id, 1);
     let grants;
-    if (keys.length === 1 && sessions) {
-      // One key through the session: a try is one ACQUIRE with INBOX; a wait is one ACQUIRE ...
-      // WAIT t INBOX sid, answered at once (a token) or by an inbox event. A session grant that
-      // came as it is asked for is watched here, without a step (and a turn) of its own.
-      const outcome = await (wait < 1
-        ? this._try(keys[0], owner, handleLease, mode.args)
-        : this._session.wait(ids[0], keys[0], owner, handleLease, wait, mode.args, signal));
-      grants =
-        outcome.token && outcome.life.entry && !outcome.aborted
-          ? [this._watchOutcome(keys[0], owner, outcome, mode, plan, handleLease, outcome.life)]
-          : await this._sessionOutcome(keys[0], owner, handleLease, signal, mode, plan, outcome);
-    } else {
-      grants = await this._acquireBlocking(keys, owner, lease, wait, signal, mode.args);
+    try {
+      if (keys.length === 1 && sessions) {
+        // One key through the session: a try is one ACQUIRE with INBOX; a wait is one ACQUIRE ...
+        // WAIT t INBOX sid, answered at once (a token) or by an inbox event. A session grant that
+        // came as it is asked for is watched here, without a step (and a turn) of its own.
+        const outcome = await (wait < 1
+          ? this._try(keys[0], owner, handleLease, mode.args)
+          : this._session.wait(ids[0], keys[0], owner, handleLease, wait, mode.args, signal));
+        grants =
+          outcome.token && outcome.life.entry && !outcome.aborted
+            ? [this._watchOutcome(keys[0], owner, outcome, mode, plan, handleLease, outcome.life)]
+            : await this._sessionOutcome(keys[0], owner, handleLease, signal, mode, plan, outcome);
+      } else {
+        grants = await this._acquireBlocking(keys, owner, lease, wait, signal, mode.args);
+      }
+    } catch (err) {
+      for (const id of ids) this._hold(id, -1);
+      // Only an owner used again can reenter such a grant (a new owner per acquire never does).
+      if (opts.owner !== undefined && unanswered(err)) for (const id of ids) this._rememberRelease(id, ANY_TOKEN);
+      throw err;
     }
-    if (grants === null) throw new LockBusyError(busyMessage(keys, wait), keys[0]);
+    if (grants === null) {
+      for (const id of ids) this._hold(id, -1);
+      throw new LockBusyError(busyMessage(keys, wait), keys[0]);
+    }
     const tokens = grants.map((grant) => grant.token);
     const handles = grants.map((grant) => grant.handle ?? null);
-    for (const id of ids) this._hold(id, 1);
     // A session's grant of one key, not durable and with no stale holds, is complete as it came.
     if (keys.length > 1 || !sessions || durable.replicas > 0 || ids.some((id) => lastReleases.has(id))) {
       await this._complete(keys, owner, lease, mode, plan, durable, grants, tokens, handles, ids);
@@ -399,7 +416,7 @@ class Flock {
       }
     } catch (err) {
       for (const handle of handles) handle?.grant.drop(handle);
-      await this._releaseHolds(keys, owner, tokens, ids).catch(() => {});
+      await this._releaseHolds(keys, owner, tokens, ids, 1).catch(() => {});
       // Uncounted once the give-backs were answered (see Lock#release).
       for (const id of ids) this._hold(id, -1);
       throw err;
@@ -412,7 +429,7 @@ class Flock {
   async _sessionOutcome(key, owner, lease, signal, mode, plan, outcome) {
     if (outcome.aborted) {
       // The grant won the race with the abort: hand it back before reporting the abort.
-      if (outcome.token) await this._releaseHolds([key], owner, tokensOf(outcome.token)).catch(() => {});
+      if (outcome.token) await this._releaseHolds([key], owner, tokensOf(outcome.token), [pairId(key, owner)], 1).catch(() => {});
       throw abortError(signal);
     }
     if (outcome.token) {
@@ -578,7 +595,7 @@ class Flock {
     let sent = now();
     let reply = await this._send(this._conn, [...base, ...extra]);
     if (reply === null && wait >= 1) {
-      const giveBack = (granted) => this._releaseHolds(keys, owner, tokensOf(granted));
+      const giveBack = (granted) => this._releaseHolds(keys, owner, tokensOf(granted), undefined, 1);
       sent = now();
       reply = await this._wait(keys[0], (timeout) => [...base, 'WAIT', timeout, ...extra], wait, signal, giveBack);
     }
@@ -685,29 +702,65 @@ class Flock {
    * that a failover then deposed, or not have been applied, and the promoted master still have
    * the grant (see _dropStale). RELEASEALL answers NOTOWNER, releasing nothing, when one key is
    * no longer held (its lease ended, force-released): then each key is released on its own, so
-   * that those still held are freed, and the NOTOWNER of the first key lost is thrown. Not
-   * async: every release goes through here.
+   * that those still held are freed, and the NOTOWNER of the first key lost is thrown.
+   *
+   * `counted`: the holds of each (key, owner) that the caller's grant still has in the process's
+   * count (Flock#_hold; 1, or 0 when it has none there). Holds left once the process counts none
+   * of that owner beyond the caller's are stale: none of its locks or acquires under way has
+   * them (a failover's churn reentered a grant whose memory another grant has since replaced, a
+   * hold never seen): they are given back at once (_giveBackLeft), and that key answers 0. Not
+   * async: every release goes through here, and a release that leaves no hold, the common case,
+   * costs one comparison more.
    */
-  _releaseHolds(keys, owner, tokens, ids = keys.map((key) => pairId(key, owner))) {
+  _releaseHolds(keys, owner, tokens, ids = keys.map((key) => pairId(key, owner)), counted = 0) {
     const args = keys.length === 1 ? ['FLOCK.RELEASE', keys[0], owner] : ['FLOCK.RELEASEALL', String(keys.length), ...keys, owner];
     return this._send(this._conn, args).then(
       (reply) => {
         const left = keys.length === 1 ? [Number(reply)] : reply.map(Number);
-        for (let i = 0; i < ids.length; i++) if (left[i] === 0) this._rememberRelease(ids[i], tokens[i]);
-        return left;
+        let stale = false;
+        for (let i = 0; i < ids.length; i++) {
+          if (left[i] === 0) this._rememberRelease(ids[i], tokens[i]);
+          else if ((holding.get(ids[i]) ?? 0) <= counted) stale = true;
+        }
+        return stale ? this._giveBackLeft(keys, owner, tokens, ids, left, counted) : left;
       },
-      (err) => this._releaseFailed(keys, owner, tokens, ids, err),
+      (err) => this._releaseFailed(keys, owner, tokens, ids, err, counted),
     );
   }
 
+  /**
+   * _releaseHolds' stale holds: each key with holds `left` of which the process counts none (see
+   * there) is released that many times more, and answers 0. At most `left`: an acquire of the
+   * owner sent meanwhile, and so not seen in the count, keeps the hold it adds. A give-back that
+   * leaves no hold, or that fails other than with NOTOWNER (the holds are gone), is remembered as
+   * a release is, for the owner's next grant (_dropStale).
+   */
+  async _giveBackLeft(keys, owner, tokens, ids, left, counted) {
+    const answered = left.slice();
+    await Promise.all(
+      keys.map(async (key, i) => {
+        if (left[i] === 0 || (holding.get(ids[i]) ?? 0) > counted) return;
+        answered[i] = 0;
+        try {
+          for (let n = left[i]; n > 0; n--) {
+            if ((await this._releaseKey(key, owner)) === 0) return this._rememberRelease(ids[i], tokens[i]);
+          }
+        } catch (err) {
+          if (!(err instanceof LockNotHeldError)) this._rememberRelease(ids[i], tokens[i]);
+        }
+      }),
+    );
+    return answered;
+  }
+
   // _releaseHolds' release that failed, with `err`.
-  async _releaseFailed(keys, owner, tokens, ids, err) {
+  async _releaseFailed(keys, owner, tokens, ids, err, counted) {
     if (!(err instanceof LockNotHeldError)) {
       ids.forEach((id, i) => this._rememberRelease(id, tokens[i]));
       throw err;
     }
     if (keys.length === 1) throw err;
-    const each = await Promise.allSettled(keys.map((key, i) => this._releaseHolds([key], owner, [tokens[i]], [ids[i]])));
+    const each = await Promise.allSettled(keys.map((key, i) => this._releaseHolds([key], owner, [tokens[i]], [ids[i]], counted)));
     const failed = each.find((result) => result.status === 'rejected');
     if (failed) throw failed.reason;
     return each.map((result) => result.value[0]);
@@ -718,7 +771,8 @@ class Flock {
     lastReleases.set(id, token);
   }
 
-  // Counts the holds of (key, owner) that the process's locks have (`by` 1 at a grant, -1 at its release).
+  // Counts the holds of (key, owner) that the process's locks have or its acquires under way may
+  // get (`by` 1 before an acquire is sent, -1 once its release was answered or it ended without a grant).
   _hold(id, by) {
     const n = (holding.get(id) ?? 0) + by;
     if (n > 0) holding.set(id, n);
@@ -727,17 +781,19 @@ class Flock {
 
   /**
    * A grant of (key, owner) came back with the token of that owner's last release remembered (see
-   * _releaseHolds): the server still had that grant (the release was lost with a deposed master,
-   * or refused), so this grant reentered it and the holds released are still counted, each
+   * _releaseHolds), or with any token after an acquire of theirs that got no reply (ANY_TOKEN): the
+   * server still had that grant (the release was lost with a deposed master, or refused; the
+   * acquire was granted), so this grant reentered it and the holds released are still counted, each
    * reentry renewing the lease: an owner that loops acquire/release would keep the lock from every
-   * other. The holds the server counts beyond those the process's locks have (this one included)
-   * are given back now, so that the caller's one release frees the lock. If the server refuses
-   * again, the release is remembered again, for the next grant; the acquire stands.
+   * other. The holds the server counts beyond those the process's locks and acquires under way
+   * have (this one included: counted since its acquire was sent) are given back now, so that the
+   * caller's one release frees the lock. If the server refuses again, the release is remembered
+   * again, for the next grant; the acquire stands.
    */
   async _dropStale(key, owner, token, id) {
     const last = lastReleases.get(id);
     lastReleases.delete(id);
-    if (last !== token) return;
+    if (last !== token && last !== ANY_TOKEN) return;
     try {
       const holds = holdsOf(await this._send(this._conn, ['FLOCK.INFO', key], { noId: true }), owner);
       for (let extra = holds - (holding.get(id) ?? 0); extra > 0; extra--) {
@@ -786,6 +842,13 @@ class Flock {
       return this._attempt(conn, args, full, options, n + 1);
     });
   }
+}
+
+// Whether an acquire's error leaves unknown whether the server granted it: no reply came (an I/O
+// error or a timeout after the resends), neither an error reply (the client's own types keep it
+// as `cause`) nor an abort.
+function unanswered(err) {
+  return !(err instanceof AbortError) && !isReplyError(err) && !isReplyError(err?.cause);
 }
 
 // A field of a FLOCK.INFO reply or of one of its holders: a flat array (RESP2), a Map or an object (RESP3).
@@ -1035,8 +1098,9 @@ class Lock {
 
   /**
    * Releases one hold of each resource (several: one FLOCK.RELEASEALL, all or none); resolves to
-   * the holds left of the first. If one was lost, the others are still released and the lost
-   * one's LockNotHeldError is thrown. A lock reported lost rejects with LockNotHeldError (its
+   * the holds left of the first (0 when no other lock or acquire of the process has them: stale
+   * holds, given back at once, Flock#_releaseHolds). If one was lost, the others are still
+   * released and the lost one's LockNotHeldError is thrown. A lock reported lost rejects with LockNotHeldError (its
    * `cause` the loss) whatever the server answers: the RELEASE is still sent, so that a hold the
    * server still counts (its deadline passed here first) is given back at once.
    */
@@ -1074,7 +1138,7 @@ class Lock {
       if (uncount) for (const id of this._holdIds) this.flock._hold(id, -1);
       for (const handle of this._handles) handle.grant.drop(handle);
     };
-    return this.flock._releaseHolds(this.resources, this.owner, this._tokens, this._holdIds).then(
+    return this.flock._releaseHolds(this.resources, this.owner, this._tokens, this._holdIds, uncount ? 1 : 0).then(
       (left) => {
         answered();
         if (lost) throw new LockNotHeldError(`${lost.message}; it was not held when released`, lost.key, { cause: lost });

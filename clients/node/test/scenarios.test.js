@@ -5,8 +5,8 @@
 // An actor is a promise chain with an owner of its own (its first grant's owner, passed as
 // `owner` to re-enter); a process is one Flock over one redis client of its own, connected
 // through a proxy of its own (for `drop_next_reply`, and so that `kill_process` can find and end
-// its connections); FLOCK.INFO, FLOCK.FORCERELEASE and CLIENT KILL go on the server's probe
-// connection, the runner's own. A scenario's session_timeout_ms is each process's
+// its connections); FLOCK.INFO, FLOCK.FORCERELEASE, CLIENT KILL, DUMP, RESTORE and CONFIG SET go
+// on the server's probe connection, the runner's own. A scenario's session_timeout_ms is each process's
 // sessionTimeoutMs; `partition` pauses the process's proxy both ways. Times of a loss and of a
 // grant (expect_lost_before) are taken on the monotonic clock as the client reports them: in the
 // signal's abort listener, and when acquire() resolves.
@@ -93,6 +93,10 @@ class Runner {
     this.actors = new Map();
     // When each lock handle was reported lost (performance.now()).
     this.lostAt = new Map();
+    // save_key's DUMPs, by key name.
+    this.saved = new Map();
+    // Whether refuse_writes was sent: the server is shared by every scenario of the file.
+    this.refusing = false;
   }
 
   key(name) {
@@ -296,9 +300,31 @@ class Runner {
       case 'kill_process':
         await this.kill(await this.process(step.process));
         return;
+      case 'save_key':
+        // DUMP's payload is binary: read as a string it would not RESTORE.
+        this.saved.set(step.key, await server.probe.dumpBuffer(this.key(step.key)));
+        return;
+      case 'restore_key': {
+        const saved = this.saved.get(step.key);
+        if (!saved) throw new Error(`${step.key} was not saved (save_key)`);
+        await server.probe.restore(this.key(step.key), 0, saved, 'REPLACE');
+        return;
+      }
+      case 'refuse_writes':
+        // Set before it is sent: a CONFIG SET whose reply is lost may still have been applied.
+        this.refusing = true;
+        await this.minReplicasToWrite(1);
+        return;
+      case 'accept_writes':
+        await this.minReplicasToWrite(0);
+        return;
       default:
         throw new Error(`unknown step op ${JSON.stringify(step.op)}`);
     }
+  }
+
+  async minReplicasToWrite(n) {
+    await server.probe.config('SET', 'min-replicas-to-write', String(n));
   }
 
   // Every connection of the process (those through its proxy) is ended by CLIENT KILL on the
@@ -358,6 +384,9 @@ class Runner {
         assert.equal(proc.proxy.dropping(), null, `process ${proc.name} never sent the command whose reply was to be dropped`);
       }
     } finally {
+      // First, so that what follows (cancels, the sessions' ends) is not refused, nor the next
+      // scenarios' writes.
+      if (this.refusing) await this.minReplicasToWrite(0);
       // Ends every acquire still under way and closes every process.
       for (const actor of this.actors.values()) actor.pending?.controller.abort();
       await Promise.all([...this.actors.values()].map((a) => a.pending?.promise));

@@ -2,18 +2,22 @@
 
 // Stale holds (docs/client-protocol.md, the end of "Durable grants"; issue 21): a release that a
 // failover lost (it went to the deposed master) or that the server refused (NOREPLICAS) leaves the
-// hold on the server, and the owner's next acquire reenters it (same token). The client gives the
-// stale holds back then, so that the caller holds exactly one hold and one release frees the lock.
+// hold on the server, and the owner's next acquire reenters it (same token); so does an acquire
+// the server granted whose every reply was lost. The client gives the stale holds back then, so
+// that the caller holds exactly one hold and one release frees the lock.
 // Real servers: a master with `min-replicas-to-write 1` and no replica refuses the RELEASE; a
 // replica promoted (REPLICAOF NO ONE) behind a proxy that then points to it keeps a grant whose
 // release went to the old master.
 
 const assert = require('node:assert/strict');
 const { before, describe, it } = require('node:test');
+const { CommandTimeoutError } = require('..');
 const { eachClient, flockOf, startProxy, startReplicated, startServer, waitUntil } = require('./helpers');
 
 const LEASE = { lease: 20000 };
 const WAIT = { wait: 10000 };
+// The session timeout of a Flock whose replies are held back: its commands time out after T/4.
+const T = 2000;
 
 let server;
 before(async () => {
@@ -108,6 +112,60 @@ for (const sessions of [true, false]) {
           assert.equal(await bystander.release(), 0);
           assert.equal(await server.info(key), null);
         }
+      });
+
+      it('stale: an acquire granted whose every reply was lost: the owner\'s next grant gives that hold back and holds one', async () => {
+        const key = K(`unanswered:${sessions}`);
+        const owner = `stale-unanswered:${kind.name}:${sessions}`;
+        const proxy = await startProxy(server.port);
+        const cut = await flockOf(kind, proxy.port, { sessions, sessionTimeoutMs: T });
+        // Opened first, so that only the ACQUIRE's replies (its resends' too, on one connection) are held.
+        await (await cut.acquire(K(`unanswered-warm:${sessions}`))).release();
+        proxy.holdReplies('FLOCK.ACQUIRE');
+        // A try: a wait through the session would retry until its deadline and end busy.
+        await assert.rejects(cut.acquire(key, { ...LEASE, owner, wait: 0 }), CommandTimeoutError);
+        assert.equal((await server.info(key))?.owner, owner, 'the server granted it all the same');
+        proxy.flush();
+        const again = await cut.acquire(key, { ...LEASE, owner });
+        await oneHoldThenFree(server, key, again, other.acquire(key, { ...LEASE, ...WAIT }));
+      });
+
+      it('stale: a hold the process never knew of is given back by the release of its last lock of that owner, which answers 0', async () => {
+        const key = K(`unknown:${sessions}`);
+        const lock = await flock.acquire(key, { ...LEASE, owner: `stale-unknown:${kind.name}:${sessions}` });
+        // A hold of the owner that no lock of the process has (as a failover's churn can leave).
+        assert.equal(String(await server.probe.call('FLOCK.ACQUIRE', key, lock.owner, '10000')), String(lock.token));
+        assert.equal((await server.info(key)).holds, '2');
+        assert.equal(await lock.release(), 0, 'the release answers 0');
+        assert.equal(await server.info(key), null, 'the unknown hold was given back');
+        // Several keys (RELEASEALL), with an owner of the acquire's own: the same.
+        const keys = [K(`unknown-a:${sessions}`), K(`unknown-b:${sessions}`)];
+        const both = await flock.acquire(keys, LEASE);
+        await server.probe.call('FLOCK.ACQUIRE', keys[1], both.owner, '10000');
+        await server.probe.call('FLOCK.ACQUIRE', keys[1], both.owner, '10000');
+        assert.equal(await both.release(), 0);
+        assert.deepEqual(await Promise.all(keys.map((k) => server.info(k))), [null, null]);
+      });
+
+      it('stale: a release while an acquire of the same owner is in flight leaves that acquire\'s hold alone', async () => {
+        const key = K(`in-flight:${sessions}`);
+        const owner = `stale-in-flight:${kind.name}:${sessions}`;
+        const proxy = await startProxy(server.port);
+        const held = await flockOf(kind, proxy.port, { sessions });
+        // Opened first, so that only the ACQUIRE's replies are held.
+        await (await held.acquire(K(`in-flight-warm:${sessions}`))).release();
+        const first = await flock.acquire(key, { ...LEASE, owner });
+        proxy.holdReplies('FLOCK.ACQUIRE');
+        const pending = held.acquire(key, { ...LEASE, owner });
+        await waitUntil('the second acquire reentered', async () => (await server.info(key))?.holds === '2');
+        assert.equal(await first.release(), 1, 'the in-flight acquire\'s hold is left');
+        proxy.flush();
+        const second = await pending;
+        const info = await server.info(key);
+        assert.equal(info?.owner, owner, 'the second lock\'s hold is still on the server');
+        assert.equal(info.holds, '1');
+        assert.equal(await second.release(), 0);
+        assert.equal(await server.info(key), null);
       });
 
       it('stale: an ordinary reentry and a new grant after a release are left alone', async () => {
