@@ -64,6 +64,8 @@ scenarios!(
     cut_off_holder_with_a_fixed_lease_knows_first,
     a_session_silent_for_less_than_its_timeout_loses_nothing,
     a_waiting_process_cut_off_at_its_turn_holds_nobody_up_past_its_timeout,
+    a_release_a_failover_lost_is_given_back,
+    a_refused_release_is_given_back,
 );
 
 /// The client's constants are the `protocol` block of the file
@@ -481,6 +483,8 @@ struct Runner {
     processes: HashMap<String, Process>,
     name: String,
     admin: Connection,
+    /// What `save_key` kept, by key.
+    saved: HashMap<String, Vec<u8>>,
     session_timeout: Option<Duration>,
     server: Server,
 }
@@ -506,6 +510,7 @@ fn play(name: &str) {
         processes: HashMap::new(),
         name: name.to_string(),
         admin,
+        saved: HashMap::new(),
         session_timeout: scenario.session_timeout,
         server,
     };
@@ -771,6 +776,34 @@ impl Runner {
                     }
                     (lost, granted) => Err(format!("lost at {lost:?}, {other} granted at {granted:?}")),
                 }
+            }
+            "save_key" => {
+                let key = self.key(step)?;
+                let dump: Vec<u8> =
+                    redis::cmd("DUMP").arg(&key).query(&mut self.admin).map_err(|e| format!("DUMP: {e}"))?;
+                self.saved.insert(key, dump);
+                Ok(())
+            }
+            "restore_key" => {
+                let key = self.key(step)?;
+                let dump = self.saved.get(&key).ok_or("no save_key of this key before")?;
+                redis::cmd("RESTORE")
+                    .arg(&key)
+                    .arg(0)
+                    .arg(dump)
+                    .arg("REPLACE")
+                    .query::<()>(&mut self.admin)
+                    .map_err(|e| format!("RESTORE: {e}"))
+            }
+            // Each scenario has a server of its own: nothing to set back after it.
+            "refuse_writes" | "accept_writes" => {
+                let replicas = if op == "refuse_writes" { 1 } else { 0 };
+                redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("min-replicas-to-write")
+                    .arg(replicas)
+                    .query::<()>(&mut self.admin)
+                    .map_err(|e| format!("CONFIG SET: {e}"))
             }
             "kill_process" => {
                 let process = step.str("process").ok_or("no process")?.to_string();
