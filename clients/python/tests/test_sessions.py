@@ -307,13 +307,16 @@ def test_a_waiting_thread_whose_wait_ends_passes_the_turn_to_the_next(r, c):
         lock = Lock(c, "pass", session_timeout=0.4, thread_local=False)
         results[name] = lock.acquire(blocking_timeout=seconds)
 
-    first = threading.Thread(target=wait, args=("first", 1), name="first", daemon=True)
+    # Its wait spans many of the reader's reads (T/4 each), each ending in a
+    # turn for it: on a loaded machine (CI's four test workers on two cores)
+    # a 1 s wait once ended before its turn came.
+    first = threading.Thread(target=wait, args=("first", 3), name="first", daemon=True)
     first.start()
     wait_until(lambda: info(r, "pass")["waiters"] == 1, what="the first waiter to queue")
     second = threading.Thread(target=wait, args=("second", 30), name="second", daemon=True)
     second.start()
     wait_until(lambda: "first" in readers, what="the first waiter to read the inbox")
-    first.join(5)
+    first.join(10)
     assert results == {"first": False}
     # Nobody else reads for the second now: only its turn brings its grant.
     wait_until(lambda: readers[-1] == "second", what="the turn to pass to the second waiter")
