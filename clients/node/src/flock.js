@@ -52,7 +52,7 @@ const UNBLOCK_PAUSE_MS = 20;
 const REQUEUE_PAUSE_MS = 250;
 // FLOCK.ACQUIREALL's numkeys.
 const MAX_KEYS = 256;
-// Stale holds (docs/client-protocol.md, the end of "Durable grants"; Flock#_dropStale), for
+// Stale holds (docs/client-protocol.md, the rule "stale holds"; Flock#_dropStale), for
 // every Flock of the process (an owner may acquire through several, as with different settings):
 // the token of each (key, owner)'s last release that left no hold (its reply 0) or that failed
 // (refused, or its reply lost), or ANY_TOKEN after an acquire that got no reply, the oldest

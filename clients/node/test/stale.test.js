@@ -1,6 +1,6 @@
 'use strict';
 
-// Stale holds (docs/client-protocol.md, the end of "Durable grants"; issue 21): a release that a
+// Stale holds (docs/client-protocol.md, the rule "stale holds"; issue 21): a release that a
 // failover lost (it went to the deposed master) or that the server refused (NOREPLICAS) leaves the
 // hold on the server, and the owner's next acquire reenters it (same token); so does an acquire
 // the server granted whose every reply was lost. The client gives the stale holds back then, so
