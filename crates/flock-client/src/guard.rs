@@ -56,17 +56,15 @@ impl<C: ConnectionLike> Guard<C> {
         };
         let stale = holds.saturating_sub(stale::held(&self.key, &self.owner));
         if stale > 0 {
-            if let Err(e) = self.give_back(stale.into()) {
-                if !is_notowner(&e) {
-                    stale::remember(&self.key, &self.owner, Some(self.token));
-                }
+            if let Err(e) = self.release_n(stale.into()) {
+                stale::released(&self.key, &self.owner, self.token, Err(&e));
             }
         }
     }
 
-    /// Releases `n` holds of this grant that the process does not have;
-    /// returns the holds left after the last.
-    fn give_back(&mut self, n: u64) -> RedisResult<u64> {
+    /// Releases `n` holds of this grant; returns the holds left after the
+    /// last.
+    fn release_n(&mut self, n: u64) -> RedisResult<u64> {
         let mut left = 0;
         for _ in 0..n {
             left = self.link.query(redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner))?;
@@ -277,18 +275,16 @@ impl<C: ConnectionLike> Guard<C> {
         let _hold = hold.as_ref().map(|h| lock(h));
         let lost = self.loss.reason();
         self.loss.close();
-        let mut released = self.link.query(redis::cmd("FLOCK.RELEASE").arg(&self.key).arg(&self.owner));
+        let mut released = self.release_n(1);
         stale::unhold(&self.key, &self.owner);
         if let Ok(left @ 1..) = released {
             if stale::held(&self.key, &self.owner) == 0 {
                 // The process's last hold, and the server counts more: holds
                 // it let go that stayed (see `stale`), given back now.
-                released = self.give_back(left);
+                released = self.release_n(left);
             }
         }
-        if matches!(&released, Ok(0)) || matches!(&released, Err(e) if !is_notowner(e)) {
-            stale::remember(&self.key, &self.owner, Some(self.token));
-        }
+        stale::released(&self.key, &self.owner, self.token, released.as_ref().copied());
         match (lost, released) {
             (Some(why), Ok(_)) => Err(redis::make_extension_error(
                 "NOTOWNER".into(),

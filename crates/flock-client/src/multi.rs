@@ -166,10 +166,8 @@ impl<C: ConnectionLike> MultiGuard<C> {
         }
         for (i, key) in self.keys.iter().enumerate() {
             stale::unhold(key, &self.owner);
-            // A release that may have left the hold (see `stale`).
-            let left = released.as_ref().map(|left| left.get(i).copied());
-            if matches!(left, Ok(Some(0))) || matches!(&released, Err(e) if !is_notowner(e)) {
-                stale::remember(key, &self.owner, Some(self.tokens[i]));
+            if let Some(left) = released.as_ref().map(|left| left.get(i).copied()).transpose() {
+                stale::released(key, &self.owner, self.tokens[i], left);
             }
         }
         released

@@ -16,9 +16,10 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-use redis::{from_redis_value, Value};
+use redis::{from_redis_value, RedisError, Value};
 
 use crate::mutex::lock;
+use crate::owner::is_notowner;
 
 /// How many (key, owner) releases are remembered: the newest 1,024 at least.
 const REMEMBERED: usize = 1024;
@@ -80,6 +81,16 @@ pub(crate) fn remember(key: &str, owner: &str, token: Token) {
     stale.newer.insert(pair, token);
     if stale.newer.len() >= REMEMBERED {
         stale.older = std::mem::take(&mut stale.newer);
+    }
+}
+
+/// After a release of (`key`, `owner`)'s grant `token` answered the holds
+/// left, or failed: remembered when it may have left the hold on the server
+/// (none left, where a failover may lose the answer; a refusal or a lost
+/// reply). `NOTOWNER` says the owner holds nothing.
+pub(crate) fn released(key: &str, owner: &str, token: u64, left: Result<u64, &RedisError>) {
+    if matches!(left, Ok(0)) || matches!(left, Err(e) if !is_notowner(e)) {
+        remember(key, owner, Some(token));
     }
 }
 
