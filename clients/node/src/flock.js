@@ -726,33 +726,32 @@ class Flock {
     return this._send(this._conn, args).then(
       (reply) => {
         const left = keys.length === 1 ? [Number(reply)] : reply.map(Number);
-        let stale = false;
+        let stale = null;
         for (let i = 0; i < ids.length; i++) {
           if (left[i] === 0) this._rememberRelease(ids[i], tokens[i]);
-          else if ((holding.get(ids[i]) ?? 0) <= counted) stale = true;
+          else if ((holding.get(ids[i]) ?? 0) <= counted) (stale ??= []).push(i);
         }
-        return stale ? this._giveBackLeft(keys, owner, tokens, ids, left, counted) : left;
+        return stale ? this._giveBackLeft(keys, owner, tokens, ids, left, stale) : left;
       },
       (err) => this._releaseFailed(keys, owner, tokens, ids, err, counted),
     );
   }
 
   /**
-   * _releaseHolds' stale holds: each key with holds `left` of which the process counts none (see
-   * there) is released that many times more, and answers 0. At most `left`: an acquire of the
-   * owner sent meanwhile, and so not seen in the count, keeps the hold it adds. A give-back that
-   * leaves no hold, or that fails other than with NOTOWNER (the holds are gone), is remembered as
-   * a release is, for the owner's next grant (_dropStale).
+   * _releaseHolds' stale holds: each key of index in `stale`, with holds `left` of which the
+   * process counts none (see there), is released that many times more, and answers 0. At most
+   * `left`: an acquire of the owner sent meanwhile, and so not seen in the count, keeps the hold
+   * it adds. A give-back that leaves no hold, or that fails other than with NOTOWNER (the holds
+   * are gone), is remembered as a release is, for the owner's next grant (_dropStale).
    */
-  async _giveBackLeft(keys, owner, tokens, ids, left, counted) {
+  async _giveBackLeft(keys, owner, tokens, ids, left, stale) {
     const answered = left.slice();
     await Promise.all(
-      keys.map(async (key, i) => {
-        if (left[i] === 0 || (holding.get(ids[i]) ?? 0) > counted) return;
+      stale.map(async (i) => {
         answered[i] = 0;
         try {
           for (let n = left[i]; n > 0; n--) {
-            if ((await this._releaseKey(key, owner)) === 0) return this._rememberRelease(ids[i], tokens[i]);
+            if ((await this._releaseKey(keys[i], owner)) === 0) return this._rememberRelease(ids[i], tokens[i]);
           }
         } catch (err) {
           if (!(err instanceof LockNotHeldError)) this._rememberRelease(ids[i], tokens[i]);
@@ -1109,9 +1108,10 @@ class Lock {
    * Releases one hold of each resource (several: one FLOCK.RELEASEALL, all or none); resolves to
    * the holds left of the first (0 when no other lock or acquire of the process has them: stale
    * holds, given back at once, Flock#_releaseHolds). If one was lost, the others are still
-   * released and the lost one's LockNotHeldError is thrown. A lock reported lost rejects with LockNotHeldError (its
-   * `cause` the loss) whatever the server answers: the RELEASE is still sent, so that a hold the
-   * server still counts (its deadline passed here first) is given back at once.
+   * released and the lost one's LockNotHeldError is thrown. A lock reported lost rejects with
+   * LockNotHeldError (its `cause` the loss) whatever the server answers: the RELEASE is still
+   * sent, so that a hold the server still counts (its deadline passed here first) is given back
+   * at once.
    */
   release() {
     // Not async (a turn and a promise less between the reply and the caller's next step), and
