@@ -64,19 +64,26 @@ fn waiter(url: &str, key: &str) -> JoinHandle<(Guard<SharedConnection>, Instant)
     })
 }
 
-/// The holder (behind `proxy`) is cut off while `key`'s next waiter (of
-/// another process) queues: it is reported lost as `why` before that waiter
-/// is granted.
+/// `waiter`, once it is the `place`th in `key`'s queue.
+fn queued(s: &Server, key: &str, place: usize) -> JoinHandle<(Guard<SharedConnection>, Instant)> {
+    let mut admin = s.conn();
+    let next = waiter(&s.url(), key);
+    wait_until("the waiter to queue", 5 * SECOND, || queue_of(&mut admin, key).len() == place);
+    next
+}
+
+/// The holder (behind `proxy`) is cut off while `key`'s `next` waiter (of
+/// another process) is queued: it is reported lost as `why` before that
+/// waiter is granted.
 fn cut_off_holder_knows_first<C: redis::ConnectionLike>(
     s: &Server,
     proxy: &Proxy,
     key: &str,
     guard: Guard<C>,
+    next: JoinHandle<(Guard<SharedConnection>, Instant)>,
     why: LeaseLost,
 ) {
     let mut admin = s.conn();
-    let next = waiter(&s.url(), key);
-    wait_until("the waiter to queue", 5 * SECOND, || queue_of(&mut admin, key).len() == 1);
     proxy.partition();
     let (next, granted) = next.join().expect("the waiter");
     let token = next.token();
@@ -95,21 +102,32 @@ fn a_holder_cut_off_with_a_session_grant_knows_it_lost_the_lock_before_the_next_
     let s = Server::start();
     let (proxy, guard) = holder_behind_a_proxy(&s);
     assert!(guard.session_grant());
-    cut_off_holder_knows_first(&s, &proxy, "L", guard, LeaseLost::Unconfirmed);
+    let next = queued(&s, "L", 1);
+    cut_off_holder_knows_first(&s, &proxy, "L", guard, next, LeaseLost::Unconfirmed);
 }
 
 #[test]
 fn a_holder_cut_off_with_a_fixed_lease_knows_it_lost_the_lock_before_the_next_is_granted() {
     let s = Server::start();
     let proxy = Proxy::start(s.port);
-    // The session would last longer than the lease: the lease decides.
-    let guard = Lock::new("L", 10 * SECOND)
-        .lease(300 * MS)
-        .session_timeout(10 * SECOND)
-        .acquire_on(&client(&proxy.url()), None)
-        .unwrap()
-        .expect("granted");
-    cut_off_holder_knows_first(&s, &proxy, "L", guard, LeaseLost::Expired);
+    let mut admin = s.conn();
+    // The holder's lease starts at its turn, with the next waiter queued
+    // behind it already: however late a loaded machine runs the threads,
+    // nobody but the holder can be granted the lock while it holds it.
+    assert!(acquire(&mut admin, "L", "first", 60_000).unwrap().is_some());
+    let holder = std::thread::spawn({
+        let client = client(&proxy.url());
+        // The session would last longer than the lease: the lease decides.
+        move || {
+            let lock = Lock::new("L", 10 * SECOND).lease(300 * MS).session_timeout(10 * SECOND);
+            lock.acquire_on(&client, Some(FOREVER)).unwrap().expect("granted")
+        }
+    });
+    wait_until("the holder to queue", 5 * SECOND, || queue_of(&mut admin, "L").len() == 1);
+    let next = queued(&s, "L", 2);
+    assert_eq!(release(&mut admin, "L", "first").unwrap(), 0);
+    let guard = holder.join().expect("the holder");
+    cut_off_holder_knows_first(&s, &proxy, "L", guard, next, LeaseLost::Expired);
 }
 
 #[test]
@@ -124,7 +142,8 @@ fn a_holder_cut_off_whose_watchdog_renews_without_a_session_knows_it_lost_the_lo
     // A few renewals first: the lease outlives itself.
     std::thread::sleep(700 * MS);
     assert!(!guard.lost(), "renewed");
-    cut_off_holder_knows_first(&s, &proxy, "L", guard, LeaseLost::Unconfirmed);
+    let next = queued(&s, "L", 1);
+    cut_off_holder_knows_first(&s, &proxy, "L", guard, next, LeaseLost::Unconfirmed);
 }
 
 /// What `paused_holder_child` (run in a child process) says, line by line.

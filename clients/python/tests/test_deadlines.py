@@ -18,7 +18,7 @@ import time
 
 import pytest
 import redis
-from helpers import ReplyDropper, holding, info, wait_until
+from helpers import ReplyDropper, holding, info, queue_in_thread, wait_until
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -100,11 +100,18 @@ def test_a_cut_off_holder_reports_the_loss_before_the_next_waiter_is_granted(r, 
     proxy, client = cut_off
     kwargs, reason = KEEPERS[keeper]
     losses = Losses()
-    holder = Lock(client, "cut", on_lost=losses, **kwargs)
-    assert holder.acquire()
+    holder = Lock(client, "cut", on_lost=losses, thread_local=False, **kwargs)
+    # The holder's turn comes with the next waiter queued behind it already:
+    # however late a loaded machine runs the threads, nobody else can be
+    # granted the lock before the holder's lease runs out.
+    assert r.execute_command("FLOCK.ACQUIRE", "cut", "first", 60000) is not None
+    taking, taken = queue_in_thread(r, holder)
     waiter, granted_at = Lock(c, "cut", thread_local=False), []
     t = start(lambda: waiter.acquire(blocking_timeout=10) and granted_at.append(time.monotonic()))
-    wait_until(lambda: info(r, "cut")["waiters"] == 1, what="the waiter to queue")
+    wait_until(lambda: info(r, "cut")["waiters"] == 2, what="the waiter to queue")
+    assert r.execute_command("FLOCK.RELEASE", "cut", "first") == 0
+    taking.join(10)
+    assert taken == [True]
     proxy.partition()
     t.join(10)
     assert granted_at, "the waiter was not granted"
