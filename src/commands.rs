@@ -129,12 +129,17 @@ pub fn acquire(ctx: &Context, args: &[RedisString]) -> RedisResult {
         let acquired = with_key(ctx, s, key_name, true, |s, k, value| {
             engine::update(s, k, value, Some(req.owner), |s, lock, out, now| {
                 if let Some(token) = repeated(lock, parsed.id, Kind::Acquire, req.owner, now)? {
+                    // This reply tells the grant: the session the resend names
+                    // holds it now, and an event of it still unread in an
+                    // inbox is not told again nor passed on unread.
+                    lock.rebind_resent(token, &req, now, out);
+                    s.sessions.told(inbox, token, k.place, req.owner);
                     return Ok(token_reply(token));
                 }
                 match lock.acquire(&req, now, &mut s.tokens, out).map_err(lock_error)? {
                     Acquired::Granted(token) | Acquired::Reentered(token) => {
                         if let Some(client) = inbox {
-                            s.sessions.watch(client, token, k.place, req.owner);
+                            s.sessions.watch(client, token, k.place, req.owner, true);
                         }
                         Ok(token_reply(token))
                     }

@@ -138,12 +138,15 @@ impl BlockHandlers for Reading {
     /// Grants in a batch that never reached the session pass on, as an
     /// undelivered reply of a blocked ACQUIRE does.
     fn free(batch: Batch) {
-        state::with(|s| s.sessions.answer_done(batch.client));
-        if batch.delivered {
-            return;
-        }
-        for event in batch.events.into_iter().filter(|e| e.kind == Kind::Granted) {
-            timers::create_timer(0, blocking::pass_on, (event.place, event.token));
+        let undelivered = state::with(|s| {
+            s.sessions.answer_done(batch.client);
+            match batch.delivered {
+                true => Vec::new(),
+                false => s.sessions.untold_grants(batch.client, batch.events),
+            }
+        });
+        for grant in undelivered {
+            timers::create_timer(0, blocking::pass_on, grant);
         }
     }
 
@@ -165,7 +168,8 @@ impl BlockHandlers for Reading {
 
 /// `client`'s connection closed, or its session expired: if it had a
 /// session, its waiters leave their queues and the grants in its inbox,
-/// which it never read, pass on; the SESSION grants bound to `client` end.
+/// which it never read (nor heard of in a reply), pass on; the SESSION
+/// grants bound to `client` end.
 pub fn end(ctx: &Context, s: &mut State, client: u64) {
     if let Some(session) = s.sessions.close(client) {
         for number in session.waits {

@@ -96,6 +96,15 @@ struct Watch {
     client: u64,
     place: Place,
     owner: Box<[u8]>,
+    /// A reply told its holder of it (its acquire's, a reentry's, a
+    /// resend's): a `granted` event of it in an inbox says nothing new.
+    told: bool,
+}
+
+/// Whether `event`, in the inbox of `client`'s session, is still news: not
+/// a grant that a reply told of since, on this session or another.
+fn untold(watchers: &FxHashMap<u64, Watch>, client: u64, event: &Event) -> bool {
+    event.kind != Kind::Granted || !watchers.get(&event.token).is_some_and(|w| w.told || w.client != client)
 }
 
 #[derive(Default)]
@@ -221,7 +230,8 @@ impl Sessions {
         }
         session.inbox.push_back(event);
         if let Some(reader) = session.reader.take() {
-            let events = session.inbox.drain(..).collect();
+            let watchers = &self.watchers;
+            let events = session.inbox.drain(..).filter(|e| untold(watchers, client, e)).collect();
             self.answer(client, reader, events);
         }
     }
@@ -230,7 +240,9 @@ impl Sessions {
     /// no session or nothing waits.
     pub fn take(&mut self, client: u64) -> Option<Vec<Event>> {
         let session = self.open.get_mut(&client)?;
-        (!session.inbox.is_empty()).then(|| session.inbox.drain(..).collect())
+        let watchers = &self.watchers;
+        let events: Vec<Event> = session.inbox.drain(..).filter(|e| untold(watchers, client, e)).collect();
+        (!events.is_empty()).then_some(events)
     }
 
     /// `client`'s `FLOCK.INBOX` blocks until an event comes or `timer` fires.
@@ -277,13 +289,37 @@ impl Sessions {
     }
 
     /// `client`'s session watches the grant with `token` (in place of any
-    /// session that watched it before).
-    pub fn watch(&mut self, client: u64, token: u64, place: &Place, owner: &[u8]) {
+    /// session that watched it before); `told`: a reply tells of it.
+    pub fn watch(&mut self, client: u64, token: u64, place: &Place, owner: &[u8], told: bool) {
         self.unwatch(token);
         if let Some(session) = self.open.get_mut(&client) {
             session.watched.insert(token);
-            self.watchers.insert(token, Watch { client, place: place.clone(), owner: owner.into() });
+            self.watchers.insert(token, Watch { client, place: place.clone(), owner: owner.into(), told });
         }
+    }
+
+    /// A reply to a resend of its acquire tells of the grant with `token`:
+    /// the resend's session (`inbox`) watches it from now on; without one,
+    /// the session that watches it keeps it, told.
+    pub fn told(&mut self, inbox: Option<u64>, token: u64, place: &Place, owner: &[u8]) {
+        match inbox {
+            Some(client) => self.watch(client, token, place, owner, true),
+            None => {
+                if let Some(watch) = self.watchers.get_mut(&token) {
+                    watch.told = true;
+                }
+            }
+        }
+    }
+
+    /// The grants among `events` (a read of `client`'s session that never
+    /// reached it) that no reply told of either: they pass on.
+    pub fn untold_grants(&self, client: u64, events: Vec<Event>) -> Vec<(Place, u64)> {
+        events
+            .into_iter()
+            .filter(|e| e.kind == Kind::Granted && untold(&self.watchers, client, e))
+            .map(|e| (e.place, e.token))
+            .collect()
     }
 
     /// The grant with `token` ended: nobody watches it any more, and if the
@@ -316,6 +352,8 @@ impl Sessions {
     pub fn close(&mut self, client: u64) -> Option<Session> {
         let mut session = self.open.remove(&client)?;
         self.by_id.remove(&session.id);
+        let watchers = &self.watchers;
+        session.inbox.retain(|e| untold(watchers, client, e));
         if let Some(timer) = session.expiry.take() {
             timers::stop_timer(timer);
         }

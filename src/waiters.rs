@@ -251,7 +251,7 @@ impl Waiters {
                     Reply::Error(why) => (Kind::Error(why), 0, None),
                 };
                 if kind == Kind::Granted {
-                    sessions.watch(client, token, &waiter.place, &waiter.owner);
+                    sessions.watch(client, token, &waiter.place, &waiter.owner, false);
                 }
                 let event = Event { kind, place: waiter.place, owner: waiter.owner, token, until_ms };
                 sessions.push(client, Some(number), event);

@@ -339,6 +339,44 @@ fn session_edges_bad_input_multi_scripts_and_resends() {
     assert!(read_inbox(&mut c, 100).is_empty(), "one event for the wait and its resend");
 }
 
+/// A resend of a session wait (same request ID) whose grant waits unread in
+/// an inbox is answered its token (docs/commands.md, "Request IDs"): that
+/// reply tells of the grant, so no read tells of it again, and it lives with
+/// the resend's session: the end of the first one neither passes it on as
+/// never delivered nor ends it.
+#[test]
+fn a_grant_told_to_a_resend_of_its_wait_is_not_told_again_and_lives_with_the_resends_session() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let (mut first, mut second) = (s.conn(), s.conn());
+    let (sid1, sid2) = (open_session(&mut first), open_session(&mut second));
+    let first_id = client_id(&mut first);
+    // Each key: a wait through the first session, granted and not read yet.
+    let granted_unread = |c: &mut Connection, key: &str, lease: u64, id: &[&str]| {
+        acquire(c, key, "holder", 60_000).unwrap().expect("free");
+        assert!(is_waiting(&session_acquire(c, key, "w", lease, 0, &sid1, id)));
+        assert_eq!(release(c, key, "holder").unwrap(), 0);
+        token_of(c, key)
+    };
+
+    let t = granted_unread(&mut c, "S", 60_000, &["ID", "req-s"]);
+    assert_eq!(int(&session_acquire(&mut c, "S", "w", 60_000, 0, &sid1, &["ID", "req-s"])), t);
+    assert!(read_inbox(&mut first, 100).is_empty(), "the reply told of the grant: no event tells it again");
+
+    let t = granted_unread(&mut c, "L", 0, &["ID", "req-l"]);
+    assert_eq!(int(&session_acquire(&mut c, "L", "w", 0, 0, &sid2, &["ID", "req-l"])), t);
+    let next = spawn_waiter(&s, "L", "next", 60_000, 0);
+    wait_queue(&mut c, "L", &["next"]);
+    let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(first_id).query(&mut c).unwrap();
+    wait_until("the first session ends", Duration::from_secs(5), || flock_stats(&mut c)["sessions"] == 1);
+    assert_eq!((owner_of(&mut c, "L").as_deref(), token_of(&mut c, "L")), (Some("w"), t), "still w's grant");
+    assert_eq!(queue_of(&mut c, "L"), ["next"]);
+    assert!(read_inbox(&mut second, 100).is_empty(), "told by the reply");
+    drop(second);
+    assert!(granted(next, "next") > t, "the grant ended with the resend's session");
+    assert_eq!(flock_stats(&mut c)["undelivered_grants"], 0);
+}
+
 /// ACL key patterns apply to the ACQUIRE that names a session, as to any.
 #[test]
 fn acl_key_patterns_apply_to_session_waits() {

@@ -33,6 +33,8 @@ pub enum Change {
     HoldReleased,
     /// Set as replicated or loaded state says.
     Restored,
+    /// Bound to the session of a resend of the acquire that made it.
+    Rebound,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -310,7 +312,7 @@ pub fn effects<P>(outcome: &Outcome<P>) -> Effects {
         Outcome::Granted { waiter: None, .. } => Effects { counters: &[Grants, ImmediateGrants], ..granted },
         Outcome::Granted { waiter: Some(_), .. } => Effects { counters: &[Grants, Handoffs], ..granted },
         Outcome::Changed { why: Change::Reentered, .. } => Effects { counters: &[ReentrantAcquires], ..changed },
-        Outcome::Changed { why: Change::Renewed | Change::HoldReleased, .. } => changed,
+        Outcome::Changed { why: Change::Renewed | Change::HoldReleased | Change::Rebound, .. } => changed,
         // Replicated or loaded: the master sent it and counted it.
         Outcome::Changed { why: Change::Restored, .. } => Effects { sent: Sent::Nothing, ..changed },
         Outcome::Ended { why, .. } => match why {

@@ -446,6 +446,26 @@ impl<P> Lock<P> {
         Ok(())
     }
 
+    /// A resend of the acquire that made the grant with `token` (its
+    /// request ID) was answered that token on behalf of `req.session`: the
+    /// process that holds the grant hears of it through that session now,
+    /// so a grant bound to another session is bound to this one (a session
+    /// grant with this session's timeout as its lease), and the end of the
+    /// one it leaves does not end it. No hold is added.
+    pub fn rebind_resent(&mut self, token: u64, req: &Request, now_ms: u64, out: &mut Outcomes<P>) {
+        let Some((_, terms)) = self.holders.get(token) else { return };
+        if req.session.is_none() || req.session == terms.session {
+            return;
+        }
+        self.holders.set_session(token, req.session);
+        if terms.session_lease {
+            if let Some(holder) = self.holders.get_mut(token) {
+                holder.deadline_ms = now_ms.saturating_add(req.lease_ms);
+            }
+        }
+        out.push(Outcome::Changed { token, why: Change::Rebound, old_session: terms.session });
+    }
+
     /// Joins the tail of the queue; only after `acquire` answered `Busy`.
     pub fn enqueue(&mut self, req: &Request, payload: P) -> Result<WaiterId, LockError> {
         self.check_not_queued(req)?;

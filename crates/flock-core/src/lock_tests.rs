@@ -1474,6 +1474,29 @@ fn a_resent_wait_takes_over_its_place_in_the_queue_and_the_first_waiter_leaves()
     assert_eq!(one(&out).unwrap().0, "b-again");
 }
 
+/// A resend answered its grant's token from the request ID record binds
+/// the grant to the resend's session (with that session's timeout as a
+/// session grant's lease) and adds no hold; a resend with no session or
+/// the same one changes nothing.
+#[test]
+fn a_resend_told_its_grant_binds_it_to_its_session_without_another_hold() {
+    let mut tokens = TokenSource::default();
+    let mut lock: Lock<&str> = Lock::default();
+    let mut out = Vec::new();
+    let first = Request { session: Some(7), session_lease: true, ..with_id("a", "w1") };
+    let Acquired::Granted(token) = lock.acquire(&first, 1000, &mut tokens, &mut out).unwrap() else { panic!() };
+    out.clear();
+    for session in [None, Some(7)] {
+        lock.rebind_resent(token, &Request { session, ..with_id("a", "w1") }, 2000, &mut out);
+        assert!(out.is_empty(), "{session:?}");
+    }
+    let resend = Request { session: Some(8), session_lease: true, lease_ms: 600, ..with_id("a", "w1") };
+    lock.rebind_resent(token, &resend, 2000, &mut out);
+    assert_eq!(out, [Outcome::Changed { token, why: Change::Rebound, old_session: Some(7) }]);
+    let held = holder(&lock).unwrap();
+    assert_eq!((held.holds, held.deadline_ms, lock.session_lease_of(token)), (1, 2600, Some(8)));
+}
+
 #[test]
 fn only_the_same_id_and_mode_resend_a_queued_wait() {
     let mut tokens = TokenSource::default();
