@@ -250,15 +250,21 @@ fn fenced_writes_while_the_grant_holds_and_is_refused_once_it_was_force_released
 fn lock_delay_is_asked_with_the_acquire_and_keeps_the_lock_closed_after_the_lease_runs_out() {
     let s = Server::start();
     let mut c = s.conn();
-    let guard = Lock::new("delayed", 100 * MS).lock_delay(Duration::from_millis(400)).acquire(s.conn(), None).unwrap();
+    // Held long enough to be read on a loaded machine; the lease that runs
+    // out is a RENEW's of 100 ms.
+    let guard =
+        Lock::new("delayed", 60 * SECOND).lock_delay(Duration::from_millis(400)).acquire(s.conn(), None).unwrap();
     let guard = guard.expect("a free lock is granted");
     let Some(Value::Array(holders)) = info_field(&mut c, "delayed", "holders") else { panic!("no holders") };
     let delay = fields_of(&holders[0]).into_iter().find(|(k, _)| k == "lock-delay-ms").map(|(_, v)| int(&v));
     assert_eq!(delay, Some(400));
+    // Connected before the delay starts: a connect may take long on a loaded machine.
+    let other = s.conn();
+    renew(&mut c, "delayed", guard.owner(), 100).unwrap();
     wait_until("the lease to end into its delay", Duration::from_secs(5), || {
         info_field(&mut c, "delayed", "delayed-ms").is_some_and(|v| int(&v) > 0)
     });
-    assert!(Lock::new("delayed", 10_000 * MS).acquire(s.conn(), None).unwrap().is_none(), "closed during the delay");
+    assert!(Lock::new("delayed", 10_000 * MS).acquire(other, None).unwrap().is_none(), "closed during the delay");
     drop(guard);
 }
 

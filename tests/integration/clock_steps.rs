@@ -97,22 +97,30 @@ fn leases_across_a_step(offset_ms: i64) {
     let Some(f) = Faked::start("+0", &[]) else { return };
     let mut c = f.server.conn();
     let leases: Vec<u64> = (0..8).map(|i| 700 + 150 * i).collect();
+    // Held long while the waiters start and queue, which a loaded machine
+    // may take longer than a lease to do; the leases under test begin at
+    // the RENEWs, all sent together just before the step.
     let mut held = Vec::new();
     for (i, &lease) in leases.iter().enumerate() {
         let key = format!("lock:{i}");
-        let sent = Instant::now();
-        let token = acquire(&mut c, &key, "holder", lease).unwrap().expect("granted");
-        held.push((key.clone(), lease, sent, token, bounded_waiter(&f.server, &key, "next", 10_000)));
+        let token = acquire(&mut c, &key, "holder", 60_000).unwrap().expect("granted");
+        held.push((key.clone(), lease, token, bounded_waiter(&f.server, &key, "next", 10_000)));
         wait_queue(&mut c, &key, &["next"]);
     }
+    let mut renews = redis::pipe();
+    for (key, lease, _, _) in &held {
+        renews.cmd("FLOCK.RENEW").arg(key).arg("holder").arg(*lease);
+    }
     let steps = flock_stats(&mut c)["clock_steps"];
+    let sent = Instant::now();
+    let _: Vec<i64> = renews.query(&mut c).unwrap();
     f.step_to(offset_ms);
-    for (key, lease, _, _, _) in &held {
+    for (key, lease, _, _) in &held {
         let ttl = ttl_ms(&mut c, key);
         assert!(ttl > 0 && ttl <= *lease as i64, "{key}: {ttl} ms left of a {lease} ms lease after the step");
     }
     let mut last = 0;
-    for (key, lease, sent, token, next) in held {
+    for (key, lease, token, next) in held {
         let next_token = granted(next, "next");
         let waited = sent.elapsed();
         assert!(
@@ -143,9 +151,9 @@ fn wait_and_session_timeouts_outlast_no_step_back() {
     let Some(f) = Faked::start("+0", &[]) else { return };
     let mut c = f.server.conn();
     acquire(&mut c, "held", "holder", 60_000).unwrap().expect("granted");
-    // A session's grant, its connection silent from now on.
+    // A session's grant, on the default timeout while the waiters start
+    // and queue (a loaded machine may take longer than 600 ms to do that).
     let mut silent = f.server.conn();
-    redis::cmd("FLOCK.SESSION").arg("TIMEOUT").arg(600).query::<String>(&mut silent).unwrap();
     let sid: String = redis::cmd("FLOCK.SESSION").query(&mut silent).unwrap();
     let bound: Option<i64> =
         redis::cmd("FLOCK.ACQUIRE").arg(&["bound", "s", "0", "INBOX", &sid][..]).query(&mut silent).unwrap();
@@ -155,6 +163,8 @@ fn wait_and_session_timeouts_outlast_no_step_back() {
     let start = Instant::now();
     let timed = bounded_waiter(&f.server, "held", "w", 800);
     wait_queue(&mut c, "held", &["w"]);
+    // Its connection silent from now on.
+    redis::cmd("FLOCK.SESSION").arg("TIMEOUT").arg(600).query::<String>(&mut silent).unwrap();
     f.step_to(-HOUR_MS);
     assert_eq!(timed.join().unwrap().unwrap(), None, "the WAIT timed out");
     let waited = start.elapsed();

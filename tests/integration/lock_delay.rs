@@ -26,10 +26,14 @@ fn holder_delay(c: &mut Connection, key: &str) -> i64 {
 fn a_lease_that_runs_out_keeps_the_next_waiter_out_for_its_lock_delay() {
     let s = Server::start();
     let mut c = s.conn();
-    let start = Instant::now();
-    acquire_delayed(&mut c, "lock", "a", 100, 600).expect("a is granted");
+    // Held long while b starts and queues, which a loaded machine may take
+    // longer than the 100 ms lease under test to do.
+    acquire_delayed(&mut c, "lock", "a", 60_000, 600).expect("a is granted");
     assert_eq!(holder_delay(&mut c, "lock"), 600);
     let b = waiter(&s, "lock", "b", 10_000);
+    wait_queue(&mut c, "lock", &["b"]);
+    let start = Instant::now();
+    renew(&mut c, "lock", "a", 100).unwrap();
     wait_until("a's lease to end into its delay", 5 * SECOND, || delayed_ms(&mut c, "lock") > 0);
     assert_eq!(queue_of(&mut c, "lock"), ["b"], "b still waits");
     assert_eq!(owner_of(&mut c, "lock"), None, "nobody holds it meanwhile");
@@ -37,7 +41,7 @@ fn a_lease_that_runs_out_keeps_the_next_waiter_out_for_its_lock_delay() {
     granted(b, "b");
     let waited = start.elapsed();
     let lease_and_delay = Duration::from_millis(100 + 600 - SERVER_CLOCK_GRAIN_MS);
-    assert!(waited >= lease_and_delay, "b was granted {waited:?} after a's grant, within its lease and delay");
+    assert!(waited >= lease_and_delay, "b was granted {waited:?} after a's RENEW, within its lease and delay");
     assert_eq!(delayed_ms(&mut c, "lock"), 0);
     assert_eq!(flock_stats(&mut c)["lock_delays"], 1);
 }
@@ -87,10 +91,13 @@ fn the_module_default_applies_to_grants_without_lockdelay_and_a_delay_with_nobod
     let s = Server::start();
     let mut c = s.conn();
     config_set(&mut c, &[("flock.lock-delay-ms", "300")]);
-    acquire(&mut c, "lock", "a", 50).unwrap().expect("a is granted");
+    // Held long enough to be read on a loaded machine; the lease that runs
+    // out is the RENEW's.
+    acquire(&mut c, "lock", "a", 60_000).unwrap().expect("a is granted");
     assert_eq!(holder_delay(&mut c, "lock"), 300, "the default, read when the grant is made");
     acquire_delayed(&mut c, "own", "a", 60_000, 0).expect("granted");
     assert_eq!(holder_delay(&mut c, "own"), 0, "LOCKDELAY 0 asks for none");
+    renew(&mut c, "lock", "a", 50).unwrap();
     wait_until("a's lease to end into its delay", 5 * SECOND, || delayed_ms(&mut c, "lock") > 0);
     assert!(exists(&mut c, "lock"), "the key stays while the delay runs, though nobody waits");
     let until = Instant::now() + Duration::from_millis(delayed_ms(&mut c, "lock") as u64);

@@ -23,6 +23,7 @@
 //!    pauses itself replicates what it does.
 use crate::common::*;
 
+use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -61,6 +62,17 @@ impl Pause {
     fn start(c: &mut Connection, ms: u64, mode: &str) -> Pause {
         let sent = Instant::now();
         let _: () = redis::cmd("CLIENT").arg("PAUSE").arg(ms).arg(mode).query(c).expect("CLIENT PAUSE");
+        Pause { sent, by: Instant::now() + Duration::from_millis(ms) }
+    }
+
+    /// `CLIENT PAUSE ms mode` on `c`, in one pipeline after `first`: the
+    /// commands that start the short timers the pause is to catch (held long
+    /// until then), so that none can run out before the pause begins however
+    /// slow the machine. The timers began after `sent`.
+    fn after(first: &mut redis::Pipeline, c: &mut Connection, ms: u64, mode: &str) -> Pause {
+        let sent = Instant::now();
+        let _: Value =
+            first.cmd("CLIENT").arg("PAUSE").arg(ms).arg(mode).query(c).expect("the timers and CLIENT PAUSE");
         Pause { sent, by: Instant::now() + Duration::from_millis(ms) }
     }
 
@@ -107,6 +119,26 @@ fn spawn_cmd(s: &Server, cmd: redis::Cmd) -> JoinHandle<Timed> {
     std::thread::spawn(move || (cmd.query(&mut c), Instant::now()))
 }
 
+/// `spawn_cmd`, connected and started now but sending `cmd` only when told:
+/// for a command that must follow a short timer closely, which connecting
+/// and starting a thread on a loaded machine could outlast.
+fn spawn_cmd_on_signal(s: &Server, cmd: redis::Cmd) -> (Sender<()>, JoinHandle<Timed>) {
+    let mut c = s.conn();
+    let (go, told) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        told.recv().expect("the test to say when");
+        (cmd.query(&mut c), Instant::now())
+    });
+    (go, h)
+}
+
+/// FLOCK.RENEW of `key`'s `owner` to `lease_ms`, as a pipeline to send first.
+fn renew_to(key: &str, owner: &str, lease_ms: u64) -> redis::Pipeline {
+    let mut first = redis::pipe();
+    first.cmd("FLOCK.RENEW").arg(key).arg(owner).arg(lease_ms);
+    first
+}
+
 /// `FLOCK.ACQUIRE key owner 60000 WAIT wait_ms more...`.
 fn wait_cmd(key: &str, owner: &str, wait_ms: u64, more: &[&str]) -> redis::Cmd {
     let mut cmd = redis::cmd("FLOCK.ACQUIRE");
@@ -142,22 +174,22 @@ fn wait_closed(c: &mut Connection, id: i64) {
     });
 }
 
-/// A holds k on `c`'s server with a `LEASE_MS` lease, and B waits behind
-/// it: when A acquired it, A's token, B's wait.
-fn a_holds_k_and_b_waits(m: &Server, c: &mut Connection) -> (Instant, i64, JoinHandle<Timed>) {
-    let acquired = Instant::now();
-    let a = acquire(c, "k", "A", LEASE_MS).unwrap().expect("A holds k");
+/// A holds k on `c`'s server, and B waits behind it: A's token, B's wait.
+/// A's lease is a long one, for B to queue in on a loaded machine: the test
+/// cuts it to `LEASE_MS` right before the pause.
+fn a_holds_k_and_b_waits(m: &Server, c: &mut Connection) -> (i64, JoinHandle<Timed>) {
+    let a = acquire(c, "k", "A", 60_000).unwrap().expect("A holds k");
     let b = spawn_cmd(m, wait_cmd("k", "B", LONG_WAIT_MS, &[]));
     wait_queue(c, "k", &["B"]);
-    (acquired, a, b)
+    (a, b)
 }
 
 fn lease_end_with_a_waiter(mode: &str) {
     let (mut m, r) = pair();
     let mut c = m.conn();
-    let (acquired, a, b) = a_holds_k_and_b_waits(&m, &mut c);
-    let pause = Pause::start(&mut c, PAUSE_MS, mode);
-    sleep_until(acquired + CHECK_AT);
+    let (a, b) = a_holds_k_and_b_waits(&m, &mut c);
+    let pause = Pause::after(&mut renew_to("k", "A", LEASE_MS), &mut c, PAUSE_MS, mode);
+    sleep_until(pause.sent + CHECK_AT);
     if mode == "WRITE" {
         // FLOCK.INFO is a read: it runs during a WRITE pause.
         let (owner, queue) = (owner_of(&mut c, "k"), queue_of(&mut c, "k"));
@@ -189,12 +221,15 @@ fn a_lease_that_ends_during_a_pause_of_all_clients_goes_to_the_waiter_right_afte
 fn a_lease_that_ends_during_a_pause_without_waiters_leaves_the_key_right_after_it() {
     let (mut m, r) = pair();
     let mut c = m.conn();
-    let acquired = Instant::now();
-    acquire(&mut c, "k", "A", LEASE_MS).unwrap().expect("A holds k");
-    // A lock whose lease ends after the pause: not early, not late.
-    acquire(&mut c, "later", "L", PAUSE_MS + 1000).unwrap().expect("L holds later");
-    let pause = Pause::start(&mut c, PAUSE_MS, "WRITE");
-    sleep_until(acquired + CHECK_AT);
+    acquire(&mut c, "k", "A", 60_000).unwrap().expect("A holds k");
+    acquire(&mut c, "later", "L", 60_000).unwrap().expect("L holds later");
+    // Both cut with the pause; later to a lease that ends after the pause:
+    // not early, not late.
+    let mut leases = renew_to("k", "A", LEASE_MS);
+    leases.cmd("FLOCK.RENEW").arg("later").arg("L").arg(PAUSE_MS + 1000);
+    let pause = Pause::after(&mut leases, &mut c, PAUSE_MS, "WRITE");
+    let renewed = pause.sent;
+    sleep_until(renewed + CHECK_AT);
     let (held, ttl) = (exists(&mut c, "k"), ttl_ms(&mut c, "k"));
     if pause.still_on("the lease end put off") {
         assert!(held, "k went during the pause");
@@ -204,7 +239,7 @@ fn a_lease_that_ends_during_a_pause_without_waiters_leaves_the_key_right_after_i
     pause.assert_right_after(PAUSE_MS, Instant::now(), "k's removal");
     assert_up(&mut m, "after the pause");
     assert_eq!(owner_of(&mut c, "later").as_deref(), Some("L"), "a lease due after the pause is still running");
-    wait_gone(&mut c, "later", acquired + Duration::from_millis(PAUSE_MS + 1000), 5 * SECOND);
+    wait_gone(&mut c, "later", renewed + Duration::from_millis(PAUSE_MS + 1000), 5 * SECOND);
     assert_replica_same(&m, &r, &["k", "later"], "after both leases");
 }
 
@@ -276,9 +311,12 @@ fn head_leaves_during_pause(how: &str) {
     let mut head = m.conn();
     let head_id = client_id(&mut head);
     let wait_ms = if how == "timeout" { LEASE_MS } else { LONG_WAIT_MS };
+    // S is ready before B's wait (LEASE_MS, for "timeout") starts: it must
+    // queue, and the pause begin, before that wait ends.
+    let (s_go, s) = spawn_cmd_on_signal(&m, wait_cmd("k", "S", LONG_WAIT_MS, &["SHARED"]));
     let b = std::thread::spawn(move || (wait_cmd("k", "B", wait_ms, &[]).query::<Value>(&mut head), Instant::now()));
     wait_queue(&mut c, "k", &["B"]);
-    let s = spawn_cmd(&m, wait_cmd("k", "S", LONG_WAIT_MS, &["SHARED"]));
+    s_go.send(()).expect("S's thread");
     wait_queue(&mut c, "k", &["B", "S"]);
     let pause = Pause::start(&mut c, PAUSE_MS, "WRITE");
     std::thread::sleep(CHECK_AT);
@@ -354,12 +392,12 @@ fn acquire_all_cmd(keys: &[&str], owner: &str, wait_ms: u64) -> redis::Cmd {
 fn an_acquireall_whose_last_key_frees_during_a_pause_gets_every_key_right_after_it() {
     let (mut m, r) = pair();
     let mut c = m.conn();
-    let acquired = Instant::now();
-    let a = acquire(&mut c, "k1", "A", LEASE_MS).unwrap().expect("A holds k1");
+    // Held long while X queues; cut to LEASE_MS with the pause.
+    let a = acquire(&mut c, "k1", "A", 60_000).unwrap().expect("A holds k1");
     let x = spawn_cmd(&m, acquire_all_cmd(&["k1", "k2"], "X", LONG_WAIT_MS));
     wait_queue(&mut c, "k1", &["X"]);
-    let pause = Pause::start(&mut c, PAUSE_MS, "WRITE");
-    sleep_until(acquired + CHECK_AT);
+    let pause = Pause::after(&mut renew_to("k1", "A", LEASE_MS), &mut c, PAUSE_MS, "WRITE");
+    sleep_until(pause.sent + CHECK_AT);
     let (owner, queue) = (owner_of(&mut c, "k1"), queue_of(&mut c, "k2"));
     if pause.still_on("the lease end put off") {
         assert_eq!(owner.as_deref(), Some("A"), "A's lease ended during the pause");
@@ -379,10 +417,13 @@ fn an_acquireall_that_times_out_during_a_pause_lets_the_queue_behind_it_in_right
     let (mut m, r) = pair();
     let mut c = m.conn();
     acquire(&mut c, "k1", "A", 60_000).unwrap().expect("A holds k1");
-    // X holds a place at k2 too, free as it is: Y queues behind it.
+    // X holds a place at k2 too, free as it is: Y queues behind it. Y is
+    // ready before X's wait starts: it must queue, and the pause begin,
+    // before that wait ends.
+    let (y_go, y) = spawn_cmd_on_signal(&m, wait_cmd("k2", "Y", LONG_WAIT_MS, &[]));
     let x = spawn_cmd(&m, acquire_all_cmd(&["k1", "k2"], "X", LEASE_MS));
     wait_queue(&mut c, "k2", &["X"]);
-    let y = spawn_cmd(&m, wait_cmd("k2", "Y", LONG_WAIT_MS, &[]));
+    y_go.send(()).expect("Y's thread");
     wait_queue(&mut c, "k2", &["X", "Y"]);
     let pause = Pause::start(&mut c, PAUSE_MS, "WRITE");
     let (reply, left_at) = x.join().expect("X's thread");
@@ -409,11 +450,15 @@ fn an_acquireall_that_times_out_during_a_pause_lets_the_queue_behind_it_in_right
 fn a_lock_of_another_client_whose_ttl_ends_during_a_pause_goes_to_the_flock_waiter_right_after_it() {
     let (mut m, r) = pair();
     let mut c = m.conn();
+    // B is ready before the string's TTL starts: it must queue, and the
+    // pause begin, before the TTL ends. (The TTL cannot be cut later as a
+    // lease is: FLOCK watches the one it saw when B queued.)
+    let (b_go, b) = spawn_cmd_on_signal(&m, wait_cmd("k", "B", LONG_WAIT_MS, &[]));
     let set = Instant::now();
     let ok: String =
         redis::cmd("SET").arg("k").arg("old-client").arg("NX").arg("PX").arg(LEASE_MS).query(&mut c).unwrap();
     assert_eq!(ok, "OK");
-    let b = spawn_cmd(&m, wait_cmd("k", "B", LONG_WAIT_MS, &[]));
+    b_go.send(()).expect("B's thread");
     wait_queue(&mut c, "k", &["B"]);
     let pause = Pause::start(&mut c, PAUSE_MS, "WRITE");
     sleep_until(set + CHECK_AT);
@@ -431,14 +476,25 @@ fn a_lock_of_another_client_whose_ttl_ends_during_a_pause_goes_to_the_flock_wait
 
 /// `FAILOVER TIMEOUT timeout_ms` on `c`'s master to its replica `r`, which
 /// is stopped first and so acknowledges nothing: the failover waits for
-/// it (with writes paused) until `r` is let go or the timeout. Also when
-/// the failover was sent.
-fn failover_waiting_for(c: &mut Connection, r: &Server, timeout_ms: u64) -> (Stopped, Instant) {
+/// it (with writes paused) until `r` is let go or the timeout. `leases`
+/// (key, owner, ms), held long until then, are cut to their short leases
+/// in the same pipeline, so that none can end before writes pause however
+/// slow the machine. Also when the failover (and those leases) was sent.
+fn failover_waiting_for(
+    c: &mut Connection,
+    r: &Server,
+    timeout_ms: u64,
+    leases: &[(&str, &str, u64)],
+) -> (Stopped, Instant) {
     let stopped = Stopped::new(r);
     // A write the replica has not acknowledged: the failover waits for it.
-    let _: () = redis::cmd("SET").arg("unacknowledged").arg(1).query(c).expect("SET");
+    let mut first = redis::pipe();
+    first.cmd("SET").arg("unacknowledged").arg(1).ignore();
+    for (key, owner, ms) in leases {
+        first.cmd("FLOCK.RENEW").arg(*key).arg(*owner).arg(*ms).ignore();
+    }
     let sent = Instant::now();
-    let ok: String = redis::cmd("FAILOVER").arg("TIMEOUT").arg(timeout_ms).query(c).expect("FAILOVER");
+    let (ok,): (String,) = first.cmd("FAILOVER").arg("TIMEOUT").arg(timeout_ms).query(c).expect("FAILOVER");
     assert_eq!(ok, "OK");
     (stopped, sent)
 }
@@ -458,10 +514,10 @@ fn failover_state(s: &Server) -> String {
 fn a_lease_that_ends_while_a_failover_waits_for_its_replica_goes_to_the_waiter_when_the_failover_gives_up() {
     let (mut m, r) = pair();
     let mut c = m.conn();
-    let (acquired, a, b) = a_holds_k_and_b_waits(&m, &mut c);
-    let (stopped, sent) = failover_waiting_for(&mut c, &r, PAUSE_MS);
+    let (a, b) = a_holds_k_and_b_waits(&m, &mut c);
+    let (stopped, sent) = failover_waiting_for(&mut c, &r, PAUSE_MS, &[("k", "A", LEASE_MS)]);
     let pause = Pause { sent, by: Instant::now() + Duration::from_millis(PAUSE_MS) };
-    sleep_until(acquired + CHECK_AT);
+    sleep_until(sent + CHECK_AT);
     let (owner, state) = (owner_of(&mut c, "k"), failover_state(&m));
     if pause.still_on("the lease end put off") {
         assert_eq!(state, "waiting-for-sync", "the failover waits for the stopped replica");
@@ -487,18 +543,13 @@ fn work_put_off_by_a_failover_that_completes_is_left_to_the_new_master() {
     let mut c = m.conn();
     let session_lease = 2500;
     let mut holder = m.conn();
-    let acquired = Instant::now();
-    let _: i64 = redis::cmd("FLOCK.ACQUIRE")
-        .arg("s")
-        .arg("S")
-        .arg(session_lease)
-        .arg("SESSION")
-        .query(&mut holder)
-        .expect("S holds s");
-    let (_, _, b) = a_holds_k_and_b_waits(&m, &mut c);
-    let (stopped, _) = failover_waiting_for(&mut c, &r, 20_000);
+    let _: i64 =
+        redis::cmd("FLOCK.ACQUIRE").arg("s").arg("S").arg(60_000).arg("SESSION").query(&mut holder).expect("S holds s");
+    let (_, b) = a_holds_k_and_b_waits(&m, &mut c);
+    let leases = [("s", "S", session_lease), ("k", "A", LEASE_MS)];
+    let (stopped, renewed) = failover_waiting_for(&mut c, &r, 20_000, &leases);
     drop(holder);
-    sleep_until(acquired + CHECK_AT);
+    sleep_until(renewed + CHECK_AT);
     assert_eq!(failover_state(&m), "waiting-for-sync", "the failover waits for the stopped replica");
     assert_eq!(owner_of(&mut c, "k").as_deref(), Some("A"), "A's lease ended while writes were paused");
     assert_eq!(owner_of(&mut c, "s").as_deref(), Some("S"), "S's SESSION grant ended while writes were paused");
@@ -513,7 +564,7 @@ fn work_put_off_by_a_failover_that_completes_is_left_to_the_new_master() {
     let mut rc = r.conn();
     wait_until("the new master to end A's lease", 10 * SECOND, || !exists(&mut rc, "k"));
     assert!(exists(&mut rc, "s"), "S's grant ended early on the new master");
-    wait_gone(&mut rc, "s", acquired + Duration::from_millis(session_lease), 10 * SECOND);
+    wait_gone(&mut rc, "s", renewed + Duration::from_millis(session_lease), 10 * SECOND);
     wait_until("the old master to follow", 10 * SECOND, || !exists(&mut c, "k") && !exists(&mut c, "s"));
     assert_eq!(dbsize(&mut c), dbsize(&mut rc));
     let log = std::fs::read_to_string(m.dir.path().join(LOG)).unwrap_or_default();
