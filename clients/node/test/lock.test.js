@@ -289,8 +289,11 @@ eachClient((kind, K) => {
 
   it('lockDelay is asked with the acquire: after its lease runs out nobody is granted the lock for that long', async () => {
     await assert.rejects(flock.acquire(K('delayed'), { lease: 100, lockDelay: 60001 }), RangeError);
-    const lock = await flock.acquire(K('delayed'), { lease: 100, lockDelay: 400 });
-    assert.equal((await server.info(K('delayed'))).holders[0]['lock-delay-ms'], '400');
+    // A long lease, cut short once the holder is read: a loaded machine cannot let it run out before.
+    const lock = await flock.acquire(K('delayed'), { lease: 60000, lockDelay: 400 });
+    const [holder] = (await server.info(K('delayed'))).holders;
+    assert.equal(holder['lock-delay-ms'], '400');
+    await server.probe.call('FLOCK.RENEW', K('delayed'), holder.owner, '100');
     await waitUntil('the lease ends into its delay', async () => Number((await server.info(K('delayed')))?.['delayed-ms'] ?? 0) > 0);
     await assert.rejects(other.acquire(K('delayed'), { lease: 1000 }), LockBusyError, 'closed during the delay');
     await waitUntil('the delay ends', async () => (await server.info(K('delayed'))) === null);

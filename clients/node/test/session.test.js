@@ -110,15 +110,21 @@ eachClient((kind, K) => {
   });
 
   it("a holder's loss is known before a waiter of the same process is granted", async () => {
-    // Long enough to be held still when the waiter queues, on a busy machine too.
-    const holder = await flock.acquire(K('order'), { lease: 1000 });
+    // The holder's turn comes with the waiter queued behind it already: however late a loaded
+    // machine runs the process, the holder's lease cannot end before the waiter queues.
+    await server.probe.call('FLOCK.ACQUIRE', K('order'), 'first', '60000');
+    const taking = flock.acquire(K('order'), { lease: 1000, wait: Infinity });
+    await server.queued(K('order'), 1);
+    let holder = null;
     let holderLostFirst = null;
     const waiting = flock.acquire(K('order'), { lease: LEASE, wait: Infinity }).then((lock) => {
       holderLostFirst = holder.signal.aborted;
       return lock;
     });
-    await server.queued(K('order'), 1);
-    const lock = await waiting;
+    await server.queued(K('order'), 2);
+    assert.equal(await server.probe.call('FLOCK.RELEASE', K('order'), 'first'), '0');
+    holder = await within(10000, 'the holder is granted', taking);
+    const lock = await within(10000, 'the waiter is granted', waiting);
     assert.equal(holderLostFirst, true, 'the holder was marked lost before the waiter ran');
     assert.match(holder.signal.error.message, /lease ended/);
     assert.equal(lock.signal.aborted, false);

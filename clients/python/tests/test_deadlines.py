@@ -215,7 +215,7 @@ port, flavour, kwargs = int(sys.argv[1]), sys.argv[2], eval(sys.argv[3])
 if flavour == "threads":
     from redis_flock import Lock
     lock = Lock(redis.Redis(port=port), "paused", **kwargs)
-    assert lock.acquire()
+    assert lock.acquire(blocking_timeout=30)
     print("held", flush=True)
     sys.stdin.readline()
     print(lock.lost, lock.lost_reason, flush=True)
@@ -223,7 +223,7 @@ else:
     from redis_flock.asyncio import Lock
     async def main():
         lock = Lock(redis.asyncio.Redis(port=port), "paused", **kwargs)
-        assert await lock.acquire()
+        assert await lock.acquire(blocking_timeout=30)
         print("held", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         print(lock.lost, lock.lost_reason, flush=True)
@@ -267,15 +267,22 @@ def test_a_holder_paused_for_a_third_of_its_session_timeout_loses_nothing(r, ser
 @pytest.mark.parametrize("keeper", list(KEEPERS))
 def test_a_holder_paused_past_its_deadline_sees_lost_at_its_first_check(r, c, server, keeper, flavour):
     kwargs, reason = KEEPERS[keeper]
+    # The child's turn comes with the next waiter queued behind it already:
+    # however late a loaded machine runs the processes, nobody else can be
+    # granted the lock before the child's lease runs out.
+    assert r.execute_command("FLOCK.ACQUIRE", "paused", "first", 60000) is not None
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(server.port), flavour, repr(kwargs)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
     try:
-        assert child.stdout.readline().strip() == "held"
+        # The child starts an interpreter and imports the client first.
+        wait_until(lambda: info(r, "paused")["waiters"] == 1, timeout=20, what="the child to queue")
         waiter = Lock(c, "paused", thread_local=False)
         t = start(lambda: waiter.acquire(blocking_timeout=20))
-        wait_until(lambda: info(r, "paused")["waiters"] == 1, what="the waiter to queue")
+        wait_until(lambda: info(r, "paused")["waiters"] == 2, what="the waiter to queue")
+        assert r.execute_command("FLOCK.RELEASE", "paused", "first") == 0
+        assert child.stdout.readline().strip() == "held"
         os.kill(child.pid, signal.SIGSTOP)
         t.join(20)
         assert waiter.owned(), "the grant did not pass on while the holder was paused"

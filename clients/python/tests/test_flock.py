@@ -280,10 +280,13 @@ def test_fenced_runs_the_command_while_the_grant_holds_and_refuses_it_once_the_g
 def test_lock_delay_is_asked_with_every_acquire_and_keeps_the_lock_closed_after_a_lease_runs_out(r):
     with pytest.raises(ValueError):
         Lock(r, "delayed", lock_delay=61)
-    lock = Lock(r, "delayed", timeout=0.1, lock_delay=0.4)
+    # A long lease, cut short once the holder is read: a loaded machine
+    # cannot let it run out before.
+    lock = Lock(r, "delayed", timeout=60, lock_delay=0.4)
     assert lock.acquire(blocking=False)
     (holder,) = info(r, "delayed")["holders"]
     assert holder["lock-delay-ms"] == 400
+    assert r.execute_command("FLOCK.RENEW", "delayed", holder["owner"], 100)
     wait_until(lambda: (info(r, "delayed") or {}).get("delayed-ms", 0) > 0, timeout=5)
     assert not Lock(r, "delayed", timeout=10).acquire(blocking=False), "closed during the delay"
     wait_until(lambda: info(r, "delayed") is None, timeout=5)
