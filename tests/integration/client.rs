@@ -101,15 +101,18 @@ fn waiting_acquire_is_handed_the_lock_or_times_out() {
 fn watchdog_keeps_a_short_lease_alive_and_stops_on_release() {
     let s = Server::start();
     let mut admin = s.conn();
-    let lease = 300 * MS;
+    // Short next to the default, long enough for a loaded machine's renewals.
+    let lease = 1200 * MS;
     let mut guard = hold(&s, lease);
     let lost = guard.watchdog(&client(&s)).unwrap();
     let token = guard.token();
 
-    // Five lease periods: without renewals it would have expired four times.
+    // Six renewals, a third of a lease apart: two lease periods, without
+    // renewals it would have expired.
     let started = Instant::now();
-    while started.elapsed() < 5 * lease {
+    while renew_calls(&mut admin) < 6 {
         assert_eq!(token_if_held(&mut admin, "L"), Some(token), "still held after {:?}", started.elapsed());
+        assert!(started.elapsed() < 10 * lease, "only {} renewals", renew_calls(&mut admin));
         std::thread::sleep(20 * MS);
     }
     assert!(!guard.lost());
@@ -129,7 +132,9 @@ fn watchdog_keeps_a_short_lease_alive_and_stops_on_release() {
 fn watchdog_reports_lease_loss_after_forcerelease() {
     let s = Server::start();
     let mut admin = s.conn();
-    let mut guard = hold(&s, 300 * MS);
+    // A lease the watchdog keeps up with while the waiter connects and
+    // queues on a loaded machine.
+    let mut guard = hold(&s, 1200 * MS);
     let lost = guard.watchdog(&client(&s)).unwrap();
     // A waiter gets the lock the moment it is taken away.
     let waiter = spawn_waiter(&s, "L", "next", 10_000, 5_000);

@@ -135,12 +135,15 @@ fn a_holder_cut_off_whose_watchdog_renews_without_a_session_knows_it_lost_the_lo
     let s = Server::start();
     let proxy = Proxy::start(s.port);
     let holder = client(&proxy.url());
-    // No session: a bare connection, the lease renewed by the watchdog.
-    let mut guard = Lock::new("L", 300 * MS).acquire(holder.get_connection().unwrap(), None).unwrap().expect("held");
+    let mut admin = s.conn();
+    // No session: a bare connection, the lease renewed by the watchdog (a
+    // lease it keeps up with while the next waiter connects and queues on
+    // a loaded machine).
+    let mut guard = Lock::new("L", 1200 * MS).acquire(holder.get_connection().unwrap(), None).unwrap().expect("held");
     assert!(!guard.session_grant());
     let _lost = guard.watchdog(&holder).unwrap();
-    // A few renewals first: the lease outlives itself.
-    std::thread::sleep(700 * MS);
+    // A few renewals first, a third of a lease apart: the lease outlives itself.
+    wait_until("three renewals", 10 * SECOND, || renew_calls(&mut admin) >= 3);
     assert!(!guard.lost(), "renewed");
     let next = queued(&s, "L", 1);
     cut_off_holder_knows_first(&s, &proxy, "L", guard, next, LeaseLost::Unconfirmed);

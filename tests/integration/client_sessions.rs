@@ -29,15 +29,6 @@ fn waiters(c: &mut Connection, key: &str) -> i64 {
     info_field(c, key, "waiters").map(|v| int(&v)).unwrap_or(0)
 }
 
-/// How many `FLOCK.RENEW`s the server ran (`INFO commandstats`).
-fn renew_calls(c: &mut Connection) -> i64 {
-    let text: String = redis::cmd("INFO").arg("commandstats").query(c).expect("INFO commandstats");
-    text.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_flock.renew:calls="))
-        .and_then(|v| v.split(',').next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 /// The `CLIENT ID` of the connection that reads the session's inbox.
 fn session_client_id(c: &mut Connection) -> Option<i64> {
     let list: String = redis::cmd("CLIENT").arg("LIST").query(c).expect("CLIENT LIST");
@@ -359,14 +350,20 @@ fn watchdogs_of_many_guards_renew_over_one_connection() {
     let s = Server::start();
     let mut admin = s.conn();
     let client = client(&s);
-    let lease = 300 * MS;
+    // Held on bare connections: no session, so each lease is the watchdog's to renew.
+    let lease = 1200 * MS;
     let mut guards: Vec<_> = (0..20)
-        .map(|i| Lock::new(format!("L{i}"), lease).acquire_on(&client, None).unwrap().expect("granted"))
+        .map(|i| {
+            Lock::new(format!("L{i}"), lease).acquire(client.get_connection().unwrap(), None).unwrap().expect("granted")
+        })
         .collect();
+    assert!(guards.iter().all(|g| !g.session_grant()));
     let before = info_clients(&mut admin, "connected_clients");
+    let renewals = renew_calls(&mut admin);
     let lost: Vec<_> = guards.iter_mut().map(|g| g.watchdog(&client).unwrap()).collect();
-    // Three leases: without renewals all would have ended.
-    std::thread::sleep(3 * lease);
+    // Four renewals a lease on average, one every third of it: past the end
+    // of the first lease, which without renewals would have ended them all.
+    wait_until("renewals past the first lease", 10 * SECOND, || renew_calls(&mut admin) >= renewals + 4 * 20);
     assert_eq!(s.stat("lease_expiries"), 0);
     assert!(guards.iter().all(|g| !g.lost()));
     let added = info_clients(&mut admin, "connected_clients") - before;

@@ -116,17 +116,21 @@ fn semaphore_refusals_come_back_as_wrongmode() {
 fn watchdog_keeps_a_reader_and_a_permit_alive_and_reports_forcerelease() {
     let s = Server::start();
     let mut admin = s.conn();
-    let lease = 300 * MS;
+    // Long enough for a loaded machine's renewals while this test connects
+    // twice a round.
+    let lease = 1200 * MS;
     let mut read = RwLock::new("RW", lease).read(s.conn(), None).unwrap().expect("read");
     let mut permit = Semaphore::new("S", 1, lease).acquire(s.conn(), 1, None).unwrap().expect("permit");
     let read_lost = read.watchdog(&client(&s)).unwrap();
     let permit_lost = permit.watchdog(&client(&s)).unwrap();
 
-    // Three leases: without renewals both would have ended.
+    // Six renewals each, a third of a lease apart: two lease periods,
+    // without renewals both would have ended.
     let started = std::time::Instant::now();
-    while started.elapsed() < 3 * lease {
+    while renew_calls(&mut admin) < 12 {
         assert!(RwLock::new("RW", SECOND).with_owner("w").write(s.conn(), None).unwrap().is_none());
         assert!(Semaphore::new("S", 1, SECOND).with_owner("x").acquire(s.conn(), 1, None).unwrap().is_none());
+        assert!(started.elapsed() < 10 * lease, "only {} renewals", renew_calls(&mut admin));
         std::thread::sleep(20 * MS);
     }
     assert_eq!(s.stat("lease_expiries"), 0);

@@ -427,13 +427,17 @@ fn dump_restore_carries_owner_holds_token_without_waiters_and_arms_the_lease() {
     let s = Server::start();
     let mut c = s.conn();
     let mut issued = Issued::default();
-    let sent = Instant::now();
-    issued.add(acquire(&mut c, "L", "a", 1_500).unwrap().expect("granted"));
-    acquire(&mut c, "L", "a", 1_500).unwrap().expect("reentered");
+    let token = issued.add(acquire(&mut c, "L", "a", 60_000).unwrap().expect("granted"));
+    acquire(&mut c, "L", "a", 60_000).unwrap().expect("reentered");
     let w = waiter(&s, "L", "b", 10_000);
     wait_queue(&mut c, "L", &["b"]);
 
-    let payload: Vec<u8> = redis::cmd("DUMP").arg("L").query(&mut c).expect("DUMP");
+    // Held long while b queues (slow on a loaded machine): the lease is cut
+    // to 1500 ms in the packet that dumps the lock.
+    let sent = Instant::now();
+    let (renewed, payload): (i64, Vec<u8>) =
+        renew_to("L", "a", 1_500).cmd("DUMP").arg("L").query(&mut c).expect("DUMP");
+    assert_eq!(renewed, token);
     let ok: String = redis::cmd("RESTORE").arg("L2").arg(0).arg(&payload).query(&mut c).expect("RESTORE");
     assert_eq!(ok, "OK");
 
@@ -461,8 +465,10 @@ fn restore_of_a_lock_whose_lease_already_ran_out_ends_it_at_once() {
     let s = Server::start();
     let mut c = s.conn();
     let sent = Instant::now();
-    acquire(&mut c, "L", "a", 300).unwrap().expect("granted");
-    let payload: Vec<u8> = redis::cmd("DUMP").arg("L").query(&mut c).expect("DUMP");
+    // One packet: the 300 ms lease cannot run out before the DUMP.
+    let (token, payload): (Option<i64>, Vec<u8>) =
+        redis::pipe().cmd("FLOCK.ACQUIRE").arg("L").arg("a").arg(300).cmd("DUMP").arg("L").query(&mut c).expect("DUMP");
+    token.expect("granted");
     wait_gone(&mut c, "L", sent + Duration::from_millis(300), 5 * SECOND);
     let ok: String = redis::cmd("RESTORE").arg("L2").arg(0).arg(&payload).query(&mut c).expect("RESTORE");
     assert_eq!(ok, "OK");
@@ -495,12 +501,22 @@ fn a_renamed_lock_released_leaves_no_key_and_remembers_its_ids() {
 fn restore_replace_over_a_lock_ends_its_waiters_and_installs_the_dumped_lock() {
     let s = Server::start();
     let mut c = s.conn();
-    let sent = Instant::now();
-    let ta = acquire(&mut c, "A", "a", 1_500).unwrap().expect("granted");
-    let payload: Vec<u8> = redis::cmd("DUMP").arg("A").query(&mut c).expect("DUMP");
     acquire(&mut c, "B", "x", 60_000).unwrap().expect("granted");
     let w = waiter(&s, "B", "y", 10_000);
     wait_queue(&mut c, "B", &["y"]);
+    // A's 1500 ms lease begins only now that y is queued (slow on a loaded
+    // machine), in the packet that dumps it.
+    let sent = Instant::now();
+    let (ta, payload): (Option<i64>, Vec<u8>) = redis::pipe()
+        .cmd("FLOCK.ACQUIRE")
+        .arg("A")
+        .arg("a")
+        .arg(1_500)
+        .cmd("DUMP")
+        .arg("A")
+        .query(&mut c)
+        .expect("DUMP");
+    let ta = ta.expect("granted");
 
     let ok: String =
         redis::cmd("RESTORE").arg("B").arg(0).arg(&payload).arg("REPLACE").query(&mut c).expect("RESTORE REPLACE");
@@ -517,16 +533,25 @@ fn restore_replace_over_a_lock_ends_its_waiters_and_installs_the_dumped_lock() {
 fn migrate_carries_the_lock_to_another_server_with_its_lease_and_ends_the_source_waiters() {
     let (s1, s2) = (Server::start(), Server::start());
     let (mut c1, mut c2) = (s1.conn(), s2.conn());
-    let sent = Instant::now();
-    let t = acquire(&mut c1, "L", "a", 1_500).unwrap().expect("granted");
-    acquire(&mut c1, "L", "a", 1_500).unwrap().expect("reentered");
+    let t = acquire(&mut c1, "L", "a", 60_000).unwrap().expect("granted");
+    acquire(&mut c1, "L", "a", 60_000).unwrap().expect("reentered");
     let before = held_by(&mut c1, "L", "a");
     let w = waiter(&s1, "L", "b", 10_000);
     wait_queue(&mut c1, "L", &["b"]);
 
-    let ok: String =
-        redis::cmd("MIGRATE").arg("127.0.0.1").arg(s2.port).arg("L").arg(0).arg(5_000).query(&mut c1).expect("MIGRATE");
-    assert_eq!(ok, "OK");
+    // Held long while b queues (slow on a loaded machine): the lease is cut
+    // to 1500 ms in the packet that migrates the lock.
+    let sent = Instant::now();
+    let (renewed, ok): (i64, String) = renew_to("L", "a", 1_500)
+        .cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(s2.port)
+        .arg("L")
+        .arg(0)
+        .arg(5_000)
+        .query(&mut c1)
+        .expect("MIGRATE");
+    assert_eq!((renewed, ok.as_str()), (t, "OK"));
     assert!(!exists(&mut c1, "L"), "the source key is gone");
     let e = w.join().expect("waiter thread").expect_err("the waiter on the source");
     assert!(e.to_string().contains("LOCKDELETED"), "waiter on the migrated-away lock got {e}");

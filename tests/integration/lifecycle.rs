@@ -140,6 +140,15 @@ fn wait_no_waiters(s: &Server) {
     });
 }
 
+/// Waits until `owner`, sent with a short WAIT, is queued on `key`, or has
+/// left by its timeout already (`wait_timeouts` above `timeouts`): a loaded
+/// machine can stall a poll past a short wait, but not past a counter.
+fn wait_queued_or_timed_out(c: &mut Connection, key: &str, owner: &str, timeouts: i64) {
+    wait_until(&format!("{owner} queued on {key} or timed out"), 5 * SECOND, || {
+        queue_of(c, key).iter().any(|o| o == owner) || flock_stats(c)["wait_timeouts"] > timeouts
+    });
+}
+
 // ---------------------------------------------------------------------------
 // 1. Deleted key
 // ---------------------------------------------------------------------------
@@ -258,16 +267,19 @@ fn rename_carries_owner_holds_token_and_lease_and_ends_old_waiters() {
     let s = Server::start();
     let mut c = s.conn();
     let lease = Duration::from_millis(1500);
-    let t0 = Instant::now();
-    let token = acquire(&mut c, "L", "a", 1500).unwrap().expect("granted");
-    assert_eq!(acquire(&mut c, "L", "a", 1500).unwrap(), Some(token), "reentrant");
+    let token = acquire(&mut c, "L", "a", 60_000).unwrap().expect("granted");
+    assert_eq!(acquire(&mut c, "L", "a", 60_000).unwrap(), Some(token), "reentrant");
     let mut b = raw_waiter(&s, 0, "L", "b", 10_000, 0);
     wait_queue(&mut c, "L", &["b"]);
     let mut d = raw_waiter(&s, 0, "L", "d", 10_000, 0);
     wait_queue(&mut c, "L", &["b", "d"]);
     let expiries = s.stat("lease_expiries");
 
-    let _: String = redis::cmd("RENAME").arg("L").arg("L2").query(&mut c).unwrap();
+    // Held long while the waiters queue (slow on a loaded machine): the
+    // lease is cut short in the packet that renames the key.
+    let t0 = Instant::now();
+    let (renewed, _): (i64, String) = renew_to("L", "a", 1500).cmd("RENAME").arg("L").arg("L2").query(&mut c).unwrap();
+    assert_eq!(renewed, token);
 
     for w in [&mut b, &mut d] {
         let reply = w.reply();
@@ -328,14 +340,17 @@ fn move_carries_the_lock_and_its_lease_to_the_other_database() {
     let mut c0 = s.conn();
     let mut c1 = s.conn_db(1);
     let lease = Duration::from_millis(1500);
-    let t0 = Instant::now();
-    let token = acquire(&mut c0, "L", "a", 1500).unwrap().expect("granted");
-    acquire(&mut c0, "L", "a", 1500).unwrap();
+    let token = acquire(&mut c0, "L", "a", 60_000).unwrap().expect("granted");
+    acquire(&mut c0, "L", "a", 60_000).unwrap();
     let mut b = raw_waiter(&s, 0, "L", "b", 10_000, 0);
     wait_queue(&mut c0, "L", &["b"]);
     let expiries = s.stat("lease_expiries");
 
-    assert_eq!(redis::cmd("MOVE").arg("L").arg(1).query::<i64>(&mut c0).unwrap(), 1);
+    // Held long while the waiter queues: the lease is cut short in the
+    // packet that moves the key.
+    let t0 = Instant::now();
+    let (renewed, moved): (i64, i64) = renew_to("L", "a", 1500).cmd("MOVE").arg("L").arg(1).query(&mut c0).unwrap();
+    assert_eq!((renewed, moved), (token, 1));
 
     let reply = b.reply();
     assert!(reply.is_lockdeleted(), "waiter in db 0 got {reply:?}");
@@ -418,14 +433,18 @@ fn swapdb_strands_no_waiter_and_swapped_leases_still_expire() {
     let t1 = acquire(&mut c0, "L", "a", 60_000).unwrap().expect("granted");
     let mut b = raw_waiter(&s, 0, "L", "b", 800, 0);
     wait_queue(&mut c0, "L", &["b"]);
-    let mut w = raw_waiter(&s, 0, "L", "w", 800, 300);
-    wait_queue(&mut c0, "L", &["b", "w"]);
-    // A second lock whose lease timer was armed before the swap.
-    let t_m = Instant::now();
-    acquire(&mut c0, "M", "m", 700).unwrap().expect("granted");
+    // A second lock whose lease timer was armed before the swap: held long
+    // until then, its lease cut to 700 ms in the packet that swaps.
+    acquire(&mut c0, "M", "m", 60_000).unwrap().expect("granted");
     let expiries = s.stat("lease_expiries");
+    // w's 300 ms WAIT must outlast only its queueing being seen: everything
+    // slow (connecting, the other lock) is done before it is sent.
+    let timeouts = flock_stats(&mut c0)["wait_timeouts"];
+    let mut w = raw_waiter(&s, 0, "L", "w", 800, 300);
+    wait_queued_or_timed_out(&mut c0, "L", "w", timeouts);
 
-    let _: String = redis::cmd("SWAPDB").arg(0).arg(1).query(&mut c0).unwrap();
+    let t_m = Instant::now();
+    let _: (i64, String) = renew_to("M", "m", 700).cmd("SWAPDB").arg(0).arg(1).query(&mut c0).unwrap();
 
     assert!(!exists(&mut c0, "L"));
     assert_eq!(owner_of(&mut c1, "L").as_deref(), Some("a"));
@@ -546,10 +565,12 @@ fn wait_timeout_answers_nil_and_the_others_keep_their_order() {
     let timeouts = s.stat("wait_timeouts");
     let mut b = raw_waiter(&s, 0, "L", "b", 60_000, 0);
     wait_queue(&mut c, "L", &["b"]);
+    // d is connected before w's 100 ms begin, to queue behind w right after.
+    let mut d = Raw::connect(&s, 0);
     let started = Instant::now();
     let mut w = raw_waiter(&s, 0, "L", "w", 60_000, 100);
-    wait_until("w queued", 5 * SECOND, || queue_of(&mut c, "L").iter().any(|o| o == "w"));
-    let mut d = raw_waiter(&s, 0, "L", "d", 60_000, 0);
+    wait_queued_or_timed_out(&mut c, "L", "w", timeouts);
+    d.send(&acquire_cmd("L", "d", 60_000, Some(0)));
 
     assert_eq!(w.reply(), Reply::Nil);
     let waited = started.elapsed();
@@ -580,9 +601,11 @@ fn release_after_debug_sleep_past_the_wait_timeout_gives_the_waiter_one_reply() 
     let mut holder = s.conn();
     let mut c = s.conn();
     let t1 = acquire(&mut holder, "L", "a", 60_000).unwrap().unwrap();
+    let timeouts = flock_stats(&mut c)["wait_timeouts"];
     let sent = Instant::now();
     let mut w = raw_waiter(&s, 0, "L", "w", 60_000, 100);
-    wait_queue(&mut c, "L", &["w"]);
+    // Gone already (a slow machine) is the nil case below.
+    wait_queued_or_timed_out(&mut c, "L", "w", timeouts);
     // One packet: the server sleeps past w's 100 ms timeout, then releases
     // in the same turn, before any timer can run.
     let margin = sent.elapsed();
@@ -901,18 +924,27 @@ fn lock_with_passed_ttl(
     ttl_ms: u64,
 ) -> Vec<(Raw, i64)> {
     let _: String = redis::cmd("DEBUG").arg("SET-ACTIVE-EXPIRE").arg(0).query(c).unwrap();
-    acquire(c, "L", "a", lease_ms).unwrap().expect("granted");
-    let mut out = Vec::new();
+    // Held long while the waiters queue, and each connected before the
+    // first is sent: a short lease or WAIT must outlast only the queueing
+    // and the PEXPIRE, not connections made on a loaded machine. The lease
+    // is cut to `lease_ms` in the packet that sets the TTL.
+    acquire(c, "L", "a", 60_000).unwrap().expect("granted");
+    let mut out: Vec<(Raw, i64)> = waiters
+        .iter()
+        .map(|_| {
+            let mut w = Raw::connect(s, 0);
+            let id = w.client_id();
+            (w, id)
+        })
+        .collect();
     let mut names = Vec::new();
-    for &(owner, wait_ms) in waiters {
-        let mut w = Raw::connect(s, 0);
-        let id = w.client_id();
+    for (&(owner, wait_ms), (w, _)) in waiters.iter().zip(out.iter_mut()) {
         w.send(&acquire_cmd("L", owner, 60_000, Some(wait_ms)));
         names.push(owner);
         wait_queue(c, "L", &names);
-        out.push((w, id));
     }
-    assert_eq!(redis::cmd("PEXPIRE").arg("L").arg(ttl_ms).query::<i64>(c).unwrap(), 1);
+    let (_, set): (i64, i64) = renew_to("L", "a", lease_ms).cmd("PEXPIRE").arg("L").arg(ttl_ms).query(c).unwrap();
+    assert_eq!(set, 1);
     out
 }
 

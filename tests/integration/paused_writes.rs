@@ -23,7 +23,6 @@
 //!    pauses itself replicates what it does.
 use crate::common::*;
 
-use std::sync::mpsc::Sender;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -110,33 +109,10 @@ fn assert_up(s: &mut Server, what: &str) {
     s.assert_alive(what);
 }
 
-/// A command's reply and when it arrived.
-type Timed = (RedisResult<Value>, Instant);
-
 /// Runs `cmd` on its own connection to `s` in a thread.
 fn spawn_cmd(s: &Server, cmd: redis::Cmd) -> JoinHandle<Timed> {
     let mut c = s.conn();
     std::thread::spawn(move || (cmd.query(&mut c), Instant::now()))
-}
-
-/// `spawn_cmd`, connected and started now but sending `cmd` only when told:
-/// for a command that must follow a short timer closely, which connecting
-/// and starting a thread on a loaded machine could outlast.
-fn spawn_cmd_on_signal(s: &Server, cmd: redis::Cmd) -> (Sender<()>, JoinHandle<Timed>) {
-    let mut c = s.conn();
-    let (go, told) = std::sync::mpsc::channel();
-    let h = std::thread::spawn(move || {
-        told.recv().expect("the test to say when");
-        (cmd.query(&mut c), Instant::now())
-    });
-    (go, h)
-}
-
-/// FLOCK.RENEW of `key`'s `owner` to `lease_ms`, as a pipeline to send first.
-fn renew_to(key: &str, owner: &str, lease_ms: u64) -> redis::Pipeline {
-    let mut first = redis::pipe();
-    first.cmd("FLOCK.RENEW").arg(key).arg(owner).arg(lease_ms);
-    first
 }
 
 /// `FLOCK.ACQUIRE key owner 60000 WAIT wait_ms more...`.

@@ -98,7 +98,9 @@ mod rust_client {
         assert_eq!(first.renew().unwrap(), first.token());
         assert_eq!((proxy.dropped(), proxy.seen("FLOCK.RENEW")), (4, 2));
         proxy.drop_reply_to("FLOCK.RENEW", 1);
-        let mut watched = Lock::new("W", 300 * Duration::from_millis(1))
+        // A lease the watchdog's lost reply, reconnection and resend fit in
+        // on a loaded machine.
+        let mut watched = Lock::new("W", 1200 * Duration::from_millis(1))
             .acquire(client.get_connection().unwrap(), None)
             .unwrap()
             .expect("granted");

@@ -42,7 +42,14 @@ fn read_events(c: &mut Connection, n: usize, within: Duration) -> Vec<Event> {
     events
 }
 
-/// `ACQUIRE key owner lease WAIT wait INBOX sid [more...]`, as its reply.
+/// `ACQUIRE key owner lease WAIT wait INBOX sid [more...]`.
+fn session_cmd(key: &str, owner: &str, lease: u64, wait: u64, sid: &str, more: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd("FLOCK.ACQUIRE");
+    cmd.arg(key).arg(owner).arg(lease).arg("WAIT").arg(wait).arg("INBOX").arg(sid).arg(more);
+    cmd
+}
+
+/// `session_cmd`, as its reply.
 fn session_acquire(
     c: &mut Connection,
     key: &str,
@@ -52,15 +59,7 @@ fn session_acquire(
     sid: &str,
     more: &[&str],
 ) -> Value {
-    redis::cmd("FLOCK.ACQUIRE")
-        .arg(key)
-        .arg(owner)
-        .arg(lease)
-        .arg("WAIT")
-        .arg(wait)
-        .arg("INBOX")
-        .arg(sid)
-        .arg(more)
+    session_cmd(key, owner, lease, wait, sid, more)
         .query(c)
         .unwrap_or_else(|e| panic!("ACQUIRE {key} {owner} INBOX: {e}"))
 }
@@ -120,9 +119,19 @@ fn a_session_wait_times_out_or_is_cancelled_in_its_inbox_and_cancel_ends_blocked
     let (mut inbox, mut c) = (s.conn(), s.conn());
     let sid = open_session(&mut inbox);
     acquire(&mut c, "L", "holder", 60_000).unwrap().expect("free");
-    assert!(is_waiting(&session_acquire(&mut c, "L", "slow", 60_000, 100, &sid, &[])));
-    assert!(is_waiting(&session_acquire(&mut c, "L", "quitter", 60_000, 0, &sid, &[])));
-    assert_eq!(redis::cmd("FLOCK.CANCEL").arg("L").arg("quitter").query::<i64>(&mut c).unwrap(), 1);
+    // One packet, so that slow's 100 ms cannot run out before quitter is
+    // queued and cancelled, however slow the machine: the order of the
+    // events is checked.
+    let (slow, quitter, cancelled): (Value, Value, i64) = redis::pipe()
+        .add_command(session_cmd("L", "slow", 60_000, 100, &sid, &[]))
+        .add_command(session_cmd("L", "quitter", 60_000, 0, &sid, &[]))
+        .cmd("FLOCK.CANCEL")
+        .arg("L")
+        .arg("quitter")
+        .query(&mut c)
+        .unwrap();
+    assert!(is_waiting(&slow) && is_waiting(&quitter), "{slow:?}, {quitter:?}");
+    assert_eq!(cancelled, 1);
     assert_eq!(redis::cmd("FLOCK.CANCEL").arg("L").arg("quitter").query::<i64>(&mut c).unwrap(), 0, "once");
     assert_eq!(redis::cmd("FLOCK.CANCEL").arg("L").arg("holder").query::<i64>(&mut c).unwrap(), 0, "not a waiter");
     assert_eq!(redis::cmd("FLOCK.CANCEL").arg("nokey").arg("x").query::<i64>(&mut c).unwrap(), 0);

@@ -539,14 +539,21 @@ fn a_big_head_that_times_out_or_disconnects_lets_the_waiters_behind_it_in() {
     let mut c = s.conn();
     sem(&mut c, "sem", "a", 2, 3).unwrap();
     // The head wants 2 of the 3 permits; the one free permit waits behind it.
+    // Its 300 ms WAIT must outlast the small one's queueing: that one is
+    // connected and started before, and only sent once the head is queued.
+    let mut small = redis::cmd("FLOCK.ACQUIRE");
+    small.arg("sem").arg("small").arg(LEASE).arg("WAIT").arg(LONG_WAIT_MS).arg(&["PERMITS", "1", "LIMIT", "3"]);
+    let (small_go, small) = spawn_cmd_on_signal(&s, small);
     let big = {
         let mut bc = s.conn();
         std::thread::spawn(move || acq(&mut bc, "sem", "big", LEASE, &["WAIT", "300", "PERMITS", "2", "LIMIT", "3"]))
     };
     wait_queue(&mut c, "sem", &["big"]);
-    let small = queue(&s, &mut c, "sem", "small", &["PERMITS", "1", "LIMIT", "3"]);
+    small_go.send(()).expect("small's thread");
+    wait_queue(&mut c, "sem", &["big", "small"]);
     assert_eq!(big.join().unwrap().unwrap(), None, "the head's WAIT ran out");
-    granted(small, "small");
+    let (small, _) = small.join().expect("small's thread");
+    assert!(matches!(small, Ok(Value::Int(_))), "small was not granted: {small:?}");
     assert_eq!(owners(&mut c, "sem"), ["a", "small"]);
 
     // The same with a writer at the head of a read-write lock that disconnects.

@@ -5,6 +5,7 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Sender;
 use std::sync::OnceLock;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -309,6 +310,15 @@ pub fn release(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized), owner: &st
     redis::cmd("FLOCK.RELEASE").arg(key.as_ref()).arg(owner).query(c)
 }
 
+/// A pipeline that starts with `FLOCK.RENEW key owner lease_ms`: a lease
+/// held long while a test sets up, cut short in the packet of the command
+/// that must follow its start at once.
+pub fn renew_to(key: &str, owner: &str, lease_ms: u64) -> redis::Pipeline {
+    let mut first = redis::pipe();
+    first.cmd("FLOCK.RENEW").arg(key).arg(owner).arg(lease_ms);
+    first
+}
+
 pub fn renew(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized), owner: &str, lease_ms: u64) -> RedisResult<i64> {
     redis::cmd("FLOCK.RENEW").arg(key.as_ref()).arg(owner).arg(lease_ms).query(c)
 }
@@ -560,6 +570,33 @@ pub fn flock_stats(c: &mut Connection) -> std::collections::HashMap<String, i64>
 
 /// A waiter's reply and when it arrived.
 pub type TimedReply = (RedisResult<Option<i64>>, Instant);
+
+/// A command's reply and when it arrived.
+pub type Timed = (RedisResult<Value>, Instant);
+
+/// Runs `cmd` on its own connection to `s` in a thread, connected and
+/// started now but sending `cmd` only when told: for a command that must
+/// follow a short timer closely, which connecting and starting a thread on
+/// a loaded machine could outlast.
+pub fn spawn_cmd_on_signal(s: &Server, cmd: redis::Cmd) -> (Sender<()>, JoinHandle<Timed>) {
+    let mut c = s.conn();
+    let (go, told) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        told.recv().expect("the test to say when");
+        (cmd.query(&mut c), Instant::now())
+    });
+    (go, h)
+}
+
+/// How many `FLOCK.RENEW`s the server ran (`INFO commandstats`): a
+/// watchdog's renewals, to wait for instead of sleeping through them.
+pub fn renew_calls(c: &mut Connection) -> i64 {
+    let text: String = redis::cmd("INFO").arg("commandstats").query(c).expect("INFO commandstats");
+    text.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_flock.renew:calls="))
+        .and_then(|v| v.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
 
 /// Starts `FLOCK.ACQUIRE key owner 60000 WAIT wait_ms` on `c` in a thread.
 pub fn spawn_timed_waiter(mut c: Connection, key: &str, owner: &str, wait_ms: u64) -> JoinHandle<TimedReply> {
