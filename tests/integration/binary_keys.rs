@@ -12,6 +12,15 @@ use crate::common::cluster::Cluster;
 const KEY: &[u8] = b"a\0b\r\n\xff";
 const OTHER: &[u8] = b"\0\xfe\n{}";
 
+/// The owner and token of a `FLOCK.INFO` reply.
+fn owner_and_token(info: &Value) -> (String, i64) {
+    let fields = fields_of(info);
+    let get = |name: &str| {
+        fields.iter().find(|(k, _)| k == name).unwrap_or_else(|| panic!("no {name} in {info:?}")).1.clone()
+    };
+    (redis::from_redis_value(&get("owner")).expect("owner"), int(&get("token")))
+}
+
 /// Waits until the lock `key`, granted with `lease_ms` by a command sent at
 /// `sent`, is gone, and checks that it did not go before its lease ended.
 fn wait_lease_end(c: &mut Connection, key: &[u8], sent: Instant, lease_ms: u64) {
@@ -97,21 +106,54 @@ fn release_of_a_binary_key_hands_it_to_the_waiter_with_a_larger_token() {
 fn renamed_and_moved_binary_keys_keep_their_lock_and_the_lease_ends_on_time() {
     let mut s = Server::start();
     let mut c = s.conn();
+    // Each lock held long until the packet that cuts its lease to 1000 ms
+    // also renames (moves) it and reads where it went: a loaded machine
+    // cannot let the lease run out before it is read.
+    let t = acquire(&mut c, KEY, "a", 60_000).unwrap().expect("granted");
     let sent = Instant::now();
-    let t = acquire(&mut c, KEY, "a", 1_000).unwrap().expect("granted");
-    let _: () = redis::cmd("RENAME").arg(KEY).arg(OTHER).query(&mut c).unwrap();
-    assert!(!exists(&mut c, KEY));
-    assert_eq!(owner_of(&mut c, OTHER).as_deref(), Some("a"));
-    assert_eq!(token_of(&mut c, OTHER), t);
+    let (renewed, (), key_left, other): (i64, (), bool, Value) = redis::pipe()
+        .cmd("FLOCK.RENEW")
+        .arg(KEY)
+        .arg("a")
+        .arg(1_000)
+        .cmd("RENAME")
+        .arg(KEY)
+        .arg(OTHER)
+        .cmd("EXISTS")
+        .arg(KEY)
+        .cmd("FLOCK.INFO")
+        .arg(OTHER)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(renewed, t);
+    assert!(!key_left);
+    assert_eq!(owner_and_token(&other), ("a".to_string(), t));
     wait_lease_end(&mut c, OTHER, sent, 1_000);
 
-    let sent = Instant::now();
-    acquire(&mut c, KEY, "a", 1_000).unwrap().expect("granted");
-    let moved: i64 = redis::cmd("MOVE").arg(KEY).arg(1).query(&mut c).unwrap();
-    assert_eq!(moved, 1);
-    assert!(!exists(&mut c, KEY));
+    let t = acquire(&mut c, KEY, "a", 60_000).unwrap().expect("granted");
     let mut c1 = s.conn_db(1);
-    assert_eq!(owner_of(&mut c1, KEY).as_deref(), Some("a"));
+    let sent = Instant::now();
+    let (renewed, moved, key_left, _, moved_lock, _): (i64, i64, bool, (), Value, ()) = redis::pipe()
+        .cmd("FLOCK.RENEW")
+        .arg(KEY)
+        .arg("a")
+        .arg(1_000)
+        .cmd("MOVE")
+        .arg(KEY)
+        .arg(1)
+        .cmd("EXISTS")
+        .arg(KEY)
+        .cmd("SELECT")
+        .arg(1)
+        .cmd("FLOCK.INFO")
+        .arg(KEY)
+        .cmd("SELECT")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!((renewed, moved), (t, 1));
+    assert!(!key_left);
+    assert_eq!(owner_and_token(&moved_lock), ("a".to_string(), t));
     wait_lease_end(&mut c1, KEY, sent, 1_000);
     assert_eq!(s.stat("locks"), 0);
     s.assert_alive("after RENAME and MOVE of binary keys");
@@ -190,19 +232,27 @@ fn replica_sees_binary_keys_and_ends_their_lease_once_promoted() {
     let mut r = Server::replica_of(&m);
     let (mut mc, mut rc) = (m.conn(), r.conn());
     // Grant and lease expiry on the master reach the replica (FLOCK.STATE).
-    // Long enough to be read back on the replica before it ends.
-    let t = acquire(&mut mc, OTHER, "x", 1_500).unwrap().expect("granted");
+    // Held long until read back on the replica (slow on a loaded machine),
+    // then its lease cut short.
+    let t = acquire(&mut mc, OTHER, "x", 60_000).unwrap().expect("granted");
     wait_replica_applied(&mut mc, &mut rc);
     assert_eq!(token_of(&mut rc, OTHER), t);
+    assert_eq!(renew(&mut mc, OTHER, "x", 200).unwrap(), t);
     wait_until("the master to end x's lease", 5 * SECOND, || !exists(&mut mc, OTHER));
     wait_replica_applied(&mut mc, &mut rc);
     assert!(!exists(&mut rc, OTHER), "the expiry reached the replica");
 
-    let sent = Instant::now();
-    let t = acquire(&mut mc, KEY, "a", 1_500).unwrap().expect("granted");
+    let t = acquire(&mut mc, KEY, "a", 60_000).unwrap().expect("granted");
     wait_replica_applied(&mut mc, &mut rc);
     assert_eq!(owner_of(&mut rc, KEY).as_deref(), Some("a"));
     assert_eq!(token_of(&mut rc, KEY), t);
+    // Held long until read back on the replica, then cut to 1500 ms, the
+    // cut on the replica before the master goes. Should the lease end on
+    // the master first (a stall), its end is replicated or the promoted
+    // replica ends it: gone, never before its end, either way.
+    let sent = Instant::now();
+    assert_eq!(renew(&mut mc, KEY, "a", 1_500).unwrap(), t);
+    wait_replica_applied(&mut mc, &mut rc);
 
     m.stop(Stop::Kill);
     let ok: String = redis::cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut rc).expect("REPLICAOF NO ONE");
@@ -222,11 +272,15 @@ fn cluster_routes_a_binary_key_by_its_hash_tag_and_ends_its_lease() {
     let slot: u16 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(key).query(&mut cl.conn(0)).expect("KEYSLOT");
     assert_eq!(slot, cl.keyslot("{t}"), "the hash tag decides the slot");
 
-    let sent = Instant::now();
-    let t: Option<i64> = redis::cmd("FLOCK.ACQUIRE").arg(key).arg("a").arg(1_000).query(&mut cc).expect("ACQUIRE");
+    // Held long until read on its node (a connection, slow on a loaded
+    // machine), then its lease cut to 1000 ms through the cluster client.
+    let t: Option<i64> = redis::cmd("FLOCK.ACQUIRE").arg(key).arg("a").arg(60_000).query(&mut cc).expect("ACQUIRE");
     let t = t.expect("granted");
     let mut hc = cl.conn(home);
     assert_eq!(token_of(&mut hc, key), t, "the lock lives on the master of slot {slot}");
+    let sent = Instant::now();
+    let renewed: i64 = redis::cmd("FLOCK.RENEW").arg(key).arg("a").arg(1_000).query(&mut cc).expect("RENEW");
+    assert_eq!(renewed, t);
     let waiter: Option<i64> =
         redis::cmd("FLOCK.ACQUIRE").arg(key).arg("b").arg(300).arg("WAIT").arg(5_000).query(&mut cc).expect("WAIT");
     let t2 = waiter.expect("b granted when a's lease ended");

@@ -24,9 +24,12 @@ fn stale(r: RedisResult<Value>, what: &str) -> String {
 fn a_fenced_write_runs_while_its_token_holds_and_is_refused_once_the_lock_moved_on() {
     let s = Server::start();
     let mut c = s.conn();
-    let a = acquire(&mut c, "lock", "a", 300).unwrap().expect("a is granted");
+    // Held long while it writes (a loaded machine may be slow to send it),
+    // then its lease cut to 300 ms.
+    let a = acquire(&mut c, "lock", "a", 60_000).unwrap().expect("a is granted");
     assert_eq!(fenced(&mut c, "lock", a, &["SET", "data", "from-a"]).unwrap(), Value::Okay, "the holder writes");
     assert_eq!(get(&mut c, "data").as_deref(), Some("from-a"));
+    assert_eq!(renew(&mut c, "lock", "a", 300).unwrap(), a);
 
     // a pauses past its lease; b, queued behind it, is granted.
     let b = granted(waiter(&s, "lock", "b", 60_000), "b");

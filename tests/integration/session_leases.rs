@@ -122,16 +122,21 @@ fn a_silent_session_expires_after_its_timeout_with_the_effects_of_a_close() {
 /// they go on, however long past its timeout.
 #[test]
 fn a_session_heard_from_lives_past_its_timeout_and_its_grant_with_it() {
-    const TIMEOUT_MS: u64 = 300;
+    // Each read is sent as the last is answered: a loaded machine may take
+    // the two thirds of the timeout that leaves to send it, when that is
+    // 200 ms (a 300 ms timeout).
+    const TIMEOUT_MS: u64 = 1000;
     let s = Server::start();
-    let (mut session_conn, sid) = session(&s, Some(TIMEOUT_MS));
+    // The other connection made first: the session's timeout (the lease
+    // of its grant) begins only then.
     let mut pool = s.conn();
+    let (mut session_conn, sid) = session(&s, Some(TIMEOUT_MS));
     assert!(matches!(acquire_for(&mut pool, "kept", "p:1", 0, None, &sid), Value::Int(_)));
     let started = Instant::now();
     assert_eq!(read_inbox(&mut session_conn, 0).unwrap(), Value::Nil, "a read with nothing to read");
     assert!(started.elapsed() < Duration::from_millis(TIMEOUT_MS), "INBOX 0 answered nil within the heartbeat");
-    let reads = keep_alive(&mut session_conn, Duration::from_millis(4 * TIMEOUT_MS));
-    assert!(reads >= 4, "{reads} reads in 4 timeouts");
+    let reads = keep_alive(&mut session_conn, Duration::from_millis(2 * TIMEOUT_MS));
+    assert!(reads >= 4, "{reads} reads in 2 timeouts");
     assert_eq!(owner_of(&mut pool, "kept").as_deref(), Some("p:1"));
     assert!(ttl_ms(&mut pool, "kept") <= TIMEOUT_MS as i64, "a session grant shows at most the session's timeout");
     assert_eq!(int_field(&mut pool, "kept", "session"), 1);
@@ -147,16 +152,18 @@ fn a_session_heard_from_lives_past_its_timeout_and_its_grant_with_it() {
 /// connection sent it).
 #[test]
 fn any_flock_command_on_its_connection_renews_a_session_and_ping_does_not() {
-    const TIMEOUT_MS: u64 = 300;
+    // Long enough that a loaded machine's stall between two commands (a
+    // 30 ms sleep apart) does not outlast it.
+    const TIMEOUT_MS: u64 = 1000;
     let s = Server::start();
     let (mut session_conn, _) = session(&s, Some(TIMEOUT_MS));
-    let until = Instant::now() + Duration::from_millis(3 * TIMEOUT_MS);
+    let until = Instant::now() + Duration::from_millis(2 * TIMEOUT_MS);
     let mut last_sent = Instant::now();
     while Instant::now() < until {
         assert_eq!(info(&mut session_conn, "nothing"), None);
         last_sent = Instant::now();
         let _: i64 = redis::cmd("FLOCK.CANCEL").arg("nothing").arg("me").query(&mut session_conn).unwrap();
-        thread::sleep(Duration::from_millis(TIMEOUT_MS / 10));
+        thread::sleep(Duration::from_millis(30));
     }
     assert_eq!(s.stat("session_expiries"), 0);
     wait_until("a session kept by PINGs alone to expire", 5 * SECOND, || {
@@ -278,10 +285,14 @@ fn withtimeout_names_the_timeout_and_granted_events_tell_the_lease_left() {
 /// own; a reentry with `lease-ms` 0 makes it live with the session again.
 #[test]
 fn renew_gives_a_session_grant_its_own_lease_and_a_reentry_with_zero_takes_it_back() {
-    const TIMEOUT_MS: u64 = 300;
+    // Kept by reads each sent as the last is answered: long enough for a
+    // loaded machine to send them in time.
+    const TIMEOUT_MS: u64 = 1000;
     let s = Server::start();
-    let (mut session_conn, sid) = session(&s, Some(TIMEOUT_MS));
+    // The other connection made first: the session's timeout (the lease
+    // of its grant) begins only then.
     let mut pool = s.conn();
+    let (mut session_conn, sid) = session(&s, Some(TIMEOUT_MS));
     assert!(matches!(acquire_for(&mut pool, "r", "p:1", 0, None, &sid), Value::Int(_)));
     renew(&mut pool, "r", "p:1", 100).unwrap();
     // Its own 100 ms lease ends it though the session is heard from.
@@ -291,9 +302,26 @@ fn renew_gives_a_session_grant_its_own_lease_and_a_reentry_with_zero_takes_it_ba
         read_inbox(&mut session_conn, 20).unwrap();
     }
     assert_eq!(s.stat("lease_expiries"), 1);
-    assert!(matches!(acquire_for(&mut pool, "r", "p:1", 100, None, &sid), Value::Int(_)));
-    assert!(matches!(acquire_for(&mut pool, "r", "p:1", 0, None, &sid), Value::Int(_)), "a reentry with 0");
-    keep_alive(&mut session_conn, Duration::from_millis(2 * TIMEOUT_MS));
+    // One packet: the 100 ms lease cannot run out before the reentry.
+    let (with_lease, reentry): (Value, Value) = redis::pipe()
+        .cmd("FLOCK.ACQUIRE")
+        .arg("r")
+        .arg("p:1")
+        .arg(100)
+        .arg("INBOX")
+        .arg(&sid)
+        .cmd("FLOCK.ACQUIRE")
+        .arg("r")
+        .arg("p:1")
+        .arg(0)
+        .arg("INBOX")
+        .arg(&sid)
+        .query(&mut pool)
+        .unwrap();
+    assert!(matches!(with_lease, Value::Int(_)), "{with_lease:?}");
+    assert!(matches!(reentry, Value::Int(_)), "a reentry with 0: {reentry:?}");
+    // Past its timeout, and long past the 100 ms lease.
+    keep_alive(&mut session_conn, Duration::from_millis(3 * TIMEOUT_MS / 2));
     assert_eq!(holds(&mut pool, "r"), 2, "it lives with the session again");
     assert_eq!(s.stat("lease_expiries"), 1);
 }

@@ -141,10 +141,17 @@ def test_a_waiter_cut_off_at_its_turn_holds_the_next_one_up_about_its_session_ti
     following.release()
 
 
+# The holder's session timeout with 100 waiting threads in its process: their
+# start holds up its heartbeats (one GIL), which T (three quarters of it
+# between two reads) would not always outlast on a loaded machine. Only the
+# order of the loss and the grants is asserted, whatever the timeout.
+HUNDRED_T = 3.0
+
+
 def test_a_cut_off_holder_with_100_waiters_behind_it_passes_the_lock_on_in_their_order(r, c, cut_off):
     proxy, client = cut_off
     losses = Losses()
-    holder = Lock(client, "hundred", session_timeout=T, on_lost=losses)
+    holder = Lock(client, "hundred", session_timeout=HUNDRED_T, on_lost=losses)
     assert holder.acquire()
     order, granted_at = [], []
 

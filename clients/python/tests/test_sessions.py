@@ -276,13 +276,19 @@ def reading_threads(client, timeout):
     return names
 
 
+# The session timeout of the tests of whose turn it is to read the inbox:
+# short, so that the reader's heartbeat (T/4) ends soon and passes the turn
+# to a waiting thread then, yet long enough that the heartbeats of a process
+# of several threads on a loaded machine (CI's four test workers on two
+# cores) come in time: with 0.4 s, a read sent 0.3 s late loses the session.
+TURN_T = 2.0
+
+
 def test_a_waiting_thread_reads_the_inbox_and_so_its_own_grant(r, c):
-    # A short session timeout: the reader's heartbeat (T/4) ends soon, and it
-    # passes the turn to read to the waiting thread then.
-    holder = Lock(c, "turn", session_timeout=0.4, thread_local=False)
+    holder = Lock(c, "turn", session_timeout=TURN_T, thread_local=False)
     assert holder.acquire(blocking=False)
-    readers = reading_threads(c, 0.4)
-    waiter = Lock(c, "turn", session_timeout=0.4, thread_local=False)
+    readers = reading_threads(c, TURN_T)
+    waiter = Lock(c, "turn", session_timeout=TURN_T, thread_local=False)
     result = []
     t = threading.Thread(target=lambda: result.append(waiter.acquire(blocking_timeout=10)), name="waiting", daemon=True)
     t.start()
@@ -298,16 +304,16 @@ def test_a_waiting_thread_reads_the_inbox_and_so_its_own_grant(r, c):
 
 
 def test_a_waiting_thread_whose_wait_ends_passes_the_turn_to_the_next(r, c):
-    holder = Lock(c, "pass", session_timeout=0.4, thread_local=False)
+    holder = Lock(c, "pass", session_timeout=TURN_T, thread_local=False)
     assert holder.acquire(blocking=False)
-    readers = reading_threads(c, 0.4)
+    readers = reading_threads(c, TURN_T)
     results = {}
 
     def wait(name, seconds):
-        lock = Lock(c, "pass", session_timeout=0.4, thread_local=False)
+        lock = Lock(c, "pass", session_timeout=TURN_T, thread_local=False)
         results[name] = lock.acquire(blocking_timeout=seconds)
 
-    # Its wait spans many of the reader's reads (T/4 each), each ending in a
+    # Its wait spans six of the reader's reads (T/4 each), each ending in a
     # turn for it: on a loaded machine (CI's four test workers on two cores)
     # a 1 s wait once ended before its turn came.
     first = threading.Thread(target=wait, args=("first", 3), name="first", daemon=True)

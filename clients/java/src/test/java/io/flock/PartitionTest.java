@@ -109,13 +109,15 @@ class PartitionTest extends ServerTest {
 
     @Test
     void aCutOffHolderOfAWatchdogGrantReportsItLostBeforeTheNextWaiterIsGranted() throws Exception {
-        Process holder = new Process(0, false, 600); // no session: the watchdog's lease, renewed every 200 ms
+        // No session: the watchdog's lease, renewed every third of it (WATCHDOG_MS: a loaded machine's late
+        // renewal would otherwise lose it before the partition).
+        Process holder = new Process(0, false, WATCHDOG_MS);
         cutOffHolderKnowsFirst(holder, () -> holder.client.getFairLock("k").lock(), "unconfirmed");
     }
 
     @Test
     void aCutOffHolderOfAMultiLockReportsItLostBeforeTheNextWaiterIsGranted() throws Exception {
-        Process holder = new Process(T_MS, true, 600); // a multi-lock's grants: the watchdog's
+        Process holder = new Process(T_MS, true, WATCHDOG_MS); // a multi-lock's grants: the watchdog's
         cutOffHolderKnowsFirst(holder, () -> holder.client.getMultiLock("k").lock(), "unconfirmed");
     }
 
