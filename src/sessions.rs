@@ -107,6 +107,12 @@ fn untold(watchers: &FxHashMap<u64, Watch>, client: u64, event: &Event) -> bool 
     event.kind != Kind::Granted || !watchers.get(&event.token).is_some_and(|w| w.told || w.client != client)
 }
 
+/// What a read of `client`'s session takes out of its `inbox`: every event
+/// still news.
+fn drain_untold(inbox: &mut VecDeque<Event>, watchers: &FxHashMap<u64, Watch>, client: u64) -> Vec<Event> {
+    inbox.drain(..).filter(|e| untold(watchers, client, e)).collect()
+}
+
 #[derive(Default)]
 pub struct Sessions {
     /// By the client id of the session's connection.
@@ -230,8 +236,7 @@ impl Sessions {
         }
         session.inbox.push_back(event);
         if let Some(reader) = session.reader.take() {
-            let watchers = &self.watchers;
-            let events = session.inbox.drain(..).filter(|e| untold(watchers, client, e)).collect();
+            let events = drain_untold(&mut session.inbox, &self.watchers, client);
             self.answer(client, reader, events);
         }
     }
@@ -240,8 +245,7 @@ impl Sessions {
     /// no session or nothing waits.
     pub fn take(&mut self, client: u64) -> Option<Vec<Event>> {
         let session = self.open.get_mut(&client)?;
-        let watchers = &self.watchers;
-        let events: Vec<Event> = session.inbox.drain(..).filter(|e| untold(watchers, client, e)).collect();
+        let events = drain_untold(&mut session.inbox, &self.watchers, client);
         (!events.is_empty()).then_some(events)
     }
 

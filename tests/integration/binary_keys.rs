@@ -111,11 +111,7 @@ fn renamed_and_moved_binary_keys_keep_their_lock_and_the_lease_ends_on_time() {
     // cannot let the lease run out before it is read.
     let t = acquire(&mut c, KEY, "a", 60_000).unwrap().expect("granted");
     let sent = Instant::now();
-    let (renewed, (), key_left, other): (i64, (), bool, Value) = redis::pipe()
-        .cmd("FLOCK.RENEW")
-        .arg(KEY)
-        .arg("a")
-        .arg(1_000)
+    let (renewed, (), key_left, other): (i64, (), bool, Value) = renew_to(KEY, "a", 1_000)
         .cmd("RENAME")
         .arg(KEY)
         .arg(OTHER)
@@ -133,11 +129,7 @@ fn renamed_and_moved_binary_keys_keep_their_lock_and_the_lease_ends_on_time() {
     let t = acquire(&mut c, KEY, "a", 60_000).unwrap().expect("granted");
     let mut c1 = s.conn_db(1);
     let sent = Instant::now();
-    let (renewed, moved, key_left, _, moved_lock, _): (i64, i64, bool, (), Value, ()) = redis::pipe()
-        .cmd("FLOCK.RENEW")
-        .arg(KEY)
-        .arg("a")
-        .arg(1_000)
+    let (renewed, moved, key_left, _, moved_lock, _): (i64, i64, bool, (), Value, ()) = renew_to(KEY, "a", 1_000)
         .cmd("MOVE")
         .arg(KEY)
         .arg(1)

@@ -313,9 +313,9 @@ pub fn release(c: &mut Connection, key: &(impl AsRef<[u8]> + ?Sized), owner: &st
 /// A pipeline that starts with `FLOCK.RENEW key owner lease_ms`: a lease
 /// held long while a test sets up, cut short in the packet of the command
 /// that must follow its start at once.
-pub fn renew_to(key: &str, owner: &str, lease_ms: u64) -> redis::Pipeline {
+pub fn renew_to(key: &(impl AsRef<[u8]> + ?Sized), owner: &str, lease_ms: u64) -> redis::Pipeline {
     let mut first = redis::pipe();
-    first.cmd("FLOCK.RENEW").arg(key).arg(owner).arg(lease_ms);
+    first.cmd("FLOCK.RENEW").arg(key.as_ref()).arg(owner).arg(lease_ms);
     first
 }
 
