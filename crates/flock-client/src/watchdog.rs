@@ -71,6 +71,9 @@ pub(crate) fn renewer(via: &Via) -> RedisResult<Arc<Renewer>> {
     Ok(renewer)
 }
 
+/// A renewal due within this part of its period goes with a batch due now.
+const EARLY_FRACTION: u32 = 8;
+
 /// One renewal of a batch: its entry, key and command.
 type Due = (u64, String, Cmd);
 
@@ -112,13 +115,18 @@ impl Renewer {
                 continue;
             }
             // Every renewal due by now goes in this batch, which gives up at
-            // the earliest deadline among them.
+            // the earliest deadline among them; so does one due within a
+            // small part of its period, a little early: guards whose
+            // watchdogs started together then share one pipeline (and one
+            // connection) from their first renewal on, where each would
+            // otherwise come due while the one before is in flight and take
+            // a connection of its own.
             let mut batch: Vec<Due> = Vec::new();
             let mut deadline: Option<Instant> = None;
             let ids: Vec<u64> = schedule
                 .entries
                 .iter()
-                .filter(|(id, e)| e.due <= now && !schedule.in_flight.contains(id))
+                .filter(|(id, e)| e.due <= now + e.period / EARLY_FRACTION && !schedule.in_flight.contains(id))
                 .map(|(id, _)| *id)
                 .collect();
             for id in ids {
