@@ -13,6 +13,7 @@
 // that name a session: send(args, node) sends them on that node's own connection, so that the
 // answer is that node's (a MOVED, or NOSESSION only when the session really ended).
 
+const { setTimeout: delay } = require('node:timers/promises');
 const { Deadline } = require('./deadlines');
 const { CommandTimeoutError } = require('./errors');
 const { now } = require('./protocol');
@@ -25,6 +26,10 @@ const MAX_REDIRECTIONS = 16;
 // Both libraries hash keys to slots with this package (a dependency of each, so there whenever
 // a cluster client is; required only then).
 const calculateSlot = (key) => require('cluster-key-slot')(key);
+// How often, and how long apart, node-redis's slot map is read again while it has no node for a
+// key's slot (see NodeRedisClusterConnection#_mapped): about a failover's length.
+const UNMAPPED_READS = 20;
+const UNMAPPED_PAUSE_MS = 100;
 
 /**
  * The keys a command names: for FLOCK's commands on several keys those after `numkeys` (placed
@@ -344,7 +349,11 @@ class NodeRedisClusterConnection extends NodeRedisConnection {
   }
   async _send(args, node) {
     const options = { typeMapping: { [RESP_NUMBER]: String } };
-    if (node === undefined) return this.client.sendCommand(commandKeys(args)[0], false, args, options);
+    if (node === undefined) {
+      const key = commandKeys(args)[0];
+      if (!this.nodeNow(key)) await this._mapped(key);
+      return this.client.sendCommand(key, false, args, options);
+    }
     const client = await this._nodeClient(node);
     try {
       return await client.sendCommand(args, options);
@@ -364,6 +373,17 @@ class NodeRedisClusterConnection extends NodeRedisConnection {
     if (!master) throw new Error(`The cluster node ${node} is gone from the slot map`);
     return this.client.nodeClient(master);
   }
+  // Resolves once node-redis's slot map has a node for `key`'s slot. A map read during a failover
+  // can lack one (the shard had no master then), and node-redis then throws a TypeError on every
+  // command of that slot until something reads the map again: it is read again here, a few times,
+  // as ioredis holds commands back while it reads its own.
+  async _mapped(key) {
+    for (let reads = 0; !this.nodeNow(key); reads++) {
+      if (reads === UNMAPPED_READS) throw new Error(`The cluster's slot map has no node for the slot of ${key}`);
+      await this._rediscover();
+      if (!this.nodeNow(key)) await delay(UNMAPPED_PAUSE_MS);
+    }
+  }
   // The cluster's slot map, asked again (starting from `client`, or any master it knows).
   async _rediscover(client) {
     const slots = this.client._slots;
@@ -374,9 +394,9 @@ class NodeRedisClusterConnection extends NodeRedisConnection {
     return this.client.slots?.[calculateSlot(key)]?.master.address;
   }
   async nodeOf(key) {
-    const slot = calculateSlot(key);
-    if (!this.client.slots[slot]) await this.client.connect();
-    return this.client.slots[slot].master.address;
+    if (!this.client.isOpen) await this.client.connect();
+    await this._mapped(key);
+    return this.nodeNow(key);
   }
   async session(node) {
     return nodeRedisSession(await this._nodeClient(node));

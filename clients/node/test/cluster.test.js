@@ -7,6 +7,7 @@
 const assert = require('node:assert/strict');
 const { before, describe, it } = require('node:test');
 const { Flock, LockLostError, LockNotHeldError } = require('..');
+const calculateSlot = require('cluster-key-slot');
 const { startCluster, waitUntil } = require('./helpers');
 
 // A short session timeout: the session grant test holds its lock past one and a half of it.
@@ -37,6 +38,20 @@ describe('Cluster (3 masters)', () => {
   let cluster;
   before(async () => {
     cluster = await startCluster();
+  });
+
+  it('node-redis createCluster: a command of a slot its slot map lacks (read mid-failover) is sent once the map is read again', async () => {
+    const client = await CLUSTER_CLIENTS.find((k) => k.name === 'node-redis createCluster').connect(cluster);
+    const flock = flockOver(client);
+    const key = 'node-redis:unmapped';
+    // What a CLUSTER SHARDS read while the key's shard has no master leaves behind.
+    const forget = () => (client.slots[calculateSlot(key)] = undefined);
+    forget();
+    const lock = await flock.acquire(key, { lease: 10000 });
+    assert.equal((await (await cluster.nodeOf(key)).info(key)).owner, lock.owner);
+    forget();
+    assert.equal(await lock.release(), 0);
+    assert.equal(await (await cluster.nodeOf(key)).info(key), null);
   });
 
   for (const kind of CLUSTER_CLIENTS) {
