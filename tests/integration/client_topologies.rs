@@ -289,6 +289,49 @@ fn sentinel_lock_and_wait_survive_a_failover_and_new_locks_go_to_the_new_master(
     assert_eq!(info(&mut replica.conn(), "s:kept"), None, "released on the new master");
 }
 
+/// The sentinels name another master while the one they named before still
+/// answers (a failover, before they demote it): once the process's session
+/// is on the master named now, its commands go there too. Before, the kept
+/// command connections still reached the old master, which answered every
+/// wait `NOSESSION`, and each such answer made the client end its live session.
+#[test]
+fn sentinel_once_the_session_moved_to_the_master_named_now_the_commands_follow_it() {
+    let (old, new) = (Server::start(), Server::start());
+    let dir = temp_dir("sentinel-names-another");
+    let sentinels = Sentinels::start(&dir, old.port, 1);
+    let port = sentinels.ports()[0];
+    let found = SentinelMaster::new(vec![format!("redis://127.0.0.1:{port}/")], "flock", None).expect("named");
+    let lock = Lock::new("named", 10 * SECOND);
+    // A session and command connections on the old master.
+    let first = lock.clone().with_owner("first").acquire_in(&found, Some(SECOND)).unwrap().expect("free");
+    assert_eq!(first.release().unwrap(), 0);
+
+    let mut sentinel = sentinel_conn(port).unwrap();
+    redis::cmd("SENTINEL").arg("REMOVE").arg("flock").query::<()>(&mut sentinel).unwrap();
+    redis::cmd("SENTINEL")
+        .arg("MONITOR")
+        .arg("flock")
+        .arg("127.0.0.1")
+        .arg(new.port)
+        .arg(1)
+        .query::<()>(&mut sentinel)
+        .unwrap();
+    // The session's connection breaks; the next wait opens one where the
+    // sentinel points now.
+    let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut old.conn()).unwrap();
+    let reader = clients.lines().find(|l| l.contains("cmd=flock.inbox")).expect("the session's reader");
+    let id = reader.split_whitespace().find_map(|f| f.strip_prefix("id=")).unwrap();
+    let _: i64 = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id).query(&mut old.conn()).unwrap();
+    wait_until("the session to end on the old master", 5 * SECOND, || flock_stats(&mut old.conn())["sessions"] == 0);
+
+    let next = lock.clone().with_owner("next").acquire_in(&found, Some(SECOND)).unwrap().expect("granted");
+    assert_eq!(owner_of(&mut new.conn(), "named").as_deref(), Some("next"), "held on the master named now");
+    assert_eq!(info(&mut old.conn(), "named"), None);
+    assert_eq!(flock_stats(&mut new.conn())["sessions"], 1);
+    assert_eq!(next.release().unwrap(), 0);
+    assert_eq!(info(&mut new.conn(), "named"), None, "released there");
+}
+
 /// A connection to replica `i` that may read (`READONLY`).
 fn replica_conn(cl: &Cluster, i: usize) -> Connection {
     let mut c = cl.conn(i);

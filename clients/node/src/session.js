@@ -31,6 +31,8 @@ const DEADLINE_MARGIN_MS = 2000;
 // Pauses between attempts to send a wait again whose session could not be reopened (a server restart).
 const REOPEN_PAUSE_MS = [0, 50, 100, 250, 500, 1000];
 const RECENT_LOSSES = 1000;
+// Grants that answered a resend of their wait, remembered this many (see `told`).
+const TOLD = 1024;
 // How long a re-watch waits before it tries again to open a session, while the server cannot be reached.
 const REWATCH_RETRY_MS = 1000;
 // How long a wait whose ACQUIRE got no reply (the server unreachable) pauses before it is sent again.
@@ -62,6 +64,8 @@ class Wait {
     // When its ACQUIRE was first sent: a direct grant's lease counts from then (a resend of the
     // same request ID can be answered with a grant the first one made).
     this.firstSent = null;
+    // Whether its latest send repeats an earlier one (same request ID).
+    this.resent = false;
     this.outcome = null;
     this.cancelled = null;
     // Whether its FLOCK.CANCEL was answered, and the grace after which it closes the session.
@@ -103,6 +107,11 @@ class Session {
     // Losses of grants nobody watches yet (a short lease lost before its reply was read), by
     // (key, owner, token); the oldest are forgotten beyond RECENT_LOSSES.
     this.recentLosses = new Map();
+    // (key, owner, token) of the newest grants that answered a wait sent again (same request
+    // ID: the server's record of it answers): the `granted` event of such a grant can be on its
+    // way already, and is dropped when it comes. It is neither the owner's next wait's nor a
+    // grant nobody waits for: its holder has it, or released it and may hold another since.
+    this.told = new Set();
     // Re-watches under way, by grant.
     this.rewatching = new Map();
     // Grants whose watch moved to a session after their grant (tests): re-watched after a session
@@ -275,6 +284,7 @@ class Session {
       this._rewatchSoon(grant);
       return;
     }
+    if (kind === 'granted' && this.told.size > 0 && this.told.has(grantId(key, owner, token))) return;
     const wait = this.waits.get(pairId(key, owner));
     if (!wait) {
       // A grant nobody waits for any more (its wait gave up): give it back.
@@ -428,6 +438,7 @@ class Session {
     wait.sentTo = entry.id;
     wait.retrying = false;
     wait.attempts = 0;
+    wait.resent = wait.firstSent !== null;
     wait.firstSent ??= now();
     this.flock._send(this.flock._conn, wait.args(entry.id), { rid: wait.rid, node: entry.node }).then(
       (reply) => this._replied(wait, entry, reply),
@@ -480,7 +491,12 @@ class Session {
       // it. The session's end has sent the wait again (same request ID) to a new session.
     } else {
       const life = wait.lease === 0 ? { entry } : { until: wait.firstSent + wait.lease - margin(wait.lease) };
-      this._settle(wait, { token: String(reply), node: entry.node, life });
+      const token = String(reply);
+      if (wait.resent && !wait.outcome) {
+        this.told.add(grantId(wait.key, wait.owner, token));
+        if (this.told.size > TOLD) this.told.delete(this.told.values().next().value);
+      }
+      this._settle(wait, { token, node: entry.node, life });
     }
   }
 

@@ -191,4 +191,32 @@ eachClient((kind, K) => {
     assert.equal((await server.info(K('rewatchrel'))).holds, '1');
     assert.equal(await lock.release(), 0);
   });
+
+  // docs/client-protocol.md, "grants told": a wait sent again with its request ID (as a session
+  // break sends it) is answered with its grant from the server's record while the INBOX reply
+  // that carries its `granted` event is on its way. That event is the same grant: dropped, not
+  // given back as a grant nobody waits for.
+  it('a granted event of a grant that answered a resend of its wait is dropped, the lock stays held', async () => {
+    const proxy = await startProxy(server.port);
+    const own = await flockOf(kind, proxy.port);
+    const key = K('told');
+    const holder = await flock.acquire(key, { lease: LEASE });
+    // The session's reads are answered, and held in the proxy, from its first FLOCK.INBOX on.
+    proxy.holdReplies('FLOCK.INBOX');
+    const waiting = own.acquire(key, { lease: LEASE, wait: 10000 });
+    await server.queued(key, 1);
+    await waitUntil("the session's read went out", () => proxy.sent('FLOCK.INBOX').length > 0);
+    await holder.release();
+    await waitUntil("the grant's event is held on its way", () => proxy.heldCount() > 0);
+    const session = own._session;
+    const [wait] = session.waits.values();
+    session._sendWait(wait, session.openFor(key));
+    const lock = await within(5000, 'the resend answered with the grant', waiting);
+    proxy.flush();
+    await waitUntil('the held read handed out', () => proxy.heldCount() === 0);
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal((await server.info(key))?.owner, lock.owner, 'still held by its grant');
+    assert.equal(lock.signal.aborted, false);
+    assert.equal(await lock.release(), 0);
+  });
 });

@@ -666,3 +666,29 @@ def test_demotion_marks_grants_lost_and_ends_waits_with_unblocked(own_server, pr
         admin.execute_command("REPLICAOF", "NO", "ONE")
         admin.close()
         c.close()
+
+
+def test_a_grant_told_twice_is_neither_given_back_nor_handed_to_the_owners_next_wait():
+    """docs/client-protocol.md, "grants told": a wait sent again with its
+    request ID was answered with its grant, whose event was on its way."""
+    from redis_flock._core import GRANTED, SessionState, Wait
+
+    class Waiting(Wait):
+        def wake(self):
+            pass
+
+    state = SessionState()
+    first = Waiting(None, b"k", b"o", [], 1000, "r1")
+    state.register(first)
+    state.queued(first, "s1", (GRANTED, 7, ""), time.monotonic())
+    assert first.outcome[:2] == (GRANTED, 7)
+    event = [b"granted", b"k", b"o", 7, b""]
+    assert state.dispatch(event) is None, "not a grant nobody waits for"
+    following = Waiting(None, b"k", b"o", [], 1000, "r2")
+    state.register(following)
+    assert state.dispatch(event) is None
+    assert following.outcome is None, "the grant told before is not the next wait's"
+    assert state.dispatch([b"granted", b"k", b"o", 8, b""]) is None
+    assert following.outcome[:2] == (GRANTED, 8)
+    # A grant of a wait that gave up, never told: given back.
+    assert state.dispatch([b"granted", b"k", b"o", 9, b""])[1:] == (b"k", b"o")

@@ -15,7 +15,8 @@
 //! waits and re-watches the held grants with a lease of their own (RENEW,
 //! reentrant ACQUIRE ... INBOX, RELEASE).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -39,6 +40,8 @@ const REOPEN_PAUSE: Duration = Duration::from_millis(100);
 /// Losses of grants whose guard is not watching yet (the event can beat
 /// the reply of the ACQUIRE that made the grant), kept this many.
 const EARLY_LOSSES: usize = 1024;
+/// Grants handed to their waits, kept this many at least (see `State::told`).
+const TOLD: usize = 1024;
 
 type WaitKey = (String, String);
 type GrantKey = (String, String, u64);
@@ -66,6 +69,9 @@ pub(crate) enum Outcome {
 struct Pending {
     /// The order waits were registered in, which a resend keeps.
     seq: u64,
+    /// The session it was last sent through: only that session's end
+    /// sends it again.
+    sid: String,
     tx: Sender<Outcome>,
     acquire: Acquire,
     loss: Arc<Loss>,
@@ -151,6 +157,15 @@ struct State {
     waits: HashMap<WaitKey, Pending>,
     watches: HashMap<GrantKey, Watch>,
     early_losses: VecDeque<(GrantKey, LeaseLost)>,
+    /// The newest grants handed to their waits. A grant can come twice:
+    /// the reply to a resend of its wait (the server's record of the
+    /// request ID) and its `granted` event, read before that resend
+    /// reached the server. The second finds no wait; it is the same grant,
+    /// held by its guard (or released by now, the owner holding another
+    /// grant since), and must not be given back as a grant nobody waits for.
+    /// In two generations, so that forgetting the oldest costs nothing per
+    /// grant: when the newer is full it becomes the older.
+    told: [HashSet<GrantKey>; 2],
 }
 
 /// Finds a server's current address again (a sentinel's master).
@@ -169,6 +184,14 @@ pub(crate) struct Server {
     /// If set, asked for the address before every new connection, so that
     /// after a failover the session reopens on the new master.
     resolve: Option<Resolver>,
+    /// How many times the resolver named another address than the one
+    /// before. A kept connection made before the last change goes to a
+    /// master a failover deposed, which may still answer until the
+    /// sentinels demote it: there a session opened on the new master is
+    /// unknown (`NOSESSION`) and a renewal renews what the new master never
+    /// sees. Each connection is kept with the count it was made at, and
+    /// dropped once the count moved on.
+    epoch: AtomicU64,
     state: Mutex<State>,
     /// Held while a session is being opened, so that only one is.
     opening: Mutex<()>,
@@ -179,7 +202,7 @@ pub(crate) struct Server {
     /// Connections of their own for commands that block for a while (the
     /// `WAIT` of a durable grant), kept so that they do not hold up the
     /// shared one.
-    spares: Mutex<Vec<(String, Connection)>>,
+    spares: Mutex<Vec<(u64, String, Connection)>>,
 }
 
 /// How many idle [`Server::with_spare`] connections a server keeps.
@@ -191,11 +214,14 @@ const SPARES: usize = 8;
 /// other's round trips.
 pub(crate) const COMMAND_CONNECTIONS: usize = 4;
 
+/// A connection, with the resolver's [`Server::epoch`] it was made at.
+pub(crate) type Kept = (u64, Connection);
+
 /// The command connections: idle ones (the last used on top), and how many
 /// are open in all.
 #[derive(Default)]
 struct Pool {
-    idle: Vec<Connection>,
+    idle: Vec<Kept>,
     open: usize,
     /// Threads waiting for one to be free.
     waiting: usize,
@@ -257,6 +283,7 @@ pub(crate) fn server_named(
         timeout,
         client: Mutex::new(client),
         resolve,
+        epoch: AtomicU64::new(0),
         state: Mutex::default(),
         opening: Mutex::new(()),
         commands: Mutex::default(),
@@ -325,67 +352,92 @@ impl Server {
     }
 
     /// A new connection (`timeout` to connect), to the address the resolver
-    /// names now if there is one.
-    pub(crate) fn connect(&self, timeout: Option<Duration>) -> RedisResult<Connection> {
-        let client = self.current()?;
-        match timeout {
+    /// names now if there is one, with the epoch it is made at.
+    pub(crate) fn connect(&self, timeout: Option<Duration>) -> RedisResult<Kept> {
+        let (epoch, client) = self.current()?;
+        let conn = match timeout {
             Some(timeout) => client.get_connection_with_timeout(timeout),
             None => client.get_connection(),
-        }
+        }?;
+        Ok((epoch, conn))
     }
 
     /// A new connection whose every step (connect, each command's send
     /// and reply) gives up after `timeout`.
-    fn connect_within(&self, timeout: Duration) -> RedisResult<Connection> {
-        let conn = self.connect(Some(timeout))?;
+    fn connect_within(&self, timeout: Duration) -> RedisResult<Kept> {
+        let (epoch, conn) = self.connect(Some(timeout))?;
         conn.set_read_timeout(Some(timeout))?;
         conn.set_write_timeout(Some(timeout))?;
-        Ok(conn)
+        Ok((epoch, conn))
     }
 
     /// The client of the address the resolver names now (kept as the last
-    /// one), or of the server's one address.
-    fn current(&self) -> RedisResult<Client> {
+    /// one), or of the server's one address, and the epoch that address
+    /// belongs to.
+    fn current(&self) -> RedisResult<(u64, Client)> {
         Ok(match &self.resolve {
             Some(resolve) => {
                 let client = resolve()?;
-                *lock(&self.client) = client.clone();
-                client
+                let mut last = lock(&self.client);
+                if last.get_connection_info().addr != client.get_connection_info().addr {
+                    self.epoch.fetch_add(1, Ordering::SeqCst);
+                }
+                *last = client.clone();
+                (self.epoch.load(Ordering::SeqCst), client)
             }
-            None => self.client(),
+            None => (0, self.client()),
         })
+    }
+
+    /// Whether a connection made at `epoch` still goes where the resolver
+    /// last named.
+    pub(crate) fn current_epoch(&self, epoch: u64) -> bool {
+        self.epoch.load(Ordering::SeqCst) == epoch
+    }
+
+    /// Whether `result` of a command on a connection made at `epoch` is a
+    /// `NOSESSION` from a master the resolver no longer names: not the
+    /// session's server, whose answer it is not.
+    fn stale_nosession<T>(&self, epoch: u64, result: &RedisResult<T>) -> bool {
+        matches!(result, Err(e) if e.code() == Some("NOSESSION")) && !self.current_epoch(epoch)
     }
 
     /// Runs `f` on a shared command connection (the last one used that is
     /// free, or a new one up to [`COMMAND_CONNECTIONS`]; each of its
     /// commands gives up after [`Server::command_timeout`]); an I/O error
     /// closes it. A server found by a resolver that answers `READONLY` was
-    /// demoted: `f` runs again (it was not applied) on a connection to the
-    /// master named now.
+    /// demoted, and one that answers `NOSESSION` on a connection made
+    /// before the resolver named another master is not the session's: `f`
+    /// runs again (it was not applied) on a connection to the master named
+    /// now.
     pub(crate) fn with_conn<T>(&self, mut f: impl FnMut(&mut Connection) -> RedisResult<T>) -> RedisResult<T> {
         let mut tries = 0;
         loop {
-            let mut conn = self.checkout()?;
+            let (epoch, mut conn) = self.checkout()?;
             let result = f(&mut conn);
             let readonly = matches!(&result, Err(e) if e.kind() == redis::ErrorKind::ReadOnly);
-            let broken = matches!(&result, Err(e) if e.is_io_error()) || !conn.is_open() || readonly;
-            self.checkin((!broken).then_some(conn));
-            if !(readonly && self.resolve.is_some() && tries < RESENDS) {
+            let elsewhere = readonly || self.stale_nosession(epoch, &result);
+            let broken = matches!(&result, Err(e) if e.is_io_error()) || !conn.is_open() || elsewhere;
+            self.checkin((!broken).then_some((epoch, conn)));
+            if !(elsewhere && self.resolve.is_some() && tries < RESENDS) {
                 return result;
             }
             tries += 1;
-            std::thread::sleep(REOPEN_PAUSE);
+            if readonly {
+                std::thread::sleep(REOPEN_PAUSE);
+            }
         }
     }
 
     /// A command connection of the pool for this thread alone, until
-    /// [`Server::checkin`].
-    fn checkout(&self) -> RedisResult<Connection> {
+    /// [`Server::checkin`]: none made before the resolver named another
+    /// master.
+    fn checkout(&self) -> RedisResult<Kept> {
         let mut pool = lock(&self.commands);
         loop {
-            while let Some(conn) = pool.idle.pop() {
-                if conn.is_open() {
-                    return Ok(conn);
+            while let Some((epoch, conn)) = pool.idle.pop() {
+                if conn.is_open() && self.current_epoch(epoch) {
+                    return Ok((epoch, conn));
                 }
                 pool.open -= 1;
             }
@@ -401,7 +453,7 @@ impl Server {
     }
 
     /// A connection back to the pool, or `None` for one that closed.
-    fn checkin(&self, conn: Option<Connection>) {
+    fn checkin(&self, conn: Option<Kept>) {
         let mut pool = lock(&self.commands);
         match conn {
             Some(conn) => pool.idle.push(conn),
@@ -419,25 +471,25 @@ impl Server {
     /// it broke or the server answered `READONLY` (demoted: the next one
     /// asks the resolver again).
     pub(crate) fn with_spare<T>(&self, f: impl FnOnce(&str, &mut Connection) -> RedisResult<T>) -> RedisResult<T> {
-        let idle = lock(&self.spares).pop().filter(|(_, c)| c.is_open());
-        let (addr, mut conn) = match idle {
+        let idle = lock(&self.spares).pop().filter(|(epoch, _, c)| c.is_open() && self.current_epoch(*epoch));
+        let (epoch, addr, mut conn) = match idle {
             Some(spare) => spare,
             None => {
-                let client = self.current()?;
+                let (epoch, client) = self.current()?;
                 let conn = client.get_connection_with_timeout(self.command_timeout())?;
                 conn.set_write_timeout(Some(self.command_timeout()))?;
-                (client.get_connection_info().addr.to_string(), conn)
+                (epoch, client.get_connection_info().addr.to_string(), conn)
             }
         };
         let result = f(&addr, &mut conn);
         let broken = match &result {
-            Err(e) => e.is_io_error() || e.kind() == redis::ErrorKind::ReadOnly,
+            Err(e) => e.is_io_error() || e.kind() == redis::ErrorKind::ReadOnly || self.stale_nosession(epoch, &result),
             Ok(_) => false,
         };
         if !broken && conn.is_open() {
             let mut spares = lock(&self.spares);
             if spares.len() < SPARES {
-                spares.push((addr, conn));
+                spares.push((epoch, addr, conn));
             }
         }
         result
@@ -464,7 +516,7 @@ impl Server {
         if let Some(session) = lock(&self.state).session.clone() {
             return Ok(session);
         }
-        let mut conn = ReaderConnection::open(self.current()?.get_connection_info(), self.command_timeout())?;
+        let mut conn = ReaderConnection::open(self.current()?.1.get_connection_info(), self.command_timeout())?;
         let mut open = redis::cmd("FLOCK.SESSION");
         if let Some(timeout) = self.timeout {
             open.arg("TIMEOUT").arg(millis(timeout));
@@ -529,9 +581,10 @@ impl Server {
         });
     }
 
-    /// Registers a wait before it is sent; false if this owner already
-    /// waits for this key in this process (the server will refuse it).
-    pub(crate) fn register(&self, acquire: &Acquire, tx: Sender<Outcome>, loss: &Arc<Loss>) -> bool {
+    /// Registers a wait before it is sent through session `sid`; false if
+    /// this owner already waits for this key in this process (the server
+    /// will refuse it).
+    pub(crate) fn register(&self, acquire: &Acquire, sid: &str, tx: Sender<Outcome>, loss: &Arc<Loss>) -> bool {
         let mut state = lock(&self.state);
         let key = (acquire.key.clone(), acquire.owner.clone());
         if state.waits.contains_key(&key) {
@@ -539,7 +592,9 @@ impl Server {
         }
         let seq = state.next_seq;
         state.next_seq += 1;
-        state.waits.insert(key, Pending { seq, tx, acquire: acquire.clone(), loss: Arc::clone(loss) });
+        state
+            .waits
+            .insert(key, Pending { seq, sid: sid.to_string(), tx, acquire: acquire.clone(), loss: Arc::clone(loss) });
         true
     }
 
@@ -675,7 +730,7 @@ impl Server {
             self.end(over, expired);
             match self.session() {
                 Ok(session) => {
-                    self.resend(&session);
+                    self.resend(&old.sid, &session);
                     return self.rewatch(&session);
                 }
                 Err(_) => std::thread::sleep(REOPEN_PAUSE),
@@ -772,10 +827,21 @@ impl Server {
         }
     }
 
-    /// Sends every pending wait again on `session`, same request IDs.
-    fn resend(&self, session: &Session) {
-        let mut pending: Vec<(u64, Acquire)> =
-            lock(&self.state).waits.values().map(|p| (p.seq, p.acquire.clone())).collect();
+    /// Sends every pending wait of the broken session `old` again on
+    /// `session`, same request IDs. The waits sent through a later session
+    /// are queued there: sent again, one could be answered with its grant
+    /// (the server's record of its request ID) while its event was on its
+    /// way too.
+    fn resend(&self, old: &str, session: &Session) {
+        let mut pending: Vec<(u64, Acquire)> = lock(&self.state)
+            .waits
+            .values_mut()
+            .filter(|p| p.sid == old)
+            .map(|p| {
+                p.sid = session.sid.clone();
+                (p.seq, p.acquire.clone())
+            })
+            .collect();
         pending.sort_by_key(|(seq, _)| *seq);
         for (_, acquire) in pending {
             let sent = Instant::now();
@@ -860,24 +926,40 @@ impl Server {
     }
 
     /// Hands `outcome` to the wait of (`key`, `owner`); a grant nobody
-    /// waits for any more is returned, to be released.
+    /// waits for any more is returned, to be released. A grant handed to
+    /// its wait already (see `State::told`) is neither handed to the
+    /// owner's next wait nor released.
     fn deliver(&self, key: &str, owner: &str, outcome: Outcome) -> Option<(String, String)> {
         let mut state = lock(&self.state);
+        let grant = match &outcome {
+            Outcome::Granted(grant) => Some((key.to_string(), owner.to_string(), grant.token)),
+            _ => None,
+        };
+        if grant.as_ref().is_some_and(|grant| state.told.iter().any(|told| told.contains(grant))) {
+            return None;
+        }
         let pending = state.waits.remove(&(key.to_string(), owner.to_string()));
-        let granted = matches!(outcome, Outcome::Granted(_));
-        match pending {
+        let orphan = match pending {
             Some(pending) => {
                 if let Outcome::Granted(grant) = &outcome {
                     let term = Term::of(pending.acquire.lease_ms, grant.sent, grant.left_ms, Some(&grant.clock));
                     watch_locked(&mut state, &pending.acquire, grant.token, &pending.loss, term);
                 }
-                match pending.tx.send(outcome) {
-                    Ok(()) => None,
-                    Err(_) => granted.then(|| (key.to_string(), owner.to_string())),
+                let handed = pending.tx.send(outcome).is_ok();
+                match (handed, grant) {
+                    (true, Some(grant)) => {
+                        if state.told[0].len() >= TOLD {
+                            state.told[1] = std::mem::take(&mut state.told[0]);
+                        }
+                        state.told[0].insert(grant);
+                        None
+                    }
+                    (_, grant) => grant,
                 }
             }
-            None => granted.then(|| (key.to_string(), owner.to_string())),
-        }
+            None => grant,
+        };
+        orphan.map(|(key, owner, _)| (key, owner))
     }
 
     fn release_orphans(&self, orphans: Vec<(String, String)>) {
@@ -924,4 +1006,59 @@ pub fn close_session(client: &Client) -> RedisResult<()> {
     let base = server(client).base.clone();
     let all: Vec<Arc<Server>> = lock(servers()).values().filter(|s| s.base == base).cloned().collect();
     all.iter().try_for_each(|server| server.close())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::{self, Receiver};
+
+    use super::*;
+
+    fn granted(token: u64) -> Outcome {
+        let clock = SessionClock::new(Instant::now(), Duration::from_secs(10));
+        Outcome::Granted(Granted { token, sent: Instant::now(), left_ms: None, clock })
+    }
+
+    /// A wait of owner `o` for `key`, registered as sent through session `s1`.
+    fn wait(server: &Server, key: &str) -> Receiver<Outcome> {
+        let acquire = Acquire {
+            key: key.into(),
+            owner: "o".into(),
+            lease_ms: 0,
+            renew_ms: 0,
+            mode: Mode::Exclusive,
+            rid: "r".into(),
+            wait_ms: Some(1000),
+            lock_delay_ms: None,
+            started: Instant::now(),
+        };
+        let (tx, rx) = mpsc::channel();
+        assert!(server.register(&acquire, "s1", tx, &Arc::new(Loss::default())));
+        rx
+    }
+
+    fn token(outcome: Result<Outcome, mpsc::TryRecvError>) -> Option<u64> {
+        match outcome {
+            Ok(Outcome::Granted(grant)) => Some(grant.token),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_grant_told_twice_is_neither_given_back_nor_handed_to_the_owners_next_wait() {
+        let server = server_named("unit told".into(), Client::open("redis://127.0.0.1:1/").unwrap(), None, None);
+        let first = wait(&server, "k");
+        assert!(server.deliver("k", "o", granted(7)).is_none());
+        assert_eq!(token(first.try_recv()), Some(7));
+        // The grant again (its event, after a resend's reply told it): no
+        // wait, yet not a grant nobody waits for.
+        assert!(server.deliver("k", "o", granted(7)).is_none());
+        let next = wait(&server, "k");
+        assert!(server.deliver("k", "o", granted(7)).is_none());
+        assert!(next.try_recv().is_err(), "the grant told before is not the next wait's");
+        assert!(server.deliver("k", "o", granted(8)).is_none());
+        assert_eq!(token(next.try_recv()), Some(8));
+        // A grant whose wait gave up, never told: given back.
+        assert_eq!(server.deliver("k", "o", granted(9)), Some(("k".to_string(), "o".to_string())));
+    }
 }

@@ -207,7 +207,7 @@ impl Target {
             let session = server.session()?;
             let sid = session.sid.as_str();
             // Registered before it is sent: the event can beat the reply.
-            let registered = waits && server.register(acquire, tx.clone(), &loss);
+            let registered = waits && server.register(acquire, sid, tx.clone(), &loss);
             let sent = Instant::now();
             let reply = match via {
                 // The node importing the key's slot, which an ASK named.

@@ -13,13 +13,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use redis::{Cmd, Connection, ConnectionLike, RedisError, RedisResult, Value};
+use redis::{Cmd, ConnectionLike, RedisError, RedisResult, Value};
 
 use crate::cluster::{self, Via};
 use crate::link::RESENDS;
 use crate::loss::{LeaseLost, Loss};
 use crate::mutex::lock;
 use crate::owner::is_notowner;
+use crate::session::Kept;
 use crate::times::WATCHDOG_RENEW_FRACTION;
 
 struct Entry {
@@ -45,7 +46,7 @@ pub(crate) struct Renewer {
     schedule: Mutex<Schedule>,
     changed: Condvar,
     /// Idle connections of the batches (one server's).
-    conns: Mutex<Vec<Connection>>,
+    conns: Mutex<Vec<Kept>>,
 }
 
 /// The process's renewer for a server (or cluster), its thread started once.
@@ -232,9 +233,9 @@ impl Renewer {
         cmds: &[Cmd],
         timeout: Duration,
     ) -> RedisResult<Vec<RedisResult<Value>>> {
-        let idle = lock(&self.conns).pop().filter(ConnectionLike::is_open);
-        let mut conn = match idle {
-            Some(conn) => conn,
+        let idle = lock(&self.conns).pop().filter(|(epoch, conn)| conn.is_open() && server.current_epoch(*epoch));
+        let (epoch, mut conn) = match idle {
+            Some(kept) => kept,
             None => server.connect(Some(timeout))?,
         };
         conn.set_read_timeout(Some(timeout))?;
@@ -253,7 +254,7 @@ impl Renewer {
             .collect();
         let demoted = results.iter().any(|r| matches!(r, Err(e) if e.kind() == redis::ErrorKind::ReadOnly));
         if !demoted {
-            lock(&self.conns).push(conn);
+            lock(&self.conns).push((epoch, conn));
         }
         Ok(results)
     }

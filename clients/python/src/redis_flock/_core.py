@@ -84,6 +84,8 @@ REOPEN_MAX_DELAY = 1.0
 # Losses pushed for grants not (yet) known to a lock object are kept this
 # many, so that a grant registered a moment after its loss still sees it.
 RECENT_LOSSES = 1024
+# Grants handed to their waits are remembered this many (SessionState.told).
+TOLD = 1024
 
 # A wait or try sent to a Cluster node's own connection (the session's
 # server) that answers MOVED or ASK is sent again to the key's node, up to this
@@ -1416,6 +1418,13 @@ class SessionState:
         self.waits: dict = {}
         self.watched: dict = {}
         self.recent_losses: OrderedDict = OrderedDict()
+        # The newest grants (key, owner, token) handed to their waits. A grant
+        # can come twice: the reply to a wait sent again with its request ID
+        # (the server's record of it) and its event, read before that resend
+        # reached the server. The second is dropped: it is not the owner's
+        # next wait's, nor a grant nobody waits for (its holder has it, or
+        # has released it and may hold another grant by now).
+        self.told: OrderedDict = OrderedDict()
         self.sends = 0
         # The session open now, and whether a grant may be watched by
         # another one (its grants are re-watched there).
@@ -1510,12 +1519,19 @@ class SessionState:
         with self.mutex:
             if wait.outcome is not None:
                 return False
-            wait.outcome = outcome
-            wait.basis = time.monotonic() if basis is None else basis
-            if self.waits.get(wait.ident) is wait:
-                del self.waits[wait.ident]
+            self._tell(wait, outcome, time.monotonic() if basis is None else basis)
         wait.wake()
         return True
+
+    def _tell(self, wait: Wait, outcome, basis: float) -> None:
+        """Sets the wait's outcome (under the mutex) and remembers a grant."""
+        wait.outcome, wait.basis = outcome, basis
+        if self.waits.get(wait.ident) is wait:
+            del self.waits[wait.ident]
+        if outcome[0] == GRANTED:
+            self.told[(wait.key, wait.owner, outcome[1])] = None
+            if len(self.told) > TOLD:
+                self.told.popitem(last=False)
 
     def cancelling(self, wait: Wait):
         """The caller is about to send FLOCK.CANCEL for ``wait``: its outcome
@@ -1548,9 +1564,7 @@ class SessionState:
             wait.sent_to, wait.queued = sid, self.sends
             if outcome is None or wait.outcome is not None:
                 return
-            wait.outcome, wait.basis = outcome, basis
-            if self.waits.get(wait.ident) is wait:
-                del self.waits[wait.ident]
+            self._tell(wait, outcome, basis)
         wait.wake()
 
     def has_pending(self) -> bool:
@@ -1655,6 +1669,8 @@ class SessionState:
                 lock._grant_lost(grant, detail)
             return None
         with self.mutex:
+            if kind == GRANTED and (key, owner, token) in self.told:
+                return None
             wait = self.waits.get((key, owner))
             abandoned = wait is None or wait.abandoned
         if wait is not None:
