@@ -13,7 +13,8 @@ from redis.cluster import RedisCluster
 from redis.exceptions import LockError, LockNotOwnedError
 from redis.sentinel import Sentinel
 
-from helpers import calls, holding, info, wait_until
+from conftest import Server
+from helpers import calls, holding, info, stat, wait_until
 from redis_flock import Lock, LockNotDurableError
 from redis_flock._session import session_of
 
@@ -265,6 +266,39 @@ DURABLE = dict(durable_replicas=2, durable_timeout=0.5)
 
 # Over 5 s: a Sentinel failover, whose old master is demoted 4-5 s after
 # it (conftest.SentinelSetup.failover_done).
+def test_sentinel_a_nosession_from_the_master_the_sentinels_no_longer_name_does_not_end_the_session():
+    """The sentinels name another master while the one they named before
+    still answers (a failover, before they demote it): once the session is
+    on the master named now, the commands go there too (redis-py's Sentinel
+    pool drops its idle connections when the master's address changes), and
+    no NOSESSION from the old one ends the live session."""
+    old, new = Server(), Server()
+    sentinel = Server("--sentinel", module=False, config=f"sentinel monitor moved 127.0.0.1 {old.port} 1\n")
+    try:
+        r = Sentinel([("127.0.0.1", sentinel.port)], socket_timeout=5).master_for("moved", socket_timeout=5)
+        first = Lock(r, "moved")
+        assert first.acquire(blocking_timeout=1), "a session and command connections on the old master"
+        first.release()
+        with redis.Redis(port=sentinel.port) as s:
+            s.execute_command("SENTINEL", "REMOVE", "moved")
+            s.execute_command("SENTINEL", "MONITOR", "moved", "127.0.0.1", new.port, 1)
+        # The session's connection breaks; the next wait opens one where the sentinel points now.
+        with redis.Redis(port=old.port) as o:
+            reader = next(c for c in o.client_list() if c["cmd"] == "flock.inbox")
+            o.client_kill_filter(_id=reader["id"])
+            wait_until(lambda: stat(o, "sessions") == 0, what="the session to end on the old master")
+        lock = Lock(r, "moved")
+        assert lock.acquire(blocking_timeout=1), "granted on the master named now"
+        with redis.Redis(port=new.port) as n, redis.Redis(port=old.port) as o:
+            assert info(n, "moved") is not None
+            assert info(o, "moved") is None
+            lock.release()
+            assert info(n, "moved") is None
+    finally:
+        for server in (sentinel, new, old):
+            server.stop()
+
+
 def test_sentinel_failover_durable_grants_never_overlap_and_resume(sentinel_setup):
     """Four threads take one lock durably (both replicas) in a loop with
     short holds, three through one master_for() client, one through a new

@@ -251,6 +251,15 @@ class Session(backend.SessionConnection):
             kwargs["socket_connect_timeout"] = quarter
         return self.pool.connection_class(**kwargs)
 
+    def _elsewhere(self, connection) -> bool:
+        """Whether ``connection`` reaches another server than the session's:
+        through Sentinel, one made before the sentinels named another master
+        (a failover), which answers until they demote it. There the session
+        is unknown: its NOSESSION is not the session's end."""
+        session = self.connection
+        return session is not None and (getattr(connection, "host", None), getattr(connection, "port", None)) != (
+            getattr(session, "host", None), getattr(session, "port", None))
+
     async def send(self, args, timeout: float):
         """``args`` to the session's server, on one of the session's own
         connections for sending (at most SEND_CONCURRENCY, kept open: no
@@ -259,10 +268,17 @@ class Session(backend.SessionConnection):
         lost."""
         async with self.limiter:
             for attempt in range(RESENDS + 1):
-                connection = self._idle_sender() or self._connection()
+                connection = self._idle_sender()
+                while connection is not None and self._elsewhere(connection):
+                    await backend.disconnect(connection)
+                    connection = self._idle_sender()
+                connection = connection or self._connection()
                 try:
                     reply = await backend.exchange(connection, args, timeout)
-                except ResponseError:
+                except ResponseError as e:
+                    if is_nosession(e) and self._elsewhere(connection) and attempt < RESENDS:
+                        await backend.disconnect(connection)
+                        continue
                     await self._sender_back(connection)
                     raise
                 except LOST_REPLY:

@@ -2,6 +2,7 @@ package io.flock;
 
 import java.io.IOException;
 import java.util.List;
+import java.util.Objects;
 import java.util.function.Function;
 
 /**
@@ -16,7 +17,10 @@ final class Sentinels {
      * Opens connections to the master the sentinels name now. A {@code READONLY} or {@code UNBLOCKED} reply on
      * such a connection means its server stopped being the master: the connection is closed and the reply
      * counts as lost (an {@link IOException}), so that the command is resent with its request ID on a new
-     * connection, to the master the sentinels name then, and a session reader opens a new session there.
+     * connection, to the master the sentinels name then, and a session reader opens a new session there. So does a
+     * {@code NOSESSION} on a connection opened before the sentinels named another master: a master a failover
+     * deposed answers until the sentinels demote it, and there a session opened on the new master is unknown;
+     * taken as the session's end, it would end the live session.
      */
     static ConnectionFactory factory(FlockConfig config, Function<FlockConfig.Address, ConnectionFactory> factories) {
         FlockConfig.SentinelServers sentinel = config.sentinel;
@@ -25,15 +29,43 @@ final class Sentinels {
                     "useSentinelServers() needs setMasterName and a sentinel (addSentinelAddress)");
         }
         Function<FlockConfig.Address, ConnectionFactory> toSentinels = RespConnection.factories(config.forSentinels());
-        return () -> new MasterConnection(factories.apply(master(sentinel, toSentinels)).connect());
+        Named named = new Named();
+        return () -> {
+            FlockConfig.Address address = master(sentinel, toSentinels);
+            long epoch = named.saw(address);
+            return new MasterConnection(factories.apply(address).connect(), named, epoch);
+        };
+    }
+
+    /** The master the sentinels named last, and how many times they named another one than before. */
+    private static final class Named {
+        private FlockConfig.Address last;
+        private long epoch;
+
+        synchronized long saw(FlockConfig.Address address) {
+            if (last != null && !(last.host().equals(address.host()) && last.port() == address.port())) {
+                epoch++;
+            }
+            last = address;
+            return epoch;
+        }
+
+        synchronized long epoch() {
+            return epoch;
+        }
     }
 
     /** A connection to the master: a reply saying it stopped being one is a lost reply. */
     private static final class MasterConnection implements FlockConnection, Pipelined, Timed {
         private final FlockConnection master;
+        private final Named named;
+        /** The sentinels' {@link Named#epoch} when it was opened. */
+        private final long epoch;
 
-        MasterConnection(FlockConnection master) {
+        MasterConnection(FlockConnection master, Named named, long epoch) {
             this.master = master;
+            this.named = Objects.requireNonNull(named);
+            this.epoch = epoch;
         }
 
         @Override
@@ -82,12 +114,19 @@ final class Sentinels {
             return replies;
         }
 
-        /** READONLY or UNBLOCKED: the connection closed and the reply lost (thrown); else {@code e} itself. */
+        /**
+         * READONLY or UNBLOCKED, or NOSESSION from a master the sentinels no longer name: the connection closed
+         * and the reply lost (thrown); else {@code e} itself.
+         */
         private RuntimeException demoted(RuntimeException e) throws IOException {
             String code = RedisError.codeOf(e);
             if (code.equals("READONLY") || code.equals("UNBLOCKED")) {
                 master.close();
                 throw new IOException("the server stopped being the master (" + e.getMessage() + ")", e);
+            }
+            if (code.equals("NOSESSION") && named.epoch() != epoch) {
+                master.close();
+                throw new IOException("answered by a master the sentinels no longer name (" + e.getMessage() + ")", e);
             }
             return e;
         }

@@ -201,6 +201,42 @@ class SentinelTest {
         return byPort(masterPort());
     }
 
+    /**
+     * The sentinels name another master while the one they named before still answers (a failover, before they
+     * demote it): once the session is on the master named now, a {@code NOSESSION} from a command connection
+     * still on the old one is sent again to the new one instead of ending the session (before: every wait failed
+     * so, and each ended the live session).
+     */
+    @Test
+    void aNosessionFromTheMasterTheSentinelsNoLongerNameDoesNotEndTheSession() throws Exception {
+        try (TestServer old = TestServer.start(); TestServer next = TestServer.start();
+                TestServer sentinel = TestServer.startSentinel("sentinel monitor moved 127.0.0.1 " + old.port + " 1\n")) {
+            FlockConfig config = new FlockConfig();
+            config.useSentinelServers().setMasterName("moved").addSentinelAddress("redis://127.0.0.1:" + sentinel.port);
+            FlockClient client = FlockClient.create(config);
+            clients.add(client);
+            FlockLock lock = client.getFairLock("moved");
+            assertTrue(lock.tryLock(1, 10, TimeUnit.SECONDS), "a session and a command connection on the old master");
+            lock.unlock();
+
+            call(sentinel, "SENTINEL", "REMOVE", "moved");
+            call(sentinel, "SENTINEL", "MONITOR", "moved", "127.0.0.1", String.valueOf(next.port), "1");
+            // The session's connection breaks; the next wait opens one where the sentinel points now.
+            String list = TestCluster.text(call(old, "CLIENT", "LIST"));
+            String reader = list.lines().filter(l -> l.contains("cmd=flock.inbox")).findFirst()
+                    .orElseThrow(() -> new AssertionError("no session reader in " + list));
+            call(old, "CLIENT", "KILL", "ID", reader.substring(3, reader.indexOf(' ')));
+            await("the session to end on the old master",
+                    () -> TestCluster.text(call(old, "INFO", "flock")).contains("flock_sessions:0"));
+
+            assertTrue(lock.tryLock(1, 10, TimeUnit.SECONDS), "granted on the master named now");
+            assertNotNull(call(next, "FLOCK.INFO", "moved"), "held on the master named now");
+            assertNull(call(old, "FLOCK.INFO", "moved"));
+            lock.unlock();
+            assertNull(call(next, "FLOCK.INFO", "moved"));
+        }
+    }
+
     @Test
     void aLockAndAWaitGoToTheMasterTheSentinelsName() throws Exception {
         TestServer now = current();
