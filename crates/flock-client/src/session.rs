@@ -598,9 +598,15 @@ impl Server {
         true
     }
 
-    /// Drops a wait's registration (it ended or was never queued).
-    pub(crate) fn unregister(&self, key: &str, owner: &str) {
-        lock(&self.state).waits.remove(&(key.to_string(), owner.to_string()));
+    /// Drops a wait's registration (it ended or was never queued);
+    /// `granted`: the token its send's reply answered, told from now on
+    /// (the event of an earlier send of it may come yet).
+    pub(crate) fn unregister(&self, key: &str, owner: &str, granted: Option<u64>) {
+        let mut state = lock(&self.state);
+        state.waits.remove(&(key.to_string(), owner.to_string()));
+        if let Some(token) = granted {
+            tell(&mut state, (key.to_string(), owner.to_string(), token));
+        }
     }
 
     /// Watches grant `token` of `acquire`, sent at `sent` on `session`, for
@@ -948,10 +954,7 @@ impl Server {
                 let handed = pending.tx.send(outcome).is_ok();
                 match (handed, grant) {
                     (true, Some(grant)) => {
-                        if state.told[0].len() >= TOLD {
-                            state.told[1] = std::mem::take(&mut state.told[0]);
-                        }
-                        state.told[0].insert(grant);
+                        tell(&mut state, grant);
                         None
                     }
                     (_, grant) => grant,
@@ -969,6 +972,14 @@ impl Server {
             let _: RedisResult<Value> = self.command(&cmd);
         }
     }
+}
+
+/// `grant` was handed to its wait (see `State::told`).
+fn tell(state: &mut State, grant: GrantKey) {
+    if state.told[0].len() >= TOLD {
+        state.told[1] = std::mem::take(&mut state.told[0]);
+    }
+    state.told[0].insert(grant);
 }
 
 fn watch_locked(state: &mut State, acquire: &Acquire, token: u64, loss: &Arc<Loss>, term: Term) {
@@ -1060,5 +1071,9 @@ mod tests {
         assert_eq!(token(next.try_recv()), Some(8));
         // A grant whose wait gave up, never told: given back.
         assert_eq!(server.deliver("k", "o", granted(9)), Some(("k".to_string(), "o".to_string())));
+        // A grant the reply to a resend of its wait told, before its event.
+        let _replied = wait(&server, "k");
+        server.unregister("k", "o", Some(10));
+        assert!(server.deliver("k", "o", granted(10)).is_none());
     }
 }

@@ -231,7 +231,11 @@ impl Target {
             let unreachable =
                 registered && matches!(via, Via::Server(_)) && matches!(&reply, Err(e) if e.is_io_error());
             if registered && !unreachable && !matches!(&reply, Ok(Value::SimpleString(s)) if s == "WAITING") {
-                server.unregister(&acquire.key, &acquire.owner);
+                let granted = match &reply {
+                    Ok(Value::Int(token)) => Some(*token as u64),
+                    _ => None,
+                };
+                server.unregister(&acquire.key, &acquire.owner, granted);
             }
             match reply {
                 Ok(Value::SimpleString(s)) if s == "WAITING" && registered => {
@@ -387,7 +391,7 @@ impl Target {
             Some(outcome) => Some(outcome),
             None => {
                 // Gave up: whatever comes later is released by the reader.
-                server.unregister(&acquire.key, &acquire.owner);
+                server.unregister(&acquire.key, &acquire.owner, None);
                 rx.try_iter().find(|o| matches!(o, Outcome::Granted(_)))
             }
         };
