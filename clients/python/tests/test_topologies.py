@@ -6,6 +6,7 @@ The topologies are started once (conftest.py)."""
 
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 import redis
@@ -259,34 +260,44 @@ def test_sentinel_wait_and_failover(sentinel_setup):
         master.close()
 
 
-# Both replicas: with fewer (or none), the old master, still serving after
-# the promotion, and the new one both grant the lock (the test then fails).
-DURABLE = dict(durable_replicas=2, durable_timeout=0.5)
+@contextmanager
+def two_masters_named_by_a_sentinel():
+    """Two servers with the module and a sentinel that names the first as
+    master ``moved``: (old, new, sentinel), stopped after."""
+    old, new = Server(), Server()
+    sentinel = Server("--sentinel", module=False, config=f"sentinel monitor moved 127.0.0.1 {old.port} 1\n")
+    try:
+        yield old, new, sentinel
+    finally:
+        for server in (sentinel, new, old):
+            server.stop()
 
 
-# Over 5 s: a Sentinel failover, whose old master is demoted 4-5 s after
-# it (conftest.SentinelSetup.failover_done).
+def name_new_and_end_the_session(old, new, sentinel) -> None:
+    """The sentinel names ``new`` while ``old`` still answers (a failover,
+    before the demotion), and the session's connection on ``old`` breaks: the
+    next wait opens a session where the sentinel points now."""
+    with redis.Redis(port=sentinel.port) as s:
+        s.execute_command("SENTINEL", "REMOVE", "moved")
+        s.execute_command("SENTINEL", "MONITOR", "moved", "127.0.0.1", new.port, 1)
+    with redis.Redis(port=old.port) as o:
+        reader = next(c for c in o.client_list() if c["cmd"] == "flock.inbox")
+        o.client_kill_filter(_id=reader["id"])
+        wait_until(lambda: stat(o, "sessions") == 0, what="the session to end on the old master")
+
+
 def test_sentinel_a_nosession_from_the_master_the_sentinels_no_longer_name_does_not_end_the_session():
     """The sentinels name another master while the one they named before
     still answers (a failover, before they demote it): once the session is
     on the master named now, the commands go there too (redis-py's Sentinel
     pool drops its idle connections when the master's address changes), and
     no NOSESSION from the old one ends the live session."""
-    old, new = Server(), Server()
-    sentinel = Server("--sentinel", module=False, config=f"sentinel monitor moved 127.0.0.1 {old.port} 1\n")
-    try:
+    with two_masters_named_by_a_sentinel() as (old, new, sentinel):
         r = Sentinel([("127.0.0.1", sentinel.port)], socket_timeout=5).master_for("moved", socket_timeout=5)
         first = Lock(r, "moved")
         assert first.acquire(blocking_timeout=1), "a session and command connections on the old master"
         first.release()
-        with redis.Redis(port=sentinel.port) as s:
-            s.execute_command("SENTINEL", "REMOVE", "moved")
-            s.execute_command("SENTINEL", "MONITOR", "moved", "127.0.0.1", new.port, 1)
-        # The session's connection breaks; the next wait opens one where the sentinel points now.
-        with redis.Redis(port=old.port) as o:
-            reader = next(c for c in o.client_list() if c["cmd"] == "flock.inbox")
-            o.client_kill_filter(_id=reader["id"])
-            wait_until(lambda: stat(o, "sessions") == 0, what="the session to end on the old master")
+        name_new_and_end_the_session(old, new, sentinel)
         lock = Lock(r, "moved")
         assert lock.acquire(blocking_timeout=1), "granted on the master named now"
         with redis.Redis(port=new.port) as n, redis.Redis(port=old.port) as o:
@@ -294,11 +305,15 @@ def test_sentinel_a_nosession_from_the_master_the_sentinels_no_longer_name_does_
             assert info(o, "moved") is None
             lock.release()
             assert info(n, "moved") is None
-    finally:
-        for server in (sentinel, new, old):
-            server.stop()
 
 
+# Both replicas: with fewer (or none), the old master, still serving after
+# the promotion, and the new one both grant the lock (the test then fails).
+DURABLE = dict(durable_replicas=2, durable_timeout=0.5)
+
+
+# Over 5 s: a Sentinel failover, whose old master is demoted 4-5 s after
+# it (conftest.SentinelSetup.failover_done).
 def test_sentinel_failover_durable_grants_never_overlap_and_resume(sentinel_setup):
     """Four threads take one lock durably (both replicas) in a loop with
     short holds, three through one master_for() client, one through a new

@@ -391,8 +391,14 @@ impl Server {
 
     /// Whether a connection made at `epoch` still goes where the resolver
     /// last named.
-    pub(crate) fn current_epoch(&self, epoch: u64) -> bool {
+    fn current_epoch(&self, epoch: u64) -> bool {
         self.epoch.load(Ordering::SeqCst) == epoch
+    }
+
+    /// Whether a kept connection may serve again: open, and made since the
+    /// resolver last named another master.
+    pub(crate) fn usable(&self, epoch: u64, conn: &Connection) -> bool {
+        conn.is_open() && self.current_epoch(epoch)
     }
 
     /// Whether `result` of a command on a connection made at `epoch` is a
@@ -436,7 +442,7 @@ impl Server {
         let mut pool = lock(&self.commands);
         loop {
             while let Some((epoch, conn)) = pool.idle.pop() {
-                if conn.is_open() && self.current_epoch(epoch) {
+                if self.usable(epoch, &conn) {
                     return Ok((epoch, conn));
                 }
                 pool.open -= 1;
@@ -471,7 +477,7 @@ impl Server {
     /// it broke or the server answered `READONLY` (demoted: the next one
     /// asks the resolver again).
     pub(crate) fn with_spare<T>(&self, f: impl FnOnce(&str, &mut Connection) -> RedisResult<T>) -> RedisResult<T> {
-        let idle = lock(&self.spares).pop().filter(|(epoch, _, c)| c.is_open() && self.current_epoch(*epoch));
+        let idle = lock(&self.spares).pop().filter(|(epoch, _, conn)| self.usable(*epoch, conn));
         let (epoch, addr, mut conn) = match idle {
             Some(spare) => spare,
             None => {

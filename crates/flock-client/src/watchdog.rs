@@ -233,7 +233,7 @@ impl Renewer {
         cmds: &[Cmd],
         timeout: Duration,
     ) -> RedisResult<Vec<RedisResult<Value>>> {
-        let idle = lock(&self.conns).pop().filter(|(epoch, conn)| conn.is_open() && server.current_epoch(*epoch));
+        let idle = lock(&self.conns).pop().filter(|(epoch, conn)| server.usable(*epoch, conn));
         let (epoch, mut conn) = match idle {
             Some(kept) => kept,
             None => server.connect(Some(timeout))?,

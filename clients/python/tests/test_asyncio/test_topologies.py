@@ -11,11 +11,16 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import Sentinel
 from redis.exceptions import LockNotOwnedError
 
-from conftest import Server
-from helpers import calls, holding, info, stat, until, until_read, wait_until
+from helpers import calls, holding, info, until, until_read, wait_until
 from redis_flock._asyncio_session import session_of
 from redis_flock.asyncio import Lock, LockNotDurableError
-from test_topologies import migrate_slot, on_replica, queued
+from test_topologies import (
+    migrate_slot,
+    name_new_and_end_the_session,
+    on_replica,
+    queued,
+    two_masters_named_by_a_sentinel,
+)
 
 
 async def start_waiters(node, key, n, make_lock, blocking_timeout=10):
@@ -136,24 +141,14 @@ async def test_cluster_moved_grant_is_watched_on_the_new_node(cluster, rc):
         await holder.release()
 
 
-# Over 5 s: a Sentinel failover, whose old master is demoted 4-5 s after
-# it (conftest.SentinelSetup.failover_done).
 async def test_sentinel_a_nosession_from_the_master_the_sentinels_no_longer_name_does_not_end_the_session():
     """As in the blocking flavour's test of this name."""
-    old, new = Server(), Server()
-    sentinel = Server("--sentinel", module=False, config=f"sentinel monitor moved 127.0.0.1 {old.port} 1\n")
-    try:
+    with two_masters_named_by_a_sentinel() as (old, new, sentinel):
         r = Sentinel([("127.0.0.1", sentinel.port)], socket_timeout=5).master_for("moved", socket_timeout=5)
         first = Lock(r, "moved")
         assert await first.acquire(blocking_timeout=1), "a session and command connections on the old master"
         await first.release()
-        with redis.Redis(port=sentinel.port) as s:
-            s.execute_command("SENTINEL", "REMOVE", "moved")
-            s.execute_command("SENTINEL", "MONITOR", "moved", "127.0.0.1", new.port, 1)
-        with redis.Redis(port=old.port) as o:
-            reader = next(c for c in o.client_list() if c["cmd"] == "flock.inbox")
-            o.client_kill_filter(_id=reader["id"])
-            await until_read(lambda: stat(o, "sessions") == 0, what="the session to end on the old master")
+        name_new_and_end_the_session(old, new, sentinel)
         lock = Lock(r, "moved")
         assert await lock.acquire(blocking_timeout=1), "granted on the master named now"
         with redis.Redis(port=new.port) as n, redis.Redis(port=old.port) as o:
@@ -162,11 +157,10 @@ async def test_sentinel_a_nosession_from_the_master_the_sentinels_no_longer_name
             await lock.release()
             assert info(n, "moved") is None
         await r.aclose()
-    finally:
-        for server in (sentinel, new, old):
-            server.stop()
 
 
+# Over 5 s: a Sentinel failover, whose old master is demoted 4-5 s after
+# it (conftest.SentinelSetup.failover_done).
 async def test_sentinel_wait_and_failover(sentinel_setup):
     sentinel = Sentinel(sentinel_setup.sentinel_addresses(), socket_timeout=5)
     r = sentinel.master_for(sentinel_setup.NAME, socket_timeout=5)

@@ -2,7 +2,6 @@ package io.flock;
 
 import java.io.IOException;
 import java.util.List;
-import java.util.Objects;
 import java.util.function.Function;
 
 /**
@@ -43,7 +42,7 @@ final class Sentinels {
         private long epoch;
 
         synchronized long saw(FlockConfig.Address address) {
-            if (last != null && !(last.host().equals(address.host()) && last.port() == address.port())) {
+            if (last != null && !last.equals(address)) {
                 epoch++;
             }
             last = address;
@@ -64,7 +63,7 @@ final class Sentinels {
 
         MasterConnection(FlockConnection master, Named named, long epoch) {
             this.master = master;
-            this.named = Objects.requireNonNull(named);
+            this.named = named;
             this.epoch = epoch;
         }
 
