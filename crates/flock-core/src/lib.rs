@@ -19,6 +19,7 @@
 //! 3. `lock` (holders, reentrancy, the queue and hand-off).
 
 pub mod args;
+mod chunked;
 pub mod clock;
 pub mod deadlines;
 pub mod deadlock;
