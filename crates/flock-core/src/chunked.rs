@@ -16,39 +16,52 @@ const CHUNK: usize = 1024;
 #[derive(Debug)]
 pub struct ChunkedQueue<T> {
     first: VecDeque<T>,
-    rest: VecDeque<VecDeque<T>>,
+    /// None, or at least one chunk.
+    #[allow(clippy::box_collection, reason = "a small queue pays 8 bytes for it, not a VecDeque's 32")]
+    rest: Option<Box<VecDeque<VecDeque<T>>>>,
 }
 
 impl<T> Default for ChunkedQueue<T> {
     fn default() -> Self {
-        Self { first: VecDeque::new(), rest: VecDeque::new() }
+        Self { first: VecDeque::new(), rest: None }
     }
 }
 
 impl<T> ChunkedQueue<T> {
     pub fn len(&self) -> usize {
-        self.first.len() + self.rest.back().map_or(0, |last| (self.rest.len() - 1) * CHUNK + last.len())
+        let rest = self.rest.as_ref().map_or(0, |rest| (rest.len() - 1) * CHUNK + rest.back().map_or(0, VecDeque::len));
+        self.first.len() + rest
     }
 
     pub fn push_back(&mut self, item: T) {
-        if self.rest.is_empty() && self.first.len() < CHUNK {
-            return self.first.push_back(item);
-        }
-        match self.rest.back_mut().filter(|last| last.len() < CHUNK) {
-            Some(last) => last.push_back(item),
-            None => {
-                let mut chunk = VecDeque::with_capacity(CHUNK);
-                chunk.push_back(item);
-                self.rest.push_back(chunk);
+        let Some(rest) = &mut self.rest else {
+            if self.first.len() < CHUNK {
+                return self.first.push_back(item);
             }
+            self.rest = Some(Box::new(VecDeque::from([Self::chunk_of(item)])));
+            return;
+        };
+        match rest.back_mut().filter(|last| last.len() < CHUNK) {
+            Some(last) => last.push_back(item),
+            None => rest.push_back(Self::chunk_of(item)),
         }
+    }
+
+    /// A new chunk, made whole at once (it never grows).
+    fn chunk_of(item: T) -> VecDeque<T> {
+        let mut chunk = VecDeque::with_capacity(CHUNK);
+        chunk.push_back(item);
+        chunk
     }
 
     pub fn pop_front(&mut self) -> Option<T> {
         let item = self.first.pop_front();
         if self.first.is_empty() {
-            if let Some(next) = self.rest.pop_front() {
-                self.first = next;
+            if let Some(rest) = self.rest.as_mut() {
+                self.first = rest.pop_front().unwrap_or_default();
+                if rest.is_empty() {
+                    self.rest = None;
+                }
             }
         }
         item
@@ -58,38 +71,46 @@ impl<T> ChunkedQueue<T> {
         self.first.front()
     }
 
+    /// The chunks after `first`.
+    fn chunks(&self) -> impl Iterator<Item = &VecDeque<T>> + '_ {
+        self.rest.iter().flat_map(|rest| rest.iter())
+    }
+
     /// The items from position `at` on, in order.
     pub fn iter_from(&self, at: usize) -> impl Iterator<Item = &T> + '_ {
         let in_first = self.first.len();
         let (from_first, chunk, offset) =
             if at < in_first { (at, 0, 0) } else { (in_first, (at - in_first) / CHUNK, (at - in_first) % CHUNK) };
-        let chunks = self.rest.range(chunk.min(self.rest.len())..).enumerate();
+        let chunks = self.chunks().skip(chunk).enumerate();
         self.first
             .range(from_first..)
             .chain(chunks.flat_map(move |(n, c)| c.range(if n == 0 { offset.min(c.len()) } else { 0 }..)))
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &T> + '_ {
-        self.first.iter().chain(self.rest.iter().flatten())
+        self.first.iter().chain(self.chunks().flatten())
     }
 
     /// Heap bytes of the chunks and of the list of them (not what items own).
     pub fn heap_size(&self) -> usize {
-        let items: usize = self.first.capacity() + self.rest.iter().map(VecDeque::capacity).sum::<usize>();
-        items * std::mem::size_of::<T>() + self.rest.capacity() * std::mem::size_of::<VecDeque<T>>()
+        let items = self.first.capacity() + self.chunks().map(VecDeque::capacity).sum::<usize>();
+        let list = self.rest.as_ref().map_or(0, |rest| {
+            std::mem::size_of::<VecDeque<VecDeque<T>>>() + rest.capacity() * std::mem::size_of::<VecDeque<T>>()
+        });
+        items * std::mem::size_of::<T>() + list
     }
 
     fn at(&self, at: usize) -> Option<&T> {
         match at.checked_sub(self.first.len()) {
             None => self.first.get(at),
-            Some(after) => self.rest.get(after / CHUNK)?.get(after % CHUNK),
+            Some(after) => self.rest.as_ref()?.get(after / CHUNK)?.get(after % CHUNK),
         }
     }
 
     fn at_mut(&mut self, at: usize) -> Option<&mut T> {
         match at.checked_sub(self.first.len()) {
             None => self.first.get_mut(at),
-            Some(after) => self.rest.get_mut(after / CHUNK)?.get_mut(after % CHUNK),
+            Some(after) => self.rest.as_mut()?.get_mut(after / CHUNK)?.get_mut(after % CHUNK),
         }
     }
 }
@@ -161,12 +182,12 @@ mod tests {
         for n in 0..(3 * CHUNK + 5) {
             q.push_back(n);
         }
-        assert!(q.rest.iter().all(|c| c.capacity() == CHUNK));
+        assert!(q.chunks().all(|c| c.capacity() == CHUNK));
         q[2 * CHUNK] = 7;
         assert_eq!(q.iter().nth(2 * CHUNK), Some(&7));
         while q.len() > 5 {
             q.pop_front();
         }
-        assert!(q.rest.is_empty(), "an emptied chunk is given back");
+        assert!(q.rest.is_none(), "an emptied chunk is given back");
     }
 }
