@@ -283,11 +283,18 @@ pub struct Remembered<K> {
     /// number: an entry whose table grew or left since is stale.
     order: ChunkedQueue<(K, u64, u64)>,
     made: u64,
+    /// Tables whose every record expired, freed `FREED_PER_PRUNE` records
+    /// at each prune: freeing a hot lock's at once, one free per ID, took
+    /// 11 ms at 840,000.
+    retired: Vec<Requests>,
 }
+
+/// How many records of retired tables a prune frees (about 15 µs).
+const FREED_PER_PRUNE: usize = 1024;
 
 impl<K> Default for Remembered<K> {
     fn default() -> Self {
-        Self { by_key: HashMap::new(), order: ChunkedQueue::default(), made: 0 }
+        Self { by_key: HashMap::new(), order: ChunkedQueue::default(), made: 0, retired: Vec::new() }
     }
 }
 
@@ -336,21 +343,40 @@ impl<K: Hash + Eq + Clone> Remembered<K> {
         self.by_key.get_mut(key)?.0.find(id, now_ms)
     }
 
-    /// Forgets the tables whose every record has expired at `now_ms`.
+    /// Forgets the tables whose every record has expired at `now_ms`, and
+    /// frees some of the records of those too large to free at once.
     pub fn prune(&mut self, now_ms: u64) {
         while let Some((key, _, seq)) = self.order.front().filter(|&&(_, until, _)| until <= now_ms) {
             if self.by_key.get(key).is_some_and(|&(_, at)| at == *seq) {
-                self.by_key.remove(key);
+                if let Some((table, _)) =
+                    self.by_key.remove(key).filter(|(table, _)| table.order.len() > FREED_PER_PRUNE)
+                {
+                    self.retired.push(table);
+                }
             }
             self.order.pop_front();
         }
         if self.by_key.is_empty() {
             self.order = ChunkedQueue::default();
         }
+        let mut left = FREED_PER_PRUNE;
+        while let Some(table) = self.retired.last_mut() {
+            while left > 0 && table.order.pop_front().is_some() {
+                left -= 1;
+            }
+            if left == 0 {
+                break;
+            }
+            self.retired.pop();
+        }
     }
 
-    /// When `prune` next has something to do.
+    /// When `prune` next has something to do: at once (0) while a retired
+    /// table is being freed.
     pub fn next_expiry(&self) -> Option<u64> {
+        if !self.retired.is_empty() {
+            return Some(0);
+        }
         self.order.front().map(|&(_, until, _)| until)
     }
 
@@ -532,6 +558,28 @@ mod tests {
         assert!(r.take(&"a").is_none());
         r.prune(1_000);
         assert_eq!(r.order.len(), 0, "stale entries leave too");
+    }
+
+    #[test]
+    fn a_large_expired_table_is_freed_a_part_at_each_prune() {
+        let mut r = Remembered::default();
+        let records: Vec<[u8; 4]> = (0..5_000u32).map(u32::to_be_bytes).collect();
+        r.keep("hot", table(&records.iter().map(|id| (&id[..], 100)).collect::<Vec<_>>()));
+        r.keep("small", table(&[(b"1", 100)]));
+        r.prune(100);
+        assert!(r.is_empty(), "both forgotten at once");
+        assert_eq!(
+            r.retired.iter().map(|t| t.order.len()).sum::<usize>(),
+            5_000 - FREED_PER_PRUNE,
+            "the small one went whole"
+        );
+        assert_eq!(r.next_expiry(), Some(0), "the timer comes back at once");
+        let mut prunes = 1;
+        while r.next_expiry().is_some() {
+            r.prune(100);
+            prunes += 1;
+        }
+        assert_eq!(prunes, 5, "{FREED_PER_PRUNE} records a prune");
     }
 
     #[test]
