@@ -692,9 +692,7 @@ fn a_replica_resyncing_with_a_restarted_master_gets_the_changes_made_before_it_w
     acquire(&mut mc, "kept", "a", 60_000).unwrap().expect("granted");
     assert_replicated(&mut mc, &mut rc, "kept", "a grant before the restart");
     // SHUTDOWN would wait 10 s for the frozen replica to catch up.
-    let ok: String =
-        redis::cmd("CONFIG").arg("SET").arg("shutdown-timeout").arg(0).query(&mut mc).expect("shutdown-timeout");
-    assert_eq!(ok, "OK");
+    config_set(&mut mc, &[("shutdown-timeout", "0")]);
     let frozen = Stopped::new(&r);
     m.restart(Stop::ShutdownSave);
     let mut mc = m.conn();
