@@ -266,9 +266,9 @@ impl Requests {
     /// in the table.
     pub fn heap_size(&self) -> usize {
         let ids: usize = self.order.iter().map(|e| e.id.len()).sum();
-        let order = self.order.heap_size();
-        let outgrown = self.growth.as_ref().map_or(0, |g| std::mem::size_of::<Growth>() + g.outgrown.capacity() * 9);
-        ids + order + self.by_id.capacity() * (std::mem::size_of::<u64>() + 1) + outgrown
+        let table = |t: &HashTable<u64>| t.capacity() * (std::mem::size_of::<u64>() + 1);
+        let outgrown = self.growth.as_ref().map_or(0, |g| std::mem::size_of::<Growth>() + table(&g.outgrown));
+        ids + self.order.heap_size() + table(&self.by_id) + outgrown
     }
 }
 
